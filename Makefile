@@ -1,0 +1,46 @@
+# Two entry points on a fresh machine: `make demo` and `make test`. Both set everything up first
+# (virtualenv, pillow-simd built with AVX2, torch 2.13.0 CPU wheel) and never pull stock Pillow,
+# torchvision or CUDA packages.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+TORCH_PIN ?= torch==2.13.0
+PILLOW_SIMD_PIN ?= pillow-simd==12.1.1.post0
+DEMO ?= demo-out
+
+.PHONY: setup demo test lint bench clean
+
+setup: $(VENV)/.ready
+
+$(VENV)/.ready: pyproject.toml Makefile
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q "$(TORCH_PIN)"
+	CC="cc -mavx2" $(BIN)/python -m pip install -q --no-cache-dir --no-binary pillow-simd "$(PILLOW_SIMD_PIN)"
+	$(BIN)/python -m pip install -q -e ".[dev]"
+	$(BIN)/imgprep info --strict
+	touch $@
+
+demo: setup
+	rm -rf $(DEMO)
+	$(BIN)/imgprep make-sample $(DEMO)/raw --bad
+	$(BIN)/imgprep convert $(DEMO)/raw/ILSVRC2012_img_train.tar -o $(DEMO)/shards --max-errors 2
+	$(BIN)/imgprep convert $(DEMO)/raw/ILSVRC2012_img_val.tar -o $(DEMO)/shards \
+		--labels $(DEMO)/raw/ILSVRC2012_validation_ground_truth.txt
+	$(BIN)/imgprep convert $(DEMO)/raw/ILSVRC2012_img_train.tar -o $(DEMO)/list --format list --max-errors 2 -q
+	$(BIN)/imgprep verify $(DEMO)/shards -q
+	$(BIN)/imgprep verify $(DEMO)/list
+	$(BIN)/imgprep info $(DEMO)/shards
+	$(BIN)/imgprep preview $(DEMO)/shards --split train -o $(DEMO)/preview.png
+
+lint: setup
+	$(BIN)/ruff check imgprep tests scripts
+	$(BIN)/mypy
+
+test: lint
+	$(BIN)/python -m pytest
+
+bench: setup
+	$(BIN)/python scripts/bench_convert.py
+
+clean:
+	rm -rf $(VENV) $(DEMO) bench-out .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,5 @@
+"""``python -m imgprep`` is the ``imgprep`` command."""
+
+from imgprep.cli import main
+
+main()

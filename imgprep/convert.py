@@ -1,0 +1,506 @@
+"""``imgprep convert``: plan the output, convert in parallel, resume, finalise.
+
+The plan is a pure function of (listing, labels, options): samples are sorted by key, then a
+seeded permutation over ALL classes spreads them across shards (label lists keep key order in
+fixed-size chunks). Each shard or chunk is a task; a task's output depends on nothing but its
+own samples, so the bytes are the same for any worker count. A finished task leaves a small
+record under ``<out>/.imgprep/``; a rerun skips tasks whose record and files still verify and
+redoes the rest. The manifest is written last.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import hashlib
+import json
+import math
+import multiprocessing as mp
+import queue
+import signal
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from imgprep import __version__
+from imgprep.errors import ImageError, ImgprepError, OutputError
+from imgprep.fsutil import (
+    ensure_writable_dir,
+    sweep_tmp,
+    write_bytes_atomic,
+    write_json_atomic,
+)
+from imgprep.groundtruth import load_ground_truth, resolve_labels
+from imgprep.manifest import Manifest, ShardEntry, manifest_path, sha256_file, write_manifest
+from imgprep.sources import Listing, SourceReader, list_source
+from imgprep.synsets import ClassTable, load_class_table
+from imgprep.transform import TransformOptions, center_pixels, channel_sums, convert_image
+from imgprep.writers import ShardWriter, write_list_image
+
+OUTPUT_FORMATS = ("shards", "list")
+LIST_CHUNK = 1000
+STATE_DIR = ".imgprep"
+Progress = Callable[[int], None]
+
+
+@dataclass(frozen=True)
+class ConvertOptions:
+    """Everything ``imgprep convert`` needs; the output is a pure function of these."""
+
+    input: Path
+    out: Path
+    format: str = "shards"
+    split: str | None = None
+    labels: tuple[Path, ...] = ()
+    classes: Path | None = None
+    transform: TransformOptions = field(default_factory=TransformOptions)
+    shard_size: int = 1250
+    num_shards: int | None = None
+    seed: int = 0
+    workers: int = 1
+    max_errors: int = 0
+    meta: bool = True
+
+
+@dataclass(frozen=True)
+class Task:
+    """One shard (or one chunk of a label list) and the listing rows it holds, in order."""
+
+    index: int
+    name: str
+    items: np.ndarray
+
+
+@dataclass(frozen=True)
+class Plan:
+    opts: ConvertOptions
+    split: str
+    listing: Listing
+    labels: np.ndarray
+    classes: ClassTable
+    tasks: tuple[Task, ...]
+    fingerprint: str
+
+    @property
+    def state_dir(self) -> Path:
+        return self.opts.out / STATE_DIR / self.split
+
+    def record_path(self, task: Task) -> Path:
+        return self.state_dir / f"{task.name}.json"
+
+    def mean_path(self, task: Task) -> Path:
+        return self.state_dir / f"{task.name}.mean.npy"
+
+    @property
+    def wants_mean_image(self) -> bool:
+        return self.opts.format == "list" and self.split == "train"
+
+
+@dataclass
+class TaskResult:
+    """What a finished task produced; stored as its record so a rerun can skip it."""
+
+    index: int
+    name: str
+    fingerprint: str
+    samples: int = 0
+    bytes: int = 0
+    sha256: str = ""
+    sums: list[list[int]] = field(default_factory=lambda: [[0, 0, 0]] * 3)
+    errors: list[dict[str, str]] = field(default_factory=list)
+    files: list[list[Any]] = field(default_factory=list)
+    resumed: bool = False
+
+
+def infer_split(listing: Listing, has_labels: bool) -> str:
+    """``val`` when ground truth is given or every key is a validation name, else ``train``."""
+    if has_labels:
+        return "val"
+    if len(listing) and all(bytes(k).startswith(b"ILSVRC2012_val_") for k in listing.key):
+        return "val"
+    return "train"
+
+
+def plan_tasks(n: int, opts: ConvertOptions, split: str) -> tuple[Task, ...]:
+    """Shards: a seeded permutation cut into near-equal parts. Lists: key order in chunks."""
+    if opts.format == "list":
+        return tuple(
+            Task(i, f"{split}-chunk-{i:06d}", np.arange(s, min(s + LIST_CHUNK, n)))
+            for i, s in enumerate(range(0, n, LIST_CHUNK))
+        )
+    count = opts.num_shards or max(1, math.ceil(n / opts.shard_size))
+    count = min(count, max(n, 1))
+    perm = np.random.default_rng(opts.seed).permutation(n)
+    return tuple(
+        Task(i, f"{split}-{i:06d}.tar", part) for i, part in enumerate(np.array_split(perm, count))
+    )
+
+
+def _fingerprint(opts: ConvertOptions, split: str, listing: Listing, labels: np.ndarray,
+                 classes: ClassTable) -> str:
+    h = hashlib.sha256()
+    h.update(json.dumps(_options_json(opts, split), sort_keys=True).encode())
+    h.update(json.dumps(classes.to_json()).encode())
+    for arr in (listing.key, listing.size, labels):
+        h.update(np.ascontiguousarray(arr).tobytes())
+    return h.hexdigest()
+
+
+def _options_json(opts: ConvertOptions, split: str) -> dict[str, Any]:
+    """The options that decide the output bytes (not paths, worker counts or error policy)."""
+    return {
+        "format": opts.format, "split": split, "seed": opts.seed, "meta": opts.meta,
+        "shard_size": opts.shard_size, "num_shards": opts.num_shards,
+        "transform": asdict(opts.transform),
+    }
+
+
+def make_plan(opts: ConvertOptions) -> Plan:
+    """List the source, label every image and cut the work into tasks (no image is decoded)."""
+    if opts.format not in OUTPUT_FORMATS:
+        raise ValueError(f"format must be one of {OUTPUT_FORMATS}")
+    classes = load_class_table(opts.classes)
+    listing = list_source(opts.input)
+    truth = load_ground_truth(opts.labels, classes) if opts.labels else None
+    labels = resolve_labels(listing, classes, truth)
+    split = opts.split or infer_split(listing, bool(opts.labels))
+    tasks = plan_tasks(len(listing), opts, split)
+    return Plan(opts, split, listing, labels, classes, tasks,
+                _fingerprint(opts, split, listing, labels, classes))
+
+
+# ---------------------------------------------------------------------------- one task
+
+
+def _sample_meta(plan: Plan, i: int, conv: Any) -> bytes:
+    label = int(plan.labels[i])
+    return json.dumps({
+        "wnid": plan.classes.wnids[label], "label": label,
+        "source": plan.listing.member_str(i),
+        "original_size": list(conv.original_size), "original_mode": conv.original_mode,
+        "original_format": conv.original_format,
+    }, sort_keys=True).encode()
+
+
+def run_task(plan: Plan, task: Task, tick: Callable[[], None]) -> TaskResult:
+    """Convert one task's samples, write its output atomically, then its record."""
+    opts, lst = plan.opts, plan.listing
+    res = TaskResult(task.index, task.name, plan.fingerprint)
+    sums = np.zeros((3, 3), dtype=np.int64)
+    size = opts.transform.size
+    mean_acc = np.zeros((size, size, 3), dtype=np.uint64) if plan.wants_mean_image else None
+
+    def samples() -> Any:
+        with SourceReader(lst.containers) as reader:
+            for i in task.items.tolist():
+                member = lst.member_str(i)
+                try:
+                    data = reader.read(int(lst.container[i]), int(lst.offset[i]),
+                                       int(lst.size[i]), member)
+                    conv = convert_image(data, opts.transform)
+                except (ImageError, OSError) as e:
+                    reason = str(e) if isinstance(e, ImageError) else f"cannot read: {e}"
+                    res.errors.append({"source": f"{lst.root}/{member}",
+                                       "key": lst.key_str(i), "reason": reason})
+                    tick()
+                    continue
+                sums[:] += channel_sums(conv.image)
+                if mean_acc is not None:
+                    np.add(mean_acc, center_pixels(conv.image, size), out=mean_acc)
+                yield i, conv
+                tick()
+
+    if opts.format == "shards":
+        with ShardWriter(opts.out / task.name) as w:
+            for i, conv in samples():
+                fields = {"jpg": conv.jpeg, "cls": str(int(plan.labels[i])).encode()}
+                if opts.meta:
+                    fields["json"] = _sample_meta(plan, i, conv)
+                w.add(lst.key_str(i), fields)
+        res.samples, res.bytes, res.sha256 = w.samples, w.bytes, w.sha256
+    else:
+        for i, conv in samples():
+            label = int(plan.labels[i])
+            rel = f"{plan.split}/{plan.classes.wnids[label]}/{lst.key_str(i)}.jpg"
+            sha = write_list_image(opts.out / rel, conv.jpeg)
+            res.files.append([rel, label, len(conv.jpeg), sha])
+            res.samples += 1
+            res.bytes += len(conv.jpeg)
+        if mean_acc is not None:
+            buf = _npy_bytes(mean_acc)
+            write_bytes_atomic(plan.mean_path(task), buf)
+    res.sums = sums.tolist()
+    record = asdict(res)
+    del record["resumed"]
+    write_json_atomic(plan.record_path(task), record)
+    return res
+
+
+def _npy_bytes(arr: np.ndarray) -> bytes:
+    import io
+
+    buf = io.BytesIO()
+    np.save(buf, arr, allow_pickle=False)
+    return buf.getvalue()
+
+
+def load_done(plan: Plan, task: Task) -> TaskResult | None:
+    """The record of ``task`` if it finished under the same plan and its files still verify."""
+    try:
+        rec = json.loads(plan.record_path(task).read_text("utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(rec, dict) or rec.get("fingerprint") != plan.fingerprint:
+        return None
+    if rec.get("index") != task.index or rec.get("name") != task.name:
+        return None
+    res = TaskResult(**rec, resumed=True)
+    out = plan.opts.out
+    try:
+        if plan.opts.format == "shards":
+            p = out / task.name
+            if p.stat().st_size != res.bytes or sha256_file(p) != res.sha256:
+                return None
+        else:
+            for rel, _label, nbytes, sha in res.files:
+                data = (out / rel).read_bytes()
+                if len(data) != nbytes or hashlib.sha256(data).hexdigest() != sha:
+                    return None
+            if plan.wants_mean_image and not plan.mean_path(task).is_file():
+                return None
+    except OSError:
+        return None
+    return res
+
+
+# ---------------------------------------------------------------------------- the pool
+
+
+def _die_with_parent() -> None:
+    """Ask Linux to SIGKILL this worker when the parent dies (a kill -9 leaves no orphans)."""
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def _worker_main(plan: Plan, tasks: Any, results: Any, counter: Any) -> None:
+    _die_with_parent()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    def tick() -> None:
+        with counter.get_lock():
+            counter.value += 1
+
+    while True:
+        index = tasks.get()
+        if index is None:
+            return
+        try:
+            results.put(("ok", run_task(plan, plan.tasks[index], tick)))
+        except ImgprepError as e:
+            results.put(("error", index, e))
+        except Exception as e:  # a bug: ship the traceback to the parent, which re-raises
+            results.put(("bug", index, f"{type(e).__name__}: {e}\n{traceback.format_exc()}"))
+
+
+def run_tasks(plan: Plan, todo: Sequence[Task], workers: int,
+              progress: Progress | None = None) -> list[TaskResult]:
+    """Run ``todo`` on ``workers`` forked processes (in-process when 1); results unordered."""
+    report = progress or (lambda n: None)
+    if workers <= 1 or len(todo) <= 1:
+        return [run_task(plan, t, lambda: report(1)) for t in todo]
+    ctx = mp.get_context("fork")
+    counter = ctx.Value("q", 0)
+    tasks_q, results_q = ctx.Queue(), ctx.Queue()
+    for t in todo:
+        tasks_q.put(t.index)
+    n_procs = min(workers, len(todo))
+    for _ in range(n_procs):
+        tasks_q.put(None)
+    procs = [ctx.Process(target=_worker_main, args=(plan, tasks_q, results_q, counter),
+                         daemon=True, name=f"imgprep-convert-{k}") for k in range(n_procs)]
+    for p in procs:
+        p.start()
+    out: list[TaskResult] = []
+    seen = 0
+    try:
+        while len(out) < len(todo):
+            try:
+                msg = results_q.get(timeout=0.2)
+            except queue.Empty:
+                dead = [p for p in procs if p.exitcode not in (None, 0)]
+                if dead or all(p.exitcode is not None for p in procs):
+                    code = dead[0].exitcode if dead else 0
+                    raise ImgprepError(
+                        f"a convert worker died (exit code {code}) with {len(todo) - len(out)} "
+                        "tasks unfinished; rerun the same command to resume"
+                    ) from None
+            else:
+                if msg[0] == "ok":
+                    out.append(msg[1])
+                elif msg[0] == "error":
+                    raise msg[2]
+                else:
+                    raise RuntimeError(f"convert worker failed on task {msg[1]}: {msg[2]}")
+            now = counter.value
+            if now > seen:
+                report(now - seen)
+                seen = now
+    finally:
+        for p in procs:
+            if p.is_alive() and len(out) < len(todo):
+                p.terminate()
+        for p in procs:
+            p.join(timeout=10)
+    now = counter.value
+    if now > seen:
+        report(now - seen)
+    return out
+
+
+# ---------------------------------------------------------------------------- finalising
+
+
+def _mean_std(sums: np.ndarray) -> tuple[list[float], list[float]]:
+    """Per-channel mean and std on the 0..1 scale from exact integer sums."""
+    n = sums[2].astype(np.float64)
+    if not n.all():
+        return [0.0, 0.0, 0.0], [0.0, 0.0, 0.0]
+    mean = sums[0] / n
+    var = np.maximum(sums[1] / n - mean * mean, 0.0)
+    return ([round(float(x) / 255, 6) for x in mean],
+            [round(float(x) / 255, 6) for x in np.sqrt(var)])
+
+
+def _finalise(plan: Plan, results: list[TaskResult], extra_errors: list[dict[str, str]]
+              ) -> tuple[Path | None, Path | None, int]:
+    opts, split, out = plan.opts, plan.split, plan.opts.out
+    results = sorted(results, key=lambda r: r.index)
+    errors = extra_errors + [e for r in results for e in r.errors]
+    log = out / f"{split}-errors.jsonl"
+    if errors:
+        write_bytes_atomic(log, "".join(
+            json.dumps(e, sort_keys=True, ensure_ascii=False) + "\n" for e in errors).encode())
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            log.unlink()
+    if len(errors) > opts.max_errors:
+        return None, log, len(errors)
+    sums = np.sum([np.asarray(r.sums, dtype=np.int64) for r in results], axis=0) if results \
+        else np.zeros((3, 3), dtype=np.int64)
+    mean, std = _mean_std(sums)
+    total = sum(r.samples for r in results)
+    list_file = list_sha = None
+    if opts.format == "list":
+        text = "".join(f"{rel} {label}\n" for r in results for rel, label, _, _ in r.files)
+        data = text.encode("utf-8")
+        write_bytes_atomic(out / f"{split}.txt", data)
+        list_file, list_sha = f"{split}.txt", hashlib.sha256(data).hexdigest()
+        write_bytes_atomic(out / "classes.txt", plan.classes.to_text().encode("utf-8"))
+        if plan.wants_mean_image and total:
+            acc = np.zeros((opts.transform.size,) * 2 + (3,), dtype=np.uint64)
+            for t in plan.tasks:
+                acc += np.load(plan.mean_path(t))
+            mean_img = (acc / total).astype(np.float32).transpose(2, 0, 1).copy()
+            write_bytes_atomic(out / "mean.npy", _npy_bytes(mean_img))
+    shards = [ShardEntry(r.name, r.samples, r.bytes, r.sha256) for r in results] \
+        if opts.format == "shards" else []
+    lst = plan.listing
+    manifest = Manifest(
+        split=split, format=opts.format, total_samples=total, classes=plan.classes.to_json(),
+        mean=mean, std=std, options={**_options_json(opts, split), "fingerprint": plan.fingerprint},
+        tool_version=__version__, shards=shards, list_file=list_file, list_sha256=list_sha,
+        errors=len(errors), error_log=log.name if errors else None,
+        source={"kind": lst.kind, "name": Path(lst.root).name, "images": len(lst),
+                "skipped_non_images": lst.skipped},
+    )
+    return write_manifest(out, manifest), (log if errors else None), len(errors)
+
+
+def _drop_stale_manifest(plan: Plan) -> None:
+    """A manifest from a run with other inputs or options no longer describes the folder."""
+    path = manifest_path(plan.opts.out, plan.split)
+    try:
+        old = json.loads(path.read_text("utf-8"))
+    except (OSError, ValueError):
+        old = None
+    if isinstance(old, dict) and old.get("options", {}).get("fingerprint") == plan.fingerprint:
+        return
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()
+
+
+def convert(opts: ConvertOptions, progress: Progress | None = None,
+            on_plan: Callable[[Plan, int], None] | None = None) -> dict[str, Any]:
+    """Run a whole conversion (resuming what a previous run finished); returns the summary.
+
+    ``on_plan(plan, remaining_images)`` is called once the work is known (for a progress bar).
+    The manifest is written only when errors <= ``opts.max_errors``; ``summary["complete"]``
+    says whether it was.
+    """
+    t0 = time.perf_counter()
+    check_out_not_input(opts)
+    ensure_writable_dir(opts.out)
+    plan = make_plan(opts)
+    plan.state_dir.mkdir(parents=True, exist_ok=True)
+    for d in (opts.out, plan.state_dir):
+        sweep_tmp(d)
+    _drop_stale_manifest(plan)
+    done: list[TaskResult] = []
+    todo: list[Task] = []
+    for t in plan.tasks:
+        r = load_done(plan, t)
+        if r is None:
+            todo.append(t)
+        else:
+            done.append(r)
+    remaining = int(sum(len(t.items) for t in todo))
+    if on_plan is not None:
+        on_plan(plan, remaining)
+    fresh = run_tasks(plan, todo, opts.workers, progress)
+    root = plan.listing.root
+    listing_errors = [{"source": f"{root}/{e.source}" if e.source else root, "key": "",
+                       "reason": e.reason} for e in plan.listing.errors]
+    manifest, log, n_errors = _finalise(plan, done + fresh, listing_errors)
+    seconds = time.perf_counter() - t0
+    results = done + fresh
+    converted_now = sum(r.samples for r in fresh)
+    return {
+        "complete": manifest is not None,
+        "split": plan.split,
+        "format": opts.format,
+        "input": str(opts.input),
+        "input_kind": plan.listing.kind,
+        "images_listed": len(plan.listing),
+        "samples": sum(r.samples for r in results),
+        "errors": n_errors,
+        "max_errors": opts.max_errors,
+        "skipped_non_images": plan.listing.skipped,
+        "tasks": len(plan.tasks),
+        "tasks_resumed": len(done),
+        "bytes": sum(r.bytes for r in results),
+        "seconds": round(seconds, 3),
+        "images_per_s": round(converted_now / seconds, 1) if seconds > 0 else 0.0,
+        "workers": opts.workers,
+        "out": str(opts.out),
+        "manifest": str(manifest) if manifest else None,
+        "error_log": str(log) if log else None,
+    }
+
+
+
+def check_out_not_input(opts: ConvertOptions) -> None:
+    """Refuse writing into the input folder (a rerun would list its own outputs)."""
+    try:
+        inp, out = opts.input.resolve(), opts.out.resolve()
+    except OSError:
+        return
+    if inp == out or (inp.is_dir() and inp in out.parents):
+        raise OutputError(f"--out {opts.out} is inside the input {opts.input}; pick another folder")
+
+

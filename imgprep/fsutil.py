@@ -1,0 +1,106 @@
+"""Crash-safe file writing: temporary name in the same folder, fsync, rename, fsync folder.
+
+A crash at any moment leaves either the old file or the complete new one under the final
+name, never a partial file. Temporary names start with ``.tmp-`` so reruns can sweep them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Any
+
+from imgprep.errors import OutputError
+
+TMP_PREFIX = ".tmp-"
+
+
+def fsync_dir(path: Path) -> None:
+    """Make a rename inside ``path`` durable."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def tmp_name(final: Path) -> Path:
+    """The temporary sibling used while ``final`` is being written.
+
+    The name is fixed (no pid) so that a rerun after a kill reuses and replaces it: the work
+    that left it behind is redone, and nothing stale accumulates.
+    """
+    return final.with_name(f"{TMP_PREFIX}{final.name}")
+
+
+@contextlib.contextmanager
+def atomic_open(final: Path, *, durable: bool = True) -> Iterator[IO[bytes]]:
+    """Open a temporary file beside ``final``; on success fsync and rename it into place.
+
+    On any exception the temporary file is removed and ``final`` is left untouched.
+    """
+    tmp = tmp_name(final)
+    try:
+        f = open(tmp, "wb")
+    except OSError as e:
+        raise OutputError(
+            f"cannot write in {final.parent}: {e.strerror}; check that it exists and is writable"
+        ) from e
+    try:
+        with f:
+            yield f
+            f.flush()
+            if durable:
+                os.fsync(f.fileno())
+        os.replace(tmp, final)
+    except BaseException as e:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        if isinstance(e, OSError) and not isinstance(e, OutputError):
+            what = "disk full" if e.errno == errno.ENOSPC else (e.strerror or str(e))
+            raise OutputError(
+                f"cannot write {final}: {what}; free space or pick another --out"
+            ) from e
+        raise
+    if durable:
+        fsync_dir(final.parent)
+
+
+def write_bytes_atomic(final: Path, data: bytes, *, durable: bool = True) -> None:
+    """Write ``data`` to ``final`` atomically."""
+    with atomic_open(final, durable=durable) as f:
+        f.write(data)
+
+
+def write_json_atomic(final: Path, obj: Any) -> None:
+    """Write ``obj`` as stable, sorted, indented JSON, atomically (same object, same bytes)."""
+    text = json.dumps(obj, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
+    write_bytes_atomic(final, text.encode("utf-8"))
+
+
+def sweep_tmp(folder: Path) -> int:
+    """Remove temporary files a killed run left in ``folder``; returns how many."""
+    n = 0
+    if folder.is_dir():
+        for p in folder.iterdir():
+            if p.name.startswith(TMP_PREFIX) and p.is_file():
+                with contextlib.suppress(FileNotFoundError):
+                    p.unlink()
+                    n += 1
+    return n
+
+
+def ensure_writable_dir(path: Path) -> None:
+    """Create ``path`` (and parents) or raise an OutputError that says what to do."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise OutputError(
+            f"cannot create output folder {path}: {e.strerror}; pick a writable --out"
+        ) from e
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise OutputError(f"output folder {path} is not writable; pick a writable --out")

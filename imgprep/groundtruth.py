@@ -1,0 +1,175 @@
+"""Validation ground truth in every common form, detected by content.
+
+Forms: the devkit's ``ILSVRC2012_validation_ground_truth.txt`` (devkit IDs 1..1000, one per
+line in file order) with ``map_clsloc.txt`` (``wnid ID name``; devkit IDs are NOT the sorted-wnid
+index), Kaggle's ``LOC_val_solution.csv``, Caffe's ``val.txt`` (``name index``, sorted-wnid
+index), or one wnid per line in file order. All resolve to ``{key: wnid}``, where the key is the
+file stem (``ILSVRC2012_val_00000001``).
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from imgprep.errors import InputMissingError, LabelError
+from imgprep.sources import Listing
+from imgprep.synsets import WNID_RE, ClassTable
+
+FORMS = (
+    "devkit ground truth + map_clsloc.txt, Kaggle LOC_val_solution.csv, Caffe val.txt, "
+    "or one wnid per line"
+)
+
+
+def _val_key(i: int) -> str:
+    return f"ILSVRC2012_val_{i:08d}"
+
+
+def _stem(name: str) -> str:
+    return posixpath.splitext(posixpath.basename(name.strip()))[0]
+
+
+def detect_form(lines: list[str]) -> str:
+    """Name the form of a ground-truth file from its non-empty lines, or ``unknown``."""
+    body = [ln.split() for ln in lines if ln.strip()]
+    if not body:
+        return "unknown"
+    if lines[0].replace(" ", "").lower().startswith("imageid,predictionstring"):
+        return "kaggle"
+    if all(len(t) == 1 and t[0].isdigit() for t in body):
+        return "devkit"
+    if all(len(t) == 1 and WNID_RE.match(t[0]) for t in body):
+        return "wnids"
+    if all(len(t) >= 3 and WNID_RE.match(t[0]) and t[1].isdigit() for t in body):
+        return "map_clsloc"
+    if all(len(t) == 2 and t[1].lstrip("-").isdigit() for t in body):
+        return "caffe"
+    return "unknown"
+
+
+def _read_lines(path: Path) -> list[str]:
+    try:
+        return path.read_text("utf-8").splitlines()
+    except OSError as e:
+        raise InputMissingError(f"cannot read ground truth {path}: {e.strerror}") from e
+    except UnicodeDecodeError as e:
+        raise LabelError(f"{path} is not a text file; expected {FORMS}") from e
+
+
+def _put(out: dict[str, str], key: str, wnid: str, where: str) -> None:
+    old = out.get(key)
+    if old is not None and old != wnid:
+        raise LabelError(f"{where}: {key} labelled both {old} and {wnid}; fix the file")
+    out[key] = wnid
+
+
+def _parse(path: Path, lines: list[str], form: str, classes: ClassTable,
+           devkit_map: dict[int, str] | None) -> dict[str, str]:
+    out: dict[str, str] = {}
+    numbered = [(n, ln) for n, ln in enumerate(lines, 1) if ln.strip()]
+    if form == "kaggle":
+        for n, ln in numbered[1:]:
+            image_id, _, pred = ln.partition(",")
+            tokens = pred.split()
+            if not tokens or not WNID_RE.match(tokens[0]):
+                raise LabelError(f"{path}:{n}: no wnid in {ln.strip()!r}")
+            _put(out, _stem(image_id), tokens[0], f"{path}:{n}")
+    elif form == "caffe":
+        for n, ln in numbered:
+            name, idx = ln.split()
+            i = int(idx)
+            if not 0 <= i < len(classes):
+                raise LabelError(
+                    f"{path}:{n}: class index {i} is outside 0..{len(classes) - 1}; "
+                    "Caffe val.txt uses the sorted-wnid index"
+                )
+            _put(out, _stem(name), classes.wnids[i], f"{path}:{n}")
+    elif form == "wnids":
+        for i, (n, ln) in enumerate(numbered, 1):
+            _put(out, _val_key(i), ln.strip(), f"{path}:{n}")
+    elif form == "devkit":
+        if devkit_map is None:
+            raise LabelError(
+                f"{path} holds devkit IDs, which need map_clsloc.txt to become wnids; "
+                "pass it with a second --labels (devkit IDs are not class indices)"
+            )
+        for i, (n, ln) in enumerate(numbered, 1):
+            dev_id = int(ln)
+            wnid = devkit_map.get(dev_id)
+            if wnid is None:
+                raise LabelError(f"{path}:{n}: devkit ID {dev_id} is not in map_clsloc.txt")
+            _put(out, _val_key(i), wnid, f"{path}:{n}")
+    return out
+
+
+def load_ground_truth(paths: Sequence[Path], classes: ClassTable) -> dict[str, str]:
+    """Parse one ground-truth file (plus ``map_clsloc.txt`` for the devkit form) to {key: wnid}."""
+    parsed = [(p, _read_lines(p)) for p in paths]
+    forms = [(p, lines, detect_form(lines)) for p, lines in parsed]
+    for p, _, form in forms:
+        if form == "unknown":
+            raise LabelError(f"cannot tell the ground-truth format of {p}; expected {FORMS}")
+    devkit_map: dict[int, str] | None = None
+    maps = [(p, lines) for p, lines, f in forms if f == "map_clsloc"]
+    if not maps and any(f == "devkit" for _, _, f in forms):
+        for p, _, f in forms:
+            sibling = p.with_name("map_clsloc.txt")
+            if f == "devkit" and sibling.is_file():
+                maps = [(sibling, _read_lines(sibling))]
+    if maps:
+        devkit_map = {}
+        for p, lines in maps:
+            for n, ln in enumerate(lines, 1):
+                t = ln.split()
+                if t:
+                    if int(t[1]) in devkit_map:
+                        raise LabelError(f"{p}:{n}: devkit ID {t[1]} listed twice")
+                    devkit_map[int(t[1])] = t[0]
+    result: dict[str, str] = {}
+    label_forms = [(p, lines, f) for p, lines, f in forms if f != "map_clsloc"]
+    if not label_forms:
+        raise LabelError(f"only a class map was given ({maps[0][0]}); pass the ground truth too")
+    for p, lines, form in label_forms:
+        for k, w in _parse(p, lines, form, classes, devkit_map).items():
+            _put(result, k, w, str(p))
+    for k, w in result.items():
+        if classes.index(w) is None:
+            raise LabelError(
+                f"ground truth labels {k} as {w}, which is not in the class table; "
+                "pass the matching --classes file"
+            )
+    return result
+
+
+def resolve_labels(listing: Listing, classes: ClassTable,
+                   truth: dict[str, str] | None) -> np.ndarray:
+    """The label of every listed item, from ground truth, its folder/tar, or its name.
+
+    Raises LabelError naming the first image whose class cannot be told.
+    """
+    labels = np.empty(len(listing), dtype=np.int16)
+    for i in range(len(listing)):
+        key = listing.key_str(i)
+        if truth is not None:
+            wnid = truth.get(key)
+            if wnid is None:
+                raise LabelError(
+                    f"{listing.root}/{listing.member_str(i)} has no label in the ground truth; "
+                    "pass the ground truth that covers it, or remove the image"
+                )
+        else:
+            wnid = listing.wnid_str(i) or key.partition("_")[0]
+        label = classes.index(wnid)
+        if label is None:
+            hint = ("pass --labels with the validation ground truth" if key.startswith(
+                "ILSVRC2012_val_") else "pass --classes with a class list that has it")
+            raise LabelError(
+                f"cannot tell the class of {listing.root}/{listing.member_str(i)} "
+                f"({wnid!r} is not a known wnid); {hint}"
+            )
+        labels[i] = label
+    return labels

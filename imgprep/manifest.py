@@ -1,0 +1,175 @@
+"""The manifest: what a finished conversion holds, written last and atomically.
+
+Loaders and stage-to-node plan from the manifest alone (no tar scan). A folder without a
+manifest is not a finished conversion.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from imgprep.errors import ManifestError
+from imgprep.fsutil import write_json_atomic
+
+FORMAT_VERSION = 1
+FORMATS = ("shards", "list")
+SHARD_NAME_RE = re.compile(r"^[A-Za-z0-9_-]+-\d{6}\.tar$")
+HEX64 = re.compile(r"^[0-9a-f]{64}$")
+
+
+@dataclass(frozen=True)
+class ShardEntry:
+    """One shard: file name (relative to the manifest's folder), samples, size and checksum."""
+
+    name: str
+    samples: int
+    bytes: int
+    sha256: str
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """A finished conversion of one split, in either output format."""
+
+    split: str
+    format: str
+    total_samples: int
+    classes: list[list[str]]
+    mean: list[float]
+    std: list[float]
+    options: dict[str, Any]
+    tool_version: str
+    shards: list[ShardEntry] = field(default_factory=list)
+    list_file: str | None = None
+    list_sha256: str | None = None
+    errors: int = 0
+    error_log: str | None = None
+    source: dict[str, Any] = field(default_factory=dict)
+    format_version: int = FORMAT_VERSION
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(s.bytes for s in self.shards)
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["shards"] = [asdict(s) for s in self.shards]
+        return d
+
+
+def manifest_path(folder: Path, split: str) -> Path:
+    return folder / f"{split}.json"
+
+
+def write_manifest(folder: Path, m: Manifest) -> Path:
+    path = manifest_path(folder, m.split)
+    write_json_atomic(path, m.to_json())
+    return path
+
+
+def _need(d: dict[str, Any], key: str, typ: type | tuple[type, ...], where: str) -> Any:
+    if key not in d:
+        raise ManifestError(f"{where}: field {key!r} is missing; reconvert or restore the file")
+    v = d[key]
+    if not isinstance(v, typ) or (typ is int and isinstance(v, bool)):
+        raise ManifestError(f"{where}: field {key!r} has the wrong type ({type(v).__name__})")
+    return v
+
+
+def parse_manifest(d: Any, where: str) -> Manifest:
+    """Validate a decoded manifest; raises ManifestError naming the first problem."""
+    if not isinstance(d, dict):
+        raise ManifestError(f"{where}: not a JSON object")
+    version = _need(d, "format_version", int, where)
+    if version != FORMAT_VERSION:
+        raise ManifestError(
+            f"{where}: format version {version} is not supported (this imgprep reads "
+            f"{FORMAT_VERSION}); use the imgprep that wrote it or reconvert"
+        )
+    fmt = _need(d, "format", str, where)
+    if fmt not in FORMATS:
+        raise ManifestError(f"{where}: unknown format {fmt!r}")
+    shards = []
+    for i, s in enumerate(_need(d, "shards", list, where)):
+        w = f"{where}: shards[{i}]"
+        if not isinstance(s, dict):
+            raise ManifestError(f"{w}: not an object")
+        e = ShardEntry(_need(s, "name", str, w), _need(s, "samples", int, w),
+                       _need(s, "bytes", int, w), _need(s, "sha256", str, w))
+        if not SHARD_NAME_RE.match(e.name):
+            raise ManifestError(f"{w}: shard name {e.name!r} is not a plain shard file name")
+        if e.samples < 0 or e.bytes < 0 or not HEX64.match(e.sha256):
+            raise ManifestError(f"{w}: negative count or malformed sha256")
+        shards.append(e)
+    total = _need(d, "total_samples", int, where)
+    if fmt == "shards" and total != sum(s.samples for s in shards):
+        raise ManifestError(f"{where}: total_samples {total} != sum of shard samples")
+    classes = _need(d, "classes", list, where)
+    if not all(isinstance(c, list) and len(c) == 2 for c in classes):
+        raise ManifestError(f"{where}: classes must be [wnid, name] pairs")
+    return Manifest(
+        split=_need(d, "split", str, where), format=fmt, total_samples=total, classes=classes,
+        mean=_need(d, "mean", list, where), std=_need(d, "std", list, where),
+        options=_need(d, "options", dict, where), tool_version=_need(d, "tool_version", str, where),
+        shards=shards, list_file=d.get("list_file"), list_sha256=d.get("list_sha256"),
+        errors=_need(d, "errors", int, where), error_log=d.get("error_log"),
+        source=d.get("source") or {}, format_version=version,
+    )
+
+
+def find_manifests(folder: Path) -> list[Path]:
+    """The manifest files in ``folder`` (``<split>.json`` with an imgprep format field)."""
+    found = []
+    for p in sorted(folder.glob("*.json")):
+        try:
+            d = json.loads(p.read_text("utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(d, dict) and "format_version" in d and d.get("format") in FORMATS:
+            found.append(p)
+    return found
+
+
+def read_manifest(path: Path, split: str | None = None) -> Manifest:
+    """Read ``path`` (a manifest file, or a folder holding one; ``split`` picks among several)."""
+    if path.is_dir():
+        if split is not None:
+            path = manifest_path(path, split)
+        else:
+            found = find_manifests(path)
+            if not found:
+                raise ManifestError(
+                    f"no manifest in {path}: the conversion did not finish; rerun imgprep convert"
+                )
+            if len(found) > 1:
+                names = ", ".join(p.stem for p in found)
+                raise ManifestError(
+                    f"{path} holds several splits ({names}); choose one with --split"
+                )
+            path = found[0]
+    try:
+        text = path.read_text("utf-8")
+    except FileNotFoundError as e:
+        raise ManifestError(
+            f"no manifest {path}: the conversion did not finish; rerun imgprep convert"
+        ) from e
+    except OSError as e:
+        raise ManifestError(f"cannot read manifest {path}: {e.strerror}") from e
+    try:
+        d = json.loads(text)
+    except ValueError as e:
+        raise ManifestError(f"{path} is not valid JSON ({e}); reconvert or restore it") from e
+    return parse_manifest(d, str(path))
+
+
+def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()

@@ -1,0 +1,155 @@
+"""One image in, one 256 px RGB JPEG out: draft decode, crop/resize in one pass, encode.
+
+Every mode ImageNet has becomes RGB: L, CMYK (Adobe-inverted too: Pillow reads the Adobe
+marker), P, RGBA, LA, 1-bit, 16-bit, and PNGs named ``.JPEG``. JPEG draft mode lets libjpeg
+decode large images at 1/2, 1/4 or 1/8 scale (DCT scaling) when the result is still at least
+``size`` on the short side, which is where most of the decode time of big images goes.
+"""
+
+from __future__ import annotations
+
+import io
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+from PIL import Image, ImageOps, UnidentifiedImageError
+
+from imgprep.errors import ImageError
+
+RESIZE_MODES = ("center-crop", "short-side")
+FILTERS = {
+    "lanczos": Image.Resampling.LANCZOS,
+    "bicubic": Image.Resampling.BICUBIC,
+    "bilinear": Image.Resampling.BILINEAR,
+    "hamming": Image.Resampling.HAMMING,
+    "box": Image.Resampling.BOX,
+}
+ACCEPTED_FORMATS = ("JPEG", "PNG", "GIF", "BMP", "TIFF", "WEBP", "MPO")
+DEFAULT_MAX_PIXELS = 89_478_485  # Pillow's own bomb threshold (~0.25 GB of RGB pixels)
+_SIXTEEN_BIT = ("I;16", "I;16B", "I;16L", "I;16N")
+
+
+@dataclass(frozen=True)
+class TransformOptions:
+    """How every image is converted; part of the manifest so a conversion is reproducible."""
+
+    size: int = 256
+    resize: str = "center-crop"
+    filter: str = "lanczos"
+    quality: int = 90
+    max_pixels: int = DEFAULT_MAX_PIXELS
+    exif_transpose: bool = False
+
+
+@dataclass(frozen=True)
+class Converted:
+    """The encoded output and the facts about the original worth keeping."""
+
+    jpeg: bytes
+    image: Image.Image
+    original_size: tuple[int, int]
+    original_mode: str
+    original_format: str
+
+
+def _to_8bit(img: Image.Image) -> Image.Image:
+    """16-bit and 32-bit grayscale to 8-bit L, scaled rather than clipped."""
+    arr = np.asarray(img)
+    out: np.ndarray
+    if img.mode in _SIXTEEN_BIT:
+        out = (arr.astype(np.uint32) + 128) // 257
+    elif img.mode == "F":
+        out = np.clip(arr, 0, 255)
+    else:  # "I": 32-bit ints holding 8- or 16-bit data
+        out = (arr.astype(np.int64) + 128) // 257 if arr.max(initial=0) > 255 else arr
+        out = np.clip(out, 0, 255)
+    return Image.fromarray(out.astype(np.uint8), "L")
+
+
+def _crop_box(w: int, h: int, resize: str, size: int) -> tuple[tuple[int, int, int, int],
+                                                             tuple[int, int]]:
+    if resize == "center-crop":
+        s = min(w, h)
+        left, top = (w - s) // 2, (h - s) // 2
+        return (left, top, left + s, top + s), (size, size)
+    short = min(w, h)
+    out = (max(1, round(w * size / short)), max(1, round(h * size / short)))
+    return (0, 0, w, h), out
+
+
+def open_image(data: bytes, max_pixels: int) -> Image.Image:
+    """Identify ``data`` as an image and check its declared size before decoding anything."""
+    if not data:
+        raise ImageError("empty file (0 bytes)")
+    try:
+        img = Image.open(io.BytesIO(data), formats=ACCEPTED_FORMATS)
+    except UnidentifiedImageError as e:
+        head = data[:64].lstrip().lower()
+        what = "an HTML page" if head.startswith((b"<!doctype html", b"<html")) else "not an image"
+        raise ImageError(f"{what} (no image format recognised)") from e
+    except Image.DecompressionBombError as e:
+        raise ImageError(f"decompression bomb refused: {e}") from e
+    except (OSError, SyntaxError, ValueError) as e:
+        raise ImageError(f"unreadable image header: {e}") from e
+    w, h = img.size
+    if w * h > max_pixels:
+        raise ImageError(
+            f"{w}x{h} = {w * h} pixels is over the limit of {max_pixels} (--max-pixels)"
+        )
+    if w < 1 or h < 1:
+        raise ImageError(f"degenerate size {w}x{h}")
+    return img
+
+
+def convert_image(data: bytes, opts: TransformOptions) -> Converted:
+    """Decode ``data`` and return it cropped/resized to ``opts.size`` as an RGB JPEG."""
+    img = open_image(data, opts.max_pixels)
+    fmt, mode, size0 = img.format or "?", img.mode, img.size
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # palette-transparency and EXIF chatter
+            if fmt in ("JPEG", "MPO") and not opts.exif_transpose:
+                img.draft(img.mode, (opts.size, opts.size))
+            img.load()
+            if opts.exif_transpose:
+                img = ImageOps.exif_transpose(img)
+            if img.mode in (*_SIXTEEN_BIT, "I", "F"):
+                img = _to_8bit(img)
+            elif img.mode not in ("RGB", "L"):
+                img = img.convert("RGB")
+            box, out_size = _crop_box(img.width, img.height, opts.resize, opts.size)
+            img = img.resize(out_size, FILTERS[opts.filter], box=box)
+            if img.mode != "RGB":
+                img = img.convert("RGB")
+            buf = io.BytesIO()
+            img.save(buf, "JPEG", quality=opts.quality)
+    except ImageError:
+        raise
+    except (OSError, SyntaxError, ValueError, EOFError) as e:
+        reason = str(e) or type(e).__name__
+        if "truncated" in reason or isinstance(e, EOFError):
+            reason = f"truncated image data ({reason})"
+        raise ImageError(f"cannot decode {fmt} {mode} {size0[0]}x{size0[1]}: {reason}") from e
+    return Converted(buf.getvalue(), img, size0, mode, fmt)
+
+
+_LEVELS = np.arange(256, dtype=np.int64)
+
+
+def channel_sums(img: Image.Image) -> np.ndarray:
+    """Exact integer ``[[sum_R, sum_G, sum_B], [sumsq_R, …], [pixels]*3]`` from the histogram.
+
+    Integers add up the same in any order, so mean/std do not depend on the worker count.
+    """
+    hist = np.asarray(img.histogram(), dtype=np.int64).reshape(3, 256)
+    return np.stack([hist @ _LEVELS, hist @ (_LEVELS * _LEVELS), hist.sum(axis=1)])
+
+
+def center_pixels(img: Image.Image, size: int) -> np.ndarray:
+    """The central ``size``×``size`` pixels as HWC uint8 (the whole image in center-crop mode)."""
+    w, h = img.size
+    if (w, h) != (size, size):
+        left, top = (w - size) // 2, (h - size) // 2
+        img = img.crop((left, top, left + size, top + size))
+    return np.asarray(img)
