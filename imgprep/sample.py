@@ -67,7 +67,7 @@ def _exif_rotated(img: Image.Image) -> bytes:
 
 def _sixteen_bit(img: Image.Image) -> bytes:
     arr = (np.asarray(img.convert("L"), dtype=np.uint16) * 257).astype(np.uint16)
-    return _png(Image.fromarray(arr, "I;16"))
+    return _png(Image.fromarray(arr))  # uint16 → mode I;16
 
 
 QUIRKS: dict[str, Callable[[Image.Image], bytes]] = {

@@ -171,6 +171,19 @@ def _open_tar(fileobj: io.RawIOBase | io.BufferedReader, label: str) -> tarfile.
         raise SourceFormatError(f"{label} is not a readable tar ({e}); check the download") from e
 
 
+def _only_zeros(fileobj: io.RawIOBase | io.BufferedReader, start: int, end: int) -> bool:
+    fileobj.seek(start)
+    remaining = end - start
+    while remaining > 0:
+        chunk = fileobj.read(min(remaining, 1 << 20))
+        if not chunk:
+            return False
+        if chunk.strip(b"\0"):
+            return False
+        remaining -= len(chunk)
+    return True
+
+
 def _list_tar(
     cols: _Columns, f: io.BufferedReader, cid: int, base: int, length: int | None,
     label: str, prefix: str, wnid: str, depth: int,
@@ -211,6 +224,14 @@ def _list_tar(
     except tarfile.TarError as e:
         cols.errors.append(ListingError(
             prefix.rstrip("/"), f"{label} is damaged after {count} members ({e}); re-download it"
+        ))
+        return
+    # tarfile ends quietly on a header cut short: whatever follows the last member must be the
+    # zero blocks that close an archive, else the tar was truncated or damaged.
+    if not _only_zeros(fileobj, tf.offset, limit):
+        cols.errors.append(ListingError(
+            prefix.rstrip("/"),
+            f"{label} is truncated or damaged after {count} members; re-download it",
         ))
 
 

@@ -25,7 +25,8 @@ FILTERS = {
     "hamming": Image.Resampling.HAMMING,
     "box": Image.Resampling.BOX,
 }
-ACCEPTED_FORMATS = ("JPEG", "PNG", "GIF", "BMP", "TIFF", "WEBP", "MPO")
+# MPO (multi-picture JPEG) has no opener of its own: the JPEG opener returns it.
+ACCEPTED_FORMATS = ("JPEG", "PNG", "GIF", "BMP", "TIFF", "WEBP")
 DEFAULT_MAX_PIXELS = 89_478_485  # Pillow's own bomb threshold (~0.25 GB of RGB pixels)
 _SIXTEEN_BIT = ("I;16", "I;16B", "I;16L", "I;16N")
 
@@ -83,7 +84,9 @@ def open_image(data: bytes, max_pixels: int) -> Image.Image:
     if not data:
         raise ImageError("empty file (0 bytes)")
     try:
-        img = Image.open(io.BytesIO(data), formats=ACCEPTED_FORMATS)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # damaged-TIFF and bomb-size chatter
+            img = Image.open(io.BytesIO(data), formats=ACCEPTED_FORMATS)
     except UnidentifiedImageError as e:
         head = data[:64].lstrip().lower()
         what = "an HTML page" if head.startswith((b"<!doctype html", b"<html")) else "not an image"
@@ -119,6 +122,11 @@ def convert_image(data: bytes, opts: TransformOptions) -> Converted:
             elif img.mode not in ("RGB", "L"):
                 img = img.convert("RGB")
             box, out_size = _crop_box(img.width, img.height, opts.resize, opts.size)
+            if opts.resize == "short-side" and out_size[0] * out_size[1] > opts.max_pixels:
+                raise ImageError(
+                    f"{size0[0]}x{size0[1]} is too elongated for --resize short-side "
+                    f"(output {out_size[0]}x{out_size[1]} is over --max-pixels)"
+                )
             img = img.resize(out_size, FILTERS[opts.filter], box=box)
             if img.mode != "RGB":
                 img = img.convert("RGB")
