@@ -36,7 +36,14 @@ from imgprep.fsutil import (
     write_json_atomic,
 )
 from imgprep.groundtruth import load_ground_truth, resolve_labels
-from imgprep.manifest import Manifest, ShardEntry, manifest_path, sha256_file, write_manifest
+from imgprep.manifest import (
+    SHARD_NAME_RE,
+    Manifest,
+    ShardEntry,
+    manifest_path,
+    sha256_file,
+    write_manifest,
+)
 from imgprep.sources import Listing, SourceReader, list_source
 from imgprep.synsets import ClassTable, load_class_table
 from imgprep.transform import TransformOptions, center_pixels, channel_sums, convert_image
@@ -447,10 +454,12 @@ def convert(opts: ConvertOptions, progress: Progress | None = None,
     check_out_not_input(opts)
     ensure_writable_dir(opts.out)
     plan = make_plan(opts)
+    check_out_not_input(opts, plan.split)
     plan.state_dir.mkdir(parents=True, exist_ok=True)
     for d in (opts.out, plan.state_dir):
         sweep_tmp(d)
     _drop_stale_manifest(plan)
+    _drop_stale_outputs(plan)
     done: list[TaskResult] = []
     todo: list[Task] = []
     for t in plan.tasks:
@@ -494,13 +503,34 @@ def convert(opts: ConvertOptions, progress: Progress | None = None,
 
 
 
-def check_out_not_input(opts: ConvertOptions) -> None:
-    """Refuse writing into the input folder (a rerun would list its own outputs)."""
-    try:
-        inp, out = opts.input.resolve(), opts.out.resolve()
-    except OSError:
-        return
+def check_out_not_input(opts: ConvertOptions, split: str | None = None) -> None:
+    """Refuse outputs that overlap the input: they could replace originals, and a rerun would
+    list its own outputs. Shards beside an input tar (or folder) are fine; a label list's
+    ``<out>/<split>/`` tree must not touch an input folder."""
+    inp, out = opts.input.resolve(), opts.out.resolve()
     if inp == out or (inp.is_dir() and inp in out.parents):
         raise OutputError(f"--out {opts.out} is inside the input {opts.input}; pick another folder")
+    if split is not None and opts.format == "list" and inp.is_dir():
+        tree = out / split
+        if tree == inp or inp in tree.parents or tree in inp.parents:
+            raise OutputError(
+                f"--format list would write {tree}, which overlaps the input {opts.input}; "
+                "pick another --out"
+            )
+
+
+def _drop_stale_outputs(plan: Plan) -> int:
+    """Remove shards and records of this split that the plan does not have (e.g. a rerun
+    with fewer shards): nothing outside the manifest may look like part of the data set."""
+    keep = {t.name for t in plan.tasks}
+    stale = [p for p in plan.opts.out.glob(f"{plan.split}-*.tar")
+             if SHARD_NAME_RE.match(p.name) and p.name not in keep]
+    stale += [p for p in plan.state_dir.glob("*.json") if p.stem not in keep]
+    stale += [p for p in plan.state_dir.glob("*.mean.npy")
+              if p.name.removesuffix(".mean.npy") not in keep]
+    for p in stale:
+        with contextlib.suppress(FileNotFoundError):
+            p.unlink()
+    return len(stale)
 
 

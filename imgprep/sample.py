@@ -123,12 +123,12 @@ def make_sample(out: Path, classes: int = 10, per_class: int = 12, val: int = 50
             members = []
             for j in range(per_class):
                 kind = None
-                if j == 1 and ci < len(quirk_cycle):
-                    kind = quirk_cycle[ci][0]
-                    quirks_used.append(kind)
-                elif bad and ci == len(wnids) - 1 and j < len(BAD):
+                if bad and ci == len(wnids) - 1 and j < len(BAD):
                     kind = list(BAD)[j]
                     bad_used.append(f"{wnid}_{1000 + j}.JPEG: {kind}")
+                elif j == 1 and ci < len(quirk_cycle):
+                    kind = quirk_cycle[ci][0]
+                    quirks_used.append(kind)
                 members.append((f"{wnid}_{1000 + j}.JPEG", image(kind)))
                 n += 1
             inner = _tar_bytes(members)

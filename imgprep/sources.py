@@ -206,8 +206,9 @@ def _list_tar(
             if not m.isfile():
                 continue
             if m.offset_data + m.size > limit:
-                cols.errors.append(ListingError(where, f"{label} is truncated inside this member"))
-                continue
+                cols.errors.append(ListingError(
+                    where, f"{label} is truncated inside this member; re-download it"))
+                return  # nothing can follow a member cut short
             name = posixpath.basename(m.name)
             if name.lower().endswith(".tar") and depth == 0:
                 try:
@@ -286,7 +287,7 @@ def list_source(path: Path) -> Listing:
             raise InputMissingError(f"cannot read input {path}: {e.strerror}") from e
         with f:
             cid = cols.container_id(str(path))
-            _list_tar(cols, f, cid, 0, None, path.name, "", "", 0)
+            _list_tar(cols, f, cid, 0, None, str(path), "", "", 0)
         kind = "tar"
     if not cols.member and not cols.errors:
         raise SourceFormatError(
