@@ -50,6 +50,7 @@ class Manifest:
     errors: int = 0
     error_log: str | None = None
     source: dict[str, Any] = field(default_factory=dict)
+    stats_images: int = 0
     format_version: int = FORMAT_VERSION
 
     @property
@@ -118,7 +119,8 @@ def parse_manifest(d: Any, where: str) -> Manifest:
         options=_need(d, "options", dict, where), tool_version=_need(d, "tool_version", str, where),
         shards=shards, list_file=d.get("list_file"), list_sha256=d.get("list_sha256"),
         errors=_need(d, "errors", int, where), error_log=d.get("error_log"),
-        source=d.get("source") or {}, format_version=version,
+        source=d.get("source") or {}, stats_images=int(d.get("stats_images", 0)),
+        format_version=version,
     )
 
 

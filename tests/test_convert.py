@@ -282,9 +282,13 @@ def test_manifest_describes_the_shards(train_shards: Path) -> None:
     assert (opts["num_shards"], opts["seed"], opts["meta"]) == (3, 0, True)
     assert opts["transform"]["size"] == 256 and opts["transform"]["resize"] == "center-crop"
     # mean/std: three floats in (0, 1) that match the stored pixels (JPEG moves them a little)
+    # of every 4th image in key order, the sample the statistics are taken from
+    found = read_shards(train_shards)
+    sampled = sorted(found)[::4]
+    assert m["stats_images"] == len(sampled) == 12
     pixels = np.concatenate([
-        np.asarray(decode(f["jpg"]), dtype=np.float64).reshape(-1, 3) / 255
-        for f in read_shards(train_shards).values()])
+        np.asarray(decode(found[k]["jpg"]), dtype=np.float64).reshape(-1, 3) / 255
+        for k in sampled])
     for key, ref in (("mean", pixels.mean(axis=0)), ("std", pixels.std(axis=0))):
         assert len(m[key]) == 3 and all(isinstance(v, float) and 0 < v < 1 for v in m[key])
         np.testing.assert_allclose(m[key], ref, atol=0.01, err_msg=key)
@@ -374,7 +378,11 @@ def test_label_list_mean_npy(train_list: Path) -> None:
     m = json.loads((train_list / "train.json").read_text("utf-8"))
     assert m["format"] == "list" and m["total_samples"] == len(pairs) == 48
     assert m["list_sha256"] == hashlib.sha256((train_list / "train.txt").read_bytes()).hexdigest()
-    np.testing.assert_allclose(m["mean"], mean.mean(axis=(1, 2)) / 255, atol=1e-3)
+    # the manifest's per-channel mean comes from every 4th image in key order (the list order)
+    sampled = np.stack([np.asarray(decode((train_list / rel).read_bytes()), dtype=np.float64)
+                        for rel, _ in pairs[::4]])
+    assert m["stats_images"] == 12
+    np.testing.assert_allclose(m["mean"], sampled.mean(axis=(0, 1, 2)) / 255, atol=0.01)
 
 
 def test_val_label_list(sample: Path, tmp_path: Path) -> None:
