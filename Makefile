@@ -39,8 +39,14 @@ lint: setup
 test: lint
 	$(BIN)/python -m pytest
 
-bench: setup
-	$(BIN)/python scripts/bench_convert.py
+bench: setup bench-out/stock-pillow/.ready
+	$(BIN)/python scripts/bench_convert.py --stock-python bench-out/stock-pillow/bin/python
+
+# The peer a user would write by hand runs on stock Pillow: a separate scratch environment.
+bench-out/stock-pillow/.ready:
+	$(PYTHON) -m venv bench-out/stock-pillow
+	bench-out/stock-pillow/bin/python -m pip install -q pillow
+	touch $@
 
 clean:
 	rm -rf $(VENV) $(DEMO) bench-out .pytest_cache .mypy_cache .ruff_cache

@@ -31,6 +31,7 @@ from imgprep import __version__
 from imgprep.errors import ImageError, ImgprepError, OutputError
 from imgprep.fsutil import (
     ensure_writable_dir,
+    fsync_dir,
     sweep_tmp,
     write_bytes_atomic,
     write_json_atomic,
@@ -245,12 +246,12 @@ def run_task(plan: Plan, task: Task, tick: Callable[[], None]) -> TaskResult:
             res.samples += 1
             res.bytes += len(conv.jpeg)
         if mean_acc is not None:
-            buf = _npy_bytes(mean_acc)
-            write_bytes_atomic(plan.mean_path(task), buf)
+            write_bytes_atomic(plan.mean_path(task), _npy_bytes(mean_acc))
     res.sums = sums.tolist()
     record = asdict(res)
     del record["resumed"]
-    write_json_atomic(plan.record_path(task), record)
+    # Records are verified against the files before any reuse, so they need no fsync.
+    write_json_atomic(plan.record_path(task), record, durable=False)
     return res
 
 
@@ -424,6 +425,7 @@ def _finalise(plan: Plan, results: list[TaskResult], extra_errors: list[dict[str
     shards = [ShardEntry(r.name, r.samples, r.bytes, r.sha256) for r in results] \
         if opts.format == "shards" else []
     lst = plan.listing
+    fsync_dir(out)  # every shard's rename is on disk before the manifest names it
     manifest = Manifest(
         split=split, format=opts.format, total_samples=total, classes=plan.classes.to_json(),
         mean=mean, std=std, options={**_options_json(opts, split), "fingerprint": plan.fingerprint},

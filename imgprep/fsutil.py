@@ -38,10 +38,14 @@ def tmp_name(final: Path) -> Path:
 
 
 @contextlib.contextmanager
-def atomic_open(final: Path, *, durable: bool = True) -> Iterator[IO[bytes]]:
+def atomic_open(final: Path, *, durable: bool = True,
+                sync_dir: bool = True) -> Iterator[IO[bytes]]:
     """Open a temporary file beside ``final``; on success fsync and rename it into place.
 
-    On any exception the temporary file is removed and ``final`` is left untouched.
+    ``durable=False`` skips the file's fsync (for files that are verified before any use);
+    ``sync_dir=False`` leaves the folder's fsync to the caller, who does it once for many
+    renames (convert does it before writing the manifest). On any exception the temporary
+    file is removed and ``final`` is left untouched.
     """
     tmp = tmp_name(final)
     try:
@@ -66,20 +70,21 @@ def atomic_open(final: Path, *, durable: bool = True) -> Iterator[IO[bytes]]:
                 f"cannot write {final}: {what}; free space or pick another --out"
             ) from e
         raise
-    if durable:
+    if durable and sync_dir:
         fsync_dir(final.parent)
 
 
-def write_bytes_atomic(final: Path, data: bytes, *, durable: bool = True) -> None:
+def write_bytes_atomic(final: Path, data: bytes, *, durable: bool = True,
+                       sync_dir: bool = True) -> None:
     """Write ``data`` to ``final`` atomically."""
-    with atomic_open(final, durable=durable) as f:
+    with atomic_open(final, durable=durable, sync_dir=sync_dir) as f:
         f.write(data)
 
 
-def write_json_atomic(final: Path, obj: Any) -> None:
+def write_json_atomic(final: Path, obj: Any, *, durable: bool = True) -> None:
     """Write ``obj`` as stable, sorted, indented JSON, atomically (same object, same bytes)."""
     text = json.dumps(obj, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
-    write_bytes_atomic(final, text.encode("utf-8"))
+    write_bytes_atomic(final, text.encode("utf-8"), durable=durable)
 
 
 def sweep_tmp(folder: Path) -> int:

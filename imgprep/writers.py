@@ -50,7 +50,8 @@ def header_bytes(name: str, size: int) -> bytes:
 class ShardWriter:
     """Write one shard atomically: ``with ShardWriter(path) as w: w.add(key, {"jpg": b…})``.
 
-    The tar is streamed to a temporary file while its sha256 and size are kept up to date.
+    The tar is streamed to a temporary file while its sha256 and size are kept up to date,
+    fsynced and renamed; the folder is fsynced once by the caller, before the manifest.
     """
 
     def __init__(self, path: Path) -> None:
@@ -58,7 +59,7 @@ class ShardWriter:
         self.samples = 0
         self.sha256 = ""
         self.bytes = 0
-        self._ctx = atomic_open(path)
+        self._ctx = atomic_open(path, sync_dir=False)
         self._sha = hashlib.sha256()
 
     def __enter__(self) -> ShardWriter:
