@@ -182,6 +182,99 @@ def convert(input: Path, out: Path, fmt: str, split: str | None, labels: tuple[P
         sys.exit(EXIT_FAILED)
 
 
+def mode_option(f: F) -> F:
+    return click.option("--mode", type=click.Choice(["replicate", "partition"]),
+                        default="replicate", show_default=True,
+                        help="replicate: every node holds every shard; partition: each node "
+                             "holds only the shards its ranks read.")(f)
+
+
+def nodes_options(f: F) -> F:
+    """--num-nodes/--node-rank: name this process's node when no launcher does (plain loops)."""
+    f = click.option("--node-rank", type=click.IntRange(0), default=None,
+                     help="This node's index, with --num-nodes (overrides the launcher).")(f)
+    return click.option("--num-nodes", type=click.IntRange(1), default=None,
+                        help="Number of nodes, with --node-rank, when no launcher says it.")(f)
+
+
+def _world(num_nodes: int | None, node_rank: int | None) -> Any:
+    from imgprep.world import detect
+
+    if (num_nodes is None) != (node_rank is None):
+        raise click.UsageError("--num-nodes and --node-rank go together")
+    if num_nodes is not None and node_rank is not None:
+        if node_rank >= num_nodes:
+            raise click.UsageError(f"--node-rank {node_rank} must be below --num-nodes {num_nodes}")
+        return detect().with_nodes(num_nodes, node_rank)
+    return detect()
+
+
+def _node_path(path: Path, node_rank: int) -> Path:
+    """``{node}`` in a path becomes the node rank (simulated nodes on one machine)."""
+    return Path(str(path).replace("{node}", str(node_rank)))
+
+
+@cli.command("stage-to-node")
+@click.option("--src", required=True, type=click.Path(exists=True, file_okay=False, path_type=Path),
+              help="Converted folder on the shared file server (holds the manifest).")
+@click.option("--dst", required=True, type=click.Path(path_type=Path),
+              help="Node-local folder; '{node}' in it becomes the node rank.")
+@mode_option
+@split_option
+@click.option("--seed", type=int, default=0, show_default=True,
+              help="Seed of the partition (must match the loaders').")
+@click.option("--jobs", type=click.IntRange(1, 64), default=2, show_default=True,
+              help="Parallel copy streams from the file server.")
+@click.option("--verify", "verify_mode", type=click.Choice(["sha256", "size"]), default="sha256",
+              show_default=True, help="Check each copy's sha256 against the manifest, or size.")
+@click.option("--timeout", type=click.FloatRange(1), default=3600.0, show_default=True,
+              help="Seconds a waiting rank waits for its node's copier.")
+@nodes_options
+@quiet_option
+@json_option
+def stage_to_node(src: Path, dst: Path, mode: str, split: str | None, seed: int, jobs: int,
+                  verify_mode: str, timeout: float, num_nodes: int | None, node_rank: int | None,
+                  quiet: bool, as_json: bool) -> None:
+    """Copy the shards this node needs from the file server to local disk, verified.
+
+    Run it in every process of the job (mpirun, srun, torchrun or a plain loop with
+    --num-nodes/--node-rank): local rank 0 copies (or the first to take the lock in --dst
+    when no launcher tells), the others wait for it. Reruns skip what is already staged.
+    """
+    from imgprep.stage import StageOptions
+    from imgprep.stage import stage_to_node as run
+
+    try:
+        world = _world(num_nodes, node_rank)
+        opts = StageOptions(src=src, dst=_node_path(dst, world.node_rank), mode=mode,
+                            split=split, seed=seed, jobs=jobs, verify=verify_mode,
+                            timeout=timeout)
+        bars: list[Any] = []
+
+        def on_start(total_bytes: int) -> None:
+            from tqdm import tqdm
+
+            bars.append(tqdm(total=total_bytes, desc=f"stage node {world.node_rank}", unit="B",
+                             unit_scale=True, unit_divisor=1024, file=sys.stderr,
+                             disable=quiet, dynamic_ncols=True))
+
+        try:
+            summary = run(opts, world, progress=lambda n: bars[0].update(n), on_start=on_start)
+        finally:
+            for b in bars:
+                b.close()
+    except ImgprepError as e:
+        _fail(e)
+    except KeyboardInterrupt:
+        click.echo("imgprep: interrupted; rerun the same command to resume", err=True)
+        sys.exit(EXIT_INTERRUPTED)
+    _emit(summary, as_json, quiet, lambda: (
+        f"node {summary['node_rank']}/{summary['num_nodes']} ({summary['role']}): "
+        f"{summary['shards_copied']} shards copied, {summary['shards_skipped']} already there, "
+        f"{summary['bytes_read'] / 1e6:.1f} MB read from the source in {summary['seconds']:.1f} s "
+        f"({summary['mb_per_s']:.0f} MB/s); manifests: {', '.join(summary['manifests'])}"))
+
+
 @cli.command()
 @click.argument("path", type=click.Path(exists=True, path_type=Path))
 @split_option

@@ -42,6 +42,18 @@ class ManifestError(ImgprepError, ValueError):
     """A manifest is missing, unreadable, or does not describe the files beside it."""
 
 
+class WorldError(ImgprepError, ValueError):
+    """Launcher variables that do not describe a consistent set of ranks."""
+
+
+class StageError(ImgprepError, OSError):
+    """Staging could not complete: corrupt or vanished source, full disk, dead copier."""
+
+
+class WaitTimeout(ImgprepError, TimeoutError):
+    """A rank waited too long for another (a copier, a converting rank) to finish."""
+
+
 class TooManyErrors(ImgprepError):
     """A run finished but more images failed than ``--max-errors`` allows."""
 

@@ -34,7 +34,12 @@ class ShardEntry:
 
 @dataclass(frozen=True)
 class Manifest:
-    """A finished conversion of one split, in either output format."""
+    """A finished conversion of one split, in either output format.
+
+    A node-local manifest (written by stage-to-node or a partitioned convert) lists only the
+    shards on that node and carries ``node``: ``node_rank``, ``num_nodes``, ``mode``, ``seed``
+    and the full set's ``total_samples`` and ``shards`` counts.
+    """
 
     split: str
     format: str
@@ -51,6 +56,7 @@ class Manifest:
     error_log: str | None = None
     source: dict[str, Any] = field(default_factory=dict)
     stats_images: int = 0
+    node: dict[str, Any] | None = None
     format_version: int = FORMAT_VERSION
 
     @property
@@ -120,6 +126,7 @@ def parse_manifest(d: Any, where: str) -> Manifest:
         shards=shards, list_file=d.get("list_file"), list_sha256=d.get("list_sha256"),
         errors=_need(d, "errors", int, where), error_log=d.get("error_log"),
         source=d.get("source") or {}, stats_images=int(d.get("stats_images", 0)),
+        node=d.get("node"),
         format_version=version,
     )
 

@@ -1,0 +1,163 @@
+"""Who am I in the job: one frozen ``World`` value, detected once from the launcher.
+
+Detected from, in order: torchrun (``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``,
+``LOCAL_WORLD_SIZE``, ``GROUP_RANK``), Open MPI (``OMPI_COMM_WORLD_*``), Slurm (``SLURM_PROCID``,
+``SLURM_NTASKS``, ``SLURM_LOCALID``, ``SLURM_NODEID``, ``SLURM_NNODES``), MPICH/Hydra PMI
+(``PMI_RANK``, ``PMI_SIZE``, ``MPI_LOCALRANKID``, ``MPI_LOCALNRANKS``), else a single process.
+Only the CLI and the trainer call ``detect()``; everything rank-aware takes a World argument,
+so tests build Worlds directly.
+
+Ranks are laid out in blocks: node k runs ranks ``k*L .. k*L+L-1`` (L = local world size), which
+is what torchrun, srun's default block distribution and mpirun's default slot mapping (or
+``--map-by ppr:L:node``) give. Variables that contradict this are refused with an error that
+says what to change.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from imgprep.errors import WorldError
+
+
+@dataclass(frozen=True)
+class World:
+    """Ranks of a data-parallel job; ``launcher`` says where the numbers came from."""
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    local_world_size: int = 1
+    node_rank: int = 0
+    num_nodes: int = 1
+    launcher: str = field(default="single", compare=False)
+
+    def __post_init__(self) -> None:
+        where = f"{self.launcher} variables"
+        if self.world_size < 1 or self.local_world_size < 1 or self.num_nodes < 1:
+            raise WorldError(f"{where}: sizes must be >= 1 ({self})")
+        if not 0 <= self.rank < self.world_size:
+            raise WorldError(f"{where}: rank {self.rank} is not below world size {self.world_size}")
+        if not 0 <= self.local_rank < self.local_world_size:
+            raise WorldError(f"{where}: local rank {self.local_rank} is not below local world "
+                             f"size {self.local_world_size}")
+        if not 0 <= self.node_rank < self.num_nodes:
+            raise WorldError(f"{where}: node rank {self.node_rank} is not below the number of "
+                             f"nodes {self.num_nodes}")
+        if self.local_world_size * self.num_nodes != self.world_size:
+            raise WorldError(
+                f"{where}: {self.num_nodes} nodes x {self.local_world_size} ranks per node != "
+                f"world size {self.world_size}; run the same number of ranks on every node"
+            )
+        if self.rank != self.node_rank * self.local_world_size + self.local_rank:
+            raise WorldError(
+                f"{where}: rank {self.rank} is local rank {self.local_rank} of node "
+                f"{self.node_rank}, which is not block placement (node k holds ranks "
+                f"k*{self.local_world_size}..); use block mapping (mpirun --map-by "
+                "ppr:N:node, srun --distribution=block)"
+            )
+
+    @property
+    def is_node_leader(self) -> bool:
+        """Local rank 0: the one process per node that does node-wide work (staging)."""
+        return self.local_rank == 0
+
+    @property
+    def is_distributed(self) -> bool:
+        return self.world_size > 1
+
+    def node_ranks(self, node: int | None = None) -> range:
+        """Global ranks on ``node`` (default: this one)."""
+        k = self.node_rank if node is None else node
+        return range(k * self.local_world_size, (k + 1) * self.local_world_size)
+
+    def with_nodes(self, num_nodes: int, node_rank: int) -> World:
+        """This process as local rank 0 of ``node_rank`` among ``num_nodes`` one-rank nodes.
+
+        For running node-wide commands from a plain loop or script with no launcher.
+        """
+        return World(node_rank, num_nodes, 0, 1, node_rank, num_nodes, launcher="explicit")
+
+
+def _int(env: Mapping[str, str], name: str) -> int:
+    value = env[name]
+    try:
+        return int(value)
+    except ValueError:
+        raise WorldError(f"environment variable {name}={value!r} is not an integer") from None
+
+
+def _opt(env: Mapping[str, str], name: str) -> int | None:
+    return _int(env, name) if name in env else None
+
+
+def _block(launcher: str, rank: int, size: int, local_rank: int, local_size: int) -> World:
+    if local_size < 1 or size % local_size:
+        raise WorldError(
+            f"{launcher} variables: local size {local_size} does not divide world size {size}; "
+            "run the same number of ranks on every node"
+        )
+    return World(rank, size, local_rank, local_size, rank // local_size, size // local_size,
+                 launcher=launcher)
+
+
+_SLURM_TASKS = re.compile(r"^(\d+)(?:\(x(\d+)\))?$")
+
+
+def _slurm_local_size(env: Mapping[str, str], size: int, nodes: int) -> int:
+    """Tasks per node from ``SLURM_STEP_TASKS_PER_NODE``/``SLURM_TASKS_PER_NODE`` ("4(x2)")."""
+    for name in ("SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"):
+        if name in env:
+            groups = env[name].split(",")
+            counts = set()
+            for g in groups:
+                m = _SLURM_TASKS.match(g.strip())
+                if m is None:
+                    raise WorldError(f"environment variable {name}={env[name]!r} is not understood")
+                counts.add(int(m.group(1)))
+            if len(counts) != 1:
+                raise WorldError(f"{name}={env[name]!r}: nodes run different numbers of tasks; "
+                                 "run the same number of ranks on every node")
+            return counts.pop()
+    if size % nodes:
+        raise WorldError(f"slurm variables: {size} tasks do not divide over {nodes} nodes")
+    return size // nodes
+
+
+def detect(env: Mapping[str, str] | None = None) -> World:
+    """The World described by the launcher's environment variables (``os.environ`` by default)."""
+    env = os.environ if env is None else env
+    if "RANK" in env and "WORLD_SIZE" in env and "LOCAL_RANK" in env:  # torchrun
+        size, rank, local = _int(env, "WORLD_SIZE"), _int(env, "RANK"), _int(env, "LOCAL_RANK")
+        local_size = _opt(env, "LOCAL_WORLD_SIZE") or size
+        world = _block("torchrun", rank, size, local, local_size)
+        group = _opt(env, "GROUP_RANK")
+        if group is not None and group != world.node_rank:
+            raise WorldError(f"torchrun variables: GROUP_RANK={group} but rank {rank} with "
+                             f"{local_size} ranks per node is on node {world.node_rank}")
+        return world
+    if "OMPI_COMM_WORLD_RANK" in env:
+        size = _int(env, "OMPI_COMM_WORLD_SIZE")
+        return _block("openmpi", _int(env, "OMPI_COMM_WORLD_RANK"), size,
+                      _opt(env, "OMPI_COMM_WORLD_LOCAL_RANK") or 0,
+                      _opt(env, "OMPI_COMM_WORLD_LOCAL_SIZE") or size)
+    if "SLURM_PROCID" in env and ("SLURM_STEP_NUM_TASKS" in env or "SLURM_NTASKS" in env):
+        size = _opt(env, "SLURM_STEP_NUM_TASKS") or _int(env, "SLURM_NTASKS")
+        nodes = _opt(env, "SLURM_STEP_NUM_NODES") or _opt(env, "SLURM_NNODES") or 1
+        local_size = _slurm_local_size(env, size, nodes)
+        world = _block("slurm", _int(env, "SLURM_PROCID"), size,
+                       _opt(env, "SLURM_LOCALID") or 0, local_size)
+        node = _opt(env, "SLURM_NODEID")
+        if node is not None and node != world.node_rank:
+            raise WorldError(f"slurm variables: SLURM_NODEID={node} but task {world.rank} with "
+                             f"{local_size} tasks per node is on node {world.node_rank}; use "
+                             "srun --distribution=block")
+        return world
+    if "PMI_RANK" in env and "PMI_SIZE" in env:  # MPICH / Intel MPI (Hydra)
+        size = _int(env, "PMI_SIZE")
+        return _block("pmi", _int(env, "PMI_RANK"), size, _opt(env, "MPI_LOCALRANKID") or 0,
+                      _opt(env, "MPI_LOCALNRANKS") or size)
+    return World()
