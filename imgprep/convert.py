@@ -28,7 +28,8 @@ from typing import Any
 import numpy as np
 
 from imgprep import __version__
-from imgprep.errors import ImageError, ImgprepError, OutputError
+from imgprep.assign import balanced_split, node_shards
+from imgprep.errors import ImageError, ImgprepError, OutputError, WaitTimeout
 from imgprep.fsutil import (
     ensure_writable_dir,
     fsync_dir,
@@ -48,9 +49,12 @@ from imgprep.manifest import (
 from imgprep.sources import Listing, SourceReader, list_source
 from imgprep.synsets import ClassTable, load_class_table
 from imgprep.transform import TransformOptions, center_pixels, channel_sums, convert_image
+from imgprep.world import World
 from imgprep.writers import ShardWriter, write_list_image
 
 OUTPUT_FORMATS = ("shards", "list")
+RANK_MODES = ("shared", "partition")
+WAIT_POLL_S = 0.5
 LIST_CHUNK = 1000
 RECORD_VERSION = 1  # bump when a task record's meaning changes: old records are then redone
 STATS_EVERY = 4  # per-channel mean/std from every 4th image in key order (1/4 the cost)
@@ -75,6 +79,8 @@ class ConvertOptions:
     workers: int = 1
     max_errors: int = 0
     meta: bool = True
+    mode: str = "shared"
+    wait_timeout: float = 3600.0
 
 
 @dataclass(frozen=True)
@@ -263,8 +269,12 @@ def _npy_bytes(arr: np.ndarray) -> bytes:
     return buf.getvalue()
 
 
-def load_done(plan: Plan, task: Task) -> TaskResult | None:
-    """The record of ``task`` if it finished under the same plan and its files still verify."""
+def load_done(plan: Plan, task: Task, checksum: bool = True) -> TaskResult | None:
+    """The record of ``task`` if it finished under the same plan and its files still verify.
+
+    ``checksum=False`` checks sizes only: for collecting other ranks' fresh work, where
+    re-reading every shard over the file server would double the I/O.
+    """
     try:
         rec = json.loads(plan.record_path(task).read_text("utf-8"))
     except (OSError, ValueError):
@@ -278,10 +288,14 @@ def load_done(plan: Plan, task: Task) -> TaskResult | None:
     try:
         if plan.opts.format == "shards":
             p = out / task.name
-            if p.stat().st_size != res.bytes or sha256_file(p) != res.sha256:
+            if p.stat().st_size != res.bytes or (checksum and sha256_file(p) != res.sha256):
                 return None
         else:
             for rel, _label, nbytes, sha in res.files:
+                if not checksum:
+                    if (out / rel).stat().st_size != nbytes:
+                        return None
+                    continue
                 data = (out / rel).read_bytes()
                 if len(data) != nbytes or hashlib.sha256(data).hexdigest() != sha:
                     return None
@@ -391,8 +405,8 @@ def _mean_std(sums: np.ndarray) -> tuple[list[float], list[float]]:
             [round(float(x) / 255, 6) for x in np.sqrt(var)])
 
 
-def _finalise(plan: Plan, results: list[TaskResult], extra_errors: list[dict[str, str]]
-              ) -> tuple[Path | None, Path | None, int]:
+def _finalise(plan: Plan, results: list[TaskResult], extra_errors: list[dict[str, str]],
+              node: dict[str, Any] | None = None) -> tuple[Path | None, Path | None, int]:
     opts, split, out = plan.opts, plan.split, plan.opts.out
     results = sorted(results, key=lambda r: r.index)
     errors = extra_errors + [e for r in results for e in r.errors]
@@ -431,7 +445,7 @@ def _finalise(plan: Plan, results: list[TaskResult], extra_errors: list[dict[str
         mean=mean, std=std, options={**_options_json(opts, split), "fingerprint": plan.fingerprint},
         tool_version=__version__, shards=shards, list_file=list_file, list_sha256=list_sha,
         errors=len(errors), error_log=log.name if errors else None,
-        stats_images=sum(r.stats_images for r in results),
+        stats_images=sum(r.stats_images for r in results), node=node,
         source={"kind": lst.kind, "name": Path(lst.root).name, "images": len(lst),
                 "skipped_non_images": lst.skipped},
     )
@@ -451,27 +465,93 @@ def _drop_stale_manifest(plan: Plan) -> None:
         path.unlink()
 
 
-def convert(opts: ConvertOptions, progress: Progress | None = None,
-            on_plan: Callable[[Plan, int], None] | None = None) -> dict[str, Any]:
-    """Run a whole conversion (resuming what a previous run finished); returns the summary.
+def assigned_tasks(plan: Plan, world: World) -> tuple[list[Task], list[Task]]:
+    """(the tasks ``world.rank`` converts, the tasks its output folder must end up holding).
 
-    ``on_plan(plan, remaining_images)`` is called once the work is known (for a progress bar).
-    The manifest is written only when errors <= ``opts.max_errors``; ``summary["complete"]``
-    says whether it was.
+    shared: all ranks split all tasks, balanced by samples, into one shared folder.
+    partition: node k converts exactly the shards ``assign.node_shards`` gives it (the ones
+    its ranks will read), split over its local ranks, into its node-local folder.
     """
+    tasks = list(plan.tasks)
+    if not world.is_distributed:
+        return tasks, tasks
+    weights = [len(t.items) for t in tasks]
+    if plan.opts.mode == "partition":
+        node = node_shards(weights, world.num_nodes, "partition", plan.opts.seed)[world.node_rank]
+        mine = balanced_split(weights, world.local_world_size, node)[world.local_rank]
+        return [tasks[i] for i in mine], [tasks[i] for i in node]
+    mine = balanced_split(weights, world.world_size, range(len(tasks)))[world.rank]
+    return [tasks[i] for i in mine], tasks
+
+
+def _is_finaliser(opts: ConvertOptions, world: World) -> bool:
+    """Rank 0 writes the manifest (local rank 0 of each node in partition mode)."""
+    return world.local_rank == 0 if opts.mode == "partition" else world.rank == 0
+
+
+def _wait_for_records(plan: Plan, tasks: list[Task], world: World) -> list[TaskResult]:
+    """Collect other ranks' finished tasks, polling their records until ``wait_timeout``."""
+    deadline = time.monotonic() + plan.opts.wait_timeout
+    found: dict[int, TaskResult] = {}
+    while True:
+        for t in tasks:
+            if t.index not in found and (r := load_done(plan, t, checksum=False)) is not None:
+                found[t.index] = r
+        missing = [t.name for t in tasks if t.index not in found]
+        if not missing:
+            return list(found.values())
+        if time.monotonic() > deadline:
+            raise WaitTimeout(
+                f"rank {world.rank}: waited {plan.opts.wait_timeout:.0f} s for {len(missing)} "
+                f"shards from the other ranks (first: {', '.join(missing[:3])}) in "
+                f"{plan.opts.out}; check that every rank is running, then rerun the whole job "
+                "to resume"
+            )
+        time.sleep(WAIT_POLL_S)
+
+
+def _node_info(plan: Plan, world: World, held: list[Task]) -> dict[str, Any] | None:
+    if plan.opts.mode != "partition" or not world.is_distributed:
+        return None
+    return {"node_rank": world.node_rank, "num_nodes": world.num_nodes, "mode": "partition",
+            "seed": plan.opts.seed, "shards": len(plan.tasks),
+            "planned_samples": len(plan.listing)}
+
+
+def convert(opts: ConvertOptions, world: World | None = None, progress: Progress | None = None,
+            on_plan: Callable[[Plan, int], None] | None = None) -> dict[str, Any]:
+    """Run a conversion (resuming what a previous run finished); returns the summary.
+
+    With a distributed ``world`` (launched by mpirun, srun or torchrun), every rank computes
+    the same plan and converts only its share (``assigned_tasks``); rank 0 (in partition mode,
+    each node's local rank 0) waits for the others' task records, then writes the manifest, so
+    the output is byte-identical to a single-process run. ``on_plan(plan, remaining_images)``
+    is called once the work is known (for a progress bar). The manifest is written only when
+    errors <= ``opts.max_errors``; ``summary["complete"]`` says whether this rank's job is done.
+    """
+    world = world or World()
+    if opts.mode not in RANK_MODES:
+        raise ValueError(f"mode must be one of {RANK_MODES}")
+    if opts.mode == "partition" and opts.format != "shards":
+        raise OutputError("--mode partition writes node-local shards; use --format shards")
     t0 = time.perf_counter()
     check_out_not_input(opts)
     ensure_writable_dir(opts.out)
     plan = make_plan(opts)
     check_out_not_input(opts, plan.split)
+    mine, held = assigned_tasks(plan, world)
+    finaliser = _is_finaliser(opts, world)
     plan.state_dir.mkdir(parents=True, exist_ok=True)
-    for d in (opts.out, plan.state_dir):
-        sweep_tmp(d)
-    _drop_stale_manifest(plan)
-    _drop_stale_outputs(plan)
+    if finaliser:
+        # Other ranks may be writing their tasks' temporary files right now: keep those.
+        busy = {t.name for t in plan.tasks} if world.is_distributed else set()
+        sweep_tmp(opts.out, busy)
+        sweep_tmp(plan.state_dir, {f"{n}.json" for n in busy} | {f"{n}.mean.npy" for n in busy})
+        _drop_stale_manifest(plan)
+        _drop_stale_outputs(plan, {t.name for t in held})
     done: list[TaskResult] = []
     todo: list[Task] = []
-    for t in plan.tasks:
+    for t in mine:
         r = load_done(plan, t)
         if r is None:
             todo.append(t)
@@ -481,15 +561,28 @@ def convert(opts: ConvertOptions, progress: Progress | None = None,
     if on_plan is not None:
         on_plan(plan, remaining)
     fresh = run_tasks(plan, todo, opts.workers, progress)
-    root = plan.listing.root
-    listing_errors = [{"source": f"{root}/{e.source}" if e.source else root, "key": "",
-                       "reason": e.reason} for e in plan.listing.errors]
-    manifest, log, n_errors = _finalise(plan, done + fresh, listing_errors)
-    seconds = time.perf_counter() - t0
     results = done + fresh
+    manifest = log = None
+    n_errors = sum(len(r.errors) for r in results)
+    if finaliser:
+        mine_names = {t.name for t in mine}
+        results += _wait_for_records(plan, [t for t in held if t.name not in mine_names], world)
+        root = plan.listing.root
+        listing_errors = [{"source": f"{root}/{e.source}" if e.source else root, "key": "",
+                           "reason": e.reason} for e in plan.listing.errors]
+        if opts.mode == "partition" and world.node_rank != 0:
+            listing_errors = []  # reported once, by node 0
+        manifest, log, n_errors = _finalise(plan, results, listing_errors,
+                                            _node_info(plan, world, held))
+    seconds = time.perf_counter() - t0
     converted_now = sum(r.samples for r in fresh)
     return {
-        "complete": manifest is not None,
+        "complete": manifest is not None if finaliser else True,
+        "role": "finaliser" if finaliser else "part",
+        "rank": world.rank,
+        "world_size": world.world_size,
+        "node_rank": world.node_rank,
+        "mode": opts.mode,
         "split": plan.split,
         "format": opts.format,
         "input": str(opts.input),
@@ -499,7 +592,8 @@ def convert(opts: ConvertOptions, progress: Progress | None = None,
         "errors": n_errors,
         "max_errors": opts.max_errors,
         "skipped_non_images": plan.listing.skipped,
-        "tasks": len(plan.tasks),
+        "tasks": len(held),
+        "tasks_mine": len(mine),
         "tasks_resumed": len(done),
         "bytes": sum(r.bytes for r in results),
         "seconds": round(seconds, 3),
@@ -509,7 +603,6 @@ def convert(opts: ConvertOptions, progress: Progress | None = None,
         "manifest": str(manifest) if manifest else None,
         "error_log": str(log) if log else None,
     }
-
 
 
 def check_out_not_input(opts: ConvertOptions, split: str | None = None) -> None:
@@ -528,10 +621,9 @@ def check_out_not_input(opts: ConvertOptions, split: str | None = None) -> None:
             )
 
 
-def _drop_stale_outputs(plan: Plan) -> int:
-    """Remove shards and records of this split that the plan does not have (e.g. a rerun
-    with fewer shards): nothing outside the manifest may look like part of the data set."""
-    keep = {t.name for t in plan.tasks}
+def _drop_stale_outputs(plan: Plan, keep: set[str]) -> int:
+    """Remove shards and records of this split that the folder must not hold (a rerun with
+    fewer shards; another node's shards): nothing outside the manifest may look like data."""
     stale = [p for p in plan.opts.out.glob(f"{plan.split}-*.tar")
              if SHARD_NAME_RE.match(p.name) and p.name not in keep]
     stale += [p for p in plan.state_dir.glob("*.json") if p.stem not in keep]

@@ -10,7 +10,7 @@ import contextlib
 import errno
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -87,12 +87,17 @@ def write_json_atomic(final: Path, obj: Any, *, durable: bool = True) -> None:
     write_bytes_atomic(final, text.encode("utf-8"), durable=durable)
 
 
-def sweep_tmp(folder: Path) -> int:
-    """Remove temporary files a killed run left in ``folder``; returns how many."""
+def sweep_tmp(folder: Path, keep: Collection[str] = ()) -> int:
+    """Remove temporary files a killed run left in ``folder``; returns how many.
+
+    ``keep``: final names whose temporary files must stay (another process may be writing
+    them right now; it replaces its own leftovers when it redoes the work).
+    """
     n = 0
     if folder.is_dir():
         for p in folder.iterdir():
-            if p.name.startswith(TMP_PREFIX) and p.is_file():
+            if (p.name.startswith(TMP_PREFIX) and p.is_file()
+                    and p.name[len(TMP_PREFIX):] not in keep):
                 with contextlib.suppress(FileNotFoundError):
                     p.unlink()
                     n += 1

