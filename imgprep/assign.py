@@ -1,8 +1,9 @@
 """Which node holds which shards, and which rank reads which: pure functions of their inputs.
 
 stage-to-node, rank-aware convert and the loaders all call these, so a node never needs a
-shard it lacks. Balance is by sample count (longest-processing-time first: every shard goes to
-the part with the fewest samples so far), so parts differ by at most one shard's samples.
+shard it lacks. Balance is by sample count (in a seeded order, every shard goes to the part with the
+fewest samples so far), so parts differ by at most one shard's samples, and each epoch's
+reshuffle moves shards between ranks whatever their sizes.
 
 - ``replicate``: every node holds every shard; each epoch all ranks share them all.
 - ``partition``: node k holds a disjoint ~1/num_nodes of the shards (read once from the file
@@ -23,22 +24,18 @@ MODES = ("replicate", "partition")
 
 def balanced_split(samples: Sequence[int], parts: int, order: Sequence[int]) -> list[list[int]]:
     """Split the items ``order`` (indices into ``samples``) into ``parts`` groups of near-equal
-    total samples. Deterministic: heaviest first (stable on ``order``), ties to the lowest part.
-    Each group keeps the relative order the items had in ``order``."""
+    total samples: each item, in ``order``, goes to the group with the fewest samples so far
+    (ties to the lowest group). Group totals then differ by at most the heaviest item, and
+    a different ``order`` (a reshuffle) gives a different split. Groups keep ``order``."""
     if parts < 1:
         raise ValueError("parts must be >= 1")
     weights = np.asarray(samples, dtype=np.int64)
-    order_arr = np.asarray(order, dtype=np.int64)
-    by_weight = order_arr[np.argsort(-weights[order_arr], kind="stable")]
     load = np.zeros(parts, dtype=np.int64)
-    owner = {}
-    for i in by_weight.tolist():
-        p = int(np.argmin(load))
-        owner[i] = p
-        load[p] += weights[i]
     groups: list[list[int]] = [[] for _ in range(parts)]
-    for i in order_arr.tolist():
-        groups[owner[i]].append(i)
+    for i in np.asarray(order, dtype=np.int64).tolist():
+        p = int(np.argmin(load))
+        groups[p].append(i)
+        load[p] += weights[i]
     return groups
 
 

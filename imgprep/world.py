@@ -1,9 +1,9 @@
 """Who am I in the job: one frozen ``World`` value, detected once from the launcher.
 
 Detected from, in order: torchrun (``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``,
-``LOCAL_WORLD_SIZE``, ``GROUP_RANK``), Open MPI (``OMPI_COMM_WORLD_*``), Slurm (``SLURM_PROCID``,
-``SLURM_NTASKS``, ``SLURM_LOCALID``, ``SLURM_NODEID``, ``SLURM_NNODES``), MPICH/Hydra PMI
-(``PMI_RANK``, ``PMI_SIZE``, ``MPI_LOCALRANKID``, ``MPI_LOCALNRANKS``), else a single process.
+``LOCAL_WORLD_SIZE``, ``GROUP_RANK``), Open MPI (``OMPI_COMM_WORLD_*``), MPICH/Hydra PMI
+(``PMI_RANK``, ``PMI_SIZE``, ``MPI_LOCALRANKID``, ``MPI_LOCALNRANKS``), Slurm (``SLURM_PROCID``,
+``SLURM_NTASKS``, ``SLURM_LOCALID``, ``SLURM_NODEID``, ``SLURM_NNODES``), else a single process.
 Only the CLI and the trainer call ``detect()``; everything rank-aware takes a World argument,
 so tests build Worlds directly.
 
@@ -130,12 +130,36 @@ def _slurm_local_size(env: Mapping[str, str], size: int, nodes: int) -> int:
     return size // nodes
 
 
+def _get(env: Mapping[str, str], names: tuple[str, ...], default: int) -> int:
+    """The first of ``names`` that is set (an explicit 0 counts: it is an error, not absent)."""
+    for name in names:
+        if name in env:
+            return _int(env, name)
+    return default
+
+
+def _mpi(launcher: str, env: Mapping[str, str], rank_var: str, size_var: str, local_rank_var: str,
+         local_size_var: str) -> World:
+    """Open MPI and PMI: without local variables, one node holding every rank."""
+    rank, size = _int(env, rank_var), _int(env, size_var)
+    local_size = _opt(env, local_size_var)
+    local_rank = _opt(env, local_rank_var)
+    if local_size is None or local_rank is None:
+        return _block(launcher, rank, size, rank, size)
+    return _block(launcher, rank, size, local_rank, local_size)
+
+
 def detect(env: Mapping[str, str] | None = None) -> World:
-    """The World described by the launcher's environment variables (``os.environ`` by default)."""
+    """The World described by the launcher's environment variables (``os.environ`` by default).
+
+    Order: torchrun, Open MPI, MPICH/PMI, Slurm. The MPI launchers come before Slurm because
+    an mpirun inside a Slurm job leaves the job's (or its proxies') SLURM_* variables in the
+    ranks' environment.
+    """
     env = os.environ if env is None else env
     if "RANK" in env and "WORLD_SIZE" in env and "LOCAL_RANK" in env:  # torchrun
         size, rank, local = _int(env, "WORLD_SIZE"), _int(env, "RANK"), _int(env, "LOCAL_RANK")
-        local_size = _opt(env, "LOCAL_WORLD_SIZE") or size
+        local_size = _get(env, ("LOCAL_WORLD_SIZE",), size)
         world = _block("torchrun", rank, size, local, local_size)
         group = _opt(env, "GROUP_RANK")
         if group is not None and group != world.node_rank:
@@ -143,24 +167,22 @@ def detect(env: Mapping[str, str] | None = None) -> World:
                              f"{local_size} ranks per node is on node {world.node_rank}")
         return world
     if "OMPI_COMM_WORLD_RANK" in env:
-        size = _int(env, "OMPI_COMM_WORLD_SIZE")
-        return _block("openmpi", _int(env, "OMPI_COMM_WORLD_RANK"), size,
-                      _opt(env, "OMPI_COMM_WORLD_LOCAL_RANK") or 0,
-                      _opt(env, "OMPI_COMM_WORLD_LOCAL_SIZE") or size)
+        return _mpi("openmpi", env, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+                    "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE")
+    if "PMI_RANK" in env and "PMI_SIZE" in env:  # MPICH / Intel MPI (Hydra)
+        return _mpi("pmi", env, "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS")
     if "SLURM_PROCID" in env and ("SLURM_STEP_NUM_TASKS" in env or "SLURM_NTASKS" in env):
-        size = _opt(env, "SLURM_STEP_NUM_TASKS") or _int(env, "SLURM_NTASKS")
-        nodes = _opt(env, "SLURM_STEP_NUM_NODES") or _opt(env, "SLURM_NNODES") or 1
+        size = _get(env, ("SLURM_STEP_NUM_TASKS", "SLURM_NTASKS"), 1)
+        nodes = _get(env, ("SLURM_STEP_NUM_NODES", "SLURM_NNODES"), 1)
+        if nodes < 1:
+            raise WorldError(f"slurm variables: {nodes} nodes; check SLURM_STEP_NUM_NODES")
         local_size = _slurm_local_size(env, size, nodes)
         world = _block("slurm", _int(env, "SLURM_PROCID"), size,
-                       _opt(env, "SLURM_LOCALID") or 0, local_size)
+                       _get(env, ("SLURM_LOCALID",), 0), local_size)
         node = _opt(env, "SLURM_NODEID")
         if node is not None and node != world.node_rank:
             raise WorldError(f"slurm variables: SLURM_NODEID={node} but task {world.rank} with "
                              f"{local_size} tasks per node is on node {world.node_rank}; use "
                              "srun --distribution=block")
         return world
-    if "PMI_RANK" in env and "PMI_SIZE" in env:  # MPICH / Intel MPI (Hydra)
-        size = _int(env, "PMI_SIZE")
-        return _block("pmi", _int(env, "PMI_RANK"), size, _opt(env, "MPI_LOCALRANKID") or 0,
-                      _opt(env, "MPI_LOCALNRANKS") or size)
     return World()
