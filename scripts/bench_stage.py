@@ -1,0 +1,235 @@
+"""Benchmark ``imgprep stage-to-node`` against ``cp -r`` on >= 1 GB of real shards.
+
+What it measures, in one run:
+
+- source: the real ILSVRC2012 sample images (``<repo>/../shared/data/imagenet-sample/images``,
+  ``--images`` to point elsewhere) converted once to webdataset shards, then repeated under new
+  shard names until the set holds at least ``--gb`` GB (default 1), with a manifest; all of it
+  in a scratch folder, removed afterwards.
+- the peer: ``cp -r`` of the node's shards, followed by ``sync -f`` on the destination, since
+  stage-to-node fsyncs every shard before it names it (``cp -r`` alone is reported too);
+- stage-to-node (replicate, one node) with sha256 verification, and with size-only checks,
+  each into a fresh destination, ``--jobs`` streams;
+- bytes read from the source per node, for replicate (every node reads everything) and
+  partition over 2 and 4 simulated nodes (each node reads exactly its share): the summaries'
+  ``bytes_read`` and, independently, the kernel's count of bytes this process read
+  (``rchar`` in /proc/self/io) around each call.
+
+Before each timed copy the page cache is dropped when the machine allows it (root,
+/proc/sys/vm/drop_caches), so the source is read from disk, as from a file server; otherwise
+every copy reads a warm cache and the output says so. Targets: size-only staging >= 0.9 x the
+peer's throughput; with sha256 >= 0.6 x; bytes read = exactly the node's share. A table goes to
+stdout and the last line is one JSON object with every figure.
+
+Run from the repository root, in the project's environment::
+
+    python scripts/bench_stage.py            # >= 1 GB, a few minutes on 2 cores
+    python scripts/bench_stage.py --gb 0.2   # a quick look (below the issue's 1 GB)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from imgprep.assign import node_shards
+from imgprep.convert import ConvertOptions, convert
+from imgprep.manifest import ShardEntry, read_manifest, write_manifest
+from imgprep.stage import StageOptions, stage_to_node
+from imgprep.world import World
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_IMAGES = REPO.parent / "shared" / "data" / "imagenet-sample" / "images"
+TARGETS = {"size_only_over_cp": 0.9, "sha256_over_cp": 0.6}
+BASE_SHARDS = 1  # all 1000 images in one ~26 MB shard, near the ~40 MB of real shards
+MB = 1e6
+
+
+def build_source(images: Path, scratch: Path, gb: float) -> Path:
+    """Real shards (converted from ``images``) repeated under new names to >= ``gb`` GB."""
+    tar = scratch / "images.tar"
+    subprocess.run(["tar", "cf", str(tar), "-C", str(images), "."], check=True)
+    base = scratch / "base"
+    convert(ConvertOptions(input=tar, out=base, num_shards=BASE_SHARDS,
+                           workers=os.cpu_count() or 1))
+    tar.unlink()
+    m = read_manifest(base, "train")
+    src = scratch / "src"
+    src.mkdir()
+    shards: list[ShardEntry] = []
+    while sum(s.bytes for s in shards) < gb * 1e9:
+        for s in m.shards:
+            name = f"train-{len(shards):06d}.tar"
+            shutil.copyfile(base / s.name, src / name)  # own inode: no shared page cache
+            shards.append(replace(s, name=name))
+    write_manifest(src, replace(m, shards=shards, total_samples=sum(s.samples for s in shards)))
+    shutil.rmtree(base)
+    return src
+
+
+def drop_caches() -> bool:
+    """Drop the page cache (so the source is read from disk); False when not allowed."""
+    try:
+        os.sync()
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("3\n")
+        return True
+    except OSError:
+        return False
+
+
+def rchar() -> int:
+    """Bytes this process has read through read-like system calls (kernel count)."""
+    with open("/proc/self/io") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("rchar:"))
+
+
+def timed(fn: Callable[[], Any], cold: bool) -> tuple[float, Any]:
+    if cold:
+        drop_caches()
+    t0 = time.perf_counter()
+    out = fn()
+    return time.perf_counter() - t0, out
+
+
+def cp_peer(src: Path, dst: Path, sync: bool) -> None:
+    subprocess.run(["cp", "-r", str(src), str(dst)], check=True)
+    if sync:
+        subprocess.run(["sync", "-f", str(dst)], check=True)
+
+
+def stage_once(src: Path, dst: Path, world: World, mode: str, verify: str,
+               jobs: int) -> dict[str, Any]:
+    before = rchar()
+    summary = stage_to_node(StageOptions(src=src, dst=dst, mode=mode, verify=verify, jobs=jobs),
+                            world)
+    summary["rchar"] = rchar() - before
+    return summary
+
+
+def measure(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
+    src = build_source(args.images, scratch, args.gb)
+    m = read_manifest(src, "train")
+    total = m.total_bytes
+    cold = drop_caches()
+    rates: dict[str, list[float]] = {"cp": [], "cp_sync": [], "stage_sha256": [],
+                                     "stage_size": []}
+    single = World()
+    for _ in range(args.repeat):
+        for name in rates:
+            dst = scratch / f"dst-{name}"
+            shutil.rmtree(dst, ignore_errors=True)
+            if name.startswith("cp"):
+                dt, _ = timed(partial(cp_peer, src, dst, name == "cp_sync"), cold)
+            else:
+                verify = "sha256" if name == "stage_sha256" else "size"
+                dt, summary = timed(partial(stage_once, src, dst, single, "replicate", verify,
+                                            args.jobs), cold)
+                if summary["bytes_read"] != total:
+                    raise SystemExit(f"bench_stage: {name} read {summary['bytes_read']} bytes, "
+                                     f"expected {total}")
+            rates[name].append(total / dt / MB)
+            shutil.rmtree(dst, ignore_errors=True)
+    med = {k: statistics.median(v) for k, v in rates.items()}
+    ratios = {
+        "size_only_over_cp": med["stage_size"] / med["cp_sync"],
+        "sha256_over_cp": med["stage_sha256"] / med["cp_sync"],
+    }
+    reads: list[dict[str, Any]] = []
+    samples = [s.samples for s in m.shards]
+    for mode, nodes in (("replicate", 2), ("partition", 2), ("partition", 4)):
+        share = node_shards(samples, nodes, mode, 0)
+        for k in range(nodes):
+            dst = scratch / f"node-{mode}-{k}"
+            s = stage_once(src, dst, World().with_nodes(nodes, k), mode, "size", args.jobs)
+            expected = sum(m.shards[i].bytes for i in share[k])
+            reads.append({"mode": mode, "nodes": nodes, "node": k, "bytes_read": s["bytes_read"],
+                          "rchar": s["rchar"], "expected": expected,
+                          "exact": s["bytes_read"] == expected})
+            shutil.rmtree(dst)
+    for mode, nodes in (("partition", 2), ("partition", 4)):
+        got = sum(r["bytes_read"] for r in reads if (r["mode"], r["nodes"]) == (mode, nodes))
+        if got != total:
+            raise SystemExit(f"bench_stage: {mode} over {nodes} nodes read {got} bytes in all, "
+                             f"expected exactly {total}")
+    return {
+        "benchmark": "stage",
+        "source_bytes": total,
+        "shards": len(m.shards),
+        "cold_cache": cold,
+        "jobs": args.jobs,
+        "repeat": args.repeat,
+        "rates_mb_s": {k: [round(x, 1) for x in v] for k, v in rates.items()},
+        "median_mb_s": {k: round(v, 1) for k, v in med.items()},
+        "ratios": {k: {"value": round(v, 3), "target": TARGETS[k],
+                       "result": "PASS" if v >= TARGETS[k] else "SHORT"}
+                   for k, v in ratios.items()},
+        "source_reads": reads,
+        "reads_exact": all(r["exact"] for r in reads),
+        "all_pass": all(v >= TARGETS[k] for k, v in ratios.items())
+        and all(r["exact"] for r in reads),
+    }
+
+
+def print_table(res: dict[str, Any]) -> None:
+    cache = "dropped before each copy" if res["cold_cache"] else "WARM (cannot drop it here)"
+    print(f"stage-to-node benchmark: {res['shards']} shards, {res['source_bytes'] / 1e9:.2f} GB "
+          f"of real shards; page cache {cache}; --jobs {res['jobs']}; median of {res['repeat']}")
+    labels = {"cp": "cp -r", "cp_sync": "cp -r + sync (the peer)",
+              "stage_sha256": "stage-to-node, sha256 verified",
+              "stage_size": "stage-to-node, size only"}
+    for k, label in labels.items():
+        runs = " ".join(f"{x:.0f}" for x in res["rates_mb_s"][k])
+        print(f"  {label:34s} {res['median_mb_s'][k]:8.1f} MB/s   ({runs})")
+    for k, v in res["ratios"].items():
+        print(f"  {k:34s} {v['value']:8.3f}   target >= {v['target']}  {v['result']}")
+    print("  bytes read from the source per node (summary / kernel rchar / the node's share):")
+    for r in res["source_reads"]:
+        print(f"    {r['mode']:9s} {r['nodes']} nodes, node {r['node']}: {r['bytes_read']:>12d} "
+              f"/ {r['rchar']:>12d} / {r['expected']:>12d}  {'exact' if r['exact'] else 'WRONG'}")
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--images", type=Path, default=DEFAULT_IMAGES,
+                    help="folder of real <wnid>_<name>.JPEG files (default: %(default)s)")
+    ap.add_argument("--gb", type=float, default=1.0, help="source size in GB (default 1)")
+    ap.add_argument("--repeat", type=int, default=3, help="timed copies of each kind (median)")
+    ap.add_argument("--jobs", type=int, default=2, help="stage-to-node --jobs (default 2)")
+    ap.add_argument("--out", type=Path, default=None,
+                    help="scratch folder (default: a temporary folder, removed afterwards)")
+    return ap.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    if not args.images.is_dir():
+        print(f"bench_stage: image folder {args.images} not found; pass --images DIR",
+              file=sys.stderr)
+        return 2
+    if args.out is not None:
+        args.out.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix="bench-stage-", dir=args.out))
+    try:
+        res = measure(args, scratch)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    print_table(res)
+    print(json.dumps(res, sort_keys=True))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
