@@ -31,6 +31,9 @@ demo: setup
 	$(BIN)/imgprep verify $(DEMO)/list
 	$(BIN)/imgprep info $(DEMO)/shards
 	$(BIN)/imgprep preview $(DEMO)/shards --split train -o $(DEMO)/preview.png
+	for k in 0 1; do $(BIN)/imgprep stage-to-node --src $(DEMO)/shards --dst "$(DEMO)/node{node}" \
+		--mode partition --num-nodes 2 --node-rank $$k; done
+	$(BIN)/imgprep verify $(DEMO)/node0 -q && $(BIN)/imgprep verify $(DEMO)/node1 -q
 
 lint: setup
 	$(BIN)/ruff check imgprep tests scripts
@@ -42,6 +45,7 @@ test: lint
 
 bench: setup bench-out/stock-pillow/.ready
 	$(BIN)/python scripts/bench_convert.py --stock-python bench-out/stock-pillow/bin/python
+	$(BIN)/python scripts/bench_stage.py
 
 # The peer a user would write by hand runs on stock Pillow: a separate scratch environment.
 bench-out/stock-pillow/.ready:
