@@ -23,8 +23,9 @@ $(VENV)/.ready: pyproject.toml Makefile
 demo: setup
 	rm -rf $(DEMO)
 	$(BIN)/imgprep make-sample $(DEMO)/raw --bad
-	$(BIN)/imgprep convert $(DEMO)/raw/ILSVRC2012_img_train.tar -o $(DEMO)/shards --max-errors 2
-	$(BIN)/imgprep convert $(DEMO)/raw/ILSVRC2012_img_val.tar -o $(DEMO)/shards \
+	$(BIN)/imgprep convert $(DEMO)/raw/ILSVRC2012_img_train.tar -o $(DEMO)/shards --max-errors 2 \
+		--shards 8
+	$(BIN)/imgprep convert $(DEMO)/raw/ILSVRC2012_img_val.tar -o $(DEMO)/shards --shards 2 \
 		--labels $(DEMO)/raw/ILSVRC2012_validation_ground_truth.txt
 	$(BIN)/imgprep convert $(DEMO)/raw/ILSVRC2012_img_train.tar -o $(DEMO)/list --format list --max-errors 2 -q
 	$(BIN)/imgprep verify $(DEMO)/shards -q
@@ -32,7 +33,7 @@ demo: setup
 	$(BIN)/imgprep info $(DEMO)/shards
 	$(BIN)/imgprep preview $(DEMO)/shards --split train -o $(DEMO)/preview.png
 	for k in 0 1; do $(BIN)/imgprep stage-to-node --src $(DEMO)/shards --dst "$(DEMO)/node{node}" \
-		--mode partition --num-nodes 2 --node-rank $$k; done
+		--mode partition --num-nodes 2 --node-rank $$k || exit 1; done
 	$(BIN)/imgprep verify $(DEMO)/node0 -q && $(BIN)/imgprep verify $(DEMO)/node1 -q
 
 lint: setup
