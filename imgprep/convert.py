@@ -513,9 +513,12 @@ def _wait_for_records(plan: Plan, tasks: list[Task], world: World) -> list[TaskR
 def _node_info(plan: Plan, world: World, held: list[Task]) -> dict[str, Any] | None:
     if plan.opts.mode != "partition" or not world.is_distributed:
         return None
+    # The whole set's shards with their planned sample counts: loaders on any node compute
+    # every node's share from them (exact unless a node lost images to errors).
     return {"node_rank": world.node_rank, "num_nodes": world.num_nodes, "mode": "partition",
             "seed": plan.opts.seed, "shards": len(plan.tasks),
-            "planned_samples": len(plan.listing)}
+            "planned_samples": len(plan.listing),
+            "all_shards": [[t.name, len(t.items)] for t in plan.tasks]}
 
 
 def convert(opts: ConvertOptions, world: World | None = None, progress: Progress | None = None,

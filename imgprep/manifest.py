@@ -37,8 +37,9 @@ class Manifest:
     """A finished conversion of one split, in either output format.
 
     A node-local manifest (written by stage-to-node or a partitioned convert) lists only the
-    shards on that node and carries ``node``: ``node_rank``, ``num_nodes``, ``mode``, ``seed``
-    and the full set's ``total_samples`` and ``shards`` counts.
+    shards on that node and carries ``node``: ``node_rank``, ``num_nodes``, ``mode``, ``seed``,
+    the full set's ``shards`` count and ``all_shards`` (``[name, samples]`` of every shard of
+    the whole set, from which loaders compute every node's share).
     """
 
     split: str

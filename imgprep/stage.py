@@ -163,7 +163,8 @@ def node_manifest(sp: SplitPlan, opts: StageOptions, world: World) -> Manifest:
     return replace(m, shards=list(sp.needed), total_samples=sum(e.samples for e in sp.needed),
                    node={"node_rank": world.node_rank, "num_nodes": world.num_nodes,
                          "mode": opts.mode, "seed": opts.seed,
-                         "total_samples": m.total_samples, "shards": len(m.shards)})
+                         "total_samples": m.total_samples, "shards": len(m.shards),
+                         "all_shards": [[e.name, e.samples] for e in m.shards]})
 
 
 # ---------------------------------------------------------------------------- state files

@@ -230,7 +230,8 @@ def test_partition_and_replicate_with_explicit_worlds(src: Path, tmp_path: Path,
                 assert local.total_samples == sum(e.samples for e in local.shards)
                 assert local.node == {"node_rank": k, "num_nodes": nodes, "mode": mode,
                                       "seed": 0, "total_samples": m.total_samples,
-                                      "shards": len(m.shards)}
+                                      "shards": len(m.shards),
+                                      "all_shards": [[e.name, e.samples] for e in m.shards]}
                 assert replace(local, shards=m.shards, total_samples=m.total_samples,
                                node=None) == m
             assert final_shards(dst) == sorted(n for split in full for n in

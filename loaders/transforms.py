@@ -1,0 +1,134 @@
+"""Per-sample decoding and augmentation with pillow-simd, straight into a uint8 CHW batch.
+
+Train: random-resized-crop (torchvision's sampling: scale 0.08–1 of the area, aspect ratio
+3/4–4/3, ten tries then a center fallback) done as JPEG draft + one ``resize(box=…)`` of the
+crop, so no full-size intermediate is ever made, then a horizontal flip by index reversal.
+Val: the short side to ``resize`` (a no-op for 256 px shards), then the center ``size`` crop.
+Pixels stay uint8 CHW; normalisation happens on the device (``loaders.device``).
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from PIL import Image
+
+from imgprep.errors import ImgprepError
+
+_BILINEAR = Image.Resampling.BILINEAR
+
+
+class SampleError(ImgprepError, ValueError):
+    """A sample that cannot be decoded; the message names its shard (or file) and key."""
+
+
+@dataclass(frozen=True)
+class TrainTransform:
+    """Random-resized-crop + horizontal flip (the ResNet-50 training recipe)."""
+
+    size: int = 224
+    scale: tuple[float, float] = (0.08, 1.0)
+    ratio: tuple[float, float] = (3 / 4, 4 / 3)
+    flip: bool = True
+
+
+@dataclass(frozen=True)
+class ValTransform:
+    """Short side to ``resize``, then the center ``size`` crop."""
+
+    size: int = 224
+    resize: int = 256
+
+
+Transform = TrainTransform | ValTransform
+
+
+def crop_box(w: int, h: int, t: TrainTransform, rng: np.random.Generator
+             ) -> tuple[float, float, float, float]:
+    """A random-resized-crop box ``(left, top, right, bottom)`` in a ``w``×``h`` image."""
+    area = w * h
+    log_lo, log_hi = math.log(t.ratio[0]), math.log(t.ratio[1])
+    for _ in range(10):
+        target = area * rng.uniform(t.scale[0], t.scale[1])
+        aspect = math.exp(rng.uniform(log_lo, log_hi))
+        cw = round(math.sqrt(target * aspect))
+        ch = round(math.sqrt(target / aspect))
+        if 0 < cw <= w and 0 < ch <= h:
+            left = int(rng.integers(0, w - cw + 1))
+            top = int(rng.integers(0, h - ch + 1))
+            return left, top, left + cw, top + ch
+    # Fallback: the whole image, clamped to the ratio range, centered.
+    in_ratio = w / h
+    if in_ratio < t.ratio[0]:
+        cw, ch = w, round(w / t.ratio[0])
+    elif in_ratio > t.ratio[1]:
+        cw, ch = round(h * t.ratio[1]), h
+    else:
+        cw, ch = w, h
+    left, top = (w - cw) // 2, (h - ch) // 2
+    return left, top, left + cw, top + ch
+
+
+def _open(data: bytes, where: str) -> Image.Image:
+    try:
+        return Image.open(io.BytesIO(data))
+    except (OSError, SyntaxError, ValueError) as e:
+        raise SampleError(f"{where}: not a decodable image ({e})") from e
+
+
+def train_sample(data: bytes, t: TrainTransform, rng: np.random.Generator, out: np.ndarray,
+                 where: str = "sample") -> None:
+    """Decode ``data``, random-resized-crop and maybe flip it into ``out`` (3×size×size uint8)."""
+    img = _open(data, where)
+    try:
+        w, h = img.size
+        left, top, right, bottom = crop_box(w, h, t, rng)
+        flip = t.flip and rng.random() < 0.5
+        if img.format == "JPEG":
+            # Let libjpeg scale by 1/2..1/8 while the crop stays >= size: never a full decode
+            # of pixels that are thrown away.
+            req = (math.ceil(w * t.size / (right - left)), math.ceil(h * t.size / (bottom - top)))
+            img.draft("RGB", req)
+        sx, sy = img.width / w, img.height / h
+        box = (left * sx, top * sy, right * sx, bottom * sy)
+        if img.mode != "RGB":
+            img = img.convert("RGB")
+        img = img.resize((t.size, t.size), _BILINEAR, box=box)
+        arr = np.asarray(img)
+    except (OSError, SyntaxError, ValueError) as e:
+        raise SampleError(f"{where}: cannot decode ({e})") from e
+    chw = arr.transpose(2, 0, 1)
+    out[...] = chw[:, :, ::-1] if flip else chw
+
+
+def val_sample(data: bytes, t: ValTransform, out: np.ndarray, where: str = "sample") -> None:
+    """Decode ``data``, short side to ``t.resize`` if needed, center-crop into ``out``."""
+    img = _open(data, where)
+    try:
+        w, h = img.size
+        if min(w, h) != t.resize:
+            s = t.resize / min(w, h)
+            if img.format == "JPEG":
+                img.draft("RGB", (math.ceil(w * s), math.ceil(h * s)))
+            nw, nh = max(t.size, round(w * s)), max(t.size, round(h * s))
+            img = img.convert("RGB").resize((nw, nh), _BILINEAR)
+            w, h = nw, nh
+        left, top = (w - t.size) // 2, (h - t.size) // 2
+        if img.mode != "RGB":
+            img = img.convert("RGB")
+        arr = np.asarray(img.crop((left, top, left + t.size, top + t.size)))
+    except (OSError, SyntaxError, ValueError) as e:
+        raise SampleError(f"{where}: cannot decode ({e})") from e
+    out[...] = arr.transpose(2, 0, 1)
+
+
+def apply(data: bytes, t: Transform, rng: np.random.Generator, out: np.ndarray,
+          where: str = "sample") -> None:
+    """Run ``t`` on one encoded image, writing ``out`` (3×size×size uint8)."""
+    if isinstance(t, TrainTransform):
+        train_sample(data, t, rng, out, where)
+    else:
+        val_sample(data, t, out, where)
