@@ -59,23 +59,42 @@ def node_shards(samples: Sequence[int], num_nodes: int, mode: str, seed: int) ->
     return [sorted(g) for g in groups]
 
 
-def rank_shards(samples: Sequence[int], world: World, mode: str, seed: int,
-                epoch: int = 0) -> list[int]:
-    """The shards ``world.rank`` reads in ``epoch``, in reading order.
-
-    replicate: the whole set is reshuffled each epoch and split over all ranks;
-    partition: the node's shards are reshuffled each epoch and split over its local ranks.
-    """
-    if mode == "replicate":
-        pool, parts, part, key = list(range(len(samples))), world.world_size, world.rank, 1 << 31
-    else:
-        pool = node_shards(samples, world.num_nodes, mode, seed)[world.node_rank]
-        parts, part, key = world.local_world_size, world.local_rank, world.node_rank
+def _share(samples: Sequence[int], pool: list[int], parts: int, seed: int, epoch: int,
+           key: int, first_rank: int) -> list[list[int]]:
     if len(pool) < parts:
         raise WorldError(
-            f"rank {world.rank}: {len(pool)} shards cannot feed {parts} ranks; reconvert with "
+            f"rank {first_rank}: {len(pool)} shards cannot feed {parts} ranks; reconvert with "
             f"more shards (--shards) or run fewer ranks"
         )
     shuffled = [pool[i] for i in _perm(len(pool), seed, epoch, key)]
-    mine = balanced_split(samples, parts, shuffled)[part]
-    return [mine[i] for i in _perm(len(mine), seed, epoch, key, part, 1)]
+    groups = balanced_split(samples, parts, shuffled)
+    return [[g[i] for i in _perm(len(g), seed, epoch, key, part, 1)]
+            for part, g in enumerate(groups)]
+
+
+def all_rank_shards(samples: Sequence[int], world: World, mode: str, seed: int,
+                    epoch: int = 0) -> list[list[int]]:
+    """Every rank's shards in ``epoch`` (index = global rank), in reading order; one pass.
+
+    replicate: the whole set is reshuffled each epoch and split over all ranks;
+    partition: each node's shards are reshuffled each epoch and split over its local ranks.
+    """
+    if mode == "replicate":
+        return _share(samples, list(range(len(samples))), world.world_size, seed, epoch,
+                      1 << 31, 0)
+    out: list[list[int]] = []
+    for node, pool in enumerate(node_shards(samples, world.num_nodes, mode, seed)):
+        out += _share(samples, pool, world.local_world_size, seed, epoch, node,
+                      node * world.local_world_size)
+    return out
+
+
+def rank_shards(samples: Sequence[int], world: World, mode: str, seed: int,
+                epoch: int = 0) -> list[int]:
+    """The shards ``world.rank`` reads in ``epoch``, in reading order (see all_rank_shards)."""
+    if mode == "replicate":
+        return _share(samples, list(range(len(samples))), world.world_size, seed, epoch,
+                      1 << 31, world.rank)[world.rank]
+    pool = node_shards(samples, world.num_nodes, mode, seed)[world.node_rank]
+    return _share(samples, pool, world.local_world_size, seed, epoch, world.node_rank,
+                  world.rank)[world.local_rank]

@@ -1,0 +1,474 @@
+"""The shard loader: rank-aware, multiprocess, equal batches, deterministic and resumable.
+
+Planning is a pure function of (manifest, World, seed, epoch, batch size, workers, tail):
+- ``imgprep.assign`` gives each rank its shards for the epoch (replicate: reshuffled over all
+  ranks; partition: over the node's local ranks), then each rank's shards are split over its
+  DataLoader workers, balanced by samples;
+- every worker yields a fixed quota of batches, and the rank's batches are the workers'
+  batches in round-robin order. Quotas are set so that every rank yields the same number of
+  batches (``tail="drop"``: the smallest number of full batches any rank can make, stated
+  before the epoch from the manifest alone), or so that every sample is seen once
+  (``"pad"``: equal counts, missing slots labelled ``PAD_LABEL``; ``"uneven"``: per-rank
+  counts differ);
+- a worker reads its shards in order through a seeded shuffle buffer; augmentation draws
+  come from a generator seeded by (seed, epoch, rank, worker, batch), so resuming at batch k
+  skips the earlier batches without decoding them and yields exactly what an uninterrupted
+  run would have.
+
+Workers get the World from the loader, never from environment variables, and read the epoch
+and start position from shared memory, so they can stay alive across epochs.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, IterableDataset, get_worker_info
+
+from imgprep.assign import MODES, all_rank_shards, balanced_split
+from imgprep.errors import ImgprepError, ManifestError, WorldError
+from imgprep.manifest import read_manifest
+from imgprep.world import World
+from loaders.transforms import SampleError, TrainTransform, Transform, ValTransform, apply
+
+TAILS = ("drop", "pad", "uneven")
+PAD_LABEL = -1
+ON_ERROR = ("raise", "skip")
+_BLOCK = 512
+
+
+class LoaderError(ImgprepError, RuntimeError):
+    """The loader cannot go on; the message names the rank, shard and key concerned."""
+
+
+# ---------------------------------------------------------------------------- reading shards
+
+
+def _octal(field: bytes, where: str) -> int:
+    if field[:1] and field[0] & 0x80:  # GNU base-256 for large values
+        return int.from_bytes(field[1:], "big")
+    text = field.split(b"\0", 1)[0].strip()
+    try:
+        return int(text, 8) if text else 0
+    except ValueError:
+        raise LoaderError(f"{where}: corrupt tar header; verify or restage the shard") from None
+
+
+def iter_members(path: Path) -> Iterator[tuple[str, bytes]]:
+    """(name, data) of every regular member of the tar ``path``: one read of the whole file,
+    headers parsed in place (checksums checked; ustar, pax and GNU long names)."""
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise LoaderError(f"cannot read shard {path}: {e.strerror}; restage it") from e
+    pos, end = 0, len(data)
+    long_name: str | None = None
+    while pos + _BLOCK <= end:
+        h = data[pos:pos + _BLOCK]
+        if not h.strip(b"\0"):
+            return  # end-of-archive blocks
+        where = f"{path} at byte {pos}"
+        if sum(h[:148]) + 256 + sum(h[156:]) != _octal(h[148:156], where):
+            raise LoaderError(f"{where}: tar header checksum mismatch; verify or restage it")
+        size = _octal(h[124:136], where)
+        kind = h[156:157]
+        body = pos + _BLOCK
+        if body + size > end:
+            raise LoaderError(f"{path}: truncated inside a member; verify or restage it")
+        if kind == b"x":
+            for rec in data[body:body + size].decode("utf-8", "replace").split("\n"):
+                key, _, value = rec.partition(" ")[2].partition("=")
+                if key == "path":
+                    long_name = value
+        elif kind == b"L":
+            long_name = data[body:body + size].rstrip(b"\0").decode("utf-8", "replace")
+        elif kind in (b"0", b"\0", b"7"):
+            if long_name is None:
+                name = h[:100].split(b"\0", 1)[0]
+                prefix = h[345:500].split(b"\0", 1)[0] if h[257:262] == b"ustar" else b""
+                long_name = (prefix + b"/" + name if prefix else name).decode("utf-8",
+                                                                             "replace")
+            yield long_name, data[body:body + size]
+            long_name = None
+        pos = body + -(-size // _BLOCK) * _BLOCK
+
+
+def iter_samples(path: Path) -> Iterator[tuple[str, dict[str, bytes]]]:
+    """(key, {extension: bytes}) per sample, grouped the webdataset way (key = name up to the
+    first dot of the base name)."""
+    key: str | None = None
+    fields: dict[str, bytes] = {}
+    for name, data in iter_members(path):
+        base = name.rsplit("/", 1)[-1]
+        k, _, ext = base.partition(".")
+        if k != key and key is not None:
+            yield key, fields
+            fields = {}
+        key = k
+        fields[ext] = data
+    if key is not None:
+        yield key, fields
+
+
+# ---------------------------------------------------------------------------- the shard set
+
+
+@dataclass(frozen=True)
+class ShardSet:
+    """The whole set's shards (the plan is computed from these) and which are in ``folder``."""
+
+    folder: Path
+    split: str
+    names: tuple[str, ...]
+    samples: tuple[int, ...]
+    present: frozenset[int]
+    mode: str
+    seed: int
+    num_nodes: int | None
+    node_rank: int | None
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+    num_classes: int
+
+
+def open_shards(folder: Path, split: str, mode: str | None = None, seed: int = 0) -> ShardSet:
+    """Read ``folder``'s manifest: a full one, or a node-local one from stage-to-node or a
+    partitioned convert (which fixes the mode and seed the node's data was laid out with)."""
+    m = read_manifest(folder, split)
+    if m.format != "shards":
+        raise ManifestError(f"{folder}/{split}.json describes a label list; use the "
+                            "label-list loader (loaders.make_loader picks it)")
+    node = m.node or {}
+    if node.get("all_shards"):
+        names = tuple(str(n) for n, _ in node["all_shards"])
+        samples = tuple(int(s) for _, s in node["all_shards"])
+        laid_out = str(node.get("mode", "replicate"))
+        if mode is not None and mode != laid_out:
+            raise WorldError(f"{folder} holds {laid_out} node-local data (node "
+                             f"{node.get('node_rank')} of {node.get('num_nodes')}); load it "
+                             f"with mode {laid_out!r}, not {mode!r}")
+        mode, seed = laid_out, int(node.get("seed", 0))
+        index = {n: i for i, n in enumerate(names)}
+        present = set()
+        for s in m.shards:
+            i = index.get(s.name)
+            if i is None or samples[i] != s.samples:
+                raise ManifestError(
+                    f"{folder}/{split}.json: shard {s.name} holds {s.samples} samples, the "
+                    f"whole set's plan says {samples[i] if i is not None else 'none'}: every "
+                    "rank must plan from the same counts; reconvert with --max-errors 0 or "
+                    "stage from the full manifest")
+            present.add(i)
+        nodes: int | None = int(node["num_nodes"])
+        node_rank: int | None = int(node["node_rank"])
+    else:
+        names = tuple(s.name for s in m.shards)
+        samples = tuple(s.samples for s in m.shards)
+        present = set(range(len(names)))
+        nodes = node_rank = None
+        mode = mode or "replicate"
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}")
+    return ShardSet(folder, split, names, samples, frozenset(present), mode, seed, nodes,
+                    node_rank, tuple(m.mean), tuple(m.std), len(m.classes))
+
+
+def check_world(shards: ShardSet, world: World) -> None:
+    """Refuse a World that does not match the node-local data in the folder."""
+    if shards.num_nodes is None:
+        return
+    if world.num_nodes != shards.num_nodes or world.node_rank != shards.node_rank:
+        raise WorldError(
+            f"rank {world.rank}: {shards.folder} holds the data of node {shards.node_rank} of "
+            f"{shards.num_nodes}, but this rank is on node {world.node_rank} of "
+            f"{world.num_nodes}; stage with the job's node count"
+        )
+
+
+# ---------------------------------------------------------------------------- planning
+
+
+@dataclass(frozen=True)
+class EpochPlan:
+    """One rank's epoch: its workers' shards and batch quotas, and the batch order."""
+
+    epoch: int
+    batches: int
+    worker_shards: tuple[tuple[int, ...], ...]
+    worker_samples: tuple[int, ...]
+    worker_quota: tuple[int, ...]
+    order: tuple[tuple[int, int], ...]  # global batch i = (worker, that worker's batch j)
+
+    def skip(self, worker: int, start: int) -> int:
+        """How many of ``worker``'s batches come before global batch ``start``."""
+        return sum(1 for w, _ in self.order[:start] if w == worker)
+
+
+def _worker_split(samples: Sequence[int], shards: list[int], workers: int
+                  ) -> tuple[list[list[int]], list[int]]:
+    groups = balanced_split(samples, workers, shards)
+    return groups, [sum(samples[i] for i in g) for g in groups]
+
+
+def _counts(totals: list[int], batch: int, tail: str) -> list[int]:
+    if tail == "drop":
+        return [s // batch for s in totals]
+    return [-(-s // batch) for s in totals]
+
+
+def plan_epoch(shards: ShardSet, world: World, epoch: int, batch_size: int, workers: int,
+               tail: str) -> EpochPlan:
+    """This rank's plan for ``epoch`` (the same computation on every rank agrees on counts)."""
+    if tail not in TAILS:
+        raise ValueError(f"tail must be one of {TAILS}")
+    w_count = max(1, workers)
+    every = all_rank_shards(shards.samples, world, shards.mode, shards.seed, epoch)
+    per_rank = [_worker_split(shards.samples, s, w_count) for s in every]
+    groups, totals = per_rank[world.rank]
+    missing = [shards.names[i] for i in every[world.rank] if i not in shards.present]
+    if missing:
+        raise LoaderError(
+            f"rank {world.rank}: needs {len(missing)} shards that {shards.folder} does not "
+            f"hold (first: {missing[0]}); stage them (imgprep stage-to-node) with this job's "
+            "node count and mode"
+        )
+    quota = _counts(totals, batch_size, tail)
+    if tail == "drop":
+        target = min(sum(_counts(t, batch_size, tail)) for _, t in per_rank)
+        while sum(quota) > target:  # take from the largest quotas, lowest worker first
+            quota[int(np.argmax(quota))] -= 1
+    elif tail == "pad":
+        target = max(sum(_counts(t, batch_size, tail)) for _, t in per_rank)
+        for k in range(target - sum(quota)):  # padding-only batches, spread over workers
+            quota[k % w_count] += 1
+    order: list[tuple[int, int]] = []
+    made = [0] * w_count
+    while len(order) < sum(quota):
+        for w in range(w_count):
+            if made[w] < quota[w]:
+                order.append((w, made[w]))
+                made[w] += 1
+    return EpochPlan(epoch, len(order), tuple(tuple(g) for g in groups), tuple(totals),
+                     tuple(quota), tuple(order))
+
+
+# ---------------------------------------------------------------------------- the workers
+
+
+@dataclass(frozen=True)
+class _Config:
+    shards: ShardSet
+    world: World
+    batch_size: int
+    workers: int
+    transform: Transform
+    tail: str
+    shuffle_buffer: int
+    on_error: str
+    seed: int
+
+
+Raw = tuple[str, str, bytes, int]  # shard name, key, jpeg bytes, label
+
+
+class _EpochStream(IterableDataset):
+    """What each DataLoader worker runs: its share of the rank's epoch, as tagged batches."""
+
+    def __init__(self, cfg: _Config, state: Any) -> None:
+        self.cfg = cfg
+        self.state = state  # shared: [epoch, start batch, skipped samples]
+
+    def _raw(self, shard_ids: Sequence[int]) -> Iterator[Raw]:
+        cfg = self.cfg
+        for i in shard_ids:
+            name = cfg.shards.names[i]
+            count = 0
+            for key, fields in iter_samples(cfg.shards.folder / name):
+                if "jpg" not in fields or "cls" not in fields:
+                    raise LoaderError(f"{name}: sample {key} has {sorted(fields)}, needs jpg "
+                                      "and cls; verify or restage the shard")
+                try:
+                    label = int(fields["cls"])
+                except ValueError:
+                    raise LoaderError(f"{name}: sample {key} has label {fields['cls']!r}; "
+                                      "verify or restage the shard") from None
+                count += 1
+                yield name, key, fields["jpg"], label
+            if count != cfg.shards.samples[i]:
+                raise LoaderError(f"{name} holds {count} samples, the manifest says "
+                                  f"{cfg.shards.samples[i]}; verify or restage it")
+
+    def _shuffled(self, raw: Iterator[Raw], rng: np.random.Generator) -> Iterator[Raw]:
+        size = self.cfg.shuffle_buffer
+        if size <= 1:
+            yield from raw
+            return
+        buf: list[Raw] = []
+        for item in raw:
+            if len(buf) < size:
+                buf.append(item)
+                continue
+            k = int(rng.integers(len(buf)))
+            yield buf[k]
+            buf[k] = item
+        for k in rng.permutation(len(buf)).tolist():
+            yield buf[k]
+
+    def __iter__(self) -> Iterator[tuple[int, torch.Tensor, torch.Tensor]]:
+        cfg = self.cfg
+        info = get_worker_info()
+        w = info.id if info is not None else 0
+        epoch, start = int(self.state[0]), int(self.state[1])
+        plan = plan_epoch(cfg.shards, cfg.world, epoch, cfg.batch_size, cfg.workers, cfg.tail)
+        mine = [g for g, (ww, _) in enumerate(plan.order) if ww == w]
+        skip = plan.skip(w, start)
+        key = [cfg.seed, epoch, cfg.world.rank, w]
+        stream = self._shuffled(self._raw(plan.worker_shards[w]),
+                                np.random.default_rng([*key, 0xB0F]))
+        size = (cfg.transform.size, cfg.transform.size)
+        for j, g in enumerate(mine):
+            items = [x for _, x in zip(range(cfg.batch_size), stream, strict=False)]
+            if cfg.tail == "drop" and len(items) < cfg.batch_size:
+                raise LoaderError(f"rank {cfg.world.rank} worker {w}: shards ran out before "
+                                  f"batch {g} of epoch {epoch}; verify the shards")
+            if j < skip:
+                continue  # resuming: read past, never decode
+            n = cfg.batch_size if cfg.tail == "pad" else len(items)
+            images = np.zeros((n, 3, *size), dtype=np.uint8)
+            labels = np.full(n, PAD_LABEL, dtype=np.int64)
+            rng = np.random.default_rng([*key, j])
+            bad: list[int] = []
+            for i, (shard, k, jpg, label) in enumerate(items):
+                try:
+                    apply(jpg, cfg.transform, rng, images[i], where=f"{shard}: sample {k}")
+                    labels[i] = label
+                except SampleError as e:
+                    if cfg.on_error == "raise":
+                        raise LoaderError(f"rank {cfg.world.rank}: {e}; verify or restage "
+                                          "the shard, or load with on_error='skip'") from e
+                    bad.append(i)
+            if bad:
+                self._replace_bad(images, labels, bad, len(items))
+            yield g, torch.from_numpy(images), torch.from_numpy(labels)
+
+    def _replace_bad(self, images: np.ndarray, labels: np.ndarray, bad: list[int],
+                     n: int) -> None:
+        """on_error='skip': a bad sample's slot takes a good sample of the same batch (so
+        batch counts stay equal) and is counted; a batch with none good is padding."""
+        with self.state.get_lock():
+            self.state[2] += len(bad)
+        good = [i for i in range(n) if i not in set(bad)]
+        for k, i in enumerate(bad):
+            if good:
+                images[i] = images[good[k % len(good)]]
+                labels[i] = labels[good[k % len(good)]]
+            else:
+                labels[i] = PAD_LABEL
+
+
+# ---------------------------------------------------------------------------- the loader
+
+
+class ShardLoader:
+    """Iterate ``(images uint8 NCHW, labels int64)`` batches of one rank over an epoch.
+
+    ``len(loader)`` is stated before the epoch, from the manifest; every rank gets the same
+    (unless ``tail="uneven"``). ``set_epoch`` picks the epoch; ``load_state_dict`` resumes
+    mid-epoch; ``state_dict`` says where iteration stands.
+    """
+
+    def __init__(self, folder: Path, split: str, world: World, batch_size: int,
+                 workers: int = 4, seed: int = 0, mode: str | None = None,
+                 transform: Transform | None = None, tail: str | None = None,
+                 shuffle_buffer: int | None = None, on_error: str = "raise",
+                 pin_memory: bool | None = None, prefetch_factor: int = 2) -> None:
+        if batch_size < 1 or workers < 0:
+            raise ValueError("batch_size must be >= 1 and workers >= 0")
+        if on_error not in ON_ERROR:
+            raise ValueError(f"on_error must be one of {ON_ERROR}")
+        train = split == "train"
+        self.shards = open_shards(Path(folder), split, mode, seed)
+        check_world(self.shards, world)
+        self.world, self.batch_size, self.workers = world, batch_size, workers
+        self.tail = tail or ("drop" if train else "pad")
+        self.cfg = _Config(
+            self.shards, world, batch_size, workers,
+            transform or (TrainTransform() if train else ValTransform()), self.tail,
+            (1000 if train else 0) if shuffle_buffer is None else shuffle_buffer, on_error,
+            seed)
+        self.epoch, self._start, self._position = 0, 0, 0
+        self._state = mp.Array("q", [0, 0, 0])
+        self._plans: dict[int, EpochPlan] = {}
+        self.plan(0)  # fail now, not in a worker, if this World cannot be served
+        self._loader = DataLoader(
+            _EpochStream(self.cfg, self._state), batch_size=None, num_workers=workers,
+            persistent_workers=workers > 0,
+            pin_memory=torch.cuda.is_available() if pin_memory is None else pin_memory,
+            prefetch_factor=prefetch_factor if workers > 0 else None)
+
+    @property
+    def mean(self) -> tuple[float, ...]:
+        return self.shards.mean
+
+    @property
+    def std(self) -> tuple[float, ...]:
+        return self.shards.std
+
+    @property
+    def skipped(self) -> int:
+        """Samples replaced because they could not be decoded (on_error='skip'), this epoch."""
+        return int(self._state[2])
+
+    def plan(self, epoch: int | None = None) -> EpochPlan:
+        e = self.epoch if epoch is None else epoch
+        if e not in self._plans:
+            self._plans = {e: plan_epoch(self.shards, self.world, e, self.batch_size,
+                                         self.workers, self.tail)}
+        return self._plans[e]
+
+    def set_epoch(self, epoch: int) -> None:
+        """Iterate ``epoch`` next, from its first batch."""
+        self.epoch, self._start = epoch, 0
+
+    def state_dict(self) -> dict[str, int]:
+        """Where iteration stands: the epoch and the batches of it already yielded."""
+        return {"epoch": self.epoch, "batch": self._position}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        """Resume: the next iteration yields batch ``state["batch"]`` of ``state["epoch"]`` on."""
+        self.epoch, self._start = int(state["epoch"]), int(state["batch"])
+        if not 0 <= self._start <= self.plan().batches:
+            raise ValueError(f"batch {self._start} is outside epoch {self.epoch}")
+
+    def __len__(self) -> int:
+        return self.plan().batches - self._start
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        plan = self.plan()
+        self._state[0], self._state[1], self._state[2] = self.epoch, self._start, 0
+        expected = self._position = self._start
+        pending: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        try:
+            for g, images, labels in self._loader:
+                pending[int(g)] = (images, labels)
+                while expected in pending:
+                    batch = pending.pop(expected)
+                    expected += 1
+                    self._position = expected
+                    yield batch
+        except RuntimeError as e:
+            if isinstance(e, ImgprepError) or "DataLoader worker" not in str(e):
+                raise
+            raise LoaderError(f"rank {self.world.rank}: a loader worker died in epoch "
+                              f"{self.epoch} at batch {expected} ({e}); rerun to resume "
+                              "from the last checkpoint") from e
+        if expected != plan.batches:
+            raise LoaderError(f"rank {self.world.rank}: epoch {self.epoch} gave {expected} of "
+                              f"{plan.batches} batches; the shards changed under the loader")
+        self._start = 0
