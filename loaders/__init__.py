@@ -4,3 +4,37 @@ Every rank yields exactly the same number of batches per epoch (stated from the 
 before the epoch starts); epoch order is a pure function of (seed, epoch, World) and can be
 resumed at any batch; batches leave as uint8 NCHW and are normalised on the device.
 """
+
+from pathlib import Path
+from typing import Any
+
+from imgprep.manifest import read_manifest
+from imgprep.world import World
+from loaders.device import DeviceLoader, normalize
+from loaders.labellist import LabelListLoader
+from loaders.shards import PAD_LABEL, LoaderError, ShardLoader
+from loaders.transforms import TrainTransform, ValTransform
+
+Loader = ShardLoader | LabelListLoader
+
+
+def make_loader(data: str | Path, split: str, world: World, batch_size: int, workers: int = 4,
+                seed: int = 0, **options: Any) -> Loader:
+    """The loader for ``data``: a folder with ``<split>.json`` (shards or a label list, full
+    or node-local), or a ``path label`` list file. ``options`` go to the loader (``tail``,
+    ``mode``, ``transform``, ``on_error``, ``shuffle_buffer`` …)."""
+    path = Path(data)
+    if path.is_file():
+        return LabelListLoader(path, world, batch_size, workers, seed,
+                               train=split == "train", **options)
+    m = read_manifest(path, split)
+    if m.format == "list":
+        return LabelListLoader(path / (m.list_file or f"{split}.txt"), world, batch_size,
+                               workers, seed, root=path, train=split == "train",
+                               num_classes=len(m.classes), mean=tuple(m.mean),
+                               std=tuple(m.std), **options)
+    return ShardLoader(path, split, world, batch_size, workers, seed, **options)
+
+
+__all__ = ["PAD_LABEL", "DeviceLoader", "LabelListLoader", "Loader", "LoaderError",
+           "ShardLoader", "TrainTransform", "ValTransform", "make_loader", "normalize"]

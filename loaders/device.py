@@ -1,0 +1,68 @@
+"""The device side: uint8 NCHW batches to normalised float on the GPU (or CPU).
+
+Batches leave the loader as uint8 (4x less to copy than float32); here they are copied to the
+device on a side CUDA stream one batch ahead of use, converted to float, normalised with the
+manifest's mean and std, and laid out channels_last, the layout convolutions run fastest in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+import torch
+
+
+def normalize(images: torch.Tensor, mean: torch.Tensor, std: torch.Tensor,
+              dtype: torch.dtype = torch.float32, channels_last: bool = True) -> torch.Tensor:
+    """uint8 NCHW -> ``(x/255 - mean) / std`` in ``dtype``; ``mean``/``std`` are 0..1 scale,
+    shaped (1, 3, 1, 1) on the images' device."""
+    x = images.to(dtype)
+    x = x.sub_(mean * 255).div_(std * 255)
+    return x.contiguous(memory_format=torch.channels_last) if channels_last else x
+
+
+class DeviceLoader:
+    """Wrap a loader of ``(uint8 images, labels)``: yields them normalised on ``device``.
+
+    On CUDA the next batch is copied (non-blocking, from pinned memory) and converted on a
+    side stream while the current one is in use; on CPU it is a plain conversion.
+    """
+
+    def __init__(self, loader: Iterable[tuple[torch.Tensor, torch.Tensor]],
+                 device: torch.device | str, mean: Sequence[float], std: Sequence[float],
+                 dtype: torch.dtype = torch.float32, channels_last: bool = True) -> None:
+        if len(mean) != 3 or len(std) != 3 or not all(s > 0 for s in std):
+            raise ValueError("mean and std need three values each, std > 0 (from the manifest)")
+        self.loader, self.device = loader, torch.device(device)
+        self.dtype, self.channels_last = dtype, channels_last
+        self.mean = torch.tensor(mean, dtype=dtype, device=self.device).view(1, 3, 1, 1)
+        self.std = torch.tensor(std, dtype=dtype, device=self.device).view(1, 3, 1, 1)
+
+    def __len__(self) -> int:
+        return len(self.loader)  # type: ignore[arg-type]
+
+    def _convert(self, images: torch.Tensor, labels: torch.Tensor
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+        images = images.to(self.device, non_blocking=True)
+        labels = labels.to(self.device, non_blocking=True)
+        return normalize(images, self.mean, self.std, self.dtype, self.channels_last), labels
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        if self.device.type != "cuda":
+            for images, labels in self.loader:
+                yield self._convert(images, labels)
+            return
+        stream = torch.cuda.Stream(self.device)
+        ahead: Any = None
+        for images, labels in self.loader:
+            with torch.cuda.stream(stream):
+                batch = self._convert(images, labels)
+            if ahead is not None:
+                yield ahead
+            torch.cuda.current_stream(self.device).wait_stream(stream)
+            for t in batch:  # memory made on the side stream is now used on the main one
+                t.record_stream(torch.cuda.current_stream(self.device))
+            ahead = batch
+        if ahead is not None:
+            yield ahead

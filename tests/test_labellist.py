@@ -1,0 +1,177 @@
+"""Label-list loader, make_loader and the device step, with explicit Worlds in one process."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from imgprep.convert import ConvertOptions, convert
+from imgprep.errors import ManifestError
+from imgprep.world import World
+from loaders import PAD_LABEL, DeviceLoader, LabelListLoader, LoaderError, make_loader, normalize
+from loaders.labellist import rank_indices, read_label_list
+
+
+@pytest.fixture(scope="module")
+def listed(bad_sample: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("list")
+    convert(ConvertOptions(bad_sample / "ILSVRC2012_img_train.tar", out, format="list",
+                           max_errors=2))
+    return out
+
+
+def _worlds(n: int) -> list[World]:
+    return [World(r, n, r, n, 0, 1, launcher="test") for r in range(n)]
+
+
+def _epoch(loader: LabelListLoader, epoch: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    loader.set_epoch(epoch)
+    return [(x.clone(), y.clone()) for x, y in loader]
+
+
+def test_make_loader_picks_the_label_list(listed: Path) -> None:
+    loader = make_loader(listed, "train", World(), batch_size=4, workers=0)
+    assert isinstance(loader, LabelListLoader)
+    assert len(loader.mean) == 3 and len(loader.std) == 3
+    direct = make_loader(listed / "train.txt", "train", World(), batch_size=4, workers=0)
+    assert isinstance(direct, LabelListLoader) and len(direct) == len(loader)
+
+
+@pytest.mark.parametrize("ranks", [1, 2, 3])
+@pytest.mark.parametrize("tail", ["drop", "pad", "uneven"])
+def test_counts_and_coverage(listed: Path, ranks: int, tail: str) -> None:
+    loaders = [LabelListLoader(listed / "train.txt", w, batch_size=4, workers=0, tail=tail)
+               for w in _worlds(ranks)]
+    lens = [len(L) for L in loaders]
+    labels = []
+    for L in loaders:
+        batches = _epoch(L, 0)
+        assert len(batches) == len(L) == L.batches()
+        for x, y in batches:
+            assert x.dtype == torch.uint8 and x.shape[1:] == (3, 224, 224)
+            assert y.dtype == torch.int64
+            if tail != "uneven":
+                assert x.shape[0] == 4
+            assert not x[y == PAD_LABEL].any()  # padding is zeros
+        labels.append(torch.cat([y for _, y in batches]))
+    real = torch.cat(labels)
+    real = real[real != PAD_LABEL]
+    if tail in ("drop", "pad"):
+        assert len(set(lens)) == 1
+    n_images = len(read_label_list(listed / "train.txt").paths)
+    if tail == "drop":
+        assert n_images - ranks * 4 < len(real) <= n_images
+    else:  # every image exactly once across ranks
+        expected = np.sort(read_label_list(listed / "train.txt").labels)
+        assert np.array_equal(np.sort(real.numpy()), expected)
+
+
+def test_rank_indices_are_disjoint() -> None:
+    for tail in ("pad", "uneven", "drop"):
+        parts = [rank_indices(47, w, 3, 1, True, tail) for w in _worlds(4)]
+        real = np.concatenate([p[p >= 0] for p in parts])
+        assert len(real) == len(set(real.tolist()))
+        if tail != "drop":
+            assert sorted(real.tolist()) == list(range(47))
+
+
+def test_order_changes_per_epoch_and_repeats_on_rerun(listed: Path) -> None:
+    a = LabelListLoader(listed / "train.txt", World(), batch_size=4, workers=0, seed=5)
+    b = LabelListLoader(listed / "train.txt", World(), batch_size=4, workers=0, seed=5)
+    e0, e1 = _epoch(a, 0), _epoch(a, 1)
+    assert not all(torch.equal(x[1], y[1]) for x, y in zip(e0, e1, strict=True))
+    again = _epoch(b, 1)
+    assert all(torch.equal(x[0], y[0]) and torch.equal(x[1], y[1])
+               for x, y in zip(e1, again, strict=True))
+
+
+def test_same_batches_for_any_worker_count(listed: Path) -> None:
+    runs = [_epoch(LabelListLoader(listed / "train.txt", World(), 4, workers=w, seed=1), 2)
+            for w in (0, 2)]
+    assert all(torch.equal(x[0], y[0]) and torch.equal(x[1], y[1])
+               for x, y in zip(*runs, strict=True))
+
+
+@pytest.mark.parametrize("k", [0, 1, 3, 5])
+def test_resume_mid_epoch(listed: Path, k: int) -> None:
+    loader = LabelListLoader(listed / "train.txt", World(), 4, workers=0, seed=2)
+    full = _epoch(loader, 3)
+    loader.load_state_dict({"epoch": 3, "batch": k})
+    assert len(loader) == len(full) - k
+    tail = [(x, y) for x, y in loader]
+    assert len(tail) == len(full) - k
+    assert all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+               for a, b in zip(full[k:], tail, strict=True))
+    assert loader.state_dict() == {"epoch": 3, "batch": len(full)}
+
+
+def test_val_is_a_center_crop(listed: Path) -> None:
+    loader = LabelListLoader(listed / "train.txt", World(), 2, workers=0, train=False,
+                             tail="uneven")
+    x, _ = next(iter(loader))
+    first = read_label_list(listed / "train.txt").paths[0]
+    img = np.asarray(Image.open(io.BytesIO((listed / first).read_bytes())).convert("RGB"))
+    assert torch.equal(x[0], torch.from_numpy(img[16:240, 16:240].transpose(2, 0, 1).copy()))
+
+
+def test_missing_file_names_the_line(listed: Path, tmp_path: Path) -> None:
+    lines = (listed / "train.txt").read_text().splitlines()
+    bad = tmp_path / "train.txt"
+    bad.write_text("\n".join(lines[:3] + ["train/n01440764/gone.jpg 0"]) + "\n")
+    loader = LabelListLoader(bad, World(), 2, workers=0, root=listed, shuffle=False)
+    with pytest.raises(LoaderError, match=r"train.txt:4: train/n01440764/gone.jpg cannot be read"):
+        list(loader)
+
+
+def test_corrupt_image_raises_or_is_skipped(listed: Path, tmp_path: Path) -> None:
+    (tmp_path / "img").mkdir()
+    good = read_label_list(listed / "train.txt").paths[:3]
+    for i, rel in enumerate(good):
+        (tmp_path / "img" / f"{i}.jpg").write_bytes((listed / rel).read_bytes())
+    (tmp_path / "img" / "1.jpg").write_bytes(b"<html>not an image</html>")
+    lst = tmp_path / "l.txt"
+    lst.write_text("".join(f"img/{i}.jpg {i}\n" for i in range(3)))
+    with pytest.raises(LoaderError, match=r"l.txt:2: img/1.jpg"):
+        list(LabelListLoader(lst, World(), 3, workers=0, shuffle=False))
+    loader = LabelListLoader(lst, World(), 3, workers=0, shuffle=False, on_error="skip")
+    (_, y), = list(loader)
+    assert y.tolist() == [0, PAD_LABEL, 2] and loader.skipped == 1
+
+
+@pytest.mark.parametrize(("line", "message"), [
+    ("a.jpg", "expected 'path label'"), ("a b.jpg 3", "expected 'path label'"),
+    ("a.jpg x", "expected 'path label'"), ("../../etc/passwd 1", "outside"),
+    ("a.jpg 1000", "outside 0..999"), ("a.jpg -1", "outside"),
+])
+def test_bad_lines_are_refused(tmp_path: Path, line: str, message: str) -> None:
+    lst = tmp_path / "l.txt"
+    lst.write_text(f"ok.jpg 1\n{line}\n")
+    with pytest.raises(ManifestError, match=message) as e:
+        read_label_list(lst, num_classes=1000)
+    assert "l.txt:2" in str(e.value)
+
+
+def test_normalize_matches_the_formula() -> None:
+    x = torch.randint(0, 256, (2, 3, 8, 8), dtype=torch.uint8)
+    mean, std = torch.tensor([0.4, 0.5, 0.6]), torch.tensor([0.2, 0.25, 0.3])
+    y = normalize(x, mean.view(1, 3, 1, 1), std.view(1, 3, 1, 1))
+    ref = (x.float() / 255 - mean.view(1, 3, 1, 1)) / std.view(1, 3, 1, 1)
+    assert torch.allclose(y, ref, atol=1e-5)
+    assert y.is_contiguous(memory_format=torch.channels_last)
+
+
+def test_device_loader_on_cpu(listed: Path) -> None:
+    loader = make_loader(listed, "train", World(), 4, workers=0)
+    dev = DeviceLoader(loader, "cpu", loader.mean, loader.std, dtype=torch.bfloat16)
+    assert len(dev) == len(loader)
+    batches = list(dev)
+    assert len(batches) == len(loader)
+    x, y = batches[0]
+    assert x.dtype == torch.bfloat16 and x.shape == (4, 3, 224, 224) and y.dtype == torch.int64
+    with pytest.raises(ValueError, match="mean and std"):
+        DeviceLoader(loader, "cpu", (0.5,), (0.2,))
