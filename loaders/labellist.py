@@ -182,15 +182,22 @@ class LabelListLoader:
         return n // self.batch_size if self.tail == "drop" else -(-n // self.batch_size)
 
     def set_epoch(self, epoch: int) -> None:
-        self.epoch, self._start = epoch, 0
+        """Iterate ``epoch`` next, from its first batch."""
+        self.epoch, self._start, self._position = epoch, 0, 0
 
     def state_dict(self) -> dict[str, int]:
+        """Where iteration stands: the epoch and the batches of it already yielded."""
         return {"epoch": self.epoch, "batch": self._position}
 
     def load_state_dict(self, state: dict[str, int]) -> None:
-        self.epoch, self._start = int(state["epoch"]), int(state["batch"])
-        if not 0 <= self._start <= self.batches():
-            raise ValueError(f"batch {self._start} is outside epoch {self.epoch}")
+        """Resume: the next iteration yields batch ``state["batch"]`` of ``state["epoch"]`` on."""
+        old = self.epoch
+        self.epoch = int(state["epoch"])
+        start = int(state["batch"])
+        if not 0 <= start <= self.batches():
+            self.epoch = old
+            raise ValueError(f"batch {start} is outside epoch {state['epoch']}")
+        self._start = self._position = start
 
     def __len__(self) -> int:
         return self.batches() - self._start

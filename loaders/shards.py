@@ -96,6 +96,8 @@ def iter_members(path: Path) -> Iterator[tuple[str, bytes]]:
                                                                              "replace")
             yield long_name, data[body:body + size]
             long_name = None
+        else:
+            long_name = None  # a directory or link used it: it names no later file
         pos = body + -(-size // _BLOCK) * _BLOCK
 
 
@@ -328,10 +330,9 @@ class _EpochStream(IterableDataset):
         plan = plan_epoch(cfg.shards, cfg.world, epoch, cfg.batch_size, cfg.workers, cfg.tail)
         mine = [g for g, (ww, _) in enumerate(plan.order) if ww == w]
         skip = plan.skip(w, start)
-        key = [cfg.seed, epoch, cfg.world.rank, w]
+        key = (cfg.seed, epoch, cfg.world.rank, w)
         stream = self._shuffled(self._raw(plan.worker_shards[w]),
                                 np.random.default_rng([*key, 0xB0F]))
-        size = (cfg.transform.size, cfg.transform.size)
         for j, g in enumerate(mine):
             items = [x for _, x in zip(range(cfg.batch_size), stream, strict=False)]
             if cfg.tail == "drop" and len(items) < cfg.batch_size:
@@ -339,23 +340,31 @@ class _EpochStream(IterableDataset):
                                   f"batch {g} of epoch {epoch}; verify the shards")
             if j < skip:
                 continue  # resuming: read past, never decode
-            n = cfg.batch_size if cfg.tail == "pad" else len(items)
-            images = np.zeros((n, 3, *size), dtype=np.uint8)
-            labels = np.full(n, PAD_LABEL, dtype=np.int64)
-            rng = np.random.default_rng([*key, j])
-            bad: list[int] = []
-            for i, (shard, k, jpg, label) in enumerate(items):
-                try:
-                    apply(jpg, cfg.transform, rng, images[i], where=f"{shard}: sample {k}")
-                    labels[i] = label
-                except SampleError as e:
-                    if cfg.on_error == "raise":
-                        raise LoaderError(f"rank {cfg.world.rank}: {e}; verify or restage "
-                                          "the shard, or load with on_error='skip'") from e
-                    bad.append(i)
-            if bad:
-                self._replace_bad(images, labels, bad, len(items))
-            yield g, torch.from_numpy(images), torch.from_numpy(labels)
+            images, labels = self._decode(items, np.random.default_rng([*key, j]))
+            yield g, images, labels
+        for _ in stream:  # read what is left, undecoded, so that every shard's count is checked
+            pass
+
+    def _decode(self, items: list[Raw], rng: np.random.Generator
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+        """One batch: decode and augment ``items``; ``tail="pad"`` fills it to batch size."""
+        cfg = self.cfg
+        n = cfg.batch_size if cfg.tail == "pad" else len(items)
+        images = np.zeros((n, 3, cfg.transform.size, cfg.transform.size), dtype=np.uint8)
+        labels = np.full(n, PAD_LABEL, dtype=np.int64)
+        bad: list[int] = []
+        for i, (shard, k, jpg, label) in enumerate(items):
+            try:
+                apply(jpg, cfg.transform, rng, images[i], where=f"{shard}: sample {k}")
+                labels[i] = label
+            except SampleError as e:
+                if cfg.on_error == "raise":
+                    raise LoaderError(f"rank {cfg.world.rank}: {e}; verify or restage the "
+                                      "shard, or load with on_error='skip'") from e
+                bad.append(i)
+        if bad:
+            self._replace_bad(images, labels, bad, len(items))
+        return torch.from_numpy(images), torch.from_numpy(labels)
 
     def _replace_bad(self, images: np.ndarray, labels: np.ndarray, bad: list[int],
                      n: int) -> None:
@@ -434,7 +443,7 @@ class ShardLoader:
 
     def set_epoch(self, epoch: int) -> None:
         """Iterate ``epoch`` next, from its first batch."""
-        self.epoch, self._start = epoch, 0
+        self.epoch, self._start, self._position = epoch, 0, 0
 
     def state_dict(self) -> dict[str, int]:
         """Where iteration stands: the epoch and the batches of it already yielded."""
@@ -442,9 +451,10 @@ class ShardLoader:
 
     def load_state_dict(self, state: dict[str, int]) -> None:
         """Resume: the next iteration yields batch ``state["batch"]`` of ``state["epoch"]`` on."""
-        self.epoch, self._start = int(state["epoch"]), int(state["batch"])
-        if not 0 <= self._start <= self.plan().batches:
-            raise ValueError(f"batch {self._start} is outside epoch {self.epoch}")
+        epoch, start = int(state["epoch"]), int(state["batch"])
+        if not 0 <= start <= self.plan(epoch).batches:
+            raise ValueError(f"batch {start} is outside epoch {epoch}")
+        self.epoch, self._start, self._position = epoch, start, start
 
     def __len__(self) -> int:
         return self.plan().batches - self._start
