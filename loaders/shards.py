@@ -22,6 +22,7 @@ and start position from shared memory, so they can stay alive across epochs.
 from __future__ import annotations
 
 import multiprocessing as mp
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -279,12 +280,26 @@ class _Config:
 Raw = tuple[str, str, bytes, int]  # shard name, key, jpeg bytes, label
 
 
-class _EpochStream(IterableDataset):
-    """What each DataLoader worker runs: its share of the rank's epoch, as tagged batches."""
+# Shared state, one int64 each: the epoch, its start batch, samples skipped, the iteration's
+# generation, then per worker the batches the main process has taken out of its ring.
+_EPOCH, _START, _SKIPPED, _GENERATION, _TAKEN = range(5)
+_RING_POLL_S = 0.0005
 
-    def __init__(self, cfg: _Config, state: Any) -> None:
+
+class _EpochStream(IterableDataset):
+    """What each DataLoader worker runs: its share of the rank's epoch, as tagged batches.
+
+    With worker processes, batches are decoded straight into the worker's ring of shared
+    memory slots (made once, before the workers start) and only a small message travels:
+    PyTorch's default would move every batch into a fresh shared-memory segment, a copy and
+    thousands of page faults per batch. A slot is reused once the main process has copied it
+    out; a worker waiting for a slot gives up when the main process starts a new iteration.
+    """
+
+    def __init__(self, cfg: _Config, state: Any, ring: torch.Tensor | None) -> None:
         self.cfg = cfg
-        self.state = state  # shared: [epoch, start batch, skipped samples]
+        self.state = state
+        self.ring = ring  # (workers, slots, batch, 3, size, size) uint8, shared; None in-process
 
     def _raw(self, shard_ids: Sequence[int]) -> Iterator[Raw]:
         cfg = self.cfg
@@ -322,7 +337,7 @@ class _EpochStream(IterableDataset):
         for k in rng.permutation(len(buf)).tolist():
             yield buf[k]
 
-    def __iter__(self) -> Iterator[tuple[int, torch.Tensor, torch.Tensor]]:
+    def __iter__(self) -> Iterator[tuple[int, Any, torch.Tensor]]:
         cfg = self.cfg
         info = get_worker_info()
         w = info.id if info is not None else 0
@@ -333,6 +348,8 @@ class _EpochStream(IterableDataset):
         key = (cfg.seed, epoch, cfg.world.rank, w)
         stream = self._shuffled(self._raw(plan.worker_shards[w]),
                                 np.random.default_rng([*key, 0xB0F]))
+        generation = int(self.state[_GENERATION])
+        made = 0
         for j, g in enumerate(mine):
             items = [x for _, x in zip(range(cfg.batch_size), stream, strict=False)]
             if cfg.tail == "drop" and len(items) < cfg.batch_size:
@@ -340,17 +357,32 @@ class _EpochStream(IterableDataset):
                                   f"batch {g} of epoch {epoch}; verify the shards")
             if j < skip:
                 continue  # resuming: read past, never decode
-            images, labels = self._decode(items, np.random.default_rng([*key, j]))
-            yield g, images, labels
+            n = cfg.batch_size if cfg.tail == "pad" else len(items)
+            rng = np.random.default_rng([*key, j])
+            if self.ring is None:
+                images = np.empty((n, 3, cfg.transform.size, cfg.transform.size), np.uint8)
+                labels = self._decode(items, rng, images)
+                yield g, torch.from_numpy(images), torch.from_numpy(labels)
+                continue
+            slots = self.ring.shape[1]
+            while made - int(self.state[_TAKEN + w]) >= slots:  # every slot still in use
+                if int(self.state[_GENERATION]) != generation:
+                    return  # the main process started over: this iteration is abandoned
+                time.sleep(_RING_POLL_S)
+            slot = made % slots
+            labels = self._decode(items, rng, self.ring[w, slot, :n].numpy())
+            made += 1
+            yield g, (generation, w, slot, n), torch.from_numpy(labels)
         for _ in stream:  # read what is left, undecoded, so that every shard's count is checked
             pass
 
-    def _decode(self, items: list[Raw], rng: np.random.Generator
-                ) -> tuple[torch.Tensor, torch.Tensor]:
-        """One batch: decode and augment ``items``; ``tail="pad"`` fills it to batch size."""
+    def _decode(self, items: list[Raw], rng: np.random.Generator, images: np.ndarray
+                ) -> np.ndarray:
+        """Decode and augment ``items`` into ``images`` (n x 3 x size x size); rows past the
+        items (``tail="pad"``) are zeroed. Returns the labels, PAD_LABEL for padding."""
         cfg = self.cfg
-        n = cfg.batch_size if cfg.tail == "pad" else len(items)
-        images = np.zeros((n, 3, cfg.transform.size, cfg.transform.size), dtype=np.uint8)
+        n = len(images)
+        images[len(items):] = 0
         labels = np.full(n, PAD_LABEL, dtype=np.int64)
         bad: list[int] = []
         for i, (shard, k, jpg, label) in enumerate(items):
@@ -364,20 +396,21 @@ class _EpochStream(IterableDataset):
                 bad.append(i)
         if bad:
             self._replace_bad(images, labels, bad, len(items))
-        return torch.from_numpy(images), torch.from_numpy(labels)
+        return labels
 
     def _replace_bad(self, images: np.ndarray, labels: np.ndarray, bad: list[int],
                      n: int) -> None:
         """on_error='skip': a bad sample's slot takes a good sample of the same batch (so
         batch counts stay equal) and is counted; a batch with none good is padding."""
         with self.state.get_lock():
-            self.state[2] += len(bad)
+            self.state[_SKIPPED] += len(bad)
         good = [i for i in range(n) if i not in set(bad)]
         for k, i in enumerate(bad):
             if good:
                 images[i] = images[good[k % len(good)]]
                 labels[i] = labels[good[k % len(good)]]
             else:
+                images[i] = 0
                 labels[i] = PAD_LABEL
 
 
@@ -412,13 +445,18 @@ class ShardLoader:
             (1000 if train else 0) if shuffle_buffer is None else shuffle_buffer, on_error,
             seed)
         self.epoch, self._start, self._position = 0, 0, 0
-        self._state = mp.Array("q", [0, 0, 0])
+        self._state = mp.Array("q", [0] * (_TAKEN + max(1, workers)))
         self._plans: dict[int, EpochPlan] = {}
         self.plan(0)  # fail now, not in a worker, if this World cannot be served
+        self._pin = torch.cuda.is_available() if pin_memory is None else pin_memory
+        size = self.cfg.transform.size
+        # prefetch_factor batches in flight per worker, one being decoded, one spare
+        self._ring = torch.empty((workers, prefetch_factor + 2, batch_size, 3, size, size),
+                                 dtype=torch.uint8).share_memory_() if workers > 0 else None
         self._loader = DataLoader(
-            _EpochStream(self.cfg, self._state), batch_size=None, num_workers=workers,
-            persistent_workers=workers > 0,
-            pin_memory=torch.cuda.is_available() if pin_memory is None else pin_memory,
+            _EpochStream(self.cfg, self._state, self._ring), batch_size=None,
+            num_workers=workers, persistent_workers=workers > 0,
+            pin_memory=self._pin and workers == 0,
             prefetch_factor=prefetch_factor if workers > 0 else None)
 
     @property
@@ -432,7 +470,7 @@ class ShardLoader:
     @property
     def skipped(self) -> int:
         """Samples replaced because they could not be decoded (on_error='skip'), this epoch."""
-        return int(self._state[2])
+        return int(self._state[_SKIPPED])
 
     def plan(self, epoch: int | None = None) -> EpochPlan:
         e = self.epoch if epoch is None else epoch
@@ -459,13 +497,34 @@ class ShardLoader:
     def __len__(self) -> int:
         return self.plan().batches - self._start
 
+    def _take(self, where: tuple[int, int, int, int], generation: int) -> torch.Tensor | None:
+        """Copy a batch out of its worker's ring slot and free the slot (None: stale)."""
+        gen, w, slot, n = (int(x) for x in where)
+        if gen != generation or self._ring is None:
+            return None
+        out = torch.empty((n, *self._ring.shape[3:]), dtype=torch.uint8, pin_memory=self._pin)
+        np.copyto(out.numpy(), self._ring[w, slot, :n].numpy())  # one memcpy, no OpenMP
+        with self._state.get_lock():
+            self._state[_TAKEN + w] += 1
+        return out
+
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         plan = self.plan()
-        self._state[0], self._state[1], self._state[2] = self.epoch, self._start, 0
+        with self._state.get_lock():
+            self._state[_EPOCH], self._state[_START], self._state[_SKIPPED] = \
+                self.epoch, self._start, 0
+            generation = int(self._state[_GENERATION]) + 1
+            self._state[_GENERATION] = generation  # workers of an abandoned iteration stop
+            for w in range(max(1, self.workers)):
+                self._state[_TAKEN + w] = 0
         expected = self._position = self._start
         pending: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         try:
             for g, images, labels in self._loader:
+                if not isinstance(images, torch.Tensor):
+                    images = self._take(images, generation)
+                    if images is None:
+                        continue
                 pending[int(g)] = (images, labels)
                 while expected in pending:
                     batch = pending.pop(expected)

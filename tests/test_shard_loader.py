@@ -380,6 +380,27 @@ def test_state_dict_right_after_set_epoch(data: ShardData) -> None:
     assert len(fresh) == len(loader)
 
 
+def test_abandoned_epoch_with_full_rings_does_not_hang(data: ShardData) -> None:
+    """Breaking out mid-epoch while the workers wait for free ring slots (prefetch 1: rings
+    of 3), then iterating again, gives the same epoch again, and resuming still works."""
+    loader = ShardLoader(data.folder, "train", layout(1, 1)[0], 2, workers=2,
+                         transform=SMALL_TRAIN, prefetch_factor=1)
+    full = run_epoch(loader, 0)
+    for _ in range(2):
+        loader.set_epoch(0)
+        it = iter(loader)
+        next(it)
+        time.sleep(0.3)  # the workers fill their rings and block
+        del it
+        again = run_epoch(loader, 0)
+        assert len(again) == len(full)
+        assert all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+                   for a, b in zip(full, again, strict=True))
+    loader.load_state_dict({"epoch": 0, "batch": 3})
+    tail = list(loader)
+    assert all(torch.equal(a[0], b[0]) for a, b in zip(full[3:], tail, strict=True))
+
+
 def test_resume_outside_the_epoch_is_refused(data: ShardData) -> None:
     loader = ShardLoader(data.folder, "train", World(), 4, workers=0, transform=SMALL_TRAIN)
     n = len(loader)
