@@ -22,6 +22,7 @@ and start position from shared memory, so they can stay alive across epochs.
 from __future__ import annotations
 
 import multiprocessing as mp
+import re
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -497,6 +498,18 @@ class ShardLoader:
     def __len__(self) -> int:
         return self.plan().batches - self._start
 
+    def _dead_workers(self, message: str) -> str:
+        """'worker 1 (reading train-000003.tar, …)' for the pids PyTorch's error names."""
+        pids = {int(p) for p in re.findall(r"\d{2,}", message.split("pid", 1)[-1])}
+        procs = getattr(getattr(self._loader, "_iterator", None), "_workers", None) or []
+        plan = self.plan()
+        dead = []
+        for i, proc in enumerate(procs):
+            if proc.pid in pids and i < len(plan.worker_shards):
+                names = ", ".join(self.shards.names[k] for k in plan.worker_shards[i])
+                dead.append(f"worker {i} (reading {names})")
+        return "; ".join(dead) or "a worker"
+
     def _take(self, where: tuple[int, int, int, int], generation: int) -> torch.Tensor | None:
         """Copy a batch out of its worker's ring slot and free the slot (None: stale)."""
         gen, w, slot, n = (int(x) for x in where)
@@ -534,9 +547,9 @@ class ShardLoader:
         except RuntimeError as e:
             if isinstance(e, ImgprepError) or "DataLoader worker" not in str(e):
                 raise
-            raise LoaderError(f"rank {self.world.rank}: a loader worker died in epoch "
-                              f"{self.epoch} at batch {expected} ({e}); rerun to resume "
-                              "from the last checkpoint") from e
+            raise LoaderError(f"rank {self.world.rank}: loader {self._dead_workers(str(e))} "
+                              f"died in epoch {self.epoch} at batch {expected} ({e}); rerun "
+                              "to resume from the last checkpoint") from e
         if expected != plan.batches:
             raise LoaderError(f"rank {self.world.rank}: epoch {self.epoch} gave {expected} of "
                               f"{plan.batches} batches; the shards changed under the loader")

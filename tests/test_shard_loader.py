@@ -401,6 +401,20 @@ def test_abandoned_epoch_with_full_rings_does_not_hang(data: ShardData) -> None:
     assert all(torch.equal(a[0], b[0]) for a, b in zip(full[3:], tail, strict=True))
 
 
+def test_killed_worker_names_its_shards(data: ShardData) -> None:
+    """SIGKILL of a worker mid-epoch: a LoaderError naming the worker and its shards."""
+    loader = ShardLoader(data.folder, "train", World(), 2, workers=2, transform=SMALL_TRAIN)
+    plan = loader.plan(0)
+    with pytest.raises(LoaderError) as e:
+        for i, _ in enumerate(loader):
+            if i == 1:
+                os.kill(loader._loader._iterator._workers[1].pid,  # type: ignore[union-attr]
+                        signal.SIGKILL)
+    names = [loader.shards.names[k] for k in plan.worker_shards[1]]
+    assert "worker 1 (reading " + ", ".join(names) + ")" in str(e.value)
+    assert "rank 0" in str(e.value) and "epoch 0" in str(e.value)
+
+
 def test_resume_outside_the_epoch_is_refused(data: ShardData) -> None:
     loader = ShardLoader(data.folder, "train", World(), 4, workers=0, transform=SMALL_TRAIN)
     n = len(loader)
