@@ -51,21 +51,19 @@ import statistics
 import subprocess
 import sys
 import tarfile
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
 
+from benchlib import DEFAULT_IMAGES, machine_busy_s, run_main, verdict
 from PIL import Image
 
 from imgprep.convert import ConvertOptions, convert, make_plan
 from imgprep.info import pil_info
 from imgprep.transform import TransformOptions, convert_image
 
-REPO = Path(__file__).resolve().parents[1]
-DEFAULT_IMAGES = REPO.parent / "shared" / "data" / "imagenet-sample" / "images"
 IMAGENET_TRAIN_IMAGES = 1_281_167
 PROJECT_CORES = (16, 64)
 SIZE = 256
@@ -155,13 +153,6 @@ def stock_pil_version(python: Path) -> str:
     out = subprocess.run([str(python), "-c", "import PIL; print(PIL.__version__)"],
                          capture_output=True, text=True, check=True, timeout=60).stdout
     return out.strip()
-
-
-def machine_busy_s() -> float:
-    """CPU seconds all processes on the machine have used since boot (steal included)."""
-    with open("/proc/stat") as f:
-        v = [int(x) for x in f.readline().split()[1:9]]  # user nice system idle iowait irq…
-    return (sum(v) - v[3] - v[4]) / os.sysconf("SC_CLK_TCK")
 
 
 def own_cpu_s() -> float:
@@ -318,11 +309,6 @@ def measure_cli_memory(tar: Path, out: Path, workers: int, shards: int,
 
 def project_hours(rate_per_core: float, cores: int) -> float:
     return IMAGENET_TRAIN_IMAGES / (rate_per_core * cores) / 3600
-
-
-def verdict(value: float, target: float, below: bool = False) -> str:
-    ok = value < target if below else value >= target
-    return "PASS" if ok else "SHORT"
 
 
 def quiet_rates(passes: list[tuple[float, float]]) -> list[float]:
@@ -560,23 +546,7 @@ def run(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    if not args.images.is_dir():
-        print(f"bench_convert: image folder {args.images} not found; it holds the 1000 real "
-              "ILSVRC2012 sample JPEGs (../shared/data/imagenet-sample/images beside the "
-              "repository); pass --images DIR to use another folder", file=sys.stderr)
-        return 2
-    if args.out is not None:
-        args.out.mkdir(parents=True, exist_ok=True)
-        scratch = Path(tempfile.mkdtemp(prefix="bench-convert-", dir=args.out))
-    else:
-        scratch = Path(tempfile.mkdtemp(prefix="bench-convert-"))
-    try:
-        res = run(args, scratch)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-    print_table(res)
-    print(json.dumps(res, sort_keys=True))
-    return 0
+    return run_main("bench_convert", args.images, args.out, partial(run, args), print_table)
 
 
 if __name__ == "__main__":

@@ -59,7 +59,6 @@ import os
 import shutil
 import statistics
 import sys
-import tempfile
 import time
 import warnings
 from collections.abc import Callable, Iterable, Sequence
@@ -71,6 +70,7 @@ from typing import Any
 import numpy as np
 import torch
 import webdataset as wds
+from benchlib import DEFAULT_IMAGES, machine_busy_s, run_main, verdict
 from PIL import Image
 from torch.utils.data import DataLoader, get_worker_info
 
@@ -82,8 +82,6 @@ from imgprep.writers import ShardWriter
 from loaders.shards import ShardLoader, iter_samples
 from loaders.transforms import TrainTransform, crop_box, train_sample
 
-REPO = Path(__file__).resolve().parents[1]
-DEFAULT_IMAGES = REPO.parent / "shared" / "data" / "imagenet-sample" / "images"
 SPLIT = "train"
 SHARD_SAMPLES = 250  # samples per shard: 20 shards per worker at 10,000 samples and 2 workers
 WORKER_COUNTS = (1, 2)
@@ -148,13 +146,6 @@ def build_shards(images: Path, scratch: Path, samples: int, limit: int | None
 
 
 # ---------------------------------------------------------------------------- CPU accounting
-
-
-def machine_busy_s() -> float:
-    """CPU seconds all processes on the machine have used since boot (steal included)."""
-    with open("/proc/stat") as f:
-        v = [int(x) for x in f.readline().split()[1:9]]  # user nice system idle iowait irq…
-    return (sum(v) - v[3] - v[4]) / TICK
 
 
 def _children(pid: int) -> list[int]:
@@ -307,10 +298,6 @@ def pss_kb(pid: int) -> int:
 
 
 # ---------------------------------------------------------------------------- report
-
-
-def verdict(value: float, target: float) -> str:
-    return "PASS" if value >= target else "SHORT"
 
 
 def quiet(passes: list[dict[str, float]]) -> list[dict[str, float]]:
@@ -529,24 +516,7 @@ def run(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    if not args.images.is_dir():
-        print(f"bench_loader: image folder {args.images} not found; it holds the 1000 real "
-              "ILSVRC2012 sample JPEGs (../shared/data/imagenet-sample/images beside the "
-              "repository); pass --images DIR to use another folder", file=sys.stderr)
-        return 2
-    if not any(p.suffix.lower() in (".jpeg", ".jpg") for p in args.images.iterdir()):
-        print(f"bench_loader: no .JPEG files in {args.images}", file=sys.stderr)
-        return 2
-    if args.out is not None:
-        args.out.mkdir(parents=True, exist_ok=True)
-    scratch = Path(tempfile.mkdtemp(prefix="bench-loader-", dir=args.out))
-    try:
-        res = run(args, scratch)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-    print_table(res)
-    print(json.dumps(res, sort_keys=True))
-    return 0
+    return run_main("bench_loader", args.images, args.out, partial(run, args), print_table)
 
 
 if __name__ == "__main__":

@@ -30,13 +30,11 @@ Run from the repository root, in the project's environment::
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -44,14 +42,14 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from benchlib import DEFAULT_IMAGES, run_main
+
 from imgprep.assign import node_shards
 from imgprep.convert import ConvertOptions, convert
 from imgprep.manifest import ShardEntry, read_manifest, write_manifest
 from imgprep.stage import StageOptions, stage_to_node
 from imgprep.world import World
 
-REPO = Path(__file__).resolve().parents[1]
-DEFAULT_IMAGES = REPO.parent / "shared" / "data" / "imagenet-sample" / "images"
 TARGETS = {"size_only_over_cp": 0.9, "sha256_over_cp": 0.6}
 BASE_SHARDS = 1  # all 1000 images in one ~26 MB shard, near the ~40 MB of real shards
 MB = 1e6
@@ -69,7 +67,7 @@ def build_source(images: Path, scratch: Path, gb: float) -> Path:
     src = scratch / "src"
     src.mkdir()
     shards: list[ShardEntry] = []
-    while sum(s.bytes for s in shards) < gb * 1e9:
+    while sum(s.bytes for s in shards) < gb * 1e9 or len(shards) < 8:  # 8: partition over 4
         for s in m.shards:
             name = f"train-{len(shards):06d}.tar"
             shutil.copyfile(base / s.name, src / name)  # own inode: no shared page cache
@@ -215,20 +213,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    if not args.images.is_dir():
-        print(f"bench_stage: image folder {args.images} not found; pass --images DIR",
-              file=sys.stderr)
-        return 2
-    if args.out is not None:
-        args.out.mkdir(parents=True, exist_ok=True)
-    scratch = Path(tempfile.mkdtemp(prefix="bench-stage-", dir=args.out))
-    try:
-        res = measure(args, scratch)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-    print_table(res)
-    print(json.dumps(res, sort_keys=True))
-    return 0
+    return run_main("bench_stage", args.images, args.out, partial(measure, args), print_table)
 
 
 if __name__ == "__main__":
