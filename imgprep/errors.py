@@ -38,6 +38,10 @@ class OutputError(ImgprepError, OSError):
     """The output location cannot be written."""
 
 
+class ShardError(ImgprepError, ValueError):
+    """A shard file that is damaged: bad header checksum, truncated, unreadable."""
+
+
 class ManifestError(ImgprepError, ValueError):
     """A manifest is missing, unreadable, or does not describe the files beside it."""
 

@@ -10,7 +10,7 @@ from PIL import Image, ImageDraw
 
 from imgprep.fsutil import write_bytes_atomic
 from imgprep.manifest import read_manifest
-from imgprep.verify import iter_shard
+from imgprep.shardio import iter_samples
 
 
 def _pick(folder: Path, split: str | None, n: int, seed: int) -> list[tuple[bytes, int, str]]:
@@ -22,7 +22,7 @@ def _pick(folder: Path, split: str | None, n: int, seed: int) -> list[tuple[byte
         rng.shuffle(shards)
         per = max(1, -(-n // max(1, len(shards))))
         for s in shards:
-            samples = list(iter_shard(folder / s.name))
+            samples = list(iter_samples(folder / s.name))
             for key, f in rng.sample(samples, min(per, len(samples))):
                 picked.append((f["jpg"], int(f["cls"]), key))
             if len(picked) >= n:

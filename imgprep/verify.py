@@ -9,17 +9,15 @@ from __future__ import annotations
 
 import hashlib
 import io
-import posixpath
-import tarfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from PIL import Image
 
-from imgprep.errors import UnsafeArchiveError
+from imgprep.errors import ShardError, UnsafeArchiveError
 from imgprep.manifest import Manifest, find_manifests, read_manifest, sha256_file
-from imgprep.sources import check_member
+from imgprep.shardio import iter_samples
 
 Tick = Callable[[int], None]
 
@@ -53,26 +51,6 @@ def _check_image(data: bytes, size: int, resize: str) -> str | None:
     return None
 
 
-def iter_shard(path: Path) -> Iterator[tuple[str, dict[str, bytes]]]:
-    """A shard's samples as (key, {ext: bytes}), grouped like webdataset; hostile names refused."""
-    with tarfile.open(path, mode="r:") as tf:
-        key, fields = None, {}
-        for m in tf:
-            check_member(m, str(path))
-            if not m.isfile():
-                continue
-            base = posixpath.basename(m.name)
-            k, _, ext = base.partition(".")
-            if k != key and key is not None:
-                yield key, fields
-                fields = {}
-            key = k
-            f = tf.extractfile(m)
-            fields[ext] = f.read() if f is not None else b""
-        if key is not None:
-            yield key, fields
-
-
 def verify_shards(folder: Path, m: Manifest, decode: bool, tick: Tick) -> VerifyReport:
     rep = VerifyReport(str(folder / f"{m.split}.json"))
     t = m.options.get("transform", {})
@@ -94,7 +72,7 @@ def verify_shards(folder: Path, m: Manifest, decode: bool, tick: Tick) -> Verify
             continue
         count = 0
         try:
-            for key, fields in iter_shard(path):
+            for key, fields in iter_samples(path):
                 count += 1
                 where = f"{s.name}:{key}"
                 if key in seen:
@@ -113,8 +91,8 @@ def verify_shards(folder: Path, m: Manifest, decode: bool, tick: Tick) -> Verify
                 if decode and (why := _check_image(fields["jpg"], size, resize)):
                     rep.problems.append(f"{where}.jpg {why}")
                 tick(1)
-        except (tarfile.TarError, UnsafeArchiveError) as e:
-            rep.problems.append(f"{s.name}: unreadable tar ({e})")
+        except (ShardError, UnsafeArchiveError) as e:
+            rep.problems.append(f"{s.name}: unreadable ({e})")
         if count != s.samples:
             rep.problems.append(f"{s.name}: {count} samples, manifest says {s.samples}")
         rep.samples += count

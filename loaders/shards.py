@@ -36,88 +36,20 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 from imgprep.assign import MODES, all_rank_shards, balanced_split
 from imgprep.errors import ImgprepError, ManifestError, WorldError
 from imgprep.manifest import read_manifest
+from imgprep.shardio import iter_members, iter_samples
 from imgprep.world import World
 from loaders.transforms import SampleError, TrainTransform, Transform, ValTransform, apply
+
+__all__ = ["PAD_LABEL", "EpochPlan", "LoaderError", "ShardLoader", "ShardSet", "iter_members",
+           "iter_samples", "open_shards", "plan_epoch"]
 
 TAILS = ("drop", "pad", "uneven")
 PAD_LABEL = -1
 ON_ERROR = ("raise", "skip")
-_BLOCK = 512
 
 
 class LoaderError(ImgprepError, RuntimeError):
     """The loader cannot go on; the message names the rank, shard and key concerned."""
-
-
-# ---------------------------------------------------------------------------- reading shards
-
-
-def _octal(field: bytes, where: str) -> int:
-    if field[:1] and field[0] & 0x80:  # GNU base-256 for large values
-        return int.from_bytes(field[1:], "big")
-    text = field.split(b"\0", 1)[0].strip()
-    try:
-        return int(text, 8) if text else 0
-    except ValueError:
-        raise LoaderError(f"{where}: corrupt tar header; verify or restage the shard") from None
-
-
-def iter_members(path: Path) -> Iterator[tuple[str, bytes]]:
-    """(name, data) of every regular member of the tar ``path``: one read of the whole file,
-    headers parsed in place (checksums checked; ustar, pax and GNU long names)."""
-    try:
-        data = path.read_bytes()
-    except OSError as e:
-        raise LoaderError(f"cannot read shard {path}: {e.strerror}; restage it") from e
-    pos, end = 0, len(data)
-    long_name: str | None = None
-    while pos + _BLOCK <= end:
-        h = data[pos:pos + _BLOCK]
-        if not h.strip(b"\0"):
-            return  # end-of-archive blocks
-        where = f"{path} at byte {pos}"
-        if sum(h[:148]) + 256 + sum(h[156:]) != _octal(h[148:156], where):
-            raise LoaderError(f"{where}: tar header checksum mismatch; verify or restage it")
-        size = _octal(h[124:136], where)
-        kind = h[156:157]
-        body = pos + _BLOCK
-        if body + size > end:
-            raise LoaderError(f"{path}: truncated inside a member; verify or restage it")
-        if kind == b"x":
-            for rec in data[body:body + size].decode("utf-8", "replace").split("\n"):
-                key, _, value = rec.partition(" ")[2].partition("=")
-                if key == "path":
-                    long_name = value
-        elif kind == b"L":
-            long_name = data[body:body + size].rstrip(b"\0").decode("utf-8", "replace")
-        elif kind in (b"0", b"\0", b"7"):
-            if long_name is None:
-                name = h[:100].split(b"\0", 1)[0]
-                prefix = h[345:500].split(b"\0", 1)[0] if h[257:262] == b"ustar" else b""
-                long_name = (prefix + b"/" + name if prefix else name).decode("utf-8",
-                                                                             "replace")
-            yield long_name, data[body:body + size]
-            long_name = None
-        else:
-            long_name = None  # a directory or link used it: it names no later file
-        pos = body + -(-size // _BLOCK) * _BLOCK
-
-
-def iter_samples(path: Path) -> Iterator[tuple[str, dict[str, bytes]]]:
-    """(key, {extension: bytes}) per sample, grouped the webdataset way (key = name up to the
-    first dot of the base name)."""
-    key: str | None = None
-    fields: dict[str, bytes] = {}
-    for name, data in iter_members(path):
-        base = name.rsplit("/", 1)[-1]
-        k, _, ext = base.partition(".")
-        if k != key and key is not None:
-            yield key, fields
-            fields = {}
-        key = k
-        fields[ext] = data
-    if key is not None:
-        yield key, fields
 
 
 # ---------------------------------------------------------------------------- the shard set
@@ -287,6 +219,15 @@ _EPOCH, _START, _SKIPPED, _GENERATION, _TAKEN = range(5)
 _RING_POLL_S = 0.0005
 
 
+def _rank_errors(samples: Iterator[tuple[str, dict[str, bytes]]], rank: int
+                 ) -> Iterator[tuple[str, dict[str, bytes]]]:
+    """A damaged or hostile shard's error, as a LoaderError that also names the rank."""
+    try:
+        yield from samples
+    except ImgprepError as e:
+        raise LoaderError(f"rank {rank}: {e}") from e
+
+
 class _EpochStream(IterableDataset):
     """What each DataLoader worker runs: its share of the rank's epoch, as tagged batches.
 
@@ -307,7 +248,8 @@ class _EpochStream(IterableDataset):
         for i in shard_ids:
             name = cfg.shards.names[i]
             count = 0
-            for key, fields in iter_samples(cfg.shards.folder / name):
+            for key, fields in _rank_errors(iter_samples(cfg.shards.folder / name),
+                                            cfg.world.rank):
                 if "jpg" not in fields or "cls" not in fields:
                     raise LoaderError(f"{name}: sample {key} has {sorted(fields)}, needs jpg "
                                       "and cls; verify or restage the shard")
