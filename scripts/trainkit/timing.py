@@ -1,0 +1,101 @@
+"""Where each iteration's time goes: data wait, forward+backward, exposed all-reduce, optimizer.
+
+DDP overlaps gradient all-reduce with backward: a bucket is reduced as soon as its gradients
+are ready, and ``backward()`` returns only when every bucket's reduction is done. A
+communication hook that notes when the last bucket became ready splits backward in two: the
+time until then is compute, the time from then until ``backward()`` returns is all-reduce
+that backward could not hide (the *exposed* part).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+PHASES = ("data", "compute", "allreduce", "optimizer")
+Hook = Callable[[Any, dist.GradBucket], torch.futures.Future[torch.Tensor]]
+
+
+@dataclass
+class BucketClock:
+    """Wraps a DDP communication hook; remembers when the last bucket was handed to it.
+
+    Register ``clock.hook`` (a plain function: DDP inspects its annotations)."""
+
+    inner: Hook
+    last_ready: float = 0.0
+    buckets: int = 0
+    hook: Hook = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        def hook(state, bucket):  # type: ignore[no-untyped-def]
+            self.last_ready = time.perf_counter()
+            self.buckets += 1
+            return self.inner(state, bucket)
+
+        # DDP checks these annotations by identity, so they must be objects, not strings.
+        hook.__annotations__ = {"bucket": dist.GradBucket,
+                                "return": torch.futures.Future[torch.Tensor]}
+        self.hook = hook
+
+
+def compression_hook(dtype: str) -> Hook:
+    """The hook that all-reduces gradients in ``dtype`` (fp32: as they are)."""
+    hooks: dict[str, Hook] = {
+        "fp32": default_hooks.allreduce_hook,
+        "bf16": default_hooks.bf16_compress_hook,
+        "fp16": default_hooks.fp16_compress_hook,
+    }
+    if dtype not in hooks:
+        raise ValueError(f"all-reduce dtype must be one of {sorted(hooks)}")
+    return hooks[dtype]
+
+
+@dataclass
+class Split:
+    """Seconds per phase, summed over the iterations of one log interval."""
+
+    data: float = 0.0
+    compute: float = 0.0
+    allreduce: float = 0.0
+    optimizer: float = 0.0
+    iterations: int = 0
+
+    def add(self, data: float, compute: float, allreduce: float, optimizer: float) -> None:
+        self.data += data
+        self.compute += compute
+        self.allreduce += allreduce
+        self.optimizer += optimizer
+        self.iterations += 1
+
+    def per_iteration(self) -> dict[str, float]:
+        n = max(self.iterations, 1)
+        return {p: getattr(self, p) / n for p in PHASES}
+
+
+def reduce_split(split: Split, world_size: int, device: torch.device) -> dict[str, Any]:
+    """Per-iteration phase times, mean and max over ranks (collective: every rank calls it)."""
+    mine = torch.tensor([split.per_iteration()[p] for p in PHASES], dtype=torch.float64,
+                        device=device)
+    if world_size > 1:
+        total, peak = mine.clone(), mine.clone()
+        dist.all_reduce(total, op=dist.ReduceOp.SUM)
+        dist.all_reduce(peak, op=dist.ReduceOp.MAX)
+        mean = (total / world_size).tolist()
+        high = peak.tolist()
+    else:
+        mean = high = mine.tolist()
+    step = sum(mean)
+    return {
+        "mean": dict(zip(PHASES, mean, strict=True)),
+        "max": dict(zip(PHASES, high, strict=True)),
+        "step_s": step,
+        "data_wait_fraction": mean[0] / step if step > 0 else 0.0,
+        "exposed_allreduce_fraction": mean[2] / step if step > 0 else 0.0,
+    }
