@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from trainkit import distributed  # noqa: E402
 from trainkit.models import model_by_name, param_groups  # noqa: E402
-from trainkit.timing import BucketClock, Split, compression_hook, reduce_split  # noqa: E402
+from trainkit.timing import BucketClock, Split, reduce_split, wire_dtype  # noqa: E402
 
 from imgprep.errors import ImgprepError  # noqa: E402
 from imgprep.fsutil import atomic_open  # noqa: E402
@@ -167,15 +167,17 @@ def train(args: argparse.Namespace, world: World) -> dict[str, Any]:
     optimizer = torch.optim.SGD(param_groups(model, args.weight_decay), lr=args.lr,
                                 momentum=args.momentum, nesterov=False)
     start_epoch = step = 0
+    resumed = False
     ckpt = args.checkpoint / "last.pt" if args.checkpoint else None
     if args.resume and ckpt is not None and ckpt.exists():
+        resumed = True
         state = load_checkpoint(ckpt)
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         step, start_epoch = int(state["step"]), int(state["loader"]["epoch"])
         train_loader.load_state_dict(state["loader"])
         torch.set_rng_state(state["rng"])
-    clock = BucketClock(compression_hook(args.allreduce_dtype))
+    clock = BucketClock(wire_dtype(args.allreduce_dtype))
     net: nn.Module = model
     if world.is_distributed:
         net = DDP(model, device_ids=[device.index] if device.type == "cuda" else None,
@@ -188,9 +190,7 @@ def train(args: argparse.Namespace, world: World) -> dict[str, Any]:
     result: dict[str, Any] = {"backend": backend, "world_size": world.world_size}
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     for epoch in range(start_epoch, args.epochs):
-        if step and train_loader.state_dict()["epoch"] != epoch:
-            train_loader.set_epoch(epoch)
-        elif not step:
+        if not (resumed and epoch == start_epoch):  # a resumed epoch goes on where it stopped
             train_loader.set_epoch(epoch)
         batches = iter(DeviceLoader(train_loader, device, train_loader.mean, train_loader.std))
         while True:
@@ -244,9 +244,25 @@ def train(args: argparse.Namespace, world: World) -> dict[str, Any]:
                   f"on {result['val']['samples']} images", flush=True)
     if ckpt is not None:
         checkpoint(ckpt, model, optimizer, step, train_loader, world, args)
-    result.update(step=step, losses=losses, wire_dtype=args.allreduce_dtype,
-                  buckets=clock.buckets)
+    result.update(step=step, losses=losses, wire_dtypes=sorted(clock.wire_dtypes),
+                  buckets=clock.buckets, replicas_identical=replicas_identical(model, world))
     return result
+
+
+def replicas_identical(model: nn.Module, world: World) -> bool:
+    """Whether every rank holds the same parameters (what DDP's all-reduce guarantees)."""
+    if not world.is_distributed:
+        return True
+    flat = torch.cat([p.detach().float().flatten().cpu() for p in model.parameters()])
+    digest = torch.tensor([flat.double().sum().item(), (flat.double() ** 2).sum().item()],
+                          dtype=torch.float64, device=next(model.parameters()).device)
+    peak, low = digest.clone(), digest.clone()
+    dist.all_reduce(peak, op=dist.ReduceOp.MAX)
+    dist.all_reduce(low, op=dist.ReduceOp.MIN)
+    if not torch.equal(peak, low):
+        raise TrainError(f"rank {world.rank}: model replicas differ after training "
+                         f"({digest.tolist()} vs {peak.tolist()}); gradients were not synced")
+    return True
 
 
 def checkpoint(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer, step: int,

@@ -1,0 +1,1 @@
+"""Small modules of the embedded trainer (scripts/train_imagenet.py)."""
