@@ -1,0 +1,130 @@
+"""The embedded trainer with real processes: torchrun, mpirun and plain launches on Gloo."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import REPO, free_port, mpirun_cmd
+
+from imgprep.convert import ConvertOptions, convert
+
+TRAIN = REPO / "scripts" / "train_imagenet.py"
+FLAGS = ["--arch", "tiny", "--batch-size", "8", "--workers", "1", "--image-size", "64",
+         "--epochs", "10", "--warmup-epochs", "1", "--log-every", "1", "--timeout", "60"]
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def data(sample: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("train-data")
+    convert(ConvertOptions(sample / "ILSVRC2012_img_train.tar", out, num_shards=4))
+    convert(ConvertOptions(sample / "ILSVRC2012_img_val.tar", out, num_shards=2,
+                           labels=(sample / "val.txt",)))
+    return out
+
+
+def torchrun(n: int, *args: str | Path) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(n),
+            "--master-port", str(free_port()), str(TRAIN), *map(str, args)]
+
+
+def run(cmd: list[str], timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
+def summary(out: str) -> dict:
+    return json.loads([line for line in out.splitlines() if line.startswith("{")][-1])
+
+
+def losses(log: Path) -> list[tuple[int, float]]:
+    return [(r["step"], r["loss"]) for r in map(json.loads, log.read_text().splitlines())
+            if "loss" in r]
+
+
+def test_torchrun_trains_validates_and_resumes_with_identical_losses(data: Path,
+                                                                      tmp_path: Path) -> None:
+    whole, part = tmp_path / "whole.jsonl", tmp_path / "part.jsonl"
+    s = summary(run(torchrun(2, "--data", data, *FLAGS, "--steps", "12",
+                             "--log-json", whole)).stdout)
+    assert (s["world_size"], s["backend"], s["step"]) == (2, "gloo", 12)
+    assert s["replicas_identical"] is True  # DDP kept both ranks' weights equal
+    assert s["val"]["samples"] == 20  # exact validation: every val image once
+    assert 0.0 <= s["val"]["top1"] <= s["val"]["top5"] <= 1.0
+    split = s["last_log"]["mean"]
+    assert set(split) == {"data", "compute", "allreduce", "optimizer"}
+    assert split["compute"] > 0 and s["last_log"]["images_per_s"] > 0
+    ckpt = tmp_path / "ckpt"
+    run(torchrun(2, "--data", data, *FLAGS, "--steps", "6", "--checkpoint", ckpt,
+                 "--log-json", part))
+    assert (ckpt / "last.pt").is_file()
+    run(torchrun(2, "--data", data, *FLAGS, "--steps", "12", "--checkpoint", ckpt,
+                 "--resume", "--log-json", part))
+    assert losses(part) == losses(whole)
+    assert len(losses(whole)) == 12
+
+
+@pytest.mark.parametrize(("dtype", "wire"), [("bf16", "bfloat16"), ("fp16", "float16"),
+                                             ("fp32", "float32")])
+def test_allreduce_dtype_on_the_wire(data: Path, tmp_path: Path, dtype: str, wire: str) -> None:
+    s = summary(run(torchrun(2, "--data", data, *FLAGS, "--steps", "4", "--no-validate",
+                             "--allreduce-dtype", dtype)).stdout)
+    assert s["wire_dtypes"] == [wire] and s["buckets"] > 0
+    assert s["replicas_identical"] is True
+
+
+def test_mpirun_bootstraps_over_mpi4py(data: Path) -> None:
+    cmd = [*mpirun_cmd(2), "-x", "OMP_NUM_THREADS=1", sys.executable, str(TRAIN),
+           "--data", str(data), *FLAGS, "--steps", "3", "--no-validate"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=240,
+                          env={k: v for k, v in os.environ.items()
+                               if k not in ("MASTER_ADDR", "MASTER_PORT")})
+    assert done.returncode == 0, done.stderr[-3000:]
+    s = summary(done.stdout)
+    assert (s["world_size"], s["step"], s["replicas_identical"]) == (2, 3, True)
+
+
+def test_a_killed_rank_makes_the_other_fail_within_the_timeout(data: Path) -> None:
+    port = free_port()
+    procs = []
+    for rank in range(2):
+        env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_RANK": str(rank),
+               "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+               "OMP_NUM_THREADS": "1"}
+        procs.append(subprocess.Popen(
+            [sys.executable, str(TRAIN), "--data", str(data), *FLAGS, "--epochs", "1000",
+             "--timeout", "20"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True))
+    try:
+        assert procs[0].stdout is not None
+        for line in procs[0].stdout:  # rank 0 prints once training runs
+            if line.startswith("step "):
+                break
+        procs[1].send_signal(signal.SIGKILL)
+        t0 = time.monotonic()
+        rc = procs[0].wait(timeout=90)
+        assert rc != 0
+        assert time.monotonic() - t0 < 60
+        assert "rank failed" in (procs[0].stderr.read() if procs[0].stderr else "")
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+
+def test_missing_manifest_is_a_clear_error(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, str(TRAIN), "--data", str(tmp_path), *FLAGS],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 3
+    assert "train.json" in done.stderr and "Traceback" not in done.stderr
