@@ -35,6 +35,15 @@ demo: setup
 	for k in 0 1; do $(BIN)/imgprep stage-to-node --src $(DEMO)/shards --dst "$(DEMO)/node{node}" \
 		--mode partition --num-nodes 2 --node-rank $$k || exit 1; done
 	$(BIN)/imgprep verify $(DEMO)/node0 -q && $(BIN)/imgprep verify $(DEMO)/node1 -q
+	# train a small ResNet with 2 processes (Gloo), staging the shards inside the job first
+	OMP_NUM_THREADS=1 $(BIN)/python -m torch.distributed.run --nproc-per-node 2 \
+		--master-port 29411 scripts/train_imagenet.py --stage-from $(DEMO)/shards \
+		--data $(DEMO)/local --arch tiny --image-size 64 --batch-size 16 --workers 1 \
+		--threads 1 --epochs 1000 --steps 300 --warmup-epochs 2 --lr 1.0 --log-every 50 \
+		--log-json $(DEMO)/train.jsonl --checkpoint $(DEMO)/checkpoint
+	# images/s and the time split with 1 and 2 processes, drawn to an SVG
+	$(BIN)/python scripts/bench_scaling.py --data $(DEMO)/local --arch tiny --image-size 64 \
+		--batch-size 16 --steps 60 --log-every 20 --svg $(DEMO)/scaling.svg
 
 lint: setup
 	$(BIN)/ruff check imgprep loaders tests scripts
@@ -47,6 +56,9 @@ test: lint
 bench: setup bench-out/stock-pillow/.ready
 	$(BIN)/python scripts/bench_convert.py --stock-python bench-out/stock-pillow/bin/python
 	$(BIN)/python scripts/bench_stage.py
+	$(BIN)/python scripts/bench_loader.py
+	$(BIN)/python scripts/bench_allreduce.py
+	$(BIN)/python scripts/bench_scaling.py --svg bench-out/scaling.svg
 
 # The peer a user would write by hand runs on stock Pillow: a separate scratch environment.
 bench-out/stock-pillow/.ready:

@@ -27,11 +27,22 @@ from imgprep.writers import tar_header
 SIZES = ((500, 375), (375, 500), (500, 333), (500, 500), (640, 480), (1600, 1200), (120, 90))
 
 
-def synthetic_photo(rng: np.random.Generator, size: tuple[int, int]) -> Image.Image:
-    """An RGB image with smooth gradients, a few shapes and sensor-like noise."""
+def class_tint(index: int, count: int) -> np.ndarray:
+    """A colour per class (hues spread around the wheel): what makes the classes learnable."""
+    hue = index / max(count, 1)
+    rgb = Image.new("HSV", (1, 1), (int(hue * 255), 200, 220)).convert("RGB").getpixel((0, 0))
+    return np.asarray(rgb, dtype=np.float32)
+
+
+def synthetic_photo(rng: np.random.Generator, size: tuple[int, int],
+                    tint: np.ndarray | None = None) -> Image.Image:
+    """An RGB image with smooth gradients, a few shapes and sensor-like noise; with ``tint``,
+    its background leans to that colour (so a small net can tell the classes apart)."""
     w, h = size
     y, x = np.mgrid[0:h, 0:w].astype(np.float32)
     c0, c1 = rng.uniform(0, 255, 3), rng.uniform(0, 255, 3)
+    if tint is not None:
+        c0, c1 = 0.75 * tint + 0.25 * c0, 0.75 * tint + 0.25 * c1
     t = (x / max(w - 1, 1) * rng.uniform(0.2, 1) + y / max(h - 1, 1) * rng.uniform(0.2, 1)) / 2
     arr = c0 * (1 - t[..., None]) + c1 * t[..., None]
     img = Image.fromarray(np.clip(arr, 0, 255).astype(np.uint8), "RGB")
@@ -110,9 +121,9 @@ def make_sample(out: Path, classes: int = 10, per_class: int = 12, val: int = 50
     quirks_used: list[str] = []
     bad_used: list[str] = []
 
-    def image(kind: str | None) -> bytes:
+    def image(kind: str | None, ci: int) -> bytes:
         size = SIZES[int(rng.integers(0, len(SIZES)))]
-        img = synthetic_photo(rng, size)
+        img = synthetic_photo(rng, size, class_tint(ci, len(wnids)))
         return _jpeg(img) if kind is None else {**QUIRKS, **BAD}[kind](img)
 
     n = 0
@@ -129,7 +140,7 @@ def make_sample(out: Path, classes: int = 10, per_class: int = 12, val: int = 50
                 elif j == 1 and ci < len(quirk_cycle):
                     kind = quirk_cycle[ci][0]
                     quirks_used.append(kind)
-                members.append((f"{wnid}_{1000 + j}.JPEG", image(kind)))
+                members.append((f"{wnid}_{1000 + j}.JPEG", image(kind, ci)))
                 n += 1
             inner = _tar_bytes(members)
             outer.addfile(tar_header(f"{wnid}.tar", len(inner)), io.BytesIO(inner))
@@ -138,8 +149,9 @@ def make_sample(out: Path, classes: int = 10, per_class: int = 12, val: int = 50
     val_members, truth = [], []
     for i in range(1, val + 1):
         kind = val_quirks[i - 1] if i - 1 < len(val_quirks) else None
-        val_members.append((f"ILSVRC2012_val_{i:08d}.JPEG", image(kind)))
-        truth.append(wnids[int(rng.integers(0, len(wnids)))])
+        ci = int(rng.integers(0, len(wnids)))
+        val_members.append((f"ILSVRC2012_val_{i:08d}.JPEG", image(kind, ci)))
+        truth.append(wnids[ci])
     write_bytes_atomic(out / "ILSVRC2012_img_val.tar", _tar_bytes(val_members))
     # Devkit IDs are a fixed permutation of 1..1000, unrelated to sorted-wnid order.
     ids = np.random.default_rng(2012).permutation(len(table)) + 1
