@@ -249,18 +249,22 @@ def _lock_path(dst: Path) -> Path:
     return _state(dst) / "lock"
 
 
+def _try_lock(fd: int, dst: Path, node: int) -> bool:
+    """Take the exclusive lock if nobody holds it; False when another process does."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    except OSError as e:
+        raise StageError(f"node {node}: cannot lock {_lock_path(dst)}: {e.strerror}; use "
+                         "a local file system for --dst") from e
+    return True
+
+
 def _acquire(fd: int, dst: Path, deadline: float, node: int, timeout: float) -> None:
     """Take the exclusive lock, polling until ``deadline`` (a monotonic time)."""
     delay = 0.05
-    while True:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return
-        except BlockingIOError:
-            pass
-        except OSError as e:
-            raise StageError(f"node {node}: cannot lock {_lock_path(dst)}: {e.strerror}; use "
-                             "a local file system for --dst") from e
+    while not _try_lock(fd, dst, node):
         now = time.monotonic()
         if now >= deadline:
             raise WaitTimeout(
@@ -521,10 +525,9 @@ def _size(n: int) -> str:
 
 
 def _unlink(path: Path, node: int) -> None:
+    """Remove ``path`` if it is there; a file that cannot be removed stops staging."""
     try:
-        path.unlink()
-    except FileNotFoundError:
-        pass
+        path.unlink(missing_ok=True)
     except OSError as e:
         raise StageError(f"node {node}: cannot replace {path}: {e.strerror}; remove it by "
                          "hand, then rerun") from e

@@ -57,7 +57,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from benchlib import DEFAULT_IMAGES, machine_busy_s, run_main, verdict
+from benchlib import DEFAULT_IMAGES, descendants, machine_busy_s, run_main, verdict
 from PIL import Image
 
 from imgprep.convert import ConvertOptions, convert, make_plan
@@ -225,26 +225,6 @@ def time_convert(tar: Path, out: Path, workers: int, shards: int, n: int) -> flo
     return n / dt
 
 
-def _children(pid: int) -> list[int]:
-    kids: list[int] = []
-    try:
-        for tid in os.listdir(f"/proc/{pid}/task"):
-            with open(f"/proc/{pid}/task/{tid}/children") as f:
-                kids += [int(x) for x in f.read().split()]
-    except OSError:
-        pass
-    return kids
-
-
-def _tree(root: int) -> list[int]:
-    pids, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        pids.append(pid)
-        todo += _children(pid)
-    return pids
-
-
 def _proc_kb(path: str, field: str) -> int:
     try:
         with open(path) as f:
@@ -252,7 +232,7 @@ def _proc_kb(path: str, field: str) -> int:
                 if line.startswith(field):
                     return int(line.split()[1])
     except (OSError, ValueError, IndexError):
-        pass
+        return 0  # the process has exited, or the kernel does not report this field
     return 0
 
 
@@ -276,7 +256,7 @@ def measure_cli_memory(tar: Path, out: Path, workers: int, shards: int,
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     while proc.poll() is None:
-        pids = _tree(proc.pid)
+        pids = [proc.pid, *descendants(proc.pid)]
         rss = [_proc_kb(f"/proc/{p}/status", "VmRSS:") for p in pids]
         pss = sum(_proc_kb(f"/proc/{p}/smaps_rollup", "Pss:") for p in pids)
         peak_rss, peak_pss = max(peak_rss, sum(rss)), max(peak_pss, pss)

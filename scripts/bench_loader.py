@@ -70,7 +70,7 @@ from typing import Any
 import numpy as np
 import torch
 import webdataset as wds
-from benchlib import DEFAULT_IMAGES, machine_busy_s, run_main, verdict
+from benchlib import DEFAULT_IMAGES, descendants, machine_busy_s, run_main, verdict
 from PIL import Image
 from torch.utils.data import DataLoader, get_worker_info
 
@@ -146,28 +146,6 @@ def build_shards(images: Path, scratch: Path, samples: int, limit: int | None
 
 
 # ---------------------------------------------------------------------------- CPU accounting
-
-
-def _children(pid: int) -> list[int]:
-    kids: list[int] = []
-    try:
-        for tid in os.listdir(f"/proc/{pid}/task"):
-            with open(f"/proc/{pid}/task/{tid}/children") as f:
-                kids += [int(x) for x in f.read().split()]
-    except OSError:
-        pass
-    return kids
-
-
-def descendants(root: int | None = None) -> set[int]:
-    pids: set[int] = set()
-    todo = _children(os.getpid() if root is None else root)
-    while todo:
-        pid = todo.pop()
-        if pid not in pids:
-            pids.add(pid)
-            todo += _children(pid)
-    return pids
 
 
 def _stat_ticks(pid: int | str) -> tuple[int, int]:
@@ -282,7 +260,7 @@ def status_kb(pid: int, field: str) -> int:
                 if line.startswith(field):
                     return int(line.split()[1])
     except (OSError, ValueError, IndexError):
-        pass
+        return 0  # the process has exited, or the kernel does not report this field
     return 0
 
 
@@ -293,7 +271,7 @@ def pss_kb(pid: int) -> int:
                 if line.startswith("Pss:"):
                     return int(line.split()[1])
     except (OSError, ValueError, IndexError):
-        pass
+        return 0  # the process has exited, or the kernel does not report this field
     return 0
 
 

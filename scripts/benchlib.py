@@ -4,6 +4,7 @@ line). Imported by the scripts beside it; not part of the installed packages."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -23,6 +24,28 @@ def machine_busy_s() -> float:
     with open("/proc/stat") as f:
         v = [int(x) for x in f.readline().split()[1:9]]  # user nice system idle iowait irq…
     return (sum(v) - v[3] - v[4]) / TICK
+
+
+def children(pid: int) -> list[int]:
+    """The live child processes of ``pid`` (from /proc; none once it has exited)."""
+    kids: list[int] = []
+    with contextlib.suppress(OSError):  # the process may exit while we look
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{tid}/children") as f:
+                kids += [int(x) for x in f.read().split()]
+    return kids
+
+
+def descendants(root: int | None = None) -> set[int]:
+    """Every live descendant of ``root`` (default: this process)."""
+    pids: set[int] = set()
+    todo = children(os.getpid() if root is None else root)
+    while todo:
+        pid = todo.pop()
+        if pid not in pids:
+            pids.add(pid)
+            todo += children(pid)
+    return pids
 
 
 def verdict(value: float, target: float, below: bool = False) -> str:
