@@ -57,7 +57,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from benchlib import DEFAULT_IMAGES, descendants, machine_busy_s, run_main, verdict
+from benchlib import DEFAULT_IMAGES, descendants, machine_busy_s, proc_kb, run_main, verdict
 from PIL import Image
 
 from imgprep.convert import ConvertOptions, convert, make_plan
@@ -225,17 +225,6 @@ def time_convert(tar: Path, out: Path, workers: int, shards: int, n: int) -> flo
     return n / dt
 
 
-def _proc_kb(path: str, field: str) -> int:
-    try:
-        with open(path) as f:
-            for line in f:
-                if line.startswith(field):
-                    return int(line.split()[1])
-    except (OSError, ValueError, IndexError):
-        return 0  # the process has exited, or the kernel does not report this field
-    return 0
-
-
 def time_plan(tar: Path, out: Path, shards: int) -> float:
     """Seconds of convert's serial planning step alone (list the tar, label, fingerprint)."""
     t0 = time.perf_counter()
@@ -257,8 +246,8 @@ def measure_cli_memory(tar: Path, out: Path, workers: int, shards: int,
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     while proc.poll() is None:
         pids = [proc.pid, *descendants(proc.pid)]
-        rss = [_proc_kb(f"/proc/{p}/status", "VmRSS:") for p in pids]
-        pss = sum(_proc_kb(f"/proc/{p}/smaps_rollup", "Pss:") for p in pids)
+        rss = [proc_kb(p, "VmRSS:") for p in pids]
+        pss = sum(proc_kb(p, "Pss:", "smaps_rollup") for p in pids)
         peak_rss, peak_pss = max(peak_rss, sum(rss)), max(peak_pss, pss)
         peak_single = max(peak_single, *rss)
         peak_procs = max(peak_procs, sum(1 for r in rss if r))

@@ -70,7 +70,7 @@ from typing import Any
 import numpy as np
 import torch
 import webdataset as wds
-from benchlib import DEFAULT_IMAGES, descendants, machine_busy_s, run_main, verdict
+from benchlib import DEFAULT_IMAGES, descendants, machine_busy_s, proc_kb, run_main, verdict
 from PIL import Image
 from torch.utils.data import DataLoader, get_worker_info
 
@@ -253,28 +253,6 @@ def loader_epoch(loader: ShardLoader, epoch: int) -> dict[str, float]:
     return epoch_pass(loader)
 
 
-def status_kb(pid: int, field: str) -> int:
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith(field):
-                    return int(line.split()[1])
-    except (OSError, ValueError, IndexError):
-        return 0  # the process has exited, or the kernel does not report this field
-    return 0
-
-
-def pss_kb(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/smaps_rollup") as f:
-            for line in f:
-                if line.startswith("Pss:"):
-                    return int(line.split()[1])
-    except (OSError, ValueError, IndexError):
-        return 0  # the process has exited, or the kernel does not report this field
-    return 0
-
-
 # ---------------------------------------------------------------------------- report
 
 
@@ -436,10 +414,11 @@ def run(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
     load1 = os.getloadavg()
 
     memory: dict[str, Any] = {"workers": {
-        name: [{"pid": p, "peak_rss_mb": round(status_kb(p, "VmHWM:") * 1024 / MB, 1),
-                "pss_mb": round(pss_kb(p) * 1024 / MB, 1)} for p in sorted(ps)]
+        name: [{"pid": p, "peak_rss_mb": round(proc_kb(p, "VmHWM:") * 1024 / MB, 1),
+                "pss_mb": round(proc_kb(p, "Pss:", "smaps_rollup") * 1024 / MB, 1)}
+               for p in sorted(ps)]
         for name, ps in pids.items()},
-        "main_peak_rss_mb": round(status_kb(os.getpid(), "VmHWM:") * 1024 / MB, 1)}
+        "main_peak_rss_mb": round(proc_kb(os.getpid(), "VmHWM:") * 1024 / MB, 1)}
     del loaders, peers
     gc.collect()
 

@@ -48,6 +48,19 @@ def descendants(root: int | None = None) -> set[int]:
     return pids
 
 
+def proc_kb(pid: int, field: str, table: str = "status") -> int:
+    """A kB field of ``/proc/<pid>/<table>`` (``VmRSS:`` in status, ``Pss:`` in smaps_rollup);
+    0 once the process has exited or where the kernel does not report it."""
+    try:
+        with open(f"/proc/{pid}/{table}") as f:
+            for line in f:
+                if line.startswith(field):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return 0
+    return 0
+
+
 def verdict(value: float, target: float, below: bool = False) -> str:
     ok = value < target if below else value >= target
     return "PASS" if ok else "SHORT"
