@@ -99,6 +99,20 @@ def mpirun_cmd(np: int) -> list[str]:
     return [exe, "--allow-run-as-root", "--oversubscribe", "-np", str(np)]
 
 
+def nested_images(tar_path: Path) -> Iterable[tuple[str, bytes]]:
+    """(stem, bytes) of every image in an outer tar of inner per-class tars, read with the
+    standard tarfile module (independently of imgprep's own listing)."""
+    with tarfile.open(tar_path) as outer:
+        for m in outer:
+            f = outer.extractfile(m)
+            assert f is not None
+            with tarfile.open(fileobj=io.BytesIO(f.read())) as inner:
+                for im in inner:
+                    g = inner.extractfile(im)
+                    assert g is not None
+                    yield Path(im.name).stem, g.read()
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

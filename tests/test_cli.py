@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import pytest
 from click.testing import CliRunner, Result
-from conftest import encode, jpeg, photo, tar_bytes, write_tar
+from conftest import encode, jpeg, nested_images, photo, tar_bytes, write_tar
 from PIL import Image
 
 from imgprep.cli import cli
@@ -94,20 +94,12 @@ def read_errors(log: Path) -> list[dict[str, str]]:
 def undecodable(tar_path: Path) -> set[str]:
     """Stems of the images in a nested train tar that PIL cannot fully decode (independent)."""
     bad: set[str] = set()
-    with tarfile.open(tar_path) as outer:
-        for m in outer:
-            f = outer.extractfile(m)
-            assert f is not None
-            with tarfile.open(fileobj=io.BytesIO(f.read())) as inner:
-                for im in inner:
-                    g = inner.extractfile(im)
-                    assert g is not None
-                    data = g.read()
-                    try:
-                        with Image.open(io.BytesIO(data)) as img:
-                            img.load()
-                    except Exception:  # any failure at all makes it a bad image
-                        bad.add(Path(im.name).stem)
+    for stem, data in nested_images(tar_path):
+        try:
+            with Image.open(io.BytesIO(data)) as img:
+                img.load()
+        except Exception:  # any failure at all makes it a bad image
+            bad.add(stem)
     return bad
 
 

@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 import webdataset as wds
 from click.testing import CliRunner, Result
-from conftest import encode, jpeg, photo, tar_bytes, write_tar
+from conftest import encode, jpeg, nested_images, photo, tar_bytes, write_tar
 from PIL import Image
 
 import imgprep
@@ -556,17 +556,10 @@ def test_custom_class_table(layouts: dict[str, Path], tmp_path: Path) -> None:
 def _exif_oriented(tar_path: Path) -> dict[str, tuple[int, int]]:
     """{stem: (w, h)} of the images in a nested tar that carry EXIF orientation 6 or 8."""
     found: dict[str, tuple[int, int]] = {}
-    with tarfile.open(tar_path) as outer:
-        for m in outer:
-            f = outer.extractfile(m)
-            assert f is not None
-            with tarfile.open(fileobj=io.BytesIO(f.read())) as inner:
-                for im in inner:
-                    g = inner.extractfile(im)
-                    assert g is not None
-                    with Image.open(io.BytesIO(g.read())) as img:
-                        if img.getexif().get(0x0112) in (6, 8):
-                            found[Path(im.name).stem] = img.size
+    for stem, data in nested_images(tar_path):
+        with Image.open(io.BytesIO(data)) as img:
+            if img.getexif().get(0x0112) in (6, 8):
+                found[stem] = img.size
     return found
 
 

@@ -673,20 +673,26 @@ def test_corrupt_jpeg_skipped(damaged: ShardData, workers: int) -> None:
         assert set(real) == set(range(TOTAL)) - {bad}
 
 
+def epoch_errors(folder: Path, workers: int, tail: str | None = None) -> list[str]:
+    """Run epoch 0 on each rank of a 1x2 layout; the LoaderError messages the ranks raised."""
+    errors = []
+    for world in layout(1, 2):
+        loader = ShardLoader(folder, "train", world, BATCH, workers=workers, tail=tail,
+                             transform=SMALL_TRAIN)
+        try:
+            run_epoch(loader, 0)
+        except LoaderError as e:
+            errors.append(str(e))
+    return errors
+
+
 @pytest.mark.parametrize("workers", [0, 2])
 def test_corrupt_tar_header(damaged: ShardData, workers: int) -> None:
     name = "train-000006.tar"
     shard = damaged.folder / name
     info = member(shard, f"{key_of(damaged.ids[name][3])}.cls")
     xor_bytes(shard, info.offset + 5, 1)  # a byte of the member's name: checksum no longer fits
-    errors = []
-    for w in layout(1, 2):
-        loader = ShardLoader(damaged.folder, "train", w, BATCH, workers=workers,
-                             transform=SMALL_TRAIN)
-        try:
-            run_epoch(loader, 0)
-        except LoaderError as e:
-            errors.append(str(e))
+    errors = epoch_errors(damaged.folder, workers=workers)
     assert len(errors) == 1 and name in errors[0]
 
 
@@ -698,14 +704,7 @@ def test_shard_shorter_than_manifest(damaged: ShardData, tail: str) -> None:
     with ShardWriter(damaged.folder / name) as w:
         for i in ids:
             w.add(key_of(i), {"jpg": damaged.jpegs[i], "cls": str(i).encode()})
-    errors = []
-    for world in layout(1, 2):
-        loader = ShardLoader(damaged.folder, "train", world, BATCH, workers=2, tail=tail,
-                             transform=SMALL_TRAIN)
-        try:
-            run_epoch(loader, 0)
-        except LoaderError as e:
-            errors.append(str(e))
+    errors = epoch_errors(damaged.folder, workers=2, tail=tail)
     assert len(errors) == 1 and name in errors[0]
     assert "manifest" in errors[0]
 
