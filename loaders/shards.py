@@ -213,9 +213,19 @@ class _Config:
 Raw = tuple[str, str, bytes, int]  # shard name, key, jpeg bytes, label
 
 
-# Shared state, one int64 each: the epoch, its start batch, samples skipped, the iteration's
-# generation, then per worker the batches the main process has taken out of its ring.
-_EPOCH, _START, _SKIPPED, _GENERATION, _TAKEN = range(5)
+# Shared state, one int64 each: the epoch, its start batch and the iteration's generation,
+# then per worker two: the batches the main process has taken out of its ring, and the samples
+# the worker skipped. Each slot has one writer, so a worker never takes a lock (one killed
+# while holding it would stall the main process).
+_EPOCH, _START, _GENERATION, _HEAD = range(4)
+
+
+def _taken(w: int) -> int:
+    return _HEAD + 2 * w
+
+
+def _skipped(w: int) -> int:
+    return _HEAD + 2 * w + 1
 _RING_POLL_S = 0.0005
 
 
@@ -280,7 +290,7 @@ class _EpochStream(IterableDataset):
         for k in rng.permutation(len(buf)).tolist():
             yield buf[k]
 
-    def __iter__(self) -> Iterator[tuple[int, Any, torch.Tensor]]:
+    def __iter__(self) -> Iterator[tuple[int, Any, Any]]:
         cfg = self.cfg
         info = get_worker_info()
         w = info.id if info is not None else 0
@@ -304,23 +314,23 @@ class _EpochStream(IterableDataset):
             rng = np.random.default_rng([*key, j])
             if self.ring is None:
                 images = np.empty((n, 3, cfg.transform.size, cfg.transform.size), np.uint8)
-                labels = self._decode(items, rng, images)
+                labels = self._decode(items, rng, images, w)
                 yield g, torch.from_numpy(images), torch.from_numpy(labels)
                 continue
             slots = self.ring.shape[1]
-            while made - int(self.state[_TAKEN + w]) >= slots:  # every slot still in use
+            while made - int(self.state[_taken(w)]) >= slots:  # every slot still in use
                 if int(self.state[_GENERATION]) != generation:
                     return  # the main process started over: this iteration is abandoned
                 time.sleep(_RING_POLL_S)
             slot = made % slots
-            labels = self._decode(items, rng, self.ring[w, slot, :n].numpy())
+            labels = self._decode(items, rng, self.ring[w, slot, :n].numpy(), w)
             made += 1
-            yield g, (generation, w, slot, n), torch.from_numpy(labels)
+            yield g, (generation, w, slot, n), labels.tobytes()  # by value: no fd to pass
         for _ in stream:  # read what is left, undecoded, so that every shard's count is checked
             pass
 
-    def _decode(self, items: list[Raw], rng: np.random.Generator, images: np.ndarray
-                ) -> np.ndarray:
+    def _decode(self, items: list[Raw], rng: np.random.Generator, images: np.ndarray,
+                w: int) -> np.ndarray:
         """Decode and augment ``items`` into ``images`` (n x 3 x size x size); rows past the
         items (``tail="pad"``) are zeroed. Returns the labels, PAD_LABEL for padding."""
         cfg = self.cfg
@@ -338,6 +348,7 @@ class _EpochStream(IterableDataset):
                                       "shard, or load with on_error='skip'") from e
                 bad.append(i)
         if bad:
+            self.state[_skipped(w)] += len(bad)
             self._replace_bad(images, labels, bad, len(items))
         return labels
 
@@ -345,8 +356,6 @@ class _EpochStream(IterableDataset):
                      n: int) -> None:
         """on_error='skip': a bad sample's slot takes a good sample of the same batch (so
         batch counts stay equal) and is counted; a batch with none good is padding."""
-        with self.state.get_lock():
-            self.state[_SKIPPED] += len(bad)
         good = [i for i in range(n) if i not in set(bad)]
         for k, i in enumerate(bad):
             if good:
@@ -388,7 +397,7 @@ class ShardLoader:
             (1000 if train else 0) if shuffle_buffer is None else shuffle_buffer, on_error,
             seed)
         self.epoch, self._start, self._position = 0, 0, 0
-        self._state = mp.Array("q", [0] * (_TAKEN + max(1, workers)))
+        self._state = mp.Array("q", [0] * _taken(max(1, workers)), lock=False)
         self._plans: dict[int, EpochPlan] = {}
         self.plan(0)  # fail now, not in a worker, if this World cannot be served
         self._pin = torch.cuda.is_available() if pin_memory is None else pin_memory
@@ -413,7 +422,7 @@ class ShardLoader:
     @property
     def skipped(self) -> int:
         """Samples replaced because they could not be decoded (on_error='skip'), this epoch."""
-        return int(self._state[_SKIPPED])
+        return sum(int(self._state[_skipped(w)]) for w in range(max(1, self.workers)))
 
     def plan(self, epoch: int | None = None) -> EpochPlan:
         e = self.epoch if epoch is None else epoch
@@ -452,6 +461,12 @@ class ShardLoader:
                 dead.append(f"worker {i} (reading {names})")
         return "; ".join(dead) or "a worker"
 
+    def _exited_workers(self) -> str:
+        """The same naming as ``_dead_workers``, for workers found to have exited."""
+        procs = getattr(getattr(self._loader, "_iterator", None), "_workers", None) or []
+        pids = " ".join(str(p.pid) for p in procs if p.exitcode is not None)
+        return self._dead_workers("pid " + pids)
+
     def _take(self, where: tuple[int, int, int, int], generation: int) -> torch.Tensor | None:
         """Copy a batch out of its worker's ring slot and free the slot (None: stale)."""
         gen, w, slot, n = (int(x) for x in where)
@@ -459,19 +474,16 @@ class ShardLoader:
             return None
         out = torch.empty((n, *self._ring.shape[3:]), dtype=torch.uint8, pin_memory=self._pin)
         np.copyto(out.numpy(), self._ring[w, slot, :n].numpy())  # one memcpy, no OpenMP
-        with self._state.get_lock():
-            self._state[_TAKEN + w] += 1
+        self._state[_taken(w)] += 1
         return out
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         plan = self.plan()
-        with self._state.get_lock():
-            self._state[_EPOCH], self._state[_START], self._state[_SKIPPED] = \
-                self.epoch, self._start, 0
-            generation = int(self._state[_GENERATION]) + 1
-            self._state[_GENERATION] = generation  # workers of an abandoned iteration stop
-            for w in range(max(1, self.workers)):
-                self._state[_TAKEN + w] = 0
+        self._state[_EPOCH], self._state[_START] = self.epoch, self._start
+        for w in range(max(1, self.workers)):
+            self._state[_taken(w)] = self._state[_skipped(w)] = 0
+        generation = int(self._state[_GENERATION]) + 1
+        self._state[_GENERATION] = generation  # workers of an abandoned iteration stop
         expected = self._position = self._start
         pending: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         try:
@@ -480,12 +492,18 @@ class ShardLoader:
                     images = self._take(images, generation)
                     if images is None:
                         continue
+                    labels = torch.frombuffer(bytearray(labels), dtype=torch.int64)
                 pending[int(g)] = (images, labels)
                 while expected in pending:
                     batch = pending.pop(expected)
                     expected += 1
                     self._position = expected
                     yield batch
+        except (ConnectionError, EOFError) as e:
+            # a worker killed while handing over a batch: say which, like PyTorch's check does
+            raise LoaderError(f"rank {self.world.rank}: loader {self._exited_workers()} died in "
+                              f"epoch {self.epoch} at batch {expected} ({e!r}); rerun to resume "
+                              "from the last checkpoint") from e
         except RuntimeError as e:
             if isinstance(e, ImgprepError) or "DataLoader worker" not in str(e):
                 raise
