@@ -16,6 +16,7 @@ import hashlib
 import json
 import math
 import multiprocessing as mp
+import os
 import queue
 import signal
 import time
@@ -309,20 +310,23 @@ def load_done(plan: Plan, task: Task, checksum: bool = True) -> TaskResult | Non
 # ---------------------------------------------------------------------------- the pool
 
 
-def _die_with_parent() -> None:
-    """Ask Linux to SIGKILL this worker when the parent dies (a kill -9 leaves no orphans)."""
+def _die_with_parent(parent: int) -> None:
+    """Ask Linux to SIGKILL this worker when the parent dies (a kill -9 leaves no orphans).
+    A parent killed between fork and this call is caught by the parent-pid check."""
     with contextlib.suppress(OSError, AttributeError):
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
         libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    if os.getppid() != parent:
+        os._exit(1)
 
 
-def _worker_main(plan: Plan, tasks: Any, results: Any, counter: Any) -> None:
-    _die_with_parent()
+def _worker_main(plan: Plan, tasks: Any, results: Any, counts: Any, k: int,
+                 parent: int) -> None:
+    _die_with_parent(parent)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
-    def tick() -> None:
-        with counter.get_lock():
-            counter.value += 1
+    def tick() -> None:  # this worker's own slot: no lock that a killed worker could hold
+        counts[k] += 1
 
     while True:
         index = tasks.get()
@@ -343,15 +347,16 @@ def run_tasks(plan: Plan, todo: Sequence[Task], workers: int,
     if workers <= 1 or len(todo) <= 1:
         return [run_task(plan, t, lambda: report(1)) for t in todo]
     ctx = mp.get_context("fork")
-    counter = ctx.Value("q", 0)
+    counts = ctx.Array("q", max(1, workers), lock=False)
     tasks_q, results_q = ctx.Queue(), ctx.Queue()
     for t in todo:
         tasks_q.put(t.index)
     n_procs = min(workers, len(todo))
     for _ in range(n_procs):
         tasks_q.put(None)
-    procs = [ctx.Process(target=_worker_main, args=(plan, tasks_q, results_q, counter),
-                         daemon=True, name=f"imgprep-convert-{k}") for k in range(n_procs)]
+    procs = [ctx.Process(target=_worker_main, name=f"imgprep-convert-{k}", daemon=True,
+                         args=(plan, tasks_q, results_q, counts, k, os.getpid()))
+             for k in range(n_procs)]
     for p in procs:
         p.start()
     out: list[TaskResult] = []
@@ -375,7 +380,7 @@ def run_tasks(plan: Plan, todo: Sequence[Task], workers: int,
                     raise msg[2]
                 else:
                     raise RuntimeError(f"convert worker failed on task {msg[1]}: {msg[2]}")
-            now = counter.value
+            now = sum(counts)
             if now > seen:
                 report(now - seen)
                 seen = now
@@ -385,7 +390,7 @@ def run_tasks(plan: Plan, todo: Sequence[Task], workers: int,
                 p.terminate()
         for p in procs:
             p.join(timeout=10)
-    now = counter.value
+    now = sum(counts)
     if now > seen:
         report(now - seen)
     return out

@@ -1,0 +1,67 @@
+"""The fault harness (scripts/reliability/faults.py) in its reduced form: one random kill point
+per convert set-up and a couple per other fault kind. ``scripts/reliability_report.py`` runs
+the same functions with 20 trials each. IMGPREP_FAULT_TRIALS raises the count here."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import REPO
+
+sys.path.insert(0, str(REPO / "scripts"))
+
+from reliability import Trial  # noqa: E402
+from reliability import faults  # noqa: E402
+
+TRIALS = int(os.environ.get("IMGPREP_FAULT_TRIALS", "1"))
+SEED = 2026
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One scratch folder for the module: the sources are made once and shared."""
+    return tmp_path_factory.mktemp("faults")
+
+
+def assert_survived(trials: list[Trial], expected: int) -> None:
+    assert len(trials) == expected, trials
+    failed = [f"{t.kind}: {t.detail}" for t in trials if not t.ok]
+    assert not failed, "\n".join(failed)
+
+
+@pytest.mark.parametrize("case", faults.CONVERT_CASES, ids=lambda c: f"{c.fmt}-"
+                         f"{c.workers}w-{c.ranks}r")
+def test_convert_survives_sigkill(work: Path, case: faults.ConvertCase) -> None:
+    trials = faults.convert_kills(work / "convert", TRIALS, SEED, [case])
+    assert_survived(trials, TRIALS)
+    assert {t.kind for t in trials} == {case.kind}
+
+
+@pytest.mark.parametrize("name", [n for n in faults.FAULTS if n != "convert"])
+def test_fault(work: Path, name: str) -> None:
+    trials = faults.run_faults(work, TRIALS + 1, SEED, [name])
+    if name == "stage-enospc" and trials and "cannot mount" in trials[0].detail:
+        pytest.skip(trials[0].detail)
+    assert_survived(trials, TRIALS + 1)
+
+
+def test_a_broken_guarantee_is_reported(work: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The harness can fail: a rerun that leaves output unlike the reference is caught."""
+    real = faults.digests
+    calls = {"n": 0}
+
+    def skewed(root: Path, skip: tuple[str, ...] = (".imgprep", ".imgprep-stage")
+               ) -> dict[str, str]:
+        calls["n"] += 1
+        got = real(root, skip)
+        return got if calls["n"] == 1 else {**got, "extra": "0"}
+
+    monkeypatch.setattr(faults, "digests", skewed)
+    trials = faults.convert_kills(work / "convert", 1, SEED, faults.CONVERT_CASES[:1])
+    assert [t.ok for t in trials] == [False]
+    assert "differs from the uninterrupted run" in trials[0].detail
