@@ -37,6 +37,11 @@ def tmp_name(final: Path) -> Path:
     return final.with_name(f"{TMP_PREFIX}{final.name}")
 
 
+def _no_follow(path: str, flags: int) -> int:
+    """Open refusing a symbolic link at the temporary name: it could point anywhere."""
+    return os.open(path, flags | os.O_NOFOLLOW, 0o666)
+
+
 @contextlib.contextmanager
 def atomic_open(final: Path, *, durable: bool = True,
                 sync_dir: bool = True) -> Iterator[IO[bytes]]:
@@ -49,7 +54,7 @@ def atomic_open(final: Path, *, durable: bool = True,
     """
     tmp = tmp_name(final)
     try:
-        f = open(tmp, "wb")
+        f = open(tmp, "wb", opener=_no_follow)
     except OSError as e:
         raise OutputError(
             f"cannot write in {final.parent}: {e.strerror}; check that it exists and is writable"
@@ -88,7 +93,8 @@ def write_json_atomic(final: Path, obj: Any, *, durable: bool = True) -> None:
 
 
 def sweep_tmp(folder: Path, keep: Collection[str] = ()) -> int:
-    """Remove temporary files a killed run left in ``folder``; returns how many.
+    """Remove temporary files a killed run left in ``folder``, and symbolic links planted at
+    temporary names (which a write would follow out of the folder); returns how many.
 
     ``keep``: final names whose temporary files must stay (another process may be writing
     them right now; it replaces its own leftovers when it redoes the work).
@@ -96,7 +102,7 @@ def sweep_tmp(folder: Path, keep: Collection[str] = ()) -> int:
     n = 0
     if folder.is_dir():
         for p in folder.iterdir():
-            if (p.name.startswith(TMP_PREFIX) and p.is_file()
+            if (p.name.startswith(TMP_PREFIX) and (p.is_symlink() or p.is_file())
                     and p.name[len(TMP_PREFIX):] not in keep):
                 with contextlib.suppress(FileNotFoundError):
                     p.unlink()

@@ -60,7 +60,10 @@ def _read_lines(path: Path) -> list[str]:
         raise LabelError(f"{path} is not a text file; expected {FORMS}") from e
 
 
-def _put(out: dict[str, str], key: str, wnid: str, where: str) -> None:
+def _put(out: dict[str, str], key: str, wnid: str, where: str, classes: ClassTable) -> None:
+    if classes.index(wnid) is None:
+        raise LabelError(f"{where}: {key} is labelled {wnid}, which is not in the class table; "
+                         "pass the matching --classes file")
     old = out.get(key)
     if old is not None and old != wnid:
         raise LabelError(f"{where}: {key} labelled both {old} and {wnid}; fix the file")
@@ -77,7 +80,7 @@ def _parse(path: Path, lines: list[str], form: str, classes: ClassTable,
             tokens = pred.split()
             if not tokens or not WNID_RE.match(tokens[0]):
                 raise LabelError(f"{path}:{n}: no wnid in {ln.strip()!r}")
-            _put(out, _stem(image_id), tokens[0], f"{path}:{n}")
+            _put(out, _stem(image_id), tokens[0], f"{path}:{n}", classes)
     elif form == "caffe":
         for n, ln in numbered:
             name, idx = ln.split()
@@ -87,10 +90,10 @@ def _parse(path: Path, lines: list[str], form: str, classes: ClassTable,
                     f"{path}:{n}: class index {i} is outside 0..{len(classes) - 1}; "
                     "Caffe val.txt uses the sorted-wnid index"
                 )
-            _put(out, _stem(name), classes.wnids[i], f"{path}:{n}")
+            _put(out, _stem(name), classes.wnids[i], f"{path}:{n}", classes)
     elif form == "wnids":
         for i, (n, ln) in enumerate(numbered, 1):
-            _put(out, _val_key(i), ln.strip(), f"{path}:{n}")
+            _put(out, _val_key(i), ln.strip(), f"{path}:{n}", classes)
     elif form == "devkit":
         if devkit_map is None:
             raise LabelError(
@@ -102,7 +105,7 @@ def _parse(path: Path, lines: list[str], form: str, classes: ClassTable,
             wnid = devkit_map.get(dev_id)
             if wnid is None:
                 raise LabelError(f"{path}:{n}: devkit ID {dev_id} is not in map_clsloc.txt")
-            _put(out, _val_key(i), wnid, f"{path}:{n}")
+            _put(out, _val_key(i), wnid, f"{path}:{n}", classes)
     return out
 
 
@@ -135,13 +138,7 @@ def load_ground_truth(paths: Sequence[Path], classes: ClassTable) -> dict[str, s
         raise LabelError(f"only a class map was given ({maps[0][0]}); pass the ground truth too")
     for p, lines, form in label_forms:
         for k, w in _parse(p, lines, form, classes, devkit_map).items():
-            _put(result, k, w, str(p))
-    for k, w in result.items():
-        if classes.index(w) is None:
-            raise LabelError(
-                f"ground truth labels {k} as {w}, which is not in the class table; "
-                "pass the matching --classes file"
-            )
+            _put(result, k, w, str(p), classes)
     return result
 
 

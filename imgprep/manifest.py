@@ -18,6 +18,7 @@ from imgprep.fsutil import write_json_atomic
 
 FORMAT_VERSION = 1
 FORMATS = ("shards", "list")
+SPLITS = ("train", "val")  # the splits imgprep writes; <split>.json is a split's manifest
 SHARD_NAME_RE = re.compile(r"^[A-Za-z0-9_-]+-\d{6}\.tar$")
 HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
@@ -133,14 +134,17 @@ def parse_manifest(d: Any, where: str) -> Manifest:
 
 
 def find_manifests(folder: Path) -> list[Path]:
-    """The manifest files in ``folder`` (``<split>.json`` with an imgprep format field)."""
+    """The manifest files in ``folder``: ``<split>.json`` with an imgprep format field, and a
+    ``train.json`` or ``val.json`` even when it is damaged, so that reading it names the damage
+    rather than calling the conversion unfinished."""
     found = []
     for p in sorted(folder.glob("*.json")):
         try:
             d = json.loads(p.read_text("utf-8"))
         except (OSError, ValueError):
-            continue
-        if isinstance(d, dict) and "format_version" in d and d.get("format") in FORMATS:
+            d = None
+        if p.stem in SPLITS or (
+                isinstance(d, dict) and "format_version" in d and d.get("format") in FORMATS):
             found.append(p)
     return found
 

@@ -462,7 +462,8 @@ def _copy_shard(sp: SplitPlan, e: ShardEntry, opts: StageOptions, node: int, tic
             with contextlib.suppress(OSError, AttributeError):
                 os.posix_fadvise(fin.fileno(), 0, 0, os.POSIX_FADV_SEQUENTIAL)
             try:
-                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
+                             | os.O_NOFOLLOW, 0o644)
             except OSError as err:
                 raise write_error(err) from err
             try:

@@ -41,9 +41,14 @@ def read_label_list(path: Path, root: Path | None = None, num_classes: int | Non
                     ) -> LabelList:
     """Parse ``path label`` lines; refuse (naming the line) anything Chainer would misread."""
     try:
-        text = path.read_text("utf-8")
+        data = path.read_bytes()
     except OSError as e:
         raise InputMissingError(f"cannot read label list {path}: {e.strerror}") from e
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        n = data.count(b"\n", 0, e.start) + 1
+        raise ManifestError(f"{path}:{n}: not UTF-8 text; save the list as UTF-8") from e
     root = (root or path.parent).resolve()
     paths: list[str] = []
     labels: list[int] = []
