@@ -13,8 +13,10 @@ from conftest import REPO
 
 sys.path.insert(0, str(REPO / "scripts"))
 
-from reliability import Trial  # noqa: E402
-from reliability import faults  # noqa: E402
+from reliability import (
+    Trial,  # noqa: E402
+    faults,  # noqa: E402
+)
 
 TRIALS = int(os.environ.get("IMGPREP_FAULT_TRIALS", "1"))
 SEED = 2026

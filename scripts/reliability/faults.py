@@ -33,6 +33,7 @@ from imgprep.sample import make_sample
 from reliability import Trial
 
 TIMEOUT = 240.0
+WAIT_S = 10  # stage-to-node --timeout: how long a waiter waits for a copier that never began
 TRAIN = REPO / "scripts" / "train_imagenet.py"
 LAUNCHER_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
                  "MASTER_ADDR", "MASTER_PORT")
@@ -291,7 +292,7 @@ def shard_source(work: Path, shards: int = 24, per_class: int = 48) -> Path:
 
 def stage_job(src: Path, dst: Path, local_ranks: int = 1, *extra: object) -> Job:
     cmd = [sys.executable, "-m", "imgprep", "stage-to-node", "--src", src, "--dst", dst,
-           "--split", "train", "--jobs", 2, "--timeout", 60, "-q", "--json", *extra]
+           "--split", "train", "--jobs", 2, "--timeout", WAIT_S, "-q", "--json", *extra]
     if local_ranks == 1:
         return Job.of([cmd], [clean_env()])
     return Job.of([cmd] * local_ranks, [rank_env(r, local_ranks) for r in range(local_ranks)])
@@ -316,8 +317,10 @@ def _staged_ok(src: Path, dst: Path, rerun: Ended) -> str:
 
 def stage_kills(work: Path, trials: int, seed: int = 0) -> list[Trial]:
     """SIGKILL the copier of a two-rank node at a random point: no bad file under a final
-    name; the waiting rank exits 0 (copy done) or 3 with one line saying the copier died,
-    within seconds; the rerun completes with every shard valid and no temporary file."""
+    name; the waiting rank exits 0 (copy done) or 3 with one line saying the copier died
+    (within seconds) or, when it was killed before it took the node's lock, that it never
+    started (after ``--timeout``); the rerun completes with every shard valid and no
+    temporary file."""
     src = shard_source(work)
     rng = random.Random(seed)
     _, seconds = _timed(stage_job(src, work / "ref", 2), work / "logs" / "stage-ref")
@@ -328,7 +331,10 @@ def stage_kills(work: Path, trials: int, seed: int = 0) -> list[Trial]:
         hit = run_job(stage_job(src, dst, 2), work / "logs" / f"stage-{i}",
                       kill_at(delay, [0]))
         waiter = hit.codes[1]
-        told = one_line(hit.stderr[1], "copier", "died", "rerun") if waiter else None
+        told = one_line(hit.stderr[1], "copier", "rerun") if waiter else None
+        if told is None and waiter and not ("died" in hit.stderr[1] or
+                                            "never started" in hit.stderr[1]):
+            told = f"the waiter does not say the copier died: {hit.stderr[1]!r}"
         bad = bad_finals(dst, src) if dst.exists() else []
         rerun = run_job(stage_job(src, dst, 2), work / "logs" / f"stage-{i}-rerun")
         out.append(_trial("stage-to-node", "SIGKILL of the copier; its waiting rank",
@@ -454,8 +460,9 @@ def stage_changed_source(work: Path, trials: int, seed: int = 0) -> list[Trial]:
 
 def stage_vanishing_source(work: Path, trials: int, seed: int = 0) -> list[Trial]:
     """The source folder vanishes (renamed away) at a random point of the copy: exit 0 if
-    it was done, else one line naming the missing file; never a bad final file; once the source is
-    back the rerun completes."""
+    it was done, else one line naming the missing file (exit 3; exit 2, click's usage error
+    naming --src, when it was gone before the command parsed its options); never a bad
+    final file; once the source is back the rerun completes."""
     src = shard_source(work)
     rng = random.Random(seed)
     _, seconds = _timed(stage_job(src, work / "vanish-ref"), work / "logs" / "vanish-ref")
@@ -476,12 +483,15 @@ def stage_vanishing_source(work: Path, trials: int, seed: int = 0) -> list[Trial
         finally:
             if aside.exists():
                 os.rename(aside, src)
-        told = one_line(hit.stderr[0], str(src)) if hit.codes[0] else None
+        told = one_line(hit.stderr[0], str(src)) if hit.codes[0] == 3 else None
+        if hit.codes[0] == 2 and not (str(src) in hit.stderr[0] and
+                                      "does not exist" in hit.stderr[0]):
+            told = f"usage error without the path: {hit.stderr[0]!r}"
         bad = bad_finals(dst, src) if dst.exists() else []
         rerun = run_job(stage_job(src, dst), work / "logs" / f"vanish-{i}-rerun")
         out.append(_trial("stage-to-node", "source vanishing mid-copy",
                           f"gone at {delay:.2f} s of {seconds:.2f} s", _problems(
-                              (hit.codes[0] not in (0, 3), f"exit {hit.codes[0]}"),
+                              (hit.codes[0] not in (0, 2, 3), f"exit {hit.codes[0]}"),
                               (told is not None, str(told)),
                               (bool(bad), f"bad final files {bad}")) or
                           _staged_ok(src, dst, rerun), hit.why()))
