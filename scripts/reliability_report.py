@@ -181,6 +181,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "ok": ok, "quick": args.quick, "trials": trials, "seconds": seconds,
         "faults": [{"part": g, "fault": k, "trials": n, "survived": s}
                    for g, k, n, s in tally(faults)],
+        "fault_trials": [t.as_dict() for t in faults],
         "hostile": [t.as_dict() for t in hostile_cases],
         "scale": {"figures": [f.as_dict() for f in figures],
                   "invariants": [t.as_dict() for t in scale_trials]},
