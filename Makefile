@@ -8,7 +8,7 @@ TORCH_PIN ?= torch==2.13.0
 PILLOW_SIMD_PIN ?= pillow-simd==12.1.1.post0
 DEMO ?= demo-out
 
-.PHONY: setup demo test lint bench clean
+.PHONY: setup demo test lint bench reliability clean
 
 setup: $(VENV)/.ready
 
@@ -59,6 +59,10 @@ bench: setup bench-out/stock-pillow/.ready
 	$(BIN)/python scripts/bench_loader.py
 	$(BIN)/python scripts/bench_allreduce.py
 	$(BIN)/python scripts/bench_scaling.py --svg bench-out/scaling.svg
+
+# Faults x trials x survived, hostile inputs x handled, scale figures (about 20 minutes).
+reliability: setup
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python scripts/reliability_report.py --markdown
 
 # The peer a user would write by hand runs on stock Pillow: a separate scratch environment.
 bench-out/stock-pillow/.ready:
