@@ -305,14 +305,21 @@ def bad_finals(dst: Path, src: Path) -> list[str]:
             hashlib.sha256(p.read_bytes()).hexdigest() != want.get(p.name)]
 
 
-def _staged_ok(src: Path, dst: Path, rerun: Ended) -> str:
-    """What is wrong after the rerun: its exit, shards unlike the source's, leftovers."""
+def _stage_trial(kind: str, where: str, src: Path, job: Job, dst: Path, logs: Path,
+                 checks: Sequence[tuple[bool, str]], seen: str) -> Trial:
+    """Finish a stage-to-node trial: after the fault, no file under a final name may differ
+    from the manifest (besides ``checks``); then the same ``job`` rerun must exit 0 with the
+    source's shards and no leftovers. ``dst`` is removed afterwards."""
+    bad = bad_finals(dst, src)
+    rerun = run_job(job, logs)
     staged = {k: v for k, v in digests(dst).items() if k.endswith(".tar")} if dst.exists() else {}
     source = {k: v for k, v in digests(src).items() if k.endswith(".tar")}
-    return _problems((any(rerun.codes), f"rerun: {rerun.why()}"),
-                     (not any(rerun.codes) and staged != source,
-                      "staged shards differ from the source"),
-                     (bool(tmp_leftovers(dst)), f"left {tmp_leftovers(dst)[:3]}"))
+    problems = _problems(*checks, (bool(bad), f"bad final files {bad}")) or _problems(
+        (any(rerun.codes), f"rerun: {rerun.why()}"),
+        (not any(rerun.codes) and staged != source, "staged shards differ from the source"),
+        (bool(tmp_leftovers(dst)), f"left {tmp_leftovers(dst)[:3]}"))
+    shutil.rmtree(dst, ignore_errors=True)
+    return _trial("stage-to-node", kind, where, problems, seen)
 
 
 def stage_kills(work: Path, trials: int, seed: int = 0) -> list[Trial]:
@@ -335,17 +342,14 @@ def stage_kills(work: Path, trials: int, seed: int = 0) -> list[Trial]:
         if told is None and waiter and not ("died" in hit.stderr[1] or
                                             "never started" in hit.stderr[1]):
             told = f"the waiter does not say the copier died: {hit.stderr[1]!r}"
-        bad = bad_finals(dst, src) if dst.exists() else []
-        rerun = run_job(stage_job(src, dst, 2), work / "logs" / f"stage-{i}-rerun")
-        out.append(_trial("stage-to-node", "SIGKILL of the copier; its waiting rank",
-                          f"kill at {delay:.2f} s of {seconds:.2f} s", _problems(
-                              (waiter not in (0, 3), f"waiter exit {waiter}"),
-                              (told is not None, f"waiter: {told}"),
-                              (bool(bad), f"bad final files {bad}"),
-                              (bool(hit.orphans), f"orphans {hit.orphans}")) or
-                          _staged_ok(src, dst, rerun),
-                          f"waiter exit {waiter}; rerun complete"))
-        shutil.rmtree(dst, ignore_errors=True)
+        out.append(_stage_trial(
+            "SIGKILL of the copier; its waiting rank", f"kill at {delay:.2f} s of "
+            f"{seconds:.2f} s", src, stage_job(src, dst, 2), dst,
+            work / "logs" / f"stage-{i}-rerun",
+            [(waiter not in (0, 3), f"waiter exit {waiter}"),
+             (told is not None, f"waiter: {told}"),
+             (bool(hit.orphans), f"orphans {hit.orphans}")],
+            f"waiter exit {waiter}; rerun complete"))
     return out
 
 
@@ -447,14 +451,10 @@ def stage_changed_source(work: Path, trials: int, seed: int = 0) -> list[Trial]:
             victim.write_bytes(keep)
         told = one_line(hit.stderr[0], victim.name, "reconvert") if hit.codes[0] else \
             "the changed shard was staged without error"
-        bad = bad_finals(dst, src) if dst.exists() else []
-        rerun = run_job(stage_job(src, dst), work / "logs" / f"changed-{i}-rerun")
-        out.append(_trial("stage-to-node", "source shard changed after the manifest",
-                          f"{how} in {victim.name}", _problems(
-                              (told is not None, str(told)),
-                              (bool(bad), f"bad final files {bad}")) or
-                          _staged_ok(src, dst, rerun), hit.why()))
-        shutil.rmtree(dst, ignore_errors=True)
+        out.append(_stage_trial(
+            "source shard changed after the manifest", f"{how} in {victim.name}", src,
+            stage_job(src, dst), dst, work / "logs" / f"changed-{i}-rerun",
+            [(told is not None, str(told))], hit.why()))
     return out
 
 
@@ -487,15 +487,11 @@ def stage_vanishing_source(work: Path, trials: int, seed: int = 0) -> list[Trial
         if hit.codes[0] == 2 and not (str(src) in hit.stderr[0] and
                                       "does not exist" in hit.stderr[0]):
             told = f"usage error without the path: {hit.stderr[0]!r}"
-        bad = bad_finals(dst, src) if dst.exists() else []
-        rerun = run_job(stage_job(src, dst), work / "logs" / f"vanish-{i}-rerun")
-        out.append(_trial("stage-to-node", "source vanishing mid-copy",
-                          f"gone at {delay:.2f} s of {seconds:.2f} s", _problems(
-                              (hit.codes[0] not in (0, 2, 3), f"exit {hit.codes[0]}"),
-                              (told is not None, str(told)),
-                              (bool(bad), f"bad final files {bad}")) or
-                          _staged_ok(src, dst, rerun), hit.why()))
-        shutil.rmtree(dst, ignore_errors=True)
+        out.append(_stage_trial(
+            "source vanishing mid-copy", f"gone at {delay:.2f} s of {seconds:.2f} s", src,
+            stage_job(src, dst), dst, work / "logs" / f"vanish-{i}-rerun",
+            [(hit.codes[0] not in (0, 2, 3), f"exit {hit.codes[0]}"),
+             (told is not None, str(told))], hit.why()))
     return out
 
 
