@@ -20,6 +20,7 @@ FORMAT_VERSION = 1
 FORMATS = ("shards", "list")
 SPLITS = ("train", "val")  # the splits imgprep writes; <split>.json is a split's manifest
 SHARD_NAME_RE = re.compile(r"^[A-Za-z0-9_-]+-\d{6}\.tar$")
+INDEX_NAME_RE = re.compile(r"^[A-Za-z0-9_-]+-index\.bin$")
 HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
 
@@ -31,6 +32,21 @@ class ShardEntry:
     samples: int
     bytes: int
     sha256: str
+
+
+@dataclass(frozen=True)
+class IndexEntry:
+    """A split's sample index: a sidecar file beside the manifest (``index_name(split)``) that
+    gives every sample's byte offset and size in its shard; copied with the shards."""
+
+    name: str
+    bytes: int
+    sha256: str
+
+
+def index_name(split: str) -> str:
+    """The file name of a split's sample index (the one spelling of it)."""
+    return f"{split}-index.bin"
 
 
 @dataclass(frozen=True)
@@ -59,6 +75,7 @@ class Manifest:
     source: dict[str, Any] = field(default_factory=dict)
     stats_images: int = 0
     node: dict[str, Any] | None = None
+    index: IndexEntry | None = None
     format_version: int = FORMAT_VERSION
 
     @property
@@ -68,6 +85,8 @@ class Manifest:
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
         d["shards"] = [asdict(s) for s in self.shards]
+        if self.index is None:
+            del d["index"]
         return d
 
 
@@ -118,6 +137,14 @@ def parse_manifest(d: Any, where: str) -> Manifest:
     total = _need(d, "total_samples", int, where)
     if fmt == "shards" and total != sum(s.samples for s in shards):
         raise ManifestError(f"{where}: total_samples {total} != sum of shard samples")
+    index = None
+    if d.get("index") is not None:
+        w = f"{where}: index"
+        ix = _need(d, "index", dict, where)
+        index = IndexEntry(_need(ix, "name", str, w), _need(ix, "bytes", int, w),
+                           _need(ix, "sha256", str, w))
+        if not INDEX_NAME_RE.match(index.name) or index.bytes < 0 or not HEX64.match(index.sha256):
+            raise ManifestError(f"{w}: malformed name, size or sha256")
     classes = _need(d, "classes", list, where)
     if not all(isinstance(c, list) and len(c) == 2 for c in classes):
         raise ManifestError(f"{where}: classes must be [wnid, name] pairs")
@@ -128,7 +155,7 @@ def parse_manifest(d: Any, where: str) -> Manifest:
         shards=shards, list_file=d.get("list_file"), list_sha256=d.get("list_sha256"),
         errors=_need(d, "errors", int, where), error_log=d.get("error_log"),
         source=d.get("source") or {}, stats_images=int(d.get("stats_images", 0)),
-        node=d.get("node"),
+        node=d.get("node"), index=index,
         format_version=version,
     )
 
