@@ -302,18 +302,22 @@ def stage_to_node(src: Path, dst: Path, mode: str, split: str | None, seed: int,
 @split_option
 @click.option("--decode/--no-decode", default=True, show_default=True,
               help="Decode every image (slow) or check checksums and structure only.")
+@workers_option
 @quiet_option
 @json_option
-def verify(path: Path, split: str | None, decode: bool, quiet: bool, as_json: bool) -> None:
+def verify(path: Path, split: str | None, decode: bool, workers: int | None, quiet: bool,
+           as_json: bool) -> None:
     """Re-check a converted folder against its manifest, or a label-list file.
 
     Exit 0 when everything matches, 1 when problems were found (each printed on stderr).
+    Shards (or parts of them) and chunks of a list are checked by --workers processes; the
+    report is the same whatever their number.
     """
     from imgprep.verify import verify as run
 
     bar = _progress(quiet, "verify")
     try:
-        rep = run(path, split, decode, tick=bar.update)
+        rep = run(path, split, decode, tick=bar.update, workers=workers)
     except ImgprepError as e:
         bar.close()
         _fail(e)

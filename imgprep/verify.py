@@ -1,25 +1,44 @@
 """``imgprep verify``: re-check a conversion against its manifest, or any Chainer label list.
 
 Shards: size and sha256 against the manifest, sample count, every sample has ``.jpg`` and
-``.cls``, labels in range, every JPEG decodes to RGB at the converted size. Label lists: two
-tokens a line, path inside the root, label in range, file present and decodable.
+``.cls``, labels in range, every JPEG decodes to RGB at the converted size, no key twice.
+Label lists: two tokens a line, path inside the root, label in range, file present and
+decodable.
+
+The work is spread over ``workers`` processes: shards (or, when there are fewer shards than
+workers, interleaved parts of each shard) and chunks of list lines. Every problem carries its
+position, and the parent merges the results in input order, so the report is the same, line
+for line, whatever the worker count.
 """
 
 from __future__ import annotations
 
 import hashlib
 import io
-from collections.abc import Callable
+import multiprocessing as mp
+import os
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, TypeVar
 
-from PIL import Image
+from PIL import Image, UnidentifiedImageError
 
-from imgprep.errors import ShardError, UnsafeArchiveError
-from imgprep.manifest import Manifest, find_manifests, read_manifest, sha256_file
+from imgprep.errors import ImgprepError, ShardError, UnsafeArchiveError
+from imgprep.manifest import Manifest, ShardEntry, find_manifests, read_manifest, sha256_file
 from imgprep.shardio import iter_samples
 
 Tick = Callable[[int], None]
+J = TypeVar("J")
+R = TypeVar("R")
+END = 1 << 62  # position of a shard's closing problems (unreadable tail, wrong count)
+LIST_CHUNK = 2000  # label-list lines per task
+
+
+class VerifyError(ImgprepError, RuntimeError):
+    """A verify worker died (killed, out of memory): the check is incomplete."""
 
 
 @dataclass
@@ -36,11 +55,18 @@ class VerifyReport:
         return not self.problems
 
 
+def default_workers() -> int:
+    """The cores this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 def _check_image(data: bytes, size: int, resize: str) -> str | None:
     try:
         with Image.open(io.BytesIO(data)) as img:
             img.load()
             w, h, mode, fmt = img.width, img.height, img.mode, img.format
+    except UnidentifiedImageError:
+        return "does not decode (not an image file)"
     except (OSError, SyntaxError, ValueError) as e:
         return f"does not decode ({e})"
     if fmt != "JPEG" or mode != "RGB":
@@ -51,59 +77,189 @@ def _check_image(data: bytes, size: int, resize: str) -> str | None:
     return None
 
 
-def verify_shards(folder: Path, m: Manifest, decode: bool, tick: Tick) -> VerifyReport:
+def _parallel(fn: Callable[[J], R], jobs: Sequence[J], workers: int) -> Iterator[R]:
+    """``fn`` over ``jobs`` in forked processes, results in job order; inline for one worker."""
+    if workers <= 1 or len(jobs) <= 1:
+        yield from map(fn, jobs)
+        return
+    ex = ProcessPoolExecutor(min(workers, len(jobs)), mp_context=mp.get_context("fork"))
+    try:
+        futures: list[Future[R]] = [ex.submit(fn, j) for j in jobs]
+        for f in futures:
+            try:
+                yield f.result()
+            except BrokenProcessPool as e:
+                raise VerifyError(
+                    "a verify worker died (killed or out of memory): the check is incomplete; "
+                    "rerun imgprep verify, with fewer --workers if memory is short") from e
+    finally:
+        ex.shutdown(wait=True, cancel_futures=True)
+
+
+# ------------------------------------------------------------------------------------ shards
+
+
+@dataclass(frozen=True)
+class _ShardJob:
+    folder: Path
+    entry: ShardEntry
+    part: int  # this job checks samples i with i % parts == part; part 0 also the whole file
+    parts: int
+    size: int
+    resize: str
+    n_classes: int
+    decode: bool
+
+
+@dataclass
+class _ShardResult:
+    problems: list[tuple[int, int, str]] = field(default_factory=list)  # (sample, seq, message)
+    keys: list[str] = field(default_factory=list)  # part 0: every key, in order
+    count: int = 0
+    checked: int = 0  # samples this part looked at
+    void: bool = False  # part 0: the file itself is wrong, so sample checks do not count
+
+
+def _file_problem(job: _ShardJob) -> str | None:
+    s, path = job.entry, job.folder / job.entry.name
+    if not path.is_file():
+        return f"{s.name}: missing; restore it or reconvert"
+    if (nbytes := path.stat().st_size) != s.bytes:
+        return f"{s.name}: {nbytes} bytes, manifest says {s.bytes}"
+    if job.part == 0 and sha256_file(path) != s.sha256:
+        return f"{s.name}: sha256 differs from the manifest (corrupt copy)"
+    return None
+
+
+def _sample_problems(job: _ShardJob, key: str, fields: dict[str, bytes]) -> list[str]:
+    where = f"{job.entry.name}:{key}"
+    if "jpg" not in fields or "cls" not in fields:
+        return [f"{where}: has {sorted(fields)}, needs jpg and cls"]
+    out = []
+    try:
+        label = int(fields["cls"])
+    except ValueError:
+        label = -1
+    if not 0 <= label < job.n_classes:
+        out.append(f"{where}: label {fields['cls']!r} outside 0..{job.n_classes - 1}")
+    if job.decode and (why := _check_image(fields["jpg"], job.size, job.resize)):
+        out.append(f"{where}.jpg {why}")
+    return out
+
+
+def _check_shard(job: _ShardJob) -> _ShardResult:
+    res = _ShardResult()
+    if why := _file_problem(job):
+        res.void = True
+        if job.part == 0:
+            res.problems.append((-1, 0, why))
+        return res
+    seq = 0
+    try:
+        for i, (key, fields) in enumerate(iter_samples(job.folder / job.entry.name)):
+            res.count += 1
+            if job.part == 0:
+                res.keys.append(key)
+            if i % job.parts != job.part:
+                continue
+            res.checked += "jpg" in fields and "cls" in fields
+            for p in _sample_problems(job, key, fields):
+                seq += 1
+                res.problems.append((i, seq, p))
+    except (ShardError, UnsafeArchiveError) as e:
+        if job.part == 0:
+            res.problems.append((END, 0, f"{job.entry.name}: unreadable ({e})"))
+    if job.part == 0 and res.count != job.entry.samples:
+        res.problems.append((END, 1, f"{job.entry.name}: {res.count} samples, manifest says "
+                                     f"{job.entry.samples}"))
+    return res
+
+
+def verify_shards(folder: Path, m: Manifest, decode: bool, tick: Tick,
+                  workers: int = 1) -> VerifyReport:
+    """Check every shard of ``m`` in ``folder`` with ``workers`` processes."""
     rep = VerifyReport(str(folder / f"{m.split}.json"))
     t = m.options.get("transform", {})
     size, resize = int(t.get("size", 256)), str(t.get("resize", "center-crop"))
-    n_classes = len(m.classes)
+    parts = max(1, -(-workers // max(len(m.shards), 1))) if decode else 1
+    jobs = [_ShardJob(folder, s, k, parts, size, resize, len(m.classes), decode)
+            for s in m.shards for k in range(parts)]
     seen: set[str] = set()
-    for s in m.shards:
-        rep.checked += 1
-        path = folder / s.name
-        if not path.is_file():
-            rep.problems.append(f"{s.name}: missing; restore it or reconvert")
-            continue
-        nbytes = path.stat().st_size
-        if nbytes != s.bytes:
-            rep.problems.append(f"{s.name}: {nbytes} bytes, manifest says {s.bytes}")
-            continue
-        if sha256_file(path) != s.sha256:
-            rep.problems.append(f"{s.name}: sha256 differs from the manifest (corrupt copy)")
-            continue
-        count = 0
-        try:
-            for key, fields in iter_samples(path):
-                count += 1
-                where = f"{s.name}:{key}"
-                if key in seen:
-                    rep.problems.append(f"{where}: key appears in more than one place")
-                seen.add(key)
-                if "jpg" not in fields or "cls" not in fields:
-                    rep.problems.append(f"{where}: has {sorted(fields)}, needs jpg and cls")
-                    continue
-                try:
-                    label = int(fields["cls"])
-                except ValueError:
-                    label = -1
-                if not 0 <= label < n_classes:
-                    rep.problems.append(
-                        f"{where}: label {fields['cls']!r} outside 0..{n_classes - 1}")
-                if decode and (why := _check_image(fields["jpg"], size, resize)):
-                    rep.problems.append(f"{where}.jpg {why}")
-                tick(1)
-        except (ShardError, UnsafeArchiveError) as e:
-            rep.problems.append(f"{s.name}: unreadable ({e})")
-        if count != s.samples:
-            rep.problems.append(f"{s.name}: {count} samples, manifest says {s.samples}")
-        rep.samples += count
+    shard_parts: list[_ShardResult] = []
+    for job, res in zip(jobs, _parallel(_check_shard, jobs, workers), strict=True):
+        tick(res.checked)
+        shard_parts.append(res)
+        if job.part == job.parts - 1:
+            _merge_shard(rep, job.entry, shard_parts, seen)
+            shard_parts = []
     if rep.samples != m.total_samples and not rep.problems:
         rep.problems.append(f"{rep.samples} samples in all, manifest says {m.total_samples}")
     return rep
 
 
+def _merge_shard(rep: VerifyReport, s: ShardEntry, parts: list[_ShardResult],
+                 seen: set[str]) -> None:
+    rep.checked += 1
+    head = parts[0]
+    if head.void:
+        rep.problems.extend(p for _, _, p in head.problems)
+        return
+    found = [p for r in parts for p in r.problems]
+    for i, key in enumerate(head.keys):
+        if key in seen:
+            found.append((i, -1, f"{s.name}:{key}: key appears in more than one place"))
+        seen.add(key)
+    rep.problems.extend(p for _, _, p in sorted(found))
+    rep.samples += head.count
+
+
+# ------------------------------------------------------------------------------- label lists
+
+
+@dataclass(frozen=True)
+class _ListJob:
+    list_name: str
+    root: Path
+    first_line: int
+    lines: tuple[str, ...]
+    n_classes: int
+    size: int
+    resize: str
+    decode: bool
+
+
+def _check_lines(job: _ListJob) -> tuple[list[str], int]:
+    """(problems, readable entries) of one chunk of a label list."""
+    problems: list[str] = []
+    readable = 0
+    root_r = job.root.resolve()
+    for n, line in enumerate(job.lines, job.first_line):
+        where = f"{job.list_name}:{n}"
+        tokens = line.split()
+        if len(tokens) != 2:
+            problems.append(f"{where}: {len(tokens)} tokens, expected 'path label'")
+            continue
+        rel, lab = tokens
+        if not lab.lstrip("-").isdigit() or not 0 <= int(lab) < job.n_classes:
+            problems.append(f"{where}: label {lab!r} outside 0..{job.n_classes - 1}")
+        path = (job.root / rel).resolve()
+        if root_r not in path.parents:
+            problems.append(f"{where}: {rel} points outside {job.root}")
+            continue
+        try:
+            img = path.read_bytes()
+        except OSError as e:
+            problems.append(f"{where}: {rel} cannot be read ({e.strerror})")
+            continue
+        if job.decode and (why := _check_image(img, job.size, job.resize)):
+            problems.append(f"{where}: {rel} {why}")
+        readable += 1
+    return problems, readable
+
+
 def verify_list(list_file: Path, root: Path, n_classes: int, decode: bool, tick: Tick,
                 size: int = 256, resize: str = "center-crop",
-                expected_sha256: str | None = None) -> VerifyReport:
+                expected_sha256: str | None = None, workers: int = 1) -> VerifyReport:
     """Check a Chainer/Caffe ``path label`` file as LabeledImageDataset would read it."""
     rep = VerifyReport(str(list_file))
     try:
@@ -113,55 +269,49 @@ def verify_list(list_file: Path, root: Path, n_classes: int, decode: bool, tick:
         return rep
     if expected_sha256 and hashlib.sha256(data).hexdigest() != expected_sha256:
         rep.problems.append(f"{list_file.name}: sha256 differs from the manifest")
-    root_r = root.resolve()
-    for n, line in enumerate(data.decode("utf-8", errors="replace").splitlines(), 1):
-        rep.checked += 1
-        where = f"{list_file.name}:{n}"
-        tokens = line.split()
-        if len(tokens) != 2:
-            rep.problems.append(f"{where}: {len(tokens)} tokens, expected 'path label'")
-            continue
-        rel, lab = tokens
-        if not lab.lstrip("-").isdigit() or not 0 <= int(lab) < n_classes:
-            rep.problems.append(f"{where}: label {lab!r} outside 0..{n_classes - 1}")
-        path = (root / rel).resolve()
-        if root_r not in path.parents:
-            rep.problems.append(f"{where}: {rel} points outside {root}")
-            continue
-        try:
-            img = path.read_bytes()
-        except OSError as e:
-            rep.problems.append(f"{where}: {rel} cannot be read ({e.strerror})")
-            continue
-        if decode and (why := _check_image(img, size, resize)):
-            rep.problems.append(f"{where}: {rel} {why}")
-        rep.samples += 1
-        tick(1)
+    lines = data.decode("utf-8", errors="replace").splitlines()
+    chunk = max(1, min(LIST_CHUNK, -(-len(lines) // max(1, 4 * workers))))
+    jobs = [_ListJob(list_file.name, root, k + 1, tuple(lines[k:k + chunk]), n_classes, size,
+                     resize, decode) for k in range(0, len(lines), chunk)]
+    for job, (problems, readable) in zip(jobs, _parallel(_check_lines, jobs, workers),
+                                         strict=True):
+        rep.checked += len(job.lines)
+        rep.samples += readable
+        rep.problems.extend(problems)
+        tick(readable)
     return rep
 
 
+# ------------------------------------------------------------------------------- entry point
+
+
 def verify(path: Path, split: str | None = None, decode: bool = True,
-           tick: Tick = lambda n: None) -> VerifyReport:
-    """Verify a converted folder (every split's manifest, or ``split``'s) or a label-list file."""
+           tick: Tick = lambda n: None, workers: int | None = None) -> VerifyReport:
+    """Verify a converted folder (every split's manifest, or ``split``'s) or a label-list file.
+
+    ``workers`` processes share the work (default: every core this process may use); the
+    report does not depend on their number.
+    """
+    w = workers or default_workers()
     if path.is_file() and path.suffix == ".txt":
-        return verify_list(path, path.parent, 1000, decode, tick)
+        return verify_list(path, path.parent, 1000, decode, tick, workers=w)
     if path.is_dir() and split is None and len(found := find_manifests(path)) > 1:
-        reports = [_verify_manifest(p, decode, tick) for p in found]
+        reports = [_verify_manifest(p, decode, tick, w) for p in found]
         return VerifyReport(", ".join(r.target for r in reports),
                             sum(r.checked for r in reports), sum(r.samples for r in reports),
                             [p for r in reports for p in r.problems])
-    return _verify_manifest(path if split is None else path / f"{split}.json", decode, tick)
+    return _verify_manifest(path if split is None else path / f"{split}.json", decode, tick, w)
 
 
-def _verify_manifest(path: Path, decode: bool, tick: Tick) -> VerifyReport:
+def _verify_manifest(path: Path, decode: bool, tick: Tick, workers: int) -> VerifyReport:
     m = read_manifest(path)
     folder = path if path.is_dir() else path.parent
     if m.format == "shards":
-        return verify_shards(folder, m, decode, tick)
-    t = m.options.get("transform", {})
+        return verify_shards(folder, m, decode, tick, workers)
+    t: dict[str, Any] = m.options.get("transform", {})
     rep = verify_list(folder / (m.list_file or f"{m.split}.txt"), folder, len(m.classes), decode,
                       tick, int(t.get("size", 256)), str(t.get("resize", "center-crop")),
-                      m.list_sha256)
+                      m.list_sha256, workers)
     if rep.samples != m.total_samples:
         rep.problems.append(f"{rep.samples} readable entries, manifest says {m.total_samples}")
     return rep
