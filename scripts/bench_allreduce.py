@@ -33,7 +33,7 @@ every iteration (outside the timer), so values stay bounded. Rank 0 gathers the 
 parent prints a table, then one JSON object with every figure as the last line of stdout.
 
 Target: bf16 all-reduce of ResNet-50's gradients >= 1.3 x faster than fp32 (fp32 time / bf16
-time, the all-reduce itself, as DESIGN.md's floor table measures it). What a compression hook
+time, the all-reduce itself, timed alone, without the casts). What a compression hook
 pays on top, the casts in and out, is reported beside it: with a fresh buffer per step, and
 into a kept one (what the trainer's hook does); fp16 likewise. Linux only.
 
