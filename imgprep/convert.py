@@ -22,15 +22,22 @@ import signal
 import time
 import traceback
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from imgprep import __version__
+from imgprep import __version__, outdir
 from imgprep.assign import balanced_split, node_shards
-from imgprep.errors import ImageError, ImgprepError, OutputError, WaitTimeout
+from imgprep.errors import (
+    ImageError,
+    ImgprepError,
+    LabelError,
+    OutputError,
+    SourceFormatError,
+    WaitTimeout,
+)
 from imgprep.fsutil import (
     ensure_writable_dir,
     fsync_dir,
@@ -38,16 +45,23 @@ from imgprep.fsutil import (
     write_bytes_atomic,
     write_json_atomic,
 )
-from imgprep.groundtruth import load_ground_truth, resolve_labels
+from imgprep.groundtruth import UNKNOWN, load_ground_truth, resolve_labels, unknown_wnid_reason
 from imgprep.manifest import (
     SHARD_NAME_RE,
     Manifest,
+    NodeSection,
     ShardEntry,
-    manifest_path,
     sha256_file,
     write_manifest,
 )
-from imgprep.sources import Listing, SourceReader, list_source
+from imgprep.sources import (
+    VAL_PREFIX,
+    Listing,
+    SourceReader,
+    list_source,
+    split_folders,
+    split_of_name,
+)
 from imgprep.synsets import ClassTable, load_class_table
 from imgprep.transform import TransformOptions, center_pixels, channel_sums, convert_image
 from imgprep.world import World
@@ -59,8 +73,9 @@ WAIT_POLL_S = 0.5
 LIST_CHUNK = 1000
 RECORD_VERSION = 1  # bump when a task record's meaning changes: old records are then redone
 STATS_EVERY = 4  # per-channel mean/std from every 4th image in key order (1/4 the cost)
-STATE_DIR = ".imgprep"
+STATE_DIR = outdir.STATE_DIR
 Progress = Callable[[int], None]
+Notify = Callable[[str], None]
 
 
 @dataclass(frozen=True)
@@ -82,6 +97,8 @@ class ConvertOptions:
     meta: bool = True
     mode: str = "shared"
     wait_timeout: float = 3600.0
+    overwrite: bool = False  # replace a finished split converted from other inputs/options
+    label_offset: int = 0  # subtracted from the labels of a 'name label' ground truth
 
 
 @dataclass(frozen=True)
@@ -135,25 +152,47 @@ class TaskResult:
     resumed: bool = False
 
 
-def infer_split(listing: Listing, has_labels: bool) -> str:
-    """``val`` when ground truth is given or every key is a validation name, else ``train``."""
+def _val_rows(listing: Listing) -> np.ndarray:
+    return np.flatnonzero(np.char.startswith(listing.key, VAL_PREFIX.encode()))
+
+
+def infer_split(listing: Listing, has_labels: bool, source: Path | None = None) -> str:
+    """``val`` when ground truth is given, the input is named as a split (``val/``,
+    ``Validation/``, ``train/`` …, any case), or every key is a validation name; else train."""
     if has_labels:
         return "val"
-    if len(listing) and all(bytes(k).startswith(b"ILSVRC2012_val_") for k in listing.key):
+    named = split_of_name(source.name) if source is not None else None
+    if named is not None:
+        return named
+    if len(listing) and len(_val_rows(listing)) == len(listing):
         return "val"
     return "train"
 
 
-def plan_tasks(n: int, opts: ConvertOptions, split: str) -> tuple[Task, ...]:
-    """Shards: a seeded permutation cut into near-equal parts. Lists: key order in chunks."""
+def check_no_val_in_train(listing: Listing) -> None:
+    """Validation images (``ILSVRC2012_val_*``) never go into an inferred train split."""
+    rows = _val_rows(listing)
+    if len(rows):
+        raise SourceFormatError(
+            f"{listing.root} would be the train split but holds {len(rows)} validation images "
+            f"(ILSVRC2012_val_*, first: {listing.root}/{listing.member_str(int(rows[0]))}): "
+            "train and val look merged; convert the val images on their own (--split val), "
+            "or pass --split train to put them into the train split on purpose")
+
+
+def plan_tasks(rows: int | np.ndarray, opts: ConvertOptions, split: str) -> tuple[Task, ...]:
+    """Shards: a seeded permutation cut into near-equal parts. Lists: key order in chunks.
+    ``rows``: the listing rows to convert (an int n: all of 0..n-1)."""
+    rows = np.arange(rows) if isinstance(rows, int) else np.asarray(rows)
+    n = len(rows)
     if opts.format == "list":
         return tuple(
-            Task(i, f"{split}-chunk-{i:06d}", np.arange(s, min(s + LIST_CHUNK, n)))
+            Task(i, f"{split}-chunk-{i:06d}", rows[s:s + LIST_CHUNK])
             for i, s in enumerate(range(0, n, LIST_CHUNK))
         )
     count = opts.num_shards or max(1, math.ceil(n / opts.shard_size))
     count = min(count, max(n, 1))
-    perm = np.random.default_rng(opts.seed).permutation(n)
+    perm = rows[np.random.default_rng(opts.seed).permutation(n)]
     return tuple(
         Task(i, f"{split}-{i:06d}.tar", part) for i, part in enumerate(np.array_split(perm, count))
     )
@@ -183,12 +222,17 @@ def make_plan(opts: ConvertOptions) -> Plan:
     """List the source, label every image and cut the work into tasks (no image is decoded)."""
     if opts.format not in OUTPUT_FORMATS:
         raise ValueError(f"format must be one of {OUTPUT_FORMATS}")
+    if opts.label_offset and not opts.labels:
+        raise LabelError(f"--label-offset {opts.label_offset} shifts the labels of --labels, "
+                         "and none was given; pass the ground truth or drop --label-offset")
     classes = load_class_table(opts.classes)
     listing = list_source(opts.input)
-    truth = load_ground_truth(opts.labels, classes) if opts.labels else None
+    truth = load_ground_truth(opts.labels, classes, opts.label_offset) if opts.labels else None
     labels = resolve_labels(listing, classes, truth)
-    split = opts.split or infer_split(listing, bool(opts.labels))
-    tasks = plan_tasks(len(listing), opts, split)
+    split = opts.split or infer_split(listing, bool(opts.labels), opts.input)
+    if opts.split is None and split == "train":
+        check_no_val_in_train(listing)
+    tasks = plan_tasks(np.flatnonzero(labels != UNKNOWN), opts, split)
     return Plan(opts, split, listing, labels, classes, tasks,
                 _fingerprint(opts, split, listing, labels, classes))
 
@@ -411,7 +455,7 @@ def _mean_std(sums: np.ndarray) -> tuple[list[float], list[float]]:
 
 
 def _finalise(plan: Plan, results: list[TaskResult], extra_errors: list[dict[str, str]],
-              node: dict[str, Any] | None = None) -> tuple[Path | None, Path | None, int]:
+              node: NodeSection | None = None) -> tuple[Path | None, Path | None, int]:
     opts, split, out = plan.opts, plan.split, plan.opts.out
     results = sorted(results, key=lambda r: r.index)
     errors = extra_errors + [e for r in results for e in r.errors]
@@ -455,19 +499,6 @@ def _finalise(plan: Plan, results: list[TaskResult], extra_errors: list[dict[str
                 "skipped_non_images": lst.skipped},
     )
     return write_manifest(out, manifest), (log if errors else None), len(errors)
-
-
-def _drop_stale_manifest(plan: Plan) -> None:
-    """A manifest from a run with other inputs or options no longer describes the folder."""
-    path = manifest_path(plan.opts.out, plan.split)
-    try:
-        old = json.loads(path.read_text("utf-8"))
-    except (OSError, ValueError):
-        old = None
-    if isinstance(old, dict) and old.get("options", {}).get("fingerprint") == plan.fingerprint:
-        return
-    with contextlib.suppress(FileNotFoundError):
-        path.unlink()
 
 
 def assigned_tasks(plan: Plan, world: World) -> tuple[list[Task], list[Task]]:
@@ -515,48 +546,155 @@ def _wait_for_records(plan: Plan, tasks: list[Task], world: World) -> list[TaskR
         time.sleep(WAIT_POLL_S)
 
 
-def _node_info(plan: Plan, world: World, held: list[Task]) -> dict[str, Any] | None:
+def _node_info(plan: Plan, world: World) -> NodeSection | None:
     if plan.opts.mode != "partition" or not world.is_distributed:
         return None
     # The whole set's shards with their planned sample counts: loaders on any node compute
     # every node's share from them (exact unless a node lost images to errors).
-    return {"node_rank": world.node_rank, "num_nodes": world.num_nodes, "mode": "partition",
-            "seed": plan.opts.seed, "shards": len(plan.tasks),
-            "planned_samples": len(plan.listing),
-            "all_shards": [[t.name, len(t.items)] for t in plan.tasks]}
+    return NodeSection(world.node_rank, world.num_nodes, "partition", plan.opts.seed,
+                       sum(len(t.items) for t in plan.tasks), len(plan.tasks),
+                       tuple((t.name, len(t.items)) for t in plan.tasks))
+
+
+def _wanted(plan: Plan) -> outdir.Wanted:
+    lst = plan.listing
+    return outdir.Wanted(
+        plan.opts.out, plan.split, plan.opts.format, _options_json(plan.opts, plan.split),
+        plan.fingerprint, plan.classes.to_json(),
+        {"kind": lst.kind, "name": Path(lst.root).name, "images": len(lst)}, __version__)
+
+
+def check_folder(plan: Plan) -> Any:
+    """Refuse to replace another finished conversion of the split (OutputExistsError) unless
+    ``--overwrite``; returns the manifest that ``--overwrite`` replaces, or None."""
+    want = _wanted(plan)
+    outdir.check_shared_classes(want)
+    return outdir.check_folder(want, plan.opts.overwrite)
+
+
+def _prepare_folder(plan: Plan, world: World, held: list[Task], notify: Notify) -> None:
+    """The finaliser's clean-up before converting: a split that ``--overwrite`` replaces,
+    leftovers of this split (temporary files, shards no longer planned, another format's
+    files); other splits' files are never touched."""
+    opts = plan.opts
+    replaced = check_folder(plan)
+    if replaced is not None:
+        notify(outdir.remove_split(opts.out, replaced, plan.split))
+    # Other ranks may be writing their tasks' temporary files right now: keep those.
+    busy = {t.name for t in plan.tasks} if world.is_distributed else set()
+    sweep_tmp(opts.out, busy | outdir.other_tmp_files(opts.out, plan.split))
+    sweep_tmp(plan.state_dir, {f"{n}.json" for n in busy} | {f"{n}.mean.npy" for n in busy})
+    other = "list" if opts.format == "shards" else "shards"
+    keep = {f"{plan.split}-errors.jsonl", f"{plan.split}.json"}
+    outdir.remove_format(opts.out, plan.split, other, keep)
+    _drop_stale_outputs(plan, {t.name for t in held})
+
+
+def _unknown_errors(plan: Plan) -> list[dict[str, str]]:
+    lst = plan.listing
+    return [{"source": f"{lst.root}/{lst.member_str(i)}", "key": lst.key_str(i),
+             "reason": unknown_wnid_reason(lst.key_str(i).partition("_")[0])}
+            for i in np.flatnonzero(plan.labels == UNKNOWN).tolist()]
+
+
+def unknown_wnids(plan: Plan) -> dict[str, int]:
+    """{wnid: images} of images named with a wnid outside the class table (logged errors)."""
+    rows = np.flatnonzero(plan.labels == UNKNOWN).tolist()
+    wnids = [plan.listing.key_str(i).partition("_")[0] for i in rows]
+    return {w: wnids.count(w) for w in sorted(set(wnids))}
 
 
 def convert(opts: ConvertOptions, world: World | None = None, progress: Progress | None = None,
-            on_plan: Callable[[Plan, int], None] | None = None) -> dict[str, Any]:
-    """Run a conversion (resuming what a previous run finished); returns the summary.
+            on_plan: Callable[[Plan, int], None] | None = None,
+            notify: Notify | None = None) -> dict[str, Any]:
+    """Run a conversion of one split (resuming what a previous run finished); returns the
+    summary. A folder holding split folders (``train/`` and ``val/``) is refused, naming
+    them: ``convert_splits`` converts each into its own manifest.
 
     With a distributed ``world`` (launched by mpirun, srun or torchrun), every rank computes
     the same plan and converts only its share (``assigned_tasks``); rank 0 (in partition mode,
     each node's local rank 0) waits for the others' task records, then writes the manifest, so
     the output is byte-identical to a single-process run. ``on_plan(plan, remaining_images)``
-    is called once the work is known (for a progress bar). The manifest is written only when
-    errors <= ``opts.max_errors``; ``summary["complete"]`` says whether this rank's job is done.
+    is called once the work is known (for a progress bar); ``notify(line)`` with what was
+    removed (``--overwrite``). The manifest is written only when errors <= ``opts.max_errors``;
+    ``summary["complete"]`` says whether this rank's job is done.
     """
+    parts = split_inputs(opts)
+    if len(parts) > 1:
+        names = " and ".join(str(p.input) for p in parts)
+        raise SourceFormatError(
+            f"{opts.input} holds the splits {names}; convert each into its own manifest: "
+            f"imgprep convert {opts.input} -o {opts.out} does both, or pass --split")
+    return convert_splits(opts, world, progress, on_plan, notify)[0]
+
+
+def split_inputs(opts: ConvertOptions, notify: Notify | None = None) -> list[ConvertOptions]:
+    """One ConvertOptions per split: the input itself, or each split folder of a folder that
+    holds them (``train/``, ``val/``, ``validation/``, ``ILSVRC2012_img_val.tar`` …, any
+    case; ``--split`` picks one). ``--labels`` go to the val split."""
+    found, others = split_folders(opts.input)
+    if not found:
+        return [opts]
+    if opts.split is not None:
+        if opts.split not in found:
+            raise SourceFormatError(
+                f"{opts.input} holds {', '.join(p.name for p in found.values())} but no "
+                f"{opts.split} folder; point INPUT at the {opts.split} images")
+        found = {opts.split: found[opts.split]}
+    if opts.labels and "val" not in found:
+        raise LabelError(f"--labels is validation ground truth, but {opts.input} holds no val "
+                         "folder; drop --labels or point INPUT at the val images")
+    skipped = [p for p in others if p.is_dir() or p.name.lower().endswith((".tar", ".jpeg",
+                                                                            ".jpg", ".png"))]
+    if skipped and notify is not None:
+        notify(f"not converted (not a train or val folder): "
+               f"{', '.join(str(p) for p in skipped)}; convert it on its own if you need it")
+    return [replace(opts, input=p, split=s, labels=opts.labels if s == "val" else (),
+                    label_offset=opts.label_offset if s == "val" else 0)
+            for s, p in sorted(found.items(), key=lambda kv: kv[0] != "train")]
+
+
+def convert_splits(opts: ConvertOptions, world: World | None = None,
+                   progress: Progress | None = None,
+                   on_plan: Callable[[Plan, int], None] | None = None,
+                   notify: Notify | None = None) -> list[dict[str, Any]]:
+    """Convert every split of ``opts.input`` (see ``split_inputs``), each into its own
+    manifest, planning and checking all of them before converting any; one summary each.
+    A run that fails leaves no output folder it created behind if it wrote nothing."""
     world = world or World()
+    say = notify or (lambda line: None)
     if opts.mode not in RANK_MODES:
         raise ValueError(f"mode must be one of {RANK_MODES}")
     if opts.mode == "partition" and opts.format != "shards":
         raise OutputError("--mode partition writes node-local shards; use --format shards")
-    t0 = time.perf_counter()
     check_out_not_input(opts)
-    ensure_writable_dir(opts.out)
-    plan = make_plan(opts)
-    check_out_not_input(opts, plan.split)
+    created = outdir.created_dirs(opts.out / STATE_DIR)  # with --out and its missing parents
+    try:
+        parts = split_inputs(opts, say if _is_finaliser(opts, world) else None)
+        ensure_writable_dir(opts.out)
+        plans = [make_plan(o) for o in parts]
+        created[:0] = [p.state_dir for p in plans if not p.state_dir.exists()]
+        if len({p.split for p in plans}) < len(plans):
+            raise SourceFormatError(f"{opts.input}: two inputs give the same split; "
+                                    "convert them one at a time")
+        for plan in plans:
+            check_out_not_input(plan.opts, plan.split)
+            check_folder(plan)
+        return [_convert_plan(plan, world, progress, on_plan, say) for plan in plans]
+    except BaseException:
+        outdir.remove_if_empty(created)  # nothing new is left behind by a failed run
+        raise
+
+
+def _convert_plan(plan: Plan, world: World, progress: Progress | None,
+                  on_plan: Callable[[Plan, int], None] | None, notify: Notify) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    opts = plan.opts
     mine, held = assigned_tasks(plan, world)
     finaliser = _is_finaliser(opts, world)
-    plan.state_dir.mkdir(parents=True, exist_ok=True)
     if finaliser:
-        # Other ranks may be writing their tasks' temporary files right now: keep those.
-        busy = {t.name for t in plan.tasks} if world.is_distributed else set()
-        sweep_tmp(opts.out, busy)
-        sweep_tmp(plan.state_dir, {f"{n}.json" for n in busy} | {f"{n}.mean.npy" for n in busy})
-        _drop_stale_manifest(plan)
-        _drop_stale_outputs(plan, {t.name for t in held})
+        _prepare_folder(plan, world, held, notify)
+    plan.state_dir.mkdir(parents=True, exist_ok=True)
     done: list[TaskResult] = []
     todo: list[Task] = []
     for t in mine:
@@ -578,11 +716,20 @@ def convert(opts: ConvertOptions, world: World | None = None, progress: Progress
         root = plan.listing.root
         listing_errors = [{"source": f"{root}/{e.source}" if e.source else root, "key": "",
                            "reason": e.reason} for e in plan.listing.errors]
+        listing_errors += _unknown_errors(plan)
         if opts.mode == "partition" and world.node_rank != 0:
             listing_errors = []  # reported once, by node 0
         manifest, log, n_errors = _finalise(plan, results, listing_errors,
-                                            _node_info(plan, world, held))
-    seconds = time.perf_counter() - t0
+                                            _node_info(plan, world))
+    return _summary(plan, world, finaliser, results, fresh, done, (mine, held),
+                    (manifest, log, n_errors), time.perf_counter() - t0)
+
+
+def _summary(plan: Plan, world: World, finaliser: bool, results: list[TaskResult],
+             fresh: list[TaskResult], done: list[TaskResult],
+             tasks: tuple[list[Task], list[Task]], final: tuple[Path | None, Path | None, int],
+             seconds: float) -> dict[str, Any]:
+    opts, (mine, held), (manifest, log, n_errors) = plan.opts, tasks, final
     converted_now = sum(r.samples for r in fresh)
     return {
         "complete": manifest is not None if finaliser else True,
@@ -599,6 +746,7 @@ def convert(opts: ConvertOptions, world: World | None = None, progress: Progress
         "samples": sum(r.samples for r in results),
         "errors": n_errors,
         "max_errors": opts.max_errors,
+        "unknown_wnids": unknown_wnids(plan),
         "skipped_non_images": plan.listing.skipped,
         "tasks": len(held),
         "tasks_mine": len(mine),
@@ -641,5 +789,3 @@ def _drop_stale_outputs(plan: Plan, keep: set[str]) -> int:
         with contextlib.suppress(FileNotFoundError):
             p.unlink()
     return len(stale)
-
-
