@@ -1,8 +1,7 @@
-"""``imgprep convert``: plan the output, convert in parallel, resume, finalise.
+"""``imgprep convert``: plan the output (``imgprep.plan``), convert in parallel, resume,
+finalise.
 
-The plan is a pure function of (listing, labels, options): samples are sorted by key, then a
-seeded permutation over ALL classes spreads them across shards (label lists keep key order in
-fixed-size chunks). Each shard or chunk is a task; a task's output depends on nothing but its
+Each shard or chunk of the plan is a task; a task's output depends on nothing but its
 own samples, so the bytes are the same for any worker count. A finished task leaves a small
 record under ``<out>/.imgprep/``; a rerun skips tasks whose record and files still verify and
 redoes the rest. The manifest is written last.
@@ -11,18 +10,11 @@ redoes the rest. The manifest is written last.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import hashlib
 import json
-import math
-import multiprocessing as mp
-import os
-import queue
-import signal
 import time
-import traceback
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -30,14 +22,7 @@ import numpy as np
 
 from imgprep import __version__, outdir
 from imgprep.assign import balanced_split, node_shards
-from imgprep.errors import (
-    ImageError,
-    ImgprepError,
-    LabelError,
-    OutputError,
-    SourceFormatError,
-    WaitTimeout,
-)
+from imgprep.errors import ImageError, OutputError, SourceFormatError, WaitTimeout
 from imgprep.fsutil import (
     ensure_writable_dir,
     fsync_dir,
@@ -45,7 +30,6 @@ from imgprep.fsutil import (
     write_bytes_atomic,
     write_json_atomic,
 )
-from imgprep.groundtruth import UNKNOWN, load_ground_truth, resolve_labels, unknown_wnid_reason
 from imgprep.manifest import (
     SHARD_NAME_RE,
     Manifest,
@@ -54,187 +38,38 @@ from imgprep.manifest import (
     sha256_file,
     write_manifest,
 )
-from imgprep.sources import (
-    VAL_PREFIX,
-    Listing,
-    SourceReader,
-    list_source,
-    split_folders,
-    split_of_name,
+from imgprep.plan import (
+    OUTPUT_FORMATS,
+    RANK_MODES,
+    STATE_DIR,
+    ConvertOptions,
+    Notify,
+    Plan,
+    Task,
+    TaskResult,
+    check_folder,
+    check_out_not_input,
+    infer_split,
+    make_plan,
+    options_json,
+    plan_tasks,
+    split_inputs,
+    unknown_errors,
+    unknown_wnids,
 )
-from imgprep.synsets import ClassTable, load_class_table
-from imgprep.transform import TransformOptions, center_pixels, channel_sums, convert_image
+from imgprep.pool import run_pool
+from imgprep.sources import SourceReader
+from imgprep.transform import center_pixels, channel_sums, convert_image
 from imgprep.world import World
 from imgprep.writers import ShardWriter, write_list_image
 
-OUTPUT_FORMATS = ("shards", "list")
-RANK_MODES = ("shared", "partition")
+__all__ = ["OUTPUT_FORMATS", "STATE_DIR", "ConvertOptions", "Plan", "Task", "TaskResult",
+           "assigned_tasks", "convert", "convert_splits", "infer_split", "make_plan",
+           "plan_tasks", "split_inputs"]
+
 WAIT_POLL_S = 0.5
-LIST_CHUNK = 1000
-RECORD_VERSION = 1  # bump when a task record's meaning changes: old records are then redone
 STATS_EVERY = 4  # per-channel mean/std from every 4th image in key order (1/4 the cost)
-STATE_DIR = outdir.STATE_DIR
 Progress = Callable[[int], None]
-Notify = Callable[[str], None]
-
-
-@dataclass(frozen=True)
-class ConvertOptions:
-    """Everything ``imgprep convert`` needs; the output is a pure function of these."""
-
-    input: Path
-    out: Path
-    format: str = "shards"
-    split: str | None = None
-    labels: tuple[Path, ...] = ()
-    classes: Path | None = None
-    transform: TransformOptions = field(default_factory=TransformOptions)
-    shard_size: int = 1250
-    num_shards: int | None = None
-    seed: int = 0
-    workers: int = 1
-    max_errors: int = 0
-    meta: bool = True
-    mode: str = "shared"
-    wait_timeout: float = 3600.0
-    overwrite: bool = False  # replace a finished split converted from other inputs/options
-    label_offset: int = 0  # subtracted from the labels of a 'name label' ground truth
-
-
-@dataclass(frozen=True)
-class Task:
-    """One shard (or one chunk of a label list) and the listing rows it holds, in order."""
-
-    index: int
-    name: str
-    items: np.ndarray
-
-
-@dataclass(frozen=True)
-class Plan:
-    opts: ConvertOptions
-    split: str
-    listing: Listing
-    labels: np.ndarray
-    classes: ClassTable
-    tasks: tuple[Task, ...]
-    fingerprint: str
-
-    @property
-    def state_dir(self) -> Path:
-        return self.opts.out / STATE_DIR / self.split
-
-    def record_path(self, task: Task) -> Path:
-        return self.state_dir / f"{task.name}.json"
-
-    def mean_path(self, task: Task) -> Path:
-        return self.state_dir / f"{task.name}.mean.npy"
-
-    @property
-    def wants_mean_image(self) -> bool:
-        return self.opts.format == "list" and self.split == "train"
-
-
-@dataclass
-class TaskResult:
-    """What a finished task produced; stored as its record so a rerun can skip it."""
-
-    index: int
-    name: str
-    fingerprint: str
-    samples: int = 0
-    bytes: int = 0
-    sha256: str = ""
-    sums: list[list[int]] = field(default_factory=lambda: [[0, 0, 0]] * 3)
-    stats_images: int = 0
-    errors: list[dict[str, str]] = field(default_factory=list)
-    files: list[list[Any]] = field(default_factory=list)
-    resumed: bool = False
-
-
-def _val_rows(listing: Listing) -> np.ndarray:
-    return np.flatnonzero(np.char.startswith(listing.key, VAL_PREFIX.encode()))
-
-
-def infer_split(listing: Listing, has_labels: bool, source: Path | None = None) -> str:
-    """``val`` when ground truth is given, the input is named as a split (``val/``,
-    ``Validation/``, ``train/`` …, any case), or every key is a validation name; else train."""
-    if has_labels:
-        return "val"
-    named = split_of_name(source.name) if source is not None else None
-    if named is not None:
-        return named
-    if len(listing) and len(_val_rows(listing)) == len(listing):
-        return "val"
-    return "train"
-
-
-def check_no_val_in_train(listing: Listing) -> None:
-    """Validation images (``ILSVRC2012_val_*``) never go into an inferred train split."""
-    rows = _val_rows(listing)
-    if len(rows):
-        raise SourceFormatError(
-            f"{listing.root} would be the train split but holds {len(rows)} validation images "
-            f"(ILSVRC2012_val_*, first: {listing.root}/{listing.member_str(int(rows[0]))}): "
-            "train and val look merged; convert the val images on their own (--split val), "
-            "or pass --split train to put them into the train split on purpose")
-
-
-def plan_tasks(rows: int | np.ndarray, opts: ConvertOptions, split: str) -> tuple[Task, ...]:
-    """Shards: a seeded permutation cut into near-equal parts. Lists: key order in chunks.
-    ``rows``: the listing rows to convert (an int n: all of 0..n-1)."""
-    rows = np.arange(rows) if isinstance(rows, int) else np.asarray(rows)
-    n = len(rows)
-    if opts.format == "list":
-        return tuple(
-            Task(i, f"{split}-chunk-{i:06d}", rows[s:s + LIST_CHUNK])
-            for i, s in enumerate(range(0, n, LIST_CHUNK))
-        )
-    count = opts.num_shards or max(1, math.ceil(n / opts.shard_size))
-    count = min(count, max(n, 1))
-    perm = rows[np.random.default_rng(opts.seed).permutation(n)]
-    return tuple(
-        Task(i, f"{split}-{i:06d}.tar", part) for i, part in enumerate(np.array_split(perm, count))
-    )
-
-
-def _fingerprint(opts: ConvertOptions, split: str, listing: Listing, labels: np.ndarray,
-                 classes: ClassTable) -> str:
-    h = hashlib.sha256()
-    h.update(f"imgprep {__version__} records {RECORD_VERSION}".encode())
-    h.update(json.dumps(_options_json(opts, split), sort_keys=True).encode())
-    h.update(json.dumps(classes.to_json()).encode())
-    for arr in (listing.key, listing.size, labels):
-        h.update(np.ascontiguousarray(arr).tobytes())
-    return h.hexdigest()
-
-
-def _options_json(opts: ConvertOptions, split: str) -> dict[str, Any]:
-    """The options that decide the output bytes (not paths, worker counts or error policy)."""
-    return {
-        "format": opts.format, "split": split, "seed": opts.seed, "meta": opts.meta,
-        "shard_size": opts.shard_size, "num_shards": opts.num_shards,
-        "transform": asdict(opts.transform),
-    }
-
-
-def make_plan(opts: ConvertOptions) -> Plan:
-    """List the source, label every image and cut the work into tasks (no image is decoded)."""
-    if opts.format not in OUTPUT_FORMATS:
-        raise ValueError(f"format must be one of {OUTPUT_FORMATS}")
-    if opts.label_offset and not opts.labels:
-        raise LabelError(f"--label-offset {opts.label_offset} shifts the labels of --labels, "
-                         "and none was given; pass the ground truth or drop --label-offset")
-    classes = load_class_table(opts.classes)
-    listing = list_source(opts.input)
-    truth = load_ground_truth(opts.labels, classes, opts.label_offset) if opts.labels else None
-    labels = resolve_labels(listing, classes, truth)
-    split = opts.split or infer_split(listing, bool(opts.labels), opts.input)
-    if opts.split is None and split == "train":
-        check_no_val_in_train(listing)
-    tasks = plan_tasks(np.flatnonzero(labels != UNKNOWN), opts, split)
-    return Plan(opts, split, listing, labels, classes, tasks,
-                _fingerprint(opts, split, listing, labels, classes))
 
 
 # ---------------------------------------------------------------------------- one task
@@ -354,90 +189,11 @@ def load_done(plan: Plan, task: Task, checksum: bool = True) -> TaskResult | Non
 # ---------------------------------------------------------------------------- the pool
 
 
-def _die_with_parent(parent: int) -> None:
-    """Ask Linux to SIGKILL this worker when the parent dies (a kill -9 leaves no orphans).
-    A parent killed between fork and this call is caught by the parent-pid check."""
-    with contextlib.suppress(OSError, AttributeError):
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    if os.getppid() != parent:
-        os._exit(1)
-
-
-def _worker_main(plan: Plan, tasks: Any, results: Any, counts: Any, k: int,
-                 parent: int) -> None:
-    _die_with_parent(parent)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-    def tick() -> None:  # this worker's own slot: no lock that a killed worker could hold
-        counts[k] += 1
-
-    while True:
-        index = tasks.get()
-        if index is None:
-            return
-        try:
-            results.put(("ok", run_task(plan, plan.tasks[index], tick)))
-        except ImgprepError as e:
-            results.put(("error", index, e))
-        except Exception as e:  # a bug: ship the traceback to the parent, which re-raises
-            results.put(("bug", index, f"{type(e).__name__}: {e}\n{traceback.format_exc()}"))
-
-
 def run_tasks(plan: Plan, todo: Sequence[Task], workers: int,
               progress: Progress | None = None) -> list[TaskResult]:
     """Run ``todo`` on ``workers`` forked processes (in-process when 1); results unordered."""
-    report = progress or (lambda n: None)
-    if workers <= 1 or len(todo) <= 1:
-        return [run_task(plan, t, lambda: report(1)) for t in todo]
-    ctx = mp.get_context("fork")
-    counts = ctx.Array("q", max(1, workers), lock=False)
-    tasks_q, results_q = ctx.Queue(), ctx.Queue()
-    for t in todo:
-        tasks_q.put(t.index)
-    n_procs = min(workers, len(todo))
-    for _ in range(n_procs):
-        tasks_q.put(None)
-    procs = [ctx.Process(target=_worker_main, name=f"imgprep-convert-{k}", daemon=True,
-                         args=(plan, tasks_q, results_q, counts, k, os.getpid()))
-             for k in range(n_procs)]
-    for p in procs:
-        p.start()
-    out: list[TaskResult] = []
-    seen = 0
-    try:
-        while len(out) < len(todo):
-            try:
-                msg = results_q.get(timeout=0.2)
-            except queue.Empty:
-                dead = [p for p in procs if p.exitcode not in (None, 0)]
-                if dead or all(p.exitcode is not None for p in procs):
-                    code = dead[0].exitcode if dead else 0
-                    raise ImgprepError(
-                        f"a convert worker died (exit code {code}) with {len(todo) - len(out)} "
-                        "tasks unfinished; rerun the same command to resume"
-                    ) from None
-            else:
-                if msg[0] == "ok":
-                    out.append(msg[1])
-                elif msg[0] == "error":
-                    raise msg[2]
-                else:
-                    raise RuntimeError(f"convert worker failed on task {msg[1]}: {msg[2]}")
-            now = sum(counts)
-            if now > seen:
-                report(now - seen)
-                seen = now
-    finally:
-        for p in procs:
-            if p.is_alive() and len(out) < len(todo):
-                p.terminate()
-        for p in procs:
-            p.join(timeout=10)
-    now = sum(counts)
-    if now > seen:
-        report(now - seen)
-    return out
+    return run_pool(lambda index, tick: run_task(plan, plan.tasks[index], tick),
+                    [t.index for t in todo], workers, progress)
 
 
 # ---------------------------------------------------------------------------- finalising
@@ -491,7 +247,7 @@ def _finalise(plan: Plan, results: list[TaskResult], extra_errors: list[dict[str
     fsync_dir(out)  # every shard's rename is on disk before the manifest names it
     manifest = Manifest(
         split=split, format=opts.format, total_samples=total, classes=plan.classes.to_json(),
-        mean=mean, std=std, options={**_options_json(opts, split), "fingerprint": plan.fingerprint},
+        mean=mean, std=std, options={**options_json(opts, split), "fingerprint": plan.fingerprint},
         tool_version=__version__, shards=shards, list_file=list_file, list_sha256=list_sha,
         errors=len(errors), error_log=log.name if errors else None,
         stats_images=sum(r.stats_images for r in results), node=node,
@@ -556,22 +312,6 @@ def _node_info(plan: Plan, world: World) -> NodeSection | None:
                        tuple((t.name, len(t.items)) for t in plan.tasks))
 
 
-def _wanted(plan: Plan) -> outdir.Wanted:
-    lst = plan.listing
-    return outdir.Wanted(
-        plan.opts.out, plan.split, plan.opts.format, _options_json(plan.opts, plan.split),
-        plan.fingerprint, plan.classes.to_json(),
-        {"kind": lst.kind, "name": Path(lst.root).name, "images": len(lst)}, __version__)
-
-
-def check_folder(plan: Plan) -> Any:
-    """Refuse to replace another finished conversion of the split (OutputExistsError) unless
-    ``--overwrite``; returns the manifest that ``--overwrite`` replaces, or None."""
-    want = _wanted(plan)
-    outdir.check_shared_classes(want)
-    return outdir.check_folder(want, plan.opts.overwrite)
-
-
 def _prepare_folder(plan: Plan, world: World, held: list[Task], notify: Notify) -> None:
     """The finaliser's clean-up before converting: a split that ``--overwrite`` replaces,
     leftovers of this split (temporary files, shards no longer planned, another format's
@@ -588,20 +328,6 @@ def _prepare_folder(plan: Plan, world: World, held: list[Task], notify: Notify) 
     keep = {f"{plan.split}-errors.jsonl", f"{plan.split}.json"}
     outdir.remove_format(opts.out, plan.split, other, keep)
     _drop_stale_outputs(plan, {t.name for t in held})
-
-
-def _unknown_errors(plan: Plan) -> list[dict[str, str]]:
-    lst = plan.listing
-    return [{"source": f"{lst.root}/{lst.member_str(i)}", "key": lst.key_str(i),
-             "reason": unknown_wnid_reason(lst.key_str(i).partition("_")[0])}
-            for i in np.flatnonzero(plan.labels == UNKNOWN).tolist()]
-
-
-def unknown_wnids(plan: Plan) -> dict[str, int]:
-    """{wnid: images} of images named with a wnid outside the class table (logged errors)."""
-    rows = np.flatnonzero(plan.labels == UNKNOWN).tolist()
-    wnids = [plan.listing.key_str(i).partition("_")[0] for i in rows]
-    return {w: wnids.count(w) for w in sorted(set(wnids))}
 
 
 def convert(opts: ConvertOptions, world: World | None = None, progress: Progress | None = None,
@@ -626,32 +352,6 @@ def convert(opts: ConvertOptions, world: World | None = None, progress: Progress
             f"{opts.input} holds the splits {names}; convert each into its own manifest: "
             f"imgprep convert {opts.input} -o {opts.out} does both, or pass --split")
     return convert_splits(opts, world, progress, on_plan, notify)[0]
-
-
-def split_inputs(opts: ConvertOptions, notify: Notify | None = None) -> list[ConvertOptions]:
-    """One ConvertOptions per split: the input itself, or each split folder of a folder that
-    holds them (``train/``, ``val/``, ``validation/``, ``ILSVRC2012_img_val.tar`` …, any
-    case; ``--split`` picks one). ``--labels`` go to the val split."""
-    found, others = split_folders(opts.input)
-    if not found:
-        return [opts]
-    if opts.split is not None:
-        if opts.split not in found:
-            raise SourceFormatError(
-                f"{opts.input} holds {', '.join(p.name for p in found.values())} but no "
-                f"{opts.split} folder; point INPUT at the {opts.split} images")
-        found = {opts.split: found[opts.split]}
-    if opts.labels and "val" not in found:
-        raise LabelError(f"--labels is validation ground truth, but {opts.input} holds no val "
-                         "folder; drop --labels or point INPUT at the val images")
-    skipped = [p for p in others if p.is_dir() or p.name.lower().endswith((".tar", ".jpeg",
-                                                                            ".jpg", ".png"))]
-    if skipped and notify is not None:
-        notify(f"not converted (not a train or val folder): "
-               f"{', '.join(str(p) for p in skipped)}; convert it on its own if you need it")
-    return [replace(opts, input=p, split=s, labels=opts.labels if s == "val" else (),
-                    label_offset=opts.label_offset if s == "val" else 0)
-            for s, p in sorted(found.items(), key=lambda kv: kv[0] != "train")]
 
 
 def convert_splits(opts: ConvertOptions, world: World | None = None,
@@ -716,7 +416,7 @@ def _convert_plan(plan: Plan, world: World, progress: Progress | None,
         root = plan.listing.root
         listing_errors = [{"source": f"{root}/{e.source}" if e.source else root, "key": "",
                            "reason": e.reason} for e in plan.listing.errors]
-        listing_errors += _unknown_errors(plan)
+        listing_errors += unknown_errors(plan)
         if opts.mode == "partition" and world.node_rank != 0:
             listing_errors = []  # reported once, by node 0
         manifest, log, n_errors = _finalise(plan, results, listing_errors,
@@ -759,22 +459,6 @@ def _summary(plan: Plan, world: World, finaliser: bool, results: list[TaskResult
         "manifest": str(manifest) if manifest else None,
         "error_log": str(log) if log else None,
     }
-
-
-def check_out_not_input(opts: ConvertOptions, split: str | None = None) -> None:
-    """Refuse outputs that overlap the input: they could replace originals, and a rerun would
-    list its own outputs. Shards beside an input tar (or folder) are fine; a label list's
-    ``<out>/<split>/`` tree must not touch an input folder."""
-    inp, out = opts.input.resolve(), opts.out.resolve()
-    if inp == out or (inp.is_dir() and inp in out.parents):
-        raise OutputError(f"--out {opts.out} is inside the input {opts.input}; pick another folder")
-    if split is not None and opts.format == "list" and inp.is_dir():
-        tree = out / split
-        if tree == inp or inp in tree.parents or tree in inp.parents:
-            raise OutputError(
-                f"--format list would write {tree}, which overlaps the input {opts.input}; "
-                "pick another --out"
-            )
 
 
 def _drop_stale_outputs(plan: Plan, keep: set[str]) -> int:
