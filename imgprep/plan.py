@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -213,9 +214,12 @@ def split_inputs(opts: ConvertOptions, notify: Notify | None = None) -> list[Con
     skipped = [p for p in others if p.is_dir() or p.name.lower().endswith((".tar", ".jpeg",
                                                                             ".jpg", ".png"))]
     if skipped and notify is not None:
-        notify(f"not converted (not a train or val folder): "
-               f"{', '.join(str(p) for p in skipped)}; convert it on its own if you need it")
-    return [replace(opts, input=p, split=s, labels=opts.labels if s == "val" else (),
+        names = ", ".join(str(p) for p in skipped[:5]) + (" …" if len(skipped) > 5 else "")
+        notify(f"not converted (not a train or val folder): {names}; convert them on their "
+               "own if you need them")
+    # The split stays as the user gave it: a folder's name is not --split train, so
+    # validation images in a train/ folder are still refused.
+    return [replace(opts, input=p, labels=opts.labels if s == "val" else (),
                     label_offset=opts.label_offset if s == "val" else 0)
             for s, p in sorted(found.items(), key=lambda kv: kv[0] != "train")]
 
@@ -247,8 +251,8 @@ def unknown_errors(plan: Plan) -> list[dict[str, str]]:
 def unknown_wnids(plan: Plan) -> dict[str, int]:
     """{wnid: images} of images named with a wnid outside the class table (logged errors)."""
     rows = np.flatnonzero(plan.labels == UNKNOWN).tolist()
-    wnids = [plan.listing.key_str(i).partition("_")[0] for i in rows]
-    return {w: wnids.count(w) for w in sorted(set(wnids))}
+    counts = Counter(plan.listing.key_str(i).partition("_")[0] for i in rows)
+    return dict(sorted(counts.items()))
 
 
 def check_out_not_input(opts: ConvertOptions, split: str | None = None) -> None:

@@ -67,6 +67,14 @@ def split_folders(root: Path) -> tuple[dict[str, Path], list[Path]]:
                 f"convert the one you mean on its own (imgprep convert {p} …)")
         else:
             found[split] = p
+    classes = [p.name for p in others if p.is_dir() and WNID_RE.match(p.name)]
+    if found and classes:
+        more = " …" if len(classes) > 3 else ""
+        raise SourceFormatError(
+            f"{root} holds class folders ({', '.join(classes[:3])}{more}) beside the split "
+            f"folder(s) {', '.join(p.name for p in found.values())}: splits must not be "
+            f"merged; move the class folders into {root}/train, or convert each folder on its "
+            "own")
     return found, (others if found else [])
 
 

@@ -26,6 +26,7 @@ from imgprep.convert import ConvertOptions, convert, make_plan
 from imgprep.errors import LabelError, ManifestError, SourceFormatError
 from imgprep.groundtruth import load_ground_truth
 from imgprep.manifest import NodeSection, read_manifest
+from imgprep.sources import split_of_name
 from imgprep.stage import StageOptions, stage_to_node
 from imgprep.synsets import imagenet_classes, parse_class_table
 from imgprep.world import World
@@ -121,6 +122,15 @@ def test_a_root_with_train_and_val_converts_each_into_its_own_manifest(
     assert outside(before, snapshot(tmp_path), "out") == []
 
 
+@pytest.mark.parametrize(("name", "split"), [
+    ("val", "val"), ("VAL", "val"), ("Validation", "val"), ("valid", "val"),
+    ("ILSVRC2012_img_val", "val"), ("ILSVRC2012_img_val.tar", "val"), ("train", "train"),
+    ("Training", "train"), ("ILSVRC2012_img_train.TAR", "train"), ("val2", None),
+    ("images", None), ("n01440764", None)])
+def test_split_names(name: str, split: str | None) -> None:
+    assert split_of_name(name) == split
+
+
 def test_a_val_folder_is_the_val_split_whatever_its_file_names(tmp_path: Path) -> None:
     """A class tree in a folder named validation/ (any case) is val, not train, also when
     its files are not named ILSVRC2012_val_*."""
@@ -144,6 +154,14 @@ def test_validation_images_never_enter_an_inferred_train_split(tmp_path: Path) -
     assert s["split"] == "train" and s["samples"] == 15
 
 
+def test_validation_images_in_a_train_folder_of_a_root_are_refused(tmp_path: Path) -> None:
+    root = tree(tmp_path / "imagenet", {**train_files("train/"), **val_tree_files("train/"),
+                                        **val_tree_files("val/")})
+    one_line_error(invoke("convert", root, "-o", tmp_path / "out", *SMALL), 3,
+                   f"{root}/train", "6 validation images", "--split train")
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_val_tree_never_replaces_the_train_split(tmp_path: Path) -> None:
     """Converting a val class tree (files not named ILSVRC2012_val_*) into the folder that
     holds train adds val.json and leaves every train file as it was."""
@@ -161,6 +179,15 @@ def test_a_val_tree_never_replaces_the_train_split(tmp_path: Path) -> None:
 def test_two_folders_for_one_split_are_refused(tmp_path: Path) -> None:
     root = tree(tmp_path / "imagenet", {**val_tree_files("val/"), **val_tree_files("validation/")})
     one_line_error(invoke("convert", root, "-o", tmp_path / "out", *SMALL), 3, "val and validation")
+    assert not (tmp_path / "out").exists()
+
+
+def test_class_folders_beside_a_split_folder_are_refused(tmp_path: Path) -> None:
+    """Train class folders at the root with a val/ beside them: refused, not half converted
+    and not merged."""
+    root = tree(tmp_path / "imagenet", {**train_files(), **val_tree_files("val/")})
+    one_line_error(invoke("convert", root, "-o", tmp_path / "out", *SMALL), 3, root,
+                   f"class folders ({', '.join(WNIDS)})", "val", f"{root}/train")
     assert not (tmp_path / "out").exists()
 
 
