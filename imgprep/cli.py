@@ -124,9 +124,9 @@ def _node_path(path: Path, node_rank: int) -> Path:
               type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="Validation ground truth (devkit, map_clsloc.txt, Kaggle CSV, Caffe val.txt "
                    "or one wnid per line); repeat for the devkit pair.")
-@click.option("--label-offset", type=int, default=0, show_default=True,
-              help="Subtract this from every label of a 'name label' ground truth (1 for a "
-                   "1-based file).")
+@click.option("--label-offset", type=int, default=None,
+              help="Subtract this from every label of a 'name label' ground truth: 1 for a "
+                   "1-based file; 0 says the labels are 0-based (no 1-based check).")
 @click.option("--classes", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="Class list 'wnid name' per line (default: the 1000 ILSVRC2012 classes).")
 @click.option("--overwrite", is_flag=True,
@@ -165,7 +165,7 @@ def _node_path(path: Path, node_rank: int) -> Path:
 @quiet_option
 @json_option
 def convert(input: Path, out: Path, fmt: str, split: str | None, labels: tuple[Path, ...],
-            label_offset: int, classes: Path | None, overwrite: bool, size: int, resize: str,
+            label_offset: int | None, classes: Path | None, overwrite: bool, size: int, resize: str,
             filt: str, quality: int,
             max_pixels: int, exif_transpose: bool, shard_size: int, num_shards: int | None,
             seed: int, meta: bool, workers: int | None, max_errors: int, rank_mode: str,

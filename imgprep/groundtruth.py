@@ -27,6 +27,7 @@ FORMS = (
 NAME_LABEL_SEP = re.compile(r"\s*,\s*|\s+")  # 'name label', 'name,label', 'name, label'
 UNKNOWN = -1  # resolve_labels: named with a wnid outside the class table
 ONE_BASED_MIN_PER_CLASS = 10  # a set this large per class without a label 0 is 1-based
+ONE_BASED_MIN_RUN = 10  # labels exactly 1..K (K >= this: every class present, none is 0)
 
 
 def _val_key(i: int) -> str:
@@ -76,18 +77,20 @@ def _put(out: dict[str, str], key: str, wnid: str, where: str, classes: ClassTab
 
 
 def _name_labels(path: Path, numbered: list[tuple[int, str]], classes: ClassTable,
-                 offset: int) -> list[tuple[str, int, int]]:
+                 offset: int | None) -> list[tuple[str, int, int]]:
     """(name, label - offset, line) of a 'name label' file; refuses a label outside
-    [0, classes) naming file:line, and a set that looks 1-based, saying how to shift it."""
+    [0, classes) naming file:line and, unless ``offset`` was given (0 included), a set that
+    looks 1-based, saying how to shift it."""
     rows = []
     for n, ln in numbered:
         name, value = NAME_LABEL_SEP.split(ln.strip())
-        rows.append((name, int(value) - offset, n))
+        rows.append((name, int(value) - (offset or 0), n))
     labels = {i for _, i, _ in rows}
     one_based = (f"; the file looks 1-based (labels 1..{len(classes)}, TensorFlow's 1001-class "
                  f"convention) but labels are 0..{len(classes) - 1} (the sorted-wnid index): "
-                 "pass --label-offset 1 to shift every label down by one") \
-        if 0 not in labels else ""
+                 "pass --label-offset 1 to shift every label down by one, or --label-offset 0 "
+                 "if they are 0-based and class 0 is just absent") \
+        if 0 not in labels and offset is None else ""
     for _, i, n in rows:
         if not 0 <= i < len(classes):
             shifted = f" ({i + offset} in the file, --label-offset {offset})" if offset else ""
@@ -95,13 +98,18 @@ def _name_labels(path: Path, numbered: list[tuple[int, str]], classes: ClassTabl
             raise LabelError(
                 f"{path}:{n}: class index {i}{shifted} is outside 0..{len(classes) - 1}"
                 + (hint or "; Caffe val.txt uses the sorted-wnid index (0-based): fix the line"))
-    if one_based and min(labels) == 1 and len(rows) >= ONE_BASED_MIN_PER_CLASS * len(classes):
-        raise LabelError(f"{path}: no image has label 0 among {len(rows)} lines{one_based}")
+    contiguous = len(labels) >= ONE_BASED_MIN_RUN and labels == set(range(1, len(labels) + 1))
+    large = min(labels) == 1 and len(rows) >= ONE_BASED_MIN_PER_CLASS * len(classes)
+    if one_based and (contiguous or large):
+        why = (f"its labels are exactly 1..{len(labels)}" if contiguous else
+               f"no image has label 0 among {len(rows)} lines")
+        raise LabelError(f"{path}: {why}{one_based}")
     return rows
 
 
 def _parse(path: Path, lines: list[str], form: str, classes: ClassTable,
-           devkit_map: dict[int, str] | None, label_offset: int = 0) -> dict[str, str]:
+           devkit_map: dict[int, str] | None, label_offset: int | None = None
+           ) -> dict[str, str]:
     out: dict[str, str] = {}
     numbered = [(n, ln) for n, ln in enumerate(lines, 1) if ln.strip()]
     if form == "kaggle":
@@ -133,18 +141,19 @@ def _parse(path: Path, lines: list[str], form: str, classes: ClassTable,
 
 
 def load_ground_truth(paths: Sequence[Path], classes: ClassTable,
-                      label_offset: int = 0) -> dict[str, str]:
+                      label_offset: int | None = None) -> dict[str, str]:
     """Parse one ground-truth file (plus ``map_clsloc.txt`` for the devkit form) to {key: wnid}.
 
     ``label_offset`` is subtracted from every label of a 'name label' file (1 for a 1-based
-    one); other forms carry wnids or devkit IDs, so an offset for them is refused.
+    one); None (not given) also refuses a file that looks 1-based. Other forms carry wnids or
+    devkit IDs, so an offset for them is refused.
     """
     parsed = [(p, _read_lines(p)) for p in paths]
     forms = [(p, lines, detect_form(lines)) for p, lines in parsed]
     for p, _, form in forms:
         if form == "unknown":
             raise LabelError(f"cannot tell the ground-truth format of {p}; expected {FORMS}")
-    if label_offset and not any(f == "caffe" for _, _, f in forms):
+    if label_offset is not None and not any(f == "caffe" for _, _, f in forms):
         raise LabelError(
             f"--label-offset {label_offset} shifts the labels of a 'name label' file, but "
             f"{', '.join(f'{p} is {f}' for p, _, f in forms)}; drop --label-offset")

@@ -222,7 +222,8 @@ def remove_split(out: Path, old: Manifest, split: str) -> str:
     for p in state.glob("*") if state.is_dir() else []:
         p.unlink(missing_ok=True)
     what = _describe(old) if old.format != "?" else "an unreadable manifest"
-    return (f"--overwrite: removed the finished {split} split in {out} ({what}; {n} files) "
+    files = f"{n} file" + ("" if n == 1 else "s")
+    return (f"--overwrite: removed the finished {split} split in {out} ({what}; {files}) "
             f"before converting; {out} holds no {split} split until this run finishes")
 
 

@@ -56,7 +56,7 @@ class ConvertOptions:
     mode: str = "shared"
     wait_timeout: float = 3600.0
     overwrite: bool = False  # replace a finished split converted from other inputs/options
-    label_offset: int = 0  # subtracted from the labels of a 'name label' ground truth
+    label_offset: int | None = None  # subtracted from a 'name label' ground truth's labels
 
 
 @dataclass(frozen=True)
@@ -180,7 +180,7 @@ def make_plan(opts: ConvertOptions) -> Plan:
     """List the source, label every image and cut the work into tasks (no image is decoded)."""
     if opts.format not in OUTPUT_FORMATS:
         raise ValueError(f"format must be one of {OUTPUT_FORMATS}")
-    if opts.label_offset and not opts.labels:
+    if opts.label_offset is not None and not opts.labels:
         raise LabelError(f"--label-offset {opts.label_offset} shifts the labels of --labels, "
                          "and none was given; pass the ground truth or drop --label-offset")
     classes = load_class_table(opts.classes)
@@ -220,7 +220,7 @@ def split_inputs(opts: ConvertOptions, notify: Notify | None = None) -> list[Con
     # The split stays as the user gave it: a folder's name is not --split train, so
     # validation images in a train/ folder are still refused.
     return [replace(opts, input=p, labels=opts.labels if s == "val" else (),
-                    label_offset=opts.label_offset if s == "val" else 0)
+                    label_offset=opts.label_offset if s == "val" else None)
             for s, p in sorted(found.items(), key=lambda kv: kv[0] != "train")]
 
 

@@ -311,6 +311,20 @@ def test_a_large_set_without_label_zero_is_refused_as_one_based(tmp_path: Path) 
     assert len(load_ground_truth([gt], table)) == 19  # too few to tell: accepted
 
 
+def test_labels_exactly_one_to_k_are_one_based_unless_label_offset_says(tmp_path: Path) -> None:
+    gt = tmp_path / "gt.txt"
+    gt.write_text("".join(f"ILSVRC2012_val_{i:08d}.JPEG {i}\n" for i in range(1, 11)))
+    with pytest.raises(LabelError, match=rf"{gt}: its labels are exactly 1..10.*"
+                                         "--label-offset 1.*--label-offset 0"):
+        load_ground_truth([gt], CLASSES)
+    as_is = load_ground_truth([gt], CLASSES, label_offset=0)
+    shifted = load_ground_truth([gt], CLASSES, label_offset=1)
+    assert [CLASSES.index(as_is[f"ILSVRC2012_val_{i:08d}"]) for i in (1, 10)] == [1, 10]
+    assert [CLASSES.index(shifted[f"ILSVRC2012_val_{i:08d}"]) for i in (1, 10)] == [0, 9]
+    gt.write_text("".join(f"ILSVRC2012_val_{i:08d}.JPEG {i}\n" for i in range(1, 10)))
+    assert len(load_ground_truth([gt], CLASSES)) == 9  # nine classes: too few to tell
+
+
 @pytest.mark.parametrize("sep", [",", ", ", " ,", " ", "\t"])
 def test_name_label_with_or_without_a_space_after_the_comma(tmp_path: Path, sep: str) -> None:
     gt = tmp_path / "gt.txt"
