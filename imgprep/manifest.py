@@ -90,12 +90,11 @@ def parse_node(d: Any, where: str) -> NodeSection:
     if not all(isinstance(p, list) and len(p) == 2 and isinstance(p[0], str)
                and isinstance(p[1], int) and not isinstance(p[1], bool) for p in pairs):
         raise ManifestError(f"{w}: all_shards must be [name, samples] pairs")
+    rank, nodes = _need(d, "node_rank", int, w), _need(d, "num_nodes", int, w)
+    mode, seed = _need(d, "mode", str, w), _need(d, "seed", int, w)
+    total, shards = _need(d, "total_samples", int, w), _need(d, "shards", int, w)
     try:
-        return NodeSection(
-            _need(d, "node_rank", int, w), _need(d, "num_nodes", int, w),
-            _need(d, "mode", str, w), _need(d, "seed", int, w),
-            _need(d, "total_samples", int, w), _need(d, "shards", int, w),
-            tuple((n, k) for n, k in pairs))
+        return NodeSection(rank, nodes, mode, seed, total, shards, tuple(map(tuple, pairs)))
     except ManifestError as e:
         raise ManifestError(f"{w}: {e}; reconvert or restage the node's data") from e
 
