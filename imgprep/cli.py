@@ -232,7 +232,9 @@ def _convert_lines(s: dict[str, Any], max_errors: int) -> list[str]:
     lines = [
         f"{s['split']}: {s['samples']} samples in {s['tasks']} "
         f"{'shards' if s['format'] == 'shards' else 'chunks'} ({s['bytes'] / 1e6:.1f} MB) "
-        f"from {s['images_listed']} images; {s['tasks_resumed']} resumed",
+        f"from {s['images_listed']} images; {s['tasks_resumed']} resumed"
+        + (" (already complete: nothing converted)" if s["complete"] and s["tasks"]
+           and s["tasks_resumed"] == s["tasks"] else ""),
         f"{s['seconds']:.1f} s, {s['images_per_s']:.0f} images/s with {s['workers']} "
         "workers" + (f" on rank 0 of {s['world_size']}" if s["world_size"] > 1 else ""),
     ]

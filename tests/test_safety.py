@@ -219,6 +219,8 @@ def test_other_options_for_a_finished_split_are_refused_until_overwrite(tmp_path
     assert snapshot(tmp_path) == before  # nothing lost or changed
     again = ok(invoke("convert", src, "-o", out, *SMALL))  # the same command: complete
     assert again["tasks_resumed"] == again["tasks"]
+    r = invoke("convert", src, "-o", out, "--size", "16", "-j", "1")
+    assert r.exit_code == 0 and "already complete: nothing converted" in r.stdout
     r = invoke("convert", src, "-o", out, *SMALL, "--size", "24", "--overwrite")
     ok(r)
     assert "--overwrite: removed the finished train split" in r.stderr
