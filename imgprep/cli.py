@@ -124,8 +124,14 @@ def _node_path(path: Path, node_rank: int) -> Path:
               type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="Validation ground truth (devkit, map_clsloc.txt, Kaggle CSV, Caffe val.txt "
                    "or one wnid per line); repeat for the devkit pair.")
+@click.option("--label-offset", type=int, default=None,
+              help="Subtract this from every label of a 'name label' ground truth: 1 for a "
+                   "1-based file; 0 says the labels are 0-based (no 1-based check).")
 @click.option("--classes", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="Class list 'wnid name' per line (default: the 1000 ILSVRC2012 classes).")
+@click.option("--overwrite", is_flag=True,
+              help="Replace a finished conversion of the split made from other input, options "
+                   "or format (removed first, and said so); without it such a run is refused.")
 @click.option("--size", type=click.IntRange(8, 4096), default=256, show_default=True,
               help="Output side (center-crop) or short side (short-side).")
 @click.option("--resize", type=click.Choice(["center-crop", "short-side"]), default="center-crop",
@@ -159,7 +165,8 @@ def _node_path(path: Path, node_rank: int) -> Path:
 @quiet_option
 @json_option
 def convert(input: Path, out: Path, fmt: str, split: str | None, labels: tuple[Path, ...],
-            classes: Path | None, size: int, resize: str, filt: str, quality: int,
+            label_offset: int | None, classes: Path | None, overwrite: bool, size: int, resize: str,
+            filt: str, quality: int,
             max_pixels: int, exif_transpose: bool, shard_size: int, num_shards: int | None,
             seed: int, meta: bool, workers: int | None, max_errors: int, rank_mode: str,
             wait_timeout: float, num_nodes: int | None, node_rank: int | None, quiet: bool,
@@ -167,14 +174,15 @@ def convert(input: Path, out: Path, fmt: str, split: str | None, labels: tuple[P
     """Convert ILSVRC2012 images to 256 px RGB shards or a label list.
 
     INPUT is ILSVRC2012_img_train.tar (read in place), ILSVRC2012_img_val.tar, a folder of
-    per-class tars, an extracted train/<wnid>/ tree, or a flat folder of images. Rerunning the
-    same command after a crash or kill resumes and gives byte-identical output.
+    per-class tars, an extracted train/<wnid>/ tree, or a flat folder of images; a folder
+    holding train/ and val/ (validation/, ILSVRC2012_img_val.tar …) converts each into its own
+    manifest. Rerunning the same command after a crash or kill resumes and gives
+    byte-identical output; another input or options for a finished split needs --overwrite.
 
     Launched by mpirun, srun or torchrun, each rank converts its share and rank 0 writes the
     manifest once all are done; '{node}' in --out becomes the node rank.
     """
-    from imgprep.convert import ConvertOptions
-    from imgprep.convert import convert as run
+    from imgprep.convert import ConvertOptions, convert_splits
     from imgprep.info import pil_info, pil_warning
     from imgprep.transform import TransformOptions
 
@@ -192,6 +200,7 @@ def convert(input: Path, out: Path, fmt: str, split: str | None, labels: tuple[P
         shard_size=shard_size, num_shards=num_shards, seed=seed,
         workers=workers or max(1, (os.cpu_count() or 1) // world.local_world_size),
         max_errors=max_errors, meta=meta, mode=rank_mode, wait_timeout=wait_timeout,
+        overwrite=overwrite, label_offset=label_offset,
     )
     bars: list[Any] = []
 
@@ -199,7 +208,9 @@ def convert(input: Path, out: Path, fmt: str, split: str | None, labels: tuple[P
         bars.append(_progress(quiet or not lead, f"convert {plan.split}", remaining))
 
     try:
-        summary = run(opts, world, progress=lambda n: bars[0].update(n), on_plan=on_plan)
+        summaries = convert_splits(
+            opts, world, progress=lambda n: bars[-1].update(n), on_plan=on_plan,
+            notify=lambda line: click.echo(f"imgprep: warning: {line}", err=True))
     except ImgprepError as e:
         _fail(e)
     except KeyboardInterrupt:
@@ -209,30 +220,50 @@ def convert(input: Path, out: Path, fmt: str, split: str | None, labels: tuple[P
         for b in bars:
             b.close()
 
-    def human() -> str:
-        s = summary
-        if s["role"] == "part":
-            return (f"rank {s['rank']}: {s['tasks_mine']} of {s['tasks']} shards converted "
-                    f"({s['samples']} samples) in {s['seconds']:.1f} s; rank 0 writes the manifest")
-        lines = [
-            f"{s['split']}: {s['samples']} samples in {s['tasks']} "
-            f"{'shards' if fmt == 'shards' else 'chunks'} ({s['bytes'] / 1e6:.1f} MB) "
-            f"from {s['images_listed']} images; {s['tasks_resumed']} resumed",
-            f"{s['seconds']:.1f} s, {s['images_per_s']:.0f} images/s with {s['workers']} "
-            "workers" + (f" on rank 0 of {s['world_size']}" if s["world_size"] > 1 else ""),
-        ]
-        if s["errors"]:
-            lines.append(f"{s['errors']} images failed; see {s['error_log']}")
-        lines.append(f"manifest: {s['manifest']}" if s["complete"] else
-                     f"FAILED: {s['errors']} errors > --max-errors {max_errors}: no manifest "
-                     "written; fix the inputs or raise --max-errors, then rerun to finish")
-        return "\n".join(lines)
+    _convert_report(summaries, as_json, quiet, max_errors)
 
-    _emit(summary, as_json, quiet, human)
-    if not summary["complete"]:
+
+def _convert_lines(s: dict[str, Any], max_errors: int) -> list[str]:
+    """The human-readable summary of one split's conversion."""
+    if s["role"] == "part":
+        return [f"rank {s['rank']}: {s['tasks_mine']} of {s['tasks']} shards of {s['split']} "
+                f"converted ({s['samples']} samples) in {s['seconds']:.1f} s; rank 0 writes the "
+                "manifest"]
+    lines = [
+        f"{s['split']}: {s['samples']} samples in {s['tasks']} "
+        f"{'shards' if s['format'] == 'shards' else 'chunks'} ({s['bytes'] / 1e6:.1f} MB) "
+        f"from {s['images_listed']} images; {s['tasks_resumed']} resumed"
+        + (" (already complete: nothing converted)" if s["complete"] and s["tasks"]
+           and s["tasks_resumed"] == s["tasks"] else ""),
+        f"{s['seconds']:.1f} s, {s['images_per_s']:.0f} images/s with {s['workers']} "
+        "workers" + (f" on rank 0 of {s['world_size']}" if s["world_size"] > 1 else ""),
+    ]
+    if s["unknown_wnids"]:
+        n = sum(s["unknown_wnids"].values())
+        lines.append(f"{n} images are named with wnids outside the class table "
+                     f"({', '.join(f'{w}: {k}' for w, k in s['unknown_wnids'].items())}); "
+                     "logged as errors; pass --classes with a table that has them")
+    if s["errors"]:
+        lines.append(f"{s['errors']} images failed; see {s['error_log']}")
+    lines.append(f"manifest: {s['manifest']}" if s["complete"] else
+                 f"FAILED: {s['errors']} errors > --max-errors {max_errors}: no manifest "
+                 "written; fix the inputs or raise --max-errors, then rerun to finish")
+    return lines
+
+
+def _convert_report(summaries: list[dict[str, Any]], as_json: bool, quiet: bool,
+                    max_errors: int) -> None:
+    """One summary (one split) as before; several as {"complete", "splits": [...]}."""
+    summary = summaries[0] if len(summaries) == 1 else {
+        "complete": all(s["complete"] for s in summaries), "splits": summaries}
+    _emit(summary, as_json, quiet,
+          lambda: "\n".join(line for s in summaries for line in _convert_lines(s, max_errors)))
+    failed = [s for s in summaries if not s["complete"]]
+    if failed:
         if quiet or as_json:
-            click.echo(f"imgprep: error: {summary['errors']} images failed (> --max-errors "
-                       f"{max_errors}); see {summary['error_log']}", err=True)
+            for s in failed:
+                click.echo(f"imgprep: error: {s['errors']} images of {s['split']} failed "
+                           f"(> --max-errors {max_errors}); see {s['error_log']}", err=True)
         sys.exit(EXIT_FAILED)
 
 

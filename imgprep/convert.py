@@ -1,8 +1,7 @@
-"""``imgprep convert``: plan the output, convert in parallel, resume, finalise.
+"""``imgprep convert``: plan the output (``imgprep.plan``), convert in parallel, resume,
+finalise.
 
-The plan is a pure function of (listing, labels, options): samples are sorted by key, then a
-seeded permutation over ALL classes spreads them across shards (label lists keep key order in
-fixed-size chunks). Each shard or chunk is a task; a task's output depends on nothing but its
+Each shard or chunk of the plan is a task; a task's output depends on nothing but its
 own samples, so the bytes are the same for any worker count. A finished task leaves a small
 record under ``<out>/.imgprep/``; a rerun skips tasks whose record and files still verify and
 redoes the rest. The manifest is written last.
@@ -11,26 +10,19 @@ redoes the rest. The manifest is written last.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import hashlib
 import json
-import math
-import multiprocessing as mp
-import os
-import queue
-import signal
 import time
-import traceback
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from imgprep import __version__
+from imgprep import __version__, outdir
 from imgprep.assign import balanced_split, node_shards
-from imgprep.errors import ImageError, ImgprepError, OutputError, WaitTimeout
+from imgprep.errors import ImageError, OutputError, SourceFormatError, WaitTimeout
 from imgprep.fsutil import (
     ensure_writable_dir,
     fsync_dir,
@@ -38,159 +30,46 @@ from imgprep.fsutil import (
     write_bytes_atomic,
     write_json_atomic,
 )
-from imgprep.groundtruth import load_ground_truth, resolve_labels
 from imgprep.manifest import (
     SHARD_NAME_RE,
     Manifest,
+    NodeSection,
     ShardEntry,
-    manifest_path,
     sha256_file,
     write_manifest,
 )
-from imgprep.sources import Listing, SourceReader, list_source
-from imgprep.synsets import ClassTable, load_class_table
-from imgprep.transform import TransformOptions, center_pixels, channel_sums, convert_image
+from imgprep.plan import (
+    OUTPUT_FORMATS,
+    RANK_MODES,
+    STATE_DIR,
+    ConvertOptions,
+    Notify,
+    Plan,
+    Task,
+    TaskResult,
+    check_folder,
+    check_out_not_input,
+    infer_split,
+    make_plan,
+    options_json,
+    plan_tasks,
+    split_inputs,
+    unknown_errors,
+    unknown_wnids,
+)
+from imgprep.pool import run_pool
+from imgprep.sources import SourceReader
+from imgprep.transform import center_pixels, channel_sums, convert_image
 from imgprep.world import World
 from imgprep.writers import ShardWriter, write_list_image
 
-OUTPUT_FORMATS = ("shards", "list")
-RANK_MODES = ("shared", "partition")
+__all__ = ["OUTPUT_FORMATS", "STATE_DIR", "ConvertOptions", "Plan", "Task", "TaskResult",
+           "assigned_tasks", "convert", "convert_splits", "infer_split", "make_plan",
+           "plan_tasks", "split_inputs"]
+
 WAIT_POLL_S = 0.5
-LIST_CHUNK = 1000
-RECORD_VERSION = 1  # bump when a task record's meaning changes: old records are then redone
 STATS_EVERY = 4  # per-channel mean/std from every 4th image in key order (1/4 the cost)
-STATE_DIR = ".imgprep"
 Progress = Callable[[int], None]
-
-
-@dataclass(frozen=True)
-class ConvertOptions:
-    """Everything ``imgprep convert`` needs; the output is a pure function of these."""
-
-    input: Path
-    out: Path
-    format: str = "shards"
-    split: str | None = None
-    labels: tuple[Path, ...] = ()
-    classes: Path | None = None
-    transform: TransformOptions = field(default_factory=TransformOptions)
-    shard_size: int = 1250
-    num_shards: int | None = None
-    seed: int = 0
-    workers: int = 1
-    max_errors: int = 0
-    meta: bool = True
-    mode: str = "shared"
-    wait_timeout: float = 3600.0
-
-
-@dataclass(frozen=True)
-class Task:
-    """One shard (or one chunk of a label list) and the listing rows it holds, in order."""
-
-    index: int
-    name: str
-    items: np.ndarray
-
-
-@dataclass(frozen=True)
-class Plan:
-    opts: ConvertOptions
-    split: str
-    listing: Listing
-    labels: np.ndarray
-    classes: ClassTable
-    tasks: tuple[Task, ...]
-    fingerprint: str
-
-    @property
-    def state_dir(self) -> Path:
-        return self.opts.out / STATE_DIR / self.split
-
-    def record_path(self, task: Task) -> Path:
-        return self.state_dir / f"{task.name}.json"
-
-    def mean_path(self, task: Task) -> Path:
-        return self.state_dir / f"{task.name}.mean.npy"
-
-    @property
-    def wants_mean_image(self) -> bool:
-        return self.opts.format == "list" and self.split == "train"
-
-
-@dataclass
-class TaskResult:
-    """What a finished task produced; stored as its record so a rerun can skip it."""
-
-    index: int
-    name: str
-    fingerprint: str
-    samples: int = 0
-    bytes: int = 0
-    sha256: str = ""
-    sums: list[list[int]] = field(default_factory=lambda: [[0, 0, 0]] * 3)
-    stats_images: int = 0
-    errors: list[dict[str, str]] = field(default_factory=list)
-    files: list[list[Any]] = field(default_factory=list)
-    resumed: bool = False
-
-
-def infer_split(listing: Listing, has_labels: bool) -> str:
-    """``val`` when ground truth is given or every key is a validation name, else ``train``."""
-    if has_labels:
-        return "val"
-    if len(listing) and all(bytes(k).startswith(b"ILSVRC2012_val_") for k in listing.key):
-        return "val"
-    return "train"
-
-
-def plan_tasks(n: int, opts: ConvertOptions, split: str) -> tuple[Task, ...]:
-    """Shards: a seeded permutation cut into near-equal parts. Lists: key order in chunks."""
-    if opts.format == "list":
-        return tuple(
-            Task(i, f"{split}-chunk-{i:06d}", np.arange(s, min(s + LIST_CHUNK, n)))
-            for i, s in enumerate(range(0, n, LIST_CHUNK))
-        )
-    count = opts.num_shards or max(1, math.ceil(n / opts.shard_size))
-    count = min(count, max(n, 1))
-    perm = np.random.default_rng(opts.seed).permutation(n)
-    return tuple(
-        Task(i, f"{split}-{i:06d}.tar", part) for i, part in enumerate(np.array_split(perm, count))
-    )
-
-
-def _fingerprint(opts: ConvertOptions, split: str, listing: Listing, labels: np.ndarray,
-                 classes: ClassTable) -> str:
-    h = hashlib.sha256()
-    h.update(f"imgprep {__version__} records {RECORD_VERSION}".encode())
-    h.update(json.dumps(_options_json(opts, split), sort_keys=True).encode())
-    h.update(json.dumps(classes.to_json()).encode())
-    for arr in (listing.key, listing.size, labels):
-        h.update(np.ascontiguousarray(arr).tobytes())
-    return h.hexdigest()
-
-
-def _options_json(opts: ConvertOptions, split: str) -> dict[str, Any]:
-    """The options that decide the output bytes (not paths, worker counts or error policy)."""
-    return {
-        "format": opts.format, "split": split, "seed": opts.seed, "meta": opts.meta,
-        "shard_size": opts.shard_size, "num_shards": opts.num_shards,
-        "transform": asdict(opts.transform),
-    }
-
-
-def make_plan(opts: ConvertOptions) -> Plan:
-    """List the source, label every image and cut the work into tasks (no image is decoded)."""
-    if opts.format not in OUTPUT_FORMATS:
-        raise ValueError(f"format must be one of {OUTPUT_FORMATS}")
-    classes = load_class_table(opts.classes)
-    listing = list_source(opts.input)
-    truth = load_ground_truth(opts.labels, classes) if opts.labels else None
-    labels = resolve_labels(listing, classes, truth)
-    split = opts.split or infer_split(listing, bool(opts.labels))
-    tasks = plan_tasks(len(listing), opts, split)
-    return Plan(opts, split, listing, labels, classes, tasks,
-                _fingerprint(opts, split, listing, labels, classes))
 
 
 # ---------------------------------------------------------------------------- one task
@@ -310,90 +189,11 @@ def load_done(plan: Plan, task: Task, checksum: bool = True) -> TaskResult | Non
 # ---------------------------------------------------------------------------- the pool
 
 
-def _die_with_parent(parent: int) -> None:
-    """Ask Linux to SIGKILL this worker when the parent dies (a kill -9 leaves no orphans).
-    A parent killed between fork and this call is caught by the parent-pid check."""
-    with contextlib.suppress(OSError, AttributeError):
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    if os.getppid() != parent:
-        os._exit(1)
-
-
-def _worker_main(plan: Plan, tasks: Any, results: Any, counts: Any, k: int,
-                 parent: int) -> None:
-    _die_with_parent(parent)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-    def tick() -> None:  # this worker's own slot: no lock that a killed worker could hold
-        counts[k] += 1
-
-    while True:
-        index = tasks.get()
-        if index is None:
-            return
-        try:
-            results.put(("ok", run_task(plan, plan.tasks[index], tick)))
-        except ImgprepError as e:
-            results.put(("error", index, e))
-        except Exception as e:  # a bug: ship the traceback to the parent, which re-raises
-            results.put(("bug", index, f"{type(e).__name__}: {e}\n{traceback.format_exc()}"))
-
-
 def run_tasks(plan: Plan, todo: Sequence[Task], workers: int,
               progress: Progress | None = None) -> list[TaskResult]:
     """Run ``todo`` on ``workers`` forked processes (in-process when 1); results unordered."""
-    report = progress or (lambda n: None)
-    if workers <= 1 or len(todo) <= 1:
-        return [run_task(plan, t, lambda: report(1)) for t in todo]
-    ctx = mp.get_context("fork")
-    counts = ctx.Array("q", max(1, workers), lock=False)
-    tasks_q, results_q = ctx.Queue(), ctx.Queue()
-    for t in todo:
-        tasks_q.put(t.index)
-    n_procs = min(workers, len(todo))
-    for _ in range(n_procs):
-        tasks_q.put(None)
-    procs = [ctx.Process(target=_worker_main, name=f"imgprep-convert-{k}", daemon=True,
-                         args=(plan, tasks_q, results_q, counts, k, os.getpid()))
-             for k in range(n_procs)]
-    for p in procs:
-        p.start()
-    out: list[TaskResult] = []
-    seen = 0
-    try:
-        while len(out) < len(todo):
-            try:
-                msg = results_q.get(timeout=0.2)
-            except queue.Empty:
-                dead = [p for p in procs if p.exitcode not in (None, 0)]
-                if dead or all(p.exitcode is not None for p in procs):
-                    code = dead[0].exitcode if dead else 0
-                    raise ImgprepError(
-                        f"a convert worker died (exit code {code}) with {len(todo) - len(out)} "
-                        "tasks unfinished; rerun the same command to resume"
-                    ) from None
-            else:
-                if msg[0] == "ok":
-                    out.append(msg[1])
-                elif msg[0] == "error":
-                    raise msg[2]
-                else:
-                    raise RuntimeError(f"convert worker failed on task {msg[1]}: {msg[2]}")
-            now = sum(counts)
-            if now > seen:
-                report(now - seen)
-                seen = now
-    finally:
-        for p in procs:
-            if p.is_alive() and len(out) < len(todo):
-                p.terminate()
-        for p in procs:
-            p.join(timeout=10)
-    now = sum(counts)
-    if now > seen:
-        report(now - seen)
-    return out
+    return run_pool(lambda index, tick: run_task(plan, plan.tasks[index], tick),
+                    [t.index for t in todo], workers, progress)
 
 
 # ---------------------------------------------------------------------------- finalising
@@ -411,7 +211,7 @@ def _mean_std(sums: np.ndarray) -> tuple[list[float], list[float]]:
 
 
 def _finalise(plan: Plan, results: list[TaskResult], extra_errors: list[dict[str, str]],
-              node: dict[str, Any] | None = None) -> tuple[Path | None, Path | None, int]:
+              node: NodeSection | None = None) -> tuple[Path | None, Path | None, int]:
     opts, split, out = plan.opts, plan.split, plan.opts.out
     results = sorted(results, key=lambda r: r.index)
     errors = extra_errors + [e for r in results for e in r.errors]
@@ -447,7 +247,7 @@ def _finalise(plan: Plan, results: list[TaskResult], extra_errors: list[dict[str
     fsync_dir(out)  # every shard's rename is on disk before the manifest names it
     manifest = Manifest(
         split=split, format=opts.format, total_samples=total, classes=plan.classes.to_json(),
-        mean=mean, std=std, options={**_options_json(opts, split), "fingerprint": plan.fingerprint},
+        mean=mean, std=std, options={**options_json(opts, split), "fingerprint": plan.fingerprint},
         tool_version=__version__, shards=shards, list_file=list_file, list_sha256=list_sha,
         errors=len(errors), error_log=log.name if errors else None,
         stats_images=sum(r.stats_images for r in results), node=node,
@@ -455,19 +255,6 @@ def _finalise(plan: Plan, results: list[TaskResult], extra_errors: list[dict[str
                 "skipped_non_images": lst.skipped},
     )
     return write_manifest(out, manifest), (log if errors else None), len(errors)
-
-
-def _drop_stale_manifest(plan: Plan) -> None:
-    """A manifest from a run with other inputs or options no longer describes the folder."""
-    path = manifest_path(plan.opts.out, plan.split)
-    try:
-        old = json.loads(path.read_text("utf-8"))
-    except (OSError, ValueError):
-        old = None
-    if isinstance(old, dict) and old.get("options", {}).get("fingerprint") == plan.fingerprint:
-        return
-    with contextlib.suppress(FileNotFoundError):
-        path.unlink()
 
 
 def assigned_tasks(plan: Plan, world: World) -> tuple[list[Task], list[Task]]:
@@ -515,48 +302,99 @@ def _wait_for_records(plan: Plan, tasks: list[Task], world: World) -> list[TaskR
         time.sleep(WAIT_POLL_S)
 
 
-def _node_info(plan: Plan, world: World, held: list[Task]) -> dict[str, Any] | None:
+def _node_info(plan: Plan, world: World) -> NodeSection | None:
     if plan.opts.mode != "partition" or not world.is_distributed:
         return None
     # The whole set's shards with their planned sample counts: loaders on any node compute
     # every node's share from them (exact unless a node lost images to errors).
-    return {"node_rank": world.node_rank, "num_nodes": world.num_nodes, "mode": "partition",
-            "seed": plan.opts.seed, "shards": len(plan.tasks),
-            "planned_samples": len(plan.listing),
-            "all_shards": [[t.name, len(t.items)] for t in plan.tasks]}
+    return NodeSection(world.node_rank, world.num_nodes, "partition", plan.opts.seed,
+                       sum(len(t.items) for t in plan.tasks), len(plan.tasks),
+                       tuple((t.name, len(t.items)) for t in plan.tasks))
+
+
+def _prepare_folder(plan: Plan, world: World, held: list[Task], notify: Notify) -> None:
+    """The finaliser's clean-up before converting: a split that ``--overwrite`` replaces,
+    leftovers of this split (temporary files, shards no longer planned, another format's
+    files); other splits' files are never touched."""
+    opts = plan.opts
+    replaced = check_folder(plan)
+    if replaced is not None:
+        notify(outdir.remove_split(opts.out, replaced, plan.split))
+    # Other ranks may be writing their tasks' temporary files right now: keep those.
+    busy = {t.name for t in plan.tasks} if world.is_distributed else set()
+    sweep_tmp(opts.out, busy | outdir.other_tmp_files(opts.out, plan.split))
+    sweep_tmp(plan.state_dir, {f"{n}.json" for n in busy} | {f"{n}.mean.npy" for n in busy})
+    other = "list" if opts.format == "shards" else "shards"
+    keep = {f"{plan.split}-errors.jsonl", f"{plan.split}.json"}
+    outdir.remove_format(opts.out, plan.split, other, keep)
+    _drop_stale_outputs(plan, {t.name for t in held})
 
 
 def convert(opts: ConvertOptions, world: World | None = None, progress: Progress | None = None,
-            on_plan: Callable[[Plan, int], None] | None = None) -> dict[str, Any]:
-    """Run a conversion (resuming what a previous run finished); returns the summary.
+            on_plan: Callable[[Plan, int], None] | None = None,
+            notify: Notify | None = None) -> dict[str, Any]:
+    """Run a conversion of one split (resuming what a previous run finished); returns the
+    summary. A folder holding split folders (``train/`` and ``val/``) is refused, naming
+    them: ``convert_splits`` converts each into its own manifest.
 
     With a distributed ``world`` (launched by mpirun, srun or torchrun), every rank computes
     the same plan and converts only its share (``assigned_tasks``); rank 0 (in partition mode,
     each node's local rank 0) waits for the others' task records, then writes the manifest, so
     the output is byte-identical to a single-process run. ``on_plan(plan, remaining_images)``
-    is called once the work is known (for a progress bar). The manifest is written only when
-    errors <= ``opts.max_errors``; ``summary["complete"]`` says whether this rank's job is done.
+    is called once the work is known (for a progress bar); ``notify(line)`` with what was
+    removed (``--overwrite``). The manifest is written only when errors <= ``opts.max_errors``;
+    ``summary["complete"]`` says whether this rank's job is done.
     """
+    parts = split_inputs(opts)
+    if len(parts) > 1:
+        names = " and ".join(str(p.input) for p in parts)
+        raise SourceFormatError(
+            f"{opts.input} holds the splits {names}; convert each into its own manifest: "
+            f"imgprep convert {opts.input} -o {opts.out} does both, or pass --split")
+    return convert_splits(opts, world, progress, on_plan, notify)[0]
+
+
+def convert_splits(opts: ConvertOptions, world: World | None = None,
+                   progress: Progress | None = None,
+                   on_plan: Callable[[Plan, int], None] | None = None,
+                   notify: Notify | None = None) -> list[dict[str, Any]]:
+    """Convert every split of ``opts.input`` (see ``split_inputs``), each into its own
+    manifest, planning and checking all of them before converting any; one summary each.
+    A run that fails leaves no output folder it created behind if it wrote nothing."""
     world = world or World()
+    say = notify or (lambda line: None)
     if opts.mode not in RANK_MODES:
         raise ValueError(f"mode must be one of {RANK_MODES}")
     if opts.mode == "partition" and opts.format != "shards":
         raise OutputError("--mode partition writes node-local shards; use --format shards")
-    t0 = time.perf_counter()
     check_out_not_input(opts)
-    ensure_writable_dir(opts.out)
-    plan = make_plan(opts)
-    check_out_not_input(opts, plan.split)
+    created = outdir.created_dirs(opts.out / STATE_DIR)  # with --out and its missing parents
+    try:
+        parts = split_inputs(opts, say if _is_finaliser(opts, world) else None)
+        ensure_writable_dir(opts.out)
+        plans = [make_plan(o) for o in parts]
+        created[:0] = [p.state_dir for p in plans if not p.state_dir.exists()]
+        if len({p.split for p in plans}) < len(plans):
+            raise SourceFormatError(f"{opts.input}: two inputs give the same split; "
+                                    "convert them one at a time")
+        for plan in plans:
+            check_out_not_input(plan.opts, plan.split)
+            check_folder(plan)
+        return [_convert_plan(plan, world, progress, on_plan, say) for plan in plans]
+    except BaseException:
+        outdir.remove_if_empty(created)  # nothing new is left behind by a failed run
+        raise
+
+
+def _convert_plan(plan: Plan, world: World, progress: Progress | None,
+                  on_plan: Callable[[Plan, int], None] | None, notify: Notify) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    opts = plan.opts
     mine, held = assigned_tasks(plan, world)
     finaliser = _is_finaliser(opts, world)
-    plan.state_dir.mkdir(parents=True, exist_ok=True)
     if finaliser:
-        # Other ranks may be writing their tasks' temporary files right now: keep those.
-        busy = {t.name for t in plan.tasks} if world.is_distributed else set()
-        sweep_tmp(opts.out, busy)
-        sweep_tmp(plan.state_dir, {f"{n}.json" for n in busy} | {f"{n}.mean.npy" for n in busy})
-        _drop_stale_manifest(plan)
-        _drop_stale_outputs(plan, {t.name for t in held})
+        _prepare_folder(plan, world, held, notify)
+    plan.state_dir.mkdir(parents=True, exist_ok=True)
     done: list[TaskResult] = []
     todo: list[Task] = []
     for t in mine:
@@ -578,11 +416,20 @@ def convert(opts: ConvertOptions, world: World | None = None, progress: Progress
         root = plan.listing.root
         listing_errors = [{"source": f"{root}/{e.source}" if e.source else root, "key": "",
                            "reason": e.reason} for e in plan.listing.errors]
+        listing_errors += unknown_errors(plan)
         if opts.mode == "partition" and world.node_rank != 0:
             listing_errors = []  # reported once, by node 0
         manifest, log, n_errors = _finalise(plan, results, listing_errors,
-                                            _node_info(plan, world, held))
-    seconds = time.perf_counter() - t0
+                                            _node_info(plan, world))
+    return _summary(plan, world, finaliser, results, fresh, done, (mine, held),
+                    (manifest, log, n_errors), time.perf_counter() - t0)
+
+
+def _summary(plan: Plan, world: World, finaliser: bool, results: list[TaskResult],
+             fresh: list[TaskResult], done: list[TaskResult],
+             tasks: tuple[list[Task], list[Task]], final: tuple[Path | None, Path | None, int],
+             seconds: float) -> dict[str, Any]:
+    opts, (mine, held), (manifest, log, n_errors) = plan.opts, tasks, final
     converted_now = sum(r.samples for r in fresh)
     return {
         "complete": manifest is not None if finaliser else True,
@@ -599,6 +446,7 @@ def convert(opts: ConvertOptions, world: World | None = None, progress: Progress
         "samples": sum(r.samples for r in results),
         "errors": n_errors,
         "max_errors": opts.max_errors,
+        "unknown_wnids": unknown_wnids(plan),
         "skipped_non_images": plan.listing.skipped,
         "tasks": len(held),
         "tasks_mine": len(mine),
@@ -613,22 +461,6 @@ def convert(opts: ConvertOptions, world: World | None = None, progress: Progress
     }
 
 
-def check_out_not_input(opts: ConvertOptions, split: str | None = None) -> None:
-    """Refuse outputs that overlap the input: they could replace originals, and a rerun would
-    list its own outputs. Shards beside an input tar (or folder) are fine; a label list's
-    ``<out>/<split>/`` tree must not touch an input folder."""
-    inp, out = opts.input.resolve(), opts.out.resolve()
-    if inp == out or (inp.is_dir() and inp in out.parents):
-        raise OutputError(f"--out {opts.out} is inside the input {opts.input}; pick another folder")
-    if split is not None and opts.format == "list" and inp.is_dir():
-        tree = out / split
-        if tree == inp or inp in tree.parents or tree in inp.parents:
-            raise OutputError(
-                f"--format list would write {tree}, which overlaps the input {opts.input}; "
-                "pick another --out"
-            )
-
-
 def _drop_stale_outputs(plan: Plan, keep: set[str]) -> int:
     """Remove shards and records of this split that the folder must not hold (a rerun with
     fewer shards; another node's shards): nothing outside the manifest may look like data."""
@@ -641,5 +473,3 @@ def _drop_stale_outputs(plan: Plan, keep: set[str]) -> int:
         with contextlib.suppress(FileNotFoundError):
             p.unlink()
     return len(stale)
-
-

@@ -38,6 +38,11 @@ class OutputError(ImgprepError, OSError):
     """The output location cannot be written."""
 
 
+class OutputExistsError(ImgprepError, FileExistsError):
+    """The output folder already holds a finished conversion of the split that this run
+    would replace (other input, options or format); ``--overwrite`` replaces it."""
+
+
 class ShardError(ImgprepError, ValueError):
     """A shard file that is damaged: bad header checksum, truncated, unreadable."""
 

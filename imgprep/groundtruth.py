@@ -10,6 +10,7 @@ file stem (``ILSVRC2012_val_00000001``).
 from __future__ import annotations
 
 import posixpath
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -20,9 +21,13 @@ from imgprep.sources import Listing
 from imgprep.synsets import WNID_RE, ClassTable
 
 FORMS = (
-    "devkit ground truth + map_clsloc.txt, Kaggle LOC_val_solution.csv, Caffe val.txt, "
-    "or one wnid per line"
+    "devkit ground truth + map_clsloc.txt, Kaggle LOC_val_solution.csv, Caffe val.txt "
+    "('name label' or 'name,label'), or one wnid per line"
 )
+NAME_LABEL_SEP = re.compile(r"\s*,\s*|\s+")  # 'name label', 'name,label', 'name, label'
+UNKNOWN = -1  # resolve_labels: named with a wnid outside the class table
+ONE_BASED_MIN_PER_CLASS = 10  # a set this large per class without a label 0 is 1-based
+ONE_BASED_MIN_RUN = 10  # labels exactly 1..K (K >= this: every class present, none is 0)
 
 
 def _val_key(i: int) -> str:
@@ -46,7 +51,8 @@ def detect_form(lines: list[str]) -> str:
         return "wnids"
     if all(len(t) >= 3 and WNID_RE.match(t[0]) and t[1].isdigit() for t in body):
         return "map_clsloc"
-    if all(len(t) == 2 and t[1].lstrip("-").isdigit() for t in body):
+    pairs = [NAME_LABEL_SEP.split(ln.strip()) for ln in lines if ln.strip()]
+    if all(len(t) == 2 and t[0] and t[1].lstrip("-").isdigit() for t in pairs):
         return "caffe"
     return "unknown"
 
@@ -70,8 +76,40 @@ def _put(out: dict[str, str], key: str, wnid: str, where: str, classes: ClassTab
     out[key] = wnid
 
 
+def _name_labels(path: Path, numbered: list[tuple[int, str]], classes: ClassTable,
+                 offset: int | None) -> list[tuple[str, int, int]]:
+    """(name, label - offset, line) of a 'name label' file; refuses a label outside
+    [0, classes) naming file:line and, unless ``offset`` was given (0 included), a set that
+    looks 1-based, saying how to shift it."""
+    rows = []
+    for n, ln in numbered:
+        name, value = NAME_LABEL_SEP.split(ln.strip())
+        rows.append((name, int(value) - (offset or 0), n))
+    labels = {i for _, i, _ in rows}
+    one_based = (f"; the file looks 1-based (labels 1..{len(classes)}, TensorFlow's 1001-class "
+                 f"convention) but labels are 0..{len(classes) - 1} (the sorted-wnid index): "
+                 "pass --label-offset 1 to shift every label down by one, or --label-offset 0 "
+                 "if they are 0-based and class 0 is just absent") \
+        if 0 not in labels and offset is None else ""
+    for _, i, n in rows:
+        if not 0 <= i < len(classes):
+            shifted = f" ({i + offset} in the file, --label-offset {offset})" if offset else ""
+            hint = one_based if i == len(classes) else ""
+            raise LabelError(
+                f"{path}:{n}: class index {i}{shifted} is outside 0..{len(classes) - 1}"
+                + (hint or "; Caffe val.txt uses the sorted-wnid index (0-based): fix the line"))
+    contiguous = len(labels) >= ONE_BASED_MIN_RUN and labels == set(range(1, len(labels) + 1))
+    large = min(labels) == 1 and len(rows) >= ONE_BASED_MIN_PER_CLASS * len(classes)
+    if one_based and (contiguous or large):
+        why = (f"its labels are exactly 1..{len(labels)}" if contiguous else
+               f"no image has label 0 among {len(rows)} lines")
+        raise LabelError(f"{path}: {why}{one_based}")
+    return rows
+
+
 def _parse(path: Path, lines: list[str], form: str, classes: ClassTable,
-           devkit_map: dict[int, str] | None) -> dict[str, str]:
+           devkit_map: dict[int, str] | None, label_offset: int | None = None
+           ) -> dict[str, str]:
     out: dict[str, str] = {}
     numbered = [(n, ln) for n, ln in enumerate(lines, 1) if ln.strip()]
     if form == "kaggle":
@@ -82,14 +120,7 @@ def _parse(path: Path, lines: list[str], form: str, classes: ClassTable,
                 raise LabelError(f"{path}:{n}: no wnid in {ln.strip()!r}")
             _put(out, _stem(image_id), tokens[0], f"{path}:{n}", classes)
     elif form == "caffe":
-        for n, ln in numbered:
-            name, idx = ln.split()
-            i = int(idx)
-            if not 0 <= i < len(classes):
-                raise LabelError(
-                    f"{path}:{n}: class index {i} is outside 0..{len(classes) - 1}; "
-                    "Caffe val.txt uses the sorted-wnid index"
-                )
+        for name, i, n in _name_labels(path, numbered, classes, label_offset):
             _put(out, _stem(name), classes.wnids[i], f"{path}:{n}", classes)
     elif form == "wnids":
         for i, (n, ln) in enumerate(numbered, 1):
@@ -109,13 +140,23 @@ def _parse(path: Path, lines: list[str], form: str, classes: ClassTable,
     return out
 
 
-def load_ground_truth(paths: Sequence[Path], classes: ClassTable) -> dict[str, str]:
-    """Parse one ground-truth file (plus ``map_clsloc.txt`` for the devkit form) to {key: wnid}."""
+def load_ground_truth(paths: Sequence[Path], classes: ClassTable,
+                      label_offset: int | None = None) -> dict[str, str]:
+    """Parse one ground-truth file (plus ``map_clsloc.txt`` for the devkit form) to {key: wnid}.
+
+    ``label_offset`` is subtracted from every label of a 'name label' file (1 for a 1-based
+    one); None (not given) also refuses a file that looks 1-based. Other forms carry wnids or
+    devkit IDs, so an offset for them is refused.
+    """
     parsed = [(p, _read_lines(p)) for p in paths]
     forms = [(p, lines, detect_form(lines)) for p, lines in parsed]
     for p, _, form in forms:
         if form == "unknown":
             raise LabelError(f"cannot tell the ground-truth format of {p}; expected {FORMS}")
+    if label_offset is not None and not any(f == "caffe" for _, _, f in forms):
+        raise LabelError(
+            f"--label-offset {label_offset} shifts the labels of a 'name label' file, but "
+            f"{', '.join(f'{p} is {f}' for p, _, f in forms)}; drop --label-offset")
     devkit_map: dict[int, str] | None = None
     maps = [(p, lines) for p, lines, f in forms if f == "map_clsloc"]
     if not maps and any(f == "devkit" for _, _, f in forms):
@@ -137,7 +178,7 @@ def load_ground_truth(paths: Sequence[Path], classes: ClassTable) -> dict[str, s
     if not label_forms:
         raise LabelError(f"only a class map was given ({maps[0][0]}); pass the ground truth too")
     for p, lines, form in label_forms:
-        for k, w in _parse(p, lines, form, classes, devkit_map).items():
+        for k, w in _parse(p, lines, form, classes, devkit_map, label_offset).items():
             _put(result, k, w, str(p), classes)
     return result
 
@@ -146,11 +187,15 @@ def resolve_labels(listing: Listing, classes: ClassTable,
                    truth: dict[str, str] | None) -> np.ndarray:
     """The label of every listed item, from ground truth, its folder/tar, or its name.
 
-    Raises LabelError naming the first image whose class cannot be told.
+    An image whose own name carries a wnid outside the class table (a flat folder of
+    ``<wnid>_*.JPEG``) gets ``UNKNOWN`` (-1): one bad image, which the caller logs and counts.
+    Raises LabelError naming the first image whose class cannot be told otherwise (no ground
+    truth for it, a class folder or tar not in the table, a name with no wnid).
     """
     labels = np.empty(len(listing), dtype=np.int16)
     for i in range(len(listing)):
         key = listing.key_str(i)
+        from_name = False
         if truth is not None:
             wnid = truth.get(key)
             if wnid is None:
@@ -159,8 +204,13 @@ def resolve_labels(listing: Listing, classes: ClassTable,
                     "pass the ground truth that covers it, or remove the image"
                 )
         else:
-            wnid = listing.wnid_str(i) or key.partition("_")[0]
+            wnid = listing.wnid_str(i)
+            if not wnid:
+                wnid, from_name = key.partition("_")[0], True
         label = classes.index(wnid)
+        if label is None and from_name and WNID_RE.match(wnid):
+            labels[i] = UNKNOWN
+            continue
         if label is None:
             hint = ("pass --labels with the validation ground truth" if key.startswith(
                 "ILSVRC2012_val_") else "pass --classes with a class list that has it")
@@ -170,3 +220,9 @@ def resolve_labels(listing: Listing, classes: ClassTable,
             )
         labels[i] = label
     return labels
+
+
+def unknown_wnid_reason(wnid: str) -> str:
+    """The error-log reason of an image named with a wnid outside the class table."""
+    return (f"its name carries wnid {wnid}, which is not in the class table; pass --classes "
+            "with a class list that has it, or remove the image")

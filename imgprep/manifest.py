@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from imgprep.assign import MODES
 from imgprep.errors import ManifestError
 from imgprep.fsutil import write_json_atomic
 
@@ -44,6 +45,60 @@ class IndexEntry:
     sha256: str
 
 
+@dataclass(frozen=True)
+class NodeSection:
+    """Which part of a whole set a node-local manifest holds (written by stage-to-node and by
+    a partitioned convert): this node's place, the layout's mode and seed, and the whole set's
+    sample count and shards (``all_shards``: name and samples of every shard of every node),
+    from which loaders compute every node's share. Invalid values raise ManifestError."""
+
+    node_rank: int
+    num_nodes: int
+    mode: str
+    seed: int
+    total_samples: int  # of the whole set, all nodes together
+    shards: int  # of the whole set
+    all_shards: tuple[tuple[str, int], ...]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "all_shards",
+                           tuple((str(n), int(k)) for n, k in self.all_shards))
+        if not 0 <= self.node_rank < self.num_nodes:
+            raise ManifestError(f"node_rank {self.node_rank} is not in 0..num_nodes-1 "
+                                f"({self.num_nodes} nodes)")
+        if self.mode not in MODES:
+            raise ManifestError(f"mode {self.mode!r} is not one of {', '.join(MODES)}")
+        if self.shards != len(self.all_shards) or self.shards < 1:
+            raise ManifestError(f"shards {self.shards} != {len(self.all_shards)} all_shards")
+        if any(k < 0 or not SHARD_NAME_RE.match(n) for n, k in self.all_shards):
+            raise ManifestError("all_shards holds a malformed shard name or a negative count")
+        if self.total_samples < 0:
+            raise ManifestError(f"total_samples {self.total_samples} is negative")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"node_rank": self.node_rank, "num_nodes": self.num_nodes, "mode": self.mode,
+                "seed": self.seed, "total_samples": self.total_samples, "shards": self.shards,
+                "all_shards": [[n, k] for n, k in self.all_shards]}
+
+
+def parse_node(d: Any, where: str) -> NodeSection:
+    """Validate a manifest's ``node`` object; raises ManifestError naming ``where``."""
+    w = f"{where}: node"
+    if not isinstance(d, dict):
+        raise ManifestError(f"{w}: not an object; reconvert or restage the node's data")
+    pairs = _need(d, "all_shards", list, w)
+    if not all(isinstance(p, list) and len(p) == 2 and isinstance(p[0], str)
+               and isinstance(p[1], int) and not isinstance(p[1], bool) for p in pairs):
+        raise ManifestError(f"{w}: all_shards must be [name, samples] pairs")
+    rank, nodes = _need(d, "node_rank", int, w), _need(d, "num_nodes", int, w)
+    mode, seed = _need(d, "mode", str, w), _need(d, "seed", int, w)
+    total, shards = _need(d, "total_samples", int, w), _need(d, "shards", int, w)
+    try:
+        return NodeSection(rank, nodes, mode, seed, total, shards, tuple(map(tuple, pairs)))
+    except ManifestError as e:
+        raise ManifestError(f"{w}: {e}; reconvert or restage the node's data") from e
+
+
 def index_name(split: str) -> str:
     """The file name of a split's sample index (the one spelling of it)."""
     return f"{split}-index.bin"
@@ -54,9 +109,7 @@ class Manifest:
     """A finished conversion of one split, in either output format.
 
     A node-local manifest (written by stage-to-node or a partitioned convert) lists only the
-    shards on that node and carries ``node``: ``node_rank``, ``num_nodes``, ``mode``, ``seed``,
-    the full set's ``shards`` count and ``all_shards`` (``[name, samples]`` of every shard of
-    the whole set, from which loaders compute every node's share).
+    shards on that node and carries ``node`` (a ``NodeSection``): which part of what it is.
     """
 
     split: str
@@ -74,7 +127,7 @@ class Manifest:
     error_log: str | None = None
     source: dict[str, Any] = field(default_factory=dict)
     stats_images: int = 0
-    node: dict[str, Any] | None = None
+    node: NodeSection | None = None
     index: IndexEntry | None = None
     format_version: int = FORMAT_VERSION
 
@@ -85,6 +138,7 @@ class Manifest:
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
         d["shards"] = [asdict(s) for s in self.shards]
+        d["node"] = self.node.to_json() if self.node is not None else None
         if self.index is None:
             del d["index"]
         return d
@@ -155,7 +209,7 @@ def parse_manifest(d: Any, where: str) -> Manifest:
         shards=shards, list_file=d.get("list_file"), list_sha256=d.get("list_sha256"),
         errors=_need(d, "errors", int, where), error_log=d.get("error_log"),
         source=d.get("source") or {}, stats_images=int(d.get("stats_images", 0)),
-        node=d.get("node"), index=index,
+        node=parse_node(d["node"], where) if d.get("node") is not None else None, index=index,
         format_version=version,
     )
 

@@ -29,6 +29,53 @@ from imgprep.synsets import WNID_RE
 
 IMAGE_EXTS = (".jpeg", ".jpg", ".png")
 GZIP_MAGIC = b"\x1f\x8b"
+VAL_PREFIX = "ILSVRC2012_val_"  # validation image names: never in a train split by accident
+# Folder (or tar) names that say which split their images are, compared case-insensitively.
+SPLIT_NAMES = {
+    "train": ("train", "training", "ilsvrc2012_img_train"),
+    "val": ("val", "valid", "validation", "ilsvrc2012_img_val"),
+}
+
+
+def split_of_name(name: str) -> str | None:
+    """``train`` or ``val`` when a folder or tar name says so (any case), else None."""
+    stem = name[:-4] if name.lower().endswith(".tar") else name
+    for split, names in SPLIT_NAMES.items():
+        if stem.casefold() in names:
+            return split
+    return None
+
+
+def split_folders(root: Path) -> tuple[dict[str, Path], list[Path]]:
+    """For a folder holding split folders (``train/``, ``val/``, ``validation/``,
+    ``ILSVRC2012_img_val.tar`` …): ({split: its folder or tar}, the other entries, which are
+    not converted). Empty when ``root`` is not such a folder. Two entries naming one split
+    are refused, since which to convert is anyone's guess."""
+    found: dict[str, Path] = {}
+    others: list[Path] = []
+    if not root.is_dir():
+        return found, others
+    for p in sorted(root.iterdir()):
+        split = split_of_name(p.name) if (p.is_dir() or p.name.lower().endswith(".tar")) \
+            else None
+        if split is None:
+            if not p.name.startswith("."):
+                others.append(p)
+        elif split in found:
+            raise SourceFormatError(
+                f"{root} holds both {found[split].name} and {p.name} for the {split} split; "
+                f"convert the one you mean on its own (imgprep convert {p} …)")
+        else:
+            found[split] = p
+    classes = [p.name for p in others if p.is_dir() and WNID_RE.match(p.name)]
+    if found and classes:
+        more = " …" if len(classes) > 3 else ""
+        raise SourceFormatError(
+            f"{root} holds class folders ({', '.join(classes[:3])}{more}) beside the split "
+            f"folder(s) {', '.join(p.name for p in found.values())}: splits must not be "
+            f"merged; move the class folders into {root}/train, or convert each folder on its "
+            "own")
+    return found, (others if found else [])
 
 
 @dataclass(frozen=True)

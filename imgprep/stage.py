@@ -49,6 +49,7 @@ from imgprep.errors import ImgprepError, ManifestError, OutputError, StageError,
 from imgprep.fsutil import atomic_open, fsync_dir, sweep_tmp, tmp_name
 from imgprep.manifest import (
     Manifest,
+    NodeSection,
     ShardEntry,
     find_manifests,
     manifest_path,
@@ -129,9 +130,8 @@ def _load_split(path: Path, opts: StageOptions, world: World) -> SplitPlan:
         raise StageError(f"{path} describes a label list; stage-to-node copies shards only: "
                          "convert with --format shards")
     if m.node is not None:
-        who = m.node.get("node_rank") if isinstance(m.node, dict) else "?"
-        raise StageError(f"{path} is node {who}'s manifest (only its shards); stage from the "
-                         "full conversion on the file server")
+        raise StageError(f"{path} is node {m.node.node_rank}'s manifest (only its shards); "
+                         "stage from the full conversion on the file server")
     if not PLAIN_NAME.match(m.split) or (m.error_log and not PLAIN_NAME.match(m.error_log)):
         raise ManifestError(f"{path}: split {m.split!r} or error log {m.error_log!r} is not a "
                             "plain file name; reconvert or restore the manifest")
@@ -161,10 +161,9 @@ def node_manifest(sp: SplitPlan, opts: StageOptions, world: World) -> Manifest:
     """The source manifest cut down to this node's shards, saying which part of what it is."""
     m = sp.manifest
     return replace(m, shards=list(sp.needed), total_samples=sum(e.samples for e in sp.needed),
-                   node={"node_rank": world.node_rank, "num_nodes": world.num_nodes,
-                         "mode": opts.mode, "seed": opts.seed,
-                         "total_samples": m.total_samples, "shards": len(m.shards),
-                         "all_shards": [[e.name, e.samples] for e in m.shards]})
+                   node=NodeSection(world.node_rank, world.num_nodes, opts.mode, opts.seed,
+                                    m.total_samples, len(m.shards),
+                                    tuple((e.name, e.samples) for e in m.shards)))
 
 
 # ---------------------------------------------------------------------------- state files

@@ -80,16 +80,16 @@ def open_shards(folder: Path, split: str, mode: str | None = None, seed: int = 0
     if m.format != "shards":
         raise ManifestError(f"{folder}/{split}.json describes a label list; use the "
                             "label-list loader (loaders.make_loader picks it)")
-    node = m.node or {}
-    if node.get("all_shards"):
-        names = tuple(str(n) for n, _ in node["all_shards"])
-        samples = tuple(int(s) for _, s in node["all_shards"])
-        laid_out = str(node.get("mode", "replicate"))
+    node = m.node
+    if node is not None:
+        names = tuple(n for n, _ in node.all_shards)
+        samples = tuple(s for _, s in node.all_shards)
+        laid_out = node.mode
         if mode is not None and mode != laid_out:
             raise WorldError(f"{folder} holds {laid_out} node-local data (node "
-                             f"{node.get('node_rank')} of {node.get('num_nodes')}); load it "
+                             f"{node.node_rank} of {node.num_nodes}); load it "
                              f"with mode {laid_out!r}, not {mode!r}")
-        mode, seed = laid_out, int(node.get("seed", 0))
+        mode, seed = laid_out, node.seed
         index = {n: i for i, n in enumerate(names)}
         present = set()
         for s in m.shards:
@@ -101,8 +101,8 @@ def open_shards(folder: Path, split: str, mode: str | None = None, seed: int = 0
                     "rank must plan from the same counts; reconvert with --max-errors 0 or "
                     "stage from the full manifest")
             present.add(i)
-        nodes: int | None = int(node["num_nodes"])
-        node_rank: int | None = int(node["node_rank"])
+        nodes: int | None = node.num_nodes
+        node_rank: int | None = node.node_rank
     else:
         names = tuple(s.name for s in m.shards)
         samples = tuple(s.samples for s in m.shards)

@@ -41,6 +41,7 @@ from trainkit.timing import BucketClock, Split, reduce_split, wire_dtype  # noqa
 
 from imgprep.errors import ImgprepError  # noqa: E402
 from imgprep.fsutil import atomic_open  # noqa: E402
+from imgprep.manifest import manifest_path  # noqa: E402
 from imgprep.world import World, detect  # noqa: E402
 from loaders import PAD_LABEL, DeviceLoader, TrainTransform, ValTransform, make_loader  # noqa: E402
 
@@ -155,10 +156,15 @@ def train(args: argparse.Namespace, world: World) -> dict[str, Any]:
     torch.manual_seed(args.seed)
     train_loader = make_loader(args.data, "train", world, args.batch_size, args.workers,
                                args.seed, transform=TrainTransform(size=args.image_size))
+    no_val = args.data.is_dir() and not manifest_path(args.data, "val").exists()
+    if args.validate and no_val and world.rank == 0:
+        print(f"train_imagenet: warning: {args.data} has no val split (no val.json): training "
+              "without validation; make one with imgprep convert ILSVRC2012_img_val.tar -o "
+              f"{args.data} --labels <ground truth>", file=sys.stderr, flush=True)
     val_loader = make_loader(args.data, "val", world, args.batch_size, args.workers, args.seed,
                              transform=ValTransform(size=args.image_size,
                                                     resize=round(args.image_size * 256 / 224)),
-                             ) if args.validate else None
+                             ) if args.validate and not no_val else None
     num_classes = train_loader.shards.num_classes if hasattr(train_loader, "shards") else 1000
     model = model_by_name(args.arch, num_classes).to(device)
     model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]

@@ -285,7 +285,8 @@ def test_rerun_rewrites_a_deleted_list_image(sample: Path, tmp_path: Path) -> No
 
 def test_reconvert_with_other_options_leaves_only_described_shards(sample: Path,
                                                                    tmp_path: Path) -> None:
-    """Reconverting into the same folder with fewer shards must not leave stale shards.
+    """Reconverting into the same folder with fewer shards (``--overwrite``: other options
+    without it are refused) must not leave stale shards.
 
     Shards of the earlier run that the new manifest does not list duplicate samples for
     anything that globs ``train-*.tar`` (rsync to nodes, webdataset on a pattern).
@@ -293,7 +294,9 @@ def test_reconvert_with_other_options_leaves_only_described_shards(sample: Path,
     src = sample / "ILSVRC2012_img_train.tar"
     out, fresh = tmp_path / "reused", tmp_path / "fresh"
     convert_ok(src, out, "--shards", "5")
-    again = convert_ok(src, out, "--shards", "3")
+    one_line_error(invoke("convert", src, "-o", out, "--shards", "3"), 3,
+                   "--shards: 5 there, 3 now", "--overwrite")
+    again = convert_ok(src, out, "--shards", "3", "--overwrite")
     assert again["tasks_resumed"] == 0
     convert_ok(src, fresh, "--shards", "3")
     m = json.loads((out / "train.json").read_text("utf-8"))

@@ -86,8 +86,8 @@ def test_partition_writes_each_nodes_shards_only(opts: ConvertOptions, single: d
         m = read_manifest(folder, "train")
         names = [s.name for s in m.shards]
         assert names == [plan.tasks[i].name for i in expected[node]]
-        assert m.node is not None and (m.node["node_rank"], m.node["num_nodes"]) == (node, 2)
-        assert m.node["mode"] == "partition" and m.node["shards"] == SHARDS
+        assert m.node is not None and (m.node.node_rank, m.node.num_nodes) == (node, 2)
+        assert m.node.mode == "partition" and m.node.shards == SHARDS
         assert m.total_samples == sum(s.samples for s in m.shards)
         for name in names:  # same bytes as the single-process shard
             assert (folder / name).read_bytes() == single[name]

@@ -228,10 +228,12 @@ def test_partition_and_replicate_with_explicit_worlds(src: Path, tmp_path: Path,
                 local = read_manifest(dst, split)
                 assert local.shards == [e for e in m.shards if e.name in names]
                 assert local.total_samples == sum(e.samples for e in local.shards)
-                assert local.node == {"node_rank": k, "num_nodes": nodes, "mode": mode,
-                                      "seed": 0, "total_samples": m.total_samples,
-                                      "shards": len(m.shards),
-                                      "all_shards": [[e.name, e.samples] for e in m.shards]}
+                assert local.node is not None
+                assert local.node.to_json() == {"node_rank": k, "num_nodes": nodes, "mode": mode,
+                                                "seed": 0, "total_samples": m.total_samples,
+                                                "shards": len(m.shards),
+                                                "all_shards": [[e.name, e.samples]
+                                                               for e in m.shards]}
                 assert replace(local, shards=m.shards, total_samples=m.total_samples,
                                node=None) == m
             assert final_shards(dst) == sorted(n for split in full for n in
@@ -675,6 +677,6 @@ def test_node_manifest_is_a_valid_manifest(src: Path, tmp_path: Path) -> None:
     shutil.rmtree(s)
     for split in ("train", "val"):
         m: Manifest = read_manifest(dst, split)
-        assert m.node is not None and m.node["node_rank"] == 2
+        assert m.node is not None and m.node.node_rank == 2
         assert {e.name for e in m.shards} == {p.name for p in dst.glob(f"{split}-*.tar")}
     assert_verifies(dst, decode=True)
