@@ -13,7 +13,6 @@ Exit codes (all commands):
 from __future__ import annotations
 
 import json
-import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -198,7 +197,7 @@ def convert(input: Path, out: Path, fmt: str, split: str | None, labels: tuple[P
         labels=labels, classes=classes,
         transform=TransformOptions(size, resize, filt, quality, max_pixels, exif_transpose),
         shard_size=shard_size, num_shards=num_shards, seed=seed,
-        workers=workers or max(1, (os.cpu_count() or 1) // world.local_world_size),
+        workers=workers or world.cores_per_rank(),
         max_errors=max_errors, meta=meta, mode=rank_mode, wait_timeout=wait_timeout,
         overwrite=overwrite, label_offset=label_offset,
     )
@@ -223,41 +222,15 @@ def convert(input: Path, out: Path, fmt: str, split: str | None, labels: tuple[P
     _convert_report(summaries, as_json, quiet, max_errors)
 
 
-def _convert_lines(s: dict[str, Any], max_errors: int) -> list[str]:
-    """The human-readable summary of one split's conversion."""
-    if s["role"] == "part":
-        return [f"rank {s['rank']}: {s['tasks_mine']} of {s['tasks']} shards of {s['split']} "
-                f"converted ({s['samples']} samples) in {s['seconds']:.1f} s; rank 0 writes the "
-                "manifest"]
-    lines = [
-        f"{s['split']}: {s['samples']} samples in {s['tasks']} "
-        f"{'shards' if s['format'] == 'shards' else 'chunks'} ({s['bytes'] / 1e6:.1f} MB) "
-        f"from {s['images_listed']} images; {s['tasks_resumed']} resumed"
-        + (" (already complete: nothing converted)" if s["complete"] and s["tasks"]
-           and s["tasks_resumed"] == s["tasks"] else ""),
-        f"{s['seconds']:.1f} s, {s['images_per_s']:.0f} images/s with {s['workers']} "
-        "workers" + (f" on rank 0 of {s['world_size']}" if s["world_size"] > 1 else ""),
-    ]
-    if s["unknown_wnids"]:
-        n = sum(s["unknown_wnids"].values())
-        lines.append(f"{n} images are named with wnids outside the class table "
-                     f"({', '.join(f'{w}: {k}' for w, k in s['unknown_wnids'].items())}); "
-                     "logged as errors; pass --classes with a table that has them")
-    if s["errors"]:
-        lines.append(f"{s['errors']} images failed; see {s['error_log']}")
-    lines.append(f"manifest: {s['manifest']}" if s["complete"] else
-                 f"FAILED: {s['errors']} errors > --max-errors {max_errors}: no manifest "
-                 "written; fix the inputs or raise --max-errors, then rerun to finish")
-    return lines
-
-
 def _convert_report(summaries: list[dict[str, Any]], as_json: bool, quiet: bool,
                     max_errors: int) -> None:
     """One summary (one split) as before; several as {"complete", "splits": [...]}."""
+    from imgprep.report import convert_lines
+
     summary = summaries[0] if len(summaries) == 1 else {
         "complete": all(s["complete"] for s in summaries), "splits": summaries}
     _emit(summary, as_json, quiet,
-          lambda: "\n".join(line for s in summaries for line in _convert_lines(s, max_errors)))
+          lambda: "\n".join(line for s in summaries for line in convert_lines(s, max_errors)))
     failed = [s for s in summaries if not s["complete"]]
     if failed:
         if quiet or as_json:
