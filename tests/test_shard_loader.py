@@ -40,14 +40,15 @@ import webdataset as wds
 from conftest import free_port, jpeg
 from PIL import Image
 
-from imgprep.assign import all_rank_shards
 from imgprep.convert import ConvertOptions, convert
 from imgprep.errors import WorldError
+from imgprep.index import write_index
 from imgprep.manifest import Manifest, ShardEntry, read_manifest, write_manifest
 from imgprep.stage import StageOptions, stage_to_node
 from imgprep.synsets import imagenet_classes
 from imgprep.world import World
 from imgprep.writers import ShardWriter
+from loaders.plan import pools
 from loaders.shards import PAD_LABEL, LoaderError, ShardLoader, iter_members, iter_samples
 from loaders.transforms import TrainTransform, ValTransform
 
@@ -87,7 +88,7 @@ def write_split(folder: Path, split: str, sizes: Sequence[int],
                 image: Callable[[int], bytes]) -> dict[str, list[int]]:
     """Shards ``<split>-00000k.tar`` holding ``sizes[k]`` samples each (ids counted up from 0,
     label = id) and the split's manifest; returns each shard's sample ids."""
-    entries, ids, sample = [], {}, 0
+    entries, layouts, ids, sample = [], [], {}, 0
     for k, n in enumerate(sizes):
         name = f"{split}-{k:06d}.tar"
         ids[name] = list(range(sample, sample + n))
@@ -95,11 +96,13 @@ def write_split(folder: Path, split: str, sizes: Sequence[int],
             for i in ids[name]:
                 w.add(key_of(i), {"jpg": image(i), "cls": str(i).encode()})
         entries.append(ShardEntry(name, w.samples, w.bytes, w.sha256))
+        layouts.append(w.layout())
         sample += n
     write_manifest(folder, Manifest(
         split=split, format="shards", total_samples=sample,
         classes=imagenet_classes().to_json(), mean=[0.485, 0.456, 0.406],
-        std=[0.229, 0.224, 0.225], options={}, tool_version="test", shards=entries))
+        std=[0.229, 0.224, 0.225], options={}, tool_version="test", shards=entries,
+        index=write_index(folder, split, entries, layouts)))
     return ids
 
 
@@ -139,6 +142,10 @@ def nodes(data: ShardData, tmp_path_factory: pytest.TempPathFactory) -> list[Pat
     for k, dst in enumerate(dirs):
         stage_to_node(StageOptions(data.folder, dst, mode="partition", jobs=1),
                       World().with_nodes(2, k))
+        for split in ("train", "val"):  # the index travels with the shards
+            index = read_manifest(dst, split).index
+            if index is not None and not (dst / index.name).exists():
+                shutil.copy2(data.folder / index.name, dst / index.name)
     return dirs
 
 
@@ -193,6 +200,18 @@ def xor_bytes(path: Path, offset: int, count: int) -> None:
         f.write(bytes(b ^ 0xFF for b in chunk))
 
 
+def position(loader: ShardLoader) -> dict[str, int]:
+    """The epoch and batch of ``state_dict()`` (which also holds the samples done)."""
+    state = loader.state_dict()
+    return {"epoch": state["epoch"], "batch": state["batch"]}
+
+
+def reads(loader: ShardLoader, name: str, epoch: int = 0) -> bool:
+    """Whether the loader's rank reads shard ``name`` in ``epoch`` (from its plan)."""
+    i = loader.shards.names.index(name)
+    return any(i in shards for shards in loader.plan(epoch).worker_shards)
+
+
 def rank_totals(loaders: Sequence[ShardLoader], epoch: int) -> list[int]:
     """Each rank's planned samples in ``epoch`` (before batching)."""
     return [sum(loader.plan(epoch).worker_samples) for loader in loaders]
@@ -219,7 +238,8 @@ def test_counts_and_coverage(data: ShardData, name: str, mode: str, workers: int
         if tail != "uneven":
             assert len(set(stated)) == 1, f"epoch {epoch}: unequal counts {stated}"
         totals = rank_totals(loaders, epoch)
-        assert sum(totals) == TOTAL  # every shard planned for exactly one rank
+        if tail != "drop":
+            assert sum(totals) == TOTAL  # every sample planned for exactly one rank
         per_rank = [run_epoch(loader, epoch) for loader in loaders]
         labels: list[int] = []
         for r, batches in enumerate(per_rank):
@@ -244,16 +264,11 @@ def test_counts_and_coverage(data: ShardData, name: str, mode: str, workers: int
         if tail == "drop":
             assert PAD_LABEL not in labels
             assert len(real) == len(worlds) * stated[0] * BATCH
-            # Shards are assigned whole, so ranks' totals differ (by at most one shard within
-            # a pool); each of a rank's workers then drops at most BATCH - 1 samples.
-            pools = [worlds[i:i + worlds[0].local_world_size]
-                     for i in range(0, len(worlds), worlds[0].local_world_size)] \
-                if mode == "partition" else [worlds]
-            for pool in pools:
-                t = [totals[w.rank] for w in pool]
-                assert max(t) - min(t) <= max(SIZES)
-            bound = sum(t - min(totals) for t in totals) \
-                + len(worlds) * max(1, workers) * (BATCH - 1)
+            # Samples are planned one by one: each pool (the set, or a node's shards) loses
+            # fewer than BATCH samples per rank beyond what equal counts across pools need.
+            sizes = [len(p) for p in pools(SIZES, worlds[0].num_nodes, mode, 0)]
+            group = worlds[0].local_world_size if mode == "partition" else len(worlds)
+            bound = sum(n - min(sizes) for n in sizes) + len(sizes) * (group * BATCH - 1)
             assert TOTAL - len(real) <= bound
         else:
             assert sorted(real) == list(range(TOTAL)), f"epoch {epoch}: not exact"
@@ -327,7 +342,7 @@ def test_resume_yields_the_tail(data: ShardData, workers: int, tail: str) -> Non
             got = []
             for i, batch in enumerate(target):
                 got.append(batch)
-                assert target.state_dict() == {"epoch": epoch, "batch": k + i + 1}
+                assert position(target) == {"epoch": epoch, "batch": k + i + 1}
             assert same_batches(got, full[k:]), f"resume at batch {k} differs"
     # Once a resumed epoch is done, the next pass over it starts from its first batch.
     assert len(loader) == n
@@ -353,7 +368,7 @@ def test_checkpoint_mid_epoch_and_restart(data: ShardData, workers: int) -> None
         if len(before) == 2:
             break
     state = loader.state_dict()
-    assert state == {"epoch": 2, "batch": 2}
+    assert position(loader) == {"epoch": 2, "batch": 2}
     for target in (loader, make()):  # the same loader (its workers stay alive) or a new one
         target.load_state_dict(state)
         assert same_batches(before + list(target), full)
@@ -362,18 +377,18 @@ def test_checkpoint_mid_epoch_and_restart(data: ShardData, workers: int) -> None
 def test_state_dict_right_after_load_state_dict(data: ShardData) -> None:
     """A checkpoint taken after resuming but before the next batch keeps the position."""
     loader = ShardLoader(data.folder, "train", World(), 4, workers=0, transform=SMALL_TRAIN)
-    assert loader.state_dict() == {"epoch": 0, "batch": 0}
+    assert position(loader) == {"epoch": 0, "batch": 0}
     loader.load_state_dict({"epoch": 1, "batch": 3})
-    assert loader.state_dict() == {"epoch": 1, "batch": 3}
+    assert position(loader) == {"epoch": 1, "batch": 3}
 
 
 def test_state_dict_right_after_set_epoch(data: ShardData) -> None:
     """After a finished epoch, set_epoch(e + 1) starts a new epoch with no batch done."""
     loader = ShardLoader(data.folder, "train", World(), 4, workers=0, transform=SMALL_TRAIN)
     run_epoch(loader, 1)
-    assert loader.state_dict() == {"epoch": 1, "batch": len(loader)}
+    assert position(loader) == {"epoch": 1, "batch": len(loader)}
     loader.set_epoch(2)
-    assert loader.state_dict() == {"epoch": 2, "batch": 0}
+    assert position(loader) == {"epoch": 2, "batch": 0}
     # Resuming from that checkpoint must give the whole of epoch 2, not nothing.
     fresh = ShardLoader(data.folder, "train", World(), 4, workers=0, transform=SMALL_TRAIN)
     fresh.load_state_dict(loader.state_dict())
@@ -402,17 +417,20 @@ def test_abandoned_epoch_with_full_rings_does_not_hang(data: ShardData) -> None:
 
 
 def test_killed_worker_names_its_shards(data: ShardData) -> None:
-    """SIGKILL of a worker mid-epoch: a LoaderError naming the worker and its shards."""
+    """SIGKILL of a worker mid-epoch: a LoaderError naming the worker (from the pid it
+    recorded itself), the batch it was making and that batch's shards."""
     loader = ShardLoader(data.folder, "train", World(), 2, workers=2, transform=SMALL_TRAIN)
     plan = loader.plan(0)
     with pytest.raises(LoaderError) as e:
         for i, _ in enumerate(loader):
             if i == 1:
-                os.kill(loader._loader._iterator._workers[1].pid,  # type: ignore[union-attr]
-                        signal.SIGKILL)
-    names = [loader.shards.names[k] for k in plan.worker_shards[1]]
-    assert "worker 1 (reading " + ", ".join(names) + ")" in str(e.value)
-    assert "rank 0" in str(e.value) and "epoch 0" in str(e.value)
+                os.kill(loader.worker_pids[1], signal.SIGKILL)
+    text = str(e.value)
+    b = int(re.search(r"worker 1 \(pid \d+, making batch (\d+) from ", text).group(1))
+    assert b % 2 == 1  # worker 1 makes the odd batches
+    names = sorted({loader.shards.names[k] for k in plan.shards_of(plan.table[b:b + 1])})
+    assert all(n in text for n in names[:3])
+    assert "rank 0" in text and "epoch 0" in text
 
 
 def test_resume_outside_the_epoch_is_refused(data: ShardData) -> None:
@@ -568,8 +586,9 @@ def test_mode_must_match_node_local_manifest(nodes: list[Path]) -> None:
 
 def test_shard_missing_from_node_manifest(data: ShardData, nodes: list[Path],
                                           tmp_path: Path) -> None:
-    """A node-local manifest without one of the node's shards: a rank that needs it in an
-    epoch fails with a LoaderError naming it, before reading anything."""
+    """A node-local manifest without one of the node's shards: every rank of that node
+    (each reads from all of its node's shards) fails with a LoaderError naming it, before
+    reading anything; the other node's ranks are unaffected."""
     folder = tmp_path / "node0"
     shutil.copytree(nodes[0], folder)
     m = read_manifest(folder, "train")
@@ -577,31 +596,12 @@ def test_shard_missing_from_node_manifest(data: ShardData, nodes: list[Path],
     kept = [s for s in m.shards if s != gone]
     write_manifest(folder, replace(m, shards=kept, total_samples=sum(s.samples for s in kept)))
     (folder / gone.name).unlink()
-    names = [n for n in data.ids if n.startswith("train")]
-    sizes = [len(data.ids[n]) for n in names]
     worlds = layout(2, 2)
-    need = {e: [names.index(gone.name) in shards
-                for shards in all_rank_shards(sizes, worlds[0], "partition", 0, e)[:2]]
-            for e in EPOCHS}
-    assert all(sum(n) == 1 for n in need.values())  # one rank of node 0 reads it per epoch
     for w in worlds[:2]:
-        def make(w: World = w) -> ShardLoader:
-            return ShardLoader(folder, "train", w, BATCH, workers=0, transform=SMALL_TRAIN)
-
-        if need[0][w.rank]:  # the constructor plans epoch 0
-            with pytest.raises(LoaderError, match=re.escape(gone.name)):
-                make()
-            continue
-        loader = make()
-        for epoch in EPOCHS:
-            loader.set_epoch(epoch)
-            if need[epoch][w.rank]:
-                with pytest.raises(LoaderError, match=re.escape(gone.name)):
-                    len(loader)
-                with pytest.raises(LoaderError, match=re.escape(gone.name)):
-                    list(loader)
-            else:
-                run_epoch(loader, epoch)
+        with pytest.raises(LoaderError, match=re.escape(gone.name)):
+            ShardLoader(folder, "train", w, BATCH, workers=0, transform=SMALL_TRAIN)
+    for w in worlds[2:]:
+        run_epoch(ShardLoader(nodes[1], "train", w, BATCH, workers=0, transform=SMALL_TRAIN), 0)
 
 
 @pytest.mark.parametrize("workers", [0, 2])
@@ -609,15 +609,16 @@ def test_shard_file_missing(damaged: ShardData, workers: int) -> None:
     """A shard the manifest lists but the disk lacks: the rank reading it fails naming it."""
     gone = "train-000002.tar"
     (damaged.folder / gone).unlink()
-    errors = []
+    errors, readers = [], 0
     for w in layout(1, 2):
         loader = ShardLoader(damaged.folder, "train", w, BATCH, workers=workers,
                              transform=SMALL_TRAIN)
+        readers += reads(loader, gone)
         try:
             list(loader)
         except LoaderError as e:
             errors.append(str(e))
-    assert len(errors) == 1 and gone in errors[0]
+    assert readers and len(errors) == readers and all(gone in e for e in errors)
 
 
 # ---------------------------------------------------------------------------- damaged shards
@@ -692,8 +693,8 @@ def test_corrupt_tar_header(damaged: ShardData, workers: int) -> None:
     shard = damaged.folder / name
     info = member(shard, f"{key_of(damaged.ids[name][3])}.cls")
     xor_bytes(shard, info.offset + 5, 1)  # a byte of the member's name: checksum no longer fits
-    errors = epoch_errors(damaged.folder, workers=workers)
-    assert len(errors) == 1 and name in errors[0]
+    errors = epoch_errors(damaged.folder, workers=workers, tail="pad")
+    assert len(errors) == 1 and name in errors[0]  # the one rank that reads that sample
 
 
 @pytest.mark.parametrize("tail", ["drop", "pad"])
@@ -705,8 +706,7 @@ def test_shard_shorter_than_manifest(damaged: ShardData, tail: str) -> None:
         for i in ids:
             w.add(key_of(i), {"jpg": damaged.jpegs[i], "cls": str(i).encode()})
     errors = epoch_errors(damaged.folder, workers=2, tail=tail)
-    assert len(errors) == 1 and name in errors[0]
-    assert "manifest" in errors[0]
+    assert errors and all(name in e and "manifest" in e for e in errors)
 
 
 @pytest.mark.parametrize("workers", [0, 2])
@@ -847,6 +847,7 @@ import torch
 import torch.distributed as dist
 
 from imgprep.world import World
+from loaders.plan import pools
 from loaders.shards import PAD_LABEL, ShardLoader
 from loaders.transforms import TrainTransform, ValTransform
 
