@@ -66,29 +66,30 @@ def pool_order(ids: np.ndarray, seed: int, epoch: int, pool: int, shuffle: bool)
     return ids[np.random.default_rng([seed, epoch, 0x5A3, pool]).permutation(len(ids))]
 
 
-def steps(remaining: Sequence[int], group: int, batch: int, tail: str) -> int:
-    """Steps every rank takes when each pool has ``remaining`` samples left (equal across
-    ranks for drop and pad; for uneven, the most any rank takes)."""
+MIN_SHORT = 2  # a last short step needs this many samples per rank (1 breaks batch norm)
+
+
+def steps(remaining: Sequence[int], group: int, batch: int, tail: str) -> tuple[int, int]:
+    """(full steps, per-rank size of one last short step or 0) that every rank takes when
+    each pool has ``remaining`` samples left. drop: full steps, then the largest equal short
+    step every pool can fill (so < 1 sample per rank is lost beyond cross-pool equality, or
+    < 2 when a short step of one is skipped); pad and uneven: enough steps for every sample."""
     if tail not in TAILS:
         raise ValueError(f"tail must be one of {TAILS}")
     g = group * batch
     rem = [max(0, int(r)) for r in remaining]
-    if tail == "drop":
-        return min(r // g for r in rem)
-    return max(-(-r // g) for r in rem)
+    if tail != "drop":
+        return max(-(-r // g) for r in rem), 0
+    n = min(r // g for r in rem)
+    short = min((r - n * g) // group for r in rem)
+    return n, (short if short >= MIN_SHORT else 0)
 
 
-def real_slots(remaining: int, group: int, batch: int, n_steps: int) -> np.ndarray:
-    """Real (non-padding) samples per (step, rank slot) of a pool: shape (steps, group)."""
-    s = np.arange(n_steps, dtype=np.int64)[:, None] * group * batch
-    r = np.arange(group, dtype=np.int64)[None, :] * batch
-    return np.clip(remaining - s - r, 0, batch)
-
-
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class EpochPlan:
     """One rank's epoch from ``start`` on: its batches (rows of ``table``, global sample ids,
-    ``PAD`` for padding) and which worker makes each (batch b: worker ``b % workers``)."""
+    ``PAD`` for padding or past a short batch's end) and which worker makes each (batch b:
+    worker ``b % workers``)."""
 
     epoch: int
     start: int  # samples of the pool's order consumed before this plan
@@ -96,16 +97,17 @@ class EpochPlan:
     batch_size: int
     workers: int
     table: np.ndarray  # (batches, batch_size) int64
+    first: np.ndarray  # per batch: the order position of its first slot (seeds its RNG)
+    done: np.ndarray  # per batch: samples of the pool's order consumed once it is done
     shard_first: np.ndarray  # first sample id of each shard (+ total)
 
     @property
     def batches(self) -> int:
         return len(self.table)
 
-    @property
-    def step_samples(self) -> int:
-        """Pool samples one step of the whole group consumes."""
-        return self.group.size * self.batch_size
+    def consumed(self, batches: int) -> int:
+        """Samples of the pool's order done after this plan's first ``batches`` batches."""
+        return int(self.done[batches - 1]) if batches > 0 else self.start
 
     def worker_of(self, b: int) -> int:
         return b % self.workers
@@ -143,14 +145,38 @@ def plan_epoch(samples: Sequence[int], world: World, mode: str, seed: int, epoch
     (0: the whole epoch). Every rank computes the same step count from the counts alone."""
     group = group_of(world, mode)
     every = pools(samples, world.num_nodes, mode, seed)
-    remaining = [len(p) - start for p in every]
-    n = steps(remaining, group.size, batch_size, tail)
+    n, short = steps([len(p) - start for p in every], group.size, batch_size, tail)
     ids = pool_order(every[group.pool], seed, epoch, group.pool, shuffle)
-    pos = (start + np.arange(n, dtype=np.int64)[:, None] * group.size * batch_size
-           + group.slot * batch_size + np.arange(batch_size, dtype=np.int64)[None, :])
-    table = np.where(pos < len(ids), ids[np.minimum(pos, max(0, len(ids) - 1))], PAD) \
-        if len(ids) else np.full(pos.shape, PAD, np.int64)
-    if tail == "uneven":  # only batches with a real sample, and no padding slots
-        table = table[(table != PAD).any(axis=1)]
-    first = np.concatenate([[0], np.cumsum(np.asarray(samples, np.int64))])
-    return EpochPlan(epoch, start, group, batch_size, max(1, workers), table, first)
+    widths = np.full(n + (short > 0), batch_size, np.int64)
+    if short:
+        widths[-1] = short
+    done = start + group.size * np.cumsum(widths)
+    first = done - group.size * widths + group.slot * widths
+    col = np.arange(batch_size, dtype=np.int64)[None, :]
+    pos = first[:, None] + col
+    real = (col < widths[:, None]) & (pos < len(ids))
+    table = np.where(real, ids[np.clip(pos, 0, max(0, len(ids) - 1))] if len(ids) else PAD,
+                     PAD)
+    if tail == "uneven":  # only batches with a real sample
+        keep = real.any(axis=1)
+        table, first, done = table[keep], first[keep], done[keep]
+    shard_first = np.concatenate([[0], np.cumsum(np.asarray(samples, np.int64))])
+    return EpochPlan(epoch, start, group, batch_size, max(1, workers), table, first,
+                     done, shard_first)
+
+
+def job_summary(samples: Sequence[int], nodes: int, local: int, workers: int, batch: int,
+                mode: str = "replicate", tail: str = "drop", seed: int = 0) -> dict[str, float]:
+    """What an epoch of a job gives, from the counts alone (every rank alike): steps, the
+    share of the set seen, busy workers per rank and the spread of worker sample counts."""
+    world = World(0, nodes * local, 0, local, 0, nodes)
+    group = group_of(world, mode)
+    sizes = [len(p) for p in pools(samples, nodes, mode, seed)]
+    n, short = steps(sizes, group.size, batch, tail)
+    widths = [batch] * n + ([short] if short else [])
+    take = group.size * sum(widths)
+    real = sum(min(size, take) for size in sizes) if tail == "drop" else sum(sizes)
+    per_worker = [sum(widths[k::workers]) for k in range(workers)]
+    return {"ranks": nodes * local, "steps": len(widths), "seen": real / sum(samples),
+            "busy_workers": sum(1 for c in per_worker if c), "workers": workers,
+            "worker_spread": max(per_worker) - min(per_worker)}

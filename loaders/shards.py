@@ -207,11 +207,11 @@ class _EpochStream(IterableDataset):
         for b in plan.worker_batches(w):
             ring.note(w, b)
             row = plan.table[b]
-            ids = row[row != PAD] if cfg.tail == "uneven" else row
+            ids = row if cfg.tail == "pad" else row[row != PAD]  # drop: a short last batch
             items = self._reader.read(ids[ids != PAD])
             n = len(ids)
-            first = plan.start + b * plan.step_samples + plan.group.slot * cfg.batch_size
-            rng = np.random.default_rng([cfg.seed, plan.epoch, plan.group.pool, first])
+            rng = np.random.default_rng([cfg.seed, plan.epoch, plan.group.pool,
+                                         int(plan.first[b])])
             if ring.data is None:
                 images = np.empty((n, 3, cfg.transform.size, cfg.transform.size), np.uint8)
                 labels = self._decode(items, rng, images, w)
@@ -348,7 +348,7 @@ class ShardLoader:
     def state_dict(self) -> dict[str, Any]:
         """Where iteration stands: the epoch, the batches of it yielded on this World, and the
         samples of each pool's order done (what a resume on another World starts from)."""
-        done = self._start + self._yielded * self.batch_size * self.plan().group.size
+        done = self.plan().consumed(self._yielded)
         return {"epoch": self.epoch, "batch": self._batch0 + self._yielded,
                 "samples": min(done, self._pool_max), **self._shape()}
 
@@ -360,10 +360,11 @@ class ShardLoader:
         if "samples" not in state or all(state.get(k) == v for k, v in self._shape().items()):
             if not 0 <= batch <= full.batches:
                 raise ValueError(f"batch {batch} is outside epoch {epoch}")
-            start = batch * full.step_samples
+            start = full.consumed(batch)
         else:
             self._check_elastic(state)
-            start, batch = int(state["samples"]), int(state["samples"]) // full.step_samples
+            start = int(state["samples"])
+            batch = int(np.searchsorted(full.done, start, side="right"))
             if not 0 <= start <= self._pool_max:
                 raise ValueError(f"samples {start} is outside epoch {epoch}")
         self.plan(epoch, start)  # refuse now if this World cannot be served from there
