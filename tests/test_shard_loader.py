@@ -894,10 +894,11 @@ Path(cfg["out"]).write_text(json.dumps(report))
 
 
 def run_ranks(tmp_path: Path, worlds: Sequence[World], folders: Sequence[Path],
-              mode: str | None) -> list[dict[str, Any]]:
-    """Run one process per World; all must exit 0 within PROC_TIMEOUT (else killed)."""
+              mode: str | None, text: str = RANK_SCRIPT, **extra: Any) -> list[dict[str, Any]]:
+    """Run one process per World; all must exit 0 within PROC_TIMEOUT (else killed).
+    ``extra`` goes into every rank's configuration."""
     script = tmp_path / "rank.py"
-    script.write_text(RANK_SCRIPT)
+    script.write_text(text)
     env = {k: v for k, v in os.environ.items()
            if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
     env["OMP_NUM_THREADS"] = "1"
@@ -907,7 +908,7 @@ def run_ranks(tmp_path: Path, worlds: Sequence[World], folders: Sequence[Path],
     for w, folder in zip(worlds, folders, strict=True):
         cfg = {"world": [w.rank, w.world_size, w.local_rank, w.local_world_size, w.node_rank,
                          w.num_nodes], "port": port, "folder": str(folder), "mode": mode,
-               "batch": BATCH, "out": str(tmp_path / f"rank{w.rank}.json")}
+               "batch": BATCH, "out": str(tmp_path / f"rank{w.rank}.json"), **extra}
         log = logs.enter_context(open(tmp_path / f"rank{w.rank}.log", "wb"))
         procs.append(subprocess.Popen([sys.executable, str(script), json.dumps(cfg)],
                                       stdout=log, stderr=subprocess.STDOUT, env=env,
@@ -966,3 +967,124 @@ def test_gloo_partition_two_nodes_in_lockstep(data: ShardData, nodes: list[Path]
     for w, r in zip(worlds, reports, strict=True):
         for epoch in range(2):
             assert set(r["train"][epoch]["labels"]) <= node_ids(data, nodes[w.node_rank])
+
+
+# ---------------------------------------------------------------------------- elastic resume
+
+
+def test_elastic_resume_sees_every_remaining_sample_once(data: ShardData) -> None:
+    """Replicate mode: stop after k steps on W ranks, resume on W' ranks from rank 0's
+    state_dict: the batches before and after cover the epoch, each sample once (pad), or
+    all but fewer than 2 per rank (drop)."""
+    for before, after in ((3, 2), (2, 3), (1, 2), (2, 2)):
+        for tail in ("pad", "drop"):
+            for k in (1, 3):
+                first = [ShardLoader(data.folder, "train", w, BATCH, workers=0, tail=tail,
+                                     transform=SMALL_TRAIN) for w in layout(1, before)]
+                seen: list[int] = []
+                for loader in first:
+                    loader.set_epoch(1)
+                    seen += labels_of([b for _, b in zip(range(k), loader, strict=False)])
+                state = first[0].state_dict()
+                assert all(x.state_dict() == state for x in first)  # world-independent
+                for w in layout(1, after):
+                    loader = ShardLoader(data.folder, "train", w, BATCH, workers=0, tail=tail,
+                                         transform=SMALL_TRAIN)
+                    loader.load_state_dict(state)
+                    seen += labels_of(list(loader))
+                real = [x for x in seen if x != PAD_LABEL]
+                assert len(real) == len(set(real)), (before, after, tail, k)
+                lost = TOTAL - len(real)
+                assert lost == 0 if tail == "pad" else lost < 2 * after, (before, after, k)
+
+
+def test_partition_resume_on_another_node_count_is_refused(data: ShardData) -> None:
+    loader = ShardLoader(data.folder, "train", layout(2, 1)[0], BATCH, workers=0,
+                         mode="partition", transform=SMALL_TRAIN)
+    next(iter(loader))
+    state = loader.state_dict()
+    other = ShardLoader(data.folder, "train", layout(3, 1)[0], BATCH, workers=0,
+                        mode="partition", transform=SMALL_TRAIN)
+    with pytest.raises(WorldError, match="2 nodes.*this job has 3.*same node count"):
+        other.load_state_dict(state)
+    same_nodes = ShardLoader(data.folder, "train", layout(2, 2)[0], BATCH, workers=0,
+                             mode="partition", transform=SMALL_TRAIN)
+    same_nodes.load_state_dict(state)  # more ranks per node: the node's data is the same
+
+
+ELASTIC_SCRIPT = r'''
+"""One rank: with phase "first", take `steps` all-reduced steps of epoch 1 and save rank 0's
+state; "resume": load that state and finish the epoch; "whole": the whole epoch. Reports
+labels, counts, the worker pids and the plan's samples per worker."""
+import json
+import sys
+from datetime import timedelta
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from imgprep.world import World
+from loaders.shards import ShardLoader
+from loaders.transforms import TrainTransform
+
+cfg = json.loads(sys.argv[1])
+world = World(*cfg["world"])
+dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{cfg['port']}",
+                        rank=world.rank, world_size=world.world_size,
+                        timeout=timedelta(seconds=60))
+loader = ShardLoader(cfg["folder"], "train", world, cfg["batch"], workers=2, tail=cfg["tail"],
+                     transform=TrainTransform(size=32))
+state_file = Path(cfg["state"])
+loader.set_epoch(1)
+if cfg["phase"] == "resume":
+    loader.load_state_dict(json.loads(state_file.read_text()))
+labels, stated, steps = [], len(loader), 0
+for images, lab in loader:
+    dist.all_reduce(torch.ones(1))
+    labels += lab.tolist()
+    steps += 1
+    if cfg["phase"] == "first" and steps == cfg["steps"]:
+        break
+if cfg["phase"] == "first" and world.rank == 0:
+    state_file.write_text(json.dumps(loader.state_dict()))
+plan = loader.plan(1, 0)
+report = {"labels": labels, "stated": stated, "steps": steps, "pids": loader.worker_pids,
+          "worker_samples": plan.worker_samples}
+dist.barrier()
+dist.destroy_process_group()
+Path(cfg["out"]).write_text(json.dumps(report))
+'''
+
+
+@pytest.mark.slow
+def test_gloo_elastic_resume_three_ranks_to_two(data: ShardData, tmp_path: Path) -> None:
+    """Checkpoint on 3 Gloo ranks (2 workers each) after 2 steps, resume on 2: every
+    remaining sample of the epoch once, padding aside."""
+    state = tmp_path / "state.json"
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    first = run_ranks(tmp_path / "a", layout(1, 3), [data.folder] * 3, None, ELASTIC_SCRIPT,
+                      phase="first", steps=2, tail="pad", state=str(state))
+    then = run_ranks(tmp_path / "b", layout(1, 2), [data.folder] * 2, None, ELASTIC_SCRIPT,
+                     phase="resume", steps=0, tail="pad", state=str(state))
+    assert {r["steps"] for r in first} == {2} and len({r["steps"] for r in then}) == 1
+    assert all(r["stated"] == r["steps"] for r in then)
+    real = [x for r in first + then for x in r["labels"] if x != PAD_LABEL]
+    assert sorted(real) == list(range(TOTAL))
+
+
+@pytest.mark.slow
+def test_gloo_one_shard_per_rank_keeps_both_workers_busy(tmp_path: Path) -> None:
+    """2 Gloo ranks x 2 workers over 2 shards: whole-shard plans left one worker idle per
+    rank; sample plans give both workers batches, and both workers really ran."""
+    folder = tmp_path / "two"
+    folder.mkdir()
+    write_split(folder, "train", (12, 12), lambda i: jpeg((64, 64), seed=i))
+    reports = run_ranks(tmp_path, layout(1, 2), [folder] * 2, None, ELASTIC_SCRIPT,
+                        phase="whole", steps=0, tail="drop",
+                        state=str(tmp_path / "none.json"))
+    for r in reports:
+        assert len(r["worker_samples"]) == 2 and min(r["worker_samples"]) > 0
+        assert len(set(r["pids"])) == 2 and min(r["pids"]) > 0
+        assert r["steps"] == r["stated"] == 4
