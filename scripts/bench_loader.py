@@ -34,14 +34,15 @@ Targets: loader 1 worker >= 0.95 x floor; loader 2 workers >= 1.89 x loader 1 wo
 >= 1.65 x peer at 1 and at 2 workers; one shard read by 2 workers >= 1.7 x loader 1 worker.
 Rates per core divide by min(workers, cores); with 2 workers on 2 cores the main process
 (which receives and reorders batches) shares the CPUs, so the table says how many cores the
-main process and the whole process tree kept busy, and the tree's CPU time per image (what caps the 2-worker rate once both cores are full). After the
-warm-up every measure runs once per round, ``--repeat`` rounds interleaved; each pass records
-how much CPU other processes took meanwhile (from /proc/stat, steal included, minus this
-process tree's own CPU), and rates are medians over the passes nobody disturbed (up to 2
-rounds are added to get enough of those while time allows; all passes count when none was
-quiet, and the output then says it is unreliable). Peak RSS (VmHWM) of every worker is read
-from /proc before the workers are shut down. A compact table goes to stdout and the last line
-of stdout is one JSON object with every figure. Linux only.
+main process and the whole process tree kept busy, and the tree's CPU time per image (what
+caps the 2-worker rate once both cores are full). After the warm-up every measure runs once
+per round, ``--repeat`` rounds interleaved; each pass records how much CPU other processes
+took meanwhile (from /proc/stat, steal included, minus this process tree's own CPU), and
+rates are medians over the passes nobody disturbed (up to 2 rounds are added to get enough
+of those while time allows; all passes count when none was quiet, and the output then says
+it is unreliable). Peak RSS (VmHWM) of every worker is read from /proc before the workers
+are shut down. A compact table goes to stdout and the last line of stdout is one JSON object
+with every figure. Linux only.
 
 Run (from the repository root, in the project's environment)::
 
