@@ -25,7 +25,7 @@ import json
 import os
 import struct
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +33,15 @@ import numpy as np
 
 from imgprep.errors import ManifestError, ShardError, UnsafeArchiveError
 from imgprep.fsutil import write_bytes_atomic
-from imgprep.manifest import IndexEntry, Manifest, ShardEntry, index_name
+from imgprep.manifest import (
+    IndexEntry,
+    Manifest,
+    ShardEntry,
+    find_manifests,
+    index_name,
+    read_manifest,
+    write_manifest,
+)
 from imgprep.shardio import _REFUSED, _header_name, _octal
 
 MAGIC = b"IMGPIDX\0"
@@ -328,10 +336,6 @@ def _check(path: Path, folder: Path, m: Manifest, head: dict[str, Any], offset: 
 def index_folder(folder: Path, split: str | None = None) -> list[dict[str, Any]]:
     """``imgprep index``: (re)build the sample index of each shard split in ``folder`` (or of
     ``split``) from tar headers, then rewrite its manifest atomically to name the index."""
-    from dataclasses import replace
-
-    from imgprep.manifest import find_manifests, read_manifest, write_manifest
-
     paths = [folder / f"{split}.json"] if split is not None else find_manifests(folder)
     if not paths:
         raise ManifestError(f"no manifest in {folder}: the conversion did not finish; rerun "
