@@ -558,7 +558,8 @@ def convert(opts: ConvertOptions, world: World | None = None, progress: Progress
         # Other ranks may be writing their tasks' temporary files right now: keep those.
         busy = {t.name for t in plan.tasks} if world.is_distributed else set()
         sweep_tmp(opts.out, busy)
-        sweep_tmp(plan.state_dir, {f"{n}.json" for n in busy} | {f"{n}.mean.npy" for n in busy})
+        sweep_tmp(plan.state_dir, {f"{n}.json" for n in busy} | {f"{n}.mean.npy" for n in busy}
+                  | {layout_path(plan.state_dir, n).name for n in busy})
         _drop_stale_manifest(plan)
         _drop_stale_outputs(plan, {t.name for t in held})
     done: list[TaskResult] = []
