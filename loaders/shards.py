@@ -343,7 +343,8 @@ class ShardLoader:
     def _shape(self) -> dict[str, Any]:
         w = self.world
         return {"mode": self.shards.mode, "world_size": w.world_size,
-                "num_nodes": w.num_nodes, "local_world_size": w.local_world_size}
+                "num_nodes": w.num_nodes, "local_world_size": w.local_world_size,
+                "batch_size": self.batch_size}
 
     def state_dict(self) -> dict[str, Any]:
         """Where iteration stands: the epoch, the batches of it yielded on this World, and the
@@ -354,7 +355,8 @@ class ShardLoader:
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Resume where ``state`` (from ``state_dict``, on this World or, in replicate mode,
-        on another number of ranks) stands: each remaining sample of the epoch once."""
+        on another number of ranks or batch size) stands: each remaining sample of the epoch
+        once."""
         epoch, batch = int(state["epoch"]), int(state["batch"])
         full = self.plan(epoch, 0)
         if "samples" not in state or all(state.get(k) == v for k, v in self._shape().items()):

@@ -998,6 +998,18 @@ def test_elastic_resume_sees_every_remaining_sample_once(data: ShardData) -> Non
                 assert lost == 0 if tail == "pad" else lost < 2 * after, (before, after, k)
 
 
+def test_resume_with_another_batch_size_continues_the_order(data: ShardData) -> None:
+    first = ShardLoader(data.folder, "train", World(), 4, workers=0, tail="pad",
+                        transform=SMALL_TRAIN)
+    first.set_epoch(2)
+    seen = labels_of([b for _, b in zip(range(3), first, strict=False)])
+    then = ShardLoader(data.folder, "train", World(), 5, workers=0, tail="pad",
+                       transform=SMALL_TRAIN)
+    then.load_state_dict(first.state_dict())
+    seen += labels_of(list(then))
+    assert sorted(x for x in seen if x != PAD_LABEL) == list(range(TOTAL))
+
+
 def test_partition_resume_on_another_node_count_is_refused(data: ShardData) -> None:
     loader = ShardLoader(data.folder, "train", layout(2, 1)[0], BATCH, workers=0,
                          mode="partition", transform=SMALL_TRAIN)
