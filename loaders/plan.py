@@ -7,9 +7,10 @@
   in words any World understands: that is what makes resume elastic.
 - Step s of a group of g ranks consumes positions ``start + s*g*B ...`` of the order; rank
   slot r takes the ``B`` positions from ``start + s*g*B + r*B``. Every rank has the same
-  number of steps (``drop``: full batches only, losing fewer than ``B`` samples per rank
-  beyond what cross-pool equality needs; ``pad``: the last steps are filled with -1, labelled
-  padding; ``uneven``: exact, per-rank counts differ).
+  number of steps (``drop``: full steps, then one short step of the same size on every rank,
+  so fewer than 2 samples per rank are lost beyond what cross-pool equality needs; ``pad``:
+  the last steps are filled with -1, labelled padding; ``uneven``: exact, per-rank counts
+  differ).
 - A rank's batches go to its workers round-robin (batch b to worker ``b % workers``), so
   worker batch counts differ by at most one and every worker is busy whenever the rank has
   at least ``workers`` batches, whatever the number of shards.
