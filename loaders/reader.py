@@ -19,7 +19,7 @@ import numpy as np
 from loaders.common import LoaderError
 
 BLOCK = 512
-GAP = 64 << 10  # read across a gap this small rather than issue another call
+GAP = 64 << 10  # read across a gap this small rather than make another call
 MAX_READ = 8 << 20
 MAX_OPEN = 64  # shard files a reader keeps open
 
