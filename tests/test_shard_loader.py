@@ -1,4 +1,4 @@
-"""The shard loader (``loaders.shards``): the promises of DESIGN.md "Loaders: promises".
+"""The shard loader (``loaders.shards``): equal batches, coverage, order, resume (elastic too).
 
 Shards here are written directly with ``ShardWriter`` in UNEQUAL sizes (3, 7, 12, 5, 9, 4, 11,
 6 samples: unequal shards are what make naive per-rank splits hang DDP), every sample a
@@ -7,8 +7,8 @@ Shards here are written directly with ``ShardWriter`` in UNEQUAL sizes (3, 7, 12
 Most cases build explicit Worlds for every rank of a job in ONE process (``workers=0`` and
 ``workers=2``) and check, per epoch: equal batch counts stated before iterating, coverage
 (drop: no duplicates, bounded loss; pad/uneven: every sample exactly once, padding labelled
-``PAD_LABEL`` with zero pixels), order (per epoch, per seed, reproducible), mid-epoch resume,
-output format, worker RNG streams, partition mode from node-local folders made by
+``PAD_LABEL`` with zero pixels), order (per epoch, per seed, reproducible), mid-epoch resume
+on the same World and on another (the state counts samples of the epoch's order), output format, worker RNG streams, partition mode from node-local folders made by
 ``stage_to_node``, damaged shards, and the tar reader against ``tarfile`` and ``webdataset``.
 The ``slow`` cases run real Gloo process groups that all-reduce every step, so unequal batch
 counts would hang (and time out) instead of passing.
@@ -721,7 +721,7 @@ def test_shard_shorter_than_manifest(damaged: ShardData, tail: str) -> None:
 @pytest.mark.parametrize("extra", [-2, 2], ids=["fewer", "more"])
 def test_val_shard_count_mismatch_anywhere(damaged: ShardData, extra: int,
                                            workers: int) -> None:
-    """Exact validation (val split: tail="pad", no shuffle buffer): a shard holding fewer
+    """Exact validation (val split: tail="pad", no shuffle): a shard holding fewer
     or more samples than its manifest entry must fail the epoch naming it, whichever shard
     it is (the first, a middle or the last one a worker reads); otherwise the epoch drops or
     adds samples silently."""
