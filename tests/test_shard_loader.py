@@ -5,11 +5,12 @@ Shards here are written directly with ``ShardWriter`` in UNEQUAL sizes (3, 7, 12
 256x256 JPEG whose label is its sample id (0..56), so coverage is checked from labels alone.
 
 Most cases build explicit Worlds for every rank of a job in ONE process (``workers=0`` and
-``workers=2``) and check, per epoch: equal batch counts stated before iterating, coverage
-(drop: no duplicates, bounded loss; pad/uneven: every sample exactly once, padding labelled
-``PAD_LABEL`` with zero pixels), order (per epoch, per seed, reproducible), mid-epoch resume
-on the same World and on another (the state counts samples of the epoch's order), output format, worker RNG streams, partition mode from node-local folders made by
-``stage_to_node``, damaged shards, and the tar reader against ``tarfile`` and ``webdataset``.
+``workers=2``) and check, per epoch: equal batch counts stated before iterating, coverage (drop:
+no duplicates, bounded loss; pad/uneven: every sample exactly once, padding labelled
+``PAD_LABEL`` with zero pixels), order (per epoch, per seed, reproducible), mid-epoch resume on
+the same World and on another (the state counts samples of the epoch's order), output format,
+worker RNG streams, partition mode from node-local folders made by ``stage_to_node``, damaged
+shards, and the tar reader against ``tarfile`` and ``webdataset``.
 The ``slow`` cases run real Gloo process groups that all-reduce every step, so unequal batch
 counts would hang (and time out) instead of passing.
 """
