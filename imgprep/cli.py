@@ -434,6 +434,29 @@ def make_sample_cmd(out: Path, classes: int, per_class: int, val: int, seed: int
         + (f"; bad: {', '.join(s['bad'])}" if s["bad"] else "")))
 
 
+@cli.command("index")
+@click.argument("folder", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@split_option
+@quiet_option
+@json_option
+def index_cmd(folder: Path, split: str | None, quiet: bool, as_json: bool) -> None:
+    """Build the sample index of a converted (or staged) shard folder from tar headers.
+
+    Rewrites each shard manifest atomically to name its index (<split>-index.bin); the
+    loaders need it. convert writes it already: this is for older conversions or after
+    the index was lost or damaged.
+    """
+    from imgprep.index import index_folder
+
+    try:
+        done = index_folder(folder, split)
+    except ImgprepError as e:
+        _fail(e)
+    _emit({"folder": str(folder), "splits": done}, as_json, quiet, lambda: "\n".join(
+        f"{folder}/{d['index']}: {d['samples']} samples in {d['shards']} shards, "
+        f"{d['bytes']} bytes" for d in done))
+
+
 def main() -> None:
     """Console-script entry point."""
     cli(prog_name="imgprep")

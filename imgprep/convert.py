@@ -30,6 +30,7 @@ from imgprep.fsutil import (
     write_bytes_atomic,
     write_json_atomic,
 )
+from imgprep.index import index_shards, layout_path, save_layout
 from imgprep.manifest import (
     SHARD_NAME_RE,
     Manifest,
@@ -123,6 +124,8 @@ def run_task(plan: Plan, task: Task, tick: Callable[[], None]) -> TaskResult:
                     fields["json"] = _sample_meta(plan, i, conv)
                 w.add(lst.key_str(i), fields)
         res.samples, res.bytes, res.sha256 = w.samples, w.bytes, w.sha256
+        save_layout(layout_path(plan.state_dir, task.name), w.layout(),
+                    ShardEntry(task.name, w.samples, w.bytes, w.sha256))
     else:
         for i, conv in samples():
             label = int(plan.labels[i])
@@ -243,6 +246,7 @@ def _finalise(plan: Plan, results: list[TaskResult], extra_errors: list[dict[str
             write_bytes_atomic(out / "mean.npy", _npy_bytes(mean_img))
     shards = [ShardEntry(r.name, r.samples, r.bytes, r.sha256) for r in results] \
         if opts.format == "shards" else []
+    index = index_shards(out, split, shards, plan.state_dir) if opts.format == "shards" else None
     lst = plan.listing
     fsync_dir(out)  # every shard's rename is on disk before the manifest names it
     manifest = Manifest(
@@ -250,7 +254,7 @@ def _finalise(plan: Plan, results: list[TaskResult], extra_errors: list[dict[str
         mean=mean, std=std, options={**options_json(opts, split), "fingerprint": plan.fingerprint},
         tool_version=__version__, shards=shards, list_file=list_file, list_sha256=list_sha,
         errors=len(errors), error_log=log.name if errors else None,
-        stats_images=sum(r.stats_images for r in results), node=node,
+        stats_images=sum(r.stats_images for r in results), node=node, index=index,
         source={"kind": lst.kind, "name": Path(lst.root).name, "images": len(lst),
                 "skipped_non_images": lst.skipped},
     )
@@ -323,7 +327,8 @@ def _prepare_folder(plan: Plan, world: World, held: list[Task], notify: Notify) 
     # Other ranks may be writing their tasks' temporary files right now: keep those.
     busy = {t.name for t in plan.tasks} if world.is_distributed else set()
     sweep_tmp(opts.out, busy | outdir.other_tmp_files(opts.out, plan.split))
-    sweep_tmp(plan.state_dir, {f"{n}.json" for n in busy} | {f"{n}.mean.npy" for n in busy})
+    sweep_tmp(plan.state_dir, {f"{n}.json" for n in busy} | {f"{n}.mean.npy" for n in busy}
+              | {layout_path(plan.state_dir, n).name for n in busy})
     other = "list" if opts.format == "shards" else "shards"
     keep = {f"{plan.split}-errors.jsonl", f"{plan.split}.json"}
     outdir.remove_format(opts.out, plan.split, other, keep)

@@ -544,6 +544,14 @@ def _finish_split(sp: SplitPlan, opts: StageOptions, world: World) -> None:
             raise StageError(f"node {node}: cannot read the error log {log} that {sp.source} "
                              f"names ({e.strerror}); restore it or reconvert, then rerun") from e
         _write_small(dst / log.name, data, node)
+    if sp.manifest.index is not None:  # the sample index travels with the shards
+        src = sp.source.parent / sp.manifest.index.name
+        try:
+            data = src.read_bytes()
+        except OSError as e:
+            raise StageError(f"node {node}: cannot read the index {src} ({e.strerror}); "
+                             f"rebuild it with: imgprep index {src.parent}, then rerun") from e
+        _write_small(dst / src.name, data, node)
     try:
         path = write_manifest(dst, node_manifest(sp, opts, world))
     except OutputError as e:
