@@ -20,7 +20,7 @@ from typing import TypeVar
 
 from imgprep.errors import OutputError, StageError
 from imgprep.fsutil import atomic_open, tmp_name
-from imgprep.manifest import ShardEntry
+from imgprep.manifest import IndexEntry, ShardEntry
 
 DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
 Progress = Callable[[int], None]
@@ -145,7 +145,7 @@ def _transfer(src: int, dst: int, expected: int, chunk: int, stop: threading.Eve
     return n
 
 
-def present(path: Path, e: ShardEntry, verify: str, chunk: int, trusted: bool,
+def present(path: Path, e: ShardEntry | IndexEntry, verify: str, chunk: int, trusted: bool,
             stop: threading.Event) -> bool:
     """Whether ``path`` already holds shard ``e``: its size, and its sha256 unless verify is
     "size" or a done-marker of this plan vouches for it (``trusted``)."""
@@ -163,8 +163,8 @@ def open_tmp(final: Path) -> int:
                    | os.O_NOFOLLOW, 0o644)
 
 
-def copy_shard(src: Path, manifest: Path, e: ShardEntry, dst: Path, verify: str, chunk: int,
-               node: int, tick: Progress, stop: threading.Event) -> int:
+def copy_shard(src: Path, manifest: Path, e: ShardEntry | IndexEntry, dst: Path, verify: str,
+               chunk: int, node: int, tick: Progress, stop: threading.Event) -> int:
     """Copy ``src`` (shard ``e`` of ``manifest``) to its temporary name in ``dst`` (read once),
     check its size and sha256 against the manifest, fsync, rename. Returns the bytes read.
     ``dst/<name>`` is never bad."""

@@ -37,6 +37,7 @@ from typing import Any
 from imgprep.assign import MODES, node_shards
 from imgprep.copier import Progress, copy_shard, parallel, present, size_text, why, write_small
 from imgprep.errors import ImgprepError, ManifestError, OutputError, StageError
+from imgprep.fanout import FanoutJob, Shard, fan_out
 from imgprep.fsutil import fsync_dir, sweep_tmp
 from imgprep.manifest import (
     Manifest,
@@ -47,6 +48,7 @@ from imgprep.manifest import (
     write_manifest,
 )
 from imgprep.nodelock import held, read_json, record, state_dir, wait_for_copier
+from imgprep.rendezvous import Rendezvous, copier_rendezvous
 from imgprep.world import World
 
 VERIFY_MODES = ("sha256", "size")
@@ -67,6 +69,20 @@ class StageOptions:
     verify: str = "sha256"  # or "size"
     timeout: float = 3600.0  # seconds a waiting rank waits for the copier
     chunk: int = 8 << 20  # read size: large sequential reads
+    fanout: bool = False  # replicate: read each node's share, the rest from the other nodes
+    rendezvous: str | None = None  # HOST:PORT where the node copiers meet (fan-out)
+
+
+@dataclass
+class Moved:
+    """What the copier did: shards copied and already there, bytes read from the file
+    server, received from and sent to other nodes (fan-out)."""
+
+    copied: int = 0
+    skipped: int = 0
+    read: int = 0
+    received: int = 0
+    sent: int = 0
 
 
 @dataclass(frozen=True)
@@ -217,6 +233,16 @@ def _unlink(path: Path, node: int) -> None:
                          "hand, then rerun") from e
 
 
+def _copy_index(sp: SplitPlan, opts: StageOptions, node: int) -> int:
+    """Copy the split's sample index (if it has one) from the file server, checked by its
+    sha256 like a shard; returns the bytes read. Small: every node reads it, fan-out or not."""
+    ix, stop = sp.manifest.index, threading.Event()
+    if ix is None or present(opts.dst / ix.name, ix, "sha256", opts.chunk, False, stop):
+        return 0
+    return copy_shard(sp.source.parent / ix.name, sp.source, ix, opts.dst, "sha256",
+                      opts.chunk, node, lambda k: None, stop)
+
+
 def _finish_split(sp: SplitPlan, opts: StageOptions, world: World) -> None:
     """Copy the split's error log, write its node-local manifest, then its done-marker."""
     node, dst = world.node_rank, opts.dst
@@ -274,10 +300,36 @@ def _check_space(dst: Path, todo: Sequence[Item], node: int) -> int:
     return need
 
 
-def _stage(plan: Sequence[SplitPlan], opts: StageOptions, world: World,
-           progress: Progress | None, on_start: Callable[[int], None] | None
-           ) -> tuple[int, int, int]:
-    """The copier's work, under the lock. Returns (shards copied, skipped, bytes read)."""
+def _fan_out(plan: Sequence[SplitPlan], todo: Sequence[Item], opts: StageOptions, world: World,
+             rv: Rendezvous, tick: Progress) -> Moved:
+    """Give every node every shard, reading only this node's partition share from the file
+    server (imgprep.fanout)."""
+    items = [(sp, e) for sp in plan for e in sp.needed]
+    owners = [k for sp in plan for k in _owners(sp, world.num_nodes, opts.seed)]
+    lacking = {e.name for _, e in todo}
+    digest = hashlib.sha256(json.dumps([[sp.sha256 for sp in plan], opts.seed, world.num_nodes],
+                                       ).encode()).hexdigest()
+    job = FanoutJob([Shard(e, sp.source.parent / e.name, sp.source, k)
+                     for (sp, e), k in zip(items, owners, strict=True)],
+                    [e.name not in lacking for _, e in items], digest, opts.dst,
+                    world.node_rank, world.num_nodes, opts.jobs, opts.timeout)
+    c = fan_out(job, rv, tick)
+    return Moved(c.written, len(items) - len(todo), c.read, c.received, c.sent)
+
+
+def _owners(sp: SplitPlan, nodes: int, seed: int) -> list[int]:
+    """For each shard of the split, the node whose partition share holds it."""
+    owner = [0] * len(sp.manifest.shards)
+    for k, share in enumerate(node_shards([e.samples for e in sp.manifest.shards], nodes,
+                                          "partition", seed)):
+        for i in share:
+            owner[i] = k
+    return owner
+
+
+def _stage(plan: Sequence[SplitPlan], opts: StageOptions, world: World, rv: Rendezvous | None,
+           progress: Progress | None, on_start: Callable[[int], None] | None) -> Moved:
+    """The copier's work, under the lock."""
     node, stop = world.node_rank, threading.Event()
     todo, skipped = _missing(plan, opts, node, stop)
     need = _check_space(opts.dst, todo, node)
@@ -290,29 +342,37 @@ def _stage(plan: Sequence[SplitPlan], opts: StageOptions, world: World,
             with lock:
                 progress(k)
 
-    read = parallel(lambda it: copy_shard(it[0].source.parent / it[1].name, it[0].source, it[1],
-                                          opts.dst, opts.verify, opts.chunk, node, tick, stop),
-                    todo, opts.jobs, stop)
+    if rv is not None:
+        done = _fan_out(plan, todo, opts, world, rv, tick)
+    else:
+        read = parallel(lambda it: copy_shard(it[0].source.parent / it[1].name, it[0].source,
+                                              it[1], opts.dst, opts.verify, opts.chunk, node,
+                                              tick, stop), todo, opts.jobs, stop)
+        done = Moved(len(todo), skipped, sum(read))
     fsync_dir(opts.dst)  # every shard's rename is on disk before a manifest names it
     for sp in plan:
+        done.read += _copy_index(sp, opts, node)
         _finish_split(sp, opts, world)
-    return len(todo), skipped, sum(read)
+    return done
 
 
 # ---------------------------------------------------------------------------- entry point
 
 
 def _summary(role: str, plan: Sequence[SplitPlan], opts: StageOptions, world: World, t0: float,
-             copied: int = 0, skipped: int = 0, read: int = 0) -> dict[str, Any]:
+             done: Moved | None = None) -> dict[str, Any]:
     seconds = time.monotonic() - t0
+    d = done or Moved()
+    copied, skipped, read = d.copied, d.skipped, d.read
     return {
         "role": role, "rank": world.rank, "local_rank": world.local_rank,
         "node_rank": world.node_rank, "num_nodes": world.num_nodes, "mode": opts.mode,
         "verify": opts.verify, "splits": [sp.split for sp in plan],
         "shards_needed": sum(len(sp.needed) for sp in plan), "shards_copied": copied,
-        "shards_skipped": skipped, "bytes_read": read, "bytes_written": read,
+        "shards_skipped": skipped, "bytes_read": read, "bytes_received": d.received,
+        "bytes_sent": d.sent, "bytes_written": read + d.received, "fanout": opts.fanout,
         "seconds": round(seconds, 3),
-        "mb_per_s": round(read / seconds / 1e6, 1) if read and seconds > 0 else 0.0,
+        "mb_per_s": round((read + d.received) / seconds / 1e6, 1) if seconds > 0 else 0.0,
         "dst": str(opts.dst),
         "manifests": [str(manifest_path(opts.dst, sp.split)) for sp in plan],
     }
@@ -325,6 +385,8 @@ def _check_options(opts: StageOptions) -> None:
         raise ValueError(f"verify must be one of {VERIFY_MODES}, not {opts.verify!r}")
     if opts.jobs < 1 or opts.chunk < 1 or not opts.timeout > 0:
         raise ValueError("jobs, chunk and timeout must be positive")
+    if opts.fanout and opts.mode != "replicate":
+        raise ValueError("fan-out gives every node every shard: it goes with mode replicate")
 
 
 def _prepare_dst(opts: StageOptions, node: int) -> None:
@@ -339,13 +401,13 @@ def _prepare_dst(opts: StageOptions, node: int) -> None:
 
 
 def _as_copier(plan: Sequence[SplitPlan], opts: StageOptions, world: World,
-               progress: Progress | None, on_start: Callable[[int], None] | None
-               ) -> tuple[int, int, int]:
+               rv: Rendezvous | None, progress: Progress | None,
+               on_start: Callable[[int], None] | None) -> Moved:
     """Stage under the node's lock, saying in ``copier.json`` how it goes (for the waiters)."""
     node = world.node_rank
     record(opts.dst, world, "copying")
     try:
-        done = _stage(plan, opts, world, progress, on_start)
+        done = _stage(plan, opts, world, rv, progress, on_start)
     except BaseException as e:
         err = e
         if isinstance(e, OSError) and not isinstance(e, ImgprepError):  # e.g. EIO in dst
@@ -373,6 +435,9 @@ def stage_to_node(opts: StageOptions, world: World, progress: Progress | None = 
     t0 = time.monotonic()
     _check_options(opts)
     plan = plan_node(opts, world)
+    rv = None  # every rank takes part in finding where the copiers meet (it may be collective)
+    if opts.fanout and world.num_nodes > 1:
+        rv = copier_rendezvous(world, opts.rendezvous)
     if world.launcher != "single" and not world.is_node_leader:
         wait_for_copier(lambda: is_staged(plan, opts.dst), opts.dst, world, opts.timeout, t0)
         return _summary("waiter", plan, opts, world, t0)
@@ -380,5 +445,5 @@ def stage_to_node(opts: StageOptions, world: World, progress: Progress | None = 
     with held(opts.dst, world.node_rank, t0 + opts.timeout, opts.timeout):
         if world.launcher == "single" and is_staged(plan, opts.dst):
             return _summary("waiter", plan, opts, world, t0)  # someone staged it already
-        copied, skipped, read = _as_copier(plan, opts, world, progress, on_start)
-    return _summary("copier", plan, opts, world, t0, copied, skipped, read)
+        done = _as_copier(plan, opts, world, rv, progress, on_start)
+    return _summary("copier", plan, opts, world, t0, done)
