@@ -149,7 +149,7 @@ class Writers:
                 open_files[t.index] = (fd, h, n + len(data))
                 if last:
                     self._finish(t, *open_files.pop(t.index))
-        except BaseException as e:  # noqa: BLE001 - handed to the supervisor, which raises it
+        except BaseException as e:  # handed to the supervisor, which raises it
             self.failed(e)
             for fd, _, _ in open_files.values():
                 os.close(fd)
@@ -301,7 +301,7 @@ class Engine:
     def _read(self, mine: Sequence[Transfer]) -> None:
         try:
             read_ahead(self.shards, mine, self.dst, self.me, self.chunk, self.reads, self.counts)
-        except BaseException as e:  # noqa: BLE001 - handed to the engine and the supervisor
+        except BaseException as e:  # handed to the engine and the supervisor
             self.failed(e)
             self.reads.put(e)
 
@@ -364,7 +364,7 @@ def _move(job: FanoutJob, rv: Rendezvous, watch: Watch, transfers: Sequence[Tran
             box.append(open_group(watch.store, rv, job.me, job.n, job.timeout))
             engine.run(box[0])
             writers.close()
-        except BaseException as e:  # noqa: BLE001 - raised by the watching thread
+        except BaseException as e:  # raised by the watching thread
             failures.append(e)
         finally:
             done.set()
@@ -417,12 +417,22 @@ def fan_out(job: FanoutJob, rv: Rendezvous, tick: Progress) -> Counts:
         del group  # the links close once every node has all it needs
         return counts
     except PeerFailed:
+        _linger(watch, hosting)
         raise  # another node's failure: it published it
-    except ImgprepError as e:
-        watch.fail(str(e))
-        raise
     except BaseException as e:
-        watch.fail(f"{type(e).__name__}: {e}")
+        watch.fail(str(e) if isinstance(e, ImgprepError) else f"{type(e).__name__}: {e}")
+        _linger(watch, hosting)
         raise
     finally:
         watch.stop.set()
+
+
+def _linger(watch: Watch, hosting: bool) -> None:
+    """On failure, the store's host stays until the others have read why (one may be dead),
+    or ``dead_after`` and a bit have passed: its leaving must not hide the cause."""
+    with contextlib.suppress(RuntimeError, OSError):
+        watch.store.add("left", 1)
+        until = time.monotonic() + watch.dead_after + 2
+        while hosting and int(watch.store.add("left", 0)) < watch.n - 1 \
+                and time.monotonic() < until:
+            time.sleep(POLL)

@@ -68,13 +68,13 @@ class Watch:
         while not self.stop.wait(HEARTBEAT):
             try:
                 self.store.add(f"hb/{self.me}", 1)
-            except Exception as e:  # noqa: BLE001 - any store error means we lost the store
+            except (RuntimeError, OSError) as e:  # the store is gone
                 self.lost = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
                 return
 
     def fail(self, message: str) -> None:
         """Publish this node's failure so the others name it."""
-        with contextlib.suppress(Exception):
+        with contextlib.suppress(RuntimeError, OSError):
             seq = self.store.add("failseq", 1)
             self.store.set(f"fail/{self.me}", f"{seq}\t{message}")
 
