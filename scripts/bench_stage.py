@@ -13,7 +13,13 @@ What it measures, in one run:
 - bytes read from the source per node, for replicate (every node reads everything) and
   partition over 2 and 4 simulated nodes (each node reads exactly its share): the summaries'
   ``bytes_read`` and, independently, the kernel's count of bytes this process read
-  (``rchar`` in /proc/self/io) around each call.
+  (``rchar`` in /proc/self/io) around each call;
+- fan-out (replicate ``--fanout``) over 2 and 4 nodes run as processes on this machine,
+  meeting on 127.0.0.1: each node's ``bytes_read`` (its partition share) and ``rchar`` (the
+  kernel counts file reads, not the network's), ``bytes_received`` from the other nodes, and
+  the rate at which the nodes received. On one machine the "network" is loopback and every
+  node shares the same cores and disk: this row shows correctness and bytes, not the speed a
+  cluster gets (scripts/bench_cluster.py measures that).
 
 Before each timed copy the page cache is dropped when the machine allows it (root,
 /proc/sys/vm/drop_caches), so the source is read from disk, as from a file server; otherwise
@@ -30,6 +36,7 @@ Run from the repository root, in the project's environment::
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import statistics
@@ -47,12 +54,27 @@ from benchlib import DEFAULT_IMAGES, run_main
 from imgprep.assign import node_shards
 from imgprep.convert import ConvertOptions, convert
 from imgprep.manifest import ShardEntry, read_manifest, write_manifest
+from imgprep.rendezvous import free_port
 from imgprep.stage import StageOptions, stage_to_node
 from imgprep.world import World
 
 TARGETS = {"size_only_over_cp": 0.9, "sha256_over_cp": 0.6}
 BASE_SHARDS = 1  # all 1000 images in one ~26 MB shard, near the ~40 MB of real shards
 MB = 1e6
+FANOUT_TIMEOUT = 600  # seconds for one fan-out run of all nodes
+# Runs ``imgprep ARGS`` in this process and prints, last on stderr, the kernel's count of
+# bytes read (rchar) during the run; the imports come before the first look.
+RCHAR_CLI = """
+import atexit, sys
+import torch.distributed, imgprep.cli, imgprep.stage
+def rchar():
+    with open("/proc/self/io") as f:
+        return next(int(l.split()[1]) for l in f if l.startswith("rchar:"))
+start = rchar()
+atexit.register(lambda: print(f"rchar {rchar() - start}", file=sys.stderr, flush=True))
+sys.argv = ["imgprep", *sys.argv[1:]]
+imgprep.cli.main()
+"""
 
 
 def build_source(images: Path, scratch: Path, gb: float) -> Path:
@@ -72,7 +94,8 @@ def build_source(images: Path, scratch: Path, gb: float) -> Path:
             name = f"train-{len(shards):06d}.tar"
             shutil.copyfile(base / s.name, src / name)  # own inode: no shared page cache
             shards.append(replace(s, name=name))
-    write_manifest(src, replace(m, shards=shards, total_samples=sum(s.samples for s in shards)))
+    write_manifest(src, replace(m, shards=shards, total_samples=sum(s.samples for s in shards),
+                                index=None))  # the sample index covers the base shards only
     shutil.rmtree(base)
     return src
 
@@ -117,6 +140,40 @@ def stage_once(src: Path, dst: Path, world: World, mode: str, verify: str,
     return summary
 
 
+def fanout_once(src: Path, scratch: Path, nodes: int, jobs: int, samples: list[int],
+                shards: Sequence[ShardEntry]) -> dict[str, Any]:
+    """Fan-out over ``nodes`` processes on this machine; per node: bytes read (summary and
+    rchar), received; in all: seconds (the slowest node's) and the receiving rate."""
+    port, share = free_port(), node_shards(samples, nodes, "partition", 0)
+    cmd = [sys.executable, "-c", RCHAR_CLI, "stage-to-node", "--src", str(src), "--dst",
+           str(scratch / "fan-{node}"), "--fanout", "--rendezvous", f"127.0.0.1:{port}",
+           "--num-nodes", str(nodes), "--jobs", str(jobs), "--json", "-q", "--node-rank"]
+    procs = [subprocess.Popen([*cmd, str(k)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for k in range(nodes)]
+    rows, seconds, received = [], 0.0, 0
+    try:
+        for k, p in enumerate(procs):
+            out, err = p.communicate(timeout=FANOUT_TIMEOUT)
+            if p.returncode != 0:
+                raise SystemExit(f"bench_stage: fan-out node {k} failed: {err.strip()}")
+            s = json.loads(out)
+            expected = sum(shards[i].bytes for i in share[k])
+            rows.append({"mode": "fanout", "nodes": nodes, "node": k,
+                         "bytes_read": s["bytes_read"], "bytes_received": s["bytes_received"],
+                         "rchar": int(err.strip().splitlines()[-1].split()[1]),
+                         "expected": expected, "exact": s["bytes_read"] == expected})
+            seconds, received = max(seconds, s["seconds"]), received + s["bytes_received"]
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+    for k in range(nodes):
+        shutil.rmtree(scratch / f"fan-{k}", ignore_errors=True)
+    return {"nodes_count": nodes, "seconds": round(seconds, 2),
+            "received_mb_s": round(received / seconds / MB, 1) if seconds else 0.0,
+            "nodes": rows}
+
+
 def measure(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
     src = build_source(args.images, scratch, args.gb)
     m = read_manifest(src, "train")
@@ -157,7 +214,10 @@ def measure(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
                           "rchar": s["rchar"], "expected": expected,
                           "exact": s["bytes_read"] == expected})
             shutil.rmtree(dst)
-    for mode, nodes in (("partition", 2), ("partition", 4)):
+    fanout = [fanout_once(src, scratch, nodes, args.jobs, samples, m.shards)
+              for nodes in (2, 4)]
+    reads += [r for f in fanout for r in f.pop("nodes")]
+    for mode, nodes in (("partition", 2), ("partition", 4), ("fanout", 2), ("fanout", 4)):
         got = sum(r["bytes_read"] for r in reads if (r["mode"], r["nodes"]) == (mode, nodes))
         if got != total:
             raise SystemExit(f"bench_stage: {mode} over {nodes} nodes read {got} bytes in all, "
@@ -175,6 +235,7 @@ def measure(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
                        "result": "PASS" if v >= TARGETS[k] else "SHORT"}
                    for k, v in ratios.items()},
         "source_reads": reads,
+        "fanout": fanout,
         "reads_exact": all(r["exact"] for r in reads),
         "all_pass": all(v >= TARGETS[k] for k, v in ratios.items())
         and all(r["exact"] for r in reads),
@@ -193,10 +254,15 @@ def print_table(res: dict[str, Any]) -> None:
         print(f"  {label:34s} {res['median_mb_s'][k]:8.1f} MB/s   ({runs})")
     for k, v in res["ratios"].items():
         print(f"  {k:34s} {v['value']:8.3f}   target >= {v['target']}  {v['result']}")
-    print("  bytes read from the source per node (summary / kernel rchar / the node's share):")
+    print("  bytes read from the source per node (summary / kernel rchar / the node's share"
+          " / received from other nodes):")
     for r in res["source_reads"]:
         print(f"    {r['mode']:9s} {r['nodes']} nodes, node {r['node']}: {r['bytes_read']:>12d} "
-              f"/ {r['rchar']:>12d} / {r['expected']:>12d}  {'exact' if r['exact'] else 'WRONG'}")
+              f"/ {r['rchar']:>12d} / {r['expected']:>12d} / {r.get('bytes_received', 0):>12d}"
+              f"  {'exact' if r['exact'] else 'WRONG'}")
+    for f in res["fanout"]:
+        print(f"  fan-out over {f['nodes_count']} processes on this machine: {f['seconds']:.1f} s, "
+              f"nodes received {f['received_mb_s']:.0f} MB/s in all (loopback, shared cores)")
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
