@@ -318,8 +318,11 @@ def _fan_out(plan: Sequence[SplitPlan], todo: Sequence[Item], opts: StageOptions
 
 
 def _owners(sp: SplitPlan, nodes: int, seed: int) -> list[int]:
-    """For each shard of the split, the node whose partition share holds it."""
-    owner = [0] * len(sp.manifest.shards)
+    """For each shard of the split, the node whose partition share holds it (with fewer
+    shards than nodes, shard i's is node i)."""
+    owner = list(range(len(sp.manifest.shards)))
+    if len(owner) < nodes:
+        return owner
     for k, share in enumerate(node_shards([e.samples for e in sp.manifest.shards], nodes,
                                           "partition", seed)):
         for i in share:

@@ -28,7 +28,9 @@ from imgprep.assign import node_shards
 from imgprep.convert import ConvertOptions, convert
 from imgprep.fanout import chunks, plan_transfers
 from imgprep.manifest import IndexEntry, index_name, read_manifest, write_manifest
+from imgprep.rendezvous import Rendezvous, RendezvousError, copier_rendezvous
 from imgprep.verify import verify
+from imgprep.world import World
 
 TIMEOUT = 120  # for a whole run of 4 processes on 2 shared cores (each imports torch)
 NODES = 4
@@ -337,3 +339,20 @@ def test_fanout_without_a_meeting_point_says_what_to_pass(src: Path, tmp_path: P
                         "--dst", str(tmp_path / "x"), "--fanout", "--mode", "partition"],
                        env=env(), capture_output=True, text=True, timeout=TIMEOUT)
     assert r.returncode == 2 and "--mode replicate" in r.stderr
+
+
+def test_where_copiers_meet() -> None:
+    world = World(0, 4, 0, 2, 0, 2, launcher="torchrun")
+    rv = copier_rendezvous(world, "node0:29500", {})
+    assert (rv.addr, rv.port, rv.store_listens) == ("node0", 29500, False)
+    plain = {"MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29400"}
+    assert copier_rendezvous(world, None, plain) == Rendezvous("10.0.0.1", 29400,
+                                                              "MASTER_ADDR/MASTER_PORT")
+    agent = copier_rendezvous(world, None, {**plain, "TORCHELASTIC_USE_AGENT_STORE": "True"})
+    assert agent.store_listens  # torchrun's agent keeps the store: nobody opens another
+    loop = World().with_nodes(3, 2)
+    with pytest.raises(RendezvousError, match="node 2: fan-out over 3 nodes .* --rendezvous"):
+        copier_rendezvous(loop, None, {})
+    for bad in ("node0", "node0:", ":29500", "node0:http", "node0:70000"):
+        with pytest.raises(RendezvousError, match="HOST:PORT"):
+            copier_rendezvous(loop, bad, {})
