@@ -142,17 +142,23 @@ class Writers:
             while (job := q.get()) is not None:
                 t, data, last = job
                 fd, h, n = open_files.get(t.index) or (self._open(t), hashlib.sha256(), 0)
+                open_files[t.index] = (fd, h, n + len(data))
                 view = memoryview(data.numpy())
                 h.update(view)
-                while len(view):
-                    view = view[os.write(fd, view):]
-                open_files[t.index] = (fd, h, n + len(data))
+                try:
+                    while len(view):
+                        view = view[os.write(fd, view):]
+                except OSError as err:
+                    raise write_error(err, self.shards[t.index].entry.name, self.dst,
+                                      self.me) from err
                 if last:
                     self._finish(t, *open_files.pop(t.index))
         except BaseException as e:  # handed to the supervisor, which raises it
             self.failed(e)
-            for fd, _, _ in open_files.values():
+            for index, (fd, _, _) in open_files.items():  # a rerun redoes these
                 os.close(fd)
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp_name(self.dst / self.shards[index].entry.name))
 
     def _open(self, t: Transfer) -> int:
         e = self.shards[t.index].entry
@@ -372,7 +378,7 @@ def _move(job: FanoutJob, rv: Rendezvous, watch: Watch, transfers: Sequence[Tran
     threading.Thread(target=run, name="fanout-engine", daemon=True).start()
     while not done.wait(POLL) and not failures:
         if (why := watch.verdict()) is not None:
-            raise PeerFailed(f"node {job.me}: fan-out stopped: {why}; rerun to resume")
+            raise PeerFailed(f"node {job.me}: fan-out stopped: {why}")
     if failures:
         _raise(failures[0], job, watch, engine.waiting_on)
     return counts, box[0] if box else None
@@ -381,12 +387,12 @@ def _move(job: FanoutJob, rv: Rendezvous, watch: Watch, transfers: Sequence[Tran
 def _raise(err: BaseException, job: FanoutJob, watch: Watch, peer: int | None) -> None:
     """Raise the engine's error: a node's own failure as it is (and published for the
     others); a broken link as the failure of the node that caused it, when one is named."""
-    if isinstance(err, ImgprepError) or not isinstance(err, (RuntimeError, OSError)):
-        raise err
+    if isinstance(err, ImgprepError) or not isinstance(err, RuntimeError):
+        raise err  # Gloo reports a broken or timed-out link as a RuntimeError
     until = time.monotonic() + watch.dead_after + 2 * HEARTBEAT
     while time.monotonic() < until:
         if (why := watch.verdict()) is not None:
-            raise PeerFailed(f"node {job.me}: fan-out stopped: {why}; rerun to resume") from err
+            raise PeerFailed(f"node {job.me}: fan-out stopped: {why}") from err
         time.sleep(POLL)
     who = f"node {peer}" if peer is not None else "a peer"
     raise StageError(f"node {job.me}: fan-out lost {who}: {str(err).splitlines()[0]}; check "

@@ -79,10 +79,11 @@ class Watch:
             self.store.set(f"fail/{self.me}", f"{seq}\t{message}")
 
     def verdict(self) -> str | None:
-        """Why another node will never finish: it failed or died; None while all look alive."""
+        """Why another node will never finish (it failed or died) and what to do; None while
+        all look alive."""
         if self.lost is not None:
             return f"lost the meeting point {self.where} ({self.lost}): node 0 died or " \
-                   "cannot be reached"
+                   "cannot be reached; rerun to resume"
         try:
             failed = []
             for k in range(self.n):
@@ -101,10 +102,11 @@ class Watch:
                 if last is None or beats != last[0]:
                     self.seen[k] = (beats, now)
                 elif beats > 0 and now - last[1] > self.dead_after:
-                    return f"node {k} died (no heartbeat for {now - last[1]:.0f} s)"
+                    return f"node {k} died (no heartbeat for {now - last[1]:.0f} s); rerun " \
+                           "to resume"
         except (RuntimeError, OSError, ValueError) as e:
             return f"lost the meeting point {self.where} ({str(e).splitlines()[0]}): node 0 " \
-                   "died or cannot be reached"
+                   "died or cannot be reached; rerun to resume"
         return None
 
 
@@ -113,7 +115,7 @@ def await_all(watch: Watch, key: str, deadline: float, what: str) -> None:
     keys = [f"{key}/{k}" for k in range(watch.n)]
     while not watch.store.check(keys):
         if (why := watch.verdict()) is not None:
-            raise PeerFailed(f"node {watch.me}: fan-out stopped: {why}; rerun to resume")
+            raise PeerFailed(f"node {watch.me}: fan-out stopped: {why}")
         if time.monotonic() > deadline:
             missing = [k for k in range(watch.n) if not watch.store.check([keys[k]])]
             raise WaitTimeout(f"node {watch.me}: waited --timeout for node(s) "

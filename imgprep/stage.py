@@ -26,7 +26,6 @@ import hashlib
 import json
 import os
 import re
-import shutil
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -35,7 +34,16 @@ from pathlib import Path
 from typing import Any
 
 from imgprep.assign import MODES, node_shards
-from imgprep.copier import Progress, copy_shard, parallel, present, size_text, why, write_small
+from imgprep.copier import (
+    Progress,
+    check_space,
+    copy_index,
+    copy_shard,
+    parallel,
+    present,
+    why,
+    write_small,
+)
 from imgprep.errors import ImgprepError, ManifestError, OutputError, StageError
 from imgprep.fanout import FanoutJob, Shard, fan_out
 from imgprep.fsutil import fsync_dir, sweep_tmp
@@ -75,8 +83,8 @@ class StageOptions:
 
 @dataclass
 class Moved:
-    """What the copier did: shards copied and already there, bytes read from the file
-    server, received from and sent to other nodes (fan-out)."""
+    """What the copier did: shards copied and already there; bytes from the file server and
+    (fan-out) received from and sent to other nodes."""
 
     copied: int = 0
     skipped: int = 0
@@ -233,16 +241,6 @@ def _unlink(path: Path, node: int) -> None:
                          "hand, then rerun") from e
 
 
-def _copy_index(sp: SplitPlan, opts: StageOptions, node: int) -> int:
-    """Copy the split's sample index (if it has one) from the file server, checked by its
-    sha256 like a shard; returns the bytes read. Small: every node reads it, fan-out or not."""
-    ix, stop = sp.manifest.index, threading.Event()
-    if ix is None or present(opts.dst / ix.name, ix, "sha256", opts.chunk, False, stop):
-        return 0
-    return copy_shard(sp.source.parent / ix.name, sp.source, ix, opts.dst, "sha256",
-                      opts.chunk, node, lambda k: None, stop)
-
-
 def _finish_split(sp: SplitPlan, opts: StageOptions, world: World) -> None:
     """Copy the split's error log, write its node-local manifest, then its done-marker."""
     node, dst = world.node_rank, opts.dst
@@ -289,17 +287,6 @@ def _missing(plan: Sequence[SplitPlan], opts: StageOptions, node: int,
     return todo, len(items) - len(todo)
 
 
-def _check_space(dst: Path, todo: Sequence[Item], node: int) -> int:
-    """The bytes still to copy; a StageError when ``dst`` has not that much free."""
-    need = sum(e.bytes for _, e in todo)
-    free = shutil.disk_usage(dst).free
-    if free < need:
-        raise StageError(f"node {node}: {dst} has {size_text(free)} free but "
-                         f"{size_text(need)} ({len(todo)} shards) still to copy; free space "
-                         "or use another --dst, then rerun")
-    return need
-
-
 def _fan_out(plan: Sequence[SplitPlan], todo: Sequence[Item], opts: StageOptions, world: World,
              rv: Rendezvous, tick: Progress) -> Moved:
     """Give every node every shard, reading only this node's partition share from the file
@@ -335,7 +322,7 @@ def _stage(plan: Sequence[SplitPlan], opts: StageOptions, world: World, rv: Rend
     """The copier's work, under the lock."""
     node, stop = world.node_rank, threading.Event()
     todo, skipped = _missing(plan, opts, node, stop)
-    need = _check_space(opts.dst, todo, node)
+    need = check_space(opts.dst, sum(e.bytes for _, e in todo), len(todo), node)
     if on_start is not None:
         on_start(need)
     lock = threading.Lock()
@@ -354,7 +341,7 @@ def _stage(plan: Sequence[SplitPlan], opts: StageOptions, world: World, rv: Rend
         done = Moved(len(todo), skipped, sum(read))
     fsync_dir(opts.dst)  # every shard's rename is on disk before a manifest names it
     for sp in plan:
-        done.read += _copy_index(sp, opts, node)
+        done.read += copy_index(sp.manifest.index, sp.source, opts.dst, opts.chunk, node)
         _finish_split(sp, opts, world)
     return done
 

@@ -174,6 +174,28 @@ def fanout_once(src: Path, scratch: Path, nodes: int, jobs: int, samples: list[i
             "nodes": rows}
 
 
+def source_reads(src: Path, scratch: Path, jobs: int
+                 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Bytes read from the source per node: replicate and partition in this process, fan-out
+    over processes. Returns the per-node rows and the fan-out runs."""
+    m = read_manifest(src, "train")
+    reads: list[dict[str, Any]] = []
+    samples = [s.samples for s in m.shards]
+    for mode, nodes in (("replicate", 2), ("partition", 2), ("partition", 4)):
+        share = node_shards(samples, nodes, mode, 0)
+        for k in range(nodes):
+            dst = scratch / f"node-{mode}-{k}"
+            s = stage_once(src, dst, World().with_nodes(nodes, k), mode, "size", jobs)
+            expected = sum(m.shards[i].bytes for i in share[k])
+            reads.append({"mode": mode, "nodes": nodes, "node": k, "bytes_read": s["bytes_read"],
+                          "rchar": s["rchar"], "expected": expected,
+                          "exact": s["bytes_read"] == expected})
+            shutil.rmtree(dst)
+    fanout = [fanout_once(src, scratch, nodes, jobs, samples, m.shards) for nodes in (2, 4)]
+    reads += [r for f in fanout for r in f.pop("nodes")]
+    return reads, fanout
+
+
 def measure(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
     src = build_source(args.images, scratch, args.gb)
     m = read_manifest(src, "train")
@@ -202,21 +224,7 @@ def measure(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
         "size_only_over_cp": med["stage_size"] / med["cp_sync"],
         "sha256_over_cp": med["stage_sha256"] / med["cp_sync"],
     }
-    reads: list[dict[str, Any]] = []
-    samples = [s.samples for s in m.shards]
-    for mode, nodes in (("replicate", 2), ("partition", 2), ("partition", 4)):
-        share = node_shards(samples, nodes, mode, 0)
-        for k in range(nodes):
-            dst = scratch / f"node-{mode}-{k}"
-            s = stage_once(src, dst, World().with_nodes(nodes, k), mode, "size", args.jobs)
-            expected = sum(m.shards[i].bytes for i in share[k])
-            reads.append({"mode": mode, "nodes": nodes, "node": k, "bytes_read": s["bytes_read"],
-                          "rchar": s["rchar"], "expected": expected,
-                          "exact": s["bytes_read"] == expected})
-            shutil.rmtree(dst)
-    fanout = [fanout_once(src, scratch, nodes, args.jobs, samples, m.shards)
-              for nodes in (2, 4)]
-    reads += [r for f in fanout for r in f.pop("nodes")]
+    reads, fanout = source_reads(src, scratch, args.jobs)
     for mode, nodes in (("partition", 2), ("partition", 4), ("fanout", 2), ("fanout", 4)):
         got = sum(r["bytes_read"] for r in reads if (r["mode"], r["nodes"]) == (mode, nodes))
         if got != total:
