@@ -45,7 +45,8 @@ from imgprep.copier import (
     write_small,
 )
 from imgprep.errors import ImgprepError, ManifestError, OutputError, StageError
-from imgprep.fanout import FanoutJob, Shard, fan_out
+from imgprep.fanout import FanoutJob, fan_out
+from imgprep.fanplan import Shard
 from imgprep.fsutil import fsync_dir, sweep_tmp
 from imgprep.manifest import (
     Manifest,

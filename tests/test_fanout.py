@@ -26,7 +26,7 @@ from conftest import free_port
 
 from imgprep.assign import node_shards
 from imgprep.convert import ConvertOptions, convert
-from imgprep.fanout import chunks, plan_transfers
+from imgprep.fanplan import chunks, plan_transfers, walk
 from imgprep.manifest import IndexEntry, index_name, read_manifest, write_manifest
 from imgprep.rendezvous import Rendezvous, RendezvousError, copier_rendezvous
 from imgprep.verify import verify
@@ -185,6 +185,13 @@ def test_transfers_reach_every_lacking_node_once(n: int) -> None:
 
 def test_chunks_cover_the_shard() -> None:
     assert chunks(10, 4) == [4, 4, 2] and chunks(8, 4) == [4, 4] and chunks(0, 4) == [0]
+
+
+def test_walk_interleaves_senders_chunk_by_chunk() -> None:
+    transfers = plan_transfers([[False] * 4 for _ in range(2)], [0, 1, 0, 1])
+    steps = [(t.index, c, size) for t, c, size in walk(transfers, [10, 6, 4, 0], 4)]
+    assert steps == [(0, 0, 4), (1, 0, 4), (0, 1, 4), (1, 1, 2), (0, 2, 2),  # round 0
+                     (2, 0, 4), (3, 0, 0)]  # round 1
 
 
 # ---------------------------------------------------------------------------- end to end
