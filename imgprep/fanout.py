@@ -368,9 +368,11 @@ def fan_out(job: FanoutJob, rv: Rendezvous, tick: Progress) -> Counts:
     watch.start()
     try:
         have = _exchange(job, watch)
+        t0 = time.monotonic()
         transfers = plan_transfers(have, [s.owner for s in job.shards])
         counts, group = _move(job, rv, watch, transfers, tick) if transfers else (Counts(), None)
         _leave(job, watch, hosting)
+        counts.seconds = time.monotonic() - t0
         del group  # the links close once every node has all it needs
         return counts
     except PeerFailed:

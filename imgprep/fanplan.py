@@ -41,7 +41,7 @@ class Counts:
     received: int = 0  # bytes received from peers
     sent: int = 0  # bytes sent to peers
     written: int = 0  # shards renamed into place here
-    transfers: int = 0
+    seconds: float = 0.0  # from the moment every node had joined until all had finished
 
 
 def plan_transfers(have: Sequence[Sequence[bool]], owners: Sequence[int]) -> list[Transfer]:

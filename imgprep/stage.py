@@ -92,6 +92,7 @@ class Moved:
     read: int = 0
     received: int = 0
     sent: int = 0
+    moving_s: float = 0.0  # fan-out: seconds from all nodes joined to all finished
 
 
 @dataclass(frozen=True)
@@ -302,7 +303,7 @@ def _fan_out(plan: Sequence[SplitPlan], todo: Sequence[Item], opts: StageOptions
                     [e.name not in lacking for _, e in items], digest, opts.dst,
                     world.node_rank, world.num_nodes, opts.jobs, opts.timeout)
     c = fan_out(job, rv, tick)
-    return Moved(c.written, len(items) - len(todo), c.read, c.received, c.sent)
+    return Moved(c.written, len(items) - len(todo), c.read, c.received, c.sent, c.seconds)
 
 
 def _owners(sp: SplitPlan, nodes: int, seed: int) -> list[int]:
@@ -362,6 +363,7 @@ def _summary(role: str, plan: Sequence[SplitPlan], opts: StageOptions, world: Wo
         "shards_needed": sum(len(sp.needed) for sp in plan), "shards_copied": copied,
         "shards_skipped": skipped, "bytes_read": read, "bytes_received": d.received,
         "bytes_sent": d.sent, "bytes_written": read + d.received, "fanout": opts.fanout,
+        "fanout_seconds": round(d.moving_s, 3),
         "seconds": round(seconds, 3),
         "mb_per_s": round((read + d.received) / seconds / 1e6, 1) if seconds > 0 else 0.0,
         "dst": str(opts.dst),

@@ -140,10 +140,49 @@ def stage_once(src: Path, dst: Path, world: World, mode: str, verify: str,
     return summary
 
 
+# One side of a Gloo point-to-point stream over loopback, in the chunks and window fan-out uses:
+# rank 0 sends MB megabytes to rank 1, which prints the rate it received at.
+P2P = """
+import sys, time, datetime, torch, torch.distributed as dist
+from imgprep.fanout import IN_FLIGHT, NET_CHUNK
+rank, port, mb = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+store = dist.TCPStore("127.0.0.1", port, 2, rank == 0, datetime.timedelta(seconds=60))
+g = dist.ProcessGroupGloo(store, rank, 2, datetime.timedelta(seconds=60))
+n, works = mb * 2**20 // NET_CHUNK, []
+bufs = [torch.ones(NET_CHUNK, dtype=torch.uint8) for _ in range(IN_FLIGHT)]
+g.barrier().wait()
+t0 = time.perf_counter()
+for i in range(n):
+    b = bufs[i % IN_FLIGHT]
+    works.append(g.send([b], 1, 0) if rank == 0 else g.recv([b], 0, 0))
+    if len(works) >= IN_FLIGHT:
+        works.pop(0).wait()
+for w in works:
+    w.wait()
+if rank == 1:
+    print(n * NET_CHUNK / (time.perf_counter() - t0) / 1e6)
+"""
+
+
+def gloo_p2p_mb_s(mb: int = 512) -> float:
+    """The floor for node-to-node moves here: one Gloo stream between two processes."""
+    port = free_port()
+    procs = [subprocess.Popen([sys.executable, "-c", P2P, str(r), str(port), str(mb)],
+                              stdout=subprocess.PIPE, text=True) for r in range(2)]
+    try:
+        out = [p.communicate(timeout=FANOUT_TIMEOUT)[0] for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+    return float(out[1])
+
+
 def fanout_once(src: Path, scratch: Path, nodes: int, jobs: int, samples: list[int],
                 shards: Sequence[ShardEntry]) -> dict[str, Any]:
     """Fan-out over ``nodes`` processes on this machine; per node: bytes read (summary and
-    rchar), received; in all: seconds (the slowest node's) and the receiving rate."""
+    rchar), received; in all: seconds (from all nodes joined to all finished: process start-up
+    and imports left out) and the rate at which the nodes received."""
     port, share = free_port(), node_shards(samples, nodes, "partition", 0)
     cmd = [sys.executable, "-c", RCHAR_CLI, "stage-to-node", "--src", str(src), "--dst",
            str(scratch / "fan-{node}"), "--fanout", "--rendezvous", f"127.0.0.1:{port}",
@@ -162,7 +201,8 @@ def fanout_once(src: Path, scratch: Path, nodes: int, jobs: int, samples: list[i
                          "bytes_read": s["bytes_read"], "bytes_received": s["bytes_received"],
                          "rchar": int(err.strip().splitlines()[-1].split()[1]),
                          "expected": expected, "exact": s["bytes_read"] == expected})
-            seconds, received = max(seconds, s["seconds"]), received + s["bytes_received"]
+            seconds = max(seconds, s["fanout_seconds"])  # all joined .. all finished
+            received += s["bytes_received"]
     finally:
         for p in procs:
             p.kill()
@@ -225,6 +265,9 @@ def measure(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
         "sha256_over_cp": med["stage_sha256"] / med["cp_sync"],
     }
     reads, fanout = source_reads(src, scratch, args.jobs)
+    p2p = gloo_p2p_mb_s()
+    for f in fanout:  # each node's receiving rate against one Gloo stream's
+        f["per_node_over_p2p"] = round(f["received_mb_s"] / f["nodes_count"] / p2p, 3)
     for mode, nodes in (("partition", 2), ("partition", 4), ("fanout", 2), ("fanout", 4)):
         got = sum(r["bytes_read"] for r in reads if (r["mode"], r["nodes"]) == (mode, nodes))
         if got != total:
@@ -244,6 +287,7 @@ def measure(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
                    for k, v in ratios.items()},
         "source_reads": reads,
         "fanout": fanout,
+        "gloo_p2p_mb_s": round(p2p, 1),
         "reads_exact": all(r["exact"] for r in reads),
         "all_pass": all(v >= TARGETS[k] for k, v in ratios.items())
         and all(r["exact"] for r in reads),
@@ -268,9 +312,11 @@ def print_table(res: dict[str, Any]) -> None:
         print(f"    {r['mode']:9s} {r['nodes']} nodes, node {r['node']}: {r['bytes_read']:>12d} "
               f"/ {r['rchar']:>12d} / {r['expected']:>12d} / {r.get('bytes_received', 0):>12d}"
               f"  {'exact' if r['exact'] else 'WRONG'}")
+    print(f"  one Gloo stream between two processes (loopback): {res['gloo_p2p_mb_s']:.0f} MB/s")
     for f in res["fanout"]:
         print(f"  fan-out over {f['nodes_count']} processes on this machine: {f['seconds']:.1f} s, "
-              f"nodes received {f['received_mb_s']:.0f} MB/s in all (loopback, shared cores)")
+              f"nodes received {f['received_mb_s']:.0f} MB/s in all, per node "
+              f"{f['per_node_over_p2p']:.2f} x one Gloo stream (loopback, shared cores)")
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
