@@ -119,8 +119,9 @@ class Writers:
         try:
             got = h.hexdigest()
             if n != e.bytes or got != e.sha256:
-                origin = f"the file server's {s.source}" if t.sender == self.me else \
-                    f"node {t.sender}'s copy"
+                origin = f"node {t.sender}'s copy" if not t.from_server else \
+                    f"the file server's {s.source}" + \
+                    ("" if t.sender == self.me else f" (read by node {t.sender})")
                 raise StageError(
                     f"node {self.me}: shard {e.name} from {origin} does not match its manifest "
                     f"{s.manifest.name} ({n} bytes, sha256 {got[:12]}... != {e.bytes} bytes, "

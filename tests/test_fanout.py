@@ -308,6 +308,23 @@ def test_a_corrupt_copy_on_a_sender_is_caught_by_its_receivers(src: Path,
         assert_complete(src, tmp_path / f"n{k}")
 
 
+@pytest.mark.slow
+def test_a_corrupt_shard_on_the_file_server_stops_every_node(src: Path, tmp_path: Path) -> None:
+    s = Path(shutil.copytree(src, tmp_path / "src"))
+    bad = s / owned(s, 2)[1]
+    data = bytearray(bad.read_bytes())
+    data[700] ^= 0xFF
+    bad.write_bytes(bytes(data))
+    results = outcome(start_nodes(s, tmp_path / "dst", "--timeout", 60))
+    for k, (code, _, stderr) in enumerate(results):
+        assert code == 3, stderr
+        line = error_line(stderr)
+        assert bad.name in line and "sha256" in line, line
+        assert_nothing_bad(src, tmp_path / "dst" / f"n{k}")
+        assert not (tmp_path / "dst" / f"n{k}" / bad.name).exists()
+    assert "the file server's" in error_line(results[2][2])  # its reader names the source
+
+
 # ---------------------------------------------------------------------------- launchers, usage
 
 
