@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import free_port
+from conftest import free_port, mpirun_cmd
 
 from imgprep.assign import node_shards
 from imgprep.convert import ConvertOptions, convert
@@ -347,6 +347,26 @@ def test_torchrun_two_nodes_copiers_fan_out_and_waiters_wait(src: Path, tmp_path
     index = read_manifest(src, "train").index
     assert index is not None
     assert sum(s["bytes_read"] for s in runs) == set_bytes(src) + 2 * index.bytes
+    for k in range(2):
+        assert_complete(src, tmp_path / f"n{k}")
+
+
+@pytest.mark.slow
+def test_mpirun_copiers_meet_over_mpi4py(src: Path, tmp_path: Path) -> None:
+    """Four MPI ranks posing as two nodes of two (local variables set per rank): rank 0's
+    address and a free port go out over mpi4py, the node copiers fan out, the others wait."""
+    as_two_nodes = ("OMPI_COMM_WORLD_LOCAL_SIZE=2 "
+                    "OMPI_COMM_WORLD_LOCAL_RANK=$((OMPI_COMM_WORLD_RANK % 2)) exec \"$@\"")
+    cmd = [*mpirun_cmd(4), "sh", "-c", as_two_nodes, "sh", sys.executable, "-m", "imgprep",
+           "stage-to-node", "--src", str(src), "--dst", str(tmp_path / "n{node}"), "--fanout",
+           "--json", "-q", "--timeout", "60"]
+    r = subprocess.run(cmd, env=env(), capture_output=True, text=True, timeout=TIMEOUT)
+    assert r.returncode == 0, r.stdout + r.stderr
+    runs = sorted((json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")),
+                  key=lambda s: s["rank"])
+    assert [(s["node_rank"], s["role"]) for s in runs] == \
+        [(0, "copier"), (0, "waiter"), (1, "copier"), (1, "waiter")]
+    assert all(s["bytes_received"] > 0 for s in runs if s["role"] == "copier")
     for k in range(2):
         assert_complete(src, tmp_path / f"n{k}")
 
