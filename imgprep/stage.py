@@ -16,7 +16,9 @@ process group is involved, so it works under torchrun, mpirun, srun or a plain l
 The copier, under the lock: plan (from the manifests alone), void the markers, sweep what a
 killed run left, find what ``dst`` lacks, check the free space, copy (imgprep.copier: each copy
 checked against the manifest before its rename, so a rerun skips what is there), then write
-each split's node-local manifest and, last, its done-marker.
+each split's node-local manifest and, last, its done-marker. With fan-out (replicate only) the
+copy step reads just the node's partition share and exchanges the rest with the other nodes'
+copiers (imgprep.fanout), which meet where imgprep.rendezvous says.
 """
 
 from __future__ import annotations
@@ -419,11 +421,17 @@ def _as_copier(plan: Sequence[SplitPlan], opts: StageOptions, world: World,
 def stage_to_node(opts: StageOptions, world: World, progress: Progress | None = None,
                   on_start: Callable[[int], None] | None = None) -> dict[str, Any]:
     """Stage this node's shards of ``opts.src`` into ``opts.dst`` (or wait for the process
-    that does); returns a summary. Call it in every process of the job.
+    that does); returns a summary. Call it in every process of the job (with fan-out finding
+    where the copiers meet can be collective: under mpirun, or inside a process group).
 
-    The copier calls ``on_start(bytes_to_copy)`` once, then ``progress(nbytes)`` as bytes are
-    written (from its copy threads, one call at a time); waiters call neither. ``bytes_read``
-    counts shard bytes read from the source (0 for waiters and for shards already staged).
+    - ``opts``: what to stage and how (StageOptions);
+    - ``world``: this process's ranks; local rank 0 of each node copies, the others wait;
+    - ``progress(nbytes)``: called as bytes are written (from copy threads, one call at a
+      time), by the copier only;
+    - ``on_start(bytes_to_copy)``: called once by the copier before it copies.
+
+    ``bytes_read`` counts bytes read from the file server (0 for waiters and for shards
+    already staged), ``bytes_received`` those from other nodes (fan-out).
     """
     t0 = time.monotonic()
     _check_options(opts)
