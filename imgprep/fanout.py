@@ -380,6 +380,10 @@ def fan_out(job: FanoutJob, rv: Rendezvous, tick: Progress) -> Counts:
         _linger(watch, hosting)
         raise  # another node's failure: it published it
     except BaseException as e:
+        if isinstance(e, RuntimeError) and not isinstance(e, ImgprepError):
+            # the store failed outside the engine: its host is gone
+            why = watch.verdict() or f"{str(e).splitlines()[0]}; rerun to resume"
+            raise PeerFailed(f"node {job.me}: fan-out stopped: {why}") from e
         watch.fail(str(e) if isinstance(e, ImgprepError) else f"{type(e).__name__}: {e}")
         _linger(watch, hosting)
         raise
@@ -388,11 +392,13 @@ def fan_out(job: FanoutJob, rv: Rendezvous, tick: Progress) -> Counts:
 
 
 def _linger(watch: Watch, hosting: bool) -> None:
-    """On failure, the store's host stays until the others have read why (one may be dead),
-    or ``dead_after`` and a bit have passed: its leaving must not hide the cause."""
+    """On failure, the store's host stays until every other node has left (read why), or
+    ``dead_after`` and a bit have passed (one may be dead): its leaving must not hide the
+    cause."""
+    watch.stop.set()  # no more heartbeats: this node is leaving
     with contextlib.suppress(RuntimeError, OSError):
         watch.store.add("left", 1)
         until = time.monotonic() + watch.dead_after + 2
-        while hosting and int(watch.store.add("left", 0)) < watch.n - 1 \
+        while hosting and int(watch.store.add("left", 0)) < watch.n \
                 and time.monotonic() < until:
             time.sleep(POLL)

@@ -73,7 +73,8 @@ def src(sample: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 def env(**extra: object) -> dict[str, str]:
     e = {k: v for k, v in os.environ.items()
          if k not in LAUNCHER_VARS and not k.startswith(LAUNCHER_PREFIXES)}
-    e.update({k: str(v) for k, v in extra.items()}, OMP_NUM_THREADS="1")
+    e.update({k: str(v) for k, v in extra.items()}, OMP_NUM_THREADS="1",
+             TORCH_CPP_LOG_LEVEL="ERROR")  # as the command sets it (the wrapper imports first)
     return e
 
 
@@ -93,8 +94,11 @@ def set_bytes(src: Path) -> int:
 
 
 def digests(dst: Path) -> dict[str, str]:
+    """sha256 of every shard and index under its final name in ``dst`` (not temporary ones:
+    a failed run may leave those; the rerun sweeps them)."""
     return {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(dst.iterdir()) if p.is_file() and p.suffix in (".tar", ".bin")}
+            for p in sorted(dst.iterdir())
+            if p.is_file() and p.suffix in (".tar", ".bin") and not p.name.startswith(".")}
 
 
 def assert_complete(src: Path, dst: Path) -> None:
