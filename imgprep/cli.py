@@ -62,9 +62,16 @@ def _emit(summary: dict[str, Any], as_json: bool, quiet: bool, human: Callable[[
         click.echo(human())
 
 
-def _fail(e: ImgprepError) -> None:
-    click.echo(f"imgprep: error: {e}", err=True)
-    sys.exit(e.exit_code)
+def _fail(e: ImgprepError, at_once: bool = False, code: int | None = None) -> None:
+    """Print the error on one line and exit with its code; ``at_once``: without running
+    finalizers (threads may still wait on the network, which finalizers would abort on)."""
+    click.echo(f"imgprep: {'error: ' if code is None else ''}{e}", err=True)
+    code = e.exit_code if code is None else code
+    if at_once:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -254,27 +261,39 @@ def _convert_report(summaries: list[dict[str, Any]], as_json: bool, quiet: bool,
 @click.option("--verify", "verify_mode", type=click.Choice(["sha256", "size"]), default="sha256",
               show_default=True, help="Check each copy's sha256 against the manifest, or size.")
 @click.option("--timeout", type=click.FloatRange(1), default=3600.0, show_default=True,
-              help="Seconds a waiting rank waits for its node's copier.")
+              help="Seconds a waiting rank waits for its node's copier (fan-out: for a peer).")
+@click.option("--fanout", is_flag=True,
+              help="With replicate: each node reads only its share from the file server and "
+                   "gets the rest from the other nodes (see docs/staging.md).")
+@click.option("--rendezvous", metavar="HOST:PORT", default=None,
+              help="Where the node copiers meet for --fanout (node 0 listens there); needed "
+                   "when no launcher says (--num-nodes/--node-rank loops).")
 @nodes_options
 @quiet_option
 @json_option
 def stage_to_node(src: Path, dst: Path, mode: str, split: str | None, seed: int, jobs: int,
-                  verify_mode: str, timeout: float, num_nodes: int | None, node_rank: int | None,
-                  quiet: bool, as_json: bool) -> None:
+                  verify_mode: str, timeout: float, fanout: bool, rendezvous: str | None,
+                  num_nodes: int | None, node_rank: int | None, quiet: bool,
+                  as_json: bool) -> None:
     """Copy the shards this node needs from the file server to local disk, verified.
 
     Run it in every process of the job (mpirun, srun, torchrun or a plain loop with
     --num-nodes/--node-rank): local rank 0 copies (or the first to take the lock in --dst
     when no launcher tells), the others wait for it. Reruns skip what is already staged.
     """
+    from imgprep.errors import StageError
     from imgprep.stage import StageOptions
     from imgprep.stage import stage_to_node as run
 
+    if fanout and mode != "replicate":
+        raise click.UsageError("--fanout goes with --mode replicate (every node gets every shard)")
+    if fanout:  # torch's C++ warnings would add stack traces to the one error line
+        os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
     try:
         world = _world(num_nodes, node_rank)
         opts = StageOptions(src=src, dst=_node_path(dst, world.node_rank), mode=mode,
                             split=split, seed=seed, jobs=jobs, verify=verify_mode,
-                            timeout=timeout)
+                            timeout=timeout, fanout=fanout, rendezvous=rendezvous)
         bars: list[Any] = []
 
         def on_start(total_bytes: int) -> None:
@@ -290,15 +309,17 @@ def stage_to_node(src: Path, dst: Path, mode: str, split: str | None, seed: int,
             for b in bars:
                 b.close()
     except ImgprepError as e:
-        _fail(e)
+        _fail(e, at_once=fanout)
     except KeyboardInterrupt:
-        click.echo("imgprep: interrupted; rerun the same command to resume", err=True)
-        sys.exit(EXIT_INTERRUPTED)
+        _fail(StageError("interrupted; rerun the same command to resume"), at_once=fanout,
+              code=EXIT_INTERRUPTED)
     _emit(summary, as_json, quiet, lambda: (
         f"node {summary['node_rank']}/{summary['num_nodes']} ({summary['role']}): "
         f"{summary['shards_copied']} shards copied, {summary['shards_skipped']} already there, "
-        f"{summary['bytes_read'] / 1e6:.1f} MB read from the source in {summary['seconds']:.1f} s "
-        f"({summary['mb_per_s']:.0f} MB/s); manifests: {', '.join(summary['manifests'])}"))
+        f"{summary['bytes_read'] / 1e6:.1f} MB read from the source"
+        + (f", {summary['bytes_received'] / 1e6:.1f} MB from other nodes" if fanout else "")
+        + f" in {summary['seconds']:.1f} s ({summary['mb_per_s']:.0f} MB/s); manifests: "
+        f"{', '.join(summary['manifests'])}"))
 
 
 @cli.command()
