@@ -31,3 +31,27 @@ def convert_lines(s: dict[str, Any], max_errors: int) -> list[str]:
                  f"FAILED: {s['errors']} errors > --max-errors {max_errors}: no manifest "
                  "written; fix the inputs or raise --max-errors, then rerun to finish")
     return lines
+
+
+def stage_line(s: dict[str, Any], fanout: bool) -> str:
+    """The human-readable summary of one node's ``stage-to-node``."""
+    return (f"node {s['node_rank']}/{s['num_nodes']} ({s['role']}): {s['shards_copied']} shards "
+            f"copied, {s['shards_skipped']} already there, {s['bytes_read'] / 1e6:.1f} MB read "
+            "from the source"
+            + (f", {s['bytes_received'] / 1e6:.1f} MB from other nodes" if fanout else "")
+            + f" in {s['seconds']:.1f} s ({s['mb_per_s']:.0f} MB/s); manifests: "
+            f"{', '.join(s['manifests'])}")
+
+
+def info_lines(out: dict[str, Any]) -> list[str]:
+    """``imgprep info``: versions, which PIL, and one line per manifest."""
+    lines = [f"{k:12s} {v}" for k, v in out["versions"].items()]
+    p = out["pil"]
+    lines.append(f"{'PIL':12s} {p['pil_version']} ({'pillow-simd' if p['pillow_simd'] else 'stock'}"
+                 f", AVX2 build: {p.get('avx2_build')}, libjpeg-turbo: {p['libjpeg_turbo']} "
+                 f"{p['jpeg_version']})")
+    lines += [f"{m['path']}: {m['split']} {m['format']}, {m['samples']} samples, "
+              f"{m['shards']} shards, {m['bytes'] / 1e6:.1f} MB, {m['classes']} classes, "
+              f"{m['errors']} errors; mean {m['mean']} std {m['std']}"
+              for m in out.get("manifests", [])]
+    return lines
