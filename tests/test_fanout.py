@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import free_port, mpirun_cmd
+from conftest import mpirun_cmd
+from helpers import clean_env, free_port
 
 from imgprep.assign import node_shards
 from imgprep.convert import ConvertOptions, convert
@@ -34,9 +35,6 @@ from imgprep.world import World
 
 TIMEOUT = 120  # for a whole run of 4 processes on 2 shared cores (each imports torch)
 NODES = 4
-LAUNCHER_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
-                 "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_USE_AGENT_STORE")
-LAUNCHER_PREFIXES = ("OMPI_", "PMI_", "PMIX_", "SLURM_")
 
 # Runs the command line in this process and prints, last on stderr, the kernel's count of
 # bytes read (rchar) during the run: imports are done before the first look.
@@ -71,11 +69,8 @@ def src(sample: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def env(**extra: object) -> dict[str, str]:
-    e = {k: v for k, v in os.environ.items()
-         if k not in LAUNCHER_VARS and not k.startswith(LAUNCHER_PREFIXES)}
-    e.update({k: str(v) for k, v in extra.items()}, OMP_NUM_THREADS="1",
-             TORCH_CPP_LOG_LEVEL="ERROR")  # as the command sets it (the wrapper imports first)
-    return e
+    """A launcher-free environment; torch's C++ log quiet, as the command sets it."""
+    return clean_env(TORCH_CPP_LOG_LEVEL="ERROR", **extra)
 
 
 def shard_names(src: Path) -> dict[str, str]:

@@ -11,7 +11,8 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO, free_port, mpirun_cmd
+from conftest import REPO, mpirun_cmd
+from helpers import free_port
 
 from imgprep.convert import ConvertOptions, convert
 
