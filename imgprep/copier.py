@@ -38,6 +38,10 @@ class Stopped(Exception):
     """Another copy failed or the run was interrupted: stop this one cleanly."""
 
 
+class _Longer(Exception):
+    """A streamed file is longer than its manifest says: stop reading it."""
+
+
 def why(err: BaseException | None) -> str:
     """A short reason for an error: "disk full", the OS's words, or the message."""
     if isinstance(err, OSError):
@@ -217,8 +221,8 @@ def _pull(origin: Source, e: ShardEntry | IndexEntry, fd: int, chunk: int,
                 os.posix_fadvise(fin.fileno(), 0, 0, os.POSIX_FADV_SEQUENTIAL)
             return _transfer(fin.fileno(), fd, e.bytes, chunk, stop, tick), None
     h, n = hashlib.sha256(), 0
-    with origin.open(e.name) as fin:  # leaving the block checks the fetch ended well
-        while n <= e.bytes:
+    with contextlib.suppress(_Longer), origin.open(e.name) as fin:
+        while True:  # leaving the block normally checks that the fetch ended well
             if stop.is_set():
                 raise Stopped
             if not (block := fin.read(chunk)):
@@ -227,6 +231,8 @@ def _pull(origin: Source, e: ShardEntry | IndexEntry, fd: int, chunk: int,
             _write_all(fd, block)
             n += len(block)
             tick(len(block))
+            if n > e.bytes:
+                raise _Longer  # stops the fetch: the size check says what is wrong
     return n, h.hexdigest()
 
 

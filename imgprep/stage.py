@@ -1,4 +1,5 @@
 """``imgprep stage-to-node``: copy the shards a node needs from the file server to local disk.
+The file server is a folder or a URL (imgprep.remote); the rules below hold for both.
 
 One process per node copies (the *copier*); the node's other processes wait for it. No MPI or
 process group is involved, so it works under torchrun, mpirun, srun or a plain loop:
