@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import threading
@@ -22,7 +23,6 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from conftest import free_port
 
 from imgprep.assign import node_shards
 from imgprep.cli import cli
@@ -43,6 +43,12 @@ NO_PROXY = {"NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"
 
 
 # ---------------------------------------------------------------------------- fixtures, helpers
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="module")
