@@ -36,7 +36,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from imgprep.assign import MODES, node_shards
+from imgprep.assign import MODES, node_shards, partition_owners
 from imgprep.copier import (
     Progress,
     check_space,
@@ -284,33 +284,33 @@ def _missing(plan: Sequence[SplitPlan], opts: StageOptions, node: int,
 
 def _fan_out(plan: Sequence[SplitPlan], todo: Sequence[Item], opts: StageOptions, world: World,
              rv: Rendezvous, tick: Progress) -> Moved:
-    """Give every node every shard, reading only this node's partition share from the file
-    server (imgprep.fanout)."""
+    """Give every node every shard and sample index, reading only this node's partition share
+    from the file server (imgprep.fanout); each index is read once, by node 0, and fanned out
+    like a shard."""
     items = [(sp, e) for sp in plan for e in sp.needed]
-    owners = [k for sp in plan for k in _owners(sp, world.num_nodes, opts.seed)]
+    owners = [k for sp in plan for k in partition_owners(
+        [e.samples for e in sp.manifest.shards], world.num_nodes, opts.seed)]
     lacking = {e.name for _, e in todo}
+    have = [e.name not in lacking for _, e in items]
+    shards = len(items)
+    for sp in plan:
+        if (ix := sp.manifest.index) is not None:
+            entry = ShardEntry(ix.name, 0, ix.bytes, ix.sha256)
+            items.append((sp, entry))
+            owners.append(0)
+            have.append(present(opts.dst / ix.name, entry, "sha256", opts.chunk, False,
+                                threading.Event()))
     digest = hashlib.sha256(json.dumps([[sp.sha256 for sp in plan], opts.seed, world.num_nodes],
                                        ).encode()).hexdigest()
     job = FanoutJob(plan[0].origin if plan else source_of(opts.src),
                     [Shard(e, sp.origin.where(e.name), sp.source, k)
                      for (sp, e), k in zip(items, owners, strict=True)],
-                    [e.name not in lacking for _, e in items], digest, opts.dst,
-                    world.node_rank, world.num_nodes, opts.jobs, opts.timeout)
+                    have, digest, opts.dst, world.node_rank, world.num_nodes, opts.jobs,
+                    opts.timeout)
     c = fan_out(job, rv, tick)
-    return Moved(c.written, len(items) - len(todo), c.read, c.received, c.sent, c.seconds)
-
-
-def _owners(sp: SplitPlan, nodes: int, seed: int) -> list[int]:
-    """For each shard of the split, the node whose partition share holds it (with fewer
-    shards than nodes, shard i's is node i)."""
-    owner = list(range(len(sp.manifest.shards)))
-    if len(owner) < nodes:
-        return owner
-    for k, share in enumerate(node_shards([e.samples for e in sp.manifest.shards], nodes,
-                                          "partition", seed)):
-        for i in share:
-            owner[i] = k
-    return owner
+    indexes_written = have[shards:].count(False)
+    return Moved(c.written - indexes_written, shards - len(todo), c.read, c.received, c.sent,
+                 c.seconds)
 
 
 def _stage(plan: Sequence[SplitPlan], opts: StageOptions, world: World, rv: Rendezvous | None,
@@ -337,8 +337,9 @@ def _stage(plan: Sequence[SplitPlan], opts: StageOptions, world: World, rv: Rend
         done = Moved(len(todo), skipped, sum(read))
     fsync_dir(opts.dst)  # every shard's rename is on disk before a manifest names it
     for sp in plan:
-        done.read += copy_index(sp.manifest.index, sp.origin, sp.source, opts.dst, opts.chunk,
-                                node)
+        if rv is None:  # fan-out moved the indexes with the shards
+            done.read += copy_index(sp.manifest.index, sp.origin, sp.source, opts.dst,
+                                    opts.chunk, node)
         _finish_split(sp, opts, world)
     return done
 
