@@ -250,13 +250,20 @@ def convert(input: Path, out: Path, fmt: str, split: str | None, labels: tuple[P
 @click.option("--verify", "verify_mode", type=click.Choice(["sha256", "size"]), default="sha256",
               show_default=True, help="Check each copy's sha256 against the manifest, or size.")
 @click.option("--timeout", type=click.FloatRange(1), default=3600.0, show_default=True,
-              help="Seconds a waiting rank waits for its node's copier.")
+              help="Seconds a waiting rank waits for its node's copier (fan-out: for a peer).")
+@click.option("--fanout", is_flag=True,
+              help="With replicate: each node reads only its share from the file server and "
+                   "gets the rest from the other nodes (see docs/staging.md).")
+@click.option("--rendezvous", metavar="HOST:PORT", default=None,
+              help="Where the node copiers meet for --fanout (node 0 listens there); needed "
+                   "when no launcher says (--num-nodes/--node-rank loops).")
 @nodes_options
 @quiet_option
 @json_option
 def stage_to_node(src: Path, dst: Path, mode: str, split: str | None, seed: int, jobs: int,
-                  verify_mode: str, timeout: float, num_nodes: int | None, node_rank: int | None,
-                  quiet: bool, as_json: bool) -> None:
+                  verify_mode: str, timeout: float, fanout: bool, rendezvous: str | None,
+                  num_nodes: int | None, node_rank: int | None, quiet: bool,
+                  as_json: bool) -> None:
     """Copy the shards this node needs from the file server to local disk, verified.
 
     Run it in every process of the job (mpirun, srun, torchrun or a plain loop with
@@ -266,11 +273,13 @@ def stage_to_node(src: Path, dst: Path, mode: str, split: str | None, seed: int,
     from imgprep.stage import StageOptions
     from imgprep.stage import stage_to_node as run
 
+    if fanout and mode != "replicate":
+        raise click.UsageError("--fanout goes with --mode replicate (every node gets every shard)")
     try:
         world = _world(num_nodes, node_rank)
         opts = StageOptions(src=src, dst=_node_path(dst, world.node_rank), mode=mode,
                             split=split, seed=seed, jobs=jobs, verify=verify_mode,
-                            timeout=timeout)
+                            timeout=timeout, fanout=fanout, rendezvous=rendezvous)
         bars: list[Any] = []
 
         def on_start(total_bytes: int) -> None:
@@ -293,8 +302,10 @@ def stage_to_node(src: Path, dst: Path, mode: str, split: str | None, seed: int,
     _emit(summary, as_json, quiet, lambda: (
         f"node {summary['node_rank']}/{summary['num_nodes']} ({summary['role']}): "
         f"{summary['shards_copied']} shards copied, {summary['shards_skipped']} already there, "
-        f"{summary['bytes_read'] / 1e6:.1f} MB read from the source in {summary['seconds']:.1f} s "
-        f"({summary['mb_per_s']:.0f} MB/s); manifests: {', '.join(summary['manifests'])}"))
+        f"{summary['bytes_read'] / 1e6:.1f} MB read from the source"
+        + (f", {summary['bytes_received'] / 1e6:.1f} MB from other nodes" if fanout else "")
+        + f" in {summary['seconds']:.1f} s ({summary['mb_per_s']:.0f} MB/s); manifests: "
+        f"{', '.join(summary['manifests'])}"))
 
 
 @cli.command()

@@ -55,6 +55,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--stage-from", type=Path, default=None,
                     help="stage shards from this shared folder into --data first")
     ap.add_argument("--stage-mode", choices=["replicate", "partition"], default="replicate")
+    ap.add_argument("--fanout", action="store_true",
+                    help="with --stage-from and replicate: read the file server once in all, "
+                         "nodes pass shards to each other")
     ap.add_argument("--arch", default="resnet50", help="resnet50, resnet18 or tiny")
     ap.add_argument("--epochs", type=int, default=90)
     ap.add_argument("--steps", type=int, default=0, help="stop after this many steps (0: all)")
@@ -80,7 +83,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--log-every", type=int, default=20)
     ap.add_argument("--log-json", type=Path, default=None)
     ap.add_argument("--timeout", type=float, default=300.0, help="process-group timeout, s")
-    return ap.parse_args(argv)
+    args = ap.parse_args(argv)
+    if args.fanout and args.stage_mode != "replicate":
+        ap.error("--fanout goes with --stage-mode replicate")
+    return args
 
 
 def learning_rate(step: int, steps_per_epoch: int, args: argparse.Namespace,
@@ -151,7 +157,7 @@ def train(args: argparse.Namespace, world: World) -> dict[str, Any]:
         from imgprep.stage import StageOptions, stage_to_node
 
         stage_to_node(StageOptions(args.stage_from, args.data, mode=args.stage_mode,
-                                   timeout=args.timeout), world)
+                                   timeout=args.timeout, fanout=args.fanout), world)
     torch.manual_seed(args.seed)
     train_loader = make_loader(args.data, "train", world, args.batch_size, args.workers,
                                args.seed, transform=TrainTransform(size=args.image_size))

@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from imgprep import stage
+from imgprep import copier, nodelock, stage
 from imgprep.assign import node_shards
 from imgprep.cli import cli
 from imgprep.convert import ConvertOptions, convert
@@ -442,7 +442,7 @@ def test_waiter_fails_fast_when_its_copier_dies(held_source: tuple[Path, Path, P
     finally:
         os.close(fd)
     assert waiter.returncode == 3
-    assert waited < stage.DEAD_GRACE + 10, waited  # not --timeout
+    assert waited < nodelock.DEAD_GRACE + 10, waited  # not --timeout
     one_line(stderr, "copier (local rank 0", f"pid {copier.pid}", "of node 0 died", str(dst),
              "rerun")
     assert_no_bad_final(dst, s)
@@ -468,7 +468,7 @@ def test_waiter_reports_its_copiers_failure(src: Path, tmp_path: Path) -> None:
     procs = [start(cmd, torchrun_env(r, 2, 2)) for r in range(2)]
     (_, copier_err), (_, waiter_err) = (p.communicate(timeout=TIMEOUT) for p in procs)
     assert [p.returncode for p in procs] == [3, 3]
-    assert time.monotonic() - t0 < stage.DEAD_GRACE + 10
+    assert time.monotonic() - t0 < nodelock.DEAD_GRACE + 10
     one_line(copier_err, "node 0", shard(s, 2).name, "sha256", "reconvert")
     one_line(waiter_err, "copier (local rank 0", f"of node 0 failed staging into {dst}",
              shard(s, 2).name)
@@ -495,7 +495,7 @@ def test_disk_full_while_writing(src: Path, tmp_path: Path, monkeypatch: pytest.
                                  path: str) -> None:
     """ENOSPC while writing shard 3, on the copy_file_range path and on its fallback."""
     name = shard(src, 3).name
-    real_copy, real_write = os.copy_file_range, stage._write_all
+    real_copy, real_write = os.copy_file_range, copier._write_all
 
     def is_victim(fd: int) -> bool:
         return name in os.readlink(f"/proc/self/fd/{fd}")
@@ -515,7 +515,7 @@ def test_disk_full_while_writing(src: Path, tmp_path: Path, monkeypatch: pytest.
         real_write(fd, data)
 
     monkeypatch.setattr(os, "copy_file_range", full_copy)
-    monkeypatch.setattr(stage, "_write_all", full_write)
+    monkeypatch.setattr(copier, "_write_all", full_write)
     dst = tmp_path / "dst"
     stage_fails(StageOptions(src, dst, split="train", jobs=1), None, "node 0", "disk full",
                 name, str(dst), "rerun")
