@@ -3,26 +3,31 @@
 Builds, on this one machine, a file server and N nodes as Linux network namespaces joined
 through a bridge (itself in a namespace), each link a veth pair shaped with tc tbf: the
 server's link slow (``--server-mbit``), the nodes' faster (``--node-mbit``), as on real
-clusters. The server exports real converted shards (the ImageNet sample, repeated to ``--mb``
-MB) over sshfs; each node mounts it and has a local folder. Then, for each N in ``--nodes``:
+clusters. The server exports real converted shards (the ImageNet sample in 4 shards, repeated
+to ``--mb`` MB) over sshfs; each node mounts it and has a local folder. Then, for each N in
+``--nodes``:
 
 - the same loader (``loaders.make_loader``, node k = rank k of N, 1 worker, batch 32) on every
-  node at once: reading straight from the sshfs mount (direct), from the node's staged local
-  copy inside its namespace (staged), and on the same local folder with no server and no
-  namespace in the path (the peer), staged and peer interleaved ``--rounds`` times;
-- ``imgprep stage-to-node`` on every node at once in replicate, partition and fan-out mode
+  node at once, one whole epoch each: reading straight from the sshfs mount (direct), from the
+  node's staged local copy inside its namespace (staged), and on the same local folder with no
+  server and no namespace in the path (the peer); staged and peer alternate ``--rounds`` times;
+- ``imgprep stage-to-node`` on every node at once, in partition, replicate and fan-out mode
   (``--mode replicate --fanout``, when this imgprep has it): seconds, bytes the server read
   (kernel rchar of its SFTP processes) against the set and against the nodes' JSON reports,
-  bytes moved between nodes, and a sha256 check of every node's shards.
+  bytes moved between nodes, and a sha256 check of every node's shards against the manifest;
+- fan-out once more over the partition copies (every node already holds its own share, so
+  only the node-to-node exchange runs): the rate a node receives at, from its link's byte
+  counter while it receives, against a Gloo send/recv between two nodes in the same run.
 
-Plus a Gloo send/recv between two node namespaces (the node link's rate) and a 2-node training
-run (torchrun, c10d rendezvous on node 0, one process per node, the tiny net) from fan-out-
-staged data with its time split. A table goes to stdout, the last line is one JSON object, and
-``--svg`` draws per-node images/s and staging seconds against N.
+Plus a 2-node training run (torchrun, c10d rendezvous on node 0, one process per node, the
+tiny net at 64 px) from fan-out-staged data, with its time split. A table goes to stdout, the
+last line is one JSON object, and ``--svg`` draws per-node images/s and staging seconds
+against N. Progress lines go to stderr.
 
 Ratios, in one run, against their targets: direct at N=4 / direct at N=1 <= 0.35; staged /
 peer >= 0.9 at every N; fan-out server bytes = 1.00x the set at every N; fan-out staging time
-at N=4 <= 0.4x replicate's; fan-out's node-to-node rate >= 0.7x the Gloo point-to-point rate.
+at N=4 <= 0.4x replicate's; fan-out's node-to-node rate (N=2) >= 0.7x the Gloo point-to-point
+rate.
 
 Needs root (namespaces, FUSE, tc); installs sshfs and openssh-server with apt-get when
 missing; otherwise prints one line saying why it skipped (exit 0, JSON with "skipped"). The
@@ -30,12 +35,13 @@ machine's own network namespace is never touched (see scripts/cluster/netns.py) 
 everything is torn down on every exit path, SIGINT and SIGTERM included.
 
     python scripts/bench_cluster.py --svg docs/cluster.svg        # N = 1, 2, 4 (make cluster)
-    python scripts/bench_cluster.py --nodes 1 2 4 8 --mb 200
+    python scripts/bench_cluster.py --nodes 1 2 4 8
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import shutil
@@ -49,7 +55,6 @@ from pathlib import Path
 from typing import Any
 
 from bench_scaling import summarise
-from bench_stage import build_source
 from benchlib import DEFAULT_IMAGES, run_main, verdict
 from cluster import measure
 from cluster.box import Box
@@ -58,11 +63,13 @@ from cluster.netns import ClusterError, Topology, run
 from cluster.procs import child_env
 from cluster.sshfs import install_tools
 
-from imgprep.manifest import Manifest, read_manifest
+from imgprep.convert import ConvertOptions, convert
+from imgprep.manifest import Manifest, ShardEntry, read_manifest, write_manifest
 
 TARGETS = {"direct_4_over_1": 0.35, "staged_over_peer": 0.9, "fanout_server_over_set": 1.00,
            "fanout_over_replicate_4": 0.4, "fanout_over_p2p": 0.7}
 BYTES_TOLERANCE = 0.01
+BASE_SHARDS, MIN_SHARDS = 4, 16  # ~250 real images a shard; 16: 4 a node at N=4
 PORTS = {"stage": 29631, "p2p": 29632, "train": 29633}
 T0 = time.perf_counter()
 
@@ -77,10 +84,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--images", type=Path, default=DEFAULT_IMAGES,
                     help="real <wnid>_<name>.JPEG files to convert (default: %(default)s)")
     ap.add_argument("--nodes", type=int, nargs="+", default=[1, 2, 4])
-    ap.add_argument("--mb", type=float, default=200, help="size of the served set, MB")
-    ap.add_argument("--server-mbit", type=int, default=100, help="file server link, Mbit/s")
+    ap.add_argument("--mb", type=float, default=100, help="size of the served set, MB")
+    ap.add_argument("--server-mbit", type=int, default=50, help="file server link, Mbit/s")
     ap.add_argument("--node-mbit", type=int, default=1000, help="each node's link, Mbit/s")
-    ap.add_argument("--seconds", type=float, default=4.0, help="loader measuring window")
     ap.add_argument("--rounds", type=int, default=4, help="staged/peer loader rounds")
     ap.add_argument("--train-steps", type=int, default=40, help="2-node training (0: none)")
     ap.add_argument("--prefix", default="ipc-", help="namespace name prefix")
@@ -113,6 +119,30 @@ def preflight(prefix: str) -> str | None:
     return None
 
 
+def build_set(images: Path, scratch: Path, mb: float) -> Path:
+    """Real shards (``images`` converted to BASE_SHARDS shards) repeated under new names,
+    each its own file, to >= ``mb`` MB and >= MIN_SHARDS shards, with a manifest."""
+    tar = scratch / "images.tar"
+    subprocess.run(["tar", "cf", str(tar), "-C", str(images), "."], check=True, timeout=300)
+    base = scratch / "base"
+    convert(ConvertOptions(input=tar, out=base, num_shards=BASE_SHARDS,
+                           workers=os.cpu_count() or 1))
+    tar.unlink()
+    m = read_manifest(base, "train")
+    src = scratch / "src"
+    src.mkdir()
+    shards: list[ShardEntry] = []
+    while sum(s.bytes for s in shards) < mb * 1e6 or len(shards) < MIN_SHARDS:
+        for s in m.shards:
+            name = f"train-{len(shards):06d}.tar"
+            shutil.copyfile(base / s.name, src / name)
+            shards.append(dataclasses.replace(s, name=name))
+    write_manifest(src, dataclasses.replace(m, shards=shards, index=None,
+                                            total_samples=sum(s.samples for s in shards)))
+    shutil.rmtree(base)
+    return src
+
+
 def has_fanout() -> bool:
     """Whether this imgprep's stage-to-node offers --fanout."""
     done = subprocess.run([sys.executable, "-m", "imgprep", "stage-to-node", "--help"],
@@ -125,7 +155,7 @@ def loader_row(box: Box, n: int, mounts: Sequence[Path], staged: Sequence[Path],
     """Per-node images/s: direct from sshfs, then staged and peer in alternating order
     (ABBA...); staged/peer is the median of the rounds' ratios, so slow drifts in what else
     runs on the machine cancel. Each kind's loaders start once and wait between rounds."""
-    group = partial(measure.loaders, box, seconds=args.seconds, timeout=args.timeout)
+    group = partial(measure.loaders, box, timeout=args.timeout)
     rounds: dict[str, list[list[float]]] = {"direct": [], "staged": [], "peer": []}
     with group(mounts, True) as direct, group(staged, True) as local, \
             group(staged, False) as peer:
@@ -238,7 +268,7 @@ def checks(rows: Sequence[dict[str, Any]], p2p: float | None) -> dict[str, dict[
 
 def measure_all(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
     t0 = time.perf_counter()
-    src = build_source(args.images, scratch, args.mb / 1000)
+    src = build_set(args.images, scratch, args.mb)
     m = read_manifest(src, "train")
     fanout = has_fanout()
     topo = Topology(args.prefix, max(args.nodes), args.server_mbit, args.node_mbit)
@@ -286,7 +316,8 @@ def print_table(res: dict[str, Any]) -> None:
           f"{res['node_mbit']} Mbit/s, set {res['shards']} shards / {res['set_bytes'] / 1e6:.0f}"
           f" MB / {res['images']} images, {res['cpus']} CPUs; Gloo send/recv node to node "
           f"{p2p if p2p is not None else '-'} MB/s")
-    print("loader images/s per node (mean over nodes; node k = rank k of N, 1 worker, batch 32)")
+    print("loader images/s per node (mean over nodes; node k = rank k of N, 1 worker, batch 32,"
+          " whole epochs)")
     print(f"{'N':>3} {'direct (sshfs)':>15} {'staged (local)':>15} {'same folder, no server':>23}"
           f" {'staged/no-server':>17}")
     for r in res["rows"]:
@@ -302,7 +333,10 @@ def print_table(res: dict[str, Any]) -> None:
                   f"{s['server_over_set']:6.3f} {sum(s['bytes_read']):16d} "
                   f"{sum(s['bytes_received']):11d} "
                   f"{f'{peer:.1f}' if peer is not None else '-':>10}  {s['identical']}")
-    if not res["fanout"]:
+    if res["fanout"]:
+        print("  exchange: fan-out over the partition copies (each node holds its own share): "
+              "node to node only; peer MB/s = received while receiving, per node")
+    else:
         print("  fan-out: not run (this imgprep's stage-to-node has no --fanout)")
     t = res["train"]
     if t is not None:

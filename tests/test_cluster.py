@@ -46,7 +46,7 @@ def images(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _bench(images: Path, out: Path) -> dict[str, Any]:
     """Run the reduced benchmark (bounded: SIGTERM at 150 s, which tears down; then kill)."""
     cmd = [sys.executable, str(REPO / "scripts" / "bench_cluster.py"), "--images", str(images),
-           "--nodes", "2", "--mb", "10", "--seconds", "1.5", "--rounds", "2",
+           "--nodes", "2", "--mb", "10", "--server-mbit", "100", "--rounds", "2",
            "--train-steps", "8", "--prefix", PREFIX, "--timeout", "60", "--out", str(out)]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,

@@ -2,7 +2,7 @@
 
 - :class:`Loaders`: the same loader (``loaders.make_loader``, one per node, node k being
   rank k of n) on n folders at once, in the nodes' namespaces or outside any, started once;
-  each measurement has them all count images over the same window, after their start-up.
+  each measurement has them all read one whole epoch, starting at the same moment.
 - :func:`stage`: ``imgprep stage-to-node`` on n nodes at once from their sshfs mounts, with
   the server's bytes counted at the server, and every node's files checked against the
   manifest's sha256.
@@ -37,14 +37,14 @@ GLOO_ENV = {"GLOO_SOCKET_IFNAME": "eth0"}  # Gloo binds the node's own link, not
 
 class Loaders:
     """One loader per node (node k = rank k of n), started once and kept waiting; each
-    :meth:`rates` call has them all count images over the same ``seconds``."""
+    :meth:`rates` call has them all read one whole epoch, starting together."""
 
-    def __init__(self, box: Box, dirs: Sequence[Path], in_nodes: bool, seconds: float,
+    def __init__(self, box: Box, dirs: Sequence[Path], in_nodes: bool,
                  timeout: float) -> None:
         self.n, self.timeout = len(dirs), timeout
         argvs = [(box.net(k) if in_nodes else []) + [
             sys.executable, str(PROBE), "loader", "--data", str(d), "--rank", str(k),
-            "--world", str(self.n), "--seconds", str(seconds)] for k, d in enumerate(dirs)]
+            "--world", str(self.n)] for k, d in enumerate(dirs)]
         self.group = Group(argvs, timeout, stdin=True)
 
     def ready(self) -> None:
@@ -75,10 +75,10 @@ class Loaders:
 
 
 @contextlib.contextmanager
-def loaders(box: Box, dirs: Sequence[Path], in_nodes: bool, seconds: float,
+def loaders(box: Box, dirs: Sequence[Path], in_nodes: bool,
             timeout: float) -> Iterator[Loaders]:
     """:class:`Loaders`, ready, ended (by pid) however the block exits."""
-    group = Loaders(box, dirs, in_nodes, seconds, timeout)
+    group = Loaders(box, dirs, in_nodes, timeout)
     try:
         group.ready()
         yield group

@@ -1,11 +1,12 @@
 """Programs the cluster benchmark runs inside a node (or, for the peer, outside any).
 
-    python probe.py loader --data DIR --rank K --world N --seconds S
-        builds ``loaders.make_loader(DIR, "train", World(rank K of N, one per node), ...)``,
-        takes one batch (start-up: workers, shuffle buffer) and prints ``ready``; then, for
-        each ``go`` line on stdin, counts images for S seconds (after skipping the batches
-        prefetched meanwhile) and prints one JSON line: images, seconds, images_per_s. Any
-        other line, or the end of stdin, ends it.
+    python probe.py loader --data DIR --rank K --world N
+        builds ``loaders.make_loader(DIR, "train", World(rank K of N, one per node), ...)``
+        and prints ``ready``; then, for each ``go`` line on stdin, reads one whole epoch (the
+        next) and prints one JSON line: images, seconds, images_per_s. Whole epochs, since
+        the train loader's shuffle buffer (1000 samples) reads ahead of what it yields: over
+        a shorter window, images yielded are not images read. Any other line, or the end of
+        stdin, ends it.
     python probe.py p2p --addr A --port P --rank R --mb M --reps K
         Gloo send (rank 0) / recv (rank 1) of an M MB tensor, K times; rank 1 prints the median
         rate in MB/s as JSON.
@@ -22,11 +23,8 @@ import os
 import statistics
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from datetime import timedelta
-from typing import Any
-
-SKIP_BATCHES = 4  # batches possibly prefetched before "go": not counted
 
 
 def loader_rates(args: argparse.Namespace) -> None:
@@ -36,22 +34,17 @@ def loader_rates(args: argparse.Namespace) -> None:
     world = World(rank=args.rank, world_size=args.world, node_rank=args.rank,
                   num_nodes=args.world)
     loader = make_loader(args.data, "train", world, args.batch_size, args.workers, args.seed)
-    batches = itertools.chain.from_iterable(_epoch(loader, e) for e in itertools.count())
-    next(batches)
     print("ready", flush=True)
-    while sys.stdin.readline().strip() == "go":
-        for _ in range(SKIP_BATCHES):
-            next(batches)
+    for epoch in itertools.count():
+        if sys.stdin.readline().strip() != "go":
+            return
+        loader.set_epoch(epoch)
         images, t0 = 0, time.perf_counter()
-        while (elapsed := time.perf_counter() - t0) < args.seconds:
-            images += len(next(batches)[1])
-        print(json.dumps({"images": images, "seconds": round(elapsed, 3),
+        for _, labels in loader:
+            images += len(labels)
+        elapsed = time.perf_counter() - t0
+        print(json.dumps({"epoch": epoch, "images": images, "seconds": round(elapsed, 3),
                           "images_per_s": round(images / elapsed, 1)}), flush=True)
-
-
-def _epoch(loader: Any, epoch: int) -> Iterator[Any]:
-    loader.set_epoch(epoch)
-    yield from loader
 
 
 def p2p_rate(args: argparse.Namespace) -> dict[str, float]:
@@ -83,7 +76,6 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     lo.add_argument("--data", required=True)
     lo.add_argument("--rank", type=int, default=0)
     lo.add_argument("--world", type=int, default=1)
-    lo.add_argument("--seconds", type=float, default=5.0)
     lo.add_argument("--batch-size", type=int, default=32)
     lo.add_argument("--workers", type=int, default=1)
     lo.add_argument("--seed", type=int, default=0)
