@@ -64,7 +64,7 @@ bench: setup bench-out/stock-pillow/.ready
 reliability: setup
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python scripts/reliability_report.py --markdown
 
-# A file server and 1, 2, 4 nodes in network namespaces on this machine (root; about 6 minutes):
+# A file server and 1, 2, 4 nodes in network namespaces on this machine (root; 6-9 minutes):
 # direct vs staged loaders, replicate/partition/fan-out staging, 2-node training; docs/cluster.svg.
 cluster: setup
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python scripts/bench_cluster.py --svg docs/cluster.svg

@@ -18,11 +18,11 @@ from conftest import REPO, photo
 
 sys.path.insert(0, str(REPO / "scripts"))
 
+import bench_cluster  # noqa: E402
 from cluster.box import clean_leftovers  # noqa: E402
 from cluster.netns import namespaces  # noqa: E402
 from cluster.sshfs import mount_root, sshfs_mounts  # noqa: E402
 
-pytestmark = pytest.mark.slow
 PREFIX = "ipct-"  # not the benchmark's own prefix, so a run of it is never touched
 WNIDS = ("n01440764", "n01443537", "n01484850")
 
@@ -61,6 +61,16 @@ def _bench(images: Path, out: Path) -> dict[str, Any]:
     return dict(json.loads(stdout.strip().splitlines()[-1]))
 
 
+def test_without_root_it_skips_with_one_line_and_a_json_reason(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(bench_cluster.os, "geteuid", lambda: 1000)
+    assert bench_cluster.main(["--prefix", PREFIX]) == 0
+    first, last = capsys.readouterr().out.strip().splitlines()
+    assert first == "bench_cluster: skipped: needs root (network namespaces, FUSE mounts, tc)"
+    assert json.loads(last) == {"benchmark": "cluster", "skipped": first.split(": ", 2)[2]}
+
+
+@pytest.mark.slow
 def test_two_node_cluster_stages_exact_bytes_and_leaves_nothing(images: Path,
                                                                 tmp_path: Path) -> None:
     route = _default_route()
