@@ -25,7 +25,8 @@ REPO = Path(__file__).resolve().parents[2]
 PR_SET_PDEATHSIG = 1
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
+    """In a child before exec: SIGKILL it when its parent dies."""
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
@@ -50,7 +51,7 @@ class Group:
                 self.procs.append(subprocess.Popen(
                     argv, stdout=subprocess.PIPE, stderr=err, text=True,
                     stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
-                    env=env or child_env(), preexec_fn=_die_with_parent))
+                    env=env or child_env(), preexec_fn=die_with_parent))
         except BaseException:
             self.kill()
             raise

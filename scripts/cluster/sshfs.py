@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cluster.netns import ClusterError, Topology, in_net, pids_in, run
+from cluster.procs import die_with_parent
 
 PACKAGES = {"sshfs": "sshfs", "/usr/sbin/sshd": "openssh-server", "fusermount3": "fuse3"}
 SFTP_TITLE = b"internal-sftp"
@@ -87,7 +88,8 @@ def start_server(topo: Topology, export: Path, keys: Path, log: Path) -> FileSer
     for o in opts:
         argv += ["-o", o]
     with open(log, "wb") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
+                                preexec_fn=die_with_parent)
     server = FileServer(topo, export, keys, proc)
     probe = f"import socket; socket.create_connection(('{topo.server_ip}', 22), timeout=1)"
     for _ in range(50):
