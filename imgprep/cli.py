@@ -63,9 +63,16 @@ def _emit(summary: dict[str, Any], as_json: bool, quiet: bool, human: Callable[[
         click.echo(human())
 
 
-def _fail(e: ImgprepError) -> None:
-    click.echo(f"imgprep: error: {e}", err=True)
-    sys.exit(e.exit_code)
+def _fail(e: ImgprepError, at_once: bool = False, code: int | None = None) -> None:
+    """Print the error on one line and exit with its code; ``at_once``: without running
+    finalizers (threads may still wait on the network, which finalizers would abort on)."""
+    click.echo(f"imgprep: {'error: ' if code is None else ''}{e}", err=True)
+    code = e.exit_code if code is None else code
+    if at_once:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -270,11 +277,14 @@ def stage_to_node(src: Path, dst: Path, mode: str, split: str | None, seed: int,
     --num-nodes/--node-rank): local rank 0 copies (or the first to take the lock in --dst
     when no launcher tells), the others wait for it. Reruns skip what is already staged.
     """
+    from imgprep.errors import StageError
     from imgprep.stage import StageOptions
     from imgprep.stage import stage_to_node as run
 
     if fanout and mode != "replicate":
         raise click.UsageError("--fanout goes with --mode replicate (every node gets every shard)")
+    if fanout:  # torch's C++ warnings would add stack traces to the one error line
+        os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
     try:
         world = _world(num_nodes, node_rank)
         opts = StageOptions(src=src, dst=_node_path(dst, world.node_rank), mode=mode,
@@ -295,10 +305,10 @@ def stage_to_node(src: Path, dst: Path, mode: str, split: str | None, seed: int,
             for b in bars:
                 b.close()
     except ImgprepError as e:
-        _fail(e)
+        _fail(e, at_once=fanout)
     except KeyboardInterrupt:
-        click.echo("imgprep: interrupted; rerun the same command to resume", err=True)
-        sys.exit(EXIT_INTERRUPTED)
+        _fail(StageError("interrupted; rerun the same command to resume"), at_once=fanout,
+              code=EXIT_INTERRUPTED)
     _emit(summary, as_json, quiet, lambda: (
         f"node {summary['node_rank']}/{summary['num_nodes']} ({summary['role']}): "
         f"{summary['shards_copied']} shards copied, {summary['shards_skipped']} already there, "

@@ -12,6 +12,7 @@ import contextlib
 import errno
 import hashlib
 import os
+import shutil
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
@@ -44,6 +45,16 @@ def size_text(n: int) -> str:
         if n >= scale:
             return f"{n / scale:.2f} {unit}"
     return f"{n} bytes"
+
+
+def check_space(dst: Path, need: int, shards: int, node: int) -> int:
+    """``need`` (bytes still to copy), or a StageError when ``dst`` has not that much free."""
+    free = shutil.disk_usage(dst).free
+    if free < need:
+        raise StageError(f"node {node}: {dst} has {size_text(free)} free but "
+                         f"{size_text(need)} ({shards} shards) still to copy; free space "
+                         "or use another --dst, then rerun")
+    return need
 
 
 def write_small(path: Path, data: bytes, node: int, durable: bool = True) -> None:
@@ -163,6 +174,14 @@ def open_tmp(final: Path) -> int:
                    | os.O_NOFOLLOW, 0o644)
 
 
+def _read_error(err: OSError, src: Path, manifest: Path, node: int) -> StageError:
+    if isinstance(err, FileNotFoundError):
+        return StageError(f"node {node}: source shard {src} vanished (listed in "
+                          f"{manifest}); restore it or reconvert, then rerun to resume")
+    return StageError(f"node {node}: cannot read source shard {src}: {err.strerror or err}; "
+                      "check the file server, then rerun to resume")
+
+
 def copy_shard(src: Path, manifest: Path, e: ShardEntry | IndexEntry, dst: Path, verify: str,
                chunk: int, node: int, tick: Progress, stop: threading.Event) -> int:
     """Copy ``src`` (shard ``e`` of ``manifest``) to its temporary name in ``dst`` (read once),
@@ -170,18 +189,10 @@ def copy_shard(src: Path, manifest: Path, e: ShardEntry | IndexEntry, dst: Path,
     ``dst/<name>`` is never bad."""
     final = dst / e.name
     tmp = tmp_name(final)
-
-    def read_error(err: OSError) -> StageError:
-        if isinstance(err, FileNotFoundError):
-            return StageError(f"node {node}: source shard {src} vanished (listed in "
-                              f"{manifest}); restore it or reconvert, then rerun to resume")
-        return StageError(f"node {node}: cannot read source shard {src}: {err.strerror or err}; "
-                          "check the file server, then rerun to resume")
-
     try:
         fin = open(src, "rb", buffering=0)
     except OSError as err:
-        raise read_error(err) from err
+        raise _read_error(err, src, manifest, node) from err
     try:
         with fin:
             with contextlib.suppress(OSError, AttributeError):
@@ -227,3 +238,13 @@ def copy_shard(src: Path, manifest: Path, e: ShardEntry | IndexEntry, dst: Path,
             os.unlink(tmp)
         raise
     return n
+
+
+def copy_index(ix: IndexEntry | None, manifest: Path, dst: Path, chunk: int, node: int) -> int:
+    """Copy a split's sample index (if it has one) from beside ``manifest``, checked by its
+    sha256 like a shard; returns the bytes read. Small: every node reads it, fan-out or not."""
+    stop = threading.Event()
+    if ix is None or present(dst / ix.name, ix, "sha256", chunk, False, stop):
+        return 0
+    return copy_shard(manifest.parent / ix.name, manifest, ix, dst, "sha256", chunk, node,
+                      lambda k: None, stop)

@@ -13,10 +13,11 @@ the copiers (TCP, CPU tensors). The protocol, after the copiers meet (imgprep.re
 3. Each shard travels its chain in chunks, pipelined: a node forwards chunk c while the next
    one arrives, so a shard takes about size / link rate to reach every node, not N times that,
    and with every node sending, every link carries data in both directions. Every node walks
-   the same (round, chunk, sender) order, posting sends without waiting (a few in flight) and
-   waiting only on receives; a receive's data only depends on messages earlier in that order,
-   so the walk cannot deadlock. Disk reads (a read-ahead thread) and disk writes with hashing
-   (``jobs`` writer threads) overlap the network.
+   the same (round, chunk, sender) order (imgprep.fanplan.walk), posting sends and receives a
+   few steps ahead without waiting and waiting only on the receive at hand; a receive's data
+   only depends on messages earlier in that order, so the walk cannot deadlock. Disk reads
+   (a read-ahead thread) and disk writes with hashing (``jobs`` writer threads) overlap the
+   network.
 4. Every received shard is written to its temporary name, hashed as it lands, checked against
    the manifest's size and sha256, fsynced and renamed: nothing partial or bad under a final
    name. A node that receives a bad shard stops and names it and its sender.
@@ -45,69 +46,14 @@ from typing import Any
 
 from imgprep.copier import Progress, open_tmp, write_error
 from imgprep.errors import ImgprepError, StageError
+from imgprep.fanplan import Counts, Shard, Transfer, chunks, plan_transfers, walk
 from imgprep.fsutil import tmp_name
-from imgprep.manifest import ShardEntry
 from imgprep.peers import HEARTBEAT, POLL, PeerFailed, Watch, await_all, open_store
 from imgprep.rendezvous import Rendezvous, local_address_towards
 
 NET_CHUNK = 4 << 20  # bytes a message carries: small enough to pipeline, large enough to stream
-IN_FLIGHT = 8  # sends a node keeps posted before it waits for the oldest
+IN_FLIGHT = 8  # sends (and receives) a node keeps posted ahead
 DEAD_AFTER = 5.0  # seconds without a heartbeat after which a started node counts as dead
-
-
-@dataclass(frozen=True)
-class Shard:
-    """One shard to hold on every node: its entry, its path on the file server, the manifest
-    that lists it, and the node that owns it (reads it from the file server)."""
-
-    entry: ShardEntry
-    source: Path
-    manifest: Path
-    owner: int
-
-
-@dataclass(frozen=True)
-class Transfer:
-    """Shard ``index`` goes from ``sender`` down ``chain``; ``from_server``: the sender reads it
-    from the file server (and keeps a copy), else from its own ``dst``."""
-
-    index: int
-    sender: int
-    chain: tuple[int, ...]
-    from_server: bool
-
-
-@dataclass
-class Counts:
-    read: int = 0  # bytes read from the file server
-    received: int = 0  # bytes received from peers
-    sent: int = 0  # bytes sent to peers
-    written: int = 0  # shards renamed into place here
-    transfers: int = 0
-
-
-def plan_transfers(have: Sequence[Sequence[bool]], owners: Sequence[int]) -> list[Transfer]:
-    """The transfers that give every node every shard, in the order all nodes walk them
-    (``have[k][i]``: node k holds shard i). A pure function: every node gets the same list."""
-    n = len(have)
-    per_sender: list[list[Transfer]] = [[] for _ in range(n)]
-    for i, owner in enumerate(owners):
-        lacking = [k for k in range(n) if not have[k][i]]
-        if not lacking:
-            continue
-        ring = [(owner + d) % n for d in range(n)]
-        holders = [k for k in ring if have[k][i]]
-        sender = holders[0] if holders else owner
-        chain = tuple(k for k in ring[ring.index(sender):] + ring[:ring.index(sender)]
-                      if k != sender and not have[k][i])
-        per_sender[sender].append(Transfer(i, sender, chain, not holders))
-    rounds = max((len(t) for t in per_sender), default=0)
-    return [ts[r] for r in range(rounds) for ts in per_sender if r < len(ts)]
-
-
-def chunks(size: int, chunk: int) -> list[int]:
-    """The message sizes a shard of ``size`` bytes travels in (one, maybe empty, at least)."""
-    return [min(chunk, size - o) for o in range(0, size, chunk)] or [0]
 
 
 # ---------------------------------------------------------------------------- disk side
@@ -142,17 +88,23 @@ class Writers:
             while (job := q.get()) is not None:
                 t, data, last = job
                 fd, h, n = open_files.get(t.index) or (self._open(t), hashlib.sha256(), 0)
+                open_files[t.index] = (fd, h, n + len(data))
                 view = memoryview(data.numpy())
                 h.update(view)
-                while len(view):
-                    view = view[os.write(fd, view):]
-                open_files[t.index] = (fd, h, n + len(data))
+                try:
+                    while len(view):
+                        view = view[os.write(fd, view):]
+                except OSError as err:
+                    raise write_error(err, self.shards[t.index].entry.name, self.dst,
+                                      self.me) from err
                 if last:
                     self._finish(t, *open_files.pop(t.index))
         except BaseException as e:  # handed to the supervisor, which raises it
             self.failed(e)
-            for fd, _, _ in open_files.values():
+            for index, (fd, _, _) in open_files.items():  # a rerun redoes these
                 os.close(fd)
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp_name(self.dst / self.shards[index].entry.name))
 
     def _open(self, t: Transfer) -> int:
         e = self.shards[t.index].entry
@@ -167,8 +119,9 @@ class Writers:
         try:
             got = h.hexdigest()
             if n != e.bytes or got != e.sha256:
-                origin = f"the file server's {s.source}" if t.sender == self.me else \
-                    f"node {t.sender}'s copy"
+                origin = f"node {t.sender}'s copy" if not t.from_server else \
+                    f"the file server's {s.source}" + \
+                    ("" if t.sender == self.me else f" (read by node {t.sender})")
                 raise StageError(
                     f"node {self.me}: shard {e.name} from {origin} does not match its manifest "
                     f"{s.manifest.name} ({n} bytes, sha256 {got[:12]}... != {e.bytes} bytes, "
@@ -232,6 +185,30 @@ def read_ahead(shards: Sequence[Shard], mine: Sequence[Transfer], dst: Path, me:
 # ---------------------------------------------------------------------------- network side
 
 
+class Receives:
+    """This node's receives, posted ``IN_FLIGHT`` steps ahead of its walk (posting waits for
+    nothing, and each link's receives are posted in the link's order), so that the next chunk
+    is already on its way while this one is handled."""
+
+    def __init__(self, group: Any, me: int,
+                 steps: Sequence[tuple[Transfer, int, int, tuple[int, ...]]]) -> None:
+        self.group = group
+        self.todo = collections.deque(
+            (i, path[path.index(me) - 1], size) for i, (_, _, size, path) in enumerate(steps)
+            if path.index(me) > 0)
+        self.posted: dict[int, tuple[Any, Any]] = {}
+
+    def take(self, step: int) -> tuple[Any, Any]:
+        """Step ``step``'s (work, buffer), after posting the receives that come next."""
+        import torch
+
+        while self.todo and len(self.posted) < IN_FLIGHT:
+            i, src, size = self.todo.popleft()
+            buf = torch.empty(size, dtype=torch.uint8)
+            self.posted[i] = (self.group.recv([buf], src, 0), buf)
+        return self.posted.pop(step)
+
+
 class Engine:
     """One node's walk through the transfers (see the module's step 3), on its own thread."""
 
@@ -243,35 +220,18 @@ class Engine:
         self.reads: queue.Queue[Any] = queue.Queue(maxsize=IN_FLIGHT)
         self.waiting_on: int | None = None
 
-    def _steps(self) -> list[tuple[Transfer, int, int]]:
-        """(transfer, chunk index, chunk size) in the order every node walks them."""
-        steps: list[tuple[Transfer, int, int]] = []
-        by_round: list[list[Transfer]] = []
-        seen: dict[int, int] = collections.Counter()
-        for t in self.transfers:  # plan_transfers lists round r's senders after round r-1's
-            r = seen[t.sender]
-            seen[t.sender] += 1
-            if r == len(by_round):
-                by_round.append([])
-            by_round[r].append(t)
-        for group in by_round:
-            sizes = [chunks(self.shards[t.index].entry.bytes, self.chunk) for t in group]
-            for c in range(max(len(z) for z in sizes)):
-                steps += [(t, c, z[c]) for t, z in zip(group, sizes, strict=True) if c < len(z)]
-        return steps
-
     def run(self, group: Any) -> None:
-        import torch
-
         mine = [t for t in self.transfers if t.sender == self.me]
         reader = threading.Thread(target=self._read, args=(mine,), daemon=True,
                                   name="fanout-reader")
         reader.start()
+        sizes = [s.entry.bytes for s in self.shards]
+        steps = [(t, c, size, (t.sender, *t.chain))
+                 for t, c, size in walk(self.transfers, sizes, self.chunk)
+                 if self.me in (t.sender, *t.chain)]
+        recvs = Receives(group, self.me, steps)
         sends: collections.deque[Any] = collections.deque()
-        for t, c, size in self._steps():
-            path = (t.sender, *t.chain)
-            if self.me not in path:
-                continue
+        for i, (t, c, size, path) in enumerate(steps):
             pos = path.index(self.me)
             last = c == len(chunks(self.shards[t.index].entry.bytes, self.chunk)) - 1
             if pos == 0:
@@ -281,9 +241,9 @@ class Engine:
                 if t.from_server:
                     self.writers.put(t, data, last)
             else:
-                data = torch.empty(size, dtype=torch.uint8)
+                work, data = recvs.take(i)
                 self.waiting_on = path[pos - 1]
-                group.recv([data], path[pos - 1], 0).wait()
+                work.wait()
                 self.waiting_on = None
                 self.counts.received += size
                 self.writers.put(t, data, last)
@@ -292,8 +252,6 @@ class Engine:
                 self.counts.sent += size
                 while len(sends) > IN_FLIGHT:
                     sends.popleft()[0].wait()
-            if last and pos == 0:
-                self.counts.transfers += 1
         while sends:
             sends.popleft()[0].wait()
         reader.join()
@@ -372,7 +330,7 @@ def _move(job: FanoutJob, rv: Rendezvous, watch: Watch, transfers: Sequence[Tran
     threading.Thread(target=run, name="fanout-engine", daemon=True).start()
     while not done.wait(POLL) and not failures:
         if (why := watch.verdict()) is not None:
-            raise PeerFailed(f"node {job.me}: fan-out stopped: {why}; rerun to resume")
+            raise PeerFailed(f"node {job.me}: fan-out stopped: {why}")
     if failures:
         _raise(failures[0], job, watch, engine.waiting_on)
     return counts, box[0] if box else None
@@ -381,12 +339,12 @@ def _move(job: FanoutJob, rv: Rendezvous, watch: Watch, transfers: Sequence[Tran
 def _raise(err: BaseException, job: FanoutJob, watch: Watch, peer: int | None) -> None:
     """Raise the engine's error: a node's own failure as it is (and published for the
     others); a broken link as the failure of the node that caused it, when one is named."""
-    if isinstance(err, ImgprepError) or not isinstance(err, (RuntimeError, OSError)):
-        raise err
+    if isinstance(err, ImgprepError) or not isinstance(err, RuntimeError):
+        raise err  # Gloo reports a broken or timed-out link as a RuntimeError
     until = time.monotonic() + watch.dead_after + 2 * HEARTBEAT
     while time.monotonic() < until:
         if (why := watch.verdict()) is not None:
-            raise PeerFailed(f"node {job.me}: fan-out stopped: {why}; rerun to resume") from err
+            raise PeerFailed(f"node {job.me}: fan-out stopped: {why}") from err
         time.sleep(POLL)
     who = f"node {peer}" if peer is not None else "a peer"
     raise StageError(f"node {job.me}: fan-out lost {who}: {str(err).splitlines()[0]}; check "
@@ -411,9 +369,11 @@ def fan_out(job: FanoutJob, rv: Rendezvous, tick: Progress) -> Counts:
     watch.start()
     try:
         have = _exchange(job, watch)
+        t0 = time.monotonic()
         transfers = plan_transfers(have, [s.owner for s in job.shards])
         counts, group = _move(job, rv, watch, transfers, tick) if transfers else (Counts(), None)
         _leave(job, watch, hosting)
+        counts.seconds = time.monotonic() - t0
         del group  # the links close once every node has all it needs
         return counts
     except PeerFailed:

@@ -58,7 +58,8 @@ class Watch:
     dead_after: float
     where: str
     stop: threading.Event = field(default_factory=threading.Event)
-    seen: dict[int, tuple[int, float]] = field(default_factory=dict)
+    seen: dict[int, tuple[int, float]] = field(default_factory=dict)  # beats, when they changed
+    looked: float = 0.0  # when the heartbeats were last read
     lost: str | None = None
 
     def start(self) -> None:
@@ -79,32 +80,37 @@ class Watch:
             self.store.set(f"fail/{self.me}", f"{seq}\t{message}")
 
     def verdict(self) -> str | None:
-        """Why another node will never finish: it failed or died; None while all look alive."""
+        """Why another node will never finish (it failed or died) and what to do; None while
+        all look alive. A few store calls a look, heartbeats at most once a ``HEARTBEAT``."""
         if self.lost is not None:
             return f"lost the meeting point {self.where} ({self.lost}): node 0 died or " \
-                   "cannot be reached"
+                   "cannot be reached; rerun to resume"
         try:
-            failed = []
-            for k in range(self.n):
-                if k != self.me and self.store.check([f"fail/{k}"]):
-                    seq, msg = self.store.get(f"fail/{k}").decode().split("\t", 1)
-                    failed.append((int(seq), k, msg))
-            if failed:
-                _, k, msg = min(failed)
-                return f"node {k} failed: {msg}"
+            if int(self.store.add("failseq", 0)) > 0:
+                failed = []
+                for k in range(self.n):
+                    if k != self.me and self.store.check([f"fail/{k}"]):
+                        seq, msg = self.store.get(f"fail/{k}").decode().split("\t", 1)
+                        failed.append((int(seq), k, msg))
+                if failed:
+                    _, k, msg = min(failed)
+                    return f"node {k} failed: {msg}"
             now = time.monotonic()
+            if now - self.looked < HEARTBEAT:
+                return None
+            self.looked = now
             for k in range(self.n):
-                if k == self.me or self.store.check([f"done/{k}"]):
-                    continue
-                beats = int(self.store.add(f"hb/{k}", 0))
+                beats = int(self.store.add(f"hb/{k}", 0)) if k != self.me else 0
                 last = self.seen.get(k)
                 if last is None or beats != last[0]:
                     self.seen[k] = (beats, now)
-                elif beats > 0 and now - last[1] > self.dead_after:
-                    return f"node {k} died (no heartbeat for {now - last[1]:.0f} s)"
+                elif beats > 0 and now - last[1] > self.dead_after \
+                        and not self.store.check([f"done/{k}"]):
+                    return f"node {k} died (no heartbeat for {now - last[1]:.0f} s); rerun " \
+                           "to resume"
         except (RuntimeError, OSError, ValueError) as e:
             return f"lost the meeting point {self.where} ({str(e).splitlines()[0]}): node 0 " \
-                   "died or cannot be reached"
+                   "died or cannot be reached; rerun to resume"
         return None
 
 
@@ -113,7 +119,7 @@ def await_all(watch: Watch, key: str, deadline: float, what: str) -> None:
     keys = [f"{key}/{k}" for k in range(watch.n)]
     while not watch.store.check(keys):
         if (why := watch.verdict()) is not None:
-            raise PeerFailed(f"node {watch.me}: fan-out stopped: {why}; rerun to resume")
+            raise PeerFailed(f"node {watch.me}: fan-out stopped: {why}")
         if time.monotonic() > deadline:
             missing = [k for k in range(watch.n) if not watch.store.check([keys[k]])]
             raise WaitTimeout(f"node {watch.me}: waited --timeout for node(s) "

@@ -119,11 +119,17 @@ def rendezvous(world: World, env: Mapping[str, str] | None = None,
     return _over_mpi(world, comm)
 
 
-def _over_process_group(world: World) -> Rendezvous:
-    """A fresh port on rank 0 (node 0's leader), broadcast over the open default group."""
+def _over_process_group(world: World, env: Mapping[str, str]) -> Rendezvous:
+    """A fresh port on rank 0 (node 0's leader), broadcast over the open default group; its
+    address is that of its interface towards the job's own meeting point, when there is one."""
     import torch.distributed as dist
 
-    box: list[Any] = [(own_address(), free_port()) if world.rank == 0 else None]
+    mine = None
+    if world.rank == 0:
+        port = free_port()
+        master = env.get("MASTER_ADDR")
+        mine = (local_address_towards(master, port) if master else own_address(), port)
+    box: list[Any] = [mine]
     dist.broadcast_object_list(box, src=0)
     addr, port = box[0]
     return Rendezvous(str(addr), int(port), "the job's process group")
@@ -139,7 +145,7 @@ def copier_rendezvous(world: World, explicit: str | None = None,
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized():
-        return _over_process_group(world)
+        return _over_process_group(world, env)
     if "MASTER_ADDR" in env and "MASTER_PORT" in env:
         agent = env.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true"
         return Rendezvous(env["MASTER_ADDR"], int(env["MASTER_PORT"]),

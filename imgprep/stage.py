@@ -16,7 +16,9 @@ process group is involved, so it works under torchrun, mpirun, srun or a plain l
 The copier, under the lock: plan (from the manifests alone), void the markers, sweep what a
 killed run left, find what ``dst`` lacks, check the free space, copy (imgprep.copier: each copy
 checked against the manifest before its rename, so a rerun skips what is there), then write
-each split's node-local manifest and, last, its done-marker.
+each split's node-local manifest and, last, its done-marker. With fan-out (replicate only) the
+copy step reads just the node's partition share and exchanges the rest with the other nodes'
+copiers (imgprep.fanout), which meet where imgprep.rendezvous says.
 """
 
 from __future__ import annotations
@@ -26,7 +28,6 @@ import hashlib
 import json
 import os
 import re
-import shutil
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -35,9 +36,19 @@ from pathlib import Path
 from typing import Any
 
 from imgprep.assign import MODES, node_shards
-from imgprep.copier import Progress, copy_shard, parallel, present, size_text, why, write_small
+from imgprep.copier import (
+    Progress,
+    check_space,
+    copy_index,
+    copy_shard,
+    parallel,
+    present,
+    why,
+    write_small,
+)
 from imgprep.errors import ImgprepError, ManifestError, OutputError, StageError
-from imgprep.fanout import FanoutJob, Shard, fan_out
+from imgprep.fanout import FanoutJob, fan_out
+from imgprep.fanplan import Shard
 from imgprep.fsutil import fsync_dir, sweep_tmp
 from imgprep.manifest import (
     Manifest,
@@ -75,14 +86,15 @@ class StageOptions:
 
 @dataclass
 class Moved:
-    """What the copier did: shards copied and already there, bytes read from the file
-    server, received from and sent to other nodes (fan-out)."""
+    """What the copier did: shards copied and already there; bytes from the file server and
+    (fan-out) received from and sent to other nodes."""
 
     copied: int = 0
     skipped: int = 0
     read: int = 0
     received: int = 0
     sent: int = 0
+    moving_s: float = 0.0  # fan-out: seconds from all nodes joined to all finished
 
 
 @dataclass(frozen=True)
@@ -233,16 +245,6 @@ def _unlink(path: Path, node: int) -> None:
                          "hand, then rerun") from e
 
 
-def _copy_index(sp: SplitPlan, opts: StageOptions, node: int) -> int:
-    """Copy the split's sample index (if it has one) from the file server, checked by its
-    sha256 like a shard; returns the bytes read. Small: every node reads it, fan-out or not."""
-    ix, stop = sp.manifest.index, threading.Event()
-    if ix is None or present(opts.dst / ix.name, ix, "sha256", opts.chunk, False, stop):
-        return 0
-    return copy_shard(sp.source.parent / ix.name, sp.source, ix, opts.dst, "sha256",
-                      opts.chunk, node, lambda k: None, stop)
-
-
 def _finish_split(sp: SplitPlan, opts: StageOptions, world: World) -> None:
     """Copy the split's error log, write its node-local manifest, then its done-marker."""
     node, dst = world.node_rank, opts.dst
@@ -289,17 +291,6 @@ def _missing(plan: Sequence[SplitPlan], opts: StageOptions, node: int,
     return todo, len(items) - len(todo)
 
 
-def _check_space(dst: Path, todo: Sequence[Item], node: int) -> int:
-    """The bytes still to copy; a StageError when ``dst`` has not that much free."""
-    need = sum(e.bytes for _, e in todo)
-    free = shutil.disk_usage(dst).free
-    if free < need:
-        raise StageError(f"node {node}: {dst} has {size_text(free)} free but "
-                         f"{size_text(need)} ({len(todo)} shards) still to copy; free space "
-                         "or use another --dst, then rerun")
-    return need
-
-
 def _fan_out(plan: Sequence[SplitPlan], todo: Sequence[Item], opts: StageOptions, world: World,
              rv: Rendezvous, tick: Progress) -> Moved:
     """Give every node every shard, reading only this node's partition share from the file
@@ -314,12 +305,15 @@ def _fan_out(plan: Sequence[SplitPlan], todo: Sequence[Item], opts: StageOptions
                     [e.name not in lacking for _, e in items], digest, opts.dst,
                     world.node_rank, world.num_nodes, opts.jobs, opts.timeout)
     c = fan_out(job, rv, tick)
-    return Moved(c.written, len(items) - len(todo), c.read, c.received, c.sent)
+    return Moved(c.written, len(items) - len(todo), c.read, c.received, c.sent, c.seconds)
 
 
 def _owners(sp: SplitPlan, nodes: int, seed: int) -> list[int]:
-    """For each shard of the split, the node whose partition share holds it."""
-    owner = [0] * len(sp.manifest.shards)
+    """For each shard of the split, the node whose partition share holds it (with fewer
+    shards than nodes, shard i's is node i)."""
+    owner = list(range(len(sp.manifest.shards)))
+    if len(owner) < nodes:
+        return owner
     for k, share in enumerate(node_shards([e.samples for e in sp.manifest.shards], nodes,
                                           "partition", seed)):
         for i in share:
@@ -332,7 +326,7 @@ def _stage(plan: Sequence[SplitPlan], opts: StageOptions, world: World, rv: Rend
     """The copier's work, under the lock."""
     node, stop = world.node_rank, threading.Event()
     todo, skipped = _missing(plan, opts, node, stop)
-    need = _check_space(opts.dst, todo, node)
+    need = check_space(opts.dst, sum(e.bytes for _, e in todo), len(todo), node)
     if on_start is not None:
         on_start(need)
     lock = threading.Lock()
@@ -351,7 +345,7 @@ def _stage(plan: Sequence[SplitPlan], opts: StageOptions, world: World, rv: Rend
         done = Moved(len(todo), skipped, sum(read))
     fsync_dir(opts.dst)  # every shard's rename is on disk before a manifest names it
     for sp in plan:
-        done.read += _copy_index(sp, opts, node)
+        done.read += copy_index(sp.manifest.index, sp.source, opts.dst, opts.chunk, node)
         _finish_split(sp, opts, world)
     return done
 
@@ -371,6 +365,7 @@ def _summary(role: str, plan: Sequence[SplitPlan], opts: StageOptions, world: Wo
         "shards_needed": sum(len(sp.needed) for sp in plan), "shards_copied": copied,
         "shards_skipped": skipped, "bytes_read": read, "bytes_received": d.received,
         "bytes_sent": d.sent, "bytes_written": read + d.received, "fanout": opts.fanout,
+        "fanout_seconds": round(d.moving_s, 3),
         "seconds": round(seconds, 3),
         "mb_per_s": round((read + d.received) / seconds / 1e6, 1) if seconds > 0 else 0.0,
         "dst": str(opts.dst),
@@ -426,11 +421,17 @@ def _as_copier(plan: Sequence[SplitPlan], opts: StageOptions, world: World,
 def stage_to_node(opts: StageOptions, world: World, progress: Progress | None = None,
                   on_start: Callable[[int], None] | None = None) -> dict[str, Any]:
     """Stage this node's shards of ``opts.src`` into ``opts.dst`` (or wait for the process
-    that does); returns a summary. Call it in every process of the job.
+    that does); returns a summary. Call it in every process of the job (with fan-out finding
+    where the copiers meet can be collective: under mpirun, or inside a process group).
 
-    The copier calls ``on_start(bytes_to_copy)`` once, then ``progress(nbytes)`` as bytes are
-    written (from its copy threads, one call at a time); waiters call neither. ``bytes_read``
-    counts shard bytes read from the source (0 for waiters and for shards already staged).
+    - ``opts``: what to stage and how (StageOptions);
+    - ``world``: this process's ranks; local rank 0 of each node copies, the others wait;
+    - ``progress(nbytes)``: called as bytes are written (from copy threads, one call at a
+      time), by the copier only;
+    - ``on_start(bytes_to_copy)``: called once by the copier before it copies.
+
+    ``bytes_read`` counts bytes read from the file server (0 for waiters and for shards
+    already staged), ``bytes_received`` those from other nodes (fan-out).
     """
     t0 = time.monotonic()
     _check_options(opts)

@@ -22,13 +22,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import free_port
+from conftest import free_port, mpirun_cmd
 
 from imgprep.assign import node_shards
 from imgprep.convert import ConvertOptions, convert
-from imgprep.fanout import chunks, plan_transfers
+from imgprep.fanplan import chunks, plan_transfers, walk
 from imgprep.manifest import IndexEntry, index_name, read_manifest, write_manifest
+from imgprep.rendezvous import Rendezvous, RendezvousError, copier_rendezvous
 from imgprep.verify import verify
+from imgprep.world import World
 
 TIMEOUT = 120  # for a whole run of 4 processes on 2 shared cores (each imports torch)
 NODES = 4
@@ -185,6 +187,13 @@ def test_chunks_cover_the_shard() -> None:
     assert chunks(10, 4) == [4, 4, 2] and chunks(8, 4) == [4, 4] and chunks(0, 4) == [0]
 
 
+def test_walk_interleaves_senders_chunk_by_chunk() -> None:
+    transfers = plan_transfers([[False] * 4 for _ in range(2)], [0, 1, 0, 1])
+    steps = [(t.index, c, size) for t, c, size in walk(transfers, [10, 6, 4, 0], 4)]
+    assert steps == [(0, 0, 4), (1, 0, 4), (0, 1, 4), (1, 1, 2), (0, 2, 2),  # round 0
+                     (2, 0, 4), (3, 0, 0)]  # round 1
+
+
 # ---------------------------------------------------------------------------- end to end
 
 
@@ -299,6 +308,23 @@ def test_a_corrupt_copy_on_a_sender_is_caught_by_its_receivers(src: Path,
         assert_complete(src, tmp_path / f"n{k}")
 
 
+@pytest.mark.slow
+def test_a_corrupt_shard_on_the_file_server_stops_every_node(src: Path, tmp_path: Path) -> None:
+    s = Path(shutil.copytree(src, tmp_path / "src"))
+    bad = s / owned(s, 2)[1]
+    data = bytearray(bad.read_bytes())
+    data[700] ^= 0xFF
+    bad.write_bytes(bytes(data))
+    results = outcome(start_nodes(s, tmp_path / "dst", "--timeout", 60))
+    for k, (code, _, stderr) in enumerate(results):
+        assert code == 3, stderr
+        line = error_line(stderr)
+        assert bad.name in line and "sha256" in line, line
+        assert_nothing_bad(src, tmp_path / "dst" / f"n{k}")
+        assert not (tmp_path / "dst" / f"n{k}" / bad.name).exists()
+    assert "the file server's" in error_line(results[2][2])  # its reader names the source
+
+
 # ---------------------------------------------------------------------------- launchers, usage
 
 
@@ -325,6 +351,26 @@ def test_torchrun_two_nodes_copiers_fan_out_and_waiters_wait(src: Path, tmp_path
         assert_complete(src, tmp_path / f"n{k}")
 
 
+@pytest.mark.slow
+def test_mpirun_copiers_meet_over_mpi4py(src: Path, tmp_path: Path) -> None:
+    """Four MPI ranks posing as two nodes of two (local variables set per rank): rank 0's
+    address and a free port go out over mpi4py, the node copiers fan out, the others wait."""
+    as_two_nodes = ("OMPI_COMM_WORLD_LOCAL_SIZE=2 "
+                    "OMPI_COMM_WORLD_LOCAL_RANK=$((OMPI_COMM_WORLD_RANK % 2)) exec \"$@\"")
+    cmd = [*mpirun_cmd(4), "sh", "-c", as_two_nodes, "sh", sys.executable, "-m", "imgprep",
+           "stage-to-node", "--src", str(src), "--dst", str(tmp_path / "n{node}"), "--fanout",
+           "--json", "-q", "--timeout", "60"]
+    r = subprocess.run(cmd, env=env(), capture_output=True, text=True, timeout=TIMEOUT)
+    assert r.returncode == 0, r.stdout + r.stderr
+    runs = sorted((json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")),
+                  key=lambda s: s["rank"])
+    assert [(s["node_rank"], s["role"]) for s in runs] == \
+        [(0, "copier"), (0, "waiter"), (1, "copier"), (1, "waiter")]
+    assert all(s["bytes_received"] > 0 for s in runs if s["role"] == "copier")
+    for k in range(2):
+        assert_complete(src, tmp_path / f"n{k}")
+
+
 def test_fanout_without_a_meeting_point_says_what_to_pass(src: Path, tmp_path: Path) -> None:
     r = subprocess.run([sys.executable, "-m", "imgprep", "stage-to-node", "--src", str(src),
                         "--dst", str(tmp_path / "n{node}"), "--fanout", "--num-nodes", "2",
@@ -337,3 +383,20 @@ def test_fanout_without_a_meeting_point_says_what_to_pass(src: Path, tmp_path: P
                         "--dst", str(tmp_path / "x"), "--fanout", "--mode", "partition"],
                        env=env(), capture_output=True, text=True, timeout=TIMEOUT)
     assert r.returncode == 2 and "--mode replicate" in r.stderr
+
+
+def test_where_copiers_meet() -> None:
+    world = World(0, 4, 0, 2, 0, 2, launcher="torchrun")
+    rv = copier_rendezvous(world, "node0:29500", {})
+    assert (rv.addr, rv.port, rv.store_listens) == ("node0", 29500, False)
+    plain = {"MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29400"}
+    assert copier_rendezvous(world, None, plain) == Rendezvous("10.0.0.1", 29400,
+                                                              "MASTER_ADDR/MASTER_PORT")
+    agent = copier_rendezvous(world, None, {**plain, "TORCHELASTIC_USE_AGENT_STORE": "True"})
+    assert agent.store_listens  # torchrun's agent keeps the store: nobody opens another
+    loop = World().with_nodes(3, 2)
+    with pytest.raises(RendezvousError, match="node 2: fan-out over 3 nodes .* --rendezvous"):
+        copier_rendezvous(loop, None, {})
+    for bad in ("node0", "node0:", ":29500", "node0:http", "node0:70000"):
+        with pytest.raises(RendezvousError, match="HOST:PORT"):
+            copier_rendezvous(loop, bad, {})

@@ -31,7 +31,7 @@ from imgprep.assign import node_shards
 from imgprep.cli import cli
 from imgprep.convert import ConvertOptions, convert
 from imgprep.errors import StageError, WaitTimeout
-from imgprep.manifest import Manifest, read_manifest, write_manifest
+from imgprep.manifest import IndexEntry, Manifest, index_name, read_manifest, write_manifest
 from imgprep.stage import StageOptions, is_staged, plan_node, stage_to_node
 from imgprep.verify import verify
 from imgprep.world import World
@@ -678,3 +678,29 @@ def test_node_manifest_is_a_valid_manifest(src: Path, tmp_path: Path) -> None:
         assert m.node is not None and m.node["node_rank"] == 2
         assert {e.name for e in m.shards} == {p.name for p in dst.glob(f"{split}-*.tar")}
     assert_verifies(dst, decode=True)
+
+
+def test_sample_index_is_staged_and_checked(src: Path, tmp_path: Path) -> None:
+    """The split's sample index comes with the shards in every mode, checked by sha256, and
+    the node-local manifest keeps its entry."""
+    s = copy_src(src, tmp_path / "src")
+    m = read_manifest(s, "train")
+    data = os.urandom(500)
+    (s / index_name("train")).write_bytes(data)
+    entry = IndexEntry(index_name("train"), len(data), hashlib.sha256(data).hexdigest())
+    write_manifest(s, replace(m, index=entry))
+    dst = tmp_path / "dst"
+    got = stage_to_node(StageOptions(s, dst, mode="partition", split="train"),
+                        World().with_nodes(2, 1))
+    assert (dst / entry.name).read_bytes() == data
+    assert read_manifest(dst, "train").index == entry
+    assert got["bytes_read"] == share_bytes(s, 2, "partition", 1, ["train"]) + len(data)
+    assert_verifies(dst)
+    again = stage_to_node(StageOptions(s, dst, mode="partition", split="train"),
+                          World().with_nodes(2, 1))
+    assert again["bytes_read"] == 0
+
+    flip_byte(s / entry.name, 10)
+    stage_fails(StageOptions(s, tmp_path / "d2", split="train"), None, str(s / entry.name),
+                "sha256", "reconvert")
+    assert not (tmp_path / "d2" / entry.name).exists()
