@@ -157,6 +157,7 @@ def stage(box: Box, n: int, dsts: Sequence[Path], mode: str, manifest: Manifest,
             "server_bytes": phase.served,
             "bytes_read": [int(r.get("bytes_read", 0)) for r in reports],
             "bytes_received": received,
+            "fanout_seconds": [r.get("fanout_seconds") for r in reports],
             "peer_mb_per_s": [round(x, 1) for x in peer],
             "identical": shards_match(dsts, manifest, "partition" if mode == "partition"
                                       else "replicate")}
