@@ -247,6 +247,7 @@ class LabelListLoader:
         self.shuffle = train if shuffle is None else shuffle
         self.mean, self.std = mean, std
         self.epoch, self._start, self._position = 0, 0, 0
+        self._order: tuple[int, np.ndarray] | None = None
         self.cfg = _Config(self.entries, transform or (TrainTransform() if train
                                                        else ValTransform()),
                            world, batch_size, workers, self.tail, self.shuffle, on_error, seed)
@@ -260,7 +261,9 @@ class LabelListLoader:
 
     def indices(self) -> np.ndarray:
         """This rank's entries of the current epoch, in order (-1: padding)."""
-        return self.cfg.indices(self.epoch)
+        if self._order is None or self._order[0] != self.epoch:
+            self._order = (self.epoch, self.cfg.indices(self.epoch))
+        return self._order[1]
 
     def batches(self) -> int:
         """Batches of this rank in the current epoch (the same on every rank unless uneven)."""
