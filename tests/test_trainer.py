@@ -150,6 +150,7 @@ def test_data_wait_hint_rules() -> None:
     hint = DataWaitHint(workers=3, cores_per_rank=8, ranks_per_node=2, staged=True)
     said = [hint.update(f) for f in (0.9, 0.2, 0.2, 0.01, 0.2, 0.2, 0.2, 0.3, 0.3)]
     assert [i for i, s in enumerate(said) if s] == [6]
+    assert "at least 20% of the time in 3 log intervals" in (said[6] or "")
     assert "raise --workers (3 now; this rank may use 8 cores)" in (said[6] or "")
     assert "--stage-from" not in (said[6] or "")
     full = DataWaitHint(workers=4, cores_per_rank=4, ranks_per_node=8, staged=False).advice()

@@ -133,15 +133,18 @@ class DataWaitHint:
     given: bool = False
     _seen: int = 0
     _high: int = 0
+    _low: float = 1.0  # the smallest fraction of the current run of high intervals
 
     def update(self, fraction: float) -> str | None:
         """Note one interval's data-wait fraction; the hint's text the first time it is due."""
         self._seen += 1
-        self._high = self._high + 1 if self._seen > 1 and fraction > self.threshold else 0
+        high = self._seen > 1 and fraction > self.threshold
+        self._low = min(self._low, fraction) if high and self._high else fraction
+        self._high = self._high + 1 if high else 0
         if self.given or self._high < self.intervals:
             return None
         self.given = True
-        return (f"hint: the step waited for data {fraction:.0%} of the time for "
+        return (f"hint: the step waited for data at least {self._low:.0%} of the time in "
                 f"{self._high} log intervals in a row; {self.advice()}")
 
     def advice(self) -> str:
