@@ -64,6 +64,7 @@ from cluster.procs import child_env
 from cluster.sshfs import install_tools
 
 from imgprep.convert import ConvertOptions, convert
+from imgprep.index import index_folder
 from imgprep.manifest import Manifest, ShardEntry, read_manifest, write_manifest
 
 TARGETS = {"direct_4_over_1": 0.35, "staged_over_peer": 0.9, "fanout_server_over_set": 1.00,
@@ -139,6 +140,7 @@ def build_set(images: Path, scratch: Path, mb: float) -> Path:
             shards.append(dataclasses.replace(s, name=name))
     write_manifest(src, dataclasses.replace(m, shards=shards, index=None,
                                             total_samples=sum(s.samples for s in shards)))
+    index_folder(src, "train")  # the loaders read samples by offset through it
     shutil.rmtree(base)
     return src
 
@@ -283,6 +285,7 @@ def measure_all(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
         leftovers = box.leftovers
     res = {"benchmark": "cluster", "server_mbit": args.server_mbit,
            "node_mbit": args.node_mbit, "set_bytes": m.total_bytes, "shards": len(m.shards),
+           "index_bytes": m.index.bytes if m.index is not None else 0,
            "images": m.total_samples, "fanout": fanout, "p2p_mb_per_s": p2p, "rows": rows,
            "train": train, "checks": checks(rows, p2p), "cpus": os.cpu_count(),
            "cleaned_leftovers": leftovers, "seconds": round(time.perf_counter() - t0, 1),

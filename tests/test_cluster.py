@@ -83,16 +83,18 @@ def test_two_node_cluster_stages_exact_bytes_and_leaves_nothing(images: Path,
     if "skipped" in res:
         pytest.skip(f"no cluster in a box here: {res['skipped']}")
     (row,) = res["rows"]
-    set_bytes = res["set_bytes"]
+    set_bytes, index = res["set_bytes"], res["index_bytes"]  # shards; their sample index
     st = row["staging"]
-    assert sum(st["partition"]["bytes_read"]) == set_bytes
-    assert sum(st["replicate"]["bytes_read"]) == 2 * set_bytes
+    assert index > 0
+    assert sum(st["partition"]["bytes_read"]) == set_bytes + 2 * index  # each node its index
+    assert sum(st["replicate"]["bytes_read"]) == 2 * (set_bytes + index)
     assert st["partition"]["server_over_set"] == pytest.approx(1.0, abs=0.02)
     assert st["replicate"]["server_over_set"] == pytest.approx(2.0, abs=0.04)
     if res["fanout"]:
-        assert sum(st["fanout"]["bytes_read"]) == set_bytes
+        assert sum(st["fanout"]["bytes_read"]) == set_bytes + index  # all of it once in all
         assert st["fanout"]["server_over_set"] == pytest.approx(1.0, abs=0.02)
-        assert sum(st["fanout"]["bytes_received"]) == set_bytes  # each node got the other half
+        # each node got the other half; node 1 the index too, from node 0
+        assert sum(st["fanout"]["bytes_received"]) == set_bytes + index
     assert all(s["identical"] for s in st.values()), st  # every shard's sha256 on every node
     assert row["direct_mean"] > 0 and row["staged_mean"] > 0
     assert row["staged_over_peer"] >= 0.5  # the floor ratio, loosely: no timing assertion

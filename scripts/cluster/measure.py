@@ -51,7 +51,8 @@ class Loaders:
         """Wait until every loader has taken its first batch."""
         for i in range(self.n):
             if self._line(i) != "ready":
-                raise ClusterError(f"loader probe {i} ended before it was ready")
+                raise ClusterError(f"loader probe {i} ended before it was ready: "
+                                   f"{self.group.stderr_tail(i)}")
 
     def _line(self, i: int) -> str:
         while (line := self.group.readline(i)) and not (line.startswith("{")

@@ -66,6 +66,12 @@ class Group:
                                f"{self.timeout:.0f} s")
         return stdout.readline()
 
+    def stderr_tail(self, i: int) -> str:
+        """The last line child ``i`` wrote on stderr (what to show when it failed)."""
+        self.errs[i].seek(0)
+        lines = [line for line in self.errs[i].read().splitlines() if line.strip()]
+        return lines[-1] if lines else "(nothing on stderr)"
+
     def send(self, text: str) -> None:
         """Write ``text`` to every child's stdin at (nearly) the same moment."""
         for p in self.procs:
