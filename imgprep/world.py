@@ -26,7 +26,17 @@ from imgprep.errors import WorldError
 
 @dataclass(frozen=True)
 class World:
-    """Ranks of a data-parallel job; ``launcher`` says where the numbers came from."""
+    """Where this process stands in a data-parallel job. Frozen and validated; build one
+    directly in tests and library calls, or with ``detect()`` from the launcher's variables.
+
+    Args:
+        rank, world_size: this process among all ranks of the job.
+        local_rank, local_world_size: this process among the ranks of its node.
+        node_rank, num_nodes: this node among the job's nodes (ranks are placed in blocks:
+            node k holds ranks k*local_world_size ...).
+        launcher: where the numbers came from (``torchrun``, ``openmpi``, ``slurm``,
+            ``mpich``, ``explicit``, ``single``); named in error messages, not compared.
+    """
 
     rank: int = 0
     world_size: int = 1
@@ -70,11 +80,6 @@ class World:
     @property
     def is_distributed(self) -> bool:
         return self.world_size > 1
-
-    def node_ranks(self, node: int | None = None) -> range:
-        """Global ranks on ``node`` (default: this one)."""
-        k = self.node_rank if node is None else node
-        return range(k * self.local_world_size, (k + 1) * self.local_world_size)
 
     def cores_per_rank(self) -> int:
         """The cores this process may run on, shared evenly by the ranks of its node (at least

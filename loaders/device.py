@@ -27,6 +27,15 @@ class DeviceLoader:
 
     On CUDA the next batch is copied (non-blocking, from pinned memory) and converted on a
     side stream while the current one is in use; on CPU it is a plain conversion.
+
+    Args:
+        loader: any iterable of ``(uint8 NCHW images, labels)`` (a ``ShardLoader`` or
+            ``LabelListLoader``); its length is passed through.
+        device: where the batches go (``"cuda"``, ``"cuda:1"``, ``"cpu"``).
+        mean, std: per channel on the 0-1 scale (the loader's ``mean``/``std``, from the
+            manifest).
+        dtype: of the images out (``torch.bfloat16`` halves the copy's bytes).
+        channels_last: hand the images over in channels-last memory format.
     """
 
     def __init__(self, loader: Iterable[tuple[torch.Tensor, torch.Tensor]],

@@ -468,21 +468,14 @@ def test_world_constructor_message_names_the_launcher() -> None:
 
 
 @pytest.mark.parametrize("layout", LAYOUTS, ids=lambda nl: f"{nl[0]}x{nl[1]}")
-def test_node_leaders_and_node_ranks(layout: tuple[int, int]) -> None:
+def test_one_node_leader_per_node_in_block_placement(layout: tuple[int, int]) -> None:
     nodes, per_node = layout
     worlds = [World(r, nodes * per_node, lr, per_node, k, nodes)
               for r, lr, k in _positions(nodes, per_node)]
     for k in range(nodes):
         on_node = [w for w in worlds if w.node_rank == k]
-        assert [w.rank for w in on_node] == list(on_node[0].node_ranks())
+        assert [w.rank for w in on_node] == list(range(k * per_node, (k + 1) * per_node))
         assert [w.is_node_leader for w in on_node] == [True] + [False] * (per_node - 1)
-    for w in worlds:
-        assert w.rank in w.node_ranks()
-        assert w.node_ranks() == w.node_ranks(w.node_rank)
-        assert w.node_ranks(nodes - 1) == range((nodes - 1) * per_node, nodes * per_node)
-    # node_ranks over all nodes partition the global ranks
-    first = worlds[0]
-    assert [r for k in range(nodes) for r in first.node_ranks(k)] == list(range(len(worlds)))
 
 
 @pytest.mark.parametrize("num_nodes, node_rank", [(1, 0), (3, 0), (3, 2), (8, 5)])
@@ -491,7 +484,6 @@ def test_with_nodes(num_nodes: int, node_rank: int) -> None:
     assert world == World(node_rank, num_nodes, 0, 1, node_rank, num_nodes)
     assert world.launcher == "explicit"
     assert world.is_node_leader
-    assert world.node_ranks() == range(node_rank, node_rank + 1)
 
 
 @pytest.mark.parametrize("num_nodes, node_rank", [(3, 3), (3, -1), (0, 0)])
