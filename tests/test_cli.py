@@ -32,6 +32,7 @@ from conftest import encode, jpeg, nested_images, photo, tar_bytes, write_tar
 from helpers import one_line_error, tmp_leftovers
 from PIL import Image
 
+from imgprep import __version__
 from imgprep.cli import cli
 from imgprep.synsets import imagenet_classes
 
@@ -777,7 +778,7 @@ def test_info_json_reports_the_manifest_and_pil(converted: dict[str, Path]) -> N
     assert m["bytes"] == sum(p.stat().st_size for p in converted["shards"].glob("train-*.tar"))
     assert info["pil"]["pillow_simd"] is True  # the project's venv has pillow-simd
     assert info["warning"] is None
-    assert info["versions"]["imgprep"] == "0.1.0"
+    assert info["versions"]["imgprep"] == __version__ == importlib.metadata.version("imgprep")
     assert info["versions"]["webdataset"] == importlib.metadata.version("webdataset")
     r = invoke("info", converted["list"], "--json")
     assert r.exit_code == 0, r.output
@@ -874,7 +875,7 @@ def test_console_script_and_version() -> None:
     assert Path(exe).is_file(), "the imgprep console script is not installed"
     p = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=60,
                        check=False)
-    assert p.returncode == 0 and "0.1.0" in p.stdout, p.stderr
+    assert p.returncode == 0 and __version__ in p.stdout, p.stderr
     p = run_module("convert", "--help", timeout=60)
     assert p.returncode == 0 and "--max-errors" in p.stdout
 
