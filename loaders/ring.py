@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import numpy as np
@@ -81,6 +82,25 @@ class Ring:
         for sem in self._free:
             sem.release()  # wakes a worker blocked in an abandoned iteration
         return self.generation
+
+    def in_order(self, items: Iterable[tuple[Any, Any, Any]], generation: int, pin: bool,
+                 first: int = 0) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """The DataLoader's ``(batch number, ring ticket, label bytes)`` items (or, with no
+        workers, ``(number, images, labels)``) as batches in batch-number order from
+        ``first``: each ticket's slot is copied out, tickets of an abandoned iteration are
+        dropped, and batches that arrive early wait for their turn."""
+        pending: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        for number, images, labels in items:
+            if not isinstance(images, torch.Tensor):
+                gen, w, slot, n = (int(x) for x in images)
+                if gen != generation:
+                    continue  # a batch of an abandoned iteration
+                images = self.take(w, slot, n, pin)
+                labels = torch.frombuffer(bytearray(labels), dtype=torch.int64)
+            pending[int(number)] = (images, labels)
+            while first in pending:
+                yield pending.pop(first)
+                first += 1
 
     def take(self, w: int, slot: int, rows: int, pin: bool) -> torch.Tensor:
         """Copy a batch out of its slot and free the slot."""

@@ -401,20 +401,10 @@ class ShardLoader:
         self._ring.set_epoch(self.epoch, self._start)
         generation = self._ring.new_iteration()  # workers of an abandoned iteration stop
         self._yielded = 0
-        pending: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         try:
-            for b, images, labels in self._loader:
-                if not isinstance(images, torch.Tensor):
-                    gen, w, slot, n = (int(x) for x in images)
-                    if gen != generation:
-                        continue  # a batch of an abandoned iteration
-                    images = self._ring.take(w, slot, n, self._pin)
-                    labels = torch.frombuffer(bytearray(labels), dtype=torch.int64)
-                pending[int(b)] = (images, labels)
-                while self._yielded in pending:
-                    batch = pending.pop(self._yielded)
-                    self._yielded += 1
-                    yield batch
+            for batch in self._ring.in_order(self._loader, generation, self._pin):
+                self._yielded += 1
+                yield batch
         except (RuntimeError, ConnectionError, EOFError) as e:
             dead = self._dead_workers() if not isinstance(e, ImgprepError) else ""
             if not dead:
