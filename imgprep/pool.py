@@ -27,7 +27,7 @@ Job = Callable[[int, Tick], R]
 POLL_S = 0.2
 
 
-def _die_with_parent(parent: int) -> None:
+def die_with_parent(parent: int) -> None:
     """Ask Linux to SIGKILL this worker when the parent dies (a kill -9 leaves no orphans).
     A parent killed between fork and this call is caught by the parent-pid check."""
     with contextlib.suppress(OSError, AttributeError):
@@ -39,7 +39,7 @@ def _die_with_parent(parent: int) -> None:
 
 def _worker_main(job: Job[Any], tasks: Any, results: Any, counts: Any, k: int,
                  parent: int) -> None:
-    _die_with_parent(parent)
+    die_with_parent(parent)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
     def tick() -> None:  # this worker's own slot: no lock that a killed worker could hold
