@@ -27,6 +27,7 @@ from conftest import encode, jpeg, nested_images, photo, tar_bytes, write_tar
 from PIL import Image
 
 import imgprep
+import imgprep.convert as convert_module
 from imgprep.cli import cli
 from imgprep.synsets import imagenet_classes
 
@@ -595,6 +596,21 @@ def test_shards_do_not_depend_on_worker_count(bad_sample: Path, tmp_path: Path,
     a, b = tree_bytes(tmp_path / "one"), tree_bytes(tmp_path / "many")
     assert {"train.json", "train-errors.jsonl", "train-000004.tar"} <= set(a)
     assert a == b
+
+
+@pytest.mark.parametrize("fmt", ["shards", "list"])
+def test_one_task_split_over_workers_gives_the_same_bytes(
+        bad_sample: Path, tmp_path: Path, fmt: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fewer tasks than workers: the task is converted in parts and assembled in order."""
+    src = bad_sample / "ILSVRC2012_img_train.tar"
+    args = ("--format", fmt, "--max-errors", "5", "--size", "64")
+    one = convert(src, tmp_path / "one", *args, workers=1)
+    monkeypatch.setattr(convert_module, "PART_MIN", 1)  # many small parts, out of order
+    many = convert(src, tmp_path / "many", *args, workers=3)
+    assert one["tasks"] == many["tasks"] == 1
+    assert one["errors"] == many["errors"] >= 1
+    assert many["samples"] == one["samples"] > 0
+    assert tree_bytes(tmp_path / "one") == tree_bytes(tmp_path / "many")
 
 
 @pytest.fixture(scope="module")
