@@ -110,11 +110,14 @@ def _convert_items(plan: Plan, task: Task, lo: int, hi: int, tick: Callable[[], 
     if plan.wants_mean_image:
         part.mean = np.zeros((size, size, 3), dtype=np.uint64)
     add = sink or part.samples.append
+    items = task.items[lo:hi]
+    rows = zip(items.tolist(), lst.container[items].tolist(), lst.offset[items].tolist(),
+               lst.size[items].tolist(), plan.labels[items].tolist(), strict=True)
     with SourceReader(lst.containers) as reader:
-        for i in task.items[lo:hi].tolist():
+        for i, container, offset, nbytes, label in rows:
             try:
-                data = reader.read(int(lst.container[i]), int(lst.offset[i]), int(lst.size[i]),
-                                   lst.member_str(i))
+                data = reader.read(container, offset, nbytes,
+                                   lst.member_str(i) if offset < 0 else "")
                 conv = convert_image(data, opts.transform)
             except (ImageError, OSError) as e:
                 reason = str(e) if isinstance(e, ImageError) else f"cannot read: {e}"
@@ -127,7 +130,6 @@ def _convert_items(plan: Plan, task: Task, lo: int, hi: int, tick: Callable[[], 
                 part.stats_images += 1
             if part.mean is not None:
                 np.add(part.mean, center_pixels(conv.image, size), out=part.mean)
-            label = int(plan.labels[i])
             if opts.format == "shards":
                 fields = {"jpg": conv.jpeg, "cls": b"%d" % label}
                 if opts.meta:

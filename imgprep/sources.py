@@ -224,6 +224,8 @@ class SourceReader:
         self._fds: dict[int, int] = {}
 
     def read(self, container: int, offset: int, size: int, member: str) -> bytes:
+        """``size`` bytes at ``offset`` of a tar container, or the file ``member`` below a
+        folder container (``offset < 0``; ``member`` is not used otherwise)."""
         root = self._containers[container]
         if offset < 0:
             with open(os.path.join(root, member), "rb") as f:

@@ -200,7 +200,7 @@ def build_tar(paths: Sequence[Path], dest: Path) -> None:
 # ---------------------------------------------------------------------------- convert runs
 
 
-def convert_options(tar: Path, out: Path, workers: int, shards: int) -> ConvertOptions:
+def convert_options(tar: Path, out: Path, workers: int, shards: int | None) -> ConvertOptions:
     return ConvertOptions(input=tar, out=out, workers=workers, num_shards=shards,
                           transform=TransformOptions(size=SIZE, quality=QUALITY))
 
