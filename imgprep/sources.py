@@ -177,7 +177,7 @@ def list_source(path: Path, workers: int | None = None) -> Listing:
             list_tar(cols, f, job, 0, jobs)
         _with_jobs(cols, jobs, workers)
         kind = "tar"
-    if not cols.member and not cols.errors:
+    if not len(cols) and not cols.errors:
         raise SourceFormatError(
             f"no images (.JPEG/.jpg/.png) found in {path}; point --input at ImageNet data"
         )
@@ -185,8 +185,8 @@ def list_source(path: Path, workers: int | None = None) -> Listing:
 
 
 def _build(path: Path, kind: str, cols: Columns) -> Listing:
-    member = np.array(cols.member, dtype=bytes) if cols.member else np.zeros(0, dtype="S1")
-    key = np.array(cols.key, dtype=bytes) if cols.key else np.zeros(0, dtype="S1")
+    col = cols.arrays()
+    member, key = col["member"], col["key"]
     order = np.lexsort((member, key)) if len(key) else np.zeros(0, dtype=np.int64)
     errors = list(cols.errors)
     # Duplicate keys would collide in shards and lists: keep the first, refuse the rest.
@@ -205,12 +205,12 @@ def _build(path: Path, kind: str, cols: Columns) -> Listing:
         root=str(path),
         kind=kind,
         containers=tuple(cols.containers),
-        container=np.asarray(cols.container, dtype=np.int32)[order],
-        offset=np.asarray(cols.offset, dtype=np.int64)[order],
-        size=np.asarray(cols.size, dtype=np.int64)[order],
+        container=col["container"][order],
+        offset=col["offset"][order],
+        size=col["size"][order],
         member=member[order],
         key=key[order],
-        wnid=(np.array(cols.wnid, dtype="S9") if cols.wnid else np.zeros(0, dtype="S9"))[order],
+        wnid=col["wnid"][order],
         errors=tuple(errors),
         skipped=cols.skipped,
     )

@@ -18,6 +18,9 @@ import re
 import tarfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
 
 from imgprep import tarscan
 from imgprep.errors import SourceFormatError, UnsafeArchiveError
@@ -25,6 +28,8 @@ from imgprep.pool import die_with_parent
 from imgprep.synsets import WNID_RE
 
 IMAGE_EXTS = (".jpeg", ".jpg", ".png")
+COLUMN_TYPES: dict[str, Any] = {"container": np.int32, "offset": np.int64, "size": np.int64,
+                                "member": bytes, "key": bytes, "wnid": "S9"}
 GZIP_MAGIC = b"\x1f\x8b"
 
 
@@ -46,6 +51,9 @@ class ListingError:
 
 @dataclass
 class Columns:
+    """Listed items, appended as lists and frozen into numpy chunks (cheap to ship between
+    processes and to join)."""
+
     containers: list[str] = field(default_factory=list)
     container: list[int] = field(default_factory=list)
     offset: list[int] = field(default_factory=list)
@@ -55,6 +63,7 @@ class Columns:
     wnid: list[bytes] = field(default_factory=list)
     errors: list[ListingError] = field(default_factory=list)
     skipped: int = 0
+    chunks: list[dict[str, np.ndarray]] = field(default_factory=list)
     _last_wnid: tuple[str, bytes] = ("", b"")
 
     def add(self, container: int, offset: int, size: int, member: str, wnid: str) -> None:
@@ -71,10 +80,29 @@ class Columns:
             self._last_wnid = (wnid, wnid.encode("ascii") if WNID_RE.match(wnid) else b"")
         self.wnid.append(self._last_wnid[1])
 
+    def freeze(self) -> Columns:
+        """Move the items added so far into a chunk of arrays."""
+        if self.key:
+            self.chunks.append({name: np.array(getattr(self, name), dtype=dtype)
+                                for name, dtype in COLUMN_TYPES.items()})
+            for name in COLUMN_TYPES:
+                getattr(self, name).clear()
+        return self
+
+    def __len__(self) -> int:
+        return len(self.key) + sum(len(c["key"]) for c in self.chunks)
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """Every column as one array, in the order the items were found."""
+        self.freeze()
+        return {name: np.concatenate([c[name] for c in self.chunks]) if self.chunks
+                else np.zeros(0, dtype="S1" if dtype is bytes else dtype)
+                for name, dtype in COLUMN_TYPES.items()}
+
     def merge(self, other: Columns, at: int, shift: int) -> None:
         """Append ``other``'s items; its errors go in at ``at`` (+ ``shift`` already added)."""
-        for name in ("container", "offset", "size", "member", "key", "wnid"):
-            getattr(self, name).extend(getattr(other, name))
+        self.freeze()
+        self.chunks += other.freeze().chunks
         self.errors[at + shift:at + shift] = other.errors
         self.skipped += other.skipped
 
@@ -294,7 +322,7 @@ def tar_job(job: TarJob) -> Columns:
         cols.errors.append(ListingError(job.prefix.rstrip("/"), f"cannot read: {e.strerror}"))
     except SourceFormatError as e:
         cols.errors.append(ListingError(job.prefix.rstrip("/"), str(e)))
-    return cols
+    return cols.freeze()
 
 
 def run_jobs(jobs: list[TarJob], workers: int | None) -> list[Columns]:

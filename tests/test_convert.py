@@ -697,3 +697,23 @@ def test_real_originals_nested_tar(real_data: Path, tmp_path: Path) -> None:
         assert meta[k]["original_mode"] == "L"
         assert decode(found[k]["jpg"]).mode == "RGB"
     assert Counter(m["wnid"] for m in meta.values())["n02110063"] == 3
+
+
+def test_labels_per_class_match_the_per_image_rule(layouts: dict[str, Path]) -> None:
+    """The train shortcut (one lookup per class) gives resolve_labels' labels exactly."""
+    from imgprep.groundtruth import resolve_labels
+    from imgprep.plan import _labels
+    from imgprep.sources import list_source
+    from imgprep.synsets import load_class_table
+
+    classes = load_class_table(None)
+    shortcuts = 0
+    for name, path in layouts.items():
+        if name.endswith(".txt"):
+            continue
+        listing = list_source(path)
+        fast = _labels(listing, classes)
+        if fast is not None:
+            shortcuts += 1
+            assert np.array_equal(fast, resolve_labels(listing, classes, None)), name
+    assert shortcuts >= 3
