@@ -66,12 +66,14 @@ class Columns:
     chunks: list[dict[str, np.ndarray]] = field(default_factory=list)
     _last_wnid: tuple[str, bytes] = ("", b"")
 
-    def add(self, container: int, offset: int, size: int, member: str, wnid: str) -> None:
+    def add(self, container: int, offset: int, size: int, member: str, wnid: str,
+            stem: str | None = None) -> None:
+        """One image; ``stem``: its file name when the caller has it split off already."""
         self.container.append(container)
         self.offset.append(offset)
         self.size.append(size)
         self.member.append(member.encode("utf-8"))
-        stem = member.rpartition("/")[2]
+        stem = stem if stem is not None else member.rpartition("/")[2]
         dot = stem.rfind(".")
         if dot > 0 and stem[:dot].strip("."):  # posixpath.splitext: leading dots stay
             stem = stem[:dot]
@@ -235,9 +237,9 @@ class _Tar:
             self.jobs.append(TarJob(job.path, job.cid, job.base + offset_data, size,
                                      f"{job.label}/{name}", f"{where}/", base[:-4],
                                      len(cols.errors)))
-        elif is_image_name(base):
+        elif base.lower().endswith(IMAGE_EXTS):
             cols.add(job.cid, job.base + offset_data, size, where,
-                     job.wnid or folder.rpartition("/")[2])
+                     job.wnid or folder.rpartition("/")[2], base)
         else:
             cols.skipped += 1
 
@@ -246,14 +248,16 @@ class _Tar:
         returns (where the closing zero blocks start, files listed)."""
         entries, end = tarscan.scan(f.fileno(), self.job.base, limit)
         count = 0
+        member = self.member
         for name, offset_data, size, is_file in entries:
-            try:
-                check_name(name, self.job.label)
-            except UnsafeArchiveError as e:
-                self.cols.errors.append(ListingError(f"{self.job.prefix}{name}", str(e)))
-                continue
+            if ".." in name or name[:1] == "/" or name[1:2] == ":":
+                try:
+                    check_name(name, self.job.label)
+                except UnsafeArchiveError as e:
+                    self.cols.errors.append(ListingError(f"{self.job.prefix}{name}", str(e)))
+                    continue
             if is_file:
-                self.member(name, offset_data, size)
+                member(name, offset_data, size)
                 count += 1
         return end, count
 

@@ -88,7 +88,10 @@ def _header(buf: bytes) -> tuple[bytes, str, int]:
     if not _checksum_ok(buf):
         raise Fallback("checksum")
     kind = buf[156:157]
-    name = _text(buf[:100])
+    try:
+        name = buf[:100].split(b"\0", 1)[0].decode("utf-8")
+    except UnicodeDecodeError:
+        raise Fallback("name is not UTF-8") from None
     if kind == b"\0" and name.endswith("/"):
         kind = b"5"
     if kind == b"5":
@@ -104,10 +107,11 @@ def scan(fd: int, base: int, limit: int) -> tuple[list[Entry], int]:
     out: list[Entry] = []
     pos = 0
     pax: tuple[str | None, int | None] | None = None
+    pread = os.pread
     while True:
         if pos + BLOCK > limit:
             raise Fallback("header past the end")
-        buf = os.pread(fd, BLOCK, base + pos)
+        buf = pread(fd, BLOCK, base + pos)
         if len(buf) != BLOCK:
             raise Fallback("short read")
         if buf == ZERO_BLOCK:
@@ -119,7 +123,11 @@ def scan(fd: int, base: int, limit: int) -> tuple[list[Entry], int]:
         if kind == b"x" and pax is None:
             if data + size > limit:
                 raise Fallback("PAX header past the end")
-            pax = _pax(os.pread(fd, size, base + data))
+            pax = _pax(pread(fd, size, base + data))
+            pos = data + -(-size // BLOCK) * BLOCK
+            continue
+        if kind == b"0" and pax is None:  # the usual member: a plain file
+            out.append((name, data, size, True))
             pos = data + -(-size // BLOCK) * BLOCK
             continue
         if kind not in (b"0", b"\0", b"5"):
