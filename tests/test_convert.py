@@ -717,3 +717,26 @@ def test_labels_per_class_match_the_per_image_rule(layouts: dict[str, Path]) -> 
             shortcuts += 1
             assert np.array_equal(fast, resolve_labels(listing, classes, None)), name
     assert shortcuts >= 3
+
+
+def test_sample_metadata_bytes_are_json_dumps_sorted(layouts: dict[str, Path]) -> None:
+    """The directly formatted ``.json`` member is byte for byte json.dumps(sort_keys=True)."""
+    from types import SimpleNamespace
+
+    from imgprep.convert import _sample_meta
+    from imgprep.plan import ConvertOptions, make_plan
+
+    plan = make_plan(ConvertOptions(input=layouts["nested-tar"], out=layouts["nested-tar"].parent))
+    for source in ("a/b.JPEG", 'q"uo\\te\u00e9\u2028\U0001f600.jpg'):
+        lst = plan.listing
+        member = np.array([source.encode("utf-8")] * len(lst))
+        fake = SimpleNamespace(listing=SimpleNamespace(member_str=lambda i, m=member: bytes(
+            m[i]).decode("utf-8")), labels=plan.labels, classes=plan.classes)
+        conv = SimpleNamespace(original_size=(500, 375), original_mode="CMYK",
+                               original_format="JPEG")
+        label = int(plan.labels[0])
+        want = json.dumps({"wnid": plan.classes.wnids[label], "label": label,
+                           "source": source, "original_size": [500, 375],
+                           "original_mode": "CMYK", "original_format": "JPEG"},
+                          sort_keys=True).encode()
+        assert _sample_meta(fake, 0, conv) == want  # type: ignore[arg-type]
