@@ -1,13 +1,14 @@
-"""Which node holds which shards, and which rank reads which: pure functions of their inputs.
+"""Which node holds which shards: pure functions of their inputs.
 
 stage-to-node, rank-aware convert and the loaders all call these, so a node never needs a
-shard it lacks. Balance is by sample count (in a seeded order, every shard goes to the part with the
-fewest samples so far), so parts differ by at most one shard's samples, and each epoch's
-reshuffle moves shards between ranks whatever their sizes.
+shard it lacks. Balance is by sample count (in a seeded order, every shard goes to the part
+with the fewest samples so far), so parts differ by at most one shard's samples.
 
-- ``replicate``: every node holds every shard; each epoch all ranks share them all.
+- ``replicate``: every node holds every shard; each epoch all ranks share all samples.
 - ``partition``: node k holds a disjoint ~1/num_nodes of the shards (read once from the file
-  server in all); each epoch its local ranks share the node's shards.
+  server in all); each epoch its local ranks share the node's samples.
+
+Which rank reads which samples each epoch is ``loaders.plan`` (sample-granular).
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from collections.abc import Sequence
 import numpy as np
 
 from imgprep.errors import WorldError
-from imgprep.world import World
 
 MODES = ("replicate", "partition")
 
@@ -53,48 +53,7 @@ def node_shards(samples: Sequence[int], num_nodes: int, mode: str, seed: int) ->
     if n < num_nodes:
         raise WorldError(
             f"{n} shards cannot be partitioned over {num_nodes} nodes; reconvert with "
-            f"--shards >= {num_nodes} x ranks per node x loader workers, or use replicate"
+            f"--shards >= {num_nodes}, or use replicate"
         )
     groups = balanced_split(samples, num_nodes, _perm(n, seed, 0x5EED).tolist())
     return [sorted(g) for g in groups]
-
-
-def _share(samples: Sequence[int], pool: list[int], parts: int, seed: int, epoch: int,
-           key: int, first_rank: int) -> list[list[int]]:
-    if len(pool) < parts:
-        raise WorldError(
-            f"rank {first_rank}: {len(pool)} shards cannot feed {parts} ranks; reconvert with "
-            f"more shards (--shards) or run fewer ranks"
-        )
-    shuffled = [pool[i] for i in _perm(len(pool), seed, epoch, key)]
-    groups = balanced_split(samples, parts, shuffled)
-    return [[g[i] for i in _perm(len(g), seed, epoch, key, part, 1)]
-            for part, g in enumerate(groups)]
-
-
-def all_rank_shards(samples: Sequence[int], world: World, mode: str, seed: int,
-                    epoch: int = 0) -> list[list[int]]:
-    """Every rank's shards in ``epoch`` (index = global rank), in reading order; one pass.
-
-    replicate: the whole set is reshuffled each epoch and split over all ranks;
-    partition: each node's shards are reshuffled each epoch and split over its local ranks.
-    """
-    if mode == "replicate":
-        return _share(samples, list(range(len(samples))), world.world_size, seed, epoch,
-                      1 << 31, 0)
-    out: list[list[int]] = []
-    for node, pool in enumerate(node_shards(samples, world.num_nodes, mode, seed)):
-        out += _share(samples, pool, world.local_world_size, seed, epoch, node,
-                      node * world.local_world_size)
-    return out
-
-
-def rank_shards(samples: Sequence[int], world: World, mode: str, seed: int,
-                epoch: int = 0) -> list[int]:
-    """The shards ``world.rank`` reads in ``epoch``, in reading order (see all_rank_shards)."""
-    if mode == "replicate":
-        return _share(samples, list(range(len(samples))), world.world_size, seed, epoch,
-                      1 << 31, world.rank)[world.rank]
-    pool = node_shards(samples, world.num_nodes, mode, seed)[world.node_rank]
-    return _share(samples, pool, world.local_world_size, seed, epoch, world.node_rank,
-                  world.rank)[world.local_rank]

@@ -15,101 +15,41 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import click
 
 from imgprep import __version__
+from imgprep.cliopts import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    emit,
+    fail,
+    json_option,
+    mode_option,
+    node_path,
+    nodes_options,
+    progress_bar,
+    quiet_option,
+    split_option,
+    workers_option,
+    world_of,
+)
 from imgprep.errors import ImgprepError
-
-F = TypeVar("F", bound=Callable[..., Any])
-EXIT_FAILED, EXIT_FATAL, EXIT_INTERRUPTED = 1, 3, 130
-
-
-def quiet_option(f: F) -> F:
-    return click.option("--quiet", "-q", is_flag=True,
-                        help="No progress bar and no human-readable summary.")(f)
-
-
-def json_option(f: F) -> F:
-    return click.option("--json", "as_json", is_flag=True,
-                        help="Print a JSON summary on stdout.")(f)
-
-
-def split_option(f: F) -> F:
-    return click.option("--split", type=click.Choice(["train", "val"]), default=None,
-                        help="Which split (default: inferred from the input or the folder).")(f)
-
-
-def workers_option(f: F) -> F:
-    return click.option("--workers", "-j", type=click.IntRange(1, 1024), default=None,
-                        show_default="all cores / ranks per node",
-                        help="Parallel worker processes (per rank).")(f)
-
-
-def _progress(quiet: bool, desc: str, total: int | None = None) -> Any:
-    from tqdm import tqdm
-
-    return tqdm(total=total, desc=desc, unit="img", file=sys.stderr, disable=quiet,
-                dynamic_ncols=True, smoothing=0.1)
-
-
-def _emit(summary: dict[str, Any], as_json: bool, quiet: bool, human: Callable[[], str]) -> None:
-    if as_json:
-        click.echo(json.dumps(summary, sort_keys=True))
-    elif not quiet:
-        click.echo(human())
-
-
-def _fail(e: ImgprepError) -> None:
-    click.echo(f"imgprep: error: {e}", err=True)
-    sys.exit(e.exit_code)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, prog_name="imgprep")
 def cli() -> None:
-    """Prepare ImageNet for data-parallel training: convert, verify, inspect.
+    """Prepare ImageNet for data-parallel training: convert, stage to nodes, verify, inspect.
 
     \b
-    imgprep convert ILSVRC2012_img_train.tar -o /data/imagenet-shards
-    imgprep convert ILSVRC2012_img_val.tar --labels LOC_val_solution.csv -o /data/imagenet-shards
-    imgprep verify /data/imagenet-shards --split train
+    imgprep convert ILSVRC2012_img_train.tar -o /shared/imagenet
+    imgprep convert ILSVRC2012_img_val.tar --labels LOC_val_solution.csv -o /shared/imagenet
+    imgprep stage-to-node --src /shared/imagenet --dst /local/nvme/imagenet --fanout
+    imgprep verify /shared/imagenet
     """
-
-
-def mode_option(f: F) -> F:
-    return click.option("--mode", type=click.Choice(["replicate", "partition"]),
-                        default="replicate", show_default=True,
-                        help="replicate: every node holds every shard; partition: each node "
-                             "holds only the shards its ranks read.")(f)
-
-
-def nodes_options(f: F) -> F:
-    """--num-nodes/--node-rank: name this process's node when no launcher does (plain loops)."""
-    f = click.option("--node-rank", type=click.IntRange(0), default=None,
-                     help="This node's index, with --num-nodes (overrides the launcher).")(f)
-    return click.option("--num-nodes", type=click.IntRange(1), default=None,
-                        help="Number of nodes, with --node-rank, when no launcher says it.")(f)
-
-
-def _world(num_nodes: int | None, node_rank: int | None) -> Any:
-    from imgprep.world import detect
-
-    if (num_nodes is None) != (node_rank is None):
-        raise click.UsageError("--num-nodes and --node-rank go together")
-    if num_nodes is not None and node_rank is not None:
-        if node_rank >= num_nodes:
-            raise click.UsageError(f"--node-rank {node_rank} must be below --num-nodes {num_nodes}")
-        return detect().with_nodes(num_nodes, node_rank)
-    return detect()
-
-
-def _node_path(path: Path, node_rank: int) -> Path:
-    """``{node}`` in a path becomes the node rank (simulated nodes on one machine)."""
-    return Path(str(path).replace("{node}", str(node_rank)))
 
 
 @cli.command()
@@ -187,32 +127,32 @@ def convert(input: Path, out: Path, fmt: str, split: str | None, labels: tuple[P
     from imgprep.transform import TransformOptions
 
     try:
-        world = _world(num_nodes, node_rank)
+        world = world_of(num_nodes, node_rank)
     except ImgprepError as e:
-        _fail(e)
+        fail(e)
     lead = world.rank == 0
     if not quiet and lead and (warning := pil_warning(pil_info(check_avx2=False))):
         click.echo(f"imgprep: warning: {warning}", err=True)
     opts = ConvertOptions(
-        input=input, out=_node_path(out, world.node_rank), format=fmt, split=split,
+        input=input, out=node_path(out, world.node_rank), format=fmt, split=split,
         labels=labels, classes=classes,
         transform=TransformOptions(size, resize, filt, quality, max_pixels, exif_transpose),
         shard_size=shard_size, num_shards=num_shards, seed=seed,
-        workers=workers or max(1, (os.cpu_count() or 1) // world.local_world_size),
+        workers=workers or world.cores_per_rank(),
         max_errors=max_errors, meta=meta, mode=rank_mode, wait_timeout=wait_timeout,
         overwrite=overwrite, label_offset=label_offset,
     )
     bars: list[Any] = []
 
     def on_plan(plan: Any, remaining: int) -> None:
-        bars.append(_progress(quiet or not lead, f"convert {plan.split}", remaining))
+        bars.append(progress_bar(quiet or not lead, f"convert {plan.split}", remaining))
 
     try:
         summaries = convert_splits(
             opts, world, progress=lambda n: bars[-1].update(n), on_plan=on_plan,
             notify=lambda line: click.echo(f"imgprep: warning: {line}", err=True))
     except ImgprepError as e:
-        _fail(e)
+        fail(e)
     except KeyboardInterrupt:
         click.echo("imgprep: interrupted; rerun the same command to resume", err=True)
         sys.exit(EXIT_INTERRUPTED)
@@ -223,41 +163,15 @@ def convert(input: Path, out: Path, fmt: str, split: str | None, labels: tuple[P
     _convert_report(summaries, as_json, quiet, max_errors)
 
 
-def _convert_lines(s: dict[str, Any], max_errors: int) -> list[str]:
-    """The human-readable summary of one split's conversion."""
-    if s["role"] == "part":
-        return [f"rank {s['rank']}: {s['tasks_mine']} of {s['tasks']} shards of {s['split']} "
-                f"converted ({s['samples']} samples) in {s['seconds']:.1f} s; rank 0 writes the "
-                "manifest"]
-    lines = [
-        f"{s['split']}: {s['samples']} samples in {s['tasks']} "
-        f"{'shards' if s['format'] == 'shards' else 'chunks'} ({s['bytes'] / 1e6:.1f} MB) "
-        f"from {s['images_listed']} images; {s['tasks_resumed']} resumed"
-        + (" (already complete: nothing converted)" if s["complete"] and s["tasks"]
-           and s["tasks_resumed"] == s["tasks"] else ""),
-        f"{s['seconds']:.1f} s, {s['images_per_s']:.0f} images/s with {s['workers']} "
-        "workers" + (f" on rank 0 of {s['world_size']}" if s["world_size"] > 1 else ""),
-    ]
-    if s["unknown_wnids"]:
-        n = sum(s["unknown_wnids"].values())
-        lines.append(f"{n} images are named with wnids outside the class table "
-                     f"({', '.join(f'{w}: {k}' for w, k in s['unknown_wnids'].items())}); "
-                     "logged as errors; pass --classes with a table that has them")
-    if s["errors"]:
-        lines.append(f"{s['errors']} images failed; see {s['error_log']}")
-    lines.append(f"manifest: {s['manifest']}" if s["complete"] else
-                 f"FAILED: {s['errors']} errors > --max-errors {max_errors}: no manifest "
-                 "written; fix the inputs or raise --max-errors, then rerun to finish")
-    return lines
-
-
 def _convert_report(summaries: list[dict[str, Any]], as_json: bool, quiet: bool,
                     max_errors: int) -> None:
     """One summary (one split) as before; several as {"complete", "splits": [...]}."""
+    from imgprep.report import convert_lines
+
     summary = summaries[0] if len(summaries) == 1 else {
         "complete": all(s["complete"] for s in summaries), "splits": summaries}
-    _emit(summary, as_json, quiet,
-          lambda: "\n".join(line for s in summaries for line in _convert_lines(s, max_errors)))
+    emit(summary, as_json, quiet,
+          lambda: "\n".join(line for s in summaries for line in convert_lines(s, max_errors)))
     failed = [s for s in summaries if not s["complete"]]
     if failed:
         if quiet or as_json:
@@ -281,27 +195,39 @@ def _convert_report(summaries: list[dict[str, Any]], as_json: bool, quiet: bool,
 @click.option("--verify", "verify_mode", type=click.Choice(["sha256", "size"]), default="sha256",
               show_default=True, help="Check each copy's sha256 against the manifest, or size.")
 @click.option("--timeout", type=click.FloatRange(1), default=3600.0, show_default=True,
-              help="Seconds a waiting rank waits for its node's copier.")
+              help="Seconds a waiting rank waits for its node's copier (fan-out: for a peer).")
+@click.option("--fanout", is_flag=True,
+              help="With replicate: each node reads only its share from the file server and "
+                   "gets the rest from the other nodes (see docs/staging.md).")
+@click.option("--rendezvous", metavar="HOST:PORT", default=None,
+              help="Where the node copiers meet for --fanout (node 0 listens there); needed "
+                   "when no launcher says (--num-nodes/--node-rank loops).")
 @nodes_options
 @quiet_option
 @json_option
 def stage_to_node(src: Path, dst: Path, mode: str, split: str | None, seed: int, jobs: int,
-                  verify_mode: str, timeout: float, num_nodes: int | None, node_rank: int | None,
-                  quiet: bool, as_json: bool) -> None:
+                  verify_mode: str, timeout: float, fanout: bool, rendezvous: str | None,
+                  num_nodes: int | None, node_rank: int | None, quiet: bool,
+                  as_json: bool) -> None:
     """Copy the shards this node needs from the file server to local disk, verified.
 
     Run it in every process of the job (mpirun, srun, torchrun or a plain loop with
     --num-nodes/--node-rank): local rank 0 copies (or the first to take the lock in --dst
     when no launcher tells), the others wait for it. Reruns skip what is already staged.
     """
+    from imgprep.errors import StageError
     from imgprep.stage import StageOptions
     from imgprep.stage import stage_to_node as run
 
+    if fanout and mode != "replicate":
+        raise click.UsageError("--fanout goes with --mode replicate (every node gets every shard)")
+    if fanout:  # torch's C++ warnings would add stack traces to the one error line
+        os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
     try:
-        world = _world(num_nodes, node_rank)
-        opts = StageOptions(src=src, dst=_node_path(dst, world.node_rank), mode=mode,
+        world = world_of(num_nodes, node_rank)
+        opts = StageOptions(src=src, dst=node_path(dst, world.node_rank), mode=mode,
                             split=split, seed=seed, jobs=jobs, verify=verify_mode,
-                            timeout=timeout)
+                            timeout=timeout, fanout=fanout, rendezvous=rendezvous)
         bars: list[Any] = []
 
         def on_start(total_bytes: int) -> None:
@@ -317,15 +243,13 @@ def stage_to_node(src: Path, dst: Path, mode: str, split: str | None, seed: int,
             for b in bars:
                 b.close()
     except ImgprepError as e:
-        _fail(e)
+        fail(e, at_once=fanout)
     except KeyboardInterrupt:
-        click.echo("imgprep: interrupted; rerun the same command to resume", err=True)
-        sys.exit(EXIT_INTERRUPTED)
-    _emit(summary, as_json, quiet, lambda: (
-        f"node {summary['node_rank']}/{summary['num_nodes']} ({summary['role']}): "
-        f"{summary['shards_copied']} shards copied, {summary['shards_skipped']} already there, "
-        f"{summary['bytes_read'] / 1e6:.1f} MB read from the source in {summary['seconds']:.1f} s "
-        f"({summary['mb_per_s']:.0f} MB/s); manifests: {', '.join(summary['manifests'])}"))
+        fail(StageError("interrupted; rerun the same command to resume"), at_once=fanout,
+              code=EXIT_INTERRUPTED)
+    from imgprep.report import stage_line
+
+    emit(summary, as_json, quiet, lambda: stage_line(summary, fanout))
 
 
 @cli.command()
@@ -346,18 +270,18 @@ def verify(path: Path, split: str | None, decode: bool, workers: int | None, qui
     """
     from imgprep.verify import verify as run
 
-    bar = _progress(quiet, "verify")
+    bar = progress_bar(quiet, "verify")
     try:
         rep = run(path, split, decode, tick=bar.update, workers=workers)
     except ImgprepError as e:
         bar.close()
-        _fail(e)
+        fail(e)
     bar.close()
     for p in rep.problems:
         click.echo(f"imgprep: problem: {p}", err=True)
     summary = {"target": rep.target, "ok": rep.ok, "checked": rep.checked,
                "samples": rep.samples, "problems": rep.problems}
-    _emit(summary, as_json, quiet, lambda: (
+    emit(summary, as_json, quiet, lambda: (
         f"{rep.target}: {'OK' if rep.ok else 'PROBLEMS'}: {rep.checked} checked, "
         f"{rep.samples} samples, {len(rep.problems)} problems"))
     if not rep.ok:
@@ -372,27 +296,15 @@ def verify(path: Path, split: str | None, decode: bool, workers: int | None, qui
 @json_option
 def info(path: Path | None, split: str | None, strict: bool, as_json: bool) -> None:
     """Versions, whether PIL is pillow-simd (AVX2, libjpeg-turbo), and a manifest summary."""
-    from imgprep.info import pil_info, pil_warning, versions
-    from imgprep.manifest import find_manifests, read_manifest
+    from imgprep.info import manifest_summaries, pil_info, pil_warning, versions
+    from imgprep.report import info_lines
 
     out: dict[str, Any] = {"versions": versions(), "pil": pil_info()}
     if path is not None:
         try:
-            paths = [path] if path.is_file() else (
-                [path / f"{split}.json"] if split else find_manifests(path))
-            if not paths:
-                raise ImgprepError(f"no manifest in {path}: the conversion did not finish")
-            out["manifests"] = []
-            for p in paths:
-                m = read_manifest(p)
-                out["manifests"].append({
-                    "path": str(p), "split": m.split, "format": m.format,
-                    "samples": m.total_samples, "shards": len(m.shards), "bytes": m.total_bytes,
-                    "classes": len(m.classes), "errors": m.errors, "mean": m.mean, "std": m.std,
-                    "tool_version": m.tool_version, "options": m.options,
-                })
+            out["manifests"] = manifest_summaries(path, split)
         except ImgprepError as e:
-            _fail(e)
+            fail(e)
     warning = pil_warning(out["pil"])
     out["warning"] = warning
     if as_json:
@@ -400,16 +312,7 @@ def info(path: Path | None, split: str | None, strict: bool, as_json: bool) -> N
         if strict and warning:
             sys.exit(EXIT_FAILED)
         return
-    for k, v in out["versions"].items():
-        click.echo(f"{k:12s} {v}")
-    p = out["pil"]
-    click.echo(f"{'PIL':12s} {p['pil_version']} ({'pillow-simd' if p['pillow_simd'] else 'stock'}"
-               f", AVX2 build: {p.get('avx2_build')}, libjpeg-turbo: {p['libjpeg_turbo']} "
-               f"{p['jpeg_version']})")
-    for m in out.get("manifests", []):
-        click.echo(f"{m['path']}: {m['split']} {m['format']}, {m['samples']} samples, "
-                   f"{m['shards']} shards, {m['bytes'] / 1e6:.1f} MB, {m['classes']} classes, "
-                   f"{m['errors']} errors; mean {m['mean']} std {m['std']}")
+    click.echo("\n".join(info_lines(out)))
     if warning:
         click.echo(f"WARNING: {warning}", err=True)
         if strict:
@@ -431,7 +334,7 @@ def preview(path: Path, output: Path, count: int, seed: int, split: str | None) 
     try:
         n = make_sheet(path, output, n=count, split=split, seed=seed)
     except ImgprepError as e:
-        _fail(e)
+        fail(e)
     click.echo(f"{output}: {n} samples")
 
 
@@ -453,12 +356,35 @@ def make_sample_cmd(out: Path, classes: int, per_class: int, val: int, seed: int
     try:
         s = make_sample(out, classes, per_class, val, seed, bad)
     except ImgprepError as e:
-        _fail(e)
-    _emit(s, as_json, False, lambda: (
+        fail(e)
+    emit(s, as_json, False, lambda: (
         f"{out}: {s['train_images']} train images in {len(s['classes'])} classes "
         f"({s['train_tar']}), {s['val_images']} val images ({s['val_tar']}) with devkit, "
         f"Caffe and Kaggle ground truth; quirks: {', '.join(s['quirks'])}"
         + (f"; bad: {', '.join(s['bad'])}" if s["bad"] else "")))
+
+
+@cli.command("index")
+@click.argument("folder", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@split_option
+@quiet_option
+@json_option
+def index_cmd(folder: Path, split: str | None, quiet: bool, as_json: bool) -> None:
+    """Build the sample index of a converted (or staged) shard folder from tar headers.
+
+    Rewrites each shard manifest atomically to name its index (<split>-index.bin); the
+    loaders need it. convert writes it already: this is for older conversions or after
+    the index was lost or damaged.
+    """
+    from imgprep.index import index_folder
+
+    try:
+        done = index_folder(folder, split)
+    except ImgprepError as e:
+        fail(e)
+    emit({"folder": str(folder), "splits": done}, as_json, quiet, lambda: "\n".join(
+        f"{folder}/{d['index']}: {d['samples']} samples in {d['shards']} shards, "
+        f"{d['bytes']} bytes" for d in done))
 
 
 def main() -> None:

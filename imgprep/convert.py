@@ -27,6 +27,7 @@ import numpy as np
 from imgprep import __version__, outdir
 from imgprep.errors import ImageError, OutputError, SourceFormatError
 from imgprep.fsutil import ensure_writable_dir, fsync_dir, write_bytes_atomic
+from imgprep.index import index_shards, layout_path, save_layout
 from imgprep.manifest import Manifest, NodeSection, ShardEntry, write_manifest
 from imgprep.plan import (
     OUTPUT_FORMATS,
@@ -151,6 +152,8 @@ def _finish(plan: Plan, task: Task, parts: list[_Part], shard: ShardWriter | Non
     res.stats_images = sum(p.stats_images for p in parts)
     if shard is not None:
         res.samples, res.bytes, res.sha256 = shard.samples, shard.bytes, shard.sha256
+        save_layout(layout_path(plan.state_dir, task.name), shard.layout(),
+                    ShardEntry(task.name, shard.samples, shard.bytes, shard.sha256))
     else:
         res.files = [f for p in parts for f in p.files]
         res.samples, res.bytes = len(res.files), sum(f[2] for f in res.files)
@@ -299,6 +302,7 @@ def _finalise(plan: Plan, results: list[TaskResult], extra_errors: list[dict[str
             write_bytes_atomic(out / "mean.npy", _npy_bytes(mean_img))
     shards = [ShardEntry(r.name, r.samples, r.bytes, r.sha256) for r in results] \
         if opts.format == "shards" else []
+    index = index_shards(out, split, shards, plan.state_dir) if opts.format == "shards" else None
     lst = plan.listing
     fsync_dir(out)  # every shard's rename is on disk before the manifest names it
     manifest = Manifest(
@@ -306,7 +310,7 @@ def _finalise(plan: Plan, results: list[TaskResult], extra_errors: list[dict[str
         mean=mean, std=std, options={**options_json(opts, split), "fingerprint": plan.fingerprint},
         tool_version=__version__, shards=shards, list_file=list_file, list_sha256=list_sha,
         errors=len(errors), error_log=log.name if errors else None,
-        stats_images=sum(r.stats_images for r in results), node=node,
+        stats_images=sum(r.stats_images for r in results), node=node, index=index,
         source={"kind": lst.kind, "name": Path(lst.root).name, "images": len(lst),
                 "skipped_non_images": lst.skipped},
     )

@@ -62,8 +62,3 @@ class StageError(ImgprepError, OSError):
 class WaitTimeout(ImgprepError, TimeoutError):
     """A rank waited too long for another (a copier, a converting rank) to finish."""
 
-
-class TooManyErrors(ImgprepError):
-    """A run finished but more images failed than ``--max-errors`` allows."""
-
-    exit_code = 1

@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from imgprep import __version__
+from imgprep.errors import ManifestError
+from imgprep.manifest import find_manifests, manifest_path, read_manifest
 
 
 def _dist_version(name: str) -> str | None:
@@ -77,3 +79,22 @@ def versions() -> dict[str, Any]:
         "platform": platform.platform(),
         **{name: _dist_version(name) for name in ("numpy", "torch", "webdataset", "tqdm", "click")},
     }
+
+
+def manifest_summaries(path: Path, split: str | None = None) -> list[dict[str, Any]]:
+    """What ``imgprep info`` shows of each manifest in ``path`` (a manifest or a folder)."""
+    paths = [path] if path.is_file() else (
+        [manifest_path(path, split)] if split else find_manifests(path))
+    if not paths:
+        raise ManifestError(f"no manifest in {path}: the conversion did not finish; rerun "
+                            "imgprep convert")
+    out = []
+    for p in paths:
+        m = read_manifest(p)
+        out.append({
+            "path": str(p), "split": m.split, "format": m.format, "samples": m.total_samples,
+            "shards": len(m.shards), "bytes": m.total_bytes, "classes": len(m.classes),
+            "errors": m.errors, "mean": m.mean, "std": m.std, "tool_version": m.tool_version,
+            "options": m.options, "index": m.index is not None,
+        })
+    return out

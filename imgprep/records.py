@@ -24,6 +24,7 @@ from imgprep import outdir
 from imgprep.assign import balanced_split, node_shards
 from imgprep.errors import WaitTimeout
 from imgprep.fsutil import sweep_tmp, write_json_atomic
+from imgprep.index import layout_path
 from imgprep.manifest import SHARD_NAME_RE, NodeSection, sha256_file
 from imgprep.plan import ConvertOptions, Notify, Plan, Task, TaskResult, check_folder
 from imgprep.world import World
@@ -142,7 +143,8 @@ def prepare_folder(plan: Plan, world: World, held: list[Task], notify: Notify) -
     # Other ranks may be writing their tasks' temporary files right now: keep those.
     busy = {t.name for t in plan.tasks} if world.is_distributed else set()
     sweep_tmp(opts.out, busy | outdir.other_tmp_files(opts.out, plan.split))
-    sweep_tmp(plan.state_dir, {f"{n}.json" for n in busy} | {f"{n}.mean.npy" for n in busy})
+    sweep_tmp(plan.state_dir, {f"{n}.json" for n in busy} | {f"{n}.mean.npy" for n in busy}
+              | {layout_path(plan.state_dir, n).name for n in busy})
     other = "list" if opts.format == "shards" else "shards"
     keep = {f"{plan.split}-errors.jsonl", f"{plan.split}.json"}
     outdir.remove_format(opts.out, plan.split, other, keep)

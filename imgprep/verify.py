@@ -16,7 +16,6 @@ from __future__ import annotations
 import hashlib
 import io
 import multiprocessing as mp
-import os
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -29,6 +28,7 @@ from PIL import Image, UnidentifiedImageError
 from imgprep.errors import ImgprepError, ShardError, UnsafeArchiveError
 from imgprep.manifest import Manifest, ShardEntry, find_manifests, read_manifest, sha256_file
 from imgprep.shardio import iter_samples
+from imgprep.world import World
 
 Tick = Callable[[int], None]
 J = TypeVar("J")
@@ -53,11 +53,6 @@ class VerifyReport:
     @property
     def ok(self) -> bool:
         return not self.problems
-
-
-def default_workers() -> int:
-    """The cores this process may run on."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def _check_image(data: bytes, size: int, resize: str) -> str | None:
@@ -292,7 +287,7 @@ def verify(path: Path, split: str | None = None, decode: bool = True,
     ``workers`` processes share the work (default: every core this process may use); the
     report does not depend on their number.
     """
-    w = workers or default_workers()
+    w = workers or World(0, 1, 0, 1, 0, 1).cores_per_rank()
     if path.is_file() and path.suffix == ".txt":
         return verify_list(path, path.parent, 1000, decode, tick, workers=w)
     if path.is_dir() and split is None and len(found := find_manifests(path)) > 1:

@@ -76,6 +76,13 @@ class World:
         k = self.node_rank if node is None else node
         return range(k * self.local_world_size, (k + 1) * self.local_world_size)
 
+    def cores_per_rank(self) -> int:
+        """The cores this process may run on, shared evenly by the ranks of its node (at least
+        one): the default number of worker processes each rank starts."""
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \
+            os.cpu_count() or 1
+        return max(1, cores // self.local_world_size)
+
     def with_nodes(self, num_nodes: int, node_rank: int) -> World:
         """This process as local rank 0 of ``node_rank`` among ``num_nodes`` one-rank nodes.
 

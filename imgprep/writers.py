@@ -16,6 +16,7 @@ from pathlib import Path
 from types import TracebackType
 
 from imgprep.fsutil import atomic_open, write_bytes_atomic
+from imgprep.index import Layout, LayoutBuilder
 
 BLOCK = 512
 RECORD = 20 * BLOCK  # tar pads the archive to whole 10 KiB records, as tarfile does
@@ -71,7 +72,8 @@ class ShardWriter:
     The tar is streamed to a temporary file while its sha256 and size are kept up to date,
     fsynced and renamed; the folder is fsynced once by the caller, before the manifest.
     Members are gathered into ~1 MB writes, and writeback is started as the shard grows, so
-    that the final fsync has little left to wait for.
+    that the final fsync has little left to wait for. ``layout()`` gives every member's data
+    offset and size, for the sample index.
     """
 
     def __init__(self, path: Path) -> None:
@@ -84,6 +86,7 @@ class ShardWriter:
         self._pending: list[bytes] = []
         self._pending_bytes = 0
         self._written = self._synced = 0
+        self._layout = LayoutBuilder()
 
     def __enter__(self) -> ShardWriter:
         self._f = self._ctx.__enter__()
@@ -112,7 +115,9 @@ class ShardWriter:
         """Append one sample: one member ``<key>.<ext>`` per field, extensions sorted."""
         for ext in sorted(fields):
             data = fields[ext]
-            self._write(header_bytes(f"{key}.{ext}", len(data)))
+            header = header_bytes(f"{key}.{ext}", len(data))
+            self._layout.add(f"{key}.{ext}", self.bytes + len(header), len(data))
+            self._write(header)
             self._write(data)
             if pad := -len(data) % BLOCK:
                 self._write(bytes(pad))
@@ -130,6 +135,10 @@ class ShardWriter:
                 raise
             self.sha256 = self._sha.hexdigest()
         self._ctx.__exit__(et, ev, tb)
+
+    def layout(self) -> Layout:
+        """Where each sample's members lie in the shard (data offsets and sizes)."""
+        return self._layout.layout()
 
 
 def write_list_image(path: Path, data: bytes) -> str:

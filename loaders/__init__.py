@@ -10,19 +10,18 @@ from typing import Any
 
 from imgprep.manifest import read_manifest
 from imgprep.world import World
+from loaders.common import PAD_LABEL, Loader, LoaderError
 from loaders.device import DeviceLoader, normalize
 from loaders.labellist import LabelListLoader
-from loaders.shards import PAD_LABEL, LoaderError, ShardLoader
+from loaders.shards import ShardLoader
 from loaders.transforms import TrainTransform, ValTransform
-
-Loader = ShardLoader | LabelListLoader
 
 
 def make_loader(data: str | Path, split: str, world: World, batch_size: int, workers: int = 4,
                 seed: int = 0, **options: Any) -> Loader:
     """The loader for ``data``: a folder with ``<split>.json`` (shards or a label list, full
     or node-local), or a ``path label`` list file. ``options`` go to the loader (``tail``,
-    ``mode``, ``transform``, ``on_error``, ``shuffle_buffer`` …)."""
+    ``mode``, ``transform``, ``on_error``, ``shuffle`` …)."""
     path = Path(data)
     if path.is_file():
         return LabelListLoader(path, world, batch_size, workers, seed,

@@ -10,17 +10,19 @@ batches, and resuming at batch k just starts the sampler there.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 from imgprep.errors import InputMissingError, ManifestError
+from imgprep.synsets import load_class_table
 from imgprep.world import World
-from loaders.shards import ON_ERROR, PAD_LABEL, TAILS, LoaderError
+from loaders.common import PAD_LABEL, LoaderError, check_policies
 from loaders.transforms import SampleError, TrainTransform, Transform, ValTransform, apply
 
 BatchItem = tuple[int, int, tuple[int, ...]]  # epoch, batch number, entry indices (-1 = pad)
@@ -73,6 +75,19 @@ def read_label_list(path: Path, root: Path | None = None, num_classes: int | Non
         raise ManifestError(f"{path} lists no images")
     return LabelList(path, root, tuple(paths), np.asarray(labels, dtype=np.int64),
                      np.asarray(lines, dtype=np.int64))
+
+
+def list_classes(entries: LabelList) -> int:
+    """The class count of a list: its ``classes.txt`` (written beside it by convert), else
+    the largest label + 1."""
+    table = entries.root / "classes.txt"
+    if table.is_file():
+        n = len(load_class_table(table))
+        if int(entries.labels.max()) >= n:
+            raise ManifestError(f"{entries.source}: label {int(entries.labels.max())} is "
+                                f"outside the {n} classes of {table}; fix the list")
+        return n
+    return int(entries.labels.max()) + 1
 
 
 def rank_indices(n: int, world: World, seed: int, epoch: int, shuffle: bool, tail: str
@@ -159,15 +174,11 @@ class LabelListLoader:
                  shuffle: bool | None = None, on_error: str = "raise",
                  num_classes: int | None = None, mean: tuple[float, ...] = (),
                  std: tuple[float, ...] = (), pin_memory: bool | None = None) -> None:
-        if batch_size < 1 or workers < 0:
-            raise ValueError("batch_size must be >= 1 and workers >= 0")
-        if on_error not in ON_ERROR:
-            raise ValueError(f"on_error must be one of {ON_ERROR}")
+        self.tail = tail or ("drop" if train else "pad")
+        check_policies(batch_size, workers, self.tail, on_error)
         self.entries = read_label_list(Path(list_file), root, num_classes)
         self.world, self.batch_size, self.seed = world, batch_size, seed
-        self.tail = tail or ("drop" if train else "pad")
-        if self.tail not in TAILS:
-            raise ValueError(f"tail must be one of {TAILS}")
+        self.num_classes = num_classes or list_classes(self.entries)
         self.shuffle = train if shuffle is None else shuffle
         self.mean, self.std = mean, std
         self.epoch, self._start, self._position, self.skipped = 0, 0, 0, 0
@@ -186,15 +197,20 @@ class LabelListLoader:
         n = len(self.indices())
         return n // self.batch_size if self.tail == "drop" else -(-n // self.batch_size)
 
+    @property
+    def batches_per_epoch(self) -> int:
+        """A whole epoch's batches (unchanged by ``load_state_dict``)."""
+        return self.batches()
+
     def set_epoch(self, epoch: int) -> None:
         """Iterate ``epoch`` next, from its first batch."""
         self.epoch, self._start, self._position = epoch, 0, 0
 
-    def state_dict(self) -> dict[str, int]:
+    def state_dict(self) -> dict[str, Any]:
         """Where iteration stands: the epoch and the batches of it already yielded."""
         return {"epoch": self.epoch, "batch": self._position}
 
-    def load_state_dict(self, state: dict[str, int]) -> None:
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Resume: the next iteration yields batch ``state["batch"]`` of ``state["epoch"]`` on."""
         old = self.epoch
         self.epoch = int(state["epoch"])

@@ -1,30 +1,26 @@
-"""The shard loader: rank-aware, multiprocess, equal batches, deterministic and resumable.
+"""The shard loader: rank-aware, multiprocess, equal batches, deterministic, elastic resume.
 
-Planning is a pure function of (manifest, World, seed, epoch, batch size, workers, tail):
-- ``imgprep.assign`` gives each rank its shards for the epoch (replicate: reshuffled over all
-  ranks; partition: over the node's local ranks), then each rank's shards are split over its
-  DataLoader workers, balanced by samples;
-- every worker yields a fixed quota of batches, and the rank's batches are the workers'
-  batches in round-robin order. Quotas are set so that every rank yields the same number of
-  batches (``tail="drop"``: the smallest number of full batches any rank can make, stated
-  before the epoch from the manifest alone), or so that every sample is seen once
-  (``"pad"``: equal counts, missing slots labelled ``PAD_LABEL``; ``"uneven"``: per-rank
-  counts differ);
-- a worker reads its shards in order through a seeded shuffle buffer; augmentation draws
-  come from a generator seeded by (seed, epoch, rank, worker, batch), so resuming at batch k
-  skips the earlier batches without decoding them and yields exactly what an uninterrupted
-  run would have.
+- Planning (``loaders.plan``) is sample-granular and a pure function of (counts, seed,
+  epoch, World, start): each epoch a seeded permutation of the pool (the whole set in
+  replicate mode, the node's shards in partition mode) is cut into equal steps; a rank's
+  batches go to its workers round-robin, so every worker is busy whatever the shard count.
+- Workers read samples by offset through the split's sample index (``imgprep.index``), one
+  ``pread`` per run of neighbouring samples (``loaders.reader``), and decode them into
+  shared-memory slots (``loaders.ring``).
+- Augmentation draws come from a generator seeded by (seed, epoch, pool, position of the
+  batch in the epoch's order), so resuming yields exactly what an uninterrupted run would
+  have, and no skipped batch is read or decoded.
+- ``state_dict`` says how many samples of the epoch's order are done, which every World
+  understands: a replicate run checkpointed on W ranks resumes on W' ranks, each remaining
+  sample seen once. Partition data is fixed by staging: another node count is refused.
 
 Workers get the World from the loader, never from environment variables, and read the epoch
-and start position from shared memory, so they can stay alive across epochs.
+and start from shared memory, so they stay alive across epochs.
 """
 
 from __future__ import annotations
 
-import multiprocessing as mp
-import re
-import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,31 +29,29 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-from imgprep.assign import MODES, all_rank_shards, balanced_split
+from imgprep.assign import MODES
 from imgprep.errors import ImgprepError, ManifestError, WorldError
-from imgprep.manifest import read_manifest
+from imgprep.index import read_index
+from imgprep.manifest import Manifest, read_manifest
 from imgprep.shardio import iter_members, iter_samples
 from imgprep.world import World
+from loaders.common import PAD_LABEL, LoaderError, check_policies
+from loaders.plan import PAD, EpochPlan, plan_epoch, pools
+from loaders.reader import Locations, Raw, Reader
+from loaders.ring import Ring, is_dead
 from loaders.transforms import SampleError, TrainTransform, Transform, ValTransform, apply
 
 __all__ = ["PAD_LABEL", "EpochPlan", "LoaderError", "ShardLoader", "ShardSet", "iter_members",
-           "iter_samples", "open_shards", "plan_epoch"]
-
-TAILS = ("drop", "pad", "uneven")
-PAD_LABEL = -1
-ON_ERROR = ("raise", "skip")
-
-
-class LoaderError(ImgprepError, RuntimeError):
-    """The loader cannot go on; the message names the rank, shard and key concerned."""
+           "iter_samples", "open_shards"]
 
 
 # ---------------------------------------------------------------------------- the shard set
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class ShardSet:
-    """The whole set's shards (the plan is computed from these) and which are in ``folder``."""
+    """The whole set's shards (plans are computed from these), which are in ``folder``, and
+    where every present sample lies (from the index)."""
 
     folder: Path
     split: str
@@ -71,48 +65,66 @@ class ShardSet:
     mean: tuple[float, ...]
     std: tuple[float, ...]
     num_classes: int
+    where: Locations
+
+
+def _whole_set(folder: Path, split: str, m: Manifest, mode: str | None
+               ) -> tuple[tuple[str, ...], tuple[int, ...], str, int, int | None, int | None]:
+    node = m.node
+    if node is None:
+        return (tuple(s.name for s in m.shards), tuple(s.samples for s in m.shards),
+                mode or "replicate", -1, None, None)
+    names = tuple(n for n, _ in node.all_shards)
+    samples = tuple(k for _, k in node.all_shards)
+    if mode is not None and mode != node.mode:
+        raise WorldError(f"{folder} holds {node.mode} node-local data (node "
+                         f"{node.node_rank} of {node.num_nodes}); load it "
+                         f"with mode {node.mode!r}, not {mode!r}")
+    return names, samples, node.mode, node.seed, node.num_nodes, node.node_rank
 
 
 def open_shards(folder: Path, split: str, mode: str | None = None, seed: int = 0) -> ShardSet:
-    """Read ``folder``'s manifest: a full one, or a node-local one from stage-to-node or a
-    partitioned convert (which fixes the mode and seed the node's data was laid out with)."""
+    """Read ``folder``'s manifest and sample index: a full conversion, or a node-local one
+    from stage-to-node or a partitioned convert (which fixes the mode and seed)."""
     m = read_manifest(folder, split)
     if m.format != "shards":
         raise ManifestError(f"{folder}/{split}.json describes a label list; use the "
                             "label-list loader (loaders.make_loader picks it)")
-    node = m.node
-    if node is not None:
-        names = tuple(n for n, _ in node.all_shards)
-        samples = tuple(s for _, s in node.all_shards)
-        laid_out = node.mode
-        if mode is not None and mode != laid_out:
-            raise WorldError(f"{folder} holds {laid_out} node-local data (node "
-                             f"{node.node_rank} of {node.num_nodes}); load it "
-                             f"with mode {laid_out!r}, not {mode!r}")
-        mode, seed = laid_out, node.seed
-        index = {n: i for i, n in enumerate(names)}
-        present = set()
-        for s in m.shards:
-            i = index.get(s.name)
-            if i is None or samples[i] != s.samples:
-                raise ManifestError(
-                    f"{folder}/{split}.json: shard {s.name} holds {s.samples} samples, the "
-                    f"whole set's plan says {samples[i] if i is not None else 'none'}: every "
-                    "rank must plan from the same counts; reconvert with --max-errors 0 or "
-                    "stage from the full manifest")
-            present.add(i)
-        nodes: int | None = node.num_nodes
-        node_rank: int | None = node.node_rank
-    else:
-        names = tuple(s.name for s in m.shards)
-        samples = tuple(s.samples for s in m.shards)
-        present = set(range(len(names)))
-        nodes = node_rank = None
-        mode = mode or "replicate"
+    names, samples, mode, laid_seed, nodes, node_rank = _whole_set(folder, split, m, mode)
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}")
-    return ShardSet(folder, split, names, samples, frozenset(present), mode, seed, nodes,
-                    node_rank, tuple(m.mean), tuple(m.std), len(m.classes))
+    pos = {n: i for i, n in enumerate(names)}
+    for s in m.shards:
+        i = pos.get(s.name)
+        if i is None or samples[i] != s.samples:
+            raise ManifestError(
+                f"{folder}/{split}.json: shard {s.name} holds {s.samples} samples, the "
+                f"whole set's plan says {samples[i] if i is not None else 'none'}: every "
+                "rank must plan from the same counts; reconvert with --max-errors 0 or "
+                "stage from the full manifest")
+    return ShardSet(folder, split, names, samples, frozenset(pos[s.name] for s in m.shards),
+                    mode, laid_seed if laid_seed >= 0 else seed, nodes, node_rank,
+                    tuple(m.mean), tuple(m.std), len(m.classes),
+                    _locations(folder, m, names, samples))
+
+
+def _locations(folder: Path, m: Manifest, names: tuple[str, ...], samples: tuple[int, ...]
+               ) -> Locations:
+    """Every sample's jpg and cls members, in the whole set's numbering (-1 where absent)."""
+    ix = read_index(folder, m)
+    first = np.concatenate([[0], np.cumsum(np.asarray(samples, np.int64))])
+    ix_first = ix.first_sample
+    ix_pos = {n: i for i, n in enumerate(ix.names)}
+    cols = [np.full(int(first[-1]), -1, np.int64) for _ in range(4)]
+    shard_bytes = np.zeros(len(names), np.int64)
+    jpg, cls = ix.members("jpg"), ix.members("cls")
+    for s in m.shards:
+        i, k = names.index(s.name), ix_pos[s.name]
+        shard_bytes[i] = s.bytes
+        src, dst = slice(ix_first[k], ix_first[k + 1]), slice(first[i], first[i + 1])
+        for col, arr in zip(cols, (*jpg, *cls), strict=True):
+            col[dst] = arr[src]
+    return Locations(folder, names, shard_bytes, first, (cols[0], cols[1]), (cols[2], cols[3]))
 
 
 def check_world(shards: ShardSet, world: World) -> None:
@@ -127,77 +139,21 @@ def check_world(shards: ShardSet, world: World) -> None:
         )
 
 
-# ---------------------------------------------------------------------------- planning
-
-
-@dataclass(frozen=True)
-class EpochPlan:
-    """One rank's epoch: its workers' shards and batch quotas, and the batch order."""
-
-    epoch: int
-    batches: int
-    worker_shards: tuple[tuple[int, ...], ...]
-    worker_samples: tuple[int, ...]
-    worker_quota: tuple[int, ...]
-    order: tuple[tuple[int, int], ...]  # global batch i = (worker, that worker's batch j)
-
-    def skip(self, worker: int, start: int) -> int:
-        """How many of ``worker``'s batches come before global batch ``start``."""
-        return sum(1 for w, _ in self.order[:start] if w == worker)
-
-
-def _worker_split(samples: Sequence[int], shards: list[int], workers: int
-                  ) -> tuple[list[list[int]], list[int]]:
-    groups = balanced_split(samples, workers, shards)
-    return groups, [sum(samples[i] for i in g) for g in groups]
-
-
-def _counts(totals: list[int], batch: int, tail: str) -> list[int]:
-    if tail == "drop":
-        return [s // batch for s in totals]
-    return [-(-s // batch) for s in totals]
-
-
-def plan_epoch(shards: ShardSet, world: World, epoch: int, batch_size: int, workers: int,
-               tail: str) -> EpochPlan:
-    """This rank's plan for ``epoch`` (the same computation on every rank agrees on counts)."""
-    if tail not in TAILS:
-        raise ValueError(f"tail must be one of {TAILS}")
-    w_count = max(1, workers)
-    every = all_rank_shards(shards.samples, world, shards.mode, shards.seed, epoch)
-    per_rank = [_worker_split(shards.samples, s, w_count) for s in every]
-    groups, totals = per_rank[world.rank]
-    missing = [shards.names[i] for i in every[world.rank] if i not in shards.present]
+def check_present(shards: ShardSet, world: World, plan: EpochPlan) -> None:
+    """Refuse a plan that needs shards the folder lacks, before reading anything."""
+    need = np.unique(plan.shards_of(plan.table))
+    missing = [shards.names[i] for i in need.tolist() if i not in shards.present]
     if missing:
         raise LoaderError(
             f"rank {world.rank}: needs {len(missing)} shards that {shards.folder} does not "
             f"hold (first: {missing[0]}); stage them (imgprep stage-to-node) with this job's "
-            "node count and mode"
-        )
-    quota = _counts(totals, batch_size, tail)
-    if tail == "drop":
-        target = min(sum(_counts(t, batch_size, tail)) for _, t in per_rank)
-        while sum(quota) > target:  # take from the largest quotas, lowest worker first
-            quota[int(np.argmax(quota))] -= 1
-    elif tail == "pad":
-        target = max(sum(_counts(t, batch_size, tail)) for _, t in per_rank)
-        for k in range(target - sum(quota)):  # padding-only batches, spread over workers
-            quota[k % w_count] += 1
-    order: list[tuple[int, int]] = []
-    made = [0] * w_count
-    while len(order) < sum(quota):
-        for w in range(w_count):
-            if made[w] < quota[w]:
-                order.append((w, made[w]))
-                made[w] += 1
-    return EpochPlan(epoch, len(order), tuple(tuple(g) for g in groups), tuple(totals),
-                     tuple(quota), tuple(order))
+            "node count and mode")
 
 
 # ---------------------------------------------------------------------------- the workers
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class _Config:
     shards: ShardSet
     world: World
@@ -205,138 +161,69 @@ class _Config:
     workers: int
     transform: Transform
     tail: str
-    shuffle_buffer: int
+    shuffle: bool
     on_error: str
     seed: int
 
-
-Raw = tuple[str, str, bytes, int]  # shard name, key, jpeg bytes, label
-
-
-# Shared state, one int64 each: the epoch, its start batch and the iteration's generation,
-# then per worker two: the batches the main process has taken out of its ring, and the samples
-# the worker skipped. Each slot has one writer, so a worker never takes a lock (one killed
-# while holding it would stall the main process).
-_EPOCH, _START, _GENERATION, _HEAD = range(4)
-
-
-def _taken(w: int) -> int:
-    return _HEAD + 2 * w
-
-
-def _skipped(w: int) -> int:
-    return _HEAD + 2 * w + 1
-_RING_POLL_S = 0.0005
-
-
-def _rank_errors(samples: Iterator[tuple[str, dict[str, bytes]]], rank: int
-                 ) -> Iterator[tuple[str, dict[str, bytes]]]:
-    """A damaged or hostile shard's error, as a LoaderError that also names the rank."""
-    try:
-        yield from samples
-    except ImgprepError as e:
-        raise LoaderError(f"rank {rank}: {e}") from e
+    def plan(self, epoch: int, start: int) -> EpochPlan:
+        s = self.shards
+        return plan_epoch(s.samples, self.world, s.mode, s.seed, epoch, self.batch_size,
+                          self.workers, self.tail, self.shuffle, start)
 
 
 class _EpochStream(IterableDataset):
-    """What each DataLoader worker runs: its share of the rank's epoch, as tagged batches.
+    """What each DataLoader worker runs: its batches of the rank's plan, as tagged batches
+    (decoded into its ring slots; yielded whole when running in the main process)."""
 
-    With worker processes, batches are decoded straight into the worker's ring of shared
-    memory slots (made once, before the workers start) and only a small message travels:
-    PyTorch's default would move every batch into a fresh shared-memory segment, a copy and
-    thousands of page faults per batch. A slot is reused once the main process has copied it
-    out; a worker waiting for a slot gives up when the main process starts a new iteration.
-    """
+    def __init__(self, cfg: _Config, ring: Ring) -> None:
+        self.cfg, self.ring = cfg, ring
+        self._plan: EpochPlan | None = None
+        self._reader: Reader | None = None
 
-    def __init__(self, cfg: _Config, state: Any, ring: torch.Tensor | None) -> None:
-        self.cfg = cfg
-        self.state = state
-        self.ring = ring  # (workers, slots, batch, 3, size, size) uint8, shared; None in-process
-
-    def _raw(self, shard_ids: Sequence[int]) -> Iterator[Raw]:
-        cfg = self.cfg
-        for i in shard_ids:
-            name = cfg.shards.names[i]
-            count = 0
-            for key, fields in _rank_errors(iter_samples(cfg.shards.folder / name),
-                                            cfg.world.rank):
-                if "jpg" not in fields or "cls" not in fields:
-                    raise LoaderError(f"{name}: sample {key} has {sorted(fields)}, needs jpg "
-                                      "and cls; verify or restage the shard")
-                try:
-                    label = int(fields["cls"])
-                except ValueError:
-                    raise LoaderError(f"{name}: sample {key} has label {fields['cls']!r}; "
-                                      "verify or restage the shard") from None
-                count += 1
-                yield name, key, fields["jpg"], label
-            if count != cfg.shards.samples[i]:
-                raise LoaderError(f"{name} holds {count} samples, the manifest says "
-                                  f"{cfg.shards.samples[i]}; verify or restage it")
-
-    def _shuffled(self, raw: Iterator[Raw], rng: np.random.Generator) -> Iterator[Raw]:
-        size = self.cfg.shuffle_buffer
-        if size <= 1:
-            yield from raw
-            return
-        buf: list[Raw] = []
-        for item in raw:
-            if len(buf) < size:
-                buf.append(item)
-                continue
-            k = int(rng.integers(len(buf)))
-            yield buf[k]
-            buf[k] = item
-        for k in rng.permutation(len(buf)).tolist():
-            yield buf[k]
+    def _plan_for(self, epoch: int, start: int) -> EpochPlan:
+        p = self._plan
+        if p is None or (p.epoch, p.start) != (epoch, start):
+            p = self._plan = self.cfg.plan(epoch, start)
+        return p
 
     def __iter__(self) -> Iterator[tuple[int, Any, Any]]:
-        cfg = self.cfg
+        cfg, ring = self.cfg, self.ring
         info = get_worker_info()
         w = info.id if info is not None else 0
-        epoch, start = int(self.state[0]), int(self.state[1])
-        plan = plan_epoch(cfg.shards, cfg.world, epoch, cfg.batch_size, cfg.workers, cfg.tail)
-        mine = [g for g, (ww, _) in enumerate(plan.order) if ww == w]
-        skip = plan.skip(w, start)
-        key = (cfg.seed, epoch, cfg.world.rank, w)
-        stream = self._shuffled(self._raw(plan.worker_shards[w]),
-                                np.random.default_rng([*key, 0xB0F]))
-        generation = int(self.state[_GENERATION])
+        if self._reader is None:
+            self._reader = Reader(cfg.shards.where, cfg.world.rank)
+        if ring.data is not None:
+            ring.begin(w)
+        generation = ring.generation
+        plan = self._plan_for(*ring.epoch())
         made = 0
-        for j, g in enumerate(mine):
-            items = [x for _, x in zip(range(cfg.batch_size), stream, strict=False)]
-            if cfg.tail == "drop" and len(items) < cfg.batch_size:
-                raise LoaderError(f"rank {cfg.world.rank} worker {w}: shards ran out before "
-                                  f"batch {g} of epoch {epoch}; verify the shards")
-            if j < skip:
-                continue  # resuming: read past, never decode
-            n = cfg.batch_size if cfg.tail == "pad" else len(items)
-            rng = np.random.default_rng([*key, j])
-            if self.ring is None:
+        for b in plan.worker_batches(w):
+            ring.note(w, b)
+            row = plan.table[b]
+            ids = row if cfg.tail == "pad" else row[row != PAD]  # drop: a short last batch
+            items = self._reader.read(ids[ids != PAD])
+            n = len(ids)
+            rng = np.random.default_rng([cfg.seed, plan.epoch, plan.group.pool,
+                                         int(plan.first[b])])
+            if ring.data is None:
                 images = np.empty((n, 3, cfg.transform.size, cfg.transform.size), np.uint8)
                 labels = self._decode(items, rng, images, w)
-                yield g, torch.from_numpy(images), torch.from_numpy(labels)
+                yield b, torch.from_numpy(images), torch.from_numpy(labels)
                 continue
-            slots = self.ring.shape[1]
-            while made - int(self.state[_taken(w)]) >= slots:  # every slot still in use
-                if int(self.state[_GENERATION]) != generation:
-                    return  # the main process started over: this iteration is abandoned
-                time.sleep(_RING_POLL_S)
-            slot = made % slots
-            labels = self._decode(items, rng, self.ring[w, slot, :n].numpy(), w)
+            if not ring.acquire(w, generation):
+                return  # the main process started over: this iteration is abandoned
+            slot = made % ring.slots
+            labels = self._decode(items, rng, ring.slot_array(w, slot, n), w)
             made += 1
-            yield g, (generation, w, slot, n), labels.tobytes()  # by value: no fd to pass
-        for _ in stream:  # read what is left, undecoded, so that every shard's count is checked
-            pass
+            yield b, (generation, w, slot, n), labels.tobytes()  # by value: no fd to pass
 
     def _decode(self, items: list[Raw], rng: np.random.Generator, images: np.ndarray,
                 w: int) -> np.ndarray:
         """Decode and augment ``items`` into ``images`` (n x 3 x size x size); rows past the
         items (``tail="pad"``) are zeroed. Returns the labels, PAD_LABEL for padding."""
         cfg = self.cfg
-        n = len(images)
         images[len(items):] = 0
-        labels = np.full(n, PAD_LABEL, dtype=np.int64)
+        labels = np.full(len(images), PAD_LABEL, dtype=np.int64)
         bad: list[int] = []
         for i, (shard, k, jpg, label) in enumerate(items):
             try:
@@ -348,22 +235,12 @@ class _EpochStream(IterableDataset):
                                       "shard, or load with on_error='skip'") from e
                 bad.append(i)
         if bad:
-            self.state[_skipped(w)] += len(bad)
-            self._replace_bad(images, labels, bad, len(items))
+            self.ring.add_skipped(w, len(bad))
+            good = [i for i in range(len(items)) if i not in set(bad)]
+            for n, b in enumerate(bad):  # a good sample of the same batch takes the slot
+                images[b] = images[good[n % len(good)]] if good else 0
+                labels[b] = labels[good[n % len(good)]] if good else PAD_LABEL
         return labels
-
-    def _replace_bad(self, images: np.ndarray, labels: np.ndarray, bad: list[int],
-                     n: int) -> None:
-        """on_error='skip': a bad sample's slot takes a good sample of the same batch (so
-        batch counts stay equal) and is counted; a batch with none good is padding."""
-        good = [i for i in range(n) if i not in set(bad)]
-        for k, i in enumerate(bad):
-            if good:
-                images[i] = images[good[k % len(good)]]
-                labels[i] = labels[good[k % len(good)]]
-            else:
-                images[i] = 0
-                labels[i] = PAD_LABEL
 
 
 # ---------------------------------------------------------------------------- the loader
@@ -372,43 +249,46 @@ class _EpochStream(IterableDataset):
 class ShardLoader:
     """Iterate ``(images uint8 NCHW, labels int64)`` batches of one rank over an epoch.
 
-    ``len(loader)`` is stated before the epoch, from the manifest; every rank gets the same
-    (unless ``tail="uneven"``). ``set_epoch`` picks the epoch; ``load_state_dict`` resumes
-    mid-epoch; ``state_dict`` says where iteration stands.
+    Args:
+        folder: a converted or staged folder holding ``<split>.json`` and its sample index.
+        split: ``"train"`` (defaults: shuffle, ``tail="drop"``, train transform) or ``"val"``
+            (no shuffle, ``tail="pad"``, center crop).
+        world: this rank; every rank of the job computes the same plan from it.
+        batch_size, workers: per rank; ``workers=0`` decodes in the calling process.
+        seed: the epoch orders' and augmentations' seed.
+        mode: ``replicate`` or ``partition`` (node-local manifests fix it).
+        tail: ``drop``, ``pad`` (padding slots: label PAD_LABEL, zero pixels) or ``uneven``.
+        on_error: ``raise`` on an undecodable sample, or ``skip`` (replace and count it).
+
+    ``len(loader)`` (batches the next pass yields) and ``batches_per_epoch`` are stated
+    before the epoch from the manifest; every rank gets the same unless ``tail="uneven"``.
     """
 
     def __init__(self, folder: Path, split: str, world: World, batch_size: int,
                  workers: int = 4, seed: int = 0, mode: str | None = None,
                  transform: Transform | None = None, tail: str | None = None,
-                 shuffle_buffer: int | None = None, on_error: str = "raise",
+                 shuffle: bool | None = None, on_error: str = "raise",
                  pin_memory: bool | None = None, prefetch_factor: int = 2) -> None:
-        if batch_size < 1 or workers < 0:
-            raise ValueError("batch_size must be >= 1 and workers >= 0")
-        if on_error not in ON_ERROR:
-            raise ValueError(f"on_error must be one of {ON_ERROR}")
         train = split == "train"
+        self.tail = tail or ("drop" if train else "pad")
+        check_policies(batch_size, workers, self.tail, on_error)
         self.shards = open_shards(Path(folder), split, mode, seed)
         check_world(self.shards, world)
         self.world, self.batch_size, self.workers = world, batch_size, workers
-        self.tail = tail or ("drop" if train else "pad")
-        self.cfg = _Config(
-            self.shards, world, batch_size, workers,
-            transform or (TrainTransform() if train else ValTransform()), self.tail,
-            (1000 if train else 0) if shuffle_buffer is None else shuffle_buffer, on_error,
-            seed)
-        self.epoch, self._start, self._position = 0, 0, 0
-        self._state = mp.Array("q", [0] * _taken(max(1, workers)), lock=False)
-        self._plans: dict[int, EpochPlan] = {}
+        self.cfg = _Config(self.shards, world, batch_size, workers,
+                           transform or (TrainTransform() if train else ValTransform()),
+                           self.tail, train if shuffle is None else shuffle, on_error, seed)
+        self.epoch = self._start = self._batch0 = self._yielded = 0
+        self._plans: dict[tuple[int, int], EpochPlan] = {}
+        self._pool_max = max(len(p) for p in pools(self.shards.samples, world.num_nodes,
+                                                   self.shards.mode, self.shards.seed))
         self.plan(0)  # fail now, not in a worker, if this World cannot be served
         self._pin = torch.cuda.is_available() if pin_memory is None else pin_memory
-        size = self.cfg.transform.size
         # prefetch_factor batches in flight per worker, one being decoded, one spare
-        self._ring = torch.empty((workers, prefetch_factor + 2, batch_size, 3, size, size),
-                                 dtype=torch.uint8).share_memory_() if workers > 0 else None
+        self._ring = Ring(workers, prefetch_factor + 2, batch_size, self.cfg.transform.size)
         self._loader = DataLoader(
-            _EpochStream(self.cfg, self._state, self._ring), batch_size=None,
-            num_workers=workers, persistent_workers=workers > 0,
-            pin_memory=self._pin and workers == 0,
+            _EpochStream(self.cfg, self._ring), batch_size=None, num_workers=workers,
+            persistent_workers=workers > 0, pin_memory=self._pin and workers == 0,
             prefetch_factor=prefetch_factor if workers > 0 else None)
 
     @property
@@ -420,97 +300,131 @@ class ShardLoader:
         return self.shards.std
 
     @property
-    def skipped(self) -> int:
-        """Samples replaced because they could not be decoded (on_error='skip'), this epoch."""
-        return sum(int(self._state[_skipped(w)]) for w in range(max(1, self.workers)))
+    def num_classes(self) -> int:
+        return self.shards.num_classes
 
-    def plan(self, epoch: int | None = None) -> EpochPlan:
-        e = self.epoch if epoch is None else epoch
-        if e not in self._plans:
-            self._plans = {e: plan_epoch(self.shards, self.world, e, self.batch_size,
-                                         self.workers, self.tail)}
-        return self._plans[e]
+    @property
+    def skipped(self) -> int:
+        """Samples replaced because they could not be decoded (on_error='skip'), this pass."""
+        return self._ring.skipped()
+
+    @property
+    def worker_pids(self) -> tuple[int, ...]:
+        """The worker processes' pids, as each recorded itself (0: not started)."""
+        return tuple(self._ring.pid(w) for w in range(self.workers))
+
+    def plan(self, epoch: int | None = None, start: int | None = None) -> EpochPlan:
+        """This rank's plan of ``epoch`` (default: the current one, from where it resumes)."""
+        key = (self.epoch if epoch is None else epoch,
+               (self._start if epoch is None else 0) if start is None else start)
+        if key not in self._plans:
+            plan = self.cfg.plan(*key)
+            check_present(self.shards, self.world, plan)
+            self._plans = {k: v for k, v in self._plans.items() if k[0] == key[0]}
+            self._plans[key] = plan
+        return self._plans[key]
+
+    @property
+    def batches_per_epoch(self) -> int:
+        """A whole epoch's batches on this World (unchanged by ``load_state_dict``)."""
+        return self.plan(self.epoch, 0).batches
 
     def set_epoch(self, epoch: int) -> None:
         """Iterate ``epoch`` next, from its first batch."""
-        self.epoch, self._start, self._position = epoch, 0, 0
+        self.epoch, self._start, self._batch0, self._yielded = epoch, 0, 0, 0
 
-    def state_dict(self) -> dict[str, int]:
-        """Where iteration stands: the epoch and the batches of it already yielded."""
-        return {"epoch": self.epoch, "batch": self._position}
+    def _shape(self) -> dict[str, Any]:
+        w = self.world
+        return {"mode": self.shards.mode, "world_size": w.world_size,
+                "num_nodes": w.num_nodes, "local_world_size": w.local_world_size,
+                "batch_size": self.batch_size}
 
-    def load_state_dict(self, state: dict[str, int]) -> None:
-        """Resume: the next iteration yields batch ``state["batch"]`` of ``state["epoch"]`` on."""
-        epoch, start = int(state["epoch"]), int(state["batch"])
-        if not 0 <= start <= self.plan(epoch).batches:
-            raise ValueError(f"batch {start} is outside epoch {epoch}")
-        self.epoch, self._start, self._position = epoch, start, start
+    def state_dict(self) -> dict[str, Any]:
+        """Where iteration stands: the epoch, the batches of it yielded on this World, and the
+        samples of each pool's order done (what a resume on another World starts from)."""
+        done = self.plan().consumed(self._yielded)
+        return {"epoch": self.epoch, "batch": self._batch0 + self._yielded,
+                "samples": min(done, self._pool_max), **self._shape()}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Resume where ``state`` (from ``state_dict``, on this World or, in replicate mode,
+        on another number of ranks or batch size) stands: each remaining sample of the epoch
+        once."""
+        epoch, batch = int(state["epoch"]), int(state["batch"])
+        full = self.plan(epoch, 0)
+        if "samples" not in state or all(state.get(k) == v for k, v in self._shape().items()):
+            if not 0 <= batch <= full.batches:
+                raise ValueError(f"batch {batch} is outside epoch {epoch}")
+            start = full.consumed(batch)
+        else:
+            self._check_elastic(state)
+            start = int(state["samples"])
+            batch = int(np.searchsorted(full.done, start, side="right"))
+            if not 0 <= start <= self._pool_max:
+                raise ValueError(f"samples {start} is outside epoch {epoch}")
+        self.plan(epoch, start)  # refuse now if this World cannot be served from there
+        self.epoch, self._start, self._batch0, self._yielded = epoch, start, batch, 0
+
+    def _check_elastic(self, state: Mapping[str, Any]) -> None:
+        mode = self.shards.mode
+        if state.get("mode") != mode:
+            raise WorldError(f"rank {self.world.rank}: the checkpoint was written in "
+                             f"{state.get('mode')} mode, this loader runs {mode}; resume with "
+                             "the same mode")
+        if mode == "partition" and state.get("num_nodes") != self.world.num_nodes:
+            raise WorldError(
+                f"rank {self.world.rank}: the checkpoint was written on {state.get('num_nodes')} "
+                f"nodes of partitioned data, this job has {self.world.num_nodes}: each node's "
+                "data is fixed by staging; resume with the same node count, or start the "
+                "next epoch (set_epoch) after restaging")
 
     def __len__(self) -> int:
-        return self.plan().batches - self._start
+        return self.plan().batches
 
-    def _dead_workers(self, message: str) -> str:
-        """'worker 1 (reading train-000003.tar, …)' for the pids PyTorch's error names."""
-        pids = {int(p) for p in re.findall(r"\d{2,}", message.split("pid", 1)[-1])}
-        procs = getattr(getattr(self._loader, "_iterator", None), "_workers", None) or []
-        plan = self.plan()
-        dead = []
-        for i, proc in enumerate(procs):
-            if proc.pid in pids and i < len(plan.worker_shards):
-                names = ", ".join(self.shards.names[k] for k in plan.worker_shards[i])
-                dead.append(f"worker {i} (reading {names})")
-        return "; ".join(dead) or "a worker"
-
-    def _exited_workers(self) -> str:
-        """The same naming as ``_dead_workers``, for workers found to have exited."""
-        procs = getattr(getattr(self._loader, "_iterator", None), "_workers", None) or []
-        pids = " ".join(str(p.pid) for p in procs if p.exitcode is not None)
-        return self._dead_workers("pid " + pids)
-
-    def _take(self, where: tuple[int, int, int, int], generation: int) -> torch.Tensor | None:
-        """Copy a batch out of its worker's ring slot and free the slot (None: stale)."""
-        gen, w, slot, n = (int(x) for x in where)
-        if gen != generation or self._ring is None:
-            return None
-        out = torch.empty((n, *self._ring.shape[3:]), dtype=torch.uint8, pin_memory=self._pin)
-        np.copyto(out.numpy(), self._ring[w, slot, :n].numpy())  # one memcpy, no OpenMP
-        self._state[_taken(w)] += 1
-        return out
+    def _dead_workers(self) -> str:
+        """'worker 1 (pid 123, making batch 4 from train-000003.tar, …)' for the workers whose
+        recorded pids have exited."""
+        plan, dead = self.plan(), []
+        for w in range(self.workers):
+            pid = self._ring.pid(w)
+            if is_dead(pid):
+                b = self._ring.making(w)
+                names = [self.shards.names[i] for i in
+                         np.unique(plan.shards_of(plan.table[b:b + 1])).tolist()]
+                more = f", … {len(names)} shards" if len(names) > 3 else ""
+                dead.append(f"worker {w} (pid {pid}, making batch {b} from "
+                            f"{', '.join(names[:3])}{more})")
+        return "; ".join(dead)
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         plan = self.plan()
-        self._state[_EPOCH], self._state[_START] = self.epoch, self._start
-        for w in range(max(1, self.workers)):
-            self._state[_taken(w)] = self._state[_skipped(w)] = 0
-        generation = int(self._state[_GENERATION]) + 1
-        self._state[_GENERATION] = generation  # workers of an abandoned iteration stop
-        expected = self._position = self._start
+        self._ring.set_epoch(self.epoch, self._start)
+        generation = self._ring.new_iteration()  # workers of an abandoned iteration stop
+        self._yielded = 0
         pending: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         try:
-            for g, images, labels in self._loader:
+            for b, images, labels in self._loader:
                 if not isinstance(images, torch.Tensor):
-                    images = self._take(images, generation)
-                    if images is None:
-                        continue
+                    gen, w, slot, n = (int(x) for x in images)
+                    if gen != generation:
+                        continue  # a batch of an abandoned iteration
+                    images = self._ring.take(w, slot, n, self._pin)
                     labels = torch.frombuffer(bytearray(labels), dtype=torch.int64)
-                pending[int(g)] = (images, labels)
-                while expected in pending:
-                    batch = pending.pop(expected)
-                    expected += 1
-                    self._position = expected
+                pending[int(b)] = (images, labels)
+                while self._yielded in pending:
+                    batch = pending.pop(self._yielded)
+                    self._yielded += 1
                     yield batch
-        except (ConnectionError, EOFError) as e:
-            # a worker killed while handing over a batch: say which, like PyTorch's check does
-            raise LoaderError(f"rank {self.world.rank}: loader {self._exited_workers()} died in "
-                              f"epoch {self.epoch} at batch {expected} ({e!r}); rerun to resume "
-                              "from the last checkpoint") from e
-        except RuntimeError as e:
-            if isinstance(e, ImgprepError) or "DataLoader worker" not in str(e):
+        except (RuntimeError, ConnectionError, EOFError) as e:
+            dead = self._dead_workers() if not isinstance(e, ImgprepError) else ""
+            if not dead:
                 raise
-            raise LoaderError(f"rank {self.world.rank}: loader {self._dead_workers(str(e))} "
-                              f"died in epoch {self.epoch} at batch {expected} ({e}); rerun "
-                              "to resume from the last checkpoint") from e
-        if expected != plan.batches:
-            raise LoaderError(f"rank {self.world.rank}: epoch {self.epoch} gave {expected} of "
-                              f"{plan.batches} batches; the shards changed under the loader")
-        self._start = 0
+            raise LoaderError(f"rank {self.world.rank}: loader {dead} died in epoch "
+                              f"{self.epoch} at batch {self._batch0 + self._yielded} ({e}); "
+                              "rerun to resume from the last checkpoint") from e
+        if self._yielded != plan.batches:
+            raise LoaderError(f"rank {self.world.rank}: epoch {self.epoch} gave "
+                              f"{self._yielded} of {plan.batches} batches; the shards changed "
+                              "under the loader")
+        full = self.plan(self.epoch, 0).batches  # a finished epoch: the next pass starts over
+        self._start, self._batch0, self._yielded = 0, 0, full

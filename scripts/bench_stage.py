@@ -13,7 +13,13 @@ What it measures, in one run:
 - bytes read from the source per node, for replicate (every node reads everything) and
   partition over 2 and 4 simulated nodes (each node reads exactly its share): the summaries'
   ``bytes_read`` and, independently, the kernel's count of bytes this process read
-  (``rchar`` in /proc/self/io) around each call.
+  (``rchar`` in /proc/self/io) around each call;
+- fan-out (replicate ``--fanout``) over 2 and 4 nodes run as processes on this machine,
+  meeting on 127.0.0.1: each node's ``bytes_read`` (its partition share) and ``rchar`` (the
+  kernel counts file reads, not the network's), ``bytes_received`` from the other nodes, and
+  the rate at which the nodes received. On one machine the "network" is loopback and every
+  node shares the same cores and disk: this row shows correctness and bytes, not the speed a
+  cluster gets (scripts/bench_cluster.py measures that).
 
 Before each timed copy the page cache is dropped when the machine allows it (root,
 /proc/sys/vm/drop_caches), so the source is read from disk, as from a file server; otherwise
@@ -30,6 +36,7 @@ Run from the repository root, in the project's environment::
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import statistics
@@ -47,12 +54,27 @@ from benchlib import DEFAULT_IMAGES, run_main
 from imgprep.assign import node_shards
 from imgprep.convert import ConvertOptions, convert
 from imgprep.manifest import ShardEntry, read_manifest, write_manifest
+from imgprep.rendezvous import free_port
 from imgprep.stage import StageOptions, stage_to_node
 from imgprep.world import World
 
 TARGETS = {"size_only_over_cp": 0.9, "sha256_over_cp": 0.6}
 BASE_SHARDS = 1  # all 1000 images in one ~26 MB shard, near the ~40 MB of real shards
 MB = 1e6
+FANOUT_TIMEOUT = 600  # seconds for one fan-out run of all nodes
+# Runs ``imgprep ARGS`` in this process and prints, last on stderr, the kernel's count of
+# bytes read (rchar) during the run; the imports come before the first look.
+RCHAR_CLI = """
+import atexit, sys
+import torch.distributed, imgprep.cli, imgprep.stage
+def rchar():
+    with open("/proc/self/io") as f:
+        return next(int(l.split()[1]) for l in f if l.startswith("rchar:"))
+start = rchar()
+atexit.register(lambda: print(f"rchar {rchar() - start}", file=sys.stderr, flush=True))
+sys.argv = ["imgprep", *sys.argv[1:]]
+imgprep.cli.main()
+"""
 
 
 def build_source(images: Path, scratch: Path, gb: float) -> Path:
@@ -72,7 +94,8 @@ def build_source(images: Path, scratch: Path, gb: float) -> Path:
             name = f"train-{len(shards):06d}.tar"
             shutil.copyfile(base / s.name, src / name)  # own inode: no shared page cache
             shards.append(replace(s, name=name))
-    write_manifest(src, replace(m, shards=shards, total_samples=sum(s.samples for s in shards)))
+    write_manifest(src, replace(m, shards=shards, total_samples=sum(s.samples for s in shards),
+                                index=None))  # the sample index covers the base shards only
     shutil.rmtree(base)
     return src
 
@@ -117,6 +140,102 @@ def stage_once(src: Path, dst: Path, world: World, mode: str, verify: str,
     return summary
 
 
+# One side of a Gloo point-to-point stream over loopback, in the chunks and window fan-out uses:
+# rank 0 sends MB megabytes to rank 1, which prints the rate it received at.
+P2P = """
+import sys, time, datetime, torch, torch.distributed as dist
+from imgprep.fanout import IN_FLIGHT, NET_CHUNK
+rank, port, mb = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+store = dist.TCPStore("127.0.0.1", port, 2, rank == 0, datetime.timedelta(seconds=60))
+g = dist.ProcessGroupGloo(store, rank, 2, datetime.timedelta(seconds=60))
+n, works = mb * 2**20 // NET_CHUNK, []
+bufs = [torch.ones(NET_CHUNK, dtype=torch.uint8) for _ in range(IN_FLIGHT)]
+g.barrier().wait()
+t0 = time.perf_counter()
+for i in range(n):
+    b = bufs[i % IN_FLIGHT]
+    works.append(g.send([b], 1, 0) if rank == 0 else g.recv([b], 0, 0))
+    if len(works) >= IN_FLIGHT:
+        works.pop(0).wait()
+for w in works:
+    w.wait()
+if rank == 1:
+    print(n * NET_CHUNK / (time.perf_counter() - t0) / 1e6)
+"""
+
+
+def gloo_p2p_mb_s(mb: int = 512) -> float:
+    """The floor for node-to-node moves here: one Gloo stream between two processes."""
+    port = free_port()
+    procs = [subprocess.Popen([sys.executable, "-c", P2P, str(r), str(port), str(mb)],
+                              stdout=subprocess.PIPE, text=True) for r in range(2)]
+    try:
+        out = [p.communicate(timeout=FANOUT_TIMEOUT)[0] for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+    return float(out[1])
+
+
+def fanout_once(src: Path, scratch: Path, nodes: int, jobs: int, samples: list[int],
+                shards: Sequence[ShardEntry]) -> dict[str, Any]:
+    """Fan-out over ``nodes`` processes on this machine; per node: bytes read (summary and
+    rchar), received; in all: seconds (from all nodes joined to all finished: process start-up
+    and imports left out) and the rate at which the nodes received."""
+    port, share = free_port(), node_shards(samples, nodes, "partition", 0)
+    cmd = [sys.executable, "-c", RCHAR_CLI, "stage-to-node", "--src", str(src), "--dst",
+           str(scratch / "fan-{node}"), "--fanout", "--rendezvous", f"127.0.0.1:{port}",
+           "--num-nodes", str(nodes), "--jobs", str(jobs), "--json", "-q", "--node-rank"]
+    procs = [subprocess.Popen([*cmd, str(k)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for k in range(nodes)]
+    rows, seconds, received = [], 0.0, 0
+    try:
+        for k, p in enumerate(procs):
+            out, err = p.communicate(timeout=FANOUT_TIMEOUT)
+            if p.returncode != 0:
+                raise SystemExit(f"bench_stage: fan-out node {k} failed: {err.strip()}")
+            s = json.loads(out)
+            expected = sum(shards[i].bytes for i in share[k])
+            rows.append({"mode": "fanout", "nodes": nodes, "node": k,
+                         "bytes_read": s["bytes_read"], "bytes_received": s["bytes_received"],
+                         "rchar": int(err.strip().splitlines()[-1].split()[1]),
+                         "expected": expected, "exact": s["bytes_read"] == expected})
+            seconds = max(seconds, s["fanout_seconds"])  # all joined .. all finished
+            received += s["bytes_received"]
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+    for k in range(nodes):
+        shutil.rmtree(scratch / f"fan-{k}", ignore_errors=True)
+    return {"nodes_count": nodes, "seconds": round(seconds, 2),
+            "received_mb_s": round(received / seconds / MB, 1) if seconds else 0.0,
+            "nodes": rows}
+
+
+def source_reads(src: Path, scratch: Path, jobs: int
+                 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Bytes read from the source per node: replicate and partition in this process, fan-out
+    over processes. Returns the per-node rows and the fan-out runs."""
+    m = read_manifest(src, "train")
+    reads: list[dict[str, Any]] = []
+    samples = [s.samples for s in m.shards]
+    for mode, nodes in (("replicate", 2), ("partition", 2), ("partition", 4)):
+        share = node_shards(samples, nodes, mode, 0)
+        for k in range(nodes):
+            dst = scratch / f"node-{mode}-{k}"
+            s = stage_once(src, dst, World().with_nodes(nodes, k), mode, "size", jobs)
+            expected = sum(m.shards[i].bytes for i in share[k])
+            reads.append({"mode": mode, "nodes": nodes, "node": k, "bytes_read": s["bytes_read"],
+                          "rchar": s["rchar"], "expected": expected,
+                          "exact": s["bytes_read"] == expected})
+            shutil.rmtree(dst)
+    fanout = [fanout_once(src, scratch, nodes, jobs, samples, m.shards) for nodes in (2, 4)]
+    reads += [r for f in fanout for r in f.pop("nodes")]
+    return reads, fanout
+
+
 def measure(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
     src = build_source(args.images, scratch, args.gb)
     m = read_manifest(src, "train")
@@ -145,19 +264,11 @@ def measure(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
         "size_only_over_cp": med["stage_size"] / med["cp_sync"],
         "sha256_over_cp": med["stage_sha256"] / med["cp_sync"],
     }
-    reads: list[dict[str, Any]] = []
-    samples = [s.samples for s in m.shards]
-    for mode, nodes in (("replicate", 2), ("partition", 2), ("partition", 4)):
-        share = node_shards(samples, nodes, mode, 0)
-        for k in range(nodes):
-            dst = scratch / f"node-{mode}-{k}"
-            s = stage_once(src, dst, World().with_nodes(nodes, k), mode, "size", args.jobs)
-            expected = sum(m.shards[i].bytes for i in share[k])
-            reads.append({"mode": mode, "nodes": nodes, "node": k, "bytes_read": s["bytes_read"],
-                          "rchar": s["rchar"], "expected": expected,
-                          "exact": s["bytes_read"] == expected})
-            shutil.rmtree(dst)
-    for mode, nodes in (("partition", 2), ("partition", 4)):
+    reads, fanout = source_reads(src, scratch, args.jobs)
+    p2p = gloo_p2p_mb_s()
+    for f in fanout:  # each node's receiving rate against one Gloo stream's
+        f["per_node_over_p2p"] = round(f["received_mb_s"] / f["nodes_count"] / p2p, 3)
+    for mode, nodes in (("partition", 2), ("partition", 4), ("fanout", 2), ("fanout", 4)):
         got = sum(r["bytes_read"] for r in reads if (r["mode"], r["nodes"]) == (mode, nodes))
         if got != total:
             raise SystemExit(f"bench_stage: {mode} over {nodes} nodes read {got} bytes in all, "
@@ -175,6 +286,8 @@ def measure(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
                        "result": "PASS" if v >= TARGETS[k] else "SHORT"}
                    for k, v in ratios.items()},
         "source_reads": reads,
+        "fanout": fanout,
+        "gloo_p2p_mb_s": round(p2p, 1),
         "reads_exact": all(r["exact"] for r in reads),
         "all_pass": all(v >= TARGETS[k] for k, v in ratios.items())
         and all(r["exact"] for r in reads),
@@ -193,10 +306,17 @@ def print_table(res: dict[str, Any]) -> None:
         print(f"  {label:34s} {res['median_mb_s'][k]:8.1f} MB/s   ({runs})")
     for k, v in res["ratios"].items():
         print(f"  {k:34s} {v['value']:8.3f}   target >= {v['target']}  {v['result']}")
-    print("  bytes read from the source per node (summary / kernel rchar / the node's share):")
+    print("  bytes read from the source per node (summary / kernel rchar / the node's share"
+          " / received from other nodes):")
     for r in res["source_reads"]:
         print(f"    {r['mode']:9s} {r['nodes']} nodes, node {r['node']}: {r['bytes_read']:>12d} "
-              f"/ {r['rchar']:>12d} / {r['expected']:>12d}  {'exact' if r['exact'] else 'WRONG'}")
+              f"/ {r['rchar']:>12d} / {r['expected']:>12d} / {r.get('bytes_received', 0):>12d}"
+              f"  {'exact' if r['exact'] else 'WRONG'}")
+    print(f"  one Gloo stream between two processes (loopback): {res['gloo_p2p_mb_s']:.0f} MB/s")
+    for f in res["fanout"]:
+        print(f"  fan-out over {f['nodes_count']} processes on this machine: {f['seconds']:.1f} s, "
+              f"nodes received {f['received_mb_s']:.0f} MB/s in all, per node "
+              f"{f['per_node_over_p2p']:.2f} x one Gloo stream (loopback, shared cores)")
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:

@@ -43,7 +43,14 @@ from imgprep.errors import ImgprepError  # noqa: E402
 from imgprep.fsutil import atomic_open  # noqa: E402
 from imgprep.manifest import manifest_path  # noqa: E402
 from imgprep.world import World, detect  # noqa: E402
-from loaders import PAD_LABEL, DeviceLoader, TrainTransform, ValTransform, make_loader  # noqa: E402
+from loaders import (  # noqa: E402
+    PAD_LABEL,
+    DeviceLoader,
+    Loader,
+    TrainTransform,
+    ValTransform,
+    make_loader,
+)
 
 
 class TrainError(ImgprepError, RuntimeError):
@@ -56,6 +63,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--stage-from", type=Path, default=None,
                     help="stage shards from this shared folder into --data first")
     ap.add_argument("--stage-mode", choices=["replicate", "partition"], default="replicate")
+    ap.add_argument("--fanout", action="store_true",
+                    help="with --stage-from and replicate: read the file server once in all, "
+                         "nodes pass shards to each other")
     ap.add_argument("--arch", default="resnet50", help="resnet50, resnet18 or tiny")
     ap.add_argument("--epochs", type=int, default=90)
     ap.add_argument("--steps", type=int, default=0, help="stop after this many steps (0: all)")
@@ -81,7 +91,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--log-every", type=int, default=20)
     ap.add_argument("--log-json", type=Path, default=None)
     ap.add_argument("--timeout", type=float, default=300.0, help="process-group timeout, s")
-    return ap.parse_args(argv)
+    args = ap.parse_args(argv)
+    if args.fanout and args.stage_mode != "replicate":
+        ap.error("--fanout goes with --stage-mode replicate")
+    return args
 
 
 def learning_rate(step: int, steps_per_epoch: int, args: argparse.Namespace,
@@ -115,7 +128,7 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
 
 
 @torch.no_grad()
-def validate(model: nn.Module, loader: Any, device: torch.device, world: World,
+def validate(model: nn.Module, loader: Loader, device: torch.device, world: World,
              bf16: bool) -> dict[str, float]:
     """Exact top-1/top-5: every sample once across ranks (padding masked), counts summed."""
     model.eval()
@@ -152,7 +165,7 @@ def train(args: argparse.Namespace, world: World) -> dict[str, Any]:
         from imgprep.stage import StageOptions, stage_to_node
 
         stage_to_node(StageOptions(args.stage_from, args.data, mode=args.stage_mode,
-                                   timeout=args.timeout), world)
+                                   timeout=args.timeout, fanout=args.fanout), world)
     torch.manual_seed(args.seed)
     train_loader = make_loader(args.data, "train", world, args.batch_size, args.workers,
                                args.seed, transform=TrainTransform(size=args.image_size))
@@ -165,8 +178,7 @@ def train(args: argparse.Namespace, world: World) -> dict[str, Any]:
                              transform=ValTransform(size=args.image_size,
                                                     resize=round(args.image_size * 256 / 224)),
                              ) if args.validate and not no_val else None
-    num_classes = train_loader.shards.num_classes if hasattr(train_loader, "shards") else 1000
-    model = model_by_name(args.arch, num_classes).to(device)
+    model = model_by_name(args.arch, train_loader.num_classes).to(device)
     model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
     if args.sync_bn and world.is_distributed:
         model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
@@ -189,8 +201,7 @@ def train(args: argparse.Namespace, world: World) -> dict[str, Any]:
         net = DDP(model, device_ids=[device.index] if device.type == "cuda" else None,
                   gradient_as_bucket_view=True)
         net.register_comm_hook(dist.group.WORLD, clock.hook)
-    steps_per_epoch = len(train_loader.plan(0).order) if hasattr(train_loader, "plan") \
-        else len(train_loader)
+    steps_per_epoch = train_loader.batches_per_epoch  # a whole epoch's, also after a resume
     split, seen, t_log = Split(), 0, time.perf_counter()
     losses: list[float] = []
     result: dict[str, Any] = {"backend": backend, "world_size": world.world_size}
@@ -272,7 +283,7 @@ def replicas_identical(model: nn.Module, world: World) -> bool:
 
 
 def checkpoint(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer, step: int,
-               loader: Any, world: World, args: argparse.Namespace) -> None:
+               loader: Loader, world: World, args: argparse.Namespace) -> None:
     if world.rank == 0:
         save_checkpoint(path, {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
                                "step": step, "loader": loader.state_dict(),

@@ -1,9 +1,11 @@
-"""Tests for imgprep.assign: which node holds which shards and which rank reads which.
+"""Which node holds which shards (imgprep.assign) and which rank reads which samples
+(loaders.plan).
 
 Properties are checked with hypothesis over many layouts (nodes x ranks per node), shard counts,
-samples per shard, seeds and epochs, across every rank of a World built directly: the ranks'
-shards partition what they share, sample totals stay within one shard of each other, outputs are
-pure functions of their inputs, and seeds/epochs actually reshuffle.
+samples per shard, seeds and epochs, across every rank of a World built directly: nodes' shards
+partition the set with sample totals within one shard of each other; ranks' samples never
+overlap, cover the set (pad, uneven) or all but < 2 per rank (drop) with equal step counts,
+resume on another World from the samples consumed, and are pure functions of their inputs.
 """
 
 from __future__ import annotations
@@ -15,9 +17,10 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from imgprep.assign import MODES, balanced_split, node_shards, rank_shards
+from imgprep.assign import MODES, balanced_split, node_shards
 from imgprep.errors import WorldError
 from imgprep.world import World
+from loaders.plan import PAD, EpochPlan, plan_epoch, pools
 
 PROPS = settings(max_examples=200, deadline=None)
 
@@ -175,7 +178,7 @@ def test_node_shards_unknown_mode() -> None:
     with pytest.raises(ValueError, match="mode must be one of"):
         node_shards([1, 2, 3], 1, "stripe", 0)
     with pytest.raises(ValueError, match="mode must be one of"):
-        rank_shards([1, 2, 3], World(), "stripe", 0)
+        plan_epoch([1, 2, 3], World(), "stripe", 0, 0, 1, 1, "drop")
 
 
 def test_node_shards_example() -> None:
@@ -187,176 +190,95 @@ def test_node_shards_example() -> None:
     assert node_shards(samples, 3, "partition", 7) == held
 
 
-# --- rank_shards -------------------------------------------------------------------------------
+# --- sample-granular epoch plans (loaders.plan) -------------------------------------------------
 
 
-def _all_ranks(samples: list[int], nodes: int, per_node: int, mode: str, seed: int,
-               epoch: int) -> list[list[int] | None]:
-    """Each rank's shards in order, or None where rank_shards refused with WorldError."""
-    out: list[list[int] | None] = []
-    for w in worlds(nodes, per_node):
-        try:
-            out.append(rank_shards(samples, w, mode, seed, epoch))
-        except WorldError:
-            out.append(None)
-    return out
+def _plans(samples: list[int], nodes: int, per_node: int, mode: str, seed: int, epoch: int,
+           batch: int, workers: int, tail: str, start: int = 0) -> list[EpochPlan]:
+    return [plan_epoch(samples, w, mode, seed, epoch, batch, workers, tail, start=start)
+            for w in worlds(nodes, per_node)]
 
 
 @PROPS
-@given(samples=st.lists(sample_counts, min_size=1, max_size=48), layout=layouts(), seed=seeds,
-       epoch=epochs)
-def test_rank_shards_replicate(samples: list[int], layout: tuple[int, int], seed: int,
-                               epoch: int) -> None:
+@given(samples=st.lists(st.integers(1, 60), min_size=1, max_size=24), layout=layouts(),
+       seed=seeds, epoch=epochs, batch=st.integers(1, 9), workers=st.integers(1, 4),
+       tail=st.sampled_from(["drop", "pad", "uneven"]), mode=st.sampled_from(MODES))
+def test_plans_cover_each_sample_once_with_equal_steps(
+        samples: list[int], layout: tuple[int, int], seed: int, epoch: int, batch: int,
+        workers: int, tail: str, mode: str) -> None:
+    """Whatever the shard count: equal step counts on every rank (drop, pad), no sample twice,
+    every sample with pad/uneven, drop losing < 2 per rank beyond cross-pool equality, worker
+    counts within one batch, and a node's ranks reading only the node's shards."""
     nodes, per_node = layout
-    n, size = len(samples), nodes * per_node
-    if n < size:
-        for w in worlds(nodes, per_node):
-            with pytest.raises(WorldError, match=f"{n} shards cannot feed {size} ranks"):
-                rank_shards(samples, w, "replicate", seed, epoch)
-        return
-    mine = [rank_shards(samples, w, "replicate", seed, epoch) for w in worlds(nodes, per_node)]
-    assert_partition(mine, range(n))  # all shards over all ranks, each once
-    assert_balanced(samples, mine, range(n))  # globally
-    assert all(mine), "a rank reads nothing"
-    again = [rank_shards(list(samples), w, "replicate", seed, epoch)
-             for w in worlds(nodes, per_node)]
-    assert again == mine  # deterministic, order included
+    assume(mode == "replicate" or len(samples) >= nodes)
+    plans = _plans(samples, nodes, per_node, mode, seed, epoch, batch, workers, tail)
+    if tail != "uneven":
+        assert len({p.batches for p in plans}) == 1
+    ids = np.concatenate([p.table[p.table != PAD] for p in plans])
+    assert len(np.unique(ids)) == len(ids)
+    total = sum(samples)
+    sizes = [len(x) for x in pools(samples, nodes, mode, seed)]
+    if tail == "drop":
+        group = per_node if mode == "partition" else nodes * per_node
+        spread = sum(n - min(sizes) for n in sizes)
+        assert total - len(ids) <= spread + len(sizes) * (2 * group - 1)
+    else:
+        assert len(ids) == total
+    for p in plans:
+        counts = p.worker_samples
+        assert max(counts) - min(counts) <= batch
+        if p.batches >= workers:
+            assert min(len(p.worker_batches(w)) for w in range(workers)) > 0
+    if mode == "partition":
+        held = node_shards(samples, nodes, mode, seed)
+        for w, p in zip(worlds(nodes, per_node), plans, strict=True):
+            assert set(np.unique(p.shards_of(p.table)).tolist()) <= set(held[w.node_rank])
 
 
 @PROPS
-@given(samples=st.lists(sample_counts, min_size=1, max_size=48), layout=layouts(), seed=seeds,
-       epoch=epochs)
-def test_rank_shards_partition(samples: list[int], layout: tuple[int, int], seed: int,
-                               epoch: int) -> None:
-    nodes, per_node = layout
-    n = len(samples)
-    if n < nodes:
-        for w in worlds(nodes, per_node):
-            with pytest.raises(WorldError, match="--shards"):
-                rank_shards(samples, w, "partition", seed, epoch)
-        return
-    held = node_shards(samples, nodes, "partition", seed)
-    everyone = worlds(nodes, per_node)
-    read: list[int] = []
-    for k in range(nodes):
-        on_node = [w for w in everyone if w.node_rank == k]
-        if len(held[k]) < per_node:
-            for w in on_node:
-                with pytest.raises(WorldError, match=f"{len(held[k])} shards cannot feed "
-                                                     f"{per_node} ranks"):
-                    rank_shards(samples, w, "partition", seed, epoch)
-            continue
-        mine = [rank_shards(samples, w, "partition", seed, epoch) for w in on_node]
-        assert_partition(mine, held[k])  # the node's shards over its ranks; nothing it lacks
-        assert_balanced(samples, mine, held[k])  # within the node
-        assert all(mine), "a rank reads nothing"
-        again = [rank_shards(list(samples), w, "partition", seed, epoch) for w in on_node]
-        assert again == mine  # deterministic, order included
-        read += [i for m in mine for i in m]
-    assert len(read) == len(set(read)), "two nodes read the same shard"
+@given(samples=st.lists(st.integers(1, 60), min_size=1, max_size=24), layout=layouts(),
+       seed=seeds, epoch=epochs, batch=st.integers(1, 9), done=st.integers(0, 40),
+       after=layouts())
+def test_replicate_resume_on_another_world_takes_the_rest_of_the_order(
+        samples: list[int], layout: tuple[int, int], seed: int, epoch: int, batch: int,
+        done: int, after: tuple[int, int]) -> None:
+    """Steps done on one World, the rest planned on another from the samples consumed: the
+    two together are the epoch's order, each sample once (pad)."""
+    first = _plans(samples, *layout, "replicate", seed, epoch, batch, 2, "pad")
+    k = min(done, first[0].batches)
+    start = min(first[0].consumed(k), sum(samples))
+    rest = _plans(samples, *after, "replicate", seed, epoch, batch, 3, "pad", start)
+    ids = np.concatenate([p.table[:k][p.table[:k] != PAD] for p in first]
+                         + [p.table[p.table != PAD] for p in rest])
+    assert sorted(ids.tolist()) == list(range(sum(samples)))
 
 
-@PROPS
-@given(samples=st.lists(sample_counts, min_size=8, max_size=48), layout=layouts(), seed=seeds,
-       first=epochs, mode=st.sampled_from(MODES))
-def test_rank_shards_epochs_differ(samples: list[int], layout: tuple[int, int], seed: int,
-                                   first: int, mode: str) -> None:
-    """Five consecutive epochs do not all produce one and the same assignment and order."""
-    nodes, per_node = layout
-    assume(len(samples) >= 2 * nodes * per_node)
-    runs = [_all_ranks(samples, nodes, per_node, mode, seed, first + e) for e in range(5)]
-    assert any(r is not None for r in runs[0])
-    assert any(r != runs[0] for r in runs[1:]), f"all five epochs give {runs[0]}"
+def test_plans_are_pure_and_epochs_and_seeds_reshuffle() -> None:
+    samples = [100] * 12
+    a = _plans(samples, 2, 2, "replicate", 5, 3, 8, 2, "drop")
+    b = _plans(list(samples), 2, 2, "replicate", 5, 3, 8, 2, "drop")
+    assert all(np.array_equal(x.table, y.table) for x, y in zip(a, b, strict=True))
+    for other in (_plans(samples, 2, 2, "replicate", 5, 4, 8, 2, "drop"),
+                  _plans(samples, 2, 2, "replicate", 6, 3, 8, 2, "drop")):
+        assert not np.array_equal(a[0].table, other[0].table)
 
 
-@settings(max_examples=100, deadline=None)
-@given(total=st.integers(16 * 50, 16 * 3000), n=st.integers(16, 64), layout=layouts(),
-       seed=seeds, first=epochs)
-def test_replicate_epochs_move_shards_between_ranks(total: int, n: int, layout: tuple[int, int],
-                                                    seed: int, first: int) -> None:
-    """Replicate reshuffles globally: with shards as convert cuts them, which rank reads which
-    shards (not only the order) changes across five epochs."""
-    nodes, per_node = layout
-    assume(nodes * per_node > 1)
-    samples = near_equal(total, n)
-    sets = {tuple(frozenset(r or ()) for r in
-                  _all_ranks(samples, nodes, per_node, "replicate", seed, first + e))
-            for e in range(5)}
-    assert len(sets) > 1
-
-
-@pytest.mark.parametrize("profile", ["equal", "array_split", "distinct"])
-def test_replicate_epochs_move_shards_between_ranks_whatever_the_sizes(profile: str) -> None:
-    """"replicate: loaders reshuffle shards globally each epoch" holds for any shard sizes.
-
-    With distinct sample counts balanced_split's heaviest-first sort ignores the epoch's
-    shuffle, so every epoch each rank reads exactly the same shards (only their order changes).
-    """
-    samples = {"equal": [1000] * 16, "array_split": near_equal(16_000 - 5, 16),
-               "distinct": [1000 + 7 * i for i in range(16)]}[profile]
-    sets = {tuple(frozenset(r or ()) for r in _all_ranks(samples, 1, 4, "replicate", 0, e))
-            for e in range(5)}
-    assert len(sets) > 1
-
-
-def test_rank_shards_single_process_reads_everything() -> None:
-    samples = [10, 20, 30, 40, 50]
+def test_plans_do_not_depend_on_the_launcher() -> None:
+    a = World(1, 4, 1, 2, 0, 2, launcher="torchrun")
+    b = World(1, 4, 1, 2, 0, 2, launcher="slurm")
     for mode in MODES:
-        mine = rank_shards(samples, World(), mode, 3, 0)
-        assert sorted(mine) == [0, 1, 2, 3, 4]
-        assert rank_shards(samples, World(), mode, 3, 0) == mine
+        x = plan_epoch([100] * 12, a, mode, 5, 2, 8, 2, "drop")
+        y = plan_epoch([100] * 12, b, mode, 5, 2, 8, 2, "drop")
+        assert np.array_equal(x.table, y.table)
 
 
-def test_rank_shards_default_epoch_is_zero() -> None:
-    w = World(1, 4, 1, 2, 0, 2)
-    for mode in MODES:
-        assert rank_shards([100] * 12, w, mode, 5) == rank_shards([100] * 12, w, mode, 5, 0)
+def test_fewer_shards_than_ranks_is_served() -> None:
+    """One shard, eight ranks: every rank gets equal batches (whole-shard plans refused)."""
+    plans = _plans([1000], 2, 4, "replicate", 0, 0, 16, 2, "drop")
+    assert {p.batches for p in plans} == {8}
+    assert all(min(p.worker_samples) > 0 for p in plans)
 
 
-def test_rank_shards_launcher_does_not_matter() -> None:
-    a = World(3, 4, 1, 2, 1, 2, launcher="torchrun")
-    b = World(3, 4, 1, 2, 1, 2, launcher="slurm")
-    for mode in MODES:
-        assert rank_shards([100] * 12, a, mode, 5, 2) == rank_shards([100] * 12, b, mode, 5, 2)
-
-
-def test_rank_shards_partition_example_two_nodes_by_four() -> None:
-    samples = [1250] * 24
-    held = node_shards(samples, 2, "partition", 11)
-    assert [len(h) for h in held] == [12, 12]
-    for epoch in range(3):
-        for w in worlds(2, 4):
-            mine = rank_shards(samples, w, "partition", 11, epoch)
-            assert len(mine) == 3
-            assert set(mine) <= set(held[w.node_rank])
-
-
-@pytest.mark.parametrize("mode, n, layout", [
-    ("replicate", 3, (1, 4)),
-    ("replicate", 7, (2, 4)),
-    ("partition", 1, (2, 1)),
-    ("partition", 6, (2, 4)),
-    ("partition", 5, (1, 8)),
-])
-def test_rank_shards_too_few_shards(mode: str, n: int, layout: tuple[int, int]) -> None:
-    for w in worlds(*layout):
-        with pytest.raises(WorldError, match="--shards"):
-            rank_shards([1000] * n, w, mode, 0, 0)
-
-
-def test_rank_shards_partition_node_with_too_few_shards_is_refused() -> None:
-    """Enough shards for all ranks, but one huge shard fills node 0 alone: its ranks get a
-    WorldError rather than an empty list, and node 1 still works."""
-    samples = [10_000] + [10] * 7
-    short_seen = False
-    for seed in range(20):
-        held = node_shards(samples, 2, "partition", seed)
-        out = _all_ranks(samples, 2, 4, "partition", seed, 0)
-        for node in (0, 1):
-            ranks = out[node * 4:(node + 1) * 4]
-            if len(held[node]) < 4:
-                short_seen = True
-                assert ranks == [None] * 4
-            else:
-                assert all(ranks)
-    assert short_seen  # some seed puts the huge shard on a node with fewer than 4 shards
+def test_partition_node_with_too_few_shards_is_refused() -> None:
+    with pytest.raises(WorldError, match="--shards"):
+        plan_epoch([100, 100], World(0, 3, 0, 1, 0, 3), "partition", 0, 0, 8, 2, "drop")

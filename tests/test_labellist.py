@@ -175,3 +175,28 @@ def test_device_loader_on_cpu(listed: Path) -> None:
     assert x.dtype == torch.bfloat16 and x.shape == (4, 3, 224, 224) and y.dtype == torch.int64
     with pytest.raises(ValueError, match="mean and std"):
         DeviceLoader(loader, "cpu", (0.5,), (0.2,))
+
+
+def test_class_count_comes_from_the_list_not_imagenet(listed: Path, tmp_path: Path) -> None:
+    """A converted list reports its manifest's class table; a bare list beside no class table
+    reports its largest label + 1 (never a hard-wired 1000)."""
+    from imgprep.manifest import read_manifest
+
+    loader = make_loader(listed, "train", World(), batch_size=4, workers=0)
+    assert loader.num_classes == len(read_manifest(listed, "train").classes)
+    direct = make_loader(listed / "train.txt", "train", World(), batch_size=4, workers=0)
+    assert direct.num_classes == loader.num_classes  # from classes.txt beside the list
+    (tmp_path / "img").mkdir()
+    (tmp_path / "img" / "a.jpg").write_bytes((listed / read_label_list(
+        listed / "train.txt").paths[0]).read_bytes())
+    (tmp_path / "l.txt").write_text("img/a.jpg 6\nimg/a.jpg 2\n")
+    assert LabelListLoader(tmp_path / "l.txt", World(), 1, workers=0).num_classes == 7
+
+
+def test_batches_per_epoch_survives_a_resume(listed: Path) -> None:
+    """The trainer's steps per epoch (its LR schedule) must not shrink after resuming."""
+    loader = make_loader(listed, "train", World(), batch_size=2, workers=0)
+    full = loader.batches_per_epoch
+    assert full == len(loader) >= 3
+    loader.load_state_dict({"epoch": 0, "batch": 2})
+    assert len(loader) == full - 2 and loader.batches_per_epoch == full

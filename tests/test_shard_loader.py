@@ -1,15 +1,16 @@
-"""The shard loader (``loaders.shards``): the promises of DESIGN.md "Loaders: promises".
+"""The shard loader (``loaders.shards``): equal batches, coverage, order, resume (elastic too).
 
 Shards here are written directly with ``ShardWriter`` in UNEQUAL sizes (3, 7, 12, 5, 9, 4, 11,
 6 samples: unequal shards are what make naive per-rank splits hang DDP), every sample a
 256x256 JPEG whose label is its sample id (0..56), so coverage is checked from labels alone.
 
 Most cases build explicit Worlds for every rank of a job in ONE process (``workers=0`` and
-``workers=2``) and check, per epoch: equal batch counts stated before iterating, coverage
-(drop: no duplicates, bounded loss; pad/uneven: every sample exactly once, padding labelled
-``PAD_LABEL`` with zero pixels), order (per epoch, per seed, reproducible), mid-epoch resume,
-output format, worker RNG streams, partition mode from node-local folders made by
-``stage_to_node``, damaged shards, and the tar reader against ``tarfile`` and ``webdataset``.
+``workers=2``) and check, per epoch: equal batch counts stated before iterating, coverage (drop:
+no duplicates, bounded loss; pad/uneven: every sample exactly once, padding labelled
+``PAD_LABEL`` with zero pixels), order (per epoch, per seed, reproducible), mid-epoch resume on
+the same World and on another (the state counts samples of the epoch's order), output format,
+worker RNG streams, partition mode from node-local folders made by ``stage_to_node``, damaged
+shards, and the tar reader against ``tarfile`` and ``webdataset``.
 The ``slow`` cases run real Gloo process groups that all-reduce every step, so unequal batch
 counts would hang (and time out) instead of passing.
 """
@@ -40,14 +41,15 @@ import webdataset as wds
 from conftest import free_port, jpeg
 from PIL import Image
 
-from imgprep.assign import all_rank_shards
 from imgprep.convert import ConvertOptions, convert
 from imgprep.errors import WorldError
+from imgprep.index import write_index
 from imgprep.manifest import Manifest, ShardEntry, read_manifest, write_manifest
 from imgprep.stage import StageOptions, stage_to_node
 from imgprep.synsets import imagenet_classes
 from imgprep.world import World
 from imgprep.writers import ShardWriter
+from loaders.plan import pools
 from loaders.shards import PAD_LABEL, LoaderError, ShardLoader, iter_members, iter_samples
 from loaders.transforms import TrainTransform, ValTransform
 
@@ -87,7 +89,7 @@ def write_split(folder: Path, split: str, sizes: Sequence[int],
                 image: Callable[[int], bytes]) -> dict[str, list[int]]:
     """Shards ``<split>-00000k.tar`` holding ``sizes[k]`` samples each (ids counted up from 0,
     label = id) and the split's manifest; returns each shard's sample ids."""
-    entries, ids, sample = [], {}, 0
+    entries, layouts, ids, sample = [], [], {}, 0
     for k, n in enumerate(sizes):
         name = f"{split}-{k:06d}.tar"
         ids[name] = list(range(sample, sample + n))
@@ -95,11 +97,13 @@ def write_split(folder: Path, split: str, sizes: Sequence[int],
             for i in ids[name]:
                 w.add(key_of(i), {"jpg": image(i), "cls": str(i).encode()})
         entries.append(ShardEntry(name, w.samples, w.bytes, w.sha256))
+        layouts.append(w.layout())
         sample += n
     write_manifest(folder, Manifest(
         split=split, format="shards", total_samples=sample,
         classes=imagenet_classes().to_json(), mean=[0.485, 0.456, 0.406],
-        std=[0.229, 0.224, 0.225], options={}, tool_version="test", shards=entries))
+        std=[0.229, 0.224, 0.225], options={}, tool_version="test", shards=entries,
+        index=write_index(folder, split, entries, layouts)))
     return ids
 
 
@@ -139,6 +143,10 @@ def nodes(data: ShardData, tmp_path_factory: pytest.TempPathFactory) -> list[Pat
     for k, dst in enumerate(dirs):
         stage_to_node(StageOptions(data.folder, dst, mode="partition", jobs=1),
                       World().with_nodes(2, k))
+        for split in ("train", "val"):  # the index travels with the shards
+            index = read_manifest(dst, split).index
+            if index is not None and not (dst / index.name).exists():
+                shutil.copy2(data.folder / index.name, dst / index.name)
     return dirs
 
 
@@ -193,6 +201,22 @@ def xor_bytes(path: Path, offset: int, count: int) -> None:
         f.write(bytes(b ^ 0xFF for b in chunk))
 
 
+def batches_sizes(batches: Sequence[Batch]) -> list[int]:
+    return [len(labels) for _, labels in batches]
+
+
+def position(loader: ShardLoader) -> dict[str, int]:
+    """The epoch and batch of ``state_dict()`` (which also holds the samples done)."""
+    state = loader.state_dict()
+    return {"epoch": state["epoch"], "batch": state["batch"]}
+
+
+def reads(loader: ShardLoader, name: str, epoch: int = 0) -> bool:
+    """Whether the loader's rank reads shard ``name`` in ``epoch`` (from its plan)."""
+    i = loader.shards.names.index(name)
+    return any(i in shards for shards in loader.plan(epoch).worker_shards)
+
+
 def rank_totals(loaders: Sequence[ShardLoader], epoch: int) -> list[int]:
     """Each rank's planned samples in ``epoch`` (before batching)."""
     return [sum(loader.plan(epoch).worker_samples) for loader in loaders]
@@ -219,15 +243,19 @@ def test_counts_and_coverage(data: ShardData, name: str, mode: str, workers: int
         if tail != "uneven":
             assert len(set(stated)) == 1, f"epoch {epoch}: unequal counts {stated}"
         totals = rank_totals(loaders, epoch)
-        assert sum(totals) == TOTAL  # every shard planned for exactly one rank
+        if tail != "drop":
+            assert sum(totals) == TOTAL  # every sample planned for exactly one rank
         per_rank = [run_epoch(loader, epoch) for loader in loaders]
         labels: list[int] = []
         for r, batches in enumerate(per_rank):
             assert len(batches) == stated[r]
-            for images, lab in batches:
+            if tail == "drop":  # full batches, then maybe one short one, equal on every rank
+                shapes = {tuple(batches_sizes(b)) for b in per_rank}
+                assert len(shapes) == 1 and all(n == BATCH for n in batches_sizes(batches)[:-1])
+            for k, (images, lab) in enumerate(batches):
                 assert images.dtype == torch.uint8 and lab.dtype == torch.int64
                 assert images.shape[1:] == (3, 32, 32) and images.shape[0] == lab.shape[0]
-                if tail == "uneven":
+                if tail == "uneven" or (tail == "drop" and k == len(batches) - 1):
                     assert 1 <= lab.shape[0] <= BATCH
                 else:
                     assert lab.shape[0] == BATCH
@@ -243,17 +271,13 @@ def test_counts_and_coverage(data: ShardData, name: str, mode: str, workers: int
         assert set(real) <= set(range(TOTAL))
         if tail == "drop":
             assert PAD_LABEL not in labels
-            assert len(real) == len(worlds) * stated[0] * BATCH
-            # Shards are assigned whole, so ranks' totals differ (by at most one shard within
-            # a pool); each of a rank's workers then drops at most BATCH - 1 samples.
-            pools = [worlds[i:i + worlds[0].local_world_size]
-                     for i in range(0, len(worlds), worlds[0].local_world_size)] \
-                if mode == "partition" else [worlds]
-            for pool in pools:
-                t = [totals[w.rank] for w in pool]
-                assert max(t) - min(t) <= max(SIZES)
-            bound = sum(t - min(totals) for t in totals) \
-                + len(worlds) * max(1, workers) * (BATCH - 1)
+            assert len(real) == sum(len(lab) for b in per_rank for _, lab in b)
+            # Samples are planned one by one, the last step short when needed: each pool (the
+            # set, or a node's shards) loses < 2 samples per rank beyond what equal counts
+            # across pools need.
+            sizes = [len(p) for p in pools(SIZES, worlds[0].num_nodes, mode, 0)]
+            group = worlds[0].local_world_size if mode == "partition" else len(worlds)
+            bound = sum(n - min(sizes) for n in sizes) + len(sizes) * (2 * group - 1)
             assert TOTAL - len(real) <= bound
         else:
             assert sorted(real) == list(range(TOTAL)), f"epoch {epoch}: not exact"
@@ -327,7 +351,7 @@ def test_resume_yields_the_tail(data: ShardData, workers: int, tail: str) -> Non
             got = []
             for i, batch in enumerate(target):
                 got.append(batch)
-                assert target.state_dict() == {"epoch": epoch, "batch": k + i + 1}
+                assert position(target) == {"epoch": epoch, "batch": k + i + 1}
             assert same_batches(got, full[k:]), f"resume at batch {k} differs"
     # Once a resumed epoch is done, the next pass over it starts from its first batch.
     assert len(loader) == n
@@ -353,7 +377,7 @@ def test_checkpoint_mid_epoch_and_restart(data: ShardData, workers: int) -> None
         if len(before) == 2:
             break
     state = loader.state_dict()
-    assert state == {"epoch": 2, "batch": 2}
+    assert position(loader) == {"epoch": 2, "batch": 2}
     for target in (loader, make()):  # the same loader (its workers stay alive) or a new one
         target.load_state_dict(state)
         assert same_batches(before + list(target), full)
@@ -362,18 +386,18 @@ def test_checkpoint_mid_epoch_and_restart(data: ShardData, workers: int) -> None
 def test_state_dict_right_after_load_state_dict(data: ShardData) -> None:
     """A checkpoint taken after resuming but before the next batch keeps the position."""
     loader = ShardLoader(data.folder, "train", World(), 4, workers=0, transform=SMALL_TRAIN)
-    assert loader.state_dict() == {"epoch": 0, "batch": 0}
+    assert position(loader) == {"epoch": 0, "batch": 0}
     loader.load_state_dict({"epoch": 1, "batch": 3})
-    assert loader.state_dict() == {"epoch": 1, "batch": 3}
+    assert position(loader) == {"epoch": 1, "batch": 3}
 
 
 def test_state_dict_right_after_set_epoch(data: ShardData) -> None:
     """After a finished epoch, set_epoch(e + 1) starts a new epoch with no batch done."""
     loader = ShardLoader(data.folder, "train", World(), 4, workers=0, transform=SMALL_TRAIN)
     run_epoch(loader, 1)
-    assert loader.state_dict() == {"epoch": 1, "batch": len(loader)}
+    assert position(loader) == {"epoch": 1, "batch": len(loader)}
     loader.set_epoch(2)
-    assert loader.state_dict() == {"epoch": 2, "batch": 0}
+    assert position(loader) == {"epoch": 2, "batch": 0}
     # Resuming from that checkpoint must give the whole of epoch 2, not nothing.
     fresh = ShardLoader(data.folder, "train", World(), 4, workers=0, transform=SMALL_TRAIN)
     fresh.load_state_dict(loader.state_dict())
@@ -402,17 +426,20 @@ def test_abandoned_epoch_with_full_rings_does_not_hang(data: ShardData) -> None:
 
 
 def test_killed_worker_names_its_shards(data: ShardData) -> None:
-    """SIGKILL of a worker mid-epoch: a LoaderError naming the worker and its shards."""
+    """SIGKILL of a worker mid-epoch: a LoaderError naming the worker (from the pid it
+    recorded itself), the batch it was making and that batch's shards."""
     loader = ShardLoader(data.folder, "train", World(), 2, workers=2, transform=SMALL_TRAIN)
     plan = loader.plan(0)
     with pytest.raises(LoaderError) as e:
         for i, _ in enumerate(loader):
             if i == 1:
-                os.kill(loader._loader._iterator._workers[1].pid,  # type: ignore[union-attr]
-                        signal.SIGKILL)
-    names = [loader.shards.names[k] for k in plan.worker_shards[1]]
-    assert "worker 1 (reading " + ", ".join(names) + ")" in str(e.value)
-    assert "rank 0" in str(e.value) and "epoch 0" in str(e.value)
+                os.kill(loader.worker_pids[1], signal.SIGKILL)
+    text = str(e.value)
+    b = int(re.search(r"worker 1 \(pid \d+, making batch (\d+) from ", text).group(1))
+    assert b % 2 == 1  # worker 1 makes the odd batches
+    names = sorted({loader.shards.names[k] for k in plan.shards_of(plan.table[b:b + 1])})
+    assert all(n in text for n in names[:3])
+    assert "rank 0" in text and "epoch 0" in text
 
 
 def test_resume_outside_the_epoch_is_refused(data: ShardData) -> None:
@@ -568,8 +595,9 @@ def test_mode_must_match_node_local_manifest(nodes: list[Path]) -> None:
 
 def test_shard_missing_from_node_manifest(data: ShardData, nodes: list[Path],
                                           tmp_path: Path) -> None:
-    """A node-local manifest without one of the node's shards: a rank that needs it in an
-    epoch fails with a LoaderError naming it, before reading anything."""
+    """A node-local manifest without one of the node's shards: every rank of that node
+    (each reads from all of its node's shards) fails with a LoaderError naming it, before
+    reading anything; the other node's ranks are unaffected."""
     folder = tmp_path / "node0"
     shutil.copytree(nodes[0], folder)
     m = read_manifest(folder, "train")
@@ -577,31 +605,12 @@ def test_shard_missing_from_node_manifest(data: ShardData, nodes: list[Path],
     kept = [s for s in m.shards if s != gone]
     write_manifest(folder, replace(m, shards=kept, total_samples=sum(s.samples for s in kept)))
     (folder / gone.name).unlink()
-    names = [n for n in data.ids if n.startswith("train")]
-    sizes = [len(data.ids[n]) for n in names]
     worlds = layout(2, 2)
-    need = {e: [names.index(gone.name) in shards
-                for shards in all_rank_shards(sizes, worlds[0], "partition", 0, e)[:2]]
-            for e in EPOCHS}
-    assert all(sum(n) == 1 for n in need.values())  # one rank of node 0 reads it per epoch
     for w in worlds[:2]:
-        def make(w: World = w) -> ShardLoader:
-            return ShardLoader(folder, "train", w, BATCH, workers=0, transform=SMALL_TRAIN)
-
-        if need[0][w.rank]:  # the constructor plans epoch 0
-            with pytest.raises(LoaderError, match=re.escape(gone.name)):
-                make()
-            continue
-        loader = make()
-        for epoch in EPOCHS:
-            loader.set_epoch(epoch)
-            if need[epoch][w.rank]:
-                with pytest.raises(LoaderError, match=re.escape(gone.name)):
-                    len(loader)
-                with pytest.raises(LoaderError, match=re.escape(gone.name)):
-                    list(loader)
-            else:
-                run_epoch(loader, epoch)
+        with pytest.raises(LoaderError, match=re.escape(gone.name)):
+            ShardLoader(folder, "train", w, BATCH, workers=0, transform=SMALL_TRAIN)
+    for w in worlds[2:]:
+        run_epoch(ShardLoader(nodes[1], "train", w, BATCH, workers=0, transform=SMALL_TRAIN), 0)
 
 
 @pytest.mark.parametrize("workers", [0, 2])
@@ -609,15 +618,16 @@ def test_shard_file_missing(damaged: ShardData, workers: int) -> None:
     """A shard the manifest lists but the disk lacks: the rank reading it fails naming it."""
     gone = "train-000002.tar"
     (damaged.folder / gone).unlink()
-    errors = []
+    errors, readers = [], 0
     for w in layout(1, 2):
         loader = ShardLoader(damaged.folder, "train", w, BATCH, workers=workers,
                              transform=SMALL_TRAIN)
+        readers += reads(loader, gone)
         try:
             list(loader)
         except LoaderError as e:
             errors.append(str(e))
-    assert len(errors) == 1 and gone in errors[0]
+    assert readers and len(errors) == readers and all(gone in e for e in errors)
 
 
 # ---------------------------------------------------------------------------- damaged shards
@@ -692,8 +702,8 @@ def test_corrupt_tar_header(damaged: ShardData, workers: int) -> None:
     shard = damaged.folder / name
     info = member(shard, f"{key_of(damaged.ids[name][3])}.cls")
     xor_bytes(shard, info.offset + 5, 1)  # a byte of the member's name: checksum no longer fits
-    errors = epoch_errors(damaged.folder, workers=workers)
-    assert len(errors) == 1 and name in errors[0]
+    errors = epoch_errors(damaged.folder, workers=workers, tail="pad")
+    assert len(errors) == 1 and name in errors[0]  # the one rank that reads that sample
 
 
 @pytest.mark.parametrize("tail", ["drop", "pad"])
@@ -705,15 +715,14 @@ def test_shard_shorter_than_manifest(damaged: ShardData, tail: str) -> None:
         for i in ids:
             w.add(key_of(i), {"jpg": damaged.jpegs[i], "cls": str(i).encode()})
     errors = epoch_errors(damaged.folder, workers=2, tail=tail)
-    assert len(errors) == 1 and name in errors[0]
-    assert "manifest" in errors[0]
+    assert errors and all(name in e and "manifest" in e for e in errors)
 
 
 @pytest.mark.parametrize("workers", [0, 2])
 @pytest.mark.parametrize("extra", [-2, 2], ids=["fewer", "more"])
 def test_val_shard_count_mismatch_anywhere(damaged: ShardData, extra: int,
                                            workers: int) -> None:
-    """Exact validation (val split: tail="pad", no shuffle buffer): a shard holding fewer
+    """Exact validation (val split: tail="pad", no shuffle): a shard holding fewer
     or more samples than its manifest entry must fail the epoch naming it, whichever shard
     it is (the first, a middle or the last one a worker reads); otherwise the epoch drops or
     adds samples silently."""
@@ -847,6 +856,7 @@ import torch
 import torch.distributed as dist
 
 from imgprep.world import World
+from loaders.plan import pools
 from loaders.shards import PAD_LABEL, ShardLoader
 from loaders.transforms import TrainTransform, ValTransform
 
@@ -885,10 +895,11 @@ Path(cfg["out"]).write_text(json.dumps(report))
 
 
 def run_ranks(tmp_path: Path, worlds: Sequence[World], folders: Sequence[Path],
-              mode: str | None) -> list[dict[str, Any]]:
-    """Run one process per World; all must exit 0 within PROC_TIMEOUT (else killed)."""
+              mode: str | None, text: str = RANK_SCRIPT, **extra: Any) -> list[dict[str, Any]]:
+    """Run one process per World; all must exit 0 within PROC_TIMEOUT (else killed).
+    ``extra`` goes into every rank's configuration."""
     script = tmp_path / "rank.py"
-    script.write_text(RANK_SCRIPT)
+    script.write_text(text)
     env = {k: v for k, v in os.environ.items()
            if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
     env["OMP_NUM_THREADS"] = "1"
@@ -898,7 +909,7 @@ def run_ranks(tmp_path: Path, worlds: Sequence[World], folders: Sequence[Path],
     for w, folder in zip(worlds, folders, strict=True):
         cfg = {"world": [w.rank, w.world_size, w.local_rank, w.local_world_size, w.node_rank,
                          w.num_nodes], "port": port, "folder": str(folder), "mode": mode,
-               "batch": BATCH, "out": str(tmp_path / f"rank{w.rank}.json")}
+               "batch": BATCH, "out": str(tmp_path / f"rank{w.rank}.json"), **extra}
         log = logs.enter_context(open(tmp_path / f"rank{w.rank}.log", "wb"))
         procs.append(subprocess.Popen([sys.executable, str(script), json.dumps(cfg)],
                                       stdout=log, stderr=subprocess.STDOUT, env=env,
@@ -957,3 +968,136 @@ def test_gloo_partition_two_nodes_in_lockstep(data: ShardData, nodes: list[Path]
     for w, r in zip(worlds, reports, strict=True):
         for epoch in range(2):
             assert set(r["train"][epoch]["labels"]) <= node_ids(data, nodes[w.node_rank])
+
+
+# ---------------------------------------------------------------------------- elastic resume
+
+
+def test_elastic_resume_sees_every_remaining_sample_once(data: ShardData) -> None:
+    """Replicate mode: stop after k steps on W ranks, resume on W' ranks from rank 0's
+    state_dict: the batches before and after cover the epoch, each sample once (pad), or
+    all but fewer than 2 per rank (drop)."""
+    for before, after in ((3, 2), (2, 3), (1, 2), (2, 2)):
+        for tail in ("pad", "drop"):
+            for k in (1, 3):
+                first = [ShardLoader(data.folder, "train", w, BATCH, workers=0, tail=tail,
+                                     transform=SMALL_TRAIN) for w in layout(1, before)]
+                seen: list[int] = []
+                for loader in first:
+                    loader.set_epoch(1)
+                    seen += labels_of([b for _, b in zip(range(k), loader, strict=False)])
+                state = first[0].state_dict()
+                assert all(x.state_dict() == state for x in first)  # world-independent
+                for w in layout(1, after):
+                    loader = ShardLoader(data.folder, "train", w, BATCH, workers=0, tail=tail,
+                                         transform=SMALL_TRAIN)
+                    loader.load_state_dict(state)
+                    seen += labels_of(list(loader))
+                real = [x for x in seen if x != PAD_LABEL]
+                assert len(real) == len(set(real)), (before, after, tail, k)
+                lost = TOTAL - len(real)
+                assert lost == 0 if tail == "pad" else lost < 2 * after, (before, after, k)
+
+
+def test_resume_with_another_batch_size_continues_the_order(data: ShardData) -> None:
+    first = ShardLoader(data.folder, "train", World(), 4, workers=0, tail="pad",
+                        transform=SMALL_TRAIN)
+    first.set_epoch(2)
+    seen = labels_of([b for _, b in zip(range(3), first, strict=False)])
+    then = ShardLoader(data.folder, "train", World(), 5, workers=0, tail="pad",
+                       transform=SMALL_TRAIN)
+    then.load_state_dict(first.state_dict())
+    seen += labels_of(list(then))
+    assert sorted(x for x in seen if x != PAD_LABEL) == list(range(TOTAL))
+
+
+def test_partition_resume_on_another_node_count_is_refused(data: ShardData) -> None:
+    loader = ShardLoader(data.folder, "train", layout(2, 1)[0], BATCH, workers=0,
+                         mode="partition", transform=SMALL_TRAIN)
+    next(iter(loader))
+    state = loader.state_dict()
+    other = ShardLoader(data.folder, "train", layout(3, 1)[0], BATCH, workers=0,
+                        mode="partition", transform=SMALL_TRAIN)
+    with pytest.raises(WorldError, match="2 nodes.*this job has 3.*same node count"):
+        other.load_state_dict(state)
+    same_nodes = ShardLoader(data.folder, "train", layout(2, 2)[0], BATCH, workers=0,
+                             mode="partition", transform=SMALL_TRAIN)
+    same_nodes.load_state_dict(state)  # more ranks per node: the node's data is the same
+
+
+ELASTIC_SCRIPT = r'''
+"""One rank: with phase "first", take `steps` all-reduced steps of epoch 1 and save rank 0's
+state; "resume": load that state and finish the epoch; "whole": the whole epoch. Reports
+labels, counts, the worker pids and the plan's samples per worker."""
+import json
+import sys
+from datetime import timedelta
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from imgprep.world import World
+from loaders.shards import ShardLoader
+from loaders.transforms import TrainTransform
+
+cfg = json.loads(sys.argv[1])
+world = World(*cfg["world"])
+dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{cfg['port']}",
+                        rank=world.rank, world_size=world.world_size,
+                        timeout=timedelta(seconds=60))
+loader = ShardLoader(cfg["folder"], "train", world, cfg["batch"], workers=2, tail=cfg["tail"],
+                     transform=TrainTransform(size=32))
+state_file = Path(cfg["state"])
+loader.set_epoch(1)
+if cfg["phase"] == "resume":
+    loader.load_state_dict(json.loads(state_file.read_text()))
+labels, stated, steps = [], len(loader), 0
+for images, lab in loader:
+    dist.all_reduce(torch.ones(1))
+    labels += lab.tolist()
+    steps += 1
+    if cfg["phase"] == "first" and steps == cfg["steps"]:
+        break
+if cfg["phase"] == "first" and world.rank == 0:
+    state_file.write_text(json.dumps(loader.state_dict()))
+plan = loader.plan(1, 0)
+report = {"labels": labels, "stated": stated, "steps": steps, "pids": loader.worker_pids,
+          "worker_samples": plan.worker_samples}
+dist.barrier()
+dist.destroy_process_group()
+Path(cfg["out"]).write_text(json.dumps(report))
+'''
+
+
+@pytest.mark.slow
+def test_gloo_elastic_resume_three_ranks_to_two(data: ShardData, tmp_path: Path) -> None:
+    """Checkpoint on 3 Gloo ranks (2 workers each) after 2 steps, resume on 2: every
+    remaining sample of the epoch once, padding aside."""
+    state = tmp_path / "state.json"
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    first = run_ranks(tmp_path / "a", layout(1, 3), [data.folder] * 3, None, ELASTIC_SCRIPT,
+                      phase="first", steps=2, tail="pad", state=str(state))
+    then = run_ranks(tmp_path / "b", layout(1, 2), [data.folder] * 2, None, ELASTIC_SCRIPT,
+                     phase="resume", steps=0, tail="pad", state=str(state))
+    assert {r["steps"] for r in first} == {2} and len({r["steps"] for r in then}) == 1
+    assert all(r["stated"] == r["steps"] for r in then)
+    real = [x for r in first + then for x in r["labels"] if x != PAD_LABEL]
+    assert sorted(real) == list(range(TOTAL))
+
+
+@pytest.mark.slow
+def test_gloo_one_shard_per_rank_keeps_both_workers_busy(tmp_path: Path) -> None:
+    """2 Gloo ranks x 2 workers over 2 shards: whole-shard plans left one worker idle per
+    rank; sample plans give both workers batches, and both workers really ran."""
+    folder = tmp_path / "two"
+    folder.mkdir()
+    write_split(folder, "train", (12, 12), lambda i: jpeg((64, 64), seed=i))
+    reports = run_ranks(tmp_path, layout(1, 2), [folder] * 2, None, ELASTIC_SCRIPT,
+                        phase="whole", steps=0, tail="drop",
+                        state=str(tmp_path / "none.json"))
+    for r in reports:
+        assert len(r["worker_samples"]) == 2 and min(r["worker_samples"]) > 0
+        assert len(set(r["pids"])) == 2 and min(r["pids"]) > 0
+        assert r["steps"] == r["stated"] == 4

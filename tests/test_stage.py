@@ -26,12 +26,12 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from imgprep import stage
+from imgprep import copier, nodelock, stage
 from imgprep.assign import node_shards
 from imgprep.cli import cli
 from imgprep.convert import ConvertOptions, convert
 from imgprep.errors import StageError, WaitTimeout
-from imgprep.manifest import Manifest, read_manifest, write_manifest
+from imgprep.manifest import IndexEntry, Manifest, index_name, read_manifest, write_manifest
 from imgprep.stage import StageOptions, is_staged, plan_node, stage_to_node
 from imgprep.verify import verify
 from imgprep.world import World
@@ -444,7 +444,7 @@ def test_waiter_fails_fast_when_its_copier_dies(held_source: tuple[Path, Path, P
     finally:
         os.close(fd)
     assert waiter.returncode == 3
-    assert waited < stage.DEAD_GRACE + 10, waited  # not --timeout
+    assert waited < nodelock.DEAD_GRACE + 10, waited  # not --timeout
     one_line(stderr, "copier (local rank 0", f"pid {copier.pid}", "of node 0 died", str(dst),
              "rerun")
     assert_no_bad_final(dst, s)
@@ -470,7 +470,7 @@ def test_waiter_reports_its_copiers_failure(src: Path, tmp_path: Path) -> None:
     procs = [start(cmd, torchrun_env(r, 2, 2)) for r in range(2)]
     (_, copier_err), (_, waiter_err) = (p.communicate(timeout=TIMEOUT) for p in procs)
     assert [p.returncode for p in procs] == [3, 3]
-    assert time.monotonic() - t0 < stage.DEAD_GRACE + 10
+    assert time.monotonic() - t0 < nodelock.DEAD_GRACE + 10
     one_line(copier_err, "node 0", shard(s, 2).name, "sha256", "reconvert")
     one_line(waiter_err, "copier (local rank 0", f"of node 0 failed staging into {dst}",
              shard(s, 2).name)
@@ -497,7 +497,7 @@ def test_disk_full_while_writing(src: Path, tmp_path: Path, monkeypatch: pytest.
                                  path: str) -> None:
     """ENOSPC while writing shard 3, on the copy_file_range path and on its fallback."""
     name = shard(src, 3).name
-    real_copy, real_write = os.copy_file_range, stage._write_all
+    real_copy, real_write = os.copy_file_range, copier._write_all
 
     def is_victim(fd: int) -> bool:
         return name in os.readlink(f"/proc/self/fd/{fd}")
@@ -517,7 +517,7 @@ def test_disk_full_while_writing(src: Path, tmp_path: Path, monkeypatch: pytest.
         real_write(fd, data)
 
     monkeypatch.setattr(os, "copy_file_range", full_copy)
-    monkeypatch.setattr(stage, "_write_all", full_write)
+    monkeypatch.setattr(copier, "_write_all", full_write)
     dst = tmp_path / "dst"
     stage_fails(StageOptions(src, dst, split="train", jobs=1), None, "node 0", "disk full",
                 name, str(dst), "rerun")
@@ -680,3 +680,29 @@ def test_node_manifest_is_a_valid_manifest(src: Path, tmp_path: Path) -> None:
         assert m.node is not None and m.node.node_rank == 2
         assert {e.name for e in m.shards} == {p.name for p in dst.glob(f"{split}-*.tar")}
     assert_verifies(dst, decode=True)
+
+
+def test_sample_index_is_staged_and_checked(src: Path, tmp_path: Path) -> None:
+    """The split's sample index comes with the shards in every mode, checked by sha256, and
+    the node-local manifest keeps its entry."""
+    s = copy_src(src, tmp_path / "src")
+    m = read_manifest(s, "train")
+    data = os.urandom(500)
+    (s / index_name("train")).write_bytes(data)
+    entry = IndexEntry(index_name("train"), len(data), hashlib.sha256(data).hexdigest())
+    write_manifest(s, replace(m, index=entry))
+    dst = tmp_path / "dst"
+    got = stage_to_node(StageOptions(s, dst, mode="partition", split="train"),
+                        World().with_nodes(2, 1))
+    assert (dst / entry.name).read_bytes() == data
+    assert read_manifest(dst, "train").index == entry
+    assert got["bytes_read"] == share_bytes(s, 2, "partition", 1, ["train"]) + len(data)
+    assert_verifies(dst)
+    again = stage_to_node(StageOptions(s, dst, mode="partition", split="train"),
+                          World().with_nodes(2, 1))
+    assert again["bytes_read"] == 0
+
+    flip_byte(s / entry.name, 10)
+    stage_fails(StageOptions(s, tmp_path / "d2", split="train"), None, str(s / entry.name),
+                "sha256", "reconvert")
+    assert not (tmp_path / "d2" / entry.name).exists()

@@ -499,9 +499,9 @@ def stage_vanishing_source(work: Path, trials: int, seed: int = 0) -> list[Trial
 
 
 def worker_kills(work: Path, trials: int, seed: int = 0) -> list[Trial]:
-    """SIGKILL one DataLoader worker at a random batch: a LoaderError naming the worker and
-    its shards (never a hang or a bare traceback); a fresh loader resumed at the last batch
-    taken gives exactly the batches an uninterrupted run gives from there."""
+    """SIGKILL one DataLoader worker at a random batch: a LoaderError naming the worker, its
+    batch and that batch's shards (never a hang or a bare traceback); a fresh loader resumed at
+    the last batch taken gives exactly the batches an uninterrupted run gives from there."""
     import torch
 
     from imgprep.world import World
@@ -527,12 +527,11 @@ def worker_kills(work: Path, trials: int, seed: int = 0) -> list[Trial]:
                     problem = f"batch {k} differs before the kill"
                 taken = k + 1
                 if k == at:
-                    pid = ld._loader._iterator._workers[victim].pid  # type: ignore[union-attr]
-                    os.kill(pid, signal.SIGKILL)
+                    os.kill(ld.worker_pids[victim], signal.SIGKILL)
             problem = problem or "the epoch ended as if nothing happened"
         except LoaderError as e:
             seen = str(e)
-            if f"worker {victim} (reading " not in seen:
+            if f"worker {victim} (pid " not in seen:
                 problem = f"the error does not name worker {victim}: {seen[:300]}"
         resumed = loader()
         resumed.load_state_dict({"epoch": 0, "batch": taken})

@@ -8,7 +8,9 @@ Three functions, each given a scratch folder and sizes, each returning ``(figure
 - ``stage_scale``: many ``imgprep stage-to-node`` processes at once on simulated nodes (one
   copier per node, every node complete, the source read exactly once per node share);
 - ``loader_scale``: several ranks of ``ShardLoader`` over thousands of shards for several
-  epochs (start-up time, equal batch counts, worker memory that does not grow).
+  epochs (start-up time, equal batch counts, worker memory that does not grow), and the
+  sample-granular plans of ILSVRC2012-sized jobs up to 256 x 8 ranks computed from counts
+  (set seen per epoch, every worker busy, no refusal).
 
 The data are synthetic (small JPEGs in the real nested-tar layout) and made in the scratch
 folder; nothing is read from ``../shared``. Every command runs as a subprocess with the
@@ -611,6 +613,29 @@ def _loader_trials(reports: list[dict[str, Any]], ranks: int, epochs: int,
     ]
 
 
+ILSVRC_SHARDS = [1250] * 1024 + [1167]  # the default conversion of ILSVRC2012 train
+BIG_JOBS = ((16, 8, 8, 256), (128, 8, 8, 32), (256, 8, 8, 32))  # nodes, local, workers, batch
+
+
+def _big_plans() -> Trial:
+    """Plans of ILSVRC2012-sized jobs from counts alone: >= 99.9 % of the set per epoch in
+    drop mode, every worker busy and within one batch of its siblings, no refusal."""
+    from loaders.plan import job_summary
+
+    bad, seen = [], []
+    for job in BIG_JOBS:
+        try:
+            s = job_summary(ILSVRC_SHARDS, *job)
+        except ImgprepError as e:
+            bad.append(f"{job}: refused: {e}")
+            continue
+        seen.append(f"{job[0]}x{job[1]}: {100 * s['seen']:.3f} %")
+        if s["seen"] < 0.999 or s["busy_workers"] < job[2] or s["worker_spread"] > job[3]:
+            bad.append(f"{job}: {s}")
+    return _ok_all("loader plans", "ILSVRC2012 jobs up to 256 x 8 ranks", bad,
+                   "seen " + ", ".join(seen) + "; all 8 workers busy; none refused")
+
+
 def loader_scale(work: Path, ranks: int = 4, workers: int = 2, shards: int = 2000,
                  epochs: int = 3, per_shard: int = 4, batch_size: int = 16, size: int = 32
                  ) -> tuple[list[Figure], list[Trial]]:
@@ -625,7 +650,8 @@ def loader_scale(work: Path, ranks: int = 4, workers: int = 2, shards: int = 200
 
     Trials and bounds: every rank exits 0; equal batch counts across ranks in every epoch;
     every epoch gives the planned batches; no growth: every worker's PSS after the last
-    epoch <= after the first + 10 MB, with the same worker pids. Figures: start-up s, batches
+    epoch <= after the first + 10 MB, with the same worker pids; ILSVRC2012-sized plans
+    (``_big_plans``) see >= 99.9 % with every worker busy. Figures: start-up s, batches
     per epoch, worker PSS/RSS and rank PSS after the first and last epochs.
     """
     folder = make_shards(work / "loader-src", shards, per_shard, size)
@@ -636,7 +662,7 @@ def loader_scale(work: Path, ranks: int = 4, workers: int = 2, shards: int = 200
              for r in range(ranks)]
     results = finish(procs, 900)
     reports = [line for _, lines, _ in results for line in lines]
-    trials = _loader_trials(reports, ranks, epochs, results)
+    trials = _loader_trials(reports, ranks, epochs, results) + [_big_plans()]
     if not trials[0].ok:  # a rank failed: its figures would be partial
         return [], trials
     return _loader_figures(reports, epochs), trials

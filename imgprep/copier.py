@@ -1,0 +1,250 @@
+"""The copy engine of stage-to-node: move shard bytes onto node-local disk, checked.
+
+Every copy streams through a temporary name beside its final one, is checked against the
+manifest (size always, sha256 unless told "size"), fsynced and renamed: a crash, a full disk or
+a corrupt source never leaves a bad file under a shard's final name. Copies run on a small
+thread pool whose first error stops the others cleanly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import hashlib
+import os
+import shutil
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from pathlib import Path
+from typing import TypeVar
+
+from imgprep.errors import OutputError, StageError
+from imgprep.fsutil import atomic_open, tmp_name
+from imgprep.manifest import IndexEntry, ShardEntry
+
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+Progress = Callable[[int], None]
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+class Stopped(Exception):
+    """Another copy failed or the run was interrupted: stop this one cleanly."""
+
+
+def why(err: BaseException | None) -> str:
+    """A short reason for an error: "disk full", the OS's words, or the message."""
+    if isinstance(err, OSError):
+        return "disk full" if err.errno in DISK_FULL else (err.strerror or str(err))
+    return str(err)
+
+
+def size_text(n: int) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.2f} {unit}"
+    return f"{n} bytes"
+
+
+def check_space(dst: Path, need: int, shards: int, node: int) -> int:
+    """``need`` (bytes still to copy), or a StageError when ``dst`` has not that much free."""
+    free = shutil.disk_usage(dst).free
+    if free < need:
+        raise StageError(f"node {node}: {dst} has {size_text(free)} free but "
+                         f"{size_text(need)} ({shards} shards) still to copy; free space "
+                         "or use another --dst, then rerun")
+    return need
+
+
+def write_small(path: Path, data: bytes, node: int, durable: bool = True) -> None:
+    """Write a small file atomically; a failure is a StageError that says what to do."""
+    try:
+        with atomic_open(path, durable=durable) as f:
+            f.write(data)
+    except OutputError as e:
+        raise StageError(f"node {node}: cannot write {path}: {why(e.__cause__ or e)}; free "
+                         "space there or use another --dst, then rerun to resume") from e
+
+
+def write_error(err: OSError, name: str, dst: Path, node: int) -> StageError:
+    """The one-line error for a failed write of ``name`` into ``dst``."""
+    if err.errno in DISK_FULL:
+        return StageError(f"node {node}: disk full writing {name} in {dst}; free "
+                          "space there or use another --dst, then rerun to resume")
+    return StageError(f"node {node}: cannot write {name} in {dst}: "
+                      f"{err.strerror or err}; check that folder, then rerun to resume")
+
+
+def parallel(fn: Callable[[T], R], items: Sequence[T], jobs: int,
+             stop: threading.Event) -> list[R]:
+    """``fn`` over ``items`` on ``jobs`` threads, results in order. The first error sets
+    ``stop`` (running calls clean up and end), cancels the rest and is raised."""
+    if not items:
+        return []
+
+    def guarded(item: T) -> R:
+        if stop.is_set():
+            raise Stopped
+        try:
+            return fn(item)
+        except BaseException:
+            stop.set()  # at once: this thread's next item must not start
+            raise
+
+    ex = ThreadPoolExecutor(max_workers=min(jobs, len(items)), thread_name_prefix="stage")
+    futures = [ex.submit(guarded, item) for item in items]
+    try:
+        wait(futures, return_when=FIRST_EXCEPTION)
+    except BaseException:  # Ctrl-C while waiting
+        stop.set()
+        raise
+    finally:
+        ex.shutdown(wait=True, cancel_futures=True)
+    errors = [e for f in futures if not f.cancelled() and (e := f.exception()) is not None]
+    if errors:  # the first real one: the others only stopped because of it
+        raise next((e for e in errors if not isinstance(e, Stopped)), errors[0])
+    return [f.result() for f in futures]
+
+
+def _write_all(fd: int, data: bytes | memoryview) -> None:
+    """os.write until all of ``data`` is written (a write may be partial)."""
+    view = memoryview(data)
+    while len(view):
+        view = view[os.write(fd, view):]
+
+
+def hash_file(path: Path, chunk: int, stop: threading.Event) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb", buffering=0) as f:
+        while block := f.read(chunk):
+            if stop.is_set():
+                raise Stopped
+            h.update(block)
+    return h.hexdigest()
+
+
+_NO_KERNEL_COPY = (errno.EXDEV, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL, errno.ETXTBSY)
+
+
+def _transfer(src: int, dst: int, expected: int, chunk: int, stop: threading.Event,
+              tick: Progress) -> int:
+    """Copy ``src`` to ``dst`` from their current offsets, in the kernel (copy_file_range,
+    as GNU cp does: no trip through user space) where the file systems allow it, else with
+    large reads and writes. Stops one chunk past ``expected`` (enough to tell a longer
+    source). Returns the bytes copied."""
+    n, in_kernel = 0, hasattr(os, "copy_file_range")
+    while n <= expected:
+        if stop.is_set():
+            raise Stopped
+        if in_kernel:
+            try:
+                k = os.copy_file_range(src, dst, chunk)
+            except OSError as err:
+                if err.errno not in _NO_KERNEL_COPY:
+                    raise
+                in_kernel = False  # offsets have advanced by what was copied: go on from there
+                continue
+        else:
+            data = os.read(src, chunk)
+            k = len(data)
+            _write_all(dst, data)
+        if not k:
+            break
+        n += k
+        tick(k)
+    return n
+
+
+def present(path: Path, e: ShardEntry | IndexEntry, verify: str, chunk: int, trusted: bool,
+            stop: threading.Event) -> bool:
+    """Whether ``path`` already holds shard ``e``: its size, and its sha256 unless verify is
+    "size" or a done-marker of this plan vouches for it (``trusted``)."""
+    try:
+        if not path.is_file() or path.stat().st_size != e.bytes:
+            return False
+        return trusted or verify == "size" or hash_file(path, chunk, stop) == e.sha256
+    except OSError:
+        return False  # unreadable: copy it again
+
+
+def open_tmp(final: Path) -> int:
+    """Open ``final``'s temporary name for writing, never through a link planted there."""
+    return os.open(tmp_name(final), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
+                   | os.O_NOFOLLOW, 0o644)
+
+
+def _read_error(err: OSError, src: Path, manifest: Path, node: int) -> StageError:
+    if isinstance(err, FileNotFoundError):
+        return StageError(f"node {node}: source shard {src} vanished (listed in "
+                          f"{manifest}); restore it or reconvert, then rerun to resume")
+    return StageError(f"node {node}: cannot read source shard {src}: {err.strerror or err}; "
+                      "check the file server, then rerun to resume")
+
+
+def copy_shard(src: Path, manifest: Path, e: ShardEntry | IndexEntry, dst: Path, verify: str,
+               chunk: int, node: int, tick: Progress, stop: threading.Event) -> int:
+    """Copy ``src`` (shard ``e`` of ``manifest``) to its temporary name in ``dst`` (read once),
+    check its size and sha256 against the manifest, fsync, rename. Returns the bytes read.
+    ``dst/<name>`` is never bad."""
+    final = dst / e.name
+    tmp = tmp_name(final)
+    try:
+        fin = open(src, "rb", buffering=0)
+    except OSError as err:
+        raise _read_error(err, src, manifest, node) from err
+    try:
+        with fin:
+            with contextlib.suppress(OSError, AttributeError):
+                os.posix_fadvise(fin.fileno(), 0, 0, os.POSIX_FADV_SEQUENTIAL)
+            try:
+                fd = open_tmp(final)
+            except OSError as err:
+                raise write_error(err, e.name, dst, node) from err
+            try:
+                try:
+                    n = _transfer(fin.fileno(), fd, e.bytes, chunk, stop, tick)
+                except OSError as err:
+                    if err.errno in DISK_FULL:
+                        raise write_error(err, e.name, dst, node) from err
+                    raise StageError(f"node {node}: copying {src} to {dst} failed: "
+                                     f"{err.strerror or err}; check the file server and that "
+                                     "folder, then rerun to resume") from err
+                if n != e.bytes:
+                    raise StageError(
+                        f"node {node}: source shard {src} has {'over ' if n > e.bytes else ''}"
+                        f"{n} bytes, its manifest {manifest.name} says {e.bytes}: the file "
+                        "server's copy is corrupt or was rewritten; reconvert or restore it, "
+                        "then rerun")
+                # The copy is hashed as it landed (from the page cache): the source is read
+                # once, and what is checked is what will be used.
+                if verify == "sha256" and (got := hash_file(tmp, chunk, stop)) != e.sha256:
+                    raise StageError(
+                        f"node {node}: source shard {src} does not match its manifest "
+                        f"{manifest.name} (sha256 {got[:12]}... != {e.sha256[:12]}...): the "
+                        "file server's copy is corrupt; reconvert or restore it, then rerun")
+                try:
+                    os.fsync(fd)
+                except OSError as err:
+                    raise write_error(err, e.name, dst, node) from err
+            finally:
+                os.close(fd)
+        try:
+            os.replace(tmp, final)
+        except OSError as err:
+            raise write_error(err, e.name, dst, node) from err
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    return n
+
+
+def copy_index(ix: IndexEntry | None, manifest: Path, dst: Path, chunk: int, node: int) -> int:
+    """Copy a split's sample index (if it has one) from beside ``manifest``, checked by its
+    sha256 like a shard; returns the bytes read. Small: every node reads it, fan-out or not."""
+    stop = threading.Event()
+    if ix is None or present(dst / ix.name, ix, "sha256", chunk, False, stop):
+        return 0
+    return copy_shard(manifest.parent / ix.name, manifest, ix, dst, "sha256", chunk, node,
+                      lambda k: None, stop)

@@ -1,0 +1,154 @@
+"""Reading samples by offset: one ``os.pread`` per run of neighbouring samples of a shard.
+
+A batch's samples are sorted by (shard, offset); samples whose byte spans lie within
+``GAP`` of each other are read in one call (up to ``MAX_READ``), so sequential orders read
+shards in large blocks and random orders cost one small read per sample. Each member's tar
+header (the 512 bytes before its data) is checked against the index: its checksum, its
+extension and its size, so a shard changed since it was indexed is named, never misread.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from loaders.common import LoaderError
+
+BLOCK = 512
+GAP = 64 << 10  # read across a gap this small rather than make another call
+MAX_READ = 8 << 20
+MAX_OPEN = 64  # shard files a reader keeps open
+
+Raw = tuple[str, str, bytes, int]  # shard name, key, jpeg bytes, label
+
+
+@dataclass(frozen=True, eq=False)
+class Locations:
+    """Per sample id of the whole set: its shard, and its jpg and cls members (-1: absent)."""
+
+    folder: Path
+    names: tuple[str, ...]
+    shard_bytes: np.ndarray  # i8[shards]
+    first: np.ndarray  # i8[shards + 1]
+    jpg: tuple[np.ndarray, np.ndarray]  # data offset, size
+    cls: tuple[np.ndarray, np.ndarray]
+
+    def shard_of(self, ids: np.ndarray) -> np.ndarray:
+        return np.searchsorted(self.first, ids, side="right") - 1
+
+
+@dataclass
+class Reader:
+    """One process's reader (file descriptors are opened lazily, after fork)."""
+
+    loc: Locations
+    rank: int
+    _fds: OrderedDict[int, int] = field(default_factory=OrderedDict)
+
+    def close(self) -> None:
+        while self._fds:
+            os.close(self._fds.popitem()[1])
+
+    def _fd(self, shard: int) -> int:
+        fd = self._fds.get(shard)
+        if fd is not None:
+            self._fds.move_to_end(shard)
+            return fd
+        path = self.loc.folder / self.loc.names[shard]
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError as e:
+            raise LoaderError(f"rank {self.rank}: cannot open shard {path} ({e.strerror}); "
+                              "stage it (imgprep stage-to-node) or verify the folder") from e
+        size, want = os.fstat(fd).st_size, int(self.loc.shard_bytes[shard])
+        if size != want:
+            os.close(fd)
+            raise LoaderError(f"rank {self.rank}: {path} is {size} bytes, the manifest and "
+                              f"index say {want}: the shard changed; verify or restage it")
+        if len(self._fds) >= MAX_OPEN:
+            os.close(self._fds.popitem(last=False)[1])
+        self._fds[shard] = fd
+        return fd
+
+    def read(self, ids: np.ndarray) -> list[Raw]:
+        """The samples ``ids`` (global sample ids), in that order."""
+        loc = self.loc
+        shard = loc.shard_of(ids)
+        (jo, js), (co, cs) = (loc.jpg[0][ids], loc.jpg[1][ids]), (loc.cls[0][ids], loc.cls[1][ids])
+        if (jo < 0).any() or (co < 0).any():
+            k = int(np.flatnonzero((jo < 0) | (co < 0))[0])
+            raise LoaderError(f"rank {self.rank}: {loc.names[shard[k]]}: sample "
+                              f"{int(ids[k] - loc.first[shard[k]])} has no jpg or no cls "
+                              "member; verify or restage the shard")
+        lo = np.minimum(jo, co) - BLOCK
+        hi = np.maximum(jo + js, co + cs)
+        order = np.lexsort((lo, shard)).tolist()
+        out: list[Raw | None] = [None] * len(ids)
+        i = 0
+        while i < len(order):
+            k = order[i]
+            start, end, run = int(lo[k]), int(hi[k]), [k]
+            for j in order[i + 1:]:
+                if shard[j] != shard[k] or lo[j] - end > GAP or hi[j] - start > MAX_READ:
+                    break
+                end = max(end, int(hi[j]))
+                run.append(j)
+            buf = self._pread(int(shard[k]), start, end - start)
+            for j in run:
+                out[j] = self._sample(buf, start, int(shard[j]), int(jo[j]), int(js[j]),
+                                      int(co[j]), int(cs[j]))
+            i += len(run)
+        return out  # type: ignore[return-value]
+
+    def _pread(self, shard: int, offset: int, size: int) -> bytes:
+        fd = self._fd(shard)
+        try:
+            data = os.pread(fd, size, offset)
+        except OSError as e:
+            raise LoaderError(f"rank {self.rank}: cannot read {self.loc.names[shard]} "
+                              f"({e.strerror}); verify or restage it") from e
+        if len(data) != size:
+            raise LoaderError(f"rank {self.rank}: {self.loc.names[shard]} ends before byte "
+                              f"{offset + size} the index names; verify or restage it")
+        return data
+
+    def _sample(self, buf: bytes, base: int, shard: int, jo: int, js: int, co: int,
+                cs: int) -> Raw:
+        name = self.loc.names[shard]
+        key = self._header(buf, jo - base, "jpg", js, name)
+        self._header(buf, co - base, "cls", cs, name)
+        text = buf[co - base:co - base + cs]
+        try:
+            label = int(text)
+        except ValueError:
+            raise LoaderError(f"rank {self.rank}: {name}: sample {key} has label {text!r}; "
+                              "verify or restage the shard") from None
+        return name, key, buf[jo - base:jo - base + js], label
+
+    def _header(self, buf: bytes, at: int, ext: str, size: int, shard: str) -> str:
+        """Check the tar header before member data at ``at``; the sample's key."""
+        h = buf[at - BLOCK:at]
+        raw = h[:100].split(b"\0", 1)[0]
+        ok = sum(h[:148]) + 256 + sum(h[156:]) == _octal(h[148:156])
+        named = len(raw) >= 100 or raw.endswith(b"." + ext.encode())  # 100: a pax name
+        if not ok or _octal(h[124:136]) != size or not named:
+            raise LoaderError(
+                f"rank {self.rank}: {shard}: the tar header at byte {at - BLOCK} is not the "
+                f"{ext} member of {size} bytes the sample index names: the shard changed "
+                f"since it was indexed; verify or restage it, or rebuild the index "
+                f"(imgprep index {self.loc.folder})")
+        return raw.decode("utf-8", "replace").rsplit("/", 1)[-1].partition(".")[0]
+
+
+def _octal(field: bytes) -> int:
+    if field[:1] and field[0] & 0x80:
+        return int.from_bytes(field[1:], "big")
+    text = field.split(b"\0", 1)[0].strip()
+    try:
+        return int(text, 8) if text else 0
+    except ValueError:
+        return -1

@@ -1,0 +1,406 @@
+"""``stage-to-node --mode replicate --fanout``: every node ends with every shard, the file server
+is read once in all, a dead or failing node stops the others with its name, a corrupt copy on
+a sending node is caught by the receivers, and a rerun moves only what some node lacks.
+
+Nodes are real processes on this machine, one copier each, meeting on 127.0.0.1 at a free port
+(``--num-nodes/--node-rank --rendezvous``, or torchrun's variables); every wait has a timeout.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import free_port, mpirun_cmd
+
+from imgprep.assign import node_shards
+from imgprep.convert import ConvertOptions, convert
+from imgprep.fanplan import chunks, plan_transfers, walk
+from imgprep.manifest import IndexEntry, index_name, read_manifest, write_manifest
+from imgprep.rendezvous import Rendezvous, RendezvousError, copier_rendezvous
+from imgprep.verify import verify
+from imgprep.world import World
+
+TIMEOUT = 120  # for a whole run of 4 processes on 2 shared cores (each imports torch)
+NODES = 4
+LAUNCHER_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
+                 "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_USE_AGENT_STORE")
+LAUNCHER_PREFIXES = ("OMPI_", "PMI_", "PMIX_", "SLURM_")
+
+# Runs the command line in this process and prints, last on stderr, the kernel's count of
+# bytes read (rchar) during the run: imports are done before the first look.
+RCHAR = """
+import sys, atexit
+import torch.distributed, imgprep.cli, imgprep.stage
+def rchar():
+    with open("/proc/self/io") as f:
+        return next(int(l.split()[1]) for l in f if l.startswith("rchar:"))
+start = rchar()
+atexit.register(lambda: print(f"rchar {rchar() - start}", file=sys.stderr, flush=True))
+sys.argv = ["imgprep", *sys.argv[1:]]
+imgprep.cli.main()
+"""
+
+
+@pytest.fixture(scope="module")
+def src(sample: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A converted folder: train (12 shards, with a sample index) and val (4 shards)."""
+    out = tmp_path_factory.mktemp("converted")
+    convert(ConvertOptions(input=sample / "ILSVRC2012_img_train.tar", out=out, num_shards=12,
+                           workers=2))
+    convert(ConvertOptions(input=sample / "ILSVRC2012_img_val.tar", out=out, num_shards=4,
+                           workers=2, labels=(sample / "LOC_val_solution.csv",)))
+    m = read_manifest(out, "train")
+    if m.index is None:  # the sidecar, made up here if convert does not write one
+        data = os.urandom(800)  # a real index is ~16 bytes a sample
+        (out / index_name("train")).write_bytes(data)
+        write_manifest(out, replace(m, index=IndexEntry(index_name("train"), len(data),
+                                                        hashlib.sha256(data).hexdigest())))
+    return out
+
+
+def env(**extra: object) -> dict[str, str]:
+    e = {k: v for k, v in os.environ.items()
+         if k not in LAUNCHER_VARS and not k.startswith(LAUNCHER_PREFIXES)}
+    e.update({k: str(v) for k, v in extra.items()}, OMP_NUM_THREADS="1",
+             TORCH_CPP_LOG_LEVEL="ERROR")  # as the command sets it (the wrapper imports first)
+    return e
+
+
+def shard_names(src: Path) -> dict[str, str]:
+    """Every shard's (and the index's) name and sha256, from the manifests."""
+    out = {}
+    for split in ("train", "val"):
+        m = read_manifest(src, split)
+        out.update({s.name: s.sha256 for s in m.shards})
+        if m.index is not None:
+            out[m.index.name] = m.index.sha256
+    return out
+
+
+def set_bytes(src: Path) -> int:
+    return sum(read_manifest(src, split).total_bytes for split in ("train", "val"))
+
+
+def digests(dst: Path) -> dict[str, str]:
+    """sha256 of every shard and index under its final name in ``dst`` (not temporary ones:
+    a failed run may leave those; the rerun sweeps them)."""
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(dst.iterdir())
+            if p.is_file() and p.suffix in (".tar", ".bin") and not p.name.startswith(".")}
+
+
+def assert_complete(src: Path, dst: Path) -> None:
+    """``dst`` holds every shard byte-identical to the source, and verifies."""
+    assert digests(dst) == shard_names(src)
+    for split in ("train", "val"):
+        assert read_manifest(dst, split).index == read_manifest(src, split).index
+    rep = verify(dst, decode=False)
+    assert rep.ok, rep.problems
+
+
+def assert_nothing_bad(src: Path, dst: Path) -> None:
+    """Whatever ``dst`` holds under a final name is right."""
+    want = shard_names(src)
+    for name, digest in digests(dst).items():
+        assert want[name] == digest, name
+
+
+def owned(src: Path, node: int, split: str = "train") -> list[str]:
+    m = read_manifest(src, split)
+    return [m.shards[i].name for i in
+            node_shards([s.samples for s in m.shards], NODES, "partition", 0)[node]]
+
+
+def fanout_cmd(src: Path, dst: Path, port: int, node: int, *extra: object) -> list[str]:
+    return [sys.executable, "-c", RCHAR, "stage-to-node", "--src", str(src), "--dst",
+            str(dst / "n{node}"), "--mode", "replicate", "--fanout", "--rendezvous",
+            f"127.0.0.1:{port}", "--num-nodes", str(NODES), "--node-rank", str(node), "--json",
+            "-q", *(str(a) for a in extra)]
+
+
+def start_nodes(src: Path, dst: Path, *extra: object) -> list[subprocess.Popen[str]]:
+    port = free_port()
+    return [subprocess.Popen(fanout_cmd(src, dst, port, k, *extra), env=env(),
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for k in range(NODES)]
+
+
+def outcome(procs: Sequence[subprocess.Popen[str]]) -> list[tuple[int, str, str]]:
+    out = []
+    try:
+        for p in procs:
+            stdout, stderr = p.communicate(timeout=TIMEOUT)
+            out.append((p.returncode, stdout, stderr))
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait(timeout=TIMEOUT)
+    return out
+
+
+def summaries(results: Sequence[tuple[int, str, str]]) -> list[dict[str, Any]]:
+    out = []
+    for code, stdout, stderr in results:
+        assert code == 0, stderr
+        s = json.loads(stdout)
+        s["rchar"] = int(stderr.strip().splitlines()[-1].split()[1])
+        out.append(s)
+    return out
+
+
+def error_line(stderr: str) -> str:
+    lines = [line for line in stderr.strip().splitlines() if not line.startswith("rchar ")]
+    assert len(lines) == 1 and lines[0].startswith("imgprep: error: "), stderr
+    return lines[0]
+
+
+# ---------------------------------------------------------------------------- the schedule
+
+
+@pytest.mark.parametrize("n", [2, 3, 4, 5])
+def test_transfers_reach_every_lacking_node_once(n: int) -> None:
+    owners = [i % n for i in range(11)]
+    fresh = plan_transfers([[False] * 11 for _ in range(n)], owners)
+    assert [t.index for t in fresh[:n]] == list(range(n))  # senders take turns
+    for t in fresh:
+        assert t.sender == owners[t.index] and t.from_server
+        assert t.chain == tuple((t.sender + d) % n for d in range(1, n))  # ring order
+    have = [[(i + k) % 3 == 0 for i in range(11)] for k in range(n)]
+    for t in plan_transfers(have, owners):
+        held = any(h[t.index] for h in have)
+        assert t.from_server == (not held)  # the server only for what no node holds
+        assert have[t.sender][t.index] if held else t.sender == owners[t.index]
+        got = t.chain + ((t.sender,) if t.from_server else ())  # the reader keeps a copy
+        assert sorted(got) == [k for k in range(n) if not have[k][t.index]]
+    assert plan_transfers([[True] * 11 for _ in range(n)], owners) == []
+
+
+def test_chunks_cover_the_shard() -> None:
+    assert chunks(10, 4) == [4, 4, 2] and chunks(8, 4) == [4, 4] and chunks(0, 4) == [0]
+
+
+def test_walk_interleaves_senders_chunk_by_chunk() -> None:
+    transfers = plan_transfers([[False] * 4 for _ in range(2)], [0, 1, 0, 1])
+    steps = [(t.index, c, size) for t, c, size in walk(transfers, [10, 6, 4, 0], 4)]
+    assert steps == [(0, 0, 4), (1, 0, 4), (0, 1, 4), (1, 1, 2), (0, 2, 2),  # round 0
+                     (2, 0, 4), (3, 0, 0)]  # round 1
+
+
+# ---------------------------------------------------------------------------- end to end
+
+
+@pytest.mark.slow
+def test_four_nodes_get_everything_reading_the_server_once(src: Path, tmp_path: Path) -> None:
+    total = set_bytes(src)
+    index = read_manifest(src, "train").index
+    assert index is not None
+    manifests = sum((src / f"{split}.json").stat().st_size for split in ("train", "val"))
+    runs = summaries(outcome(start_nodes(src, tmp_path)))
+    for k, s in enumerate(runs):
+        assert (s["node_rank"], s["role"], s["fanout"]) == (k, "copier", True)
+        share = sum(e.bytes for split in ("train", "val")
+                    for e in read_manifest(src, split).shards if e.name in owned(src, k, split))
+        assert s["bytes_read"] == share + index.bytes  # its partition share, and the index
+        assert s["bytes_read"] + s["bytes_received"] == total + index.bytes
+        # the kernel agrees (it counts file reads, not the network's): the node's share and
+        # its reads of the manifests (listing, planning, its own after writing: ~54 kB each
+        # here, for the class table), never a second share (~240 kB) or the set (~950 kB)
+        assert s["bytes_read"] <= s["rchar"] < s["bytes_read"] + 4 * manifests + 64_000, s
+        assert_complete(src, tmp_path / f"n{k}")
+    read = sum(s["bytes_read"] for s in runs)
+    assert read == total + NODES * index.bytes  # the shards once in all, the index per node
+    assert abs(read - total) <= 0.01 * total, (read, total)
+
+    rerun = summaries(outcome(start_nodes(src, tmp_path)))
+    assert [(s["bytes_read"], s["bytes_received"], s["shards_copied"]) for s in rerun] == \
+        [(0, 0, 0)] * NODES
+
+
+@pytest.fixture
+def fifo_src(src: Path, tmp_path: Path) -> Iterator[tuple[Path, Path, Path]]:
+    """A copy of ``src`` where node 2's first train shard is a named pipe: node 2 blocks on
+    it mid-read. Yields (source, pipe, the real shard set aside)."""
+    s = Path(shutil.copytree(src, tmp_path / "src"))
+    pipe = s / owned(s, 2)[0]
+    aside = tmp_path / "aside.tar"
+    os.replace(pipe, aside)
+    os.mkfifo(pipe)
+    yield s, pipe, aside
+
+
+def feed_pipe(pipe: Path, aside: Path, proc: subprocess.Popen[str]) -> int:
+    """Wait until node 2 opens the pipe, give it 1000 bytes; returns the writing end."""
+    deadline = time.monotonic() + TIMEOUT
+    while True:
+        try:
+            fd = os.open(pipe, os.O_WRONLY | os.O_NONBLOCK)
+            break
+        except OSError as e:
+            assert e.errno == errno.ENXIO, e
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "node 2 never opened its shard"
+        time.sleep(0.05)
+    os.write(fd, aside.read_bytes()[:1000])
+    return fd
+
+
+@pytest.mark.slow
+def test_a_killed_node_stops_the_others_naming_it_and_a_rerun_completes(
+        fifo_src: tuple[Path, Path, Path], tmp_path: Path) -> None:
+    s, pipe, aside = fifo_src
+    dst = tmp_path / "dst"
+    procs = start_nodes(s, dst, "--timeout", 60)
+    fd = feed_pipe(pipe, aside, procs[2])
+    try:
+        time.sleep(1)  # the others move what they can, then wait on node 2
+        procs[2].kill()
+        t0 = time.monotonic()
+        results = outcome(procs)
+        waited = time.monotonic() - t0
+    finally:
+        os.close(fd)
+    assert waited < 30, waited  # well within --timeout (60 s)
+    for k, (code, _, stderr) in enumerate(results):
+        if k != 2:
+            assert code == 3, stderr
+            line = error_line(stderr)
+            assert f"node {k}: fan-out" in line and "node 2" in line and "rerun" in line, line
+    for k in range(NODES):
+        assert_nothing_bad(s, dst / f"n{k}")
+    os.replace(aside, pipe)
+    runs = summaries(outcome(start_nodes(s, dst)))
+    for k in range(NODES):
+        assert_complete(s, dst / f"n{k}")
+    assert sum(r["bytes_read"] for r in runs) <= set_bytes(s)  # what was there stayed
+
+
+@pytest.mark.slow
+def test_a_corrupt_copy_on_a_sender_is_caught_by_its_receivers(src: Path,
+                                                               tmp_path: Path) -> None:
+    summaries(outcome(start_nodes(src, tmp_path)))
+    bad = owned(src, 1)[0]
+    victim = tmp_path / "n1" / bad
+    data = bytearray(victim.read_bytes())
+    data[700] ^= 0xFF  # same size: node 1's done-marker still vouches for it
+    victim.write_bytes(bytes(data))
+    (tmp_path / "n3" / bad).unlink()
+    results = outcome(start_nodes(src, tmp_path, "--timeout", 60))
+    assert results[3][0] == 3
+    line = error_line(results[3][2])
+    for words in ("node 3", bad, "node 1's copy", "sha256"):
+        assert words in line, (words, line)
+    assert not (tmp_path / "n3" / bad).exists()
+    for k in (0, 1, 2):
+        assert results[k][0] == 3 and "node 3 failed" in error_line(results[k][2])
+
+    runs = summaries(outcome(start_nodes(src, tmp_path)))  # node 1 re-checks, finds it bad
+    assert sum(r["bytes_read"] for r in runs) == 0  # healthy copies came from other nodes
+    assert sorted(r["shards_copied"] for r in runs) == [0, 0, 1, 1]
+    for k in range(NODES):
+        assert_complete(src, tmp_path / f"n{k}")
+
+
+@pytest.mark.slow
+def test_a_corrupt_shard_on_the_file_server_stops_every_node(src: Path, tmp_path: Path) -> None:
+    s = Path(shutil.copytree(src, tmp_path / "src"))
+    bad = s / owned(s, 2)[1]
+    data = bytearray(bad.read_bytes())
+    data[700] ^= 0xFF
+    bad.write_bytes(bytes(data))
+    results = outcome(start_nodes(s, tmp_path / "dst", "--timeout", 60))
+    for k, (code, _, stderr) in enumerate(results):
+        assert code == 3, stderr
+        line = error_line(stderr)
+        assert bad.name in line and "sha256" in line, line
+        assert_nothing_bad(src, tmp_path / "dst" / f"n{k}")
+        assert not (tmp_path / "dst" / f"n{k}" / bad.name).exists()
+    assert "the file server's" in error_line(results[2][2])  # its reader names the source
+
+
+# ---------------------------------------------------------------------------- launchers, usage
+
+
+@pytest.mark.slow
+def test_torchrun_two_nodes_copiers_fan_out_and_waiters_wait(src: Path, tmp_path: Path) -> None:
+    port = free_port()
+    cmd = [sys.executable, "-m", "imgprep", "stage-to-node", "--src", str(src), "--dst",
+           str(tmp_path / "n{node}"), "--fanout", "--json", "-q", "--timeout", 60]
+    procs = [subprocess.Popen([str(c) for c in cmd], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True,
+                              env=env(RANK=r, WORLD_SIZE=4, LOCAL_RANK=r % 2, LOCAL_WORLD_SIZE=2,
+                                      GROUP_RANK=r // 2, MASTER_ADDR="127.0.0.1",
+                                      MASTER_PORT=port))
+             for r in range(4)]
+    runs = []
+    for code, stdout, stderr in outcome(procs):
+        assert code == 0, stderr
+        runs.append(json.loads(stdout))
+    assert [s["role"] for s in runs] == ["copier", "waiter"] * 2
+    index = read_manifest(src, "train").index
+    assert index is not None
+    assert sum(s["bytes_read"] for s in runs) == set_bytes(src) + 2 * index.bytes
+    for k in range(2):
+        assert_complete(src, tmp_path / f"n{k}")
+
+
+@pytest.mark.slow
+def test_mpirun_copiers_meet_over_mpi4py(src: Path, tmp_path: Path) -> None:
+    """Four MPI ranks posing as two nodes of two (local variables set per rank): rank 0's
+    address and a free port go out over mpi4py, the node copiers fan out, the others wait."""
+    as_two_nodes = ("OMPI_COMM_WORLD_LOCAL_SIZE=2 "
+                    "OMPI_COMM_WORLD_LOCAL_RANK=$((OMPI_COMM_WORLD_RANK % 2)) exec \"$@\"")
+    cmd = [*mpirun_cmd(4), "sh", "-c", as_two_nodes, "sh", sys.executable, "-m", "imgprep",
+           "stage-to-node", "--src", str(src), "--dst", str(tmp_path / "n{node}"), "--fanout",
+           "--json", "-q", "--timeout", "60"]
+    r = subprocess.run(cmd, env=env(), capture_output=True, text=True, timeout=TIMEOUT)
+    assert r.returncode == 0, r.stdout + r.stderr
+    runs = sorted((json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")),
+                  key=lambda s: s["rank"])
+    assert [(s["node_rank"], s["role"]) for s in runs] == \
+        [(0, "copier"), (0, "waiter"), (1, "copier"), (1, "waiter")]
+    assert all(s["bytes_received"] > 0 for s in runs if s["role"] == "copier")
+    for k in range(2):
+        assert_complete(src, tmp_path / f"n{k}")
+
+
+def test_fanout_without_a_meeting_point_says_what_to_pass(src: Path, tmp_path: Path) -> None:
+    r = subprocess.run([sys.executable, "-m", "imgprep", "stage-to-node", "--src", str(src),
+                        "--dst", str(tmp_path / "n{node}"), "--fanout", "--num-nodes", "2",
+                        "--node-rank", "1", "-q"], env=env(), capture_output=True, text=True,
+                       timeout=TIMEOUT)
+    assert r.returncode == 3
+    line = error_line(r.stderr)
+    assert "node 1" in line and "--rendezvous HOST:PORT" in line
+    r = subprocess.run([sys.executable, "-m", "imgprep", "stage-to-node", "--src", str(src),
+                        "--dst", str(tmp_path / "x"), "--fanout", "--mode", "partition"],
+                       env=env(), capture_output=True, text=True, timeout=TIMEOUT)
+    assert r.returncode == 2 and "--mode replicate" in r.stderr
+
+
+def test_where_copiers_meet() -> None:
+    world = World(0, 4, 0, 2, 0, 2, launcher="torchrun")
+    rv = copier_rendezvous(world, "node0:29500", {})
+    assert (rv.addr, rv.port, rv.store_listens) == ("node0", 29500, False)
+    plain = {"MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29400"}
+    assert copier_rendezvous(world, None, plain) == Rendezvous("10.0.0.1", 29400,
+                                                              "MASTER_ADDR/MASTER_PORT")
+    agent = copier_rendezvous(world, None, {**plain, "TORCHELASTIC_USE_AGENT_STORE": "True"})
+    assert agent.store_listens  # torchrun's agent keeps the store: nobody opens another
+    loop = World().with_nodes(3, 2)
+    with pytest.raises(RendezvousError, match="node 2: fan-out over 3 nodes .* --rendezvous"):
+        copier_rendezvous(loop, None, {})
+    for bad in ("node0", "node0:", ":29500", "node0:http", "node0:70000"):
+        with pytest.raises(RendezvousError, match="HOST:PORT"):
+            copier_rendezvous(loop, bad, {})
