@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from imgprep import __version__, outdir
+from imgprep import __version__, outdir, transform
 from imgprep.errors import ImageError, OutputError, SourceFormatError
 from imgprep.fsutil import ensure_writable_dir, fsync_dir, write_bytes_atomic
 from imgprep.index import index_shards, layout_path, save_layout
@@ -59,7 +59,6 @@ from imgprep.records import (
     write_record,
 )
 from imgprep.sources import SourceReader
-from imgprep.transform import Converted, center_pixels, channel_sums, convert_image
 from imgprep.world import World
 from imgprep.writers import ShardWriter, write_list_image
 
@@ -76,7 +75,7 @@ Progress = Callable[[int], None]
 # ---------------------------------------------------------------------------- one task
 
 
-def _sample_meta(plan: Plan, i: int, conv: Converted) -> bytes:
+def _sample_meta(plan: Plan, i: int, conv: transform.Converted) -> bytes:
     """The sample's ``.json``: ``json.dumps(..., sort_keys=True)``'s bytes, built directly."""
     label = int(plan.labels[i])
     w, h = conv.original_size
@@ -96,7 +95,7 @@ class _Part:
     samples: list[tuple[str, dict[str, bytes]]] = field(default_factory=list)
     files: list[list[Any]] = field(default_factory=list)
     errors: list[dict[str, str]] = field(default_factory=list)
-    sums: np.ndarray = field(default_factory=lambda: np.zeros((3, 3), dtype=np.int64))
+    hist: np.ndarray = field(default_factory=lambda: np.zeros(768, dtype=np.int64))
     stats_images: int = 0
     mean: np.ndarray | None = None
 
@@ -119,7 +118,7 @@ def _convert_items(plan: Plan, task: Task, lo: int, hi: int, tick: Callable[[], 
             try:
                 data = reader.read(container, offset, nbytes,
                                    lst.member_str(i) if offset < 0 else "")
-                conv = convert_image(data, opts.transform)
+                conv = transform.convert_image(data, opts.transform)
             except (ImageError, OSError) as e:
                 reason = str(e) if isinstance(e, ImageError) else f"cannot read: {e}"
                 part.errors.append({"source": f"{lst.root}/{lst.member_str(i)}",
@@ -127,10 +126,10 @@ def _convert_items(plan: Plan, task: Task, lo: int, hi: int, tick: Callable[[], 
                 tick()
                 continue
             if i % STATS_EVERY == 0:
-                part.sums += channel_sums(conv.image)
+                part.hist += transform.channel_histogram(conv.image)
                 part.stats_images += 1
             if part.mean is not None:
-                np.add(part.mean, center_pixels(conv.image, size), out=part.mean)
+                np.add(part.mean, transform.center_pixels(conv.image, size), out=part.mean)
             if opts.format == "shards":
                 fields = {"jpg": conv.jpeg, "cls": b"%d" % label}
                 if opts.meta:
@@ -148,7 +147,7 @@ def _finish(plan: Plan, task: Task, parts: list[_Part], shard: ShardWriter | Non
     """The task's result from its parts (in order) and closed shard; writes its record."""
     res = TaskResult(task.index, task.name, plan.fingerprint)
     res.errors = [e for p in parts for e in p.errors]
-    res.sums = np.sum([p.sums for p in parts], axis=0).tolist()
+    res.sums = transform.sums_of_histogram(np.sum([p.hist for p in parts], axis=0)).tolist()
     res.stats_images = sum(p.stats_images for p in parts)
     if shard is not None:
         res.samples, res.bytes, res.sha256 = shard.samples, shard.bytes, shard.sha256
