@@ -330,9 +330,10 @@ def tar_job(job: TarJob) -> Columns:
 
 
 def run_jobs(jobs: list[TarJob], workers: int | None) -> list[Columns]:
-    """List ``jobs`` in order, on forked processes when there are several."""
+    """List ``jobs`` in order, on forked processes when there are several (in this process
+    when it is a daemon, which may not have children)."""
     n = min(len(jobs), workers or len(os.sched_getaffinity(0)))
-    if n <= 1:
+    if n <= 1 or mp.current_process().daemon:
         return [tar_job(j) for j in jobs]
     with mp.get_context("fork").Pool(n, die_with_parent, (os.getpid(),)) as pool:
         return pool.map(tar_job, jobs, chunksize=max(1, min(16, len(jobs) // (4 * n))))
