@@ -613,6 +613,35 @@ def test_one_task_split_over_workers_gives_the_same_bytes(
     assert tree_bytes(tmp_path / "one") == tree_bytes(tmp_path / "many")
 
 
+def test_a_failed_part_leaves_no_partial_shard_and_a_rerun_matches(
+        bad_sample: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from imgprep.fsutil import TMP_PREFIX
+    from imgprep.transform import convert_image
+
+    src = bad_sample / "ILSVRC2012_img_train.tar"
+    args = ("--max-errors", "5", "--size", "64")
+    one = convert(src, tmp_path / "one", *args, workers=1)
+    calls = []
+
+    def flaky(data: bytes, opts: Any) -> Any:
+        calls.append(1)
+        if len(calls) == 3:  # in a worker, after a part or two went through
+            raise RuntimeError("boom")
+        return convert_image(data, opts)
+
+    monkeypatch.setattr(convert_module, "PART_MIN", 1)
+    monkeypatch.setattr(convert_module.transform, "convert_image", flaky)
+    r = CliRunner().invoke(cli, ["convert", str(src), "-o", str(tmp_path / "many"), "-j", "3",
+                                 "-q", "--json", *args])
+    assert r.exit_code != 0 and "boom" in str(r.exception) + r.output
+    assert not [p for p in (tmp_path / "many").rglob(f"{TMP_PREFIX}*")]
+    monkeypatch.undo()
+    monkeypatch.setattr(convert_module, "PART_MIN", 1)
+    again = convert(src, tmp_path / "many", *args, workers=3)
+    assert again["samples"] == one["samples"]
+    assert tree_bytes(tmp_path / "one") == tree_bytes(tmp_path / "many")
+
+
 @pytest.fixture(scope="module")
 def two_chunk_source(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A nested train tar of 1100 small images: more than one label-list chunk (1000)."""
