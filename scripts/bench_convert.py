@@ -25,6 +25,10 @@ What it measures, in one run, on the 1000 real ILSVRC2012 JPEGs of
   longer of the one-worker rate times the cores and reading the 138 GB train tar at
   ``--disk-gbps`` (reading and converting overlap).
 
+Each pass also records the CPU time of this process and its reaped children per image; the
+``*_cpu`` ratios (medians of those) tell the overhead apart from other processes' load on a
+busy machine, where the wall-time ratios are unreliable.
+
 By default a conversion is one shard (the default shard size holds the 1000 sample images), so
 ``--workers 2`` splits the shard into parts, as it would any input with fewer shards than
 workers; ``--shards 20`` measures 20 tasks instead.
@@ -173,14 +177,6 @@ def own_cpu_s() -> float:
     """CPU seconds of this process and of its reaped children (convert's workers)."""
     t = os.times()
     return t.user + t.system + t.children_user + t.children_system
-
-
-def cpu_per_image(fn: Callable[[], object], n: int) -> float:
-    """CPU seconds per image of ``fn()`` in this process and its reaped children: less
-    sensitive than rates to other processes on a busy machine."""
-    c0 = own_cpu_s()
-    fn()
-    return (own_cpu_s() - c0) / n
 
 
 def measured(fn: Callable[[], float]) -> tuple[float, float]:
@@ -523,6 +519,7 @@ def run(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
     passes: dict[str, list[tuple[float, float]]] = {
         k: [] for k in (*loops, "convert_1w", "convert_2w", *(["naive_stock"] if stock else []))}
     plan_s: list[float] = []
+    cpu_passes: dict[str, list[float]] = {}  # CPU seconds per image, this process + children
     listing = measure_listing(scratch, args.listing_images)
     need = (args.repeat + 1) // 2
     rounds = 0
@@ -531,20 +528,21 @@ def run(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
             and min(sum(1 for _, f in v if f < QUIET_FOREIGN_CORES) for v in passes.values())
             < need):
         for name, fn in loops.items():
+            c0 = own_cpu_s()
             passes[name].append(measured(partial(time_loop, fn, blobs)))
+            cpu_passes.setdefault(name, []).append((own_cpu_s() - c0) / n)
         if stock:
             passes["naive_stock"].append(measured(partial(time_stock, stock, paths)))
         for w in (1, 2):
             out = scratch / f"convert-{w}w-{rounds}"
+            c0 = own_cpu_s()
             passes[f"convert_{w}w"].append(
                 measured(partial(time_convert, tar, out, w, shards, n)))
+            cpu_passes.setdefault(f"convert_{w}w", []).append((own_cpu_s() - c0) / n)
         plan_s.append(time_plan(tar, scratch / "plan", shards)[0])
         rounds += 1
     load1 = os.getloadavg()
-    cpu = {"floor": cpu_per_image(partial(time_loop, floor_one, blobs), n),
-           **{f"convert_{w}w": cpu_per_image(
-               partial(time_convert, tar, scratch / f"cpu-{w}w", w, shards, n), n)
-              for w in (1, 2)}}
+    cpu = {k: statistics.median(v) for k, v in cpu_passes.items()}
 
     rates = {k: summarise(v) for k, v in passes.items()}
     med = {k: statistics.median(quiet_rates(v)) for k, v in passes.items()}
@@ -603,6 +601,7 @@ def run(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
         "naive_peer": f"stock Pillow {stock_version}" if stock else "same PIL (pillow-simd)",
         "draft_reducible_images": draftable,
         "rates": rates,
+        "cpu_us_per_image": {k: round(v * 1e6, 1) for k, v in cpu.items()},
         "ratios": ratios,
         "memory_2_workers": memory,
         "rss_target_mb": RSS_TARGET_MB,
