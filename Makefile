@@ -8,7 +8,7 @@ TORCH_PIN ?= torch==2.13.0
 PILLOW_SIMD_PIN ?= pillow-simd==12.1.1.post0
 DEMO ?= demo-out
 
-.PHONY: setup demo test lint bench reliability clean
+.PHONY: setup demo test lint bench reliability cluster clean
 
 setup: $(VENV)/.ready
 
@@ -63,6 +63,11 @@ bench: setup bench-out/stock-pillow/.ready
 # Faults x trials x survived, hostile inputs x handled, scale figures (about 20 minutes).
 reliability: setup
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python scripts/reliability_report.py --markdown
+
+# A file server and 1, 2, 4 nodes in network namespaces on this machine (root; 6-9 minutes):
+# direct vs staged loaders, replicate/partition/fan-out staging, 2-node training; docs/cluster.svg.
+cluster: setup
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python scripts/bench_cluster.py --svg docs/cluster.svg
 
 # The peer a user would write by hand runs on stock Pillow: a separate scratch environment.
 bench-out/stock-pillow/.ready:

@@ -57,3 +57,15 @@ def node_shards(samples: Sequence[int], num_nodes: int, mode: str, seed: int) ->
         )
     groups = balanced_split(samples, num_nodes, _perm(n, seed, 0x5EED).tolist())
     return [sorted(g) for g in groups]
+
+
+def partition_owners(samples: Sequence[int], num_nodes: int, seed: int) -> list[int]:
+    """For each shard, the node whose partition share holds it (with fewer shards than
+    nodes, shard i's is node i): who reads it from the file server in a fan-out."""
+    owner = list(range(len(samples)))
+    if len(owner) < num_nodes:
+        return owner
+    for k, share in enumerate(node_shards(samples, num_nodes, "partition", seed)):
+        for i in share:
+            owner[i] = k
+    return owner

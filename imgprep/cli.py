@@ -24,6 +24,7 @@ from imgprep import __version__
 from imgprep.cliopts import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
+    SourceType,
     emit,
     fail,
     json_option,
@@ -182,8 +183,12 @@ def _convert_report(summaries: list[dict[str, Any]], as_json: bool, quiet: bool,
 
 
 @cli.command("stage-to-node")
-@click.option("--src", required=True, type=click.Path(exists=True, file_okay=False, path_type=Path),
-              help="Converted folder on the shared file server (holds the manifest).")
+@click.option("--src", required=True, type=SourceType(),
+              help="Converted folder on the shared file server (holds the manifest), or its "
+                   "URL, opened with webdataset: http(s)://HOST/PATH/ (the folder served over "
+                   "HTTP), or pipe:COMMAND where {} stands for each file name, e.g. "
+                   "'pipe:aws s3 cp s3://bucket/imagenet/{} -'. A URL needs --split. See "
+                   "docs/staging.md, \"Sources\".")
 @click.option("--dst", required=True, type=click.Path(path_type=Path),
               help="Node-local folder; '{node}' in it becomes the node rank.")
 @mode_option
@@ -205,7 +210,7 @@ def _convert_report(summaries: list[dict[str, Any]], as_json: bool, quiet: bool,
 @nodes_options
 @quiet_option
 @json_option
-def stage_to_node(src: Path, dst: Path, mode: str, split: str | None, seed: int, jobs: int,
+def stage_to_node(src: Path | str, dst: Path, mode: str, split: str | None, seed: int, jobs: int,
                   verify_mode: str, timeout: float, fanout: bool, rendezvous: str | None,
                   num_nodes: int | None, node_rank: int | None, quiet: bool,
                   as_json: bool) -> None:

@@ -40,6 +40,26 @@ def workers_option(f: F) -> F:
                         help="Parallel worker processes (per rank).")(f)
 
 
+class SourceType(click.ParamType):
+    """``--src`` of stage-to-node: an existing folder (a Path) or a source URL (a str,
+    imgprep.remote)."""
+
+    name = "folder|URL"
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> Path | str:
+        from imgprep.remote import check_url, is_url
+
+        if isinstance(value, str) and is_url(value):
+            try:
+                return check_url(value)
+            except ValueError as e:
+                self.fail(str(e), param, ctx)
+        folder = click.Path(exists=True, file_okay=False, path_type=Path)
+        path: Path = folder.convert(value, param, ctx)
+        return path
+
+
 def progress_bar(quiet: bool, desc: str, total: int | None = None) -> Any:
     from tqdm import tqdm
 

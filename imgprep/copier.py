@@ -1,5 +1,8 @@
 """The copy engine of stage-to-node: move shard bytes onto node-local disk, checked.
 
+Shards come from a source (imgprep.remote): a folder (copied in the kernel where the file
+systems allow it) or a URL (streamed through webdataset's openers, hashed as it streams in).
+
 Every copy streams through a temporary name beside its final one, is checked against the
 manifest (size always, sha256 unless told "size"), fsynced and renamed: a crash, a full disk or
 a corrupt source never leaves a bad file under a shard's final name. Copies run on a small
@@ -12,6 +15,7 @@ import contextlib
 import errno
 import hashlib
 import os
+import re
 import shutil
 import threading
 from collections.abc import Callable, Sequence
@@ -22,6 +26,7 @@ from typing import TypeVar
 from imgprep.errors import OutputError, StageError
 from imgprep.fsutil import atomic_open, tmp_name
 from imgprep.manifest import IndexEntry, ShardEntry
+from imgprep.remote import FetchFailed, Source
 
 DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
 Progress = Callable[[int], None]
@@ -31,6 +36,10 @@ R = TypeVar("R")
 
 class Stopped(Exception):
     """Another copy failed or the run was interrupted: stop this one cleanly."""
+
+
+class _Longer(Exception):
+    """A streamed file is longer than its manifest says: stop reading it."""
 
 
 def why(err: BaseException | None) -> str:
@@ -168,67 +177,114 @@ def present(path: Path, e: ShardEntry | IndexEntry, verify: str, chunk: int, tru
         return False  # unreadable: copy it again
 
 
+def drop_stale(dst: Path, split: str, keep: set[str]) -> None:
+    """Remove shards of ``split`` from ``dst`` that are not in ``keep`` (another mode or node
+    count): nothing in ``dst`` may look like part of the node's data but the manifest's."""
+    pattern = re.compile(re.escape(split) + r"-\d{6}\.tar")
+    for p in dst.glob(f"{split}-*.tar"):
+        if pattern.fullmatch(p.name) and p.name not in keep and p.is_file():
+            with contextlib.suppress(FileNotFoundError):
+                p.unlink()
+
+
+def remove(path: Path, node: int) -> None:
+    """Remove ``path`` if it is there; a file that cannot be removed stops staging."""
+    try:
+        path.unlink(missing_ok=True)
+    except OSError as e:
+        raise StageError(f"node {node}: cannot replace {path}: {e.strerror}; remove it by "
+                         "hand, then rerun") from e
+
+
 def open_tmp(final: Path) -> int:
     """Open ``final``'s temporary name for writing, never through a link planted there."""
     return os.open(tmp_name(final), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
                    | os.O_NOFOLLOW, 0o644)
 
 
-def _read_error(err: OSError, src: Path, manifest: Path, node: int) -> StageError:
+def _read_error(err: OSError, src: str, manifest: str, node: int) -> StageError:
     if isinstance(err, FileNotFoundError):
         return StageError(f"node {node}: source shard {src} vanished (listed in "
                           f"{manifest}); restore it or reconvert, then rerun to resume")
     return StageError(f"node {node}: cannot read source shard {src}: {err.strerror or err}; "
-                      "check the file server, then rerun to resume")
+                      "check the file server (the URL or command), then rerun to resume")
 
 
-def copy_shard(src: Path, manifest: Path, e: ShardEntry | IndexEntry, dst: Path, verify: str,
-               chunk: int, node: int, tick: Progress, stop: threading.Event) -> int:
-    """Copy ``src`` (shard ``e`` of ``manifest``) to its temporary name in ``dst`` (read once),
-    check its size and sha256 against the manifest, fsync, rename. Returns the bytes read.
-    ``dst/<name>`` is never bad."""
-    final = dst / e.name
-    tmp = tmp_name(final)
-    try:
-        fin = open(src, "rb", buffering=0)
-    except OSError as err:
-        raise _read_error(err, src, manifest, node) from err
-    try:
-        with fin:
+def _pull(origin: Source, e: ShardEntry | IndexEntry, fd: int, chunk: int,
+          stop: threading.Event, tick: Progress) -> tuple[int, str | None]:
+    """Read file ``e`` of ``origin`` into ``fd``: by path for a folder (in the kernel where it
+    can be), else streamed, hashed as it streams in. Stops one chunk past the manifest's size.
+    Returns the bytes read and, streamed, their sha256."""
+    if origin.folder is not None:
+        with open(origin.folder / e.name, "rb", buffering=0) as fin:
             with contextlib.suppress(OSError, AttributeError):
                 os.posix_fadvise(fin.fileno(), 0, 0, os.POSIX_FADV_SEQUENTIAL)
+            return _transfer(fin.fileno(), fd, e.bytes, chunk, stop, tick), None
+    h, n = hashlib.sha256(), 0
+    with contextlib.suppress(_Longer), origin.open(e.name) as fin:
+        while True:  # leaving the block normally checks that the fetch ended well
+            if stop.is_set():
+                raise Stopped
+            if not (block := fin.read(chunk)):
+                break
+            h.update(block)
+            _write_all(fd, block)
+            n += len(block)
+            tick(len(block))
+            if n > e.bytes:
+                raise _Longer  # stops the fetch: the size check says what is wrong
+    return n, h.hexdigest()
+
+
+def _check(n: int, got: str | None, e: ShardEntry | IndexEntry, src: str, manifest: str,
+           tmp: Path, verify: str, chunk: int, node: int, stop: threading.Event) -> None:
+    """The copy at ``tmp`` (``n`` bytes; ``got``: its sha256 if known) is shard ``e``, or a
+    StageError. A copy from a folder is hashed as it landed (from the page cache): the source
+    is read once, and what is checked is what will be used."""
+    if n != e.bytes:
+        raise StageError(
+            f"node {node}: source shard {src} has {'over ' if n > e.bytes else ''}{n} bytes, "
+            f"its manifest {manifest} says {e.bytes}: the file server's copy is corrupt or "
+            "was rewritten; reconvert or restore it, then rerun")
+    if verify != "sha256":
+        return
+    if (got := got or hash_file(tmp, chunk, stop)) != e.sha256:
+        raise StageError(
+            f"node {node}: source shard {src} does not match its manifest {manifest} "
+            f"(sha256 {got[:12]}... != {e.sha256[:12]}...): the file server's copy is "
+            "corrupt; reconvert or restore it, then rerun")
+
+
+def copy_shard(origin: Source, manifest: str, e: ShardEntry | IndexEntry, dst: Path,
+               verify: str, chunk: int, node: int, tick: Progress, stop: threading.Event) -> int:
+    """Copy file ``e`` of ``origin`` (listed in ``manifest``) to its temporary name in ``dst``
+    (read once), check its size and sha256 against the manifest, fsync, rename. Returns the
+    bytes read. ``dst/<name>`` is never bad."""
+    final, src = dst / e.name, origin.where(e.name)
+    tmp = tmp_name(final)
+    try:
+        try:
+            fd = open_tmp(final)
+        except OSError as err:
+            raise write_error(err, e.name, dst, node) from err
+        try:
             try:
-                fd = open_tmp(final)
+                n, got = _pull(origin, e, fd, chunk, stop, tick)
+            except (FileNotFoundError, FetchFailed) as err:
+                raise _read_error(err, src, manifest, node) from err
+            except OSError as err:
+                if err.errno in DISK_FULL:
+                    raise write_error(err, e.name, dst, node) from err
+                raise StageError(f"node {node}: copying {src} to {dst} failed: "
+                                 f"{err.strerror or err}; check the file server and that "
+                                 "folder, then rerun to resume") from err
+            _check(n, got, e, src, manifest, tmp, verify, chunk, node, stop)
+            try:
+                os.fsync(fd)
             except OSError as err:
                 raise write_error(err, e.name, dst, node) from err
-            try:
-                try:
-                    n = _transfer(fin.fileno(), fd, e.bytes, chunk, stop, tick)
-                except OSError as err:
-                    if err.errno in DISK_FULL:
-                        raise write_error(err, e.name, dst, node) from err
-                    raise StageError(f"node {node}: copying {src} to {dst} failed: "
-                                     f"{err.strerror or err}; check the file server and that "
-                                     "folder, then rerun to resume") from err
-                if n != e.bytes:
-                    raise StageError(
-                        f"node {node}: source shard {src} has {'over ' if n > e.bytes else ''}"
-                        f"{n} bytes, its manifest {manifest.name} says {e.bytes}: the file "
-                        "server's copy is corrupt or was rewritten; reconvert or restore it, "
-                        "then rerun")
-                # The copy is hashed as it landed (from the page cache): the source is read
-                # once, and what is checked is what will be used.
-                if verify == "sha256" and (got := hash_file(tmp, chunk, stop)) != e.sha256:
-                    raise StageError(
-                        f"node {node}: source shard {src} does not match its manifest "
-                        f"{manifest.name} (sha256 {got[:12]}... != {e.sha256[:12]}...): the "
-                        "file server's copy is corrupt; reconvert or restore it, then rerun")
-                try:
-                    os.fsync(fd)
-                except OSError as err:
-                    raise write_error(err, e.name, dst, node) from err
-            finally:
-                os.close(fd)
+        finally:
+            os.close(fd)
         try:
             os.replace(tmp, final)
         except OSError as err:
@@ -240,11 +296,11 @@ def copy_shard(src: Path, manifest: Path, e: ShardEntry | IndexEntry, dst: Path,
     return n
 
 
-def copy_index(ix: IndexEntry | None, manifest: Path, dst: Path, chunk: int, node: int) -> int:
-    """Copy a split's sample index (if it has one) from beside ``manifest``, checked by its
-    sha256 like a shard; returns the bytes read. Small: every node reads it, fan-out or not."""
+def copy_index(ix: IndexEntry | None, origin: Source, manifest: str, dst: Path, chunk: int,
+               node: int) -> int:
+    """Copy a split's sample index (if it has one) from ``origin``, checked by its sha256
+    like a shard; returns the bytes read. Small: every node reads it, fan-out or not."""
     stop = threading.Event()
     if ix is None or present(dst / ix.name, ix, "sha256", chunk, False, stop):
         return 0
-    return copy_shard(manifest.parent / ix.name, manifest, ix, dst, "sha256", chunk, node,
-                      lambda k: None, stop)
+    return copy_shard(origin, manifest, ix, dst, "sha256", chunk, node, lambda k: None, stop)

@@ -49,6 +49,7 @@ from imgprep.errors import ImgprepError, StageError
 from imgprep.fanplan import Counts, Shard, Transfer, chunks, plan_transfers, walk
 from imgprep.fsutil import tmp_name
 from imgprep.peers import HEARTBEAT, POLL, PeerFailed, Watch, await_all, open_store
+from imgprep.remote import Source
 from imgprep.rendezvous import Rendezvous, local_address_towards
 
 NET_CHUNK = 4 << 20  # bytes a message carries: small enough to pipeline, large enough to stream
@@ -124,7 +125,7 @@ class Writers:
                     ("" if t.sender == self.me else f" (read by node {t.sender})")
                 raise StageError(
                     f"node {self.me}: shard {e.name} from {origin} does not match its manifest "
-                    f"{s.manifest.name} ({n} bytes, sha256 {got[:12]}... != {e.bytes} bytes, "
+                    f"{s.manifest} ({n} bytes, sha256 {got[:12]}... != {e.bytes} bytes, "
                     f"{e.sha256[:12]}...): it is corrupt; restore or reconvert it if it is the "
                     "file server's, else rerun (the sender re-checks its copy)")
             try:
@@ -145,9 +146,10 @@ class Writers:
         self.tick(e.bytes)
 
 
-def read_ahead(shards: Sequence[Shard], mine: Sequence[Transfer], dst: Path, me: int,
-               chunk: int, out: queue.Queue[Any], counts: Counts) -> None:
-    """Read the shards this node sends, in sending order, as chunks (tensors) into ``out``."""
+def read_ahead(origin: Source, shards: Sequence[Shard], mine: Sequence[Transfer], dst: Path,
+               me: int, chunk: int, out: queue.Queue[Any], counts: Counts) -> None:
+    """Read the shards this node sends, in sending order, as chunks (tensors) into ``out``:
+    from the file server (``origin``) or this node's copy."""
     import torch
 
     for t in mine:
@@ -156,7 +158,8 @@ def read_ahead(shards: Sequence[Shard], mine: Sequence[Transfer], dst: Path, me:
         fix = "restore or reconvert it, then rerun" if t.from_server else \
             "rerun: this node then re-checks its copy"
         try:
-            with open(path, "rb", buffering=0) as f:
+            with origin.open(s.entry.name) if t.from_server else \
+                    open(path, "rb", buffering=0) as f:
                 for size in chunks(s.entry.bytes, chunk):
                     buf = bytearray(size)
                     got = 0
@@ -164,14 +167,14 @@ def read_ahead(shards: Sequence[Shard], mine: Sequence[Transfer], dst: Path, me:
                         got += k
                     if got < size:
                         raise StageError(f"node {me}: {path} is shorter than its manifest "
-                                         f"{s.manifest.name} says ({s.entry.bytes} bytes); {fix}")
+                                         f"{s.manifest} says ({s.entry.bytes} bytes); {fix}")
                     if t.from_server:
                         counts.read += size
                     out.put(torch.frombuffer(buf, dtype=torch.uint8) if size else
                             torch.empty(0, dtype=torch.uint8))
                 if f.read(1):
                     raise StageError(f"node {me}: {path} is longer than its manifest "
-                                     f"{s.manifest.name} says ({s.entry.bytes} bytes); {fix}")
+                                     f"{s.manifest} says ({s.entry.bytes} bytes); {fix}")
         except FileNotFoundError as err:
             raise StageError(f"node {me}: {path} vanished (listed in {s.manifest}); {fix}") \
                 from err
@@ -212,10 +215,11 @@ class Receives:
 class Engine:
     """One node's walk through the transfers (see the module's step 3), on its own thread."""
 
-    def __init__(self, shards: Sequence[Shard], transfers: Sequence[Transfer], me: int,
-                 dst: Path, chunk: int, writers: Writers, counts: Counts,
+    def __init__(self, origin: Source, shards: Sequence[Shard], transfers: Sequence[Transfer],
+                 me: int, dst: Path, chunk: int, writers: Writers, counts: Counts,
                  failed: Callable[[BaseException], None]) -> None:
-        self.shards, self.transfers, self.me, self.dst = shards, transfers, me, dst
+        self.origin, self.shards, self.transfers, self.me = origin, shards, transfers, me
+        self.dst = dst
         self.chunk, self.writers, self.counts, self.failed = chunk, writers, counts, failed
         self.reads: queue.Queue[Any] = queue.Queue(maxsize=IN_FLIGHT)
         self.waiting_on: int | None = None
@@ -258,7 +262,8 @@ class Engine:
 
     def _read(self, mine: Sequence[Transfer]) -> None:
         try:
-            read_ahead(self.shards, mine, self.dst, self.me, self.chunk, self.reads, self.counts)
+            read_ahead(self.origin, self.shards, mine, self.dst, self.me, self.chunk,
+                       self.reads, self.counts)
         except BaseException as e:  # handed to the engine and the supervisor
             self.failed(e)
             self.reads.put(e)
@@ -283,6 +288,7 @@ class FanoutJob:
     """One node's part: every shard (in the same order on every node), which of them its
     ``dst`` holds already, and a digest of the plan that every node must share."""
 
+    origin: Source  # the file server (imgprep.remote)
     shards: Sequence[Shard]
     have: Sequence[bool]
     digest: str
@@ -314,8 +320,8 @@ def _move(job: FanoutJob, rv: Rendezvous, watch: Watch, transfers: Sequence[Tran
     counts, failures, box = Counts(), list[BaseException](), list[Any]()
     done = threading.Event()
     writers = Writers(job.shards, job.dst, job.me, job.jobs, tick, counts, failures.append)
-    engine = Engine(job.shards, transfers, job.me, job.dst, job.chunk, writers, counts,
-                    failures.append)
+    engine = Engine(job.origin, job.shards, transfers, job.me, job.dst, job.chunk, writers,
+                    counts, failures.append)
 
     def run() -> None:
         try:

@@ -8,19 +8,19 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 from imgprep.manifest import ShardEntry
 
 
 @dataclass(frozen=True)
 class Shard:
-    """One shard to hold on every node: its entry, its path on the file server, the manifest
-    that lists it, and the node that owns it (reads it from the file server)."""
+    """One shard to hold on every node: its entry, where it is on the file server and the
+    manifest that lists it (a path or URL, for messages), and the node that owns it (reads it
+    from the file server)."""
 
     entry: ShardEntry
-    source: Path
-    manifest: Path
+    source: str
+    manifest: str
     owner: int
 
 

@@ -1,4 +1,5 @@
 """``imgprep stage-to-node``: copy the shards a node needs from the file server to local disk.
+The file server is a folder or a URL (imgprep.remote); the rules below hold for both.
 
 One process per node copies (the *copier*); the node's other processes wait for it. No MPI or
 process group is involved, so it works under torchrun, mpirun, srun or a plain loop:
@@ -35,14 +36,16 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from imgprep.assign import MODES, node_shards
+from imgprep.assign import MODES, node_shards, partition_owners
 from imgprep.copier import (
     Progress,
     check_space,
     copy_index,
     copy_shard,
+    drop_stale,
     parallel,
     present,
+    remove,
     why,
     write_small,
 )
@@ -54,12 +57,12 @@ from imgprep.manifest import (
     Manifest,
     NodeSection,
     ShardEntry,
-    find_manifests,
     manifest_path,
     parse_manifest,
     write_manifest,
 )
 from imgprep.nodelock import held, read_json, record, state_dir, wait_for_copier
+from imgprep.remote import FetchFailed, Source, source_of
 from imgprep.rendezvous import Rendezvous, copier_rendezvous
 from imgprep.world import World
 
@@ -72,7 +75,7 @@ PLAIN_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")  # split and error-log
 class StageOptions:
     """What ``imgprep stage-to-node`` needs; the node's files are a pure function of these."""
 
-    src: Path  # converted folder on the shared file server (holds <split>.json manifests)
+    src: Path | str  # converted folder on the file server, or its URL (imgprep.remote)
     dst: Path  # node-local folder
     mode: str = "replicate"  # or "partition" (imgprep.assign.MODES)
     split: str | None = None  # None: every manifest found in src
@@ -100,10 +103,12 @@ class Moved:
 
 @dataclass(frozen=True)
 class SplitPlan:
-    """One split: its source manifest, the sha256 of its bytes, the shards this node needs and
-    the fingerprint a done-marker must carry to say they are staged."""
+    """One split: where it comes from, its manifest (file name, content, the sha256 of its
+    bytes), the shards this node needs and the fingerprint a done-marker must carry to say
+    they are staged."""
 
-    source: Path
+    origin: Source
+    name: str
     manifest: Manifest
     sha256: str
     needed: tuple[ShardEntry, ...]
@@ -112,6 +117,11 @@ class SplitPlan:
     @property
     def split(self) -> str:
         return self.manifest.split
+
+    @property
+    def source(self) -> str:
+        """The source manifest's path or URL."""
+        return self.origin.where(self.name)
 
 
 # ---------------------------------------------------------------------------- planning
@@ -124,10 +134,15 @@ def _fingerprint(manifest_sha256: str, opts: StageOptions, world: World) -> str:
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
 
 
-def _load_split(path: Path, opts: StageOptions, world: World) -> SplitPlan:
+def _load_split(origin: Source, name: str, opts: StageOptions, world: World) -> SplitPlan:
     """Read one source manifest (once: the bytes hashed are the bytes parsed) and plan it."""
+    path = origin.where(name)
     try:
-        data = path.read_bytes()
+        data = origin.read(name)
+    except FetchFailed as e:
+        raise StageError(f"node {world.node_rank}: cannot fetch the manifest {path}: "
+                         f"{e.strerror}; check --src, --split and the server (or the command "
+                         "by hand), then rerun") from e
     except FileNotFoundError:
         raise ManifestError(f"no manifest {path}: that split was not converted (or not "
                             "finished); run imgprep convert or pick another --split") from None
@@ -151,21 +166,22 @@ def _load_split(path: Path, opts: StageOptions, world: World) -> SplitPlan:
     picked = node_shards([s.samples for s in m.shards], world.num_nodes, opts.mode,
                          opts.seed)[world.node_rank]
     sha = hashlib.sha256(data).hexdigest()
-    return SplitPlan(path, m, sha, tuple(m.shards[i] for i in picked),
+    return SplitPlan(origin, name, m, sha, tuple(m.shards[i] for i in picked),
                      _fingerprint(sha, opts, world))
 
 
 def plan_node(opts: StageOptions, world: World) -> list[SplitPlan]:
     """What this node needs, from the source manifest(s) alone (no tar is opened)."""
-    paths = [manifest_path(opts.src, opts.split)] if opts.split else find_manifests(opts.src)
-    if not paths:
-        raise ManifestError(f"no manifest in {opts.src}: the conversion did not finish, or "
+    origin = source_of(opts.src)
+    names = origin.manifests(opts.split)
+    if not names:
+        raise ManifestError(f"no manifest in {origin}: the conversion did not finish, or "
                             "--src is not a converted folder; run imgprep convert first")
-    plan = [_load_split(p, opts, world) for p in paths]
+    plan = [_load_split(origin, name, opts, world) for name in names]
     splits = [sp.split for sp in plan]
-    names = [e.name for sp in plan for e in sp.manifest.shards]
-    if len(set(splits)) != len(splits) or len(set(names)) != len(names):
-        raise ManifestError(f"the manifests in {opts.src} ({', '.join(p.name for p in paths)}) "
+    shards = [e.name for sp in plan for e in sp.manifest.shards]
+    if len(set(splits)) != len(splits) or len(set(shards)) != len(shards):
+        raise ManifestError(f"the manifests in {origin} ({', '.join(names)}) "
                             "repeat a split or a shard name; pick one with --split")
     return plan
 
@@ -218,45 +234,25 @@ def is_staged(plan: Sequence[SplitPlan], dst: Path) -> bool:
 # ---------------------------------------------------------------------------- the copier's work
 
 
-def _drop_stale(plan: Sequence[SplitPlan], dst: Path) -> None:
-    """Remove shards of the staged splits that this plan does not hold (another mode or node
-    count): nothing in ``dst`` may look like part of the node's data but the manifest's."""
-    for sp in plan:
-        keep = {e.name for e in sp.needed}
-        pattern = re.compile(re.escape(sp.split) + r"-\d{6}\.tar")
-        for p in dst.glob(f"{sp.split}-*.tar"):
-            if pattern.fullmatch(p.name) and p.name not in keep and p.is_file():
-                with contextlib.suppress(FileNotFoundError):
-                    p.unlink()
-
-
-def _unlink(path: Path, node: int) -> None:
-    """Remove ``path`` if it is there; a file that cannot be removed stops staging."""
-    try:
-        path.unlink(missing_ok=True)
-    except OSError as e:
-        raise StageError(f"node {node}: cannot replace {path}: {e.strerror}; remove it by "
-                         "hand, then rerun") from e
-
-
 def _finish_split(sp: SplitPlan, opts: StageOptions, world: World) -> None:
     """Copy the split's error log, write its node-local manifest, then its done-marker."""
     node, dst = world.node_rank, opts.dst
     if sp.manifest.error_log:
-        log = sp.source.parent / sp.manifest.error_log
+        log = sp.manifest.error_log
         try:
-            data = log.read_bytes()
+            data = sp.origin.read(log)
         except OSError as e:
-            raise StageError(f"node {node}: cannot read the error log {log} that {sp.source} "
-                             f"names ({e.strerror}); restore it or reconvert, then rerun") from e
-        write_small(dst / log.name, data, node)
+            raise StageError(f"node {node}: cannot read the error log {sp.origin.where(log)} "
+                             f"that {sp.source} names ({e.strerror}); restore it or "
+                             "reconvert, then rerun") from e
+        write_small(dst / log, data, node)
     try:
         path = write_manifest(dst, node_manifest(sp, opts, world))
     except OutputError as e:
         raise StageError(f"node {node}: cannot write the manifest in {dst}: "
                          f"{why(e.__cause__ or e)}; free space there or use another --dst, "
                          "then rerun to resume") from e
-    marker = {"fingerprint": sp.fingerprint, "split": sp.split, "source": str(sp.source),
+    marker = {"fingerprint": sp.fingerprint, "split": sp.split, "source": sp.source,
               "source_sha256": sp.sha256, "mode": opts.mode, "seed": opts.seed,
               "num_nodes": world.num_nodes, "node_rank": world.node_rank, "verify": opts.verify,
               "shards": len(sp.needed), "bytes": sum(e.bytes for e in sp.needed),
@@ -271,48 +267,50 @@ def _missing(plan: Sequence[SplitPlan], opts: StageOptions, node: int,
     dst = opts.dst
     trusted = {sp.split for sp in plan if _marker_matches(sp, dst) is not None}
     for sp in plan:  # void the markers before anything in dst changes
-        _unlink(_marker_path(dst, sp.split), node)
+        remove(_marker_path(dst, sp.split), node)
     fsync_dir(state_dir(dst))
     for folder in (dst, state_dir(dst)):
         sweep_tmp(folder)
-    _drop_stale(plan, dst)
+    for sp in plan:
+        drop_stale(dst, sp.split, {e.name for e in sp.needed})
     items = [(sp, e) for sp in plan for e in sp.needed]
     there = parallel(lambda it: present(dst / it[1].name, it[1], opts.verify, opts.chunk,
                                         it[0].split in trusted, stop), items, opts.jobs, stop)
     todo = [it for it, ok in zip(items, there, strict=True) if not ok]
     for _, e in todo:
-        _unlink(dst / e.name, node)  # a bad copy: free its space before the check
+        remove(dst / e.name, node)  # a bad copy: free its space before the check
     return todo, len(items) - len(todo)
 
 
 def _fan_out(plan: Sequence[SplitPlan], todo: Sequence[Item], opts: StageOptions, world: World,
              rv: Rendezvous, tick: Progress) -> Moved:
-    """Give every node every shard, reading only this node's partition share from the file
-    server (imgprep.fanout)."""
+    """Give every node every shard and sample index, reading only this node's partition share
+    from the file server (imgprep.fanout); each index is read once, by node 0, and fanned out
+    like a shard."""
     items = [(sp, e) for sp in plan for e in sp.needed]
-    owners = [k for sp in plan for k in _owners(sp, world.num_nodes, opts.seed)]
+    owners = [k for sp in plan for k in partition_owners(
+        [e.samples for e in sp.manifest.shards], world.num_nodes, opts.seed)]
     lacking = {e.name for _, e in todo}
+    have = [e.name not in lacking for _, e in items]
+    shards = len(items)
+    for sp in plan:
+        if (ix := sp.manifest.index) is not None:
+            entry = ShardEntry(ix.name, 0, ix.bytes, ix.sha256)
+            items.append((sp, entry))
+            owners.append(0)
+            have.append(present(opts.dst / ix.name, entry, "sha256", opts.chunk, False,
+                                threading.Event()))
     digest = hashlib.sha256(json.dumps([[sp.sha256 for sp in plan], opts.seed, world.num_nodes],
                                        ).encode()).hexdigest()
-    job = FanoutJob([Shard(e, sp.source.parent / e.name, sp.source, k)
+    job = FanoutJob(plan[0].origin if plan else source_of(opts.src),
+                    [Shard(e, sp.origin.where(e.name), sp.source, k)
                      for (sp, e), k in zip(items, owners, strict=True)],
-                    [e.name not in lacking for _, e in items], digest, opts.dst,
-                    world.node_rank, world.num_nodes, opts.jobs, opts.timeout)
+                    have, digest, opts.dst, world.node_rank, world.num_nodes, opts.jobs,
+                    opts.timeout)
     c = fan_out(job, rv, tick)
-    return Moved(c.written, len(items) - len(todo), c.read, c.received, c.sent, c.seconds)
-
-
-def _owners(sp: SplitPlan, nodes: int, seed: int) -> list[int]:
-    """For each shard of the split, the node whose partition share holds it (with fewer
-    shards than nodes, shard i's is node i)."""
-    owner = list(range(len(sp.manifest.shards)))
-    if len(owner) < nodes:
-        return owner
-    for k, share in enumerate(node_shards([e.samples for e in sp.manifest.shards], nodes,
-                                          "partition", seed)):
-        for i in share:
-            owner[i] = k
-    return owner
+    indexes_written = have[shards:].count(False)
+    return Moved(c.written - indexes_written, shards - len(todo), c.read, c.received, c.sent,
+                 c.seconds)
 
 
 def _stage(plan: Sequence[SplitPlan], opts: StageOptions, world: World, rv: Rendezvous | None,
@@ -333,13 +331,15 @@ def _stage(plan: Sequence[SplitPlan], opts: StageOptions, world: World, rv: Rend
     if rv is not None:
         done = _fan_out(plan, todo, opts, world, rv, tick)
     else:
-        read = parallel(lambda it: copy_shard(it[0].source.parent / it[1].name, it[0].source,
-                                              it[1], opts.dst, opts.verify, opts.chunk, node,
-                                              tick, stop), todo, opts.jobs, stop)
+        read = parallel(lambda it: copy_shard(it[0].origin, it[0].source, it[1], opts.dst,
+                                              opts.verify, opts.chunk, node, tick, stop),
+                        todo, opts.jobs, stop)
         done = Moved(len(todo), skipped, sum(read))
     fsync_dir(opts.dst)  # every shard's rename is on disk before a manifest names it
     for sp in plan:
-        done.read += copy_index(sp.manifest.index, sp.source, opts.dst, opts.chunk, node)
+        if rv is None:  # fan-out moved the indexes with the shards
+            done.read += copy_index(sp.manifest.index, sp.origin, sp.source, opts.dst,
+                                    opts.chunk, node)
         _finish_split(sp, opts, world)
     return done
 
@@ -379,7 +379,8 @@ def _check_options(opts: StageOptions) -> None:
 
 
 def _prepare_dst(opts: StageOptions, node: int) -> None:
-    if opts.dst.exists() and os.path.samefile(opts.src, opts.dst):
+    folder = source_of(opts.src).folder
+    if folder is not None and opts.dst.exists() and os.path.samefile(folder, opts.dst):
         raise StageError(f"node {node}: --dst {opts.dst} is the source folder; pick a "
                          "node-local folder")
     try:

@@ -10,18 +10,30 @@ from typing import Any
 
 from imgprep.manifest import read_manifest
 from imgprep.world import World
-from loaders.common import PAD_LABEL, Loader, LoaderError
+from loaders.common import PAD_LABEL, Loader, LoaderError, worker_count
 from loaders.device import DeviceLoader, normalize
 from loaders.labellist import LabelListLoader
 from loaders.shards import ShardLoader
 from loaders.transforms import TrainTransform, ValTransform
 
 
-def make_loader(data: str | Path, split: str, world: World, batch_size: int, workers: int = 4,
-                seed: int = 0, **options: Any) -> Loader:
-    """The loader for ``data``: a folder with ``<split>.json`` (shards or a label list, full
-    or node-local), or a ``path label`` list file. ``options`` go to the loader (``tail``,
-    ``mode``, ``transform``, ``on_error``, ``shuffle`` …)."""
+def make_loader(data: str | Path, split: str, world: World, batch_size: int,
+                workers: int | str = "auto", seed: int = 0, **options: Any) -> Loader:
+    """The loader for ``data``.
+
+    Args:
+        data: a folder with ``<split>.json`` (shards or a label list, full or node-local), or
+            a ``path label`` list file.
+        split: ``"train"`` or ``"val"`` (which sets shuffling, tail and transform defaults).
+        world: this rank.
+        batch_size: per rank.
+        workers: decoding processes per rank; ``"auto"`` sizes them from the cores this rank
+            may use (``loaders.common.worker_count``); 0 decodes in the calling process.
+        seed: the epoch orders' and augmentations' seed.
+        options: go to the loader (``tail``, ``mode``, ``transform``, ``on_error``,
+            ``shuffle`` …).
+    """
+    workers = worker_count(workers, world)
     path = Path(data)
     if path.is_file():
         return LabelListLoader(path, world, batch_size, workers, seed,
@@ -36,4 +48,5 @@ def make_loader(data: str | Path, split: str, world: World, batch_size: int, wor
 
 
 __all__ = ["PAD_LABEL", "DeviceLoader", "LabelListLoader", "Loader", "LoaderError",
-           "ShardLoader", "TrainTransform", "ValTransform", "make_loader", "normalize"]
+           "ShardLoader", "TrainTransform", "ValTransform", "make_loader", "normalize",
+           "worker_count"]

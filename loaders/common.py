@@ -9,6 +9,7 @@ from typing import Any, Protocol
 import torch
 
 from imgprep.errors import ImgprepError
+from imgprep.world import World
 
 TAILS = ("drop", "pad", "uneven")  # an epoch's last partial batch: dropped, padded, or short
 ON_ERROR = ("raise", "skip")  # an undecodable sample: fail the epoch, or replace and count it
@@ -27,6 +28,19 @@ def check_policies(batch_size: int, workers: int, tail: str, on_error: str) -> N
         raise ValueError(f"tail must be one of {TAILS}")
     if on_error not in ON_ERROR:
         raise ValueError(f"on_error must be one of {ON_ERROR}")
+
+
+def worker_count(workers: int | str, world: World) -> int:
+    """Loader workers for one rank: ``workers`` itself, or for ``"auto"`` the cores this
+    rank may use (``World.cores_per_rank``: the process's CPU affinity shared by the ranks of
+    its node) less one that stays with the rank's own process, which runs the training step
+    and copies every batch out of the ring; at least one worker, so decoding never stalls
+    the step (docs/loaders.md, "Worker count")."""
+    if workers == "auto":
+        return max(1, world.cores_per_rank() - 1)
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 0:
+        raise ValueError(f"workers must be 'auto' or an integer >= 0, not {workers!r}")
+    return workers
 
 
 class Loader(Protocol):

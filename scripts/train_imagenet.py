@@ -20,10 +20,10 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +37,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from trainkit import distributed  # noqa: E402
 from trainkit.models import model_by_name, param_groups  # noqa: E402
-from trainkit.timing import BucketClock, Split, reduce_split, wire_dtype  # noqa: E402
+from trainkit.timing import (  # noqa: E402
+    BucketClock,
+    DataWaitHint,
+    Split,
+    reduce_split,
+    wire_dtype,
+)
 
 from imgprep.errors import ImgprepError  # noqa: E402
 from imgprep.fsutil import atomic_open  # noqa: E402
@@ -50,11 +56,21 @@ from loaders import (  # noqa: E402
     TrainTransform,
     ValTransform,
     make_loader,
+    worker_count,
 )
 
 
 class TrainError(ImgprepError, RuntimeError):
     """Training cannot go on (a non-finite loss, a bad checkpoint); the message says why."""
+
+
+def workers_arg(text: str) -> int | str:
+    """``--workers``: ``auto`` or a count >= 0."""
+    if text == "auto":
+        return text
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"expected 'auto' or a count >= 0, got {text!r}")
+    return int(text)
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -70,7 +86,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--epochs", type=int, default=90)
     ap.add_argument("--steps", type=int, default=0, help="stop after this many steps (0: all)")
     ap.add_argument("--batch-size", type=int, default=64, help="per rank")
-    ap.add_argument("--workers", type=int, default=4, help="loader workers per rank")
+    ap.add_argument("--workers", type=workers_arg, default="auto",
+                    help="loader workers per rank (auto: this rank's cores less one)")
     ap.add_argument("--image-size", type=int, default=224, help="train crop (val: center)")
     ap.add_argument("--lr", type=float, default=0.1, help="per 256 images (Goyal et al.)")
     ap.add_argument("--momentum", type=float, default=0.9)
@@ -155,115 +172,209 @@ def log(record: dict[str, Any], path: Path | None) -> None:
             f.write(json.dumps(record, sort_keys=True) + "\n")
 
 
-def train(args: argparse.Namespace, world: World) -> dict[str, Any]:
-    if args.threads or not torch.cuda.is_available():
-        torch.set_num_threads(args.threads or max(1, (os.cpu_count() or 1)
-                                                  // world.local_world_size))
-    backend = distributed.init(world, args.timeout)
-    device = distributed.device_for(world)
-    if args.stage_from is not None:
-        from imgprep.stage import StageOptions, stage_to_node
+@dataclass(eq=False)
+class Run:
+    """Everything one training run holds between its steps."""
 
-        stage_to_node(StageOptions(args.stage_from, args.data, mode=args.stage_mode,
-                                   timeout=args.timeout, fanout=args.fanout), world)
-    torch.manual_seed(args.seed)
-    train_loader = make_loader(args.data, "train", world, args.batch_size, args.workers,
+    args: argparse.Namespace
+    world: World
+    device: torch.device
+    train_loader: Loader
+    val_loader: Loader | None
+    model: nn.Module
+    net: nn.Module  # the model, wrapped in DDP once distributed
+    optimizer: torch.optim.Optimizer
+    clock: BucketClock
+    hint: DataWaitHint
+    result: dict[str, Any]
+    steps_per_epoch: int  # a whole epoch's, also after a resume (the LR schedule's)
+    ckpt: Path | None = None
+    step: int = 0
+    start_epoch: int = 0
+    resumed: bool = False
+    losses: list[float] = field(default_factory=list)
+    split: Split = field(default_factory=Split)
+    seen: int = 0
+    t_log: float = field(default_factory=time.perf_counter)
+
+    def sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
+
+
+def train(args: argparse.Namespace, world: World) -> dict[str, Any]:
+    """Set up, resume, train epoch after epoch (or to --steps), validate, checkpoint."""
+    run = set_up(args, world)
+    resume(run)
+    distribute(run)
+    for epoch in range(run.start_epoch, args.epochs):
+        if not train_epoch(run, epoch):
+            break  # --steps reached
+        run.train_loader.set_epoch(epoch + 1)
+        save(run)
+    evaluate(run)
+    save(run)
+    run.result.update(step=run.step, losses=run.losses,
+                      wire_dtypes=sorted(run.clock.wire_dtypes), buckets=run.clock.buckets,
+                      replicas_identical=replicas_identical(run.model, world))
+    return run.result
+
+
+def stage(args: argparse.Namespace, world: World) -> None:
+    """Copy --stage-from into --data, one copier per node (the others wait for it)."""
+    from imgprep.stage import StageOptions, stage_to_node
+
+    stage_to_node(StageOptions(args.stage_from, args.data, mode=args.stage_mode,
+                               timeout=args.timeout, fanout=args.fanout), world)
+
+
+def make_loaders(args: argparse.Namespace, world: World, workers: int
+                 ) -> tuple[Loader, Loader | None]:
+    """The train loader, and the val loader unless --no-validate or there is no val split."""
+    train_loader = make_loader(args.data, "train", world, args.batch_size, workers,
                                args.seed, transform=TrainTransform(size=args.image_size))
     no_val = args.data.is_dir() and not manifest_path(args.data, "val").exists()
     if args.validate and no_val and world.rank == 0:
         print(f"train_imagenet: warning: {args.data} has no val split (no val.json): training "
               "without validation; make one with imgprep convert ILSVRC2012_img_val.tar -o "
               f"{args.data} --labels <ground truth>", file=sys.stderr, flush=True)
-    val_loader = make_loader(args.data, "val", world, args.batch_size, args.workers, args.seed,
-                             transform=ValTransform(size=args.image_size,
-                                                    resize=round(args.image_size * 256 / 224)),
-                             ) if args.validate and not no_val else None
+    if not args.validate or no_val:
+        return train_loader, None
+    val = ValTransform(size=args.image_size, resize=round(args.image_size * 256 / 224))
+    return train_loader, make_loader(args.data, "val", world, args.batch_size, workers,
+                                     args.seed, transform=val)
+
+
+def set_up(args: argparse.Namespace, world: World) -> Run:
+    """Threads, process group, device, staging, loaders, model and optimizer."""
+    if args.threads or not torch.cuda.is_available():
+        torch.set_num_threads(args.threads or world.cores_per_rank())
+    backend = distributed.init(world, args.timeout)
+    device = distributed.device_for(world)
+    if args.stage_from is not None:
+        stage(args, world)
+    torch.manual_seed(args.seed)
+    workers = worker_count(args.workers, world)
+    train_loader, val_loader = make_loaders(args, world, workers)
     model = model_by_name(args.arch, train_loader.num_classes).to(device)
     model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
     if args.sync_bn and world.is_distributed:
         model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
     optimizer = torch.optim.SGD(param_groups(model, args.weight_decay), lr=args.lr,
                                 momentum=args.momentum, nesterov=False)
-    start_epoch = step = 0
-    resumed = False
-    ckpt = args.checkpoint / "last.pt" if args.checkpoint else None
-    if args.resume and ckpt is not None and ckpt.exists():
-        resumed = True
-        state = load_checkpoint(ckpt)
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        step, start_epoch = int(state["step"]), int(state["loader"]["epoch"])
-        train_loader.load_state_dict(state["loader"])
-        torch.set_rng_state(state["rng"])
-    clock = BucketClock(wire_dtype(args.allreduce_dtype))
-    net: nn.Module = model
-    if world.is_distributed:
-        net = DDP(model, device_ids=[device.index] if device.type == "cuda" else None,
-                  gradient_as_bucket_view=True)
-        net.register_comm_hook(dist.group.WORLD, clock.hook)
-    steps_per_epoch = train_loader.batches_per_epoch  # a whole epoch's, also after a resume
-    split, seen, t_log = Split(), 0, time.perf_counter()
-    losses: list[float] = []
-    result: dict[str, Any] = {"backend": backend, "world_size": world.world_size}
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    for epoch in range(start_epoch, args.epochs):
-        if not (resumed and epoch == start_epoch):  # a resumed epoch goes on where it stopped
-            train_loader.set_epoch(epoch)
-        batches = iter(DeviceLoader(train_loader, device, train_loader.mean, train_loader.std))
-        while True:
-            t0 = time.perf_counter()
-            try:
-                images, labels = next(batches)
-            except StopIteration:
-                break
-            sync()
-            t1 = time.perf_counter()
-            for group in optimizer.param_groups:
-                group["lr"] = learning_rate(step, steps_per_epoch, args, world)
-            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.bf16):
-                loss = F.cross_entropy(net(images).float(), labels,
-                                       label_smoothing=args.label_smoothing)
-            if not torch.isfinite(loss):
-                raise TrainError(f"rank {world.rank}: loss is {loss.item()} at step {step}; "
-                                 "lower --lr or check the data")
-            loss.backward()
-            sync()
-            t2 = time.perf_counter()
-            exposed = max(0.0, t2 - clock.last_ready) if world.is_distributed else 0.0
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-            sync()
-            t3 = time.perf_counter()
-            split.add(t1 - t0, (t2 - t1) - exposed, exposed, t3 - t2)
-            losses.append(loss.item())
-            step += 1
-            seen += images.shape[0]
-            if ckpt is not None and args.checkpoint_every and step % args.checkpoint_every == 0:
-                checkpoint(ckpt, model, optimizer, step, train_loader, world, args)
-            if step % args.log_every == 0:
-                rec = report(split, seen, t_log, world, device, step, epoch, losses[-1])
-                result["last_log"] = rec
-                if world.rank == 0:
-                    log(rec, args.log_json)
-                split, seen, t_log = Split(), 0, time.perf_counter()
-            if args.steps and step >= args.steps:
-                break
-        if args.steps and step >= args.steps:
-            break
-        train_loader.set_epoch(epoch + 1)
-        if ckpt is not None:
-            checkpoint(ckpt, model, optimizer, step, train_loader, world, args)
-    if val_loader is not None:
-        result["val"] = validate(model, val_loader, device, world, args.bf16)
-        if world.rank == 0:
-            log({"step": step, "val": result["val"]}, args.log_json)
-            print(f"val: top-1 {result['val']['top1']:.3f} top-5 {result['val']['top5']:.3f} "
-                  f"on {result['val']['samples']} images", flush=True)
-    if ckpt is not None:
-        checkpoint(ckpt, model, optimizer, step, train_loader, world, args)
-    result.update(step=step, losses=losses, wire_dtypes=sorted(clock.wire_dtypes),
-                  buckets=clock.buckets, replicas_identical=replicas_identical(model, world))
-    return result
+    hint = DataWaitHint(workers, world.cores_per_rank(), world.local_world_size,
+                        staged=args.stage_from is not None)
+    return Run(args, world, device, train_loader, val_loader, model, model, optimizer,
+               BucketClock(wire_dtype(args.allreduce_dtype)), hint,
+               {"backend": backend, "world_size": world.world_size},
+               train_loader.batches_per_epoch,
+               ckpt=args.checkpoint / "last.pt" if args.checkpoint else None)
+
+
+def resume(run: Run) -> None:
+    """With --resume and a checkpoint: model, optimizer, step, loader position and RNG."""
+    if not (run.args.resume and run.ckpt is not None and run.ckpt.exists()):
+        return
+    state = load_checkpoint(run.ckpt)
+    run.model.load_state_dict(state["model"])
+    run.optimizer.load_state_dict(state["optimizer"])
+    run.step, run.start_epoch = int(state["step"]), int(state["loader"]["epoch"])
+    run.train_loader.load_state_dict(state["loader"])
+    torch.set_rng_state(state["rng"])
+    run.resumed = True
+
+
+def distribute(run: Run) -> None:
+    """Wrap the model in DDP, its all-reduce timed (and cast) by the bucket clock; start
+    the first log interval."""
+    if run.world.is_distributed:
+        run.net = DDP(run.model, device_ids=[run.device.index] if run.device.type == "cuda"
+                      else None, gradient_as_bucket_view=True)
+        run.net.register_comm_hook(dist.group.WORLD, run.clock.hook)
+    run.t_log = time.perf_counter()  # the first log interval starts here
+
+
+def train_epoch(run: Run, epoch: int) -> bool:
+    """One epoch (what is left of it after a resume); False once --steps is reached."""
+    args, loader = run.args, run.train_loader
+    if not (run.resumed and epoch == run.start_epoch):  # a resumed epoch goes on
+        loader.set_epoch(epoch)
+    batches = iter(DeviceLoader(loader, run.device, loader.mean, loader.std))
+    while True:
+        t0 = time.perf_counter()
+        try:
+            images, labels = next(batches)
+        except StopIteration:
+            return True
+        run.sync()
+        optimise(run, images, labels, t0)
+        run.seen += images.shape[0]
+        if args.checkpoint_every and run.step % args.checkpoint_every == 0:
+            save(run)
+        if run.step % args.log_every == 0:
+            log_interval(run, epoch)
+        if args.steps and run.step >= args.steps:
+            return False
+
+
+def optimise(run: Run, images: torch.Tensor, labels: torch.Tensor, t0: float) -> None:
+    """One step; the time since ``t0`` split into data wait, forward+backward, exposed
+    all-reduce and optimizer."""
+    args, net = run.args, run.net
+    t1 = time.perf_counter()
+    for group in run.optimizer.param_groups:
+        group["lr"] = learning_rate(run.step, run.steps_per_epoch, args, run.world)
+    with torch.autocast(run.device.type, dtype=torch.bfloat16, enabled=args.bf16):
+        loss = F.cross_entropy(net(images).float(), labels,
+                               label_smoothing=args.label_smoothing)
+    if not torch.isfinite(loss):
+        raise TrainError(f"rank {run.world.rank}: loss is {loss.item()} at step {run.step}; "
+                         "lower --lr or check the data")
+    loss.backward()
+    run.sync()
+    t2 = time.perf_counter()
+    exposed = max(0.0, t2 - run.clock.last_ready) if run.world.is_distributed else 0.0
+    run.optimizer.step()
+    run.optimizer.zero_grad(set_to_none=True)
+    run.sync()
+    t3 = time.perf_counter()
+    run.split.add(t1 - t0, (t2 - t1) - exposed, exposed, t3 - t2)
+    run.losses.append(loss.item())
+    run.step += 1
+
+
+def log_interval(run: Run, epoch: int) -> None:
+    """Reduce and print the interval's split (rank 0), and the data-wait hint once."""
+    rec = report(run.split, run.seen, run.t_log, run.world, run.device, run.step, epoch,
+                 run.losses[-1])
+    run.result["last_log"] = rec
+    hint = run.hint.update(rec["data_wait_fraction"])
+    if hint is not None:
+        run.result["hint"] = hint
+    if run.world.rank == 0:
+        log(rec, run.args.log_json)
+        if hint is not None:
+            print(hint, flush=True)
+    run.split, run.seen, run.t_log = Split(), 0, time.perf_counter()
+
+
+def evaluate(run: Run) -> None:
+    """Exact top-1/top-5 on the val split, printed and logged by rank 0."""
+    if run.val_loader is None:
+        return
+    val = run.result["val"] = validate(run.model, run.val_loader, run.device, run.world,
+                                       run.args.bf16)
+    if run.world.rank == 0:
+        log({"step": run.step, "val": val}, run.args.log_json)
+        print(f"val: top-1 {val['top1']:.3f} top-5 {val['top5']:.3f} on {val['samples']} "
+              "images", flush=True)
+
+
+def save(run: Run) -> None:
+    """A checkpoint when --checkpoint is given (rank 0 writes, every rank waits)."""
+    if run.ckpt is not None:
+        checkpoint(run.ckpt, run.model, run.optimizer, run.step, run.train_loader, run.world,
+                   run.args)
 
 
 def replicas_identical(model: nn.Module, world: World) -> bool:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import io
 import os
 import shutil
-import socket
 import sys
 import tarfile
 from collections.abc import Iterable
@@ -112,8 +111,3 @@ def nested_images(tar_path: Path) -> Iterable[tuple[str, bytes]]:
                     assert g is not None
                     yield Path(im.name).stem, g.read()
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])

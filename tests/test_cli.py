@@ -29,6 +29,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner, Result
 from conftest import encode, jpeg, nested_images, photo, tar_bytes, write_tar
+from helpers import one_line_error, tmp_leftovers
 from PIL import Image
 
 from imgprep.cli import cli
@@ -56,26 +57,9 @@ def convert_ok(src: Path, out: Path, *extra: object, workers: int = 2) -> dict[s
     return summary_of(r)
 
 
-def one_line_error(r: Result, code: int, *names: str) -> str:
-    """The run exited with ``code`` and one stderr line naming ``names``; no traceback."""
-    assert r.exit_code == code, f"exit {r.exit_code}: {r.output}"
-    assert r.exception is None or isinstance(r.exception, SystemExit), repr(r.exception)
-    assert "Traceback" not in r.output
-    lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1, r.stderr
-    assert lines[0].startswith("imgprep: error: "), lines[0]
-    for name in names:
-        assert name in lines[0], (name, lines[0])
-    return lines[0]
-
-
 def tree_bytes(root: Path) -> dict[str, bytes]:
     return {p.relative_to(root).as_posix(): p.read_bytes()
             for p in sorted(root.rglob("*")) if p.is_file()}
-
-
-def tmp_leftovers(root: Path) -> list[str]:
-    return [str(p) for p in root.rglob("*") if p.name.startswith(".tmp-")]
 
 
 def module_cmd(*args: object) -> list[str]:

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import io
+import os
+import re
+import signal
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +16,15 @@ from PIL import Image
 from imgprep.convert import ConvertOptions, convert
 from imgprep.errors import ManifestError
 from imgprep.world import World
-from loaders import PAD_LABEL, DeviceLoader, LabelListLoader, LoaderError, make_loader, normalize
+from loaders import (
+    PAD_LABEL,
+    DeviceLoader,
+    LabelListLoader,
+    LoaderError,
+    make_loader,
+    normalize,
+    worker_count,
+)
 from loaders.labellist import rank_indices, read_label_list
 
 
@@ -95,6 +106,49 @@ def test_same_batches_for_any_worker_count(listed: Path) -> None:
             for w in (0, 2)]
     assert all(torch.equal(x[0], y[0]) and torch.equal(x[1], y[1])
                for x, y in zip(*runs, strict=True))
+
+
+def test_workers_resume_exactly_and_keep_their_pids_across_epochs(listed: Path) -> None:
+    """Two ring workers: a mid-epoch resume yields the uninterrupted run's batches, and the
+    persistent workers serve the next epoch without restarting."""
+    loader = LabelListLoader(listed / "train.txt", World(), 4, workers=2, seed=2)
+    full = _epoch(loader, 1)
+    pids = loader.worker_pids
+    assert len(set(pids)) == 2 and min(pids) > 0
+    loader.load_state_dict({"epoch": 1, "batch": 3})
+    tail = [(x.clone(), y.clone()) for x, y in loader]
+    assert all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+               for a, b in zip(full[3:], tail, strict=True))
+    assert len(tail) == len(full) - 3 and loader.worker_pids == pids
+    assert loader.state_dict() == {"epoch": 1, "batch": len(full)}
+
+
+def test_killed_worker_is_named_by_pid(listed: Path) -> None:
+    """SIGKILL of a worker mid-epoch: a LoaderError naming the worker, the pid it recorded
+    itself, the batch it was making and that batch's first list line."""
+    loader = LabelListLoader(listed / "train.txt", World(), 2, workers=2, seed=0)
+    with pytest.raises(LoaderError) as e:
+        for i, _ in enumerate(loader):
+            if i == 1:
+                pid = loader.worker_pids[1]
+                os.kill(pid, signal.SIGKILL)
+    text = str(e.value)
+    m = re.search(r"worker 1 \(pid (\d+), making batch (\d+): .*train.txt:\d+: ", text)
+    assert m is not None, text
+    assert int(m.group(1)) == pid and int(m.group(2)) % 2 == 1  # worker 1: odd batches
+    assert "rank 0" in text and "epoch 0" in text
+
+
+def test_auto_workers_leave_a_core_to_each_rank(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _: set(range(16)))
+    assert worker_count("auto", World(0, 8, 0, 8, 0, 1)) == 1  # 2 cores a rank
+    assert worker_count("auto", World(0, 2, 0, 2, 0, 1)) == 7  # 8 cores a rank
+    assert worker_count("auto", World()) == 15
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _: {0})
+    assert worker_count("auto", World()) == 1
+    assert worker_count(0, World()) == 0 and worker_count(3, World()) == 3
+    with pytest.raises(ValueError, match="auto"):
+        worker_count("many", World())
 
 
 @pytest.mark.parametrize("k", [0, 1, 3, 5])

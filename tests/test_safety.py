@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 from conftest import REPO, jpeg
+from helpers import one_line_error
 
 from imgprep.cli import cli
 from imgprep.convert import ConvertOptions, convert, make_plan
@@ -43,17 +44,6 @@ def ok(r: Result) -> dict[str, Any]:
     assert r.exit_code == 0, f"exit {r.exit_code}: {r.output}"
     out: dict[str, Any] = json.loads(r.stdout)
     return out
-
-
-def one_line_error(r: Result, code: int, *names: object) -> str:
-    """Exit ``code`` with one ``imgprep: error:`` line naming every one of ``names``."""
-    assert r.exit_code == code, f"exit {r.exit_code}: {r.output}"
-    assert "Traceback" not in r.output
-    lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("imgprep: error: "), r.stderr
-    for name in names:
-        assert str(name) in lines[0], (name, lines[0])
-    return lines[0]
 
 
 def snapshot(root: Path) -> dict[str, bytes]:

@@ -38,7 +38,8 @@ import numpy as np
 import pytest
 import torch
 import webdataset as wds
-from conftest import free_port, jpeg
+from conftest import jpeg
+from helpers import free_port
 from PIL import Image
 
 from imgprep.convert import ConvertOptions, convert

@@ -25,6 +25,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from helpers import clean_env, is_launcher_var, one_line, tmp_leftovers, torchrun_env
 
 from imgprep import copier, nodelock, stage
 from imgprep.assign import node_shards
@@ -37,9 +38,6 @@ from imgprep.verify import verify
 from imgprep.world import World
 
 TIMEOUT = 60
-LAUNCHER_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
-                 "MPI_LOCALRANKID", "MPI_LOCALNRANKS")
-LAUNCHER_PREFIXES = ("OMPI_", "PMI_", "PMIX_", "SLURM_")
 
 
 # ---------------------------------------------------------------------------- fixtures, helpers
@@ -61,7 +59,7 @@ def src(sample: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 def no_launcher(monkeypatch: pytest.MonkeyPatch) -> None:
     """In-process runs (CliRunner) detect a single process, whatever launched pytest."""
     for name in list(os.environ):
-        if name in LAUNCHER_VARS or name.startswith(LAUNCHER_PREFIXES):
+        if is_launcher_var(name):
             monkeypatch.delenv(name)
 
 
@@ -86,20 +84,20 @@ def share(src: Path, split: str, nodes: int, mode: str, k: int) -> list[str]:
 
 
 def share_bytes(src: Path, nodes: int, mode: str, k: int,
-                splits: Sequence[str] = ("train", "val")) -> int:
+                splits: Sequence[str] = ("train", "val"), index: bool = True) -> int:
+    """What node ``k`` reads from the file server: its shards and (``index``) each split's
+    sample index."""
     total = 0
     for split in splits:
-        sizes = {s.name: s.bytes for s in read_manifest(src, split).shards}
+        m = read_manifest(src, split)
+        sizes = {s.name: s.bytes for s in m.shards}
         total += sum(sizes[n] for n in share(src, split, nodes, mode, k))
+        total += m.index.bytes if index and m.index is not None else 0
     return total
 
 
 def final_shards(dst: Path) -> list[str]:
     return sorted(p.name for p in dst.glob("*.tar") if not p.name.startswith("."))
-
-
-def tmp_leftovers(dst: Path) -> list[str]:
-    return [str(p) for p in dst.rglob(".tmp-*")]
 
 
 def assert_no_bad_final(dst: Path, src: Path) -> None:
@@ -113,19 +111,6 @@ def assert_no_bad_final(dst: Path, src: Path) -> None:
 def assert_verifies(dst: Path, decode: bool = False) -> None:
     rep = verify(dst, decode=decode)
     assert rep.ok, rep.problems
-
-
-def env(**extra: object) -> dict[str, str]:
-    """This environment without any launcher's variables, plus ``extra``."""
-    e = {k: v for k, v in os.environ.items()
-         if k not in LAUNCHER_VARS and not k.startswith(LAUNCHER_PREFIXES)}
-    e.update({k: str(v) for k, v in extra.items()})
-    return e
-
-
-def torchrun_env(rank: int, world_size: int, local_world_size: int) -> dict[str, str]:
-    return env(RANK=rank, WORLD_SIZE=world_size, LOCAL_RANK=rank % local_world_size,
-               LOCAL_WORLD_SIZE=local_world_size, GROUP_RANK=rank // local_world_size)
 
 
 def stage_cmd(src: Path, dst: Path | str, *extra: object) -> list[str]:
@@ -146,15 +131,6 @@ def finish(procs: Sequence[subprocess.Popen[str]]) -> list[dict[str, Any]]:
         assert p.returncode == 0, stderr
         out.append(json.loads(stdout))
     return out
-
-
-def one_line(stderr: str, *names: str) -> str:
-    lines = stderr.strip().splitlines()
-    assert len(lines) == 1, stderr
-    assert lines[0].startswith("imgprep: error: ") and "Traceback" not in stderr, stderr
-    for name in names:
-        assert name in lines[0], (name, lines[0])
-    return lines[0]
 
 
 def stage_fails(opts: StageOptions, world: World | None = None, *names: str) -> str:
@@ -219,7 +195,8 @@ def test_partition_and_replicate_with_explicit_worlds(src: Path, tmp_path: Path,
             expected = share_bytes(src, nodes, mode, k)
             assert s["role"] == "copier" and (s["node_rank"], s["num_nodes"]) == (k, nodes)
             assert s["bytes_read"] == s["bytes_written"] == expected  # the node's share exactly
-            assert starts == [expected] and sum(ticks) == expected
+            shard_bytes = share_bytes(src, nodes, mode, k, index=False)  # what the bar counts
+            assert starts == [shard_bytes] and sum(ticks) == shard_bytes
             assert s["shards_skipped"] == 0 and s["shards_copied"] == s["shards_needed"]
             assert s["manifests"] == [str(dst / "train.json"), str(dst / "val.json")]
             for split, m in full.items():
@@ -331,7 +308,7 @@ def test_torchrun_two_nodes_one_copier_each(src: Path, tmp_path: Path) -> None:
 
 def test_no_launcher_processes_share_one_copier(src: Path, tmp_path: Path) -> None:
     dst = tmp_path / "dst"
-    summaries = finish([start(stage_cmd(src, dst), env()) for _ in range(3)])
+    summaries = finish([start(stage_cmd(src, dst), clean_env()) for _ in range(3)])
     assert sorted(s["role"] for s in summaries) == ["copier", "waiter", "waiter"]
     assert sum(s["bytes_read"] for s in summaries) == share_bytes(src, 1, "replicate", 0)
     assert_verifies(dst)
@@ -342,7 +319,7 @@ def test_plain_loop_over_nodes(src: Path, tmp_path: Path) -> None:
     for k in range(3):
         r = subprocess.run(stage_cmd(src, tmp_path / "n{node}", "--mode", "partition",
                                      "--split", "train", "--num-nodes", 3, "--node-rank", k),
-                           env=env(), capture_output=True, text=True, timeout=TIMEOUT)
+                           env=clean_env(), capture_output=True, text=True, timeout=TIMEOUT)
         assert r.returncode == 0, r.stderr
         s = json.loads(r.stdout)
         assert (s["role"], s["node_rank"], s["num_nodes"]) == ("copier", k, 3)
@@ -359,7 +336,7 @@ def test_mpirun_one_node_one_copier(src: Path, tmp_path: Path) -> None:
     dst = tmp_path / "dst"
     cmd = [mpirun, "--allow-run-as-root", "--oversubscribe", "-np", "4",
            *stage_cmd(src, dst, "--split", "train")]
-    r = subprocess.run(cmd, env=env(), capture_output=True, text=True, timeout=TIMEOUT)
+    r = subprocess.run(cmd, env=clean_env(), capture_output=True, text=True, timeout=TIMEOUT)
     assert r.returncode == 0, r.stdout + r.stderr
     summaries = [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
     assert len(summaries) == 4, r.stdout
@@ -379,7 +356,7 @@ def test_mpirun_one_node_one_copier(src: Path, tmp_path: Path) -> None:
 def test_resume_after_sigkill(held_source: tuple[Path, Path, Path], tmp_path: Path) -> None:
     s, pipe, aside = held_source
     dst = tmp_path / "dst"
-    copier = start(stage_cmd(s, dst, "--split", "train", "--jobs", 1), env())
+    copier = start(stage_cmd(s, dst, "--split", "train", "--jobs", 1), clean_env())
     fd = hold_copier(pipe, aside, dst, copier)
     try:
         copier.kill()
@@ -392,13 +369,15 @@ def test_resume_after_sigkill(held_source: tuple[Path, Path, Path], tmp_path: Pa
     assert not (dst / "train.json").exists()
     os.replace(aside, pipe)
 
-    r = subprocess.run(stage_cmd(s, dst, "--split", "train", "--jobs", 1), env=env(),
+    r = subprocess.run(stage_cmd(s, dst, "--split", "train", "--jobs", 1), env=clean_env(),
                        capture_output=True, text=True, timeout=TIMEOUT)
     assert r.returncode == 0, r.stderr
     summary = json.loads(r.stdout)
     assert (summary["role"], summary["shards_skipped"], summary["shards_copied"]) == \
         ("copier", 6, 6)
-    assert summary["bytes_read"] == sum(e.bytes for e in read_manifest(s, "train").shards[6:])
+    m = read_manifest(s, "train")
+    index = m.index.bytes if m.index is not None else 0  # copied last, after the shards
+    assert summary["bytes_read"] == sum(e.bytes for e in m.shards[6:]) + index
     assert not tmp_leftovers(dst)
     assert_verifies(dst)
 
@@ -408,7 +387,7 @@ def test_ctrl_c_stops_the_copy_cleanly(held_source: tuple[Path, Path, Path],
                                        tmp_path: Path) -> None:
     s, pipe, aside = held_source
     dst = tmp_path / "dst"
-    copier = start(stage_cmd(s, dst, "--split", "train", "--jobs", 1), env())
+    copier = start(stage_cmd(s, dst, "--split", "train", "--jobs", 1), clean_env())
     fd = hold_copier(pipe, aside, dst, copier)
     try:
         copier.send_signal(signal.SIGINT)
@@ -696,7 +675,7 @@ def test_sample_index_is_staged_and_checked(src: Path, tmp_path: Path) -> None:
                         World().with_nodes(2, 1))
     assert (dst / entry.name).read_bytes() == data
     assert read_manifest(dst, "train").index == entry
-    assert got["bytes_read"] == share_bytes(s, 2, "partition", 1, ["train"]) + len(data)
+    assert got["bytes_read"] == share_bytes(s, 2, "partition", 1, ["train"])  # index included
     assert_verifies(dst)
     again = stage_to_node(StageOptions(s, dst, mode="partition", split="train"),
                           World().with_nodes(2, 1))

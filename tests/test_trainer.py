@@ -11,9 +11,13 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO, free_port, mpirun_cmd
+from conftest import REPO, mpirun_cmd
+from helpers import free_port
 
 from imgprep.convert import ConvertOptions, convert
+
+sys.path.insert(0, str(REPO / "scripts"))
+from trainkit.timing import DataWaitHint  # noqa: E402
 
 TRAIN = REPO / "scripts" / "train_imagenet.py"
 FLAGS = ["--arch", "tiny", "--batch-size", "8", "--workers", "1", "--image-size", "64",
@@ -128,3 +132,27 @@ def test_missing_manifest_is_a_clear_error(tmp_path: Path) -> None:
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 3
     assert "train.json" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_data_wait_hint_is_printed_once_by_rank_zero(data: Path) -> None:
+    """Decoding in the training process (--workers 0) keeps the step waiting for data: one
+    hint line saying what to change, however many intervals stay slow."""
+    out = run([sys.executable, str(TRAIN), "--data", str(data), *FLAGS, "--workers", "0",
+               "--steps", "8", "--no-validate"]).stdout
+    hints = [line for line in out.splitlines() if line.startswith("hint:")]
+    assert len(hints) == 1, out
+    assert "--workers auto" in hints[0] and "--stage-from" in hints[0]
+    assert summary(out)["hint"] == hints[0]
+
+
+def test_data_wait_hint_rules() -> None:
+    """Three slow intervals in a row after the first (worker start-up) one; said once; the
+    advice follows the cores left."""
+    hint = DataWaitHint(workers=3, cores_per_rank=8, ranks_per_node=2, staged=True)
+    said = [hint.update(f) for f in (0.9, 0.2, 0.2, 0.01, 0.2, 0.2, 0.2, 0.3, 0.3)]
+    assert [i for i, s in enumerate(said) if s] == [6]
+    assert "at least 20% of the time in 3 log intervals" in (said[6] or "")
+    assert "raise --workers (3 now; this rank may use 8 cores)" in (said[6] or "")
+    assert "--stage-from" not in (said[6] or "")
+    full = DataWaitHint(workers=4, cores_per_rank=4, ranks_per_node=8, staged=False).advice()
+    assert "fewer ranks per node (8 now)" in full and "--stage-from" in full

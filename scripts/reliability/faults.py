@@ -32,24 +32,15 @@ from imgprep.manifest import read_manifest
 from imgprep.sample import make_sample
 from reliability import Trial
 
+sys.path.insert(0, str(REPO / "tests"))  # the helpers tests and this harness share
+from helpers import clean_env, one_line_problem, tmp_leftovers  # noqa: E402
+
 TIMEOUT = 240.0
 WAIT_S = 10  # stage-to-node --timeout: how long a waiter waits for a copier that never began
 TRAIN = REPO / "scripts" / "train_imagenet.py"
-LAUNCHER_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
-                 "MASTER_ADDR", "MASTER_PORT")
-LAUNCHER_PREFIXES = ("OMPI_", "PMI_", "PMIX_", "SLURM_")
 
 
 # ---------------------------------------------------------------------------- processes
-
-
-def clean_env(**extra: object) -> dict[str, str]:
-    """This environment without any launcher's variables, plus ``extra``; one thread each."""
-    env = {k: v for k, v in os.environ.items()
-           if k not in LAUNCHER_VARS and not k.startswith(LAUNCHER_PREFIXES)}
-    env["OMP_NUM_THREADS"] = "1"
-    env.update({k: str(v) for k, v in extra.items()})
-    return env
 
 
 def rank_env(rank: int, size: int, **extra: object) -> dict[str, str]:
@@ -171,19 +162,6 @@ def digests(root: Path, skip: Sequence[str] = (".imgprep", ".imgprep-stage")) ->
     return {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
             for p in sorted(root.rglob("*"))
             if p.is_file() and not set(p.relative_to(root).parts) & set(skip)}
-
-
-def tmp_leftovers(root: Path) -> list[str]:
-    return [p.relative_to(root).as_posix() for p in root.rglob(".tmp-*")]
-
-
-def one_line(err: str, *needles: str) -> str | None:
-    """None if ``err`` is one line holding every needle and no traceback; else what is wrong."""
-    lines = [line for line in err.strip().splitlines() if line.strip()]
-    if "Traceback" in err or len(lines) != 1:
-        return f"not one line: {err.strip()[-400:]!r}"
-    missing = [n for n in needles if n not in lines[0]]
-    return f"{lines[0]!r} lacks {missing}" if missing else None
 
 
 def _problems(*checks: tuple[bool, str]) -> str:
@@ -338,7 +316,7 @@ def stage_kills(work: Path, trials: int, seed: int = 0) -> list[Trial]:
         hit = run_job(stage_job(src, dst, 2), work / "logs" / f"stage-{i}",
                       kill_at(delay, [0]))
         waiter = hit.codes[1]
-        told = one_line(hit.stderr[1], "copier", "rerun") if waiter else None
+        told = one_line_problem(hit.stderr[1], "copier", "rerun") if waiter else None
         if told is None and waiter and not ("died" in hit.stderr[1] or
                                             "never started" in hit.stderr[1]):
             told = f"the waiter does not say the copier died: {hit.stderr[1]!r}"
@@ -402,7 +380,7 @@ def stage_disk_full(work: Path, trials: int, seed: int = 0) -> list[Trial]:
                 problem, seen = "the copy fitted on a disk smaller than the share", ""
             except StageError as e:
                 msg = str(e)
-                problem = one_line(msg, "disk full", "train-", str(dst)) or ""
+                problem = one_line_problem(msg, "disk full", "train-", str(dst)) or ""
                 seen = msg
             bad = bad_finals(dst, src)
             _grow(disk, total * 2 + (1 << 20))
@@ -449,7 +427,7 @@ def stage_changed_source(work: Path, trials: int, seed: int = 0) -> list[Trial]:
             hit = run_job(stage_job(src, dst), work / "logs" / f"changed-{i}")
         finally:
             victim.write_bytes(keep)
-        told = one_line(hit.stderr[0], victim.name, "reconvert") if hit.codes[0] else \
+        told = one_line_problem(hit.stderr[0], victim.name, "reconvert") if hit.codes[0] else \
             "the changed shard was staged without error"
         out.append(_stage_trial(
             "source shard changed after the manifest", f"{how} in {victim.name}", src,
@@ -483,7 +461,7 @@ def stage_vanishing_source(work: Path, trials: int, seed: int = 0) -> list[Trial
         finally:
             if aside.exists():
                 os.rename(aside, src)
-        told = one_line(hit.stderr[0], str(src)) if hit.codes[0] == 3 else None
+        told = one_line_problem(hit.stderr[0], str(src)) if hit.codes[0] == 3 else None
         if hit.codes[0] == 2 and not (str(src) in hit.stderr[0] and
                                       "does not exist" in hit.stderr[0]):
             told = f"usage error without the path: {hit.stderr[0]!r}"
@@ -584,8 +562,8 @@ def rank_kills(work: Path, trials: int, seed: int = 0) -> list[Trial]:
         hit = run_job(Job.of([cmd, cmd], envs), log, at_step, timeout=120)
         waited = time.monotonic() - t_kill[0] if t_kill else 0.0
         other = 1 - victim
-        told = one_line(hit.stderr[other].strip().splitlines()[-1] if hit.stderr[other].strip()
-                        else "", "rank") if hit.codes[other] else "the survivor exited 0"
+        last = hit.stderr[other].strip().splitlines()[-1] if hit.stderr[other].strip() else ""
+        told = one_line_problem(last, "rank") if hit.codes[other] else "the survivor exited 0"
         out.append(_trial("trainer", "SIGKILL of a rank mid-epoch (2 Gloo ranks)",
                           f"rank {victim} killed after step {steps}", _problems(
                               (not t_kill, "training ended before the kill"),

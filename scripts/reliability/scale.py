@@ -14,7 +14,7 @@ Three functions, each given a scratch folder and sizes, each returning ``(figure
 
 The data are synthetic (small JPEGs in the real nested-tar layout) and made in the scratch
 folder; nothing is read from ``../shared``. Every command runs as a subprocess with the
-launcher variables of the calling environment removed (``reliability.faults.clean_env``), so
+launcher variables of the calling environment removed (``clean_env`` of the tests' helpers), so
 a run inside a job is not mistaken for a rank of it.
 """
 
@@ -50,7 +50,7 @@ from imgprep.verify import verify
 from imgprep.world import World
 from imgprep.writers import BLOCK, RECORD, header_bytes
 from reliability import Figure, Trial
-from reliability.faults import clean_env, tmp_leftovers
+from reliability.faults import clean_env, tmp_leftovers  # shared with the tests
 
 GROUP = "scale"
 MB = 1e6

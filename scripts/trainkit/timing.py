@@ -116,3 +116,47 @@ def reduce_split(split: Split, world_size: int, device: torch.device) -> dict[st
         "data_wait_fraction": mean[0] / step if step > 0 else 0.0,
         "exposed_allreduce_fraction": mean[2] / step if step > 0 else 0.0,
     }
+
+
+@dataclass
+class DataWaitHint:
+    """Says once what to change when the data-wait fraction stays above ``threshold`` for
+    ``intervals`` log intervals in a row (the first interval, which holds the loader
+    workers' start-up, does not count)."""
+
+    workers: int
+    cores_per_rank: int
+    ranks_per_node: int
+    staged: bool
+    threshold: float = 0.05
+    intervals: int = 3
+    given: bool = False
+    _seen: int = 0
+    _high: int = 0
+    _low: float = 1.0  # the smallest fraction of the current run of high intervals
+
+    def update(self, fraction: float) -> str | None:
+        """Note one interval's data-wait fraction; the hint's text the first time it is due."""
+        self._seen += 1
+        high = self._seen > 1 and fraction > self.threshold
+        self._low = min(self._low, fraction) if high and self._high else fraction
+        self._high = self._high + 1 if high else 0
+        if self.given or self._high < self.intervals:
+            return None
+        self.given = True
+        return (f"hint: the step waited for data at least {self._low:.0%} of the time in "
+                f"{self._high} log intervals in a row; {self.advice()}")
+
+    def advice(self) -> str:
+        w, c, r = self.workers, self.cores_per_rank, self.ranks_per_node
+        if w == 0:
+            tips = ["--workers 0 decodes in the training process: use --workers auto"]
+        elif w < c:
+            tips = [f"raise --workers ({w} now; this rank may use {c} cores)"]
+        else:
+            tips = [f"all {c} cores of this rank decode already ({w} workers): run fewer "
+                    f"ranks per node ({r} now) or give the job more cores"]
+        if not self.staged:
+            tips.append("stage the data to node-local disk (--stage-from) if --data is on "
+                        "shared storage")
+        return "; ".join(tips)

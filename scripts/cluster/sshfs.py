@@ -1,0 +1,156 @@
+"""The file server: sshd in the server's namespace serving a folder over SFTP, and the nodes'
+sshfs mounts of it.
+
+- sshd runs with no configuration file (``-f /dev/null``), a host key and an authorized client
+  key made for the run, and the ``internal-sftp`` subsystem; it listens on the server's address
+  only.
+- A mount is made through ``nsenter --net``: sshfs and its ssh live in the node's network
+  namespace (so their traffic crosses the node's and the server's shaped links) while the mount
+  itself sits in the machine's mount namespace, where every later command sees it. Mount points
+  live under a scratch folder named with the run's prefix, so a later run can find and unmount
+  what a killed one left.
+- Bytes served are counted at the server: the kernel's ``rchar`` of the ``internal-sftp``
+  processes (one per mount). They read the shards, plus about 0.1 % of SFTP requests.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from cluster.netns import ClusterError, Topology, in_net, pids_in, run
+from cluster.procs import die_with_parent
+
+PACKAGES = {"sshfs": "sshfs", "/usr/sbin/sshd": "openssh-server", "fusermount3": "fuse3"}
+SFTP_TITLE = b"internal-sftp"
+
+
+def missing_tools() -> list[str]:
+    """Debian packages whose programs are absent."""
+    return sorted({pkg for prog, pkg in PACKAGES.items() if shutil.which(prog) is None})
+
+
+def install_tools() -> str | None:
+    """Install the missing packages with apt-get (as root); None, or why it could not."""
+    missing = missing_tools()
+    if not missing:
+        return None
+    if os.geteuid() != 0 or shutil.which("apt-get") is None:
+        return f"{', '.join(missing)} not installed (apt-get as root would install them)"
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    for argv in (["apt-get", "update", "-qq"],
+                 ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *missing]):
+        try:
+            subprocess.run(argv, capture_output=True, timeout=600, env=env, check=True)
+        except (subprocess.SubprocessError, OSError) as e:
+            return f"installing {', '.join(missing)} failed: {e}"
+    left = missing_tools()
+    return f"{', '.join(left)} still missing after apt-get install" if left else None
+
+
+@dataclass
+class FileServer:
+    """A running sshd exporting ``export`` from ``topo.server``."""
+
+    topo: Topology
+    export: Path
+    keys: Path  # host key, client key and authorized_keys
+    proc: subprocess.Popen[bytes]
+
+    @property
+    def client_key(self) -> Path:
+        return self.keys / "client"
+
+
+def _keygen(path: Path) -> None:
+    run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(path)])
+
+
+def start_server(topo: Topology, export: Path, keys: Path, log: Path) -> FileServer:
+    """Start sshd in the server's namespace; returns once a client can connect."""
+    keys.mkdir(parents=True, exist_ok=True)
+    _keygen(keys / "host")
+    _keygen(keys / "client")
+    shutil.copyfile(keys / "client.pub", keys / "authorized_keys")
+    Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privilege-separation folder
+    opts = [f"ListenAddress={topo.server_ip}", "Port=22", f"HostKey={keys / 'host'}",
+            "Subsystem=sftp internal-sftp", "PermitRootLogin=prohibit-password",
+            f"AuthorizedKeysFile={keys / 'authorized_keys'}", "StrictModes=no",
+            "PidFile=none", "UsePAM=no", "MaxStartups=100", "MaxSessions=100"]
+    argv = in_net(topo.server) + ["/usr/sbin/sshd", "-D", "-e", "-f", "/dev/null"]
+    for o in opts:
+        argv += ["-o", o]
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
+                                preexec_fn=die_with_parent)
+    server = FileServer(topo, export, keys, proc)
+    probe = f"import socket; socket.create_connection(('{topo.server_ip}', 22), timeout=1)"
+    for _ in range(50):
+        if proc.poll() is not None:
+            raise ClusterError(f"sshd exited ({proc.returncode}): {log.read_text()[-500:]}")
+        ok = subprocess.run(in_net(topo.node(0)) + [sys.executable, "-c", probe],
+                            capture_output=True, timeout=10).returncode == 0
+        if ok:
+            return server
+        time.sleep(0.1)
+    stop_server(server)
+    raise ClusterError(f"sshd in {topo.server} did not accept connections; see {log}")
+
+
+def stop_server(server: FileServer) -> None:
+    if server.proc.poll() is None:
+        server.proc.terminate()
+        try:
+            server.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            server.proc.kill()
+            server.proc.wait(timeout=5)
+
+
+def mount(server: FileServer, k: int, mountpoint: Path) -> None:
+    """Mount the export read-only at ``mountpoint`` from node ``k``'s namespace."""
+    mountpoint.mkdir(parents=True, exist_ok=True)
+    opts = (f"ro,IdentityFile={server.client_key},StrictHostKeyChecking=no,"
+            "UserKnownHostsFile=/dev/null,BatchMode=yes,ConnectTimeout=10")
+    run(in_net(server.topo.node(k)) + ["sshfs", "-o", opts,
+                                        f"root@{server.topo.server_ip}:{server.export}",
+                                        str(mountpoint)], timeout=30)
+
+
+def unmount(mountpoint: Path) -> None:
+    """Unmount, lazily if the file system is busy or its daemon is gone."""
+    run(["fusermount3", "-u", str(mountpoint)], check=False, timeout=15)
+    if str(mountpoint) in sshfs_mounts(str(mountpoint)):
+        run(["umount", "-l", str(mountpoint)], check=False, timeout=15)
+
+
+def sshfs_mounts(under: str) -> list[str]:
+    """Mount points of sshfs file systems whose path starts with ``under``."""
+    with open("/proc/self/mounts") as f:
+        rows = [line.split() for line in f]
+    return [r[1] for r in rows if len(r) > 2 and r[2] == "fuse.sshfs" and r[1].startswith(under)]
+
+
+def mount_root(prefix: str) -> str:
+    """Where a run with ``prefix`` makes its scratch folders (and so its mount points)."""
+    return os.path.join(tempfile.gettempdir(), f"{prefix}cluster-")
+
+
+def served_bytes(topo: Topology) -> int:
+    """Bytes the server's SFTP processes have read so far (kernel rchar, summed)."""
+    total = 0
+    for pid in pids_in(topo.server):
+        with contextlib.suppress(OSError):  # it may exit while we look
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if SFTP_TITLE not in f.read():
+                    continue
+            with open(f"/proc/{pid}/io") as f:
+                total += next(int(x.split()[1]) for x in f if x.startswith("rchar:"))
+    return total
