@@ -11,34 +11,24 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import io
+import itertools
 import json
+import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict
+from dataclasses import dataclass, field
+from json.encoder import encode_basestring_ascii as _js
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from imgprep import __version__, outdir
-from imgprep.assign import balanced_split, node_shards
-from imgprep.errors import ImageError, OutputError, SourceFormatError, WaitTimeout
-from imgprep.fsutil import (
-    ensure_writable_dir,
-    fsync_dir,
-    sweep_tmp,
-    write_bytes_atomic,
-    write_json_atomic,
-)
+from imgprep import __version__, outdir, transform
+from imgprep.errors import ImageError, OutputError, SourceFormatError
+from imgprep.fsutil import ensure_writable_dir, fsync_dir, write_bytes_atomic
 from imgprep.index import index_shards, layout_path, save_layout
-from imgprep.manifest import (
-    SHARD_NAME_RE,
-    Manifest,
-    NodeSection,
-    ShardEntry,
-    sha256_file,
-    write_manifest,
-)
+from imgprep.manifest import Manifest, NodeSection, ShardEntry, write_manifest
 from imgprep.plan import (
     OUTPUT_FORMATS,
     RANK_MODES,
@@ -59,142 +49,207 @@ from imgprep.plan import (
     unknown_wnids,
 )
 from imgprep.pool import run_pool
+from imgprep.records import (
+    assigned_tasks,
+    is_finaliser,
+    load_done,
+    node_info,
+    prepare_folder,
+    wait_for_records,
+    write_record,
+)
 from imgprep.sources import SourceReader
-from imgprep.transform import center_pixels, channel_sums, convert_image
 from imgprep.world import World
 from imgprep.writers import ShardWriter, write_list_image
 
 __all__ = ["OUTPUT_FORMATS", "STATE_DIR", "ConvertOptions", "Plan", "Task", "TaskResult",
-           "assigned_tasks", "convert", "convert_splits", "infer_split", "make_plan",
-           "plan_tasks", "split_inputs"]
+           "assigned_tasks", "convert", "convert_splits", "infer_split", "load_done",
+           "make_plan", "plan_tasks", "run_task", "split_inputs"]
 
-WAIT_POLL_S = 0.5
 STATS_EVERY = 4  # per-channel mean/std from every 4th image in key order (1/4 the cost)
+PARTS_PER_WORKER = 4  # with fewer tasks than workers: parts a worker gets, to balance the end
+PART_MIN = 16  # images; smaller parts cost more in shipping than they gain
 Progress = Callable[[int], None]
 
 
 # ---------------------------------------------------------------------------- one task
 
 
-def _sample_meta(plan: Plan, i: int, conv: Any) -> bytes:
+def _sample_meta(plan: Plan, i: int, conv: transform.Converted) -> bytes:
+    """The sample's ``.json``: ``json.dumps(..., sort_keys=True)``'s bytes, built directly."""
     label = int(plan.labels[i])
-    return json.dumps({
-        "wnid": plan.classes.wnids[label], "label": label,
-        "source": plan.listing.member_str(i),
-        "original_size": list(conv.original_size), "original_mode": conv.original_mode,
-        "original_format": conv.original_format,
-    }, sort_keys=True).encode()
+    w, h = conv.original_size
+    return (f'{{"label": {label}, "original_format": {_js(conv.original_format)}, '
+            f'"original_mode": {_js(conv.original_mode)}, "original_size": [{w}, {h}], '
+            f'"source": {_js(plan.listing.member_str(i))}, '
+            f'"wnid": {_js(plan.classes.wnids[label])}}}').encode()
 
 
-def run_task(plan: Plan, task: Task, tick: Callable[[], None]) -> TaskResult:
-    """Convert one task's samples, write its output atomically, then its record."""
+@dataclass
+class _Part:
+    """What converting items ``[lo, hi)`` of a task gave: the encoded samples (shards; list
+    images are written where they are converted), the files written, errors, statistics."""
+
+    task: int
+    lo: int
+    samples: list[tuple[str, dict[str, bytes]]] = field(default_factory=list)
+    files: list[list[Any]] = field(default_factory=list)
+    errors: list[dict[str, str]] = field(default_factory=list)
+    hist: np.ndarray = field(default_factory=lambda: np.zeros(768, dtype=np.int64))
+    stats_images: int = 0
+    mean: np.ndarray | None = None
+
+
+def _convert_items(plan: Plan, task: Task, lo: int, hi: int, tick: Callable[[], None],
+                   sink: Callable[[tuple[str, dict[str, bytes]]], None] | None) -> _Part:
+    """Convert items ``[lo, hi)`` of ``task``: each shard sample goes to ``sink`` (the
+    shard, or the part's own list), each list image is written."""
     opts, lst = plan.opts, plan.listing
-    res = TaskResult(task.index, task.name, plan.fingerprint)
-    sums = np.zeros((3, 3), dtype=np.int64)
+    part = _Part(task.index, lo)
     size = opts.transform.size
-    mean_acc = np.zeros((size, size, 3), dtype=np.uint64) if plan.wants_mean_image else None
-
-    def samples() -> Any:
-        with SourceReader(lst.containers) as reader:
-            for i in task.items.tolist():
-                member = lst.member_str(i)
-                try:
-                    data = reader.read(int(lst.container[i]), int(lst.offset[i]),
-                                       int(lst.size[i]), member)
-                    conv = convert_image(data, opts.transform)
-                except (ImageError, OSError) as e:
-                    reason = str(e) if isinstance(e, ImageError) else f"cannot read: {e}"
-                    res.errors.append({"source": f"{lst.root}/{member}",
-                                       "key": lst.key_str(i), "reason": reason})
-                    tick()
-                    continue
-                if i % STATS_EVERY == 0:
-                    sums[:] += channel_sums(conv.image)
-                    res.stats_images += 1
-                if mean_acc is not None:
-                    np.add(mean_acc, center_pixels(conv.image, size), out=mean_acc)
-                yield i, conv
+    if plan.wants_mean_image:
+        part.mean = np.zeros((size, size, 3), dtype=np.uint64)
+    add = sink or part.samples.append
+    items = task.items[lo:hi]
+    rows = zip(items.tolist(), lst.container[items].tolist(), lst.offset[items].tolist(),
+               lst.size[items].tolist(), plan.labels[items].tolist(), strict=True)
+    with SourceReader(lst.containers) as reader:
+        for i, container, offset, nbytes, label in rows:
+            try:
+                data = reader.read(container, offset, nbytes,
+                                   lst.member_str(i) if offset < 0 else "")
+                conv = transform.convert_image(data, opts.transform)
+            except (ImageError, OSError) as e:
+                reason = str(e) if isinstance(e, ImageError) else f"cannot read: {e}"
+                part.errors.append({"source": f"{lst.root}/{lst.member_str(i)}",
+                                    "key": lst.key_str(i), "reason": reason})
                 tick()
-
-    if opts.format == "shards":
-        with ShardWriter(opts.out / task.name) as w:
-            for i, conv in samples():
-                fields = {"jpg": conv.jpeg, "cls": str(int(plan.labels[i])).encode()}
+                continue
+            if i % STATS_EVERY == 0:
+                part.hist += transform.channel_histogram(conv.image)
+                part.stats_images += 1
+            if part.mean is not None:
+                np.add(part.mean, transform.center_pixels(conv.image, size), out=part.mean)
+            if opts.format == "shards":
+                fields = {"jpg": conv.jpeg, "cls": b"%d" % label}
                 if opts.meta:
                     fields["json"] = _sample_meta(plan, i, conv)
-                w.add(lst.key_str(i), fields)
-        res.samples, res.bytes, res.sha256 = w.samples, w.bytes, w.sha256
-        save_layout(layout_path(plan.state_dir, task.name), w.layout(),
-                    ShardEntry(task.name, w.samples, w.bytes, w.sha256))
+                add((lst.key_str(i), fields))
+            else:
+                rel = f"{plan.split}/{plan.classes.wnids[label]}/{lst.key_str(i)}.jpg"
+                sha = write_list_image(opts.out / rel, conv.jpeg)
+                part.files.append([rel, label, len(conv.jpeg), sha])
+            tick()
+    return part
+
+
+def _finish(plan: Plan, task: Task, parts: list[_Part], shard: ShardWriter | None) -> TaskResult:
+    """The task's result from its parts (in order) and closed shard; writes its record."""
+    res = TaskResult(task.index, task.name, plan.fingerprint)
+    res.errors = [e for p in parts for e in p.errors]
+    res.sums = transform.sums_of_histogram(np.sum([p.hist for p in parts], axis=0)).tolist()
+    res.stats_images = sum(p.stats_images for p in parts)
+    if shard is not None:
+        res.samples, res.bytes, res.sha256 = shard.samples, shard.bytes, shard.sha256
+        save_layout(layout_path(plan.state_dir, task.name), shard.layout(),
+                    ShardEntry(task.name, shard.samples, shard.bytes, shard.sha256))
     else:
-        for i, conv in samples():
-            label = int(plan.labels[i])
-            rel = f"{plan.split}/{plan.classes.wnids[label]}/{lst.key_str(i)}.jpg"
-            sha = write_list_image(opts.out / rel, conv.jpeg)
-            res.files.append([rel, label, len(conv.jpeg), sha])
-            res.samples += 1
-            res.bytes += len(conv.jpeg)
-        if mean_acc is not None:
-            write_bytes_atomic(plan.mean_path(task), _npy_bytes(mean_acc))
-    res.sums = sums.tolist()
-    record = asdict(res)
-    del record["resumed"]
-    # Records are verified against the files before any reuse, so they need no fsync.
-    write_json_atomic(plan.record_path(task), record, durable=False)
+        res.files = [f for p in parts for f in p.files]
+        res.samples, res.bytes = len(res.files), sum(f[2] for f in res.files)
+        if plan.wants_mean_image:
+            mean = sum((p.mean for p in parts if p.mean is not None), np.zeros(1, np.uint64))
+            write_bytes_atomic(plan.mean_path(task), _npy_bytes(mean))
+    write_record(plan, res)
     return res
 
 
-def _npy_bytes(arr: np.ndarray) -> bytes:
-    import io
+def run_task(plan: Plan, task: Task, tick: Callable[[], None]) -> TaskResult:
+    """Convert one task's samples, streaming them into its shard, then write its record."""
+    if plan.opts.format != "shards":
+        return _finish(plan, task, [_convert_items(plan, task, 0, len(task.items), tick,
+                                                   None)], None)
+    with ShardWriter(plan.opts.out / task.name) as w:
+        part = _convert_items(plan, task, 0, len(task.items), tick, lambda s: w.add(*s))
+    return _finish(plan, task, [part], w)
 
+
+def _npy_bytes(arr: np.ndarray) -> bytes:
     buf = io.BytesIO()
     np.save(buf, arr, allow_pickle=False)
     return buf.getvalue()
 
 
-def load_done(plan: Plan, task: Task, checksum: bool = True) -> TaskResult | None:
-    """The record of ``task`` if it finished under the same plan and its files still verify.
-
-    ``checksum=False`` checks sizes only: for collecting other ranks' fresh work, where
-    re-reading every shard over the file server would double the I/O.
-    """
-    try:
-        rec = json.loads(plan.record_path(task).read_text("utf-8"))
-    except (OSError, ValueError):
-        return None
-    if not isinstance(rec, dict) or rec.get("fingerprint") != plan.fingerprint:
-        return None
-    if rec.get("index") != task.index or rec.get("name") != task.name:
-        return None
-    res = TaskResult(**rec, resumed=True)
-    out = plan.opts.out
-    try:
-        if plan.opts.format == "shards":
-            p = out / task.name
-            if p.stat().st_size != res.bytes or (checksum and sha256_file(p) != res.sha256):
-                return None
-        else:
-            for rel, _label, nbytes, sha in res.files:
-                if not checksum:
-                    if (out / rel).stat().st_size != nbytes:
-                        return None
-                    continue
-                data = (out / rel).read_bytes()
-                if len(data) != nbytes or hashlib.sha256(data).hexdigest() != sha:
-                    return None
-            if plan.wants_mean_image and not plan.mean_path(task).is_file():
-                return None
-    except OSError:
-        return None
-    return res
-
-
 # ---------------------------------------------------------------------------- the pool
+
+
+class _Assembler:
+    """Writes each task converted in parts as its parts arrive (in this process, while the
+    workers convert the next ones): a part is appended once every part before it is in."""
+
+    def __init__(self, plan: Plan, bounds: dict[int, list[int]]) -> None:
+        self.plan, self.bounds = plan, bounds
+        self.waiting: dict[int, dict[int, _Part]] = {t: {} for t in bounds}
+        self.done: dict[int, list[_Part]] = {t: [] for t in bounds}
+        self.shards: dict[int, ShardWriter] = {}
+        self.results: list[TaskResult] = []
+
+    def take(self, part: _Part) -> None:
+        t, plan = part.task, self.plan
+        self.waiting[t][part.lo] = part
+        done, starts = self.done[t], self.bounds[t]
+        while len(done) < len(starts) and starts[len(done)] in self.waiting[t]:
+            p = self.waiting[t].pop(starts[len(done)])
+            if plan.opts.format == "shards":
+                if t not in self.shards:
+                    self.shards[t] = ShardWriter(plan.opts.out / plan.tasks[t].name).__enter__()
+                for sample in p.samples:
+                    self.shards[t].add(*sample)
+                p.samples = []
+            done.append(p)
+        if len(done) == len(starts):
+            shard = self.shards.pop(t, None)
+            if shard is not None:
+                shard.__exit__(None, None, None)
+            self.results.append(_finish(plan, plan.tasks[t], done, shard))
+
+    def abort(self, e: BaseException) -> None:
+        """Remove the temporary files of shards left unfinished."""
+        for shard in self.shards.values():
+            shard.__exit__(type(e), e, e.__traceback__)
+
+
+def _run_parts(plan: Plan, todo: Sequence[Task], workers: int,
+               progress: Progress | None) -> list[TaskResult]:
+    """Fewer tasks than workers: cut each task into parts that workers convert and this
+    process assembles in order, so the bytes are those of one worker per task."""
+    per = max(PART_MIN, math.ceil(sum(len(t.items) for t in todo) / (workers * PARTS_PER_WORKER)))
+    jobs: list[tuple[Task, int, int]] = []
+    bounds: dict[int, list[int]] = {}
+    for t in todo:
+        n = len(t.items)
+        cuts = np.linspace(0, n, max(1, math.ceil(n / per)) + 1).astype(int).tolist()
+        bounds[t.index] = cuts[:-1]
+        jobs += [(t, lo, hi) for lo, hi in itertools.pairwise(cuts)]
+    asm = _Assembler(plan, bounds)
+
+    def job(k: int, tick: Callable[[], None]) -> _Part:
+        task, lo, hi = jobs[k]
+        return _convert_items(plan, task, lo, hi, tick, None)
+
+    try:
+        run_pool(job, range(len(jobs)), workers, progress, asm.take)
+    except BaseException as e:
+        asm.abort(e)
+        raise
+    return asm.results
 
 
 def run_tasks(plan: Plan, todo: Sequence[Task], workers: int,
               progress: Progress | None = None) -> list[TaskResult]:
-    """Run ``todo`` on ``workers`` forked processes (in-process when 1); results unordered."""
+    """Run ``todo`` on ``workers`` forked processes (in-process when 1); results unordered.
+    With fewer tasks than workers, the tasks are converted in parts (``_run_parts``)."""
+    if 1 < workers and len(todo) < workers:
+        return _run_parts(plan, todo, workers, progress)
     return run_pool(lambda index, tick: run_task(plan, plan.tasks[index], tick),
                     [t.index for t in todo], workers, progress)
 
@@ -261,80 +316,6 @@ def _finalise(plan: Plan, results: list[TaskResult], extra_errors: list[dict[str
     return write_manifest(out, manifest), (log if errors else None), len(errors)
 
 
-def assigned_tasks(plan: Plan, world: World) -> tuple[list[Task], list[Task]]:
-    """(the tasks ``world.rank`` converts, the tasks its output folder must end up holding).
-
-    shared: all ranks split all tasks, balanced by samples, into one shared folder.
-    partition: node k converts exactly the shards ``assign.node_shards`` gives it (the ones
-    its ranks will read), split over its local ranks, into its node-local folder.
-    """
-    tasks = list(plan.tasks)
-    if not world.is_distributed:
-        return tasks, tasks
-    weights = [len(t.items) for t in tasks]
-    if plan.opts.mode == "partition":
-        node = node_shards(weights, world.num_nodes, "partition", plan.opts.seed)[world.node_rank]
-        mine = balanced_split(weights, world.local_world_size, node)[world.local_rank]
-        return [tasks[i] for i in mine], [tasks[i] for i in node]
-    mine = balanced_split(weights, world.world_size, range(len(tasks)))[world.rank]
-    return [tasks[i] for i in mine], tasks
-
-
-def _is_finaliser(opts: ConvertOptions, world: World) -> bool:
-    """Rank 0 writes the manifest (local rank 0 of each node in partition mode)."""
-    return world.local_rank == 0 if opts.mode == "partition" else world.rank == 0
-
-
-def _wait_for_records(plan: Plan, tasks: list[Task], world: World) -> list[TaskResult]:
-    """Collect other ranks' finished tasks, polling their records until ``wait_timeout``."""
-    deadline = time.monotonic() + plan.opts.wait_timeout
-    found: dict[int, TaskResult] = {}
-    while True:
-        for t in tasks:
-            if t.index not in found and (r := load_done(plan, t, checksum=False)) is not None:
-                found[t.index] = r
-        missing = [t.name for t in tasks if t.index not in found]
-        if not missing:
-            return list(found.values())
-        if time.monotonic() > deadline:
-            raise WaitTimeout(
-                f"rank {world.rank}: waited {plan.opts.wait_timeout:.0f} s for {len(missing)} "
-                f"shards from the other ranks (first: {', '.join(missing[:3])}) in "
-                f"{plan.opts.out}; check that every rank is running, then rerun the whole job "
-                "to resume"
-            )
-        time.sleep(WAIT_POLL_S)
-
-
-def _node_info(plan: Plan, world: World) -> NodeSection | None:
-    if plan.opts.mode != "partition" or not world.is_distributed:
-        return None
-    # The whole set's shards with their planned sample counts: loaders on any node compute
-    # every node's share from them (exact unless a node lost images to errors).
-    return NodeSection(world.node_rank, world.num_nodes, "partition", plan.opts.seed,
-                       sum(len(t.items) for t in plan.tasks), len(plan.tasks),
-                       tuple((t.name, len(t.items)) for t in plan.tasks))
-
-
-def _prepare_folder(plan: Plan, world: World, held: list[Task], notify: Notify) -> None:
-    """The finaliser's clean-up before converting: a split that ``--overwrite`` replaces,
-    leftovers of this split (temporary files, shards no longer planned, another format's
-    files); other splits' files are never touched."""
-    opts = plan.opts
-    replaced = check_folder(plan)
-    if replaced is not None:
-        notify(outdir.remove_split(opts.out, replaced, plan.split))
-    # Other ranks may be writing their tasks' temporary files right now: keep those.
-    busy = {t.name for t in plan.tasks} if world.is_distributed else set()
-    sweep_tmp(opts.out, busy | outdir.other_tmp_files(opts.out, plan.split))
-    sweep_tmp(plan.state_dir, {f"{n}.json" for n in busy} | {f"{n}.mean.npy" for n in busy}
-              | {layout_path(plan.state_dir, n).name for n in busy})
-    other = "list" if opts.format == "shards" else "shards"
-    keep = {f"{plan.split}-errors.jsonl", f"{plan.split}.json"}
-    outdir.remove_format(opts.out, plan.split, other, keep)
-    _drop_stale_outputs(plan, {t.name for t in held})
-
-
 def convert(opts: ConvertOptions, world: World | None = None, progress: Progress | None = None,
             on_plan: Callable[[Plan, int], None] | None = None,
             notify: Notify | None = None) -> dict[str, Any]:
@@ -375,7 +356,7 @@ def convert_splits(opts: ConvertOptions, world: World | None = None,
     check_out_not_input(opts)
     created = outdir.created_dirs(opts.out / STATE_DIR)  # with --out and its missing parents
     try:
-        parts = split_inputs(opts, say if _is_finaliser(opts, world) else None)
+        parts = split_inputs(opts, say if is_finaliser(opts, world) else None)
         ensure_writable_dir(opts.out)
         plans = [make_plan(o) for o in parts]
         created[:0] = [p.state_dir for p in plans if not p.state_dir.exists()]
@@ -396,9 +377,9 @@ def _convert_plan(plan: Plan, world: World, progress: Progress | None,
     t0 = time.perf_counter()
     opts = plan.opts
     mine, held = assigned_tasks(plan, world)
-    finaliser = _is_finaliser(opts, world)
+    finaliser = is_finaliser(opts, world)
     if finaliser:
-        _prepare_folder(plan, world, held, notify)
+        prepare_folder(plan, world, held, notify)
     plan.state_dir.mkdir(parents=True, exist_ok=True)
     done: list[TaskResult] = []
     todo: list[Task] = []
@@ -417,7 +398,7 @@ def _convert_plan(plan: Plan, world: World, progress: Progress | None,
     n_errors = sum(len(r.errors) for r in results)
     if finaliser:
         mine_names = {t.name for t in mine}
-        results += _wait_for_records(plan, [t for t in held if t.name not in mine_names], world)
+        results += wait_for_records(plan, [t for t in held if t.name not in mine_names], world)
         root = plan.listing.root
         listing_errors = [{"source": f"{root}/{e.source}" if e.source else root, "key": "",
                            "reason": e.reason} for e in plan.listing.errors]
@@ -425,7 +406,7 @@ def _convert_plan(plan: Plan, world: World, progress: Progress | None,
         if opts.mode == "partition" and world.node_rank != 0:
             listing_errors = []  # reported once, by node 0
         manifest, log, n_errors = _finalise(plan, results, listing_errors,
-                                            _node_info(plan, world))
+                                            node_info(plan, world))
     return _summary(plan, world, finaliser, results, fresh, done, (mine, held),
                     (manifest, log, n_errors), time.perf_counter() - t0)
 
@@ -464,17 +445,3 @@ def _summary(plan: Plan, world: World, finaliser: bool, results: list[TaskResult
         "manifest": str(manifest) if manifest else None,
         "error_log": str(log) if log else None,
     }
-
-
-def _drop_stale_outputs(plan: Plan, keep: set[str]) -> int:
-    """Remove shards and records of this split that the folder must not hold (a rerun with
-    fewer shards; another node's shards): nothing outside the manifest may look like data."""
-    stale = [p for p in plan.opts.out.glob(f"{plan.split}-*.tar")
-             if SHARD_NAME_RE.match(p.name) and p.name not in keep]
-    stale += [p for p in plan.state_dir.glob("*.json") if p.stem not in keep]
-    stale += [p for p in plan.state_dir.glob("*.mean.npy")
-              if p.name.removesuffix(".mean.npy") not in keep]
-    for p in stale:
-        with contextlib.suppress(FileNotFoundError):
-            p.unlink()
-    return len(stale)

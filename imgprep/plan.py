@@ -176,17 +176,30 @@ def options_json(opts: ConvertOptions, split: str) -> dict[str, Any]:
     }
 
 
+def _labels(listing: Listing, classes: ClassTable) -> np.ndarray | None:
+    """``resolve_labels`` without ground truth when every image's folder or class tar names a
+    known wnid (the train set), per distinct wnid rather than per image; else None."""
+    wnids, inverse = np.unique(listing.wnid, return_inverse=True)
+    table = [classes.index(w.decode("ascii")) if w else None for w in wnids.tolist()]
+    if None in table:
+        return None
+    return np.asarray(table, dtype=np.int16)[inverse].reshape(-1)
+
+
 def make_plan(opts: ConvertOptions) -> Plan:
-    """List the source, label every image and cut the work into tasks (no image is decoded)."""
+    """List the source (class tars on ``opts.workers`` processes), label every image and cut
+    the work into tasks (no image is decoded)."""
     if opts.format not in OUTPUT_FORMATS:
         raise ValueError(f"format must be one of {OUTPUT_FORMATS}")
     if opts.label_offset is not None and not opts.labels:
         raise LabelError(f"--label-offset {opts.label_offset} shifts the labels of --labels, "
                          "and none was given; pass the ground truth or drop --label-offset")
     classes = load_class_table(opts.classes)
-    listing = list_source(opts.input)
+    listing = list_source(opts.input, workers=opts.workers)  # the same for any count
     truth = load_ground_truth(opts.labels, classes, opts.label_offset) if opts.labels else None
-    labels = resolve_labels(listing, classes, truth)
+    labels = _labels(listing, classes) if truth is None else None
+    if labels is None:
+        labels = resolve_labels(listing, classes, truth)
     split = opts.split or infer_split(listing, bool(opts.labels), opts.input)
     if opts.split is None and split == "train":
         check_no_val_in_train(listing)

@@ -27,7 +27,7 @@ Job = Callable[[int, Tick], R]
 POLL_S = 0.2
 
 
-def _die_with_parent(parent: int) -> None:
+def die_with_parent(parent: int) -> None:
     """Ask Linux to SIGKILL this worker when the parent dies (a kill -9 leaves no orphans).
     A parent killed between fork and this call is caught by the parent-pid check."""
     with contextlib.suppress(OSError, AttributeError):
@@ -39,7 +39,7 @@ def _die_with_parent(parent: int) -> None:
 
 def _worker_main(job: Job[Any], tasks: Any, results: Any, counts: Any, k: int,
                  parent: int) -> None:
-    _die_with_parent(parent)
+    die_with_parent(parent)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
     def tick() -> None:  # this worker's own slot: no lock that a killed worker could hold
@@ -57,13 +57,31 @@ def _worker_main(job: Job[Any], tasks: Any, results: Any, counts: Any, k: int,
             results.put(("bug", index, f"{type(e).__name__}: {e}\n{traceback.format_exc()}"))
 
 
+def _check_alive(procs: list[Any], unfinished: int) -> None:
+    """Raise when a worker died (or all ended) with work unfinished."""
+    dead = [p for p in procs if p.exitcode not in (None, 0)]
+    if dead or all(p.exitcode is not None for p in procs):
+        code = dead[0].exitcode if dead else 0
+        raise ImgprepError(
+            f"a convert worker died (exit code {code}) with {unfinished} tasks unfinished; "
+            "rerun the same command to resume"
+        ) from None
+
+
 def run_pool(job: Job[R], indices: Sequence[int], workers: int,
-             progress: Callable[[int], None] | None = None) -> list[R]:
+             progress: Callable[[int], None] | None = None,
+             on_result: Callable[[R], None] | None = None) -> list[R]:
     """``job(index, tick)`` for every index on ``workers`` forked processes (in-process when
-    1 or one task); results unordered. ``progress(n)`` reports images done."""
+    1 or one task); results unordered. ``progress(n)`` reports images done; ``on_result(r)``
+    is called in this process with each result as it arrives (while the others run)."""
     report = progress or (lambda n: None)
+    take = on_result or (lambda r: None)
     if workers <= 1 or len(indices) <= 1:
-        return [job(i, lambda: report(1)) for i in indices]
+        done = []
+        for i in indices:
+            done.append(job(i, lambda: report(1)))
+            take(done[-1])
+        return done
     ctx = mp.get_context("fork")
     counts = ctx.Array("q", max(1, workers), lock=False)
     tasks_q, results_q = ctx.Queue(), ctx.Queue()
@@ -84,17 +102,11 @@ def run_pool(job: Job[R], indices: Sequence[int], workers: int,
             try:
                 msg = results_q.get(timeout=POLL_S)
             except queue.Empty:
-                dead = [p for p in procs if p.exitcode not in (None, 0)]
-                if dead or all(p.exitcode is not None for p in procs):
-                    code = dead[0].exitcode if dead else 0
-                    raise ImgprepError(
-                        f"a convert worker died (exit code {code}) with "
-                        f"{len(indices) - len(out)} tasks unfinished; rerun the same command "
-                        "to resume"
-                    ) from None
+                _check_alive(procs, len(indices) - len(out))
             else:
                 if msg[0] == "ok":
                     out.append(msg[1])
+                    take(msg[1])
                 elif msg[0] == "error":
                     raise msg[2]
                 else:

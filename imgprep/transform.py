@@ -8,6 +8,7 @@ decode large images at 1/2, 1/4 or 1/8 scale (DCT scaling) when the result is st
 
 from __future__ import annotations
 
+import array
 import io
 import warnings
 from dataclasses import dataclass
@@ -145,13 +146,24 @@ def convert_image(data: bytes, opts: TransformOptions) -> Converted:
 _LEVELS = np.arange(256, dtype=np.int64)
 
 
+def channel_histogram(img: Image.Image) -> np.ndarray:
+    """The RGB image's 3 x 256 histogram as one int64 vector (histograms add up exactly, so
+    a task sums them and turns the total into sums once: ``sums_of_histogram``)."""
+    return np.frombuffer(array.array("q", img.histogram()), dtype=np.int64)
+
+
+def sums_of_histogram(hist: np.ndarray) -> np.ndarray:
+    """``[[sum_R, sum_G, sum_B], [sumsq_R, …], [pixels]*3]`` of a (summed) RGB histogram."""
+    h = np.asarray(hist, dtype=np.int64).reshape(3, 256)
+    return np.stack([h @ _LEVELS, h @ (_LEVELS * _LEVELS), h.sum(axis=1)])
+
+
 def channel_sums(img: Image.Image) -> np.ndarray:
     """Exact integer ``[[sum_R, sum_G, sum_B], [sumsq_R, …], [pixels]*3]`` from the histogram.
 
     Integers add up the same in any order, so mean/std do not depend on the worker count.
     """
-    hist = np.asarray(img.histogram(), dtype=np.int64).reshape(3, 256)
-    return np.stack([hist @ _LEVELS, hist @ (_LEVELS * _LEVELS), hist.sum(axis=1)])
+    return sums_of_histogram(channel_histogram(img))
 
 
 def center_pixels(img: Image.Image, size: int) -> np.ndarray:

@@ -27,6 +27,7 @@ from conftest import encode, jpeg, nested_images, photo, tar_bytes, write_tar
 from PIL import Image
 
 import imgprep
+import imgprep.convert as convert_module
 from imgprep.cli import cli
 from imgprep.synsets import imagenet_classes
 
@@ -597,6 +598,50 @@ def test_shards_do_not_depend_on_worker_count(bad_sample: Path, tmp_path: Path,
     assert a == b
 
 
+@pytest.mark.parametrize("fmt", ["shards", "list"])
+def test_one_task_split_over_workers_gives_the_same_bytes(
+        bad_sample: Path, tmp_path: Path, fmt: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fewer tasks than workers: the task is converted in parts and assembled in order."""
+    src = bad_sample / "ILSVRC2012_img_train.tar"
+    args = ("--format", fmt, "--max-errors", "5", "--size", "64")
+    one = convert(src, tmp_path / "one", *args, workers=1)
+    monkeypatch.setattr(convert_module, "PART_MIN", 1)  # many small parts, out of order
+    many = convert(src, tmp_path / "many", *args, workers=3)
+    assert one["tasks"] == many["tasks"] == 1
+    assert one["errors"] == many["errors"] >= 1
+    assert many["samples"] == one["samples"] > 0
+    assert tree_bytes(tmp_path / "one") == tree_bytes(tmp_path / "many")
+
+
+def test_a_failed_part_leaves_no_partial_shard_and_a_rerun_matches(
+        bad_sample: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from imgprep.fsutil import TMP_PREFIX
+    from imgprep.transform import convert_image
+
+    src = bad_sample / "ILSVRC2012_img_train.tar"
+    args = ("--max-errors", "5", "--size", "64")
+    one = convert(src, tmp_path / "one", *args, workers=1)
+    calls = []
+
+    def flaky(data: bytes, opts: Any) -> Any:
+        calls.append(1)
+        if len(calls) == 3:  # in a worker, after a part or two went through
+            raise RuntimeError("boom")
+        return convert_image(data, opts)
+
+    monkeypatch.setattr(convert_module, "PART_MIN", 1)
+    monkeypatch.setattr(convert_module.transform, "convert_image", flaky)
+    r = CliRunner().invoke(cli, ["convert", str(src), "-o", str(tmp_path / "many"), "-j", "3",
+                                 "-q", "--json", *args])
+    assert r.exit_code != 0 and "boom" in str(r.exception) + r.output
+    assert not [p for p in (tmp_path / "many").rglob(f"{TMP_PREFIX}*")]
+    monkeypatch.undo()
+    monkeypatch.setattr(convert_module, "PART_MIN", 1)
+    again = convert(src, tmp_path / "many", *args, workers=3)
+    assert again["samples"] == one["samples"]
+    assert tree_bytes(tmp_path / "one") == tree_bytes(tmp_path / "many")
+
+
 @pytest.fixture(scope="module")
 def two_chunk_source(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A nested train tar of 1100 small images: more than one label-list chunk (1000)."""
@@ -681,3 +726,46 @@ def test_real_originals_nested_tar(real_data: Path, tmp_path: Path) -> None:
         assert meta[k]["original_mode"] == "L"
         assert decode(found[k]["jpg"]).mode == "RGB"
     assert Counter(m["wnid"] for m in meta.values())["n02110063"] == 3
+
+
+def test_labels_per_class_match_the_per_image_rule(layouts: dict[str, Path]) -> None:
+    """The train shortcut (one lookup per class) gives resolve_labels' labels exactly."""
+    from imgprep.groundtruth import resolve_labels
+    from imgprep.plan import _labels
+    from imgprep.sources import list_source
+    from imgprep.synsets import load_class_table
+
+    classes = load_class_table(None)
+    shortcuts = 0
+    for name, path in layouts.items():
+        if name.endswith(".txt"):
+            continue
+        listing = list_source(path)
+        fast = _labels(listing, classes)
+        if fast is not None:
+            shortcuts += 1
+            assert np.array_equal(fast, resolve_labels(listing, classes, None)), name
+    assert shortcuts >= 3
+
+
+def test_sample_metadata_bytes_are_json_dumps_sorted(layouts: dict[str, Path]) -> None:
+    """The directly formatted ``.json`` member is byte for byte json.dumps(sort_keys=True)."""
+    from types import SimpleNamespace
+
+    from imgprep.convert import _sample_meta
+    from imgprep.plan import ConvertOptions, make_plan
+
+    plan = make_plan(ConvertOptions(input=layouts["nested-tar"], out=layouts["nested-tar"].parent))
+    for source in ("a/b.JPEG", 'q"uo\\te\u00e9\u2028\U0001f600.jpg'):
+        lst = plan.listing
+        member = np.array([source.encode("utf-8")] * len(lst))
+        fake = SimpleNamespace(listing=SimpleNamespace(member_str=lambda i, m=member: bytes(
+            m[i]).decode("utf-8")), labels=plan.labels, classes=plan.classes)
+        conv = SimpleNamespace(original_size=(500, 375), original_mode="CMYK",
+                               original_format="JPEG")
+        label = int(plan.labels[0])
+        want = json.dumps({"wnid": plan.classes.wnids[label], "label": label,
+                           "source": source, "original_size": [500, 375],
+                           "original_mode": "CMYK", "original_format": "JPEG"},
+                          sort_keys=True).encode()
+        assert _sample_meta(fake, 0, conv) == want  # type: ignore[arg-type]

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from conftest import jpeg, tar_bytes, write_tar
 
+from imgprep import tarscan
 from imgprep.errors import InputMissingError, SourceFormatError
 from imgprep.sources import Listing, SourceReader, list_source, sanitize_key
 
@@ -416,3 +417,50 @@ def test_many_tiny_members_list_fast(tmp_path: Path) -> None:
     with SourceReader(listing.containers) as reader:
         assert reader.read(0, int(listing.offset[123]), 3, listing.member_str(123)) == b"abc"
     assert elapsed < 10, f"listing 20,000 members took {elapsed:.1f} s"
+
+
+def _same_listing(a: Listing, b: Listing) -> None:
+    for name in ("containers", "errors", "skipped", "kind"):
+        assert getattr(a, name) == getattr(b, name), name
+    for name in ("container", "offset", "size", "member", "key", "wnid"):
+        assert np.array_equal(getattr(a, name), getattr(b, name)), name
+
+
+@pytest.mark.parametrize("fmt", [tarfile.USTAR_FORMAT, tarfile.GNU_FORMAT, tarfile.PAX_FORMAT])
+def test_fast_header_reader_lists_what_tarfile_lists(tmp_path: Path, fmt: int,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    long = "d/" + "x" * 120 + "/n01440764_7.JPEG"  # a GNU long name or a PAX path
+    members = [("n01440764_1.JPEG", b"a" * 700), ("sub/n01443537_2.jpg", b"b"),
+               ("notes.txt", b"c" * 513), ("../n01440764_3.JPEG", b"d"), (long, b"e" * 5),
+               ("ünï/n01440764_4.png", b"f" * 1024)]
+    path = tmp_path / "t.tar"
+    with tarfile.open(path, "w", format=fmt) as tf:
+        folder = tarfile.TarInfo("sub")
+        folder.type = tarfile.DIRTYPE
+        tf.addfile(folder)
+        for name, data in members:
+            ti = tarfile.TarInfo(name)
+            ti.size, ti.mtime = len(data), 1.5  # a fractional mtime makes PAX headers
+            tf.addfile(ti, io.BytesIO(data))
+    fast = list_source(path)
+
+    def refuse(*args: object) -> None:
+        raise tarscan.Fallback("test")
+
+    monkeypatch.setattr(tarscan, "scan", refuse)
+    _same_listing(fast, list_source(path))
+    assert len(fast) == 4 and len(fast.errors) == 1
+
+
+def test_class_tars_listed_in_parallel_as_in_series(tmp_path: Path) -> None:
+    tars = [(f"{w}.tar", tar_bytes(_images(w, 4, seed=k))) for k, w in enumerate(WNIDS)]
+    tars.insert(1, ("n09999999.tar", gzip.compress(b"not a tar")))
+    outer = write_tar(tmp_path / "ILSVRC2012_img_train.tar", tars)
+    folder = tmp_path / "train"
+    folder.mkdir()
+    for name, data in tars:
+        (folder / name).write_bytes(data)
+    for path in (outer, folder):
+        serial, parallel = list_source(path, workers=1), list_source(path, workers=3)
+        _same_listing(serial, parallel)
+        assert len(parallel) == 12 and len(parallel.errors) == 1

@@ -484,3 +484,12 @@ def test_short_side_refuses_outputs_over_the_pixel_limit() -> None:
     assert "elongated" in message and "256x512000" in message
     out = convert_image(data, TransformOptions())  # center-crop is always size x size
     assert Image.open(io.BytesIO(out.jpeg)).size == (256, 256)
+
+
+def test_summed_histograms_give_the_summed_channel_sums() -> None:
+    """A task adds histograms and converts once: the same integers as adding the sums."""
+    from imgprep.transform import channel_histogram, sums_of_histogram
+
+    imgs = [Image.effect_noise((40, 30), 50 + 20 * k).convert("RGB") for k in range(3)]
+    total = sums_of_histogram(sum(channel_histogram(im) for im in imgs))
+    np.testing.assert_array_equal(total, sum(channel_sums(im) for im in imgs))

@@ -266,7 +266,10 @@ def _convert_figures(runs: list[dict[str, Any]], workers: int) -> list[Figure]:
             Figure("convert", f"cores other processes used meanwhile, {n}",
                    round(r["foreign_cores"], 2), "cores"),
             Figure("convert", f"wall time, {n}", round(r["wall_s"], 2), "s"),
-            Figure("convert", f"listing cost, {n}", round(r["listing_us"], 2), "µs/img"),
+            Figure("convert", f"listing cost, {workers} workers, {n}", round(r["listing_us"], 2),
+                   "µs/img"),
+            Figure("convert", f"listing cost, 1 worker, {n}", round(r["listing_us_1w"], 2),
+                   "µs/img"),
             Figure("convert", f"manifest size per sample, {n}",
                    round(r["manifest_bytes"] / r["images"], 2), "B/sample"),
             Figure("convert", f"manifest read, {n}", round(r["manifest_read_s"] * 1e3, 2),
@@ -341,7 +344,8 @@ def convert_scale(work: Path, sizes: Sequence[int] = (10_000, 50_000, 200_000),
     Measures, per size: the peak RSS (and PSS) summed over the command's whole process tree,
     sampled every 50 ms; wall time and images/s (convert's own summary); the listing cost
     per image (convert does not report it: ``imgprep.sources.list_source`` of the same tar
-    in this process, best of up to 3 calls within 3 s); the manifest's bytes per sample and
+    in this process with the run's worker count and with 1, best of up to 3 calls within
+    3 s each); the manifest's bytes per sample and
     its read time.
 
     Trials and bounds: peak RSS flat (every size <= the smallest's x 1.25 + 30 MB + 400 B
@@ -362,7 +366,8 @@ def convert_scale(work: Path, sizes: Sequence[int] = (10_000, 50_000, 200_000),
         run, checks = _convert_run(tar, work / f"out-{n}", n, workers, size)
         trials += checks
         if run:
-            run["listing_us"] = best_of(partial(list_source, tar)) / n * 1e6
+            run["listing_us"] = best_of(partial(list_source, tar, workers=workers)) / n * 1e6
+            run["listing_us_1w"] = best_of(partial(list_source, tar, workers=1)) / n * 1e6
             runs.append(run)
         shutil.rmtree(tar.parent)
         shutil.rmtree(work / f"out-{n}", ignore_errors=True)
