@@ -347,12 +347,8 @@ def convert_splits(opts: ConvertOptions, world: World | None = None,
     """Convert every split of ``opts.input`` (see ``split_inputs``), each into its own
     manifest, planning and checking all of them before converting any; one summary each.
     A run that fails leaves no output folder it created behind if it wrote nothing.
-
-    - ``opts``: what to convert and how (ConvertOptions: the output is a function of these);
-    - ``world``: this process's ranks (default: one process), as in ``convert``;
-    - ``progress(images)``, ``on_plan(plan, remaining_images)``, ``notify(line)``: as in
-      ``convert``, per split.
-    """
+    ``opts`` (the output is a function of it), ``world`` (default: one process) and the
+    callbacks are as in ``convert``, which runs each split."""
     world = world or World()
     say = notify or (lambda line: None)
     if opts.mode not in RANK_MODES:
