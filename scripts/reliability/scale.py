@@ -437,7 +437,8 @@ def _stage_trials(src: Path, mode: str, nodes: int, local_ranks: int,
                  if r.count("copier") != 1 or r.count("waiter") != local_ranks - 1]
     incomplete = [f"{dst.name}: {why}" for k, dst in enumerate(dsts)
                   if (why := _node_problem(dst, sorted(m.shards[i].name for i in share[k])))]
-    expected = sum(m.shards[i].bytes for part in share for i in part)
+    index = m.index.bytes if m.index is not None else 0  # every node's copier reads it too
+    expected = sum(m.shards[i].bytes for part in share for i in part) + nodes * index
     read = sum(int(s.get("bytes_read", 0)) for s in summaries)
     leftovers = [f"{d.name}/{p}" for d in dsts for p in tmp_leftovers(d)]
     return [
@@ -448,7 +449,7 @@ def _stage_trials(src: Path, mode: str, nodes: int, local_ranks: int,
                 f"imgprep.verify ok on {nodes} nodes, each manifest lists exactly its "
                 "share (imgprep.assign.node_shards)"),
         Trial(GROUP, f"{name}: source bytes read == node shares", read == expected,
-              f"{read:,} bytes read by all processes, node shares {expected:,}"),
+              f"{read:,} bytes read by all processes, node shares and indexes {expected:,}"),
         _ok_all(name, "no temp files left", leftovers, "no .tmp-* under any node folder"),
     ]
 
@@ -469,7 +470,7 @@ def stage_scale(work: Path, nodes: int = 8, local_ranks: int = 4, shards: int = 
     ``role``: 1 copier + local_ranks - 1 waiters); every node complete (``imgprep.verify`` ok
     with decoding, and its manifest lists exactly its share from ``imgprep.assign``); the
     source bytes read by all processes (``bytes_read``) equal exactly the sum of the node
-    shares' sizes; no ``.tmp-*`` file left. Figures: wall time, bytes read, MB/s per round.
+    shares' sizes plus one sample index per node; no ``.tmp-*`` file left. Figures: wall time, bytes read, MB/s per round.
     """
     src = make_shards(work / "stage-src", shards, per_shard, size)
     figs: list[Figure] = []
