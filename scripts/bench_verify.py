@@ -16,7 +16,7 @@ JSON line with every figure.
 
 Run (from the repository root, in the project's environment)::
 
-    python scripts/bench_verify.py            # about a minute
+    python scripts/bench_verify.py            # about a minute and a half
 """
 
 from __future__ import annotations
@@ -116,7 +116,7 @@ def print_table(r: dict[str, Any]) -> None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--images", type=Path, default=DEFAULT_IMAGES)
-    ap.add_argument("--copies", type=int, default=3, help="times each image is repeated")
+    ap.add_argument("--copies", type=int, default=8, help="times each image is repeated")
     ap.add_argument("--repeat", type=int, default=3, help="interleaved rounds")
     ap.add_argument("--out", type=Path, default=None, help="scratch parent folder")
     args = ap.parse_args()
