@@ -470,7 +470,8 @@ def stage_scale(work: Path, nodes: int = 8, local_ranks: int = 4, shards: int = 
     ``role``: 1 copier + local_ranks - 1 waiters); every node complete (``imgprep.verify`` ok
     with decoding, and its manifest lists exactly its share from ``imgprep.assign``); the
     source bytes read by all processes (``bytes_read``) equal exactly the sum of the node
-    shares' sizes plus one sample index per node; no ``.tmp-*`` file left. Figures: wall time, bytes read, MB/s per round.
+    shares' sizes plus one sample index per node; no ``.tmp-*`` file left. Figures: wall
+    time, bytes read, MB/s per round.
     """
     src = make_shards(work / "stage-src", shards, per_shard, size)
     figs: list[Figure] = []
