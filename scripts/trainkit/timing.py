@@ -154,8 +154,8 @@ class DataWaitHint:
         elif w < c:
             tips = [f"raise --workers ({w} now; this rank may use {c} cores)"]
         else:
-            tips = [f"all {c} cores of this rank decode already ({w} workers): run fewer "
-                    f"ranks per node ({r} now) or give the job more cores"]
+            tips = [f"every core of this rank ({c}) decodes already (--workers {w}): run "
+                    f"fewer ranks per node ({r} now) or give the job more cores"]
         if not self.staged:
             tips.append("stage the data to node-local disk (--stage-from) if --data is on "
                         "shared storage")
