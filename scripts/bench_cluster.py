@@ -41,7 +41,6 @@ everything is torn down on every exit path, SIGINT and SIGTERM included.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import shutil
@@ -55,7 +54,7 @@ from pathlib import Path
 from typing import Any
 
 from bench_scaling import summarise
-from benchlib import DEFAULT_IMAGES, run_main, verdict
+from benchlib import DEFAULT_IMAGES, repeated_shards, run_main, verdict
 from cluster import measure
 from cluster.box import Box
 from cluster.chart import cluster_svg
@@ -63,9 +62,8 @@ from cluster.netns import ClusterError, Topology, run
 from cluster.procs import child_env
 from cluster.sshfs import install_tools
 
-from imgprep.convert import ConvertOptions, convert
 from imgprep.index import index_folder
-from imgprep.manifest import Manifest, ShardEntry, read_manifest, write_manifest
+from imgprep.manifest import Manifest, read_manifest
 
 TARGETS = {"direct_4_over_1": 0.35, "staged_over_peer": 0.9, "fanout_server_over_set": 1.00,
            "fanout_over_replicate_4": 0.4, "fanout_over_p2p": 0.7}
@@ -121,27 +119,10 @@ def preflight(prefix: str) -> str | None:
 
 
 def build_set(images: Path, scratch: Path, mb: float) -> Path:
-    """Real shards (``images`` converted to BASE_SHARDS shards) repeated under new names,
-    each its own file, to >= ``mb`` MB and >= MIN_SHARDS shards, with a manifest."""
-    tar = scratch / "images.tar"
-    subprocess.run(["tar", "cf", str(tar), "-C", str(images), "."], check=True, timeout=300)
-    base = scratch / "base"
-    convert(ConvertOptions(input=tar, out=base, num_shards=BASE_SHARDS,
-                           workers=os.cpu_count() or 1))
-    tar.unlink()
-    m = read_manifest(base, "train")
-    src = scratch / "src"
-    src.mkdir()
-    shards: list[ShardEntry] = []
-    while sum(s.bytes for s in shards) < mb * 1e6 or len(shards) < MIN_SHARDS:
-        for s in m.shards:
-            name = f"train-{len(shards):06d}.tar"
-            shutil.copyfile(base / s.name, src / name)
-            shards.append(dataclasses.replace(s, name=name))
-    write_manifest(src, dataclasses.replace(m, shards=shards, index=None,
-                                            total_samples=sum(s.samples for s in shards)))
+    """Real shards (``images`` converted to BASE_SHARDS shards) repeated under new names to
+    >= ``mb`` MB and >= MIN_SHARDS shards, with a manifest and its sample index."""
+    src = repeated_shards(images, scratch, mb * 1e6, MIN_SHARDS, BASE_SHARDS)
     index_folder(src, "train")  # the loaders read samples by offset through it
-    shutil.rmtree(base)
     return src
 
 

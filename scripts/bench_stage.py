@@ -44,16 +44,14 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import Any
 
-from benchlib import DEFAULT_IMAGES, run_main
+from benchlib import DEFAULT_IMAGES, RCHAR_CLI, repeated_shards, run_main
 
 from imgprep.assign import node_shards
-from imgprep.convert import ConvertOptions, convert
-from imgprep.manifest import ShardEntry, read_manifest, write_manifest
+from imgprep.manifest import ShardEntry, read_manifest
 from imgprep.rendezvous import free_port
 from imgprep.stage import StageOptions, stage_to_node
 from imgprep.world import World
@@ -62,44 +60,6 @@ TARGETS = {"size_only_over_cp": 0.9, "sha256_over_cp": 0.6}
 BASE_SHARDS = 1  # all 1000 images in one ~26 MB shard, near the ~40 MB of real shards
 MB = 1e6
 FANOUT_TIMEOUT = 600  # seconds for one fan-out run of all nodes
-# Runs ``imgprep ARGS`` in this process and prints, last on stderr, the kernel's count of
-# bytes read (rchar) during the run; the imports come before the first look.
-RCHAR_CLI = """
-import atexit, sys
-import torch.distributed, imgprep.cli, imgprep.stage
-def rchar():
-    with open("/proc/self/io") as f:
-        return next(int(l.split()[1]) for l in f if l.startswith("rchar:"))
-start = rchar()
-atexit.register(lambda: print(f"rchar {rchar() - start}", file=sys.stderr, flush=True))
-sys.argv = ["imgprep", *sys.argv[1:]]
-imgprep.cli.main()
-"""
-
-
-def build_source(images: Path, scratch: Path, gb: float) -> Path:
-    """Real shards (converted from ``images``) repeated under new names to >= ``gb`` GB."""
-    tar = scratch / "images.tar"
-    subprocess.run(["tar", "cf", str(tar), "-C", str(images), "."], check=True)
-    base = scratch / "base"
-    convert(ConvertOptions(input=tar, out=base, num_shards=BASE_SHARDS,
-                           workers=os.cpu_count() or 1))
-    tar.unlink()
-    m = read_manifest(base, "train")
-    src = scratch / "src"
-    src.mkdir()
-    shards: list[ShardEntry] = []
-    while sum(s.bytes for s in shards) < gb * 1e9 or len(shards) < 8:  # 8: partition over 4
-        for s in m.shards:
-            name = f"train-{len(shards):06d}.tar"
-            shutil.copyfile(base / s.name, src / name)  # own inode: no shared page cache
-            shards.append(replace(s, name=name))
-    write_manifest(src, replace(m, shards=shards, total_samples=sum(s.samples for s in shards),
-                                index=None))  # the sample index covers the base shards only
-    shutil.rmtree(base)
-    return src
-
-
 def drop_caches() -> bool:
     """Drop the page cache (so the source is read from disk); False when not allowed."""
     try:
@@ -237,7 +197,7 @@ def source_reads(src: Path, scratch: Path, jobs: int
 
 
 def measure(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
-    src = build_source(args.images, scratch, args.gb)
+    src = repeated_shards(args.images, scratch, args.gb * 1e9, 8, BASE_SHARDS)  # 8: 4 nodes
     m = read_manifest(src, "train")
     total = m.total_bytes
     cold = drop_caches()

@@ -8,6 +8,7 @@ import contextlib
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 from collections.abc import Callable
@@ -87,3 +88,51 @@ def run_main(name: str, images: Path, out: Path | None,
     print_table(res)
     print(json.dumps(res, sort_keys=True))
     return 0
+
+
+# Runs ``imgprep ARGS`` in this process and prints, last on stderr, the kernel's count of
+# bytes read (rchar) during the run; the imports come before the first look. The staging
+# benchmarks and the fan-out tests run stage-to-node through it.
+RCHAR_CLI = """
+import atexit, sys
+import torch.distributed, imgprep.cli, imgprep.stage
+def rchar():
+    with open("/proc/self/io") as f:
+        return next(int(l.split()[1]) for l in f if l.startswith("rchar:"))
+start = rchar()
+atexit.register(lambda: print(f"rchar {rchar() - start}", file=sys.stderr, flush=True))
+sys.argv = ["imgprep", *sys.argv[1:]]
+imgprep.cli.main()
+"""
+
+
+def repeated_shards(images: Path, scratch: Path, min_bytes: float, min_shards: int,
+                    base_shards: int) -> Path:
+    """``scratch/src``: ``images`` converted to ``base_shards`` real shards, copied under new
+    names (each its own file and inode: no shared page cache) until there are at least
+    ``min_bytes`` and ``min_shards``, with a manifest (and no sample index: the caller builds
+    one when it needs it)."""
+    from dataclasses import replace
+
+    from imgprep.convert import ConvertOptions, convert
+    from imgprep.manifest import ShardEntry, read_manifest, write_manifest
+
+    tar = scratch / "images.tar"
+    subprocess.run(["tar", "cf", str(tar), "-C", str(images), "."], check=True, timeout=300)
+    base = scratch / "base"
+    convert(ConvertOptions(input=tar, out=base, num_shards=base_shards,
+                           workers=os.cpu_count() or 1))
+    tar.unlink()
+    m = read_manifest(base, "train")
+    src = scratch / "src"
+    src.mkdir()
+    shards: list[ShardEntry] = []
+    while sum(e.bytes for e in shards) < min_bytes or len(shards) < min_shards:
+        for e in m.shards:
+            name = f"train-{len(shards):06d}.tar"
+            shutil.copyfile(base / e.name, src / name)
+            shards.append(replace(e, name=name))
+    write_manifest(src, replace(m, shards=shards, index=None,
+                                total_samples=sum(e.samples for e in shards)))
+    shutil.rmtree(base)
+    return src

@@ -4,8 +4,11 @@ naming the file, no temporary file left behind)."""
 
 from __future__ import annotations
 
+import errno
 import os
 import socket
+import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -72,3 +75,22 @@ def one_line_error(result: Any, code: int, *names: object) -> str:
     assert result.exception is None or isinstance(result.exception, SystemExit), \
         repr(result.exception)
     return one_line(result.stderr, *names)
+
+
+def feed_pipe(pipe: Path, data: bytes, reader: subprocess.Popen[str], timeout: float,
+              what: str) -> int:
+    """Wait until ``reader`` opens the named pipe ``pipe`` (failing if it exits first or
+    ``timeout`` passes: ``what`` says what it never opened), write ``data`` into it and return
+    the writing end, still open: the reader is then held mid-read of that file."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            fd = os.open(pipe, os.O_WRONLY | os.O_NONBLOCK)
+            break
+        except OSError as e:
+            assert e.errno == errno.ENXIO, e  # no reader yet
+        assert reader.poll() is None, reader.communicate()
+        assert time.monotonic() < deadline, f"{what} was never opened"
+        time.sleep(0.02)
+    os.write(fd, data)
+    return fd

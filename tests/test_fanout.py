@@ -8,7 +8,6 @@ Nodes are real processes on this machine, one copier each, meeting on 127.0.0.1 
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import json
 import os
@@ -22,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import mpirun_cmd
-from helpers import clean_env, free_port
+from conftest import REPO, mpirun_cmd
+from helpers import clean_env, feed_pipe, free_port
 
 from imgprep.assign import node_shards
 from imgprep.convert import ConvertOptions, convert
@@ -33,22 +32,12 @@ from imgprep.rendezvous import Rendezvous, RendezvousError, copier_rendezvous
 from imgprep.verify import verify
 from imgprep.world import World
 
+sys.path.insert(0, str(REPO / "scripts"))  # the rchar wrapper the staging benchmark uses
+from benchlib import RCHAR_CLI  # noqa: E402
+
 TIMEOUT = 120  # for a whole run of 4 processes on 2 shared cores (each imports torch)
 NODES = 4
 
-# Runs the command line in this process and prints, last on stderr, the kernel's count of
-# bytes read (rchar) during the run: imports are done before the first look.
-RCHAR = """
-import sys, atexit
-import torch.distributed, imgprep.cli, imgprep.stage
-def rchar():
-    with open("/proc/self/io") as f:
-        return next(int(l.split()[1]) for l in f if l.startswith("rchar:"))
-start = rchar()
-atexit.register(lambda: print(f"rchar {rchar() - start}", file=sys.stderr, flush=True))
-sys.argv = ["imgprep", *sys.argv[1:]]
-imgprep.cli.main()
-"""
 
 
 @pytest.fixture(scope="module")
@@ -125,7 +114,7 @@ def owned(src: Path, node: int, split: str = "train") -> list[str]:
 
 
 def fanout_cmd(src: Path, dst: Path, port: int, node: int, *extra: object) -> list[str]:
-    return [sys.executable, "-c", RCHAR, "stage-to-node", "--src", str(src), "--dst",
+    return [sys.executable, "-c", RCHAR_CLI, "stage-to-node", "--src", str(src), "--dst",
             str(dst / "n{node}"), "--mode", "replicate", "--fanout", "--rendezvous",
             f"127.0.0.1:{port}", "--num-nodes", str(NODES), "--node-rank", str(node), "--json",
             "-q", *(str(a) for a in extra)]
@@ -240,29 +229,13 @@ def fifo_src(src: Path, tmp_path: Path) -> Iterator[tuple[Path, Path, Path]]:
     yield s, pipe, aside
 
 
-def feed_pipe(pipe: Path, aside: Path, proc: subprocess.Popen[str]) -> int:
-    """Wait until node 2 opens the pipe, give it 1000 bytes; returns the writing end."""
-    deadline = time.monotonic() + TIMEOUT
-    while True:
-        try:
-            fd = os.open(pipe, os.O_WRONLY | os.O_NONBLOCK)
-            break
-        except OSError as e:
-            assert e.errno == errno.ENXIO, e
-        assert proc.poll() is None, proc.communicate()
-        assert time.monotonic() < deadline, "node 2 never opened its shard"
-        time.sleep(0.05)
-    os.write(fd, aside.read_bytes()[:1000])
-    return fd
-
-
 @pytest.mark.slow
 def test_a_killed_node_stops_the_others_naming_it_and_a_rerun_completes(
         fifo_src: tuple[Path, Path, Path], tmp_path: Path) -> None:
     s, pipe, aside = fifo_src
     dst = tmp_path / "dst"
     procs = start_nodes(s, dst, "--timeout", 60)
-    fd = feed_pipe(pipe, aside, procs[2])
+    fd = feed_pipe(pipe, aside.read_bytes()[:1000], procs[2], TIMEOUT, "node 2's shard")
     try:
         time.sleep(1)  # the others move what they can, then wait on node 2
         procs[2].kill()

@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from helpers import clean_env, is_launcher_var, one_line, tmp_leftovers, torchrun_env
+from helpers import clean_env, feed_pipe, is_launcher_var, one_line, tmp_leftovers, torchrun_env
 
 from imgprep import copier, nodelock, stage
 from imgprep.assign import node_shards
@@ -158,17 +158,8 @@ def held_source(src: Path, tmp_path: Path) -> Iterator[tuple[Path, Path, Path]]:
 def hold_copier(pipe: Path, aside: Path, dst: Path, proc: subprocess.Popen[str]) -> int:
     """Wait until the copier reads the pipe, feed it 1000 bytes, wait until they reach the
     temporary file: the copier is then mid-copy of shard 6. Returns the pipe's writing end."""
+    fd = feed_pipe(pipe, aside.read_bytes()[:1000], proc, TIMEOUT, "shard 6")
     deadline = time.monotonic() + TIMEOUT
-    while True:
-        try:
-            fd = os.open(pipe, os.O_WRONLY | os.O_NONBLOCK)
-            break
-        except OSError as e:
-            assert e.errno == errno.ENXIO, e  # no reader yet
-        assert proc.poll() is None, proc.communicate()
-        assert time.monotonic() < deadline, "the copier never opened shard 6"
-        time.sleep(0.02)
-    os.write(fd, aside.read_bytes()[:1000])
     tmp = dst / f".tmp-{pipe.name}"
     while not (tmp.exists() and tmp.stat().st_size == 1000):
         assert time.monotonic() < deadline, "the copier never wrote shard 6's first bytes"
