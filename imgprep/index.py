@@ -84,17 +84,26 @@ class LayoutBuilder:
 
     def add(self, name: str, offset: int, size: int) -> None:
         """A regular member ``name`` whose data starts at ``offset``."""
-        base = name.rsplit("/", 1)[-1]
-        key, _, ext = base.partition(".")
-        if key != self._key or not self._counts:
-            self._counts.append(0)
+        key, _, ext = name.rsplit("/", 1)[-1].partition(".")
+        self.add_member(key, ext, offset, size)
+
+    def add_member(self, key: str, ext: str, offset: int, size: int) -> None:
+        """A member of sample ``key`` with extension ``ext`` (``add`` with the name split)."""
+        counts = self._counts
+        if key != self._key or not counts:
+            counts.append(0)
             self._key = key
-        if self._counts[-1] == 255 or len(self._exts) == 255 and ext not in self._exts:
+        e = self._exts.get(ext)
+        if e is None:
+            if len(self._exts) == 255:
+                raise ShardError(f"sample {key}: too many members for the index")
+            e = self._exts[ext] = len(self._exts)
+        if counts[-1] == 255:
             raise ShardError(f"sample {key}: too many members for the index")
-        self._counts[-1] += 1
+        counts[-1] += 1
         self._offset.append(offset)
         self._size.append(size)
-        self._ext.append(self._exts.setdefault(ext, len(self._exts)))
+        self._ext.append(e)
 
     def layout(self) -> Layout:
         return Layout(tuple(self._exts), np.asarray(self._counts, np.uint8),

@@ -47,22 +47,27 @@ def tar_header(name: str, size: int) -> tarfile.TarInfo:
     return ti
 
 
+_USTAR_MODE_IDS = b"0000644\x000000000\x000000000\x00"  # bytes 100-124: mode, uid, gid
+_USTAR_MTIME = b"00000000000\x00"  # bytes 136-148
+_USTAR_MAGIC = b"ustar\x0000"  # bytes 257-265
+# Sum of every fixed header byte, the checksum field counted as 8 spaces (as POSIX says).
+_USTAR_FIXED_SUM = sum(_USTAR_MODE_IDS) + sum(_USTAR_MTIME) + 8 * 32 + ord("0") + sum(_USTAR_MAGIC)
+_ZEROS = bytes(BLOCK)
+
+
 def header_bytes(name: str, size: int) -> bytes:
     """The header block(s) of a regular member ``name`` of ``size`` bytes.
 
-    Short ASCII names (every ImageNet key) get a ustar header built here directly, byte for
-    byte what ``tarfile`` writes but ~10x cheaper; anything else goes through ``tarfile``'s
-    PAX encoder.
+    Short ASCII names (every ImageNet key) get a ustar header assembled here from fixed parts,
+    its checksum the fixed parts' sum plus the name's and size's, byte for byte what
+    ``tarfile`` writes but ~20x cheaper; anything else goes through ``tarfile``'s PAX encoder.
     """
     if len(name) <= 100 and name.isascii() and size < 8**11:
-        h = bytearray(BLOCK)
-        h[0:len(name)] = name.encode("ascii")
-        h[100:148] = b"0000644\x000000000\x000000000\x00%011o\x0000000000000\x00" % size
-        h[148:156] = b"        "
-        h[156] = ord("0")
-        h[257:265] = b"ustar\x0000"
-        h[148:156] = b"%06o\x00 " % sum(h)
-        return bytes(h)
+        n = name.encode("ascii")
+        sz = b"%011o\x00" % size
+        chk = b"%06o\x00 " % (_USTAR_FIXED_SUM + sum(n) + sum(sz))
+        return b"".join((n, _ZEROS[len(n):100], _USTAR_MODE_IDS, sz, _USTAR_MTIME, chk, b"0",
+                         _ZEROS[:100], _USTAR_MAGIC, _ZEROS[265:]))
     return tar_header(name, size).tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape")
 
 
@@ -113,15 +118,23 @@ class ShardWriter:
 
     def add(self, key: str, fields: dict[str, bytes]) -> None:
         """Append one sample: one member ``<key>.<ext>`` per field, extensions sorted."""
+        pending, pos = self._pending, self.bytes
         for ext in sorted(fields):
             data = fields[ext]
-            header = header_bytes(f"{key}.{ext}", len(data))
-            self._layout.add(f"{key}.{ext}", self.bytes + len(header), len(data))
-            self._write(header)
-            self._write(data)
-            if pad := -len(data) % BLOCK:
-                self._write(bytes(pad))
+            n = len(data)
+            header = header_bytes(f"{key}.{ext}", n)
+            pos += len(header)
+            self._layout.add_member(key, ext, pos, n)
+            pending += (header, data)
+            pos += n
+            if pad := -n % BLOCK:
+                pending.append(_ZEROS[:pad])
+                pos += pad
+        self._pending_bytes += pos - self.bytes
+        self.bytes = pos
         self.samples += 1
+        if self._pending_bytes >= FLUSH_BYTES:
+            self._flush()
 
     def __exit__(self, et: type[BaseException] | None, ev: BaseException | None,
                  tb: TracebackType | None) -> None:

@@ -18,8 +18,8 @@ from click.testing import CliRunner
 from conftest import jpeg
 
 from imgprep.cli import cli
-from imgprep.errors import ManifestError
-from imgprep.index import encode_index, read_index, scan_layout, write_index
+from imgprep.errors import ManifestError, ShardError
+from imgprep.index import LayoutBuilder, encode_index, read_index, scan_layout, write_index
 from imgprep.manifest import Manifest, ShardEntry, read_manifest, write_manifest
 from imgprep.synsets import imagenet_classes
 from imgprep.world import World
@@ -195,3 +195,21 @@ def test_index_command_refuses_a_label_list_folder(tmp_path: Path) -> None:
     (tmp_path / "x").mkdir()
     r = CliRunner().invoke(cli, ["index", str(tmp_path / "x")])
     assert r.exit_code == 3 and "no manifest" in r.output
+
+
+def test_layout_builder_groups_members_and_refuses_what_the_index_cannot_hold() -> None:
+    b = LayoutBuilder()
+    b.add("dir/k1.jpg", 512, 10)
+    b.add_member("k1", "cls", 1536, 1)
+    b.add_member("k2", "jpg", 2560, 20)
+    lay = b.layout()
+    assert lay.exts == ("jpg", "cls")
+    assert lay.counts.tolist() == [2, 1]
+    assert lay.offset.tolist() == [512, 1536, 2560] and lay.ext.tolist() == [0, 1, 0]
+    many = LayoutBuilder()
+    for j in range(255):
+        many.add_member("k", f"e{j}", j * 1024, 1)
+    with pytest.raises(ShardError, match="sample k: too many members"):
+        many.add_member("k", "e0", 0, 1)
+    with pytest.raises(ShardError, match="sample k2: too many members"):
+        many.add_member("k2", "e255", 0, 1)

@@ -15,6 +15,7 @@ from imgprep.writers import RECORD, ShardWriter, header_bytes, tar_header
 @pytest.mark.parametrize(("name", "size"), [
     ("a.jpg", 0), ("n01440764_10026.jpg", 12345), ("n03992509_potter's_wheel.cls", 3),
     ("x" * 96 + ".jpg", 7), ("x" * 97 + ".json", 7), ("é_key.jpg", 10), ("k.jpg", 8**11 - 1),
+    ("y" * 100, 1), ("big.jpg", 8**11), ("a" * 101, 2),
 ])
 def test_header_bytes_equal_tarfile(name: str, size: int) -> None:
     expected = tar_header(name, size).tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape")
