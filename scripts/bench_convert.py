@@ -26,7 +26,7 @@ What it measures, in one run, on the 1000 real ILSVRC2012 JPEGs of
   ``--disk-gbps`` (reading and converting overlap).
 
 Each pass also records the CPU time of this process and its reaped children per image; the
-``*_cpu`` ratios (medians of those) tell the overhead apart from other processes' load on a
+``*_cpu`` ratios (medians over rounds) tell the overhead apart from other processes' load on a
 busy machine, where the wall-time ratios are unreliable.
 
 By default a conversion is one shard (the default shard size holds the 1000 sample images), so
@@ -39,8 +39,11 @@ pillow-simd is reported beside it), peak RSS of the 2-worker tree < 1000 MB. Aft
 warm-up, every measure runs once per round, ``--repeat`` rounds interleaved; each pass also
 records how much CPU other processes took meanwhile (from /proc/stat), and rates are medians
 over the passes nobody disturbed (up to 3 rounds are added to get enough of those; all passes
-count when none was quiet, and the output then says it is unreliable). A compact table goes
-to stdout and the last line of stdout is one JSON object with every figure. Linux only.
+count when none was quiet, and the output then says it is unreliable). The floor pass and the
+two convert passes run back to back in each round, and every ratio is the median over rounds
+of that round's own ratio, so a slow spell of a shared machine weighs on both sides of it.
+A compact table goes to stdout and the last line of stdout is one JSON object with every
+figure. Linux only.
 
 Run (from the repository root, in the project's environment)::
 
@@ -366,6 +369,16 @@ def quiet_rates(passes: list[tuple[float, float]]) -> list[float]:
     return quiet or [r for r, _ in passes]
 
 
+def paired_ratio(num: list[tuple[float, float]], den: list[tuple[float, float]]) -> float:
+    """The median over rounds of one measure's rate over another's, each pair taken back to
+    back in its round (a slow spell of a shared machine lasts seconds to minutes, so it hits
+    both); rounds where another process disturbed either pass are set aside unless all were."""
+    pairs = list(zip(num, den, strict=True))
+    quiet = [a / b for (a, fa), (b, fb) in pairs
+             if fa < QUIET_FOREIGN_CORES and fb < QUIET_FOREIGN_CORES]
+    return statistics.median(quiet or [a / b for (a, _), (b, _) in pairs])
+
+
 def summarise(passes: list[tuple[float, float]]) -> dict[str, Any]:
     rates = [r for r, _ in passes]
     return {
@@ -527,18 +540,18 @@ def run(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
             rounds < args.repeat + EXTRA_ROUNDS
             and min(sum(1 for _, f in v if f < QUIET_FOREIGN_CORES) for v in passes.values())
             < need):
-        for name, fn in loops.items():
+        # floor, then convert right after it, so that each ratio's two passes are neighbours
+        for name in ("floor", "convert_1w", "convert_2w", "transform", "naive"):
             c0 = own_cpu_s()
-            passes[name].append(measured(partial(time_loop, fn, blobs)))
+            if name.startswith("convert_"):
+                w = int(name[-2])
+                passes[name].append(measured(partial(
+                    time_convert, tar, scratch / f"convert-{w}w-{rounds}", w, shards, n)))
+            else:
+                passes[name].append(measured(partial(time_loop, loops[name], blobs)))
             cpu_passes.setdefault(name, []).append((own_cpu_s() - c0) / n)
         if stock:
             passes["naive_stock"].append(measured(partial(time_stock, stock, paths)))
-        for w in (1, 2):
-            out = scratch / f"convert-{w}w-{rounds}"
-            c0 = own_cpu_s()
-            passes[f"convert_{w}w"].append(
-                measured(partial(time_convert, tar, out, w, shards, n)))
-            cpu_passes.setdefault(f"convert_{w}w", []).append((own_cpu_s() - c0) / n)
         plan_s.append(time_plan(tar, scratch / "plan", shards)[0])
         rounds += 1
     load1 = os.getloadavg()
@@ -548,9 +561,10 @@ def run(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
     med = {k: statistics.median(quiet_rates(v)) for k, v in passes.items()}
     best = {k: max(r for r, _ in v) for k, v in passes.items()}
     values = {
-        "convert_1w_over_floor": med["convert_1w"] / med["floor"],
-        "convert_2w_over_1w": med["convert_2w"] / med["convert_1w"],
-        "convert_1w_over_naive": med["convert_1w"] / med["naive_stock" if stock else "naive"],
+        "convert_1w_over_floor": paired_ratio(passes["convert_1w"], passes["floor"]),
+        "convert_2w_over_1w": paired_ratio(passes["convert_2w"], passes["convert_1w"]),
+        "convert_1w_over_naive": paired_ratio(passes["convert_1w"],
+                                              passes["naive_stock" if stock else "naive"]),
     }
     ratios = {k: {"value": round(v, 3), "target": TARGETS[k], "result": verdict(v, TARGETS[k])}
               for k, v in values.items()}
@@ -570,10 +584,13 @@ def run(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
     # CPU time, not wall: what the ratios would be with free cores (the 2-worker figure is
     # 2 x the CPU efficiency of the split: an upper bound that assumes a second idle core).
     ratios["convert_1w_over_floor_cpu"] = {
-        "value": round(cpu["floor"] / cpu["convert_1w"], 3), "target": None, "result": "info"}
+        "value": round(statistics.median(
+            f / c for f, c in zip(cpu_passes["floor"], cpu_passes["convert_1w"], strict=True)),
+            3), "target": None, "result": "info"}
     ratios["convert_2w_over_1w_cpu_bound"] = {
-        "value": round(2 * cpu["convert_1w"] / cpu["convert_2w"], 3), "target": None,
-        "result": "info"}
+        "value": round(statistics.median(
+            2 * a / b for a, b in zip(cpu_passes["convert_1w"], cpu_passes["convert_2w"],
+                                      strict=True)), 3), "target": None, "result": "info"}
     projection = project(med["convert_1w"], statistics.median(plan_s) / n, listing,
                          args.disk_gbps)
     return {
