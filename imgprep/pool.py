@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import gc
 import multiprocessing as mp
 import os
 import queue
@@ -93,8 +94,12 @@ def run_pool(job: Job[R], indices: Sequence[int], workers: int,
     procs = [ctx.Process(target=_worker_main, name=f"imgprep-convert-{k}", daemon=True,
                          args=(job, tasks_q, results_q, counts, k, os.getpid()))
              for k in range(n_procs)]
-    for p in procs:
-        p.start()
+    gc.freeze()  # the workers' collections then leave the parent's pages shared (no copies)
+    try:
+        for p in procs:
+            p.start()
+    finally:
+        gc.unfreeze()
     out: list[R] = []
     seen = 0
     try:

@@ -212,8 +212,9 @@ def list_images(folder: Path, limit: int | None) -> list[Path]:
 
 
 def build_tar(paths: Sequence[Path], dest: Path) -> None:
-    """A flat tar of the images (``<wnid>_<name>.JPEG``: convert labels them by the prefix)."""
-    with tarfile.open(dest, "w", format=tarfile.PAX_FORMAT) as tf:
+    """A flat tar of the images (``<wnid>_<name>.JPEG``: convert labels them by the prefix),
+    in GNU format like ILSVRC2012's own tars: one header per member, no PAX records."""
+    with tarfile.open(dest, "w", format=tarfile.GNU_FORMAT) as tf:
         for p in paths:
             tf.add(p, arcname=p.name, recursive=False)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import io
+import itertools
 import json
 import math
 import tarfile
@@ -611,6 +612,24 @@ def test_one_task_split_over_workers_gives_the_same_bytes(
     assert one["errors"] == many["errors"] >= 1
     assert many["samples"] == one["samples"] > 0
     assert tree_bytes(tmp_path / "one") == tree_bytes(tmp_path / "many")
+
+
+@pytest.mark.parametrize(("sizes", "workers"), [
+    ([1000], 2), ([300, 5, 700], 4), ([0, 3], 2), ([17], 16), ([1250] * 3, 8)])
+def test_part_cuts_cover_each_task_and_shrink_towards_the_end(sizes: list[int],
+                                                              workers: int) -> None:
+    cuts = convert_module.part_cuts(sizes, workers)
+    steps = []
+    for n, c in zip(sizes, cuts, strict=True):
+        assert c[0] == 0 and c[-1] == n and len(c) >= 2
+        parts = [b - a for a, b in itertools.pairwise(c)]
+        assert all(p >= convert_module.PART_MIN for p in parts[:-1])  # all but the remainder
+        assert all(a >= b for a, b in itertools.pairwise(parts[:-1]))  # never growing
+        steps += parts
+    share = convert_module.PART_SHARE * workers
+    assert max(steps) <= max(convert_module.PART_MIN, math.ceil(sum(sizes) / share))
+    if sum(sizes) >= 1000:  # the last parts are small, so the workers end together
+        assert steps[-2] == convert_module.PART_MIN and steps[0] > 4 * convert_module.PART_MIN
 
 
 def test_a_failed_part_leaves_no_partial_shard_and_a_rerun_matches(
