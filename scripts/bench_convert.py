@@ -74,7 +74,16 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from benchlib import DEFAULT_IMAGES, descendants, machine_busy_s, proc_kb, run_main, verdict
+from benchlib import (
+    DEFAULT_IMAGES,
+    QUIET_FOREIGN_CORES,
+    descendants,
+    machine_busy_s,
+    paired_ratio,
+    proc_kb,
+    run_main,
+    verdict,
+)
 from PIL import Image
 
 from imgprep.convert import ConvertOptions, convert, make_plan
@@ -99,7 +108,6 @@ RSS_TARGET_MB = 1000.0
 POLL_S = 0.02
 WARMUP_IMAGES = 100
 MB = 1e6
-QUIET_FOREIGN_CORES = 0.2  # a pass is "quiet" when other processes used less CPU than this
 EXTRA_ROUNDS = 3  # rounds added (at most) while some measure lacks quiet passes
 
 
@@ -368,16 +376,6 @@ def quiet_rates(passes: list[tuple[float, float]]) -> list[float]:
     """The rates of the passes no other process disturbed (all of them if none was quiet)."""
     quiet = [r for r, foreign in passes if foreign < QUIET_FOREIGN_CORES]
     return quiet or [r for r, _ in passes]
-
-
-def paired_ratio(num: list[tuple[float, float]], den: list[tuple[float, float]]) -> float:
-    """The median over rounds of one measure's rate over another's, each pair taken back to
-    back in its round (a slow spell of a shared machine lasts seconds to minutes, so it hits
-    both); rounds where another process disturbed either pass are set aside unless all were."""
-    pairs = list(zip(num, den, strict=True))
-    quiet = [a / b for (a, fa), (b, fb) in pairs
-             if fa < QUIET_FOREIGN_CORES and fb < QUIET_FOREIGN_CORES]
-    return statistics.median(quiet or [a / b for (a, _), (b, _) in pairs])
 
 
 def summarise(passes: list[tuple[float, float]]) -> dict[str, Any]:

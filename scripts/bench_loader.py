@@ -40,9 +40,10 @@ per round, ``--repeat`` rounds interleaved; each pass records how much CPU other
 took meanwhile (from /proc/stat, steal included, minus this process tree's own CPU), and
 rates are medians over the passes nobody disturbed (up to 2 rounds are added to get enough
 of those while time allows; all passes count when none was quiet, and the output then says
-it is unreliable). Peak RSS (VmHWM) of every worker is read from /proc before the workers
-are shut down. A compact table goes to stdout and the last line of stdout is one JSON object
-with every figure. Linux only.
+it is unreliable); every ratio is the median over rounds of that round's own ratio, so a slow
+spell of a shared machine weighs on both sides of it. Peak RSS (VmHWM) of every worker is
+read from /proc before the workers are shut down. A compact table goes to stdout and the last
+line of stdout is one JSON object with every figure. Linux only.
 
 Run (from the repository root, in the project's environment)::
 
@@ -73,7 +74,16 @@ from typing import Any
 import numpy as np
 import torch
 import webdataset as wds
-from benchlib import DEFAULT_IMAGES, descendants, machine_busy_s, proc_kb, run_main, verdict
+from benchlib import (
+    DEFAULT_IMAGES,
+    QUIET_FOREIGN_CORES,
+    descendants,
+    machine_busy_s,
+    paired_ratio,
+    proc_kb,
+    run_main,
+    verdict,
+)
 from PIL import Image
 from torch.utils.data import DataLoader, get_worker_info
 
@@ -96,7 +106,6 @@ TARGETS = {
     "loader_2w_over_peer_2w": 1.65,
     "loader_1shard_2w_over_1w": 1.7,
 }
-QUIET_FOREIGN_CORES = 0.2  # a pass is "quiet" when other processes used less CPU than this
 EXTRA_ROUNDS = 2  # rounds added (at most) while some measure lacks quiet passes...
 EXTRA_ROUNDS_BEFORE_S = 150.0  # ...and only while the run is younger than this
 MB = 1e6
@@ -454,21 +463,21 @@ def run(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
     workers_of = {"floor": 1, "loader_1shard_2w": 2,
                   **{f"{k}_{w}w": w for k in ("loader", "peer") for w in WORKER_COUNTS}}
     rates = {k: summarise(v, workers_of[k], cores) for k, v in passes.items()}
-    r = {k: med(v) for k, v in passes.items()}
+    r = {k: [(p["rate"], p["foreign_cores"]) for p in v] for k, v in passes.items()}
     values = {
-        "loader_1w_over_floor": r["loader_1w"] / r["floor"],
-        "loader_2w_over_1w": r["loader_2w"] / r["loader_1w"],
-        "loader_1w_over_peer_1w": r["loader_1w"] / r["peer_1w"],
-        "loader_2w_over_peer_2w": r["loader_2w"] / r["peer_2w"],
-        "loader_1shard_2w_over_1w": r["loader_1shard_2w"] / r["loader_1w"],
+        "loader_1w_over_floor": paired_ratio(r["loader_1w"], r["floor"]),
+        "loader_2w_over_1w": paired_ratio(r["loader_2w"], r["loader_1w"]),
+        "loader_1w_over_peer_1w": paired_ratio(r["loader_1w"], r["peer_1w"]),
+        "loader_2w_over_peer_2w": paired_ratio(r["loader_2w"], r["peer_2w"]),
+        "loader_1shard_2w_over_1w": paired_ratio(r["loader_1shard_2w"], r["loader_1w"]),
     }
     ratios: dict[str, dict[str, Any]] = {
         k: {"value": round(v, 3), "target": TARGETS[k], "result": verdict(v, TARGETS[k])}
         for k, v in values.items()}
     info = {
-        "loader_2w_over_floor": r["loader_2w"] / r["floor"],
-        "peer_1w_over_floor": r["peer_1w"] / r["floor"],
-        "peer_2w_over_1w": r["peer_2w"] / r["peer_1w"],
+        "loader_2w_over_floor": paired_ratio(r["loader_2w"], r["floor"]),
+        "peer_1w_over_floor": paired_ratio(r["peer_1w"], r["floor"]),
+        "peer_2w_over_1w": paired_ratio(r["peer_2w"], r["peer_1w"]),
     }
     for k, v in info.items():
         ratios[k] = {"value": round(v, 3), "target": None, "result": "info"}

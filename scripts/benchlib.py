@@ -8,16 +8,18 @@ import contextlib
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_IMAGES = REPO.parent / "shared" / "data" / "imagenet-sample" / "images"
 TICK = os.sysconf("SC_CLK_TCK")
+QUIET_FOREIGN_CORES = 0.2  # a pass is "quiet" when other processes used less CPU than this
 
 
 def machine_busy_s() -> float:
@@ -60,6 +62,17 @@ def proc_kb(pid: int, field: str, table: str = "status") -> int:
     except (OSError, ValueError, IndexError):
         return 0
     return 0
+
+
+def paired_ratio(num: Sequence[tuple[float, float]], den: Sequence[tuple[float, float]]) -> float:
+    """The median over rounds of one measure's rate over another's, ``(rate, foreign cores)``
+    per round, each pair taken in the same round (a slow spell of a shared machine lasts
+    seconds to minutes, so it weighs on both); rounds where another process disturbed either
+    pass are set aside unless all were."""
+    pairs = list(zip(num, den, strict=True))
+    quiet = [a / b for (a, fa), (b, fb) in pairs
+             if fa < QUIET_FOREIGN_CORES and fb < QUIET_FOREIGN_CORES]
+    return statistics.median(quiet or [a / b for (a, _), (b, _) in pairs])
 
 
 def verdict(value: float, target: float, below: bool = False) -> str:
