@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from imgprep.writers import header_bytes
 from loaders.common import LoaderError
 
 BLOCK = 512
@@ -133,15 +134,18 @@ class Reader:
         """Check the tar header before member data at ``at``; the sample's key."""
         h = buf[at - BLOCK:at]
         raw = h[:100].split(b"\0", 1)[0]
-        ok = sum(h[:148]) + 256 + sum(h[156:]) == _octal(h[148:156])
+        key = raw.decode("utf-8", "replace").rsplit("/", 1)[-1].partition(".")[0]
         named = len(raw) >= 100 or raw.endswith(b"." + ext.encode())  # 100: a pax name
+        if named and raw.isascii() and h == header_bytes(raw.decode("ascii"), size):
+            return key  # byte for byte the header imgprep writes for this name and size
+        ok = sum(h[:148]) + 256 + sum(h[156:]) == _octal(h[148:156])
         if not ok or _octal(h[124:136]) != size or not named:
             raise LoaderError(
                 f"rank {self.rank}: {shard}: the tar header at byte {at - BLOCK} is not the "
                 f"{ext} member of {size} bytes the sample index names: the shard changed "
                 f"since it was indexed; verify or restage it, or rebuild the index "
                 f"(imgprep index {self.loc.folder})")
-        return raw.decode("utf-8", "replace").rsplit("/", 1)[-1].partition(".")[0]
+        return key
 
 
 def _octal(field: bytes) -> int:

@@ -6,6 +6,7 @@ command that fixes it)."""
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import shutil
 import tarfile
@@ -189,6 +190,22 @@ def test_shard_changed_after_indexing_is_named(indexed: Path) -> None:
     path.write_bytes(bytes(data))
     with pytest.raises(LoaderError, match="train-000000.tar.*imgprep index"):
         labels(indexed)
+
+
+def test_shard_written_by_another_tar_writer_reads_through_the_full_header_check(
+        indexed: Path) -> None:
+    """Headers imgprep did not write (mtime, owner names) take the checksum path, not the
+    byte-for-byte one, and read the same samples."""
+    m = read_manifest(indexed, "train")
+    path = indexed / m.shards[1].name
+    with tarfile.open(path) as tf:
+        members = [(ti, tf.extractfile(ti).read()) for ti in tf]  # type: ignore[union-attr]
+    with tarfile.open(path, "w", format=tarfile.GNU_FORMAT) as tf:
+        for ti, data in members:
+            ti.mtime, ti.uname, ti.gname, ti.uid = 1_700_000_000, "someone", "staff", 501
+            tf.addfile(ti, io.BytesIO(data))
+    assert path.stat().st_size == m.shards[1].bytes
+    assert labels(indexed) == list(range(sum(SIZES)))
 
 
 def test_index_command_refuses_a_label_list_folder(tmp_path: Path) -> None:
