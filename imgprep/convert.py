@@ -14,7 +14,6 @@ import hashlib
 import io
 import itertools
 import json
-import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -48,7 +47,7 @@ from imgprep.plan import (
     unknown_errors,
     unknown_wnids,
 )
-from imgprep.pool import run_pool
+from imgprep.pool import part_cuts, run_pool
 from imgprep.records import (
     assigned_tasks,
     is_finaliser,
@@ -67,8 +66,7 @@ __all__ = ["OUTPUT_FORMATS", "STATE_DIR", "ConvertOptions", "Plan", "Task", "Tas
            "make_plan", "plan_tasks", "run_task", "split_inputs"]
 
 STATS_EVERY = 4  # per-channel mean/std from every 4th image in key order (1/4 the cost)
-PART_SHARE = 2  # with fewer tasks than workers: a part is 1/(PART_SHARE x workers) of what is left
-PART_MIN = 16  # images; smaller parts cost more in shipping than they gain
+PART_MIN = 16  # images in a part (fewer tasks than workers); smaller cost more to ship
 Progress = Callable[[int], None]
 
 
@@ -218,28 +216,14 @@ class _Assembler:
             shard.__exit__(type(e), e, e.__traceback__)
 
 
-def part_cuts(sizes: Sequence[int], workers: int) -> list[list[int]]:
-    """Where tasks of ``sizes`` items are cut into parts (each task's cuts, from 0 to its
-    size): each part is a share of all the items left, at least ``PART_MIN``, so the first
-    parts are big (little to ship) and the last small (the workers finish together)."""
-    left, out = sum(sizes), []
-    for n in sizes:
-        cuts = [0]
-        while cuts[-1] < n or len(cuts) == 1:  # an empty task is one empty part
-            step = min(n - cuts[-1], max(PART_MIN, math.ceil(left / (PART_SHARE * workers))))
-            cuts.append(cuts[-1] + step)
-            left -= step
-        out.append(cuts)
-    return out
-
-
 def _run_parts(plan: Plan, todo: Sequence[Task], workers: int,
                progress: Progress | None) -> list[TaskResult]:
     """Fewer tasks than workers: cut each task into parts that workers convert and this
     process assembles in order, so the bytes are those of one worker per task."""
     jobs: list[tuple[Task, int, int]] = []
     bounds: dict[int, list[int]] = {}
-    for t, cuts in zip(todo, part_cuts([len(t.items) for t in todo], workers), strict=True):
+    cut = part_cuts([len(t.items) for t in todo], workers, PART_MIN)
+    for t, cuts in zip(todo, cut, strict=True):
         bounds[t.index] = cuts[:-1]
         jobs += [(t, lo, hi) for lo, hi in itertools.pairwise(cuts)]
     asm = _Assembler(plan, bounds)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import gc
+import math
 import multiprocessing as mp
 import os
 import queue
@@ -26,6 +27,7 @@ R = TypeVar("R")
 Tick = Callable[[], None]
 Job = Callable[[int, Tick], R]
 POLL_S = 0.2
+PART_SHARE = 2  # a part is 1/(PART_SHARE x workers) of the items left
 
 
 def die_with_parent(parent: int) -> None:
@@ -69,6 +71,32 @@ def _check_alive(procs: list[Any], unfinished: int) -> None:
         ) from None
 
 
+def _start(procs: list[Any]) -> None:
+    """Fork the workers with the parent's objects frozen, so that the workers' garbage
+    collections leave the parent's pages shared instead of copying them."""
+    gc.freeze()
+    try:
+        for p in procs:
+            p.start()
+    finally:
+        gc.unfreeze()
+
+
+def part_cuts(sizes: Sequence[int], workers: int, minimum: int) -> list[list[int]]:
+    """Where tasks of ``sizes`` items are cut into parts (each task's cuts, from 0 to its
+    size): each part is a share of all the items left, at least ``minimum``, so the first
+    parts are big (little to ship) and the last small (the workers finish together)."""
+    left, out = sum(sizes), []
+    for n in sizes:
+        cuts = [0]
+        while cuts[-1] < n or len(cuts) == 1:  # an empty task is one empty part
+            step = min(n - cuts[-1], max(minimum, math.ceil(left / (PART_SHARE * workers))))
+            cuts.append(cuts[-1] + step)
+            left -= step
+        out.append(cuts)
+    return out
+
+
 def run_pool(job: Job[R], indices: Sequence[int], workers: int,
              progress: Callable[[int], None] | None = None,
              on_result: Callable[[R], None] | None = None) -> list[R]:
@@ -94,12 +122,7 @@ def run_pool(job: Job[R], indices: Sequence[int], workers: int,
     procs = [ctx.Process(target=_worker_main, name=f"imgprep-convert-{k}", daemon=True,
                          args=(job, tasks_q, results_q, counts, k, os.getpid()))
              for k in range(n_procs)]
-    gc.freeze()  # the workers' collections then leave the parent's pages shared (no copies)
-    try:
-        for p in procs:
-            p.start()
-    finally:
-        gc.unfreeze()
+    _start(procs)
     out: list[R] = []
     seen = 0
     try:

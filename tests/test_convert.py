@@ -30,6 +30,7 @@ from PIL import Image
 import imgprep
 import imgprep.convert as convert_module
 from imgprep.cli import cli
+from imgprep.pool import PART_SHARE, part_cuts
 from imgprep.synsets import imagenet_classes
 
 CLASSES = imagenet_classes()
@@ -618,7 +619,7 @@ def test_one_task_split_over_workers_gives_the_same_bytes(
     ([1000], 2), ([300, 5, 700], 4), ([0, 3], 2), ([17], 16), ([1250] * 3, 8)])
 def test_part_cuts_cover_each_task_and_shrink_towards_the_end(sizes: list[int],
                                                               workers: int) -> None:
-    cuts = convert_module.part_cuts(sizes, workers)
+    cuts = part_cuts(sizes, workers, convert_module.PART_MIN)
     steps = []
     for n, c in zip(sizes, cuts, strict=True):
         assert c[0] == 0 and c[-1] == n and len(c) >= 2
@@ -626,7 +627,7 @@ def test_part_cuts_cover_each_task_and_shrink_towards_the_end(sizes: list[int],
         assert all(p >= convert_module.PART_MIN for p in parts[:-1])  # all but the remainder
         assert all(a >= b for a, b in itertools.pairwise(parts[:-1]))  # never growing
         steps += parts
-    share = convert_module.PART_SHARE * workers
+    share = PART_SHARE * workers
     assert max(steps) <= max(convert_module.PART_MIN, math.ceil(sum(sizes) / share))
     if sum(sizes) >= 1000:  # the last parts are small, so the workers end together
         assert steps[-2] == convert_module.PART_MIN and steps[0] > 4 * convert_module.PART_MIN
