@@ -36,7 +36,7 @@ def split_option(f: F) -> F:
 
 def workers_option(f: F) -> F:
     return click.option("--workers", "-j", type=click.IntRange(1, 1024), default=None,
-                        show_default="all cores / ranks per node",
+                        show_default="the CPUs this rank may use",
                         help="Parallel worker processes (per rank).")(f)
 
 

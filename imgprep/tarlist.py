@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from imgprep import tarscan
+from imgprep.cpus import rank_cores, read_limits
 from imgprep.errors import SourceFormatError, UnsafeArchiveError
 from imgprep.pool import die_with_parent
 from imgprep.synsets import WNID_RE
@@ -332,7 +333,7 @@ def tar_job(job: TarJob) -> Columns:
 def run_jobs(jobs: list[TarJob], workers: int | None) -> list[Columns]:
     """List ``jobs`` in order, on forked processes when there are several (in this process
     when it is a daemon, which may not have children)."""
-    n = min(len(jobs), workers or len(os.sched_getaffinity(0)))
+    n = min(len(jobs), workers or rank_cores(read_limits(), 1))
     if n <= 1 or mp.current_process().daemon:
         return [tar_job(j) for j in jobs]
     with mp.get_context("fork").Pool(n, die_with_parent, (os.getpid(),)) as pool:

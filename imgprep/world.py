@@ -21,6 +21,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from imgprep.cpus import rank_cores, read_limits
 from imgprep.errors import WorldError
 
 
@@ -82,11 +83,10 @@ class World:
         return self.world_size > 1
 
     def cores_per_rank(self) -> int:
-        """The cores this process may run on, shared evenly by the ranks of its node (at least
-        one): the default number of worker processes each rank starts."""
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \
-            os.cpu_count() or 1
-        return max(1, cores // self.local_world_size)
+        """The CPUs this rank may keep busy (at least one): its affinity mask, its cgroup's
+        cpuset and CPU quota, shared with the ranks of its node (``imgprep.cpus``). The default
+        number of worker processes each rank starts."""
+        return rank_cores(read_limits(), self.local_world_size, self.launcher == "slurm")
 
     def with_nodes(self, num_nodes: int, node_rank: int) -> World:
         """This process as local rank 0 of ``node_rank`` among ``num_nodes`` one-rank nodes.

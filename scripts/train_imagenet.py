@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -45,6 +46,7 @@ from trainkit.timing import (  # noqa: E402
     wire_dtype,
 )
 
+from imgprep.cpus import read_limits  # noqa: E402
 from imgprep.errors import ImgprepError  # noqa: E402
 from imgprep.fsutil import atomic_open  # noqa: E402
 from imgprep.manifest import manifest_path  # noqa: E402
@@ -263,7 +265,8 @@ def set_up(args: argparse.Namespace, world: World) -> Run:
     optimizer = torch.optim.SGD(param_groups(model, args.weight_decay), lr=args.lr,
                                 momentum=args.momentum, nesterov=False)
     hint = DataWaitHint(workers, world.cores_per_rank(), world.local_world_size,
-                        staged=args.stage_from is not None)
+                        staged=args.stage_from is not None,
+                        one_cpu=read_limits().affinity == 1 < (os.cpu_count() or 1))
     return Run(args, world, device, train_loader, val_loader, model, model, optimizer,
                BucketClock(wire_dtype(args.allreduce_dtype)), hint,
                {"backend": backend, "world_size": world.world_size},

@@ -156,3 +156,6 @@ def test_data_wait_hint_rules() -> None:
     assert "--stage-from" not in (said[6] or "")
     full = DataWaitHint(workers=4, cores_per_rank=4, ranks_per_node=8, staged=False).advice()
     assert "fewer ranks per node (8 now)" in full and "--stage-from" in full
+    bound = DataWaitHint(workers=1, cores_per_rank=1, ranks_per_node=2, staged=True,
+                         one_cpu=True).advice()
+    assert "share the one CPU" in bound and "--bind-to none" in bound

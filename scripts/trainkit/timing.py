@@ -128,6 +128,7 @@ class DataWaitHint:
     cores_per_rank: int
     ranks_per_node: int
     staged: bool
+    one_cpu: bool = False  # the launcher bound the rank (and so its workers) to a single CPU
     threshold: float = 0.05
     intervals: int = 3
     given: bool = False
@@ -149,7 +150,11 @@ class DataWaitHint:
 
     def advice(self) -> str:
         w, c, r = self.workers, self.cores_per_rank, self.ranks_per_node
-        if w == 0:
+        if self.one_cpu and w:
+            tips = [f"this rank and its {w} loader worker(s) share the one CPU the launcher "
+                    "bound it to: launch with mpirun --bind-to none (or --map-by "
+                    "ppr:N:node:PE=C), or srun --cpus-per-task C"]
+        elif w == 0:
             tips = ["--workers 0 decodes in the training process: use --workers auto"]
         elif w < c:
             tips = [f"raise --workers ({w} now; this rank may use {c} cores)"]

@@ -1,0 +1,174 @@
+"""How many CPUs one rank may keep busy: the default worker count of convert, verify and the
+loaders.
+
+Three limits apply to a process, and a job on a cluster node usually meets more than one:
+
+- its affinity mask: what ``taskset``/``numactl`` or the launcher's binding leave it
+  (``srun --cpu-bind=cores``, Open MPI's ``--bind-to core``/``package``, the default there);
+- its cgroup's cpuset: the CPUs of its container or job (``docker --cpuset-cpus``, Slurm's
+  ``task/cgroup``), which the affinity mask never exceeds;
+- its cgroup's CPU quota: CPU time, not CPUs (``docker --cpus``, a Kubernetes CPU limit). The
+  affinity mask still lists every CPU of the machine, so counting the mask alone starts one
+  worker per host core and the container is throttled.
+
+``rank_cores`` divides them among the ranks of a node. Ranks that were bound to CPUs of their
+own (fewer CPUs in the mask than in the cpuset) share theirs with the ranks bound alike: with
+L ranks, a mask of A CPUs out of a cpuset of C means about ``L * A / C`` ranks per mask, one
+when each rank is bound to its own cores, L when nobody is bound. Slurm's ``--cpus-per-task``
+is taken as given when srun started the ranks. The quota is shared by every rank of the node.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["CpuLimits", "parse_cpu_list", "rank_cores", "read_limits"]
+
+
+@dataclass(frozen=True)
+class CpuLimits:
+    """What limits this process's CPUs.
+
+    Args:
+        affinity: CPUs in the process's affinity mask.
+        cpuset: CPUs of its cgroup's cpuset (the machine's CPUs when there is none to read).
+        quota: the cgroup's CPU-time limit in CPUs (``quota / period``); None when unlimited.
+        cpus_per_task: ``SLURM_CPUS_PER_TASK`` when set.
+    """
+
+    affinity: int
+    cpuset: int
+    quota: float | None = None
+    cpus_per_task: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.affinity < 1 or self.cpuset < 1:
+            raise ValueError(f"CPU counts must be >= 1 ({self})")
+        if self.quota is not None and not self.quota > 0:
+            raise ValueError(f"a CPU quota must be > 0 ({self})")
+        if self.cpus_per_task is not None and self.cpus_per_task < 1:
+            raise ValueError(f"cpus per task must be >= 1 ({self})")
+
+
+def rank_cores(limits: CpuLimits, local_ranks: int, slurm_task: bool = False) -> int:
+    """The CPUs one of ``local_ranks`` ranks of a node may keep busy (at least one).
+
+    ``slurm_task``: the ranks are Slurm tasks started by srun, so ``cpus_per_task`` is each
+    one's share (elsewhere the variable may be left over from the allocation, and is ignored).
+    """
+    if local_ranks < 1:
+        raise ValueError(f"local_ranks must be >= 1, not {local_ranks}")
+    mask = min(limits.affinity, limits.cpuset)
+    if slurm_task and limits.cpus_per_task is not None:
+        share = min(limits.cpus_per_task, mask)
+    else:
+        sharing = min(local_ranks, max(1, round(local_ranks * mask / limits.cpuset)))
+        share = mask // sharing
+    if limits.quota is not None:
+        share = min(share, math.floor(limits.quota / local_ranks))
+    return max(1, share)
+
+
+def parse_cpu_list(text: str) -> int:
+    """The number of CPUs in a kernel CPU list such as ``0-3,8,10-11``."""
+    count = 0
+    for part in text.strip().split(","):
+        if not part:
+            continue
+        lo, _, hi = part.partition("-")
+        first, last = int(lo), int(hi or lo)
+        if last < first:
+            raise ValueError(f"CPU range {part!r} runs backwards")
+        count += last - first + 1
+    return count
+
+
+def _cgroups(root: Path) -> dict[str, str]:
+    """Controller (``""`` for cgroup v2) -> this process's cgroup path, from /proc/self/cgroup."""
+    paths: dict[str, str] = {}
+    for line in (root / "proc/self/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        for c in controllers.split(",") if controllers else [""]:
+            paths[c] = path
+    return paths
+
+
+def _dirs(mount: Path, path: str) -> list[Path]:
+    """The cgroup folder of ``path`` under ``mount`` and its ancestors up to the mount, nearest
+    first. Inside a container the path may name a folder the container cannot see: then the
+    mount itself is the process's cgroup."""
+    here = mount / path.lstrip("/")
+    if not here.is_dir():
+        return [mount]
+    out = [here]
+    while here != mount and mount in here.parents:
+        here = here.parent
+        out.append(here)
+    return out
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return None
+
+
+def _quota_v2(text: str) -> float | None:
+    limit, _, period = text.partition(" ")
+    return None if limit == "max" else int(limit) / int(period or 100000)
+
+
+def _quota_v1(folder: Path) -> float | None:
+    quota, period = _read(folder / "cpu.cfs_quota_us"), _read(folder / "cpu.cfs_period_us")
+    if quota is None or period is None or int(quota) <= 0 or int(period) <= 0:
+        return None
+    return int(quota) / int(period)
+
+
+def _cgroup_limits(root: Path) -> tuple[int | None, float | None]:
+    """(cpuset size, quota in CPUs) of this process's cgroup; None where none is set or read.
+    A quota anywhere up the tree limits this cgroup too, so the smallest one counts."""
+    paths = _cgroups(root)
+    base = root / "sys/fs/cgroup"
+    cpuset: int | None = None
+    quotas: list[float | None] = []
+    if "cpu" in paths or "cpuset" in paths:  # cgroup v1: one hierarchy per controller
+        for d in _dirs(base / "cpu", paths.get("cpu", "/")):
+            quotas.append(_quota_v1(d))
+        for d in _dirs(base / "cpuset", paths.get("cpuset", "/")):
+            text = _read(d / "cpuset.effective_cpus") or _read(d / "cpuset.cpus")
+            if text:
+                cpuset = parse_cpu_list(text)
+                break
+    elif "" in paths:  # cgroup v2: one unified hierarchy
+        for d in _dirs(base, paths[""]):
+            text = _read(d / "cpu.max")
+            quotas.append(_quota_v2(text) if text else None)
+            if cpuset is None and (text := _read(d / "cpuset.cpus.effective") or ""):
+                cpuset = parse_cpu_list(text)
+    found = [q for q in quotas if q is not None and q > 0]
+    return cpuset, min(found) if found else None
+
+
+def read_limits(root: Path = Path("/"), env: Mapping[str, str] | None = None) -> CpuLimits:
+    """This process's CPU limits, read from the kernel (``root`` holds ``proc`` and ``sys``;
+    tests point it at a fake tree). A cgroup file that cannot be read or parsed is no limit."""
+    env = os.environ if env is None else env
+    affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \
+        os.cpu_count() or 1
+    try:
+        cpuset, quota = _cgroup_limits(root)
+    except (OSError, ValueError):
+        cpuset, quota = None, None
+    per_task = env.get("SLURM_CPUS_PER_TASK", "")
+    return CpuLimits(
+        affinity=affinity,
+        cpuset=max(cpuset or os.cpu_count() or affinity, affinity),
+        quota=quota,
+        cpus_per_task=int(per_task) if per_task.isdigit() and int(per_task) > 0 else None,
+    )
