@@ -52,7 +52,7 @@ from imgprep.world import World
 from imgprep.writers import ShardWriter
 from loaders.plan import pools
 from loaders.shards import PAD_LABEL, LoaderError, ShardLoader, iter_members, iter_samples
-from loaders.transforms import TrainTransform, ValTransform
+from loaders.transforms import TrainTransform, ValTransform, into_chw
 
 SIZES = (3, 7, 12, 5, 9, 4, 11, 6)  # samples per shard: deliberately unequal
 TOTAL = sum(SIZES)  # 57 samples; sample id == label == index into the class table
@@ -481,6 +481,13 @@ def test_val_transform_is_center_crop(data: ShardData, workers: int) -> None:
             assert np.array_equal(image.numpy(), center_crop(data.jpegs[label], 224))
             seen.add(label)
     assert seen == set(range(TOTAL))
+
+
+def test_into_chw_is_the_transposed_pixel_array() -> None:
+    hwc = np.random.default_rng(0).integers(0, 256, (37, 53, 3), dtype=np.uint8)
+    out = np.zeros((3, 37, 53), np.uint8)
+    into_chw(Image.fromarray(hwc), out)
+    assert np.array_equal(out, hwc.transpose(2, 0, 1))
 
 
 def test_train_crop_is_a_resize_of_the_image_or_its_mirror(data: ShardData) -> None:
