@@ -259,6 +259,14 @@ class SampleIndex:
             off[owner], size[owner] = self.offset[hit], self.size[hit]
         return off, size
 
+    def layout_of(self, name: str) -> Layout:
+        """Shard ``name``'s layout as this index gives it, to compare with its tar headers."""
+        k = self.names.index(name)
+        a, b = (int(x) for x in self.first_sample[k:k + 2])
+        lo, hi = int(self.member_first[a]), int(self.member_first[b])
+        counts = np.diff(self.member_first[a:b + 1]).astype(np.uint8)
+        return Layout(self.exts, counts, self.offset[lo:hi], self.size[lo:hi], self.ext[lo:hi])
+
 
 def _decode(data: bytes, path: Path, folder: Path
             ) -> tuple[dict[str, Any], np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

@@ -1,7 +1,9 @@
 """``imgprep verify``: re-check a conversion against its manifest, or any Chainer label list.
 
 Shards: size and sha256 against the manifest, sample count, every sample has ``.jpg`` and
-``.cls``, labels in range, every JPEG decodes to RGB at the converted size, no key twice.
+``.cls``, labels in range, every JPEG decodes to RGB at the converted size, no key twice; the
+sample index the loaders read by is named by the manifest, matches it, and gives every
+member where the shard's tar headers put it.
 Label lists: two tokens a line, path inside the root, label in range, file present and
 decodable.
 
@@ -23,9 +25,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+import numpy as np
 from PIL import Image, UnidentifiedImageError
 
-from imgprep.errors import ImgprepError, ShardError, UnsafeArchiveError
+from imgprep.errors import ImgprepError, ManifestError, ShardError, UnsafeArchiveError
+from imgprep.index import Layout, fix_hint, read_index, scan_layout
 from imgprep.manifest import Manifest, ShardEntry, find_manifests, read_manifest, sha256_file
 from imgprep.shardio import iter_samples
 from imgprep.world import World
@@ -104,6 +108,7 @@ class _ShardJob:
     resize: str
     n_classes: int
     decode: bool
+    layout: Layout | None = None  # part 0: the shard's layout as the sample index gives it
 
 
 @dataclass
@@ -164,20 +169,61 @@ def _check_shard(job: _ShardJob) -> _ShardResult:
     except (ShardError, UnsafeArchiveError) as e:
         if job.part == 0:
             res.problems.append((END, 0, f"{job.entry.name}: unreadable ({e})"))
+    else:
+        if job.part == 0 and job.layout is not None and (why := _layout_problem(
+                job.entry.name, scan_layout(job.folder / job.entry.name), job.layout,
+                job.folder)):
+            res.problems.append((END, 2, why))
     if job.part == 0 and res.count != job.entry.samples:
         res.problems.append((END, 1, f"{job.entry.name}: {res.count} samples, manifest says "
                                      f"{job.entry.samples}"))
     return res
 
 
+def _layout_problem(name: str, got: Layout, want: Layout, folder: Path) -> str | None:
+    """Where the sample index and the shard's tar headers first disagree, if they do."""
+    if got.samples != want.samples or not np.array_equal(got.counts, want.counts):
+        at = int(np.argmax(got.counts[:want.samples] != want.counts[:got.samples])) \
+            if min(got.samples, want.samples) else 0
+        return (f"{name}: the sample index gives {want.samples} samples, the tar groups its "
+                f"members into {got.samples} (first difference at sample {at}); "
+                f"{fix_hint(folder)}")
+    got_ext, want_ext = np.asarray(got.exts)[got.ext], np.asarray(want.exts)[want.ext]
+    bad = np.flatnonzero((got.offset != want.offset) | (got.size != want.size)
+                         | (got_ext != want_ext))
+    if not len(bad):
+        return None
+    k = int(bad[0])
+    sample = int(np.searchsorted(np.cumsum(got.counts), k, side="right"))
+    return (f"{name}: sample {sample}: the sample index puts its .{want_ext[k]} at byte "
+            f"{int(want.offset[k])} ({int(want.size[k])} bytes), the tar at byte "
+            f"{int(got.offset[k])} ({int(got.size[k])} bytes, .{got_ext[k]}); loaders would "
+            f"read the wrong bytes; {fix_hint(folder)}")
+
+
+def _index_layouts(folder: Path, m: Manifest) -> tuple[dict[str, Layout], str | None]:
+    """Each shard's layout as the sample index gives it, or why the index cannot be used."""
+    if m.index is None:
+        return {}, (f"{folder / m.split}.json names no sample index, which the loaders read; "
+                    f"build it with: imgprep index {folder}")
+    try:
+        idx = read_index(folder, m)
+    except ManifestError as e:
+        return {}, str(e)
+    return {s.name: idx.layout_of(s.name) for s in m.shards}, None
+
+
 def verify_shards(folder: Path, m: Manifest, decode: bool, tick: Tick,
                   workers: int = 1) -> VerifyReport:
-    """Check every shard of ``m`` in ``folder`` with ``workers`` processes."""
+    """Check every shard of ``m`` in ``folder`` with ``workers`` processes, and the sample
+    index against the manifest and each shard's tar headers."""
     rep = VerifyReport(str(folder / f"{m.split}.json"))
     t = m.options.get("transform", {})
     size, resize = int(t.get("size", 256)), str(t.get("resize", "center-crop"))
     parts = max(1, -(-workers // max(len(m.shards), 1))) if decode else 1
-    jobs = [_ShardJob(folder, s, k, parts, size, resize, len(m.classes), decode)
+    layouts, index_problem = _index_layouts(folder, m)
+    jobs = [_ShardJob(folder, s, k, parts, size, resize, len(m.classes), decode,
+                      layouts.get(s.name) if k == 0 else None)
             for s in m.shards for k in range(parts)]
     seen: set[str] = set()
     shard_parts: list[_ShardResult] = []
@@ -189,6 +235,8 @@ def verify_shards(folder: Path, m: Manifest, decode: bool, tick: Tick,
             shard_parts = []
     if rep.samples != m.total_samples and not rep.problems:
         rep.problems.append(f"{rep.samples} samples in all, manifest says {m.total_samples}")
+    if index_problem is not None:
+        rep.problems.append(index_problem)
     return rep
 
 

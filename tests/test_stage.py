@@ -32,7 +32,8 @@ from imgprep.assign import node_shards
 from imgprep.cli import cli
 from imgprep.convert import ConvertOptions, convert
 from imgprep.errors import StageError, WaitTimeout
-from imgprep.manifest import IndexEntry, Manifest, index_name, read_manifest, write_manifest
+from imgprep.index import index_folder
+from imgprep.manifest import Manifest, index_name, read_manifest, write_manifest
 from imgprep.stage import StageOptions, is_staged, plan_node, stage_to_node
 from imgprep.verify import verify
 from imgprep.world import World
@@ -656,11 +657,10 @@ def test_sample_index_is_staged_and_checked(src: Path, tmp_path: Path) -> None:
     """The split's sample index comes with the shards in every mode, checked by sha256, and
     the node-local manifest keeps its entry."""
     s = copy_src(src, tmp_path / "src")
-    m = read_manifest(s, "train")
-    data = os.urandom(500)
-    (s / index_name("train")).write_bytes(data)
-    entry = IndexEntry(index_name("train"), len(data), hashlib.sha256(data).hexdigest())
-    write_manifest(s, replace(m, index=entry))
+    index_folder(s, "train")
+    entry = read_manifest(s, "train").index
+    assert entry is not None and entry.name == index_name("train")
+    data = (s / entry.name).read_bytes()
     dst = tmp_path / "dst"
     got = stage_to_node(StageOptions(s, dst, mode="partition", split="train"),
                         World().with_nodes(2, 1))

@@ -7,15 +7,20 @@ import json
 import os
 import shutil
 import signal
+from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import imgprep.verify as verify_mod
 from imgprep.convert import ConvertOptions, convert
-from imgprep.manifest import read_manifest
+from imgprep.index import Layout, index_folder, scan_layout, write_index
+from imgprep.manifest import read_manifest, write_manifest
 from imgprep.verify import VerifyError, verify
+from imgprep.world import World
 from imgprep.writers import ShardWriter
+from loaders import LoaderError, ShardLoader
 from tests.conftest import jpeg
 
 
@@ -125,3 +130,41 @@ def test_a_killed_worker_is_an_error(converted: dict[str, Path],
     monkeypatch.setattr(verify_mod, "_check_shard", _dies_on_second_shard)
     with pytest.raises(VerifyError, match="verify worker died"):
         verify(converted["shards"], workers=2)
+
+
+def _with_index(folder: Path, shift: int) -> None:
+    """Rewrite the sample index (and the manifest's entry for it) with every member of the
+    first shard's second sample moved by ``shift`` bytes: an index the manifest vouches for
+    that points the loaders at the wrong bytes."""
+    m = read_manifest(folder, "train")
+    layouts = [scan_layout(folder / s.name) for s in m.shards]
+    first = layouts[0]
+    offset = first.offset.copy()
+    lo = int(first.counts[0])
+    offset[lo:lo + int(first.counts[1])] += np.uint64(shift)
+    layouts[0] = Layout(first.exts, first.counts, offset, first.size, first.ext)
+    write_manifest(folder, replace(m, index=write_index(folder, "train", m.shards, layouts)))
+
+
+def test_the_sample_index_is_checked_against_the_manifest_and_the_tars(
+        converted: dict[str, Path], tmp_path: Path) -> None:
+    folder = tmp_path / "idx"
+    shutil.copytree(converted["shards"], folder)
+    m = read_manifest(folder, "train")
+    _with_index(folder, 512)
+    reports = [verify(folder, workers=w) for w in (1, 3)]
+    assert reports[0].problems == reports[1].problems
+    (problem,) = reports[0].problems
+    assert problem.startswith(f"{m.shards[0].name}: sample 1: the sample index puts its .cls")
+    assert f"imgprep index {folder}" in problem
+    with pytest.raises(LoaderError, match=m.shards[0].name):  # what verify warns of
+        next(iter(ShardLoader(folder, "train", World(), 4, workers=0, shuffle=False)))
+    index_folder(folder)
+    assert verify(folder, workers=2).ok
+
+    (folder / m.index.name).unlink()  # type: ignore[union-attr]
+    (problem,) = verify(folder, workers=2).problems
+    assert "cannot read index" in problem and "imgprep index" in problem
+    write_manifest(folder, replace(read_manifest(folder, "train"), index=None))
+    (problem,) = verify(folder, workers=2).problems
+    assert "names no sample index" in problem and f"imgprep index {folder}" in problem
