@@ -16,6 +16,8 @@ URL sources (docs/staging.md, "Sources"):
 Both are opened with ``webdataset.gopen`` (its ``gopen_schemes``: curl for http(s), a shell for
 ``pipe:``). A stream fails (``FetchFailed``) when the command or curl exits non-zero: closing
 it checks the exit status, so a copy counts as read only once the fetch is known to be whole.
+It also fails when no byte arrives for ``STALL_S`` seconds (a server that stops sending, a
+hung command): curl alone would wait for ever, and so would the node's ranks behind it.
 A URL has no listing: name the split (``--split``).
 """
 
@@ -24,6 +26,8 @@ from __future__ import annotations
 import contextlib
 import errno
 import io
+import os
+import select
 import shlex
 from pathlib import Path
 from types import TracebackType
@@ -35,6 +39,7 @@ from imgprep.manifest import find_manifests, manifest_path
 
 URL_PREFIXES = ("http://", "https://", "pipe:")
 NAME_SLOT = "{}"  # where a pipe: command takes the file name
+STALL_S = 300.0  # a fetch that delivers no byte for this long is abandoned (curl's retries fit)
 CURL_EXITS = {6: "host not found", 7: "connection refused or host unreachable",
               18: "the transfer was cut short", 22: "the server answered with an HTTP error "
               "(404 not found, or another 4xx/5xx)", 28: "timed out", 35: "TLS handshake "
@@ -117,8 +122,9 @@ class FolderSource(Source):
 class UrlSource(Source):
     """A converted folder behind an http(s) base URL or a ``pipe:`` command."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, stall_s: float | None = None) -> None:
         self.url = check_url(url)
+        self.stall_s = STALL_S if stall_s is None else stall_s
 
     def __str__(self) -> str:
         return self.url
@@ -139,7 +145,7 @@ class UrlSource(Source):
                                             "it: webdataset runs it to fetch)") from e
         except ValueError as e:  # webdataset refuses (WDS_SECURE=1) or knows no such scheme
             raise FetchFailed(errno.EPERM, f"webdataset will not open it ({e})") from e
-        return Fetch(pipe, url.startswith("pipe:"))
+        return Fetch(pipe, url.startswith("pipe:"), self.stall_s)
 
     def manifests(self, split: str | None) -> list[str]:
         if not split:
@@ -149,25 +155,32 @@ class UrlSource(Source):
 
 
 class Fetch(io.RawIOBase):
-    """A webdataset ``Pipe`` (curl or a shell command) as a raw binary stream. Closing it
-    waits for the command and raises FetchFailed unless it exited 0; leaving a ``with``
-    block on an error kills the command instead (the error at hand is the one to report)."""
+    """A webdataset ``Pipe`` (curl or a shell command) as a raw binary stream. Each read
+    returns what the command has written (waiting at most ``stall_s`` seconds for a byte, else
+    the command is killed and FetchFailed raised). Closing it waits for the command and raises
+    FetchFailed unless it exited 0; leaving a ``with`` block on an error kills the command
+    instead (the error at hand is the one to report)."""
 
-    def __init__(self, pipe: Any, is_command: bool) -> None:
+    def __init__(self, pipe: Any, is_command: bool, stall_s: float = STALL_S) -> None:
         super().__init__()
-        self.pipe, self.is_command = pipe, is_command
+        self.pipe, self.is_command, self.stall_s = pipe, is_command, stall_s
+        self._fd: int = pipe.stream.fileno()  # read directly: only this object reads it
 
     def readable(self) -> bool:
         return True
 
     def readinto(self, b: Any) -> int:
+        if not select.select([self._fd], [], [], self.stall_s)[0]:
+            with contextlib.suppress(OSError):
+                self.pipe.proc.kill()
+            who = "the command" if self.is_command else "the server"
+            raise FetchFailed(errno.ETIMEDOUT, f"no data for {self.stall_s:g} s: {who} "
+                                               "stalled (the copy is abandoned)")
         try:
-            data = self.pipe.read(len(b))
+            return os.readv(self._fd, [b])
         except OSError as e:
-            raise self._failed() from e
-        n = len(data)
-        memoryview(b).cast("B")[:n] = data
-        return n
+            who = "the command" if self.is_command else "curl"
+            raise FetchFailed(e.errno, f"reading from {who} failed ({e.strerror})") from e
 
     def close(self) -> None:
         if self.closed:

@@ -24,6 +24,7 @@ import pytest
 from click.testing import CliRunner
 from helpers import free_port
 
+from imgprep import remote
 from imgprep.assign import node_shards
 from imgprep.cli import cli
 from imgprep.convert import ConvertOptions, convert
@@ -285,6 +286,44 @@ def test_404_and_a_refused_connection_are_one_line_errors(
     refused = f"http://127.0.0.1:{free_port()}/"
     code, out = stage(refused, tmp_path / "c", "--split", "train")
     error_line(out, f"{refused}train.json", "connection refused", "rerun")
+
+
+class _Stalling(SimpleHTTPRequestHandler):
+    """Sends the headers and half the body of any file, then nothing until released."""
+
+    release = threading.Event()
+
+    def copyfile(self, source: Any, outputfile: Any) -> None:
+        data = source.read()
+        outputfile.write(data[:len(data) // 2])
+        outputfile.flush()
+        self.release.wait(60)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_a_server_or_command_that_stalls_is_abandoned_not_waited_for(
+        src: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(remote, "STALL_S", 1.0)
+    server = ThreadingHTTPServer(("127.0.0.1", 0),
+                                 functools.partial(_Stalling, directory=str(src)))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/"
+    try:
+        code, out = stage(url, tmp_path / "a", "--split", "val")
+    finally:
+        _Stalling.release.set()
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
+    assert code != 0
+    error_line(out, f"{url}val.json", "no data for 1 s", "server stalled")
+    code, out = stage(f"pipe:head -c 100 {src}/{{}}; exec sleep 30", tmp_path / "b",
+                      "--split", "val")
+    error_line(out, f"{src}/val.json", "no data for 1 s", "command stalled")
+    assert not list(tmp_path.rglob(".tmp-*"))
 
 
 # ---------------------------------------------------------------------------- pipe: commands
