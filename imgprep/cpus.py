@@ -35,7 +35,8 @@ class CpuLimits:
 
     Args:
         affinity: CPUs in the process's affinity mask.
-        cpuset: CPUs of its cgroup's cpuset (the machine's CPUs when there is none to read).
+        cpuset: CPUs of its cgroup's cpuset (the affinity when it cannot be read: then no
+            rank counts as bound, the safe side).
         quota: the cgroup's CPU-time limit in CPUs (``quota / period``); None when unlimited.
         cpus_per_task: ``SLURM_CPUS_PER_TASK`` when set.
     """
@@ -168,7 +169,7 @@ def read_limits(root: Path = Path("/"), env: Mapping[str, str] | None = None) ->
     per_task = env.get("SLURM_CPUS_PER_TASK", "")
     return CpuLimits(
         affinity=affinity,
-        cpuset=max(cpuset or os.cpu_count() or affinity, affinity),
+        cpuset=max(cpuset or affinity, affinity),
         quota=quota,
         cpus_per_task=int(per_task) if per_task.isdigit() and int(per_task) > 0 else None,
     )

@@ -106,14 +106,16 @@ def test_cgroup_v1_quota_and_cpuset(tmp_path: Path) -> None:
 
 
 def test_unreadable_or_odd_cgroup_files_are_no_limit(tmp_path: Path) -> None:
-    assert read_limits(tmp_path, env={}).quota is None  # no /proc at all
+    """And no cpuset beyond the affinity: without one no rank counts as bound to its own."""
+    bare = read_limits(tmp_path, env={})  # no /proc at all
+    assert bare.quota is None and bare.cpuset == bare.affinity
     root = _tree(tmp_path / "odd", {
         "proc/self/cgroup": "0::/\n",
         "sys/fs/cgroup/cpu.max": "lots 100000\n",
     })
     limits = read_limits(root, env={"SLURM_CPUS_PER_TASK": "many"})
     assert limits.quota is None and limits.cpus_per_task is None
-    assert limits.cpuset >= limits.affinity == len(os.sched_getaffinity(0))
+    assert limits.cpuset == limits.affinity == len(os.sched_getaffinity(0))
 
 
 def test_auto_workers_follow_a_container_quota(monkeypatch: pytest.MonkeyPatch) -> None:
