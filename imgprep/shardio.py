@@ -7,12 +7,13 @@ what no shard should hold (links, devices, names escaping the archive).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from imgprep.errors import ShardError, UnsafeArchiveError
 
 _BLOCK = 512
+OnMember = Callable[[str, int, int], None]  # (member name, data offset, size)
 _REFUSED = {b"1": "hard link", b"2": "symbolic link", b"3": "character device",
             b"4": "block device", b"6": "fifo"}
 
@@ -33,9 +34,11 @@ def _octal(field: bytes, where: str) -> int:
         raise ShardError(f"{where}: corrupt tar header; verify or restage the shard") from None
 
 
-def iter_members(path: Path) -> Iterator[tuple[str, bytes]]:
+def iter_members(path: Path, on_member: OnMember | None = None
+                 ) -> Iterator[tuple[str, bytes]]:
     """(name, data) of every regular member of the tar ``path``: one read of the whole file,
-    headers parsed in place (checksums checked; ustar, pax and GNU long names)."""
+    headers parsed in place (checksums checked; ustar, pax and GNU long names).
+    ``on_member(name, data_offset, size)`` is told where each one lies (an index check)."""
     try:
         data = path.read_bytes()
     except OSError as e:
@@ -66,6 +69,8 @@ def iter_members(path: Path) -> Iterator[tuple[str, bytes]]:
             if name.startswith("/") or ".." in name.split("/"):
                 raise UnsafeArchiveError(f"{path}: member {name!r} escapes the archive; "
                                          "refused: this is no shard imgprep wrote")
+            if on_member is not None:
+                on_member(name, body, size)
             yield name, data[body:body + size]
             long_name = None
         elif kind in _REFUSED:
@@ -77,12 +82,13 @@ def iter_members(path: Path) -> Iterator[tuple[str, bytes]]:
         pos = body + -(-size // _BLOCK) * _BLOCK
 
 
-def iter_samples(path: Path) -> Iterator[tuple[str, dict[str, bytes]]]:
+def iter_samples(path: Path, on_member: OnMember | None = None
+                 ) -> Iterator[tuple[str, dict[str, bytes]]]:
     """(key, {extension: bytes}) per sample, grouped the webdataset way (key = name up to the
-    first dot of the base name)."""
+    first dot of the base name); ``on_member`` as in ``iter_members``."""
     key: str | None = None
     fields: dict[str, bytes] = {}
-    for name, data in iter_members(path):
+    for name, data in iter_members(path, on_member):
         base = name.rsplit("/", 1)[-1]
         k, _, ext = base.partition(".")
         if k != key and key is not None:

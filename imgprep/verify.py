@@ -29,7 +29,7 @@ import numpy as np
 from PIL import Image, UnidentifiedImageError
 
 from imgprep.errors import ImgprepError, ManifestError, ShardError, UnsafeArchiveError
-from imgprep.index import Layout, fix_hint, read_index, scan_layout
+from imgprep.index import Layout, LayoutBuilder, fix_hint, read_index
 from imgprep.manifest import Manifest, ShardEntry, find_manifests, read_manifest, sha256_file
 from imgprep.shardio import iter_samples
 from imgprep.world import World
@@ -155,8 +155,10 @@ def _check_shard(job: _ShardJob) -> _ShardResult:
             res.problems.append((-1, 0, why))
         return res
     seq = 0
+    built = LayoutBuilder() if job.part == 0 and job.layout is not None else None
     try:
-        for i, (key, fields) in enumerate(iter_samples(job.folder / job.entry.name)):
+        for i, (key, fields) in enumerate(iter_samples(job.folder / job.entry.name,
+                                                       built.add if built else None)):
             res.count += 1
             if job.part == 0:
                 res.keys.append(key)
@@ -170,9 +172,8 @@ def _check_shard(job: _ShardJob) -> _ShardResult:
         if job.part == 0:
             res.problems.append((END, 0, f"{job.entry.name}: unreadable ({e})"))
     else:
-        if job.part == 0 and job.layout is not None and (why := _layout_problem(
-                job.entry.name, scan_layout(job.folder / job.entry.name), job.layout,
-                job.folder)):
+        if built is not None and job.layout is not None and (why := _layout_problem(
+                job.entry.name, built.layout(), job.layout, job.folder)):
             res.problems.append((END, 2, why))
     if job.part == 0 and res.count != job.entry.samples:
         res.problems.append((END, 1, f"{job.entry.name}: {res.count} samples, manifest says "
