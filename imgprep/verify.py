@@ -184,8 +184,9 @@ def _check_shard(job: _ShardJob) -> _ShardResult:
 def _layout_problem(name: str, got: Layout, want: Layout, folder: Path) -> str | None:
     """Where the sample index and the shard's tar headers first disagree, if they do."""
     if got.samples != want.samples or not np.array_equal(got.counts, want.counts):
-        at = int(np.argmax(got.counts[:want.samples] != want.counts[:got.samples])) \
-            if min(got.samples, want.samples) else 0
+        n = min(got.samples, want.samples)
+        differ = np.flatnonzero(got.counts[:n] != want.counts[:n])
+        at = int(differ[0]) if len(differ) else n
         return (f"{name}: the sample index gives {want.samples} samples, the tar groups its "
                 f"members into {got.samples} (first difference at sample {at}); "
                 f"{fix_hint(folder)}")
@@ -204,9 +205,6 @@ def _layout_problem(name: str, got: Layout, want: Layout, folder: Path) -> str |
 
 def _index_layouts(folder: Path, m: Manifest) -> tuple[dict[str, Layout], str | None]:
     """Each shard's layout as the sample index gives it, or why the index cannot be used."""
-    if m.index is None:
-        return {}, (f"{folder / m.split}.json names no sample index, which the loaders read; "
-                    f"build it with: imgprep index {folder}")
     try:
         idx = read_index(folder, m)
     except ManifestError as e:

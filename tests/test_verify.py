@@ -167,4 +167,15 @@ def test_the_sample_index_is_checked_against_the_manifest_and_the_tars(
     assert "cannot read index" in problem and "imgprep index" in problem
     write_manifest(folder, replace(read_manifest(folder, "train"), index=None))
     (problem,) = verify(folder, workers=2).problems
-    assert "names no sample index" in problem and f"imgprep index {folder}" in problem
+    assert "lists no sample index" in problem and f"imgprep index {folder}" in problem
+
+
+def test_an_index_with_fewer_samples_names_the_first_sample_it_lacks(tmp_path: Path) -> None:
+    def lay(counts: list[int]) -> Layout:
+        m = sum(counts)
+        return Layout(("cls", "jpg"), np.asarray(counts, np.uint8), np.arange(m, dtype=np.uint64),
+                      np.ones(m, np.uint32), np.zeros(m, np.uint8))
+
+    why = verify_mod._layout_problem("s.tar", lay([2, 2, 2]), lay([2, 2]), tmp_path)
+    assert why is not None and "gives 2 samples" in why and "into 3" in why
+    assert "first difference at sample 2" in why
