@@ -20,6 +20,7 @@ sys.path.insert(0, str(REPO / "scripts"))
 
 import bench_cluster  # noqa: E402
 from cluster.box import clean_leftovers  # noqa: E402
+from cluster.measure import peer_rate  # noqa: E402
 from cluster.netns import namespaces  # noqa: E402
 from cluster.sshfs import mount_root, sshfs_mounts  # noqa: E402
 
@@ -59,6 +60,13 @@ def _bench(images: Path, out: Path) -> dict[str, Any]:
         pytest.fail(f"the reduced cluster run took over 150 s:\n{stdout[-2000:]}")
     assert proc.returncode == 0, stderr[-3000:]
     return dict(json.loads(stdout.strip().splitlines()[-1]))
+
+
+def test_peer_rate_falls_back_to_the_nodes_own_time_when_the_trace_missed_it() -> None:
+    assert peer_rate(0, 0.0, {}) == 0.0
+    assert peer_rate(10_000_000, 0.5, {"fanout_seconds": 9.0}) == pytest.approx(19.2)
+    assert peer_rate(10_000_000, 0.0, {"fanout_seconds": 2.0}) == pytest.approx(5.0)
+    assert peer_rate(10_000_000, 0.0, {"fanout_seconds": None}) == 0.0
 
 
 def test_without_root_it_skips_with_one_line_and_a_json_reason(

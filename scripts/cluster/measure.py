@@ -135,6 +135,18 @@ class LinkTrace:
         return max(t_hi - t_lo, self.every)
 
 
+def peer_rate(received: int, busy_s: float, report: dict[str, Any]) -> float:
+    """MB/s a node received from its peers: the middle 96 % of its bytes over the time the link
+    trace saw them take, or, when the trace missed the transfer (over before two samples, or
+    the node gone before it was read), over the fan-out time the node reported itself."""
+    if not received:
+        return 0.0
+    if busy_s > 0:
+        return 0.96 * received / busy_s / 1e6
+    seconds = float(report.get("fanout_seconds") or 0.0)
+    return received / seconds / 1e6 if seconds > 0 else 0.0
+
+
 def stage(box: Box, n: int, dsts: Sequence[Path], mode: str, manifest: Manifest,
           port: int, timeout: float) -> dict[str, Any]:
     """Stage onto nodes 0..n-1 at once (``mode``: replicate, partition or fanout)."""
@@ -151,8 +163,8 @@ def stage(box: Box, n: int, dsts: Sequence[Path], mode: str, manifest: Manifest,
         wall = time.perf_counter() - t0
     reports = [last_json(o) for o in outs]
     received = [int(r.get("bytes_received", 0)) for r in reports]
-    peer = [0.96 * rx / trace.busy_seconds(k) / 1e6 if rx else 0.0
-            for k, rx in enumerate(received)]  # the middle 96 % of its bytes in that time
+    peer = [peer_rate(rx, trace.busy_seconds(k), r) for k, (rx, r)
+            in enumerate(zip(received, reports, strict=True))]
     return {"mode": mode, "nodes": n, "wall_s": round(wall, 2),
             "seconds": round(max(float(r["seconds"]) for r in reports), 2),
             "server_bytes": phase.served,
