@@ -38,6 +38,7 @@ from imgprep.cliopts import (
     world_of,
 )
 from imgprep.errors import ImgprepError
+from imgprep.remote import STALL_S
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -201,6 +202,10 @@ def _convert_report(summaries: list[dict[str, Any]], as_json: bool, quiet: bool,
               show_default=True, help="Check each copy's sha256 against the manifest, or size.")
 @click.option("--timeout", type=click.FloatRange(1), default=3600.0, show_default=True,
               help="Seconds a waiting rank waits for its node's copier (fan-out: for a peer).")
+@click.option("--stall-timeout", "stall", type=click.FloatRange(1), default=STALL_S,
+              show_default=True,
+              help="Seconds without a byte moved after which a URL fetch is abandoned and a "
+                   "fan-out node whose file-server read or disk hangs stops every node.")
 @click.option("--fanout", is_flag=True,
               help="With replicate: each node reads only its share from the file server and "
                    "gets the rest from the other nodes (see docs/staging.md).")
@@ -211,7 +216,8 @@ def _convert_report(summaries: list[dict[str, Any]], as_json: bool, quiet: bool,
 @quiet_option
 @json_option
 def stage_to_node(src: Path | str, dst: Path, mode: str, split: str | None, seed: int, jobs: int,
-                  verify_mode: str, timeout: float, fanout: bool, rendezvous: str | None,
+                  verify_mode: str, timeout: float, stall: float, fanout: bool,
+                  rendezvous: str | None,
                   num_nodes: int | None, node_rank: int | None, quiet: bool,
                   as_json: bool) -> None:
     """Copy the shards this node needs from the file server to local disk, verified.
@@ -232,7 +238,8 @@ def stage_to_node(src: Path | str, dst: Path, mode: str, split: str | None, seed
         world = world_of(num_nodes, node_rank)
         opts = StageOptions(src=src, dst=node_path(dst, world.node_rank), mode=mode,
                             split=split, seed=seed, jobs=jobs, verify=verify_mode,
-                            timeout=timeout, fanout=fanout, rendezvous=rendezvous)
+                            timeout=timeout, stall=stall, fanout=fanout,
+                            rendezvous=rendezvous)
         bars: list[Any] = []
 
         def on_start(total_bytes: int) -> None:

@@ -24,8 +24,10 @@ the copiers (TCP, CPU tensors). The protocol, after the copiers meet (imgprep.re
 5. Liveness: each copier bumps a heartbeat in the store twice a second. A node whose heartbeat
    stopped for ``dead_after`` seconds after it had started, or that published a failure, stops
    every other node with a message naming it (the first failure published wins); one that
-   never joins is reported when ``timeout`` runs out. The nodes leave together, the store's
-   host last.
+   never joins is reported when ``timeout`` runs out. A node whose own file-server read or disk
+   hangs keeps beating, so it watches itself: moving no byte for ``stall`` seconds while not
+   waiting on a peer, it fails, naming what it was doing. The nodes leave together, the
+   store's host last.
 """
 
 from __future__ import annotations
@@ -48,8 +50,8 @@ from imgprep.copier import Progress, open_tmp, write_error
 from imgprep.errors import ImgprepError, StageError
 from imgprep.fanplan import Counts, Shard, Transfer, chunks, plan_transfers, walk
 from imgprep.fsutil import tmp_name
-from imgprep.peers import HEARTBEAT, POLL, PeerFailed, Watch, await_all, open_store
-from imgprep.remote import Source
+from imgprep.peers import HEARTBEAT, POLL, PeerFailed, StallClock, Watch, await_all, open_store
+from imgprep.remote import STALL_S, Source
 from imgprep.rendezvous import Rendezvous, local_address_towards
 
 NET_CHUNK = 4 << 20  # bytes a message carries: small enough to pipeline, large enough to stream
@@ -69,8 +71,10 @@ class Writers:
         self.shards, self.dst, self.me, self.tick, self.counts = shards, dst, me, tick, counts
         self.failed = failed
         self.queues: list[queue.Queue[Any]] = [queue.Queue(maxsize=16) for _ in range(jobs)]
-        self.threads = [threading.Thread(target=self._run, args=(q,), daemon=True,
-                                         name="fanout-writer") for q in self.queues]
+        self.landed = [0] * jobs  # bytes each thread has written (its own slot: no lock)
+        self.threads = [threading.Thread(target=self._run, args=(q, k), daemon=True,
+                                         name="fanout-writer")
+                        for k, q in enumerate(self.queues)]
         for t in self.threads:
             t.start()
 
@@ -83,7 +87,7 @@ class Writers:
         for t in self.threads:
             t.join()
 
-    def _run(self, q: queue.Queue[Any]) -> None:
+    def _run(self, q: queue.Queue[Any], k: int) -> None:
         open_files: dict[int, tuple[int, Any, int]] = {}
         try:
             while (job := q.get()) is not None:
@@ -94,7 +98,9 @@ class Writers:
                 h.update(view)
                 try:
                     while len(view):
-                        view = view[os.write(fd, view):]
+                        wrote = os.write(fd, view)
+                        view = view[wrote:]
+                        self.landed[k] += wrote
                 except OSError as err:
                     raise write_error(err, self.shards[t.index].entry.name, self.dst,
                                       self.me) from err
@@ -165,11 +171,11 @@ def read_ahead(origin: Source, shards: Sequence[Shard], mine: Sequence[Transfer]
                     got = 0
                     while got < size and (k := f.readinto(memoryview(buf)[got:])):
                         got += k
+                        if t.from_server:
+                            counts.read += k
                     if got < size:
                         raise StageError(f"node {me}: {path} is shorter than its manifest "
                                          f"{s.manifest} says ({s.entry.bytes} bytes); {fix}")
-                    if t.from_server:
-                        counts.read += size
                     out.put(torch.frombuffer(buf, dtype=torch.uint8) if size else
                             torch.empty(0, dtype=torch.uint8))
                 if f.read(1):
@@ -222,7 +228,13 @@ class Engine:
         self.dst = dst
         self.chunk, self.writers, self.counts, self.failed = chunk, writers, counts, failed
         self.reads: queue.Queue[Any] = queue.Queue(maxsize=IN_FLIGHT)
-        self.waiting_on: int | None = None
+        self.waiting_on: int | None = None  # the peer whose message the walk waits for
+        self.doing = "starting"  # what the walk waits for otherwise (for a stall's message)
+
+    def progress(self) -> tuple[int, ...]:
+        """Byte counters that move while this node gets anything done."""
+        c = self.counts
+        return c.read, c.received, c.sent, *self.writers.landed
 
     def run(self, group: Any) -> None:
         mine = [t for t in self.transfers if t.sender == self.me]
@@ -237,12 +249,16 @@ class Engine:
         sends: collections.deque[Any] = collections.deque()
         for i, (t, c, size, path) in enumerate(steps):
             pos = path.index(self.me)
+            name = self.shards[t.index].entry.name
             last = c == len(chunks(self.shards[t.index].entry.bytes, self.chunk)) - 1
             if pos == 0:
+                self.doing = f"reading shard {name} from " + \
+                    ("the file server" if t.from_server else str(self.dst))
                 data = self.reads.get()
                 if isinstance(data, BaseException):
                     raise data
                 if t.from_server:
+                    self.doing = f"writing shard {name} to {self.dst}"
                     self.writers.put(t, data, last)
             else:
                 work, data = recvs.take(i)
@@ -250,15 +266,23 @@ class Engine:
                 work.wait()
                 self.waiting_on = None
                 self.counts.received += size
+                self.doing = f"writing shard {name} to {self.dst}"
                 self.writers.put(t, data, last)
             if pos + 1 < len(path):
-                sends.append((group.send([data], path[pos + 1], 0), data))
+                sends.append((group.send([data], path[pos + 1], 0), data, path[pos + 1]))
                 self.counts.sent += size
                 while len(sends) > IN_FLIGHT:
-                    sends.popleft()[0].wait()
+                    self._sent(sends.popleft())
         while sends:
-            sends.popleft()[0].wait()
+            self._sent(sends.popleft())
         reader.join()
+        self.doing = f"writing the last shards to {self.dst}"
+
+    def _sent(self, send: tuple[Any, Any, int]) -> None:
+        """Wait until a send's receiver has taken it (that peer's stall, if any)."""
+        self.waiting_on = send[2]
+        send[0].wait()
+        self.waiting_on = None
 
     def _read(self, mine: Sequence[Transfer]) -> None:
         try:
@@ -297,6 +321,7 @@ class FanoutJob:
     n: int
     jobs: int
     timeout: float
+    stall: float = STALL_S  # seconds this node may move no byte unless waiting on a peer
     chunk: int = NET_CHUNK
 
 
@@ -334,9 +359,15 @@ def _move(job: FanoutJob, rv: Rendezvous, watch: Watch, transfers: Sequence[Tran
             done.set()
 
     threading.Thread(target=run, name="fanout-engine", daemon=True).start()
+    clock = StallClock(job.stall)
     while not done.wait(POLL) and not failures:
         if (why := watch.verdict()) is not None:
             raise PeerFailed(f"node {job.me}: fan-out stopped: {why}")
+        if (idle := clock.stuck(engine.progress(), not box or engine.waiting_on is not None)):
+            raise StageError(
+                f"node {job.me}: stuck {engine.doing}: no byte moved for {idle:.0f} s (a hung "
+                "file server or disk); check it, then rerun to resume (or raise "
+                "--stall-timeout)")
     if failures:
         _raise(failures[0], job, watch, engine.waiting_on)
     return counts, box[0] if box else None

@@ -210,8 +210,9 @@ class Fetch(io.RawIOBase):
         return FetchFailed(errno.EIO, why)
 
 
-def source_of(src: Path | str) -> Source:
-    """The source ``--src`` names: a URL (``is_url``) or a folder."""
+def source_of(src: Path | str, stall_s: float = STALL_S) -> Source:
+    """The source ``--src`` names: a URL (``is_url``; a fetch silent for ``stall_s`` seconds
+    is abandoned) or a folder."""
     if isinstance(src, str) and is_url(src):
-        return UrlSource(src)
+        return UrlSource(src, stall_s)
     return FolderSource(Path(src))

@@ -62,7 +62,7 @@ from imgprep.manifest import (
     write_manifest,
 )
 from imgprep.nodelock import held, read_json, record, state_dir, wait_for_copier
-from imgprep.remote import FetchFailed, Source, source_of
+from imgprep.remote import STALL_S, FetchFailed, Source, source_of
 from imgprep.rendezvous import Rendezvous, copier_rendezvous
 from imgprep.world import World
 
@@ -83,6 +83,7 @@ class StageOptions:
     jobs: int = 2  # parallel copy streams (threads)
     verify: str = "sha256"  # or "size"
     timeout: float = 3600.0  # seconds a waiting rank waits for the copier
+    stall: float = STALL_S  # seconds without a byte after which a read or fan-out node is stuck
     chunk: int = 8 << 20  # read size: large sequential reads
     fanout: bool = False  # replicate: read each node's share, the rest from the other nodes
     rendezvous: str | None = None  # HOST:PORT where the node copiers meet (fan-out)
@@ -172,7 +173,7 @@ def _load_split(origin: Source, name: str, opts: StageOptions, world: World) -> 
 
 def plan_node(opts: StageOptions, world: World) -> list[SplitPlan]:
     """What this node needs, from the source manifest(s) alone (no tar is opened)."""
-    origin = source_of(opts.src)
+    origin = source_of(opts.src, opts.stall)
     names = origin.manifests(opts.split)
     if not names:
         raise ManifestError(f"no manifest in {origin}: the conversion did not finish, or "
@@ -302,11 +303,11 @@ def _fan_out(plan: Sequence[SplitPlan], todo: Sequence[Item], opts: StageOptions
                                 threading.Event()))
     digest = hashlib.sha256(json.dumps([[sp.sha256 for sp in plan], opts.seed, world.num_nodes],
                                        ).encode()).hexdigest()
-    job = FanoutJob(plan[0].origin if plan else source_of(opts.src),
+    job = FanoutJob(plan[0].origin if plan else source_of(opts.src, opts.stall),
                     [Shard(e, sp.origin.where(e.name), sp.source, k)
                      for (sp, e), k in zip(items, owners, strict=True)],
                     have, digest, opts.dst, world.node_rank, world.num_nodes, opts.jobs,
-                    opts.timeout)
+                    opts.timeout, opts.stall)
     c = fan_out(job, rv, tick)
     indexes_written = have[shards:].count(False)
     return Moved(c.written - indexes_written, shards - len(todo), c.read, c.received, c.sent,
@@ -372,8 +373,8 @@ def _check_options(opts: StageOptions) -> None:
         raise ValueError(f"mode must be one of {MODES}, not {opts.mode!r}")
     if opts.verify not in VERIFY_MODES:
         raise ValueError(f"verify must be one of {VERIFY_MODES}, not {opts.verify!r}")
-    if opts.jobs < 1 or opts.chunk < 1 or not opts.timeout > 0:
-        raise ValueError("jobs, chunk and timeout must be positive")
+    if opts.jobs < 1 or opts.chunk < 1 or not opts.timeout > 0 or not opts.stall > 0:
+        raise ValueError("jobs, chunk, timeout and stall must be positive")
     if opts.fanout and opts.mode != "replicate":
         raise ValueError("fan-out gives every node every shard: it goes with mode replicate")
 

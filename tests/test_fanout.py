@@ -1,6 +1,6 @@
 """``stage-to-node --mode replicate --fanout``: every node ends with every shard, the file server
-is read once in all, a dead or failing node stops the others with its name, a corrupt copy on
-a sending node is caught by the receivers, and a rerun moves only what some node lacks.
+is read once in all, a dead, failing or stuck node stops the others with its name, a corrupt
+copy on a sending node is caught by the receivers, and a rerun moves only what some node lacks.
 
 Nodes are real processes on this machine, one copier each, meeting on 127.0.0.1 at a free port
 (``--num-nodes/--node-rank --rendezvous``, or torchrun's variables); every wait has a timeout.
@@ -28,6 +28,7 @@ from imgprep.assign import node_shards
 from imgprep.convert import ConvertOptions, convert
 from imgprep.fanplan import chunks, plan_transfers, walk
 from imgprep.manifest import IndexEntry, index_name, read_manifest, write_manifest
+from imgprep.peers import StallClock
 from imgprep.rendezvous import Rendezvous, RendezvousError, copier_rendezvous
 from imgprep.verify import verify
 from imgprep.world import World
@@ -177,6 +178,19 @@ def test_transfers_reach_every_lacking_node_once(n: int) -> None:
     assert plan_transfers([[True] * 11 for _ in range(n)], owners) == []
 
 
+def test_the_stall_clock_runs_only_while_nothing_moves_and_no_peer_is_awaited() -> None:
+    clock = StallClock(0.2)
+    assert clock.stuck((0, 0), False) is None  # the first look starts the clock
+    time.sleep(0.3)
+    assert clock.stuck((0, 5), False) is None  # bytes moved: the clock restarts
+    time.sleep(0.3)
+    assert clock.stuck((0, 5), True) is None  # waiting on a peer: that peer's stall, not ours
+    assert clock.stuck((0, 5), False) is None  # the wait ended at the last look
+    time.sleep(0.3)
+    idle = clock.stuck((0, 5), False)
+    assert idle is not None and 0.25 < idle < 5
+
+
 def test_chunks_cover_the_shard() -> None:
     assert chunks(10, 4) == [4, 4, 2] and chunks(8, 4) == [4, 4] and chunks(0, 4) == [0]
 
@@ -257,6 +271,38 @@ def test_a_killed_node_stops_the_others_naming_it_and_a_rerun_completes(
     for k in range(NODES):
         assert_complete(s, dst / f"n{k}")
     assert sum(r["bytes_read"] for r in runs) <= set_bytes(s)  # what was there stayed
+
+
+@pytest.mark.slow
+def test_a_node_whose_file_server_read_hangs_stops_every_node_naming_itself(
+        fifo_src: tuple[Path, Path, Path], tmp_path: Path) -> None:
+    """Node 2's read stays open but silent (a hung mount): its heartbeat goes on, so only it
+    can tell; after --stall-timeout it fails naming the shard, and the others stop with it
+    long before --timeout."""
+    s, pipe, aside = fifo_src
+    dst = tmp_path / "dst"
+    procs = start_nodes(s, dst, "--timeout", 90, "--stall-timeout", 3)
+    fd = feed_pipe(pipe, aside.read_bytes()[:1000], procs[2], TIMEOUT, "node 2's shard")
+    try:
+        t0 = time.monotonic()
+        results = outcome(procs)
+        waited = time.monotonic() - t0
+    finally:
+        os.close(fd)
+    assert waited < 45, waited  # the stall (3 s) and the others' reaction, not --timeout (90 s)
+    stuck = f"node 2: stuck reading shard {pipe.name} from the file server: no byte moved"
+    for k, (code, _, stderr) in enumerate(results):
+        assert code == 3, stderr
+        line = error_line(stderr)
+        assert stuck in line and "--stall-timeout" in line, line
+        if k != 2:
+            assert f"node {k}: fan-out stopped: node 2 failed" in line, line
+    for k in range(NODES):
+        assert_nothing_bad(s, dst / f"n{k}")
+    os.replace(aside, pipe)
+    summaries(outcome(start_nodes(s, dst)))
+    for k in range(NODES):
+        assert_complete(s, dst / f"n{k}")
 
 
 @pytest.mark.slow
