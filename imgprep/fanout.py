@@ -50,7 +50,16 @@ from imgprep.copier import Progress, open_tmp, write_error
 from imgprep.errors import ImgprepError, StageError
 from imgprep.fanplan import Counts, Shard, Transfer, chunks, plan_transfers, walk
 from imgprep.fsutil import tmp_name
-from imgprep.peers import HEARTBEAT, POLL, PeerFailed, StallClock, Watch, await_all, open_store
+from imgprep.peers import (
+    HEARTBEAT,
+    POLL,
+    PeerFailed,
+    StallClock,
+    Watch,
+    announce,
+    await_all,
+    open_store,
+)
 from imgprep.remote import STALL_S, Source
 from imgprep.rendezvous import Rendezvous, local_address_towards
 
@@ -328,7 +337,7 @@ class FanoutJob:
 def _exchange(job: FanoutJob, watch: Watch) -> list[list[bool]]:
     """Publish what this node holds; learn what every node holds (same plan, or stop)."""
     store = watch.store
-    store.set(f"have/{job.me}", json.dumps(
+    announce(store, "have", job.me, json.dumps(
         {"digest": job.digest, "have": "".join("1" if h else "0" for h in job.have)}))
     await_all(watch, "have", time.monotonic() + job.timeout, "join the fan-out")
     views = [json.loads(store.get(f"have/{k}")) for k in range(job.n)]
@@ -390,7 +399,7 @@ def _raise(err: BaseException, job: FanoutJob, watch: Watch, peer: int | None) -
 
 def _leave(job: FanoutJob, watch: Watch, hosting: bool) -> None:
     """Say this node is done, wait for all, and let the store's host go last."""
-    watch.store.set(f"done/{job.me}", "1")
+    announce(watch.store, "done", job.me)
     await_all(watch, "done", time.monotonic() + job.timeout, "finish")
     watch.store.add("left", 1)
     until = time.monotonic() + 10

@@ -2,9 +2,10 @@
 carries what each node holds, heartbeats and failures, so that a node that dies or fails
 stops all the others with a message naming it.
 
-Keys, under a prefix of their own: ``have/<k>`` (node k's holdings), ``hb/<k>`` (a counter
-node k bumps every ``HEARTBEAT`` seconds), ``fail/<k>`` ("<sequence>\t<message>": the first
-failure published wins), ``done/<k>`` and ``left`` (the nodes leave together, the store's host
+Keys, under a prefix of their own: ``have/<k>`` (node k's holdings, with ``have/count``),
+``hb/<k>`` (a counter node k bumps every ``HEARTBEAT`` seconds), ``fail/<k>``
+("<sequence>\t<what>": node k failed, or its watcher saw it die; the first published wins),
+``done/<k>`` (with ``done/count``) and ``left`` (the nodes leave together, the store's host
 last).
 """
 
@@ -70,7 +71,14 @@ def open_store(rv: Rendezvous, me: int, timeout: float) -> tuple[Any, bool]:
 
 @dataclass
 class Watch:
-    """Heartbeats and published failures of the copiers, in the store."""
+    """Heartbeats and published failures of the copiers, in the store.
+
+    Each node watches one other: the next one round the ring that has not finished. Whenever
+    some node is dead and another alive, an alive one watches a dead one, so a death is
+    always seen, and the store's load is O(nodes), not O(nodes^2): a look is two or three
+    store calls, at most once a ``HEARTBEAT``. The watcher publishes the death like a
+    failure, so that every node reads it from ``failseq``/``fail/<k>``.
+    """
 
     store: Any
     me: int
@@ -78,8 +86,11 @@ class Watch:
     dead_after: float
     where: str
     stop: threading.Event = field(default_factory=threading.Event)
-    seen: dict[int, tuple[int, float]] = field(default_factory=dict)  # beats, when they changed
-    looked: float = 0.0  # when the heartbeats were last read
+    watched: int | None = None  # the node this one watches
+    seen: tuple[int, float] = (0, 0.0)  # its heartbeat count, and when that last changed
+    finished: set[int] = field(default_factory=set)  # nodes known done: skipped round the ring
+    looked: float = 0.0  # when the store was last read
+    found: str | None = None
     lost: str | None = None
 
     def start(self) -> None:
@@ -95,53 +106,80 @@ class Watch:
 
     def fail(self, message: str) -> None:
         """Publish this node's failure so the others name it."""
+        self._publish(self.me, f"failed: {message}")
+
+    def _publish(self, k: int, what: str) -> None:
         with contextlib.suppress(RuntimeError, OSError):
             seq = self.store.add("failseq", 1)
-            self.store.set(f"fail/{self.me}", f"{seq}\t{message}")
+            self.store.set(f"fail/{k}", f"{seq}\t{what}")
 
     def verdict(self) -> str | None:
-        """Why another node will never finish (it failed or died) and what to do; None while
-        all look alive. A few store calls a look, heartbeats at most once a ``HEARTBEAT``."""
+        """Why some node will never finish (it failed or died) and what to do; None while all
+        look alive. Reads the store at most once a ``HEARTBEAT``."""
         if self.lost is not None:
             return f"lost the meeting point {self.where} ({self.lost}): node 0 died or " \
                    "cannot be reached; rerun to resume"
+        now = time.monotonic()
+        if self.found is not None or now - self.looked < HEARTBEAT:
+            return self.found
+        self.looked = now
         try:
-            if int(self.store.add("failseq", 0)) > 0:
-                failed = []
-                for k in range(self.n):
-                    if k != self.me and self.store.check([f"fail/{k}"]):
-                        seq, msg = self.store.get(f"fail/{k}").decode().split("\t", 1)
-                        failed.append((int(seq), k, msg))
-                if failed:
-                    _, k, msg = min(failed)
-                    return f"node {k} failed: {msg}"
-            now = time.monotonic()
-            if now - self.looked < HEARTBEAT:
-                return None
-            self.looked = now
-            for k in range(self.n):
-                beats = int(self.store.add(f"hb/{k}", 0)) if k != self.me else 0
-                last = self.seen.get(k)
-                if last is None or beats != last[0]:
-                    self.seen[k] = (beats, now)
-                elif beats > 0 and now - last[1] > self.dead_after \
-                        and not self.store.check([f"done/{k}"]):
-                    return f"node {k} died (no heartbeat for {now - last[1]:.0f} s); rerun " \
-                           "to resume"
+            self.found = self._published() or self._watch(now)
         except (RuntimeError, OSError, ValueError) as e:
             return f"lost the meeting point {self.where} ({str(e).splitlines()[0]}): node 0 " \
                    "died or cannot be reached; rerun to resume"
-        return None
+        return self.found
+
+    def _published(self) -> str | None:
+        """The first failure or death published, if any."""
+        if int(self.store.add("failseq", 0)) == 0:
+            return None
+        failed = []
+        for k in range(self.n):
+            if self.store.check([f"fail/{k}"]):
+                seq, what = self.store.get(f"fail/{k}").decode().split("\t", 1)
+                failed.append((int(seq), k, what))
+        if not failed:
+            return None
+        _, k, what = min(failed)
+        return f"node {k} {what}"
+
+    def _watch(self, now: float) -> str | None:
+        """Check the watched node's heartbeat; publish its death once it stopped beating for
+        ``dead_after`` seconds after it had started, unless it finished."""
+        k = next((j for j in ((self.me + i) % self.n for i in range(1, self.n))
+                  if j not in self.finished), None)
+        if k is None:
+            return None
+        if k != self.watched:
+            self.watched, self.seen = k, (-1, now)
+        beats = int(self.store.add(f"hb/{k}", 0))
+        if beats != self.seen[0]:
+            self.seen = (beats, now)
+            return None
+        if beats == 0 or now - self.seen[1] <= self.dead_after:
+            return None
+        if self.store.check([f"done/{k}"]):
+            self.finished.add(k)  # it left: watch the next one from the next look
+            return None
+        what = f"died (no heartbeat for {now - self.seen[1]:.0f} s); rerun to resume"
+        self._publish(k, what)
+        return f"node {k} {what}"
+
+
+def announce(store: Any, key: str, me: int, value: str = "1") -> None:
+    """Set ``<key>/<me>`` and count it, so that waiters read one counter, not every key."""
+    store.set(f"{key}/{me}", value)
+    store.add(f"{key}/count", 1)
 
 
 def await_all(watch: Watch, key: str, deadline: float, what: str) -> None:
-    """Wait until every node set ``<key>/<k>``, failing on a verdict or at ``deadline``."""
-    keys = [f"{key}/{k}" for k in range(watch.n)]
-    while not watch.store.check(keys):
+    """Wait until every node announced ``key``, failing on a verdict or at ``deadline``."""
+    while int(watch.store.add(f"{key}/count", 0)) < watch.n:
         if (why := watch.verdict()) is not None:
             raise PeerFailed(f"node {watch.me}: fan-out stopped: {why}")
         if time.monotonic() > deadline:
-            missing = [k for k in range(watch.n) if not watch.store.check([keys[k]])]
+            missing = [k for k in range(watch.n) if not watch.store.check([f"{key}/{k}"])]
             raise WaitTimeout(f"node {watch.me}: waited --timeout for node(s) "
                               f"{', '.join(map(str, missing))} to {what} at {watch.where}; "
                               "start every node with the same command, or raise --timeout")
