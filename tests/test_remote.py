@@ -24,7 +24,6 @@ import pytest
 from click.testing import CliRunner
 from helpers import free_port
 
-from imgprep import remote
 from imgprep.assign import node_shards
 from imgprep.cli import cli
 from imgprep.convert import ConvertOptions, convert
@@ -304,15 +303,14 @@ class _Stalling(SimpleHTTPRequestHandler):
 
 
 def test_a_server_or_command_that_stalls_is_abandoned_not_waited_for(
-        src: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(remote, "STALL_S", 1.0)
+        src: Path, tmp_path: Path) -> None:
     server = ThreadingHTTPServer(("127.0.0.1", 0),
                                  functools.partial(_Stalling, directory=str(src)))
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     url = f"http://127.0.0.1:{server.server_address[1]}/"
     try:
-        code, out = stage(url, tmp_path / "a", "--split", "val")
+        code, out = stage(url, tmp_path / "a", "--split", "val", "--stall-timeout", "1")
     finally:
         _Stalling.release.set()
         server.shutdown()
@@ -321,7 +319,7 @@ def test_a_server_or_command_that_stalls_is_abandoned_not_waited_for(
     assert code != 0
     error_line(out, f"{url}val.json", "no data for 1 s", "server stalled")
     code, out = stage(f"pipe:head -c 100 {src}/{{}}; exec sleep 30", tmp_path / "b",
-                      "--split", "val")
+                      "--split", "val", "--stall-timeout", "1")
     error_line(out, f"{src}/val.json", "no data for 1 s", "command stalled")
     assert not list(tmp_path.rglob(".tmp-*"))
 
