@@ -387,7 +387,7 @@ def _raise(err: BaseException, job: FanoutJob, watch: Watch, peer: int | None) -
     others); a broken link as the failure of the node that caused it, when one is named."""
     if isinstance(err, ImgprepError) or not isinstance(err, RuntimeError):
         raise err  # Gloo reports a broken or timed-out link as a RuntimeError
-    until = time.monotonic() + watch.dead_after + 2 * HEARTBEAT
+    until = time.monotonic() + watch.dead_after + 4 * HEARTBEAT  # its watcher, then a look
     while time.monotonic() < until:
         if (why := watch.verdict()) is not None:
             raise PeerFailed(f"node {job.me}: fan-out stopped: {why}") from err
