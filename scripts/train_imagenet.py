@@ -312,10 +312,10 @@ def train_epoch(run: Run, epoch: int) -> bool:
         run.sync()
         optimise(run, images, labels, t0)
         run.seen += images.shape[0]
+        if run.step % args.log_every == 0:  # logged before its checkpoint: a kill between
+            log_interval(run, epoch)  # the two makes the resumed run log the step again
         if args.checkpoint_every and run.step % args.checkpoint_every == 0:
             save(run)
-        if run.step % args.log_every == 0:
-            log_interval(run, epoch)
         if args.steps and run.step >= args.steps:
             return False
 
