@@ -204,8 +204,9 @@ def _convert_report(summaries: list[dict[str, Any]], as_json: bool, quiet: bool,
               help="Seconds a waiting rank waits for its node's copier (fan-out: for a peer).")
 @click.option("--stall-timeout", "stall", type=click.FloatRange(1), default=STALL_S,
               show_default=True,
-              help="Seconds without a byte moved after which a URL fetch is abandoned and a "
-                   "fan-out node whose file-server read or disk hangs stops every node.")
+              help="Seconds without a byte moved after which a hung copy stops with an "
+                   "error naming its shard (a URL fetch, a file-server read; with --fanout the "
+                   "stuck node stops every node).")
 @click.option("--fanout", is_flag=True,
               help="With replicate: each node reads only its share from the file server and "
                    "gets the rest from the other nodes (see docs/staging.md).")

@@ -18,10 +18,11 @@ import os
 import re
 import shutil
 import threading
-from collections.abc import Callable, Sequence
-from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from imgprep.errors import OutputError, StageError
 from imgprep.fsutil import atomic_open, tmp_name
@@ -29,6 +30,8 @@ from imgprep.manifest import IndexEntry, ShardEntry
 from imgprep.remote import FetchFailed, Source
 
 DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+POLL_S = 0.5  # how often a copier waiting on its threads asks whether they are stuck
+CLEANUP_S = 10.0  # how long an interrupted copier waits for its threads to clean up
 Progress = Callable[[int], None]
 T = TypeVar("T")
 R = TypeVar("R")
@@ -85,35 +88,123 @@ def write_error(err: OSError, name: str, dst: Path, node: int) -> StageError:
                       f"{err.strerror or err}; check that folder, then rerun to resume")
 
 
-def parallel(fn: Callable[[T], R], items: Sequence[T], jobs: int,
-             stop: threading.Event) -> list[R]:
+def parallel(fn: Callable[[T], R], items: Sequence[T], jobs: int, stop: threading.Event,
+             stuck: Callable[[], str | None] | None = None) -> list[R]:
     """``fn`` over ``items`` on ``jobs`` threads, results in order. The first error sets
-    ``stop`` (running calls clean up and end), cancels the rest and is raised."""
+    ``stop`` (running calls clean up and end), no other item starts, and it is raised.
+
+    ``stuck()``, asked every ``POLL_S`` while calls run, may return why they hang (a read the
+    file server never answers): that is raised at once as a StageError. The threads are
+    daemons, so one stuck in a read cannot hold the process at exit."""
     if not items:
         return []
+    results: list[Any] = [None] * len(items)
+    errors: list[tuple[int, BaseException]] = []
+    lock, todo, finished = threading.Lock(), iter(range(len(items))), threading.Event()
+    running = [min(jobs, len(items))]
 
-    def guarded(item: T) -> R:
-        if stop.is_set():
-            raise Stopped
+    def work() -> None:
         try:
-            return fn(item)
-        except BaseException:
-            stop.set()  # at once: this thread's next item must not start
-            raise
+            while not stop.is_set() and (i := _next(lock, todo)) is not None:
+                try:
+                    results[i] = fn(items[i])
+                except BaseException as e:
+                    stop.set()  # at once: no other item may start
+                    with lock:
+                        errors.append((i, e))
+        finally:
+            with lock:
+                running[0] -= 1
+                if not running[0]:
+                    finished.set()
 
-    ex = ThreadPoolExecutor(max_workers=min(jobs, len(items)), thread_name_prefix="stage")
-    futures = [ex.submit(guarded, item) for item in items]
-    try:
-        wait(futures, return_when=FIRST_EXCEPTION)
-    except BaseException:  # Ctrl-C while waiting
+    for _ in range(running[0]):
+        threading.Thread(target=work, name="stage", daemon=True).start()
+    try:  # Event.wait, not Thread.join: a join that Ctrl-C interrupts marks the thread ended
+        while not finished.wait(POLL_S):
+            if stuck is not None and (why := stuck()) is not None:
+                if errors:
+                    break  # raise that error, without waiting for a call stuck in a read
+                raise StageError(why)
+    except StageError:  # stuck: waiting for the stuck call would never end
         stop.set()
         raise
-    finally:
-        ex.shutdown(wait=True, cancel_futures=True)
-    errors = [e for f in futures if not f.cancelled() and (e := f.exception()) is not None]
+    except BaseException:  # Ctrl-C: running calls see ``stop`` and clean up
+        stop.set()
+        finished.wait(CLEANUP_S)
+        raise
     if errors:  # the first real one: the others only stopped because of it
-        raise next((e for e in errors if not isinstance(e, Stopped)), errors[0])
-    return [f.result() for f in futures]
+        real = [e for _, e in sorted(errors, key=lambda ie: ie[0]) if not isinstance(e, Stopped)]
+        raise (real or [errors[0][1]])[0]
+    return results
+
+
+def _next(lock: threading.Lock, todo: Iterator[int]) -> int | None:
+    with lock:
+        return next(todo, None)
+
+
+@dataclass
+class StallClock:
+    """How long nothing moved while nobody else was waited on. A read that hangs (a dead
+    file server, a stuck mount) neither fails nor ends; this is how its copier tells."""
+
+    limit: float  # seconds without progress after which the copy counts as stuck
+    mark: tuple[int, ...] = ()
+    since: float = field(default_factory=time.monotonic)
+
+    def stuck(self, progress: tuple[int, ...], on_peer: bool = False) -> float | None:
+        """Seconds since ``progress`` (byte counters) last changed, once over the limit while
+        not ``on_peer`` (waiting on another node, whose stall is its own to report)."""
+        now = time.monotonic()
+        if on_peer or progress != self.mark:
+            self.mark, self.since = progress, now
+            return None
+        return now - self.since if now - self.since > self.limit else None
+
+
+class CopyWatch:
+    """The copy threads' bytes and the files they are on, for ``parallel``'s ``stuck``."""
+
+    def __init__(self, limit: float, node: int, tick: Progress) -> None:
+        self.clock, self.node, self.outer = StallClock(limit), node, tick
+        self.moved = 0
+        self.busy: dict[str, None] = {}  # files being copied, in start order
+        self.lock = threading.Lock()
+
+    def tick(self, k: int) -> None:
+        with self.lock:
+            self.moved += k
+        self.outer(k)
+
+    def copying(self, name: str, copy: Callable[[], R]) -> R:
+        with self.lock:
+            self.busy[name] = None
+        try:
+            return copy()
+        finally:
+            with self.lock:
+                self.busy.pop(name, None)
+
+    def stuck(self) -> str | None:
+        if (idle := self.clock.stuck((self.moved,))) is None:
+            return None
+        with self.lock:
+            names = ", ".join(self.busy) or "the last shards"
+        return (f"node {self.node}: stuck copying {names} from the file server: no byte moved "
+                f"for {idle:.0f} s (a hung file server or disk); check it, then rerun to resume "
+                "(or raise --stall-timeout)")
+
+
+def copy_all(files: Sequence[tuple[Source, str, ShardEntry]], dst: Path, verify: str,
+             chunk: int, node: int, tick: Progress, jobs: int, stall: float) -> int:
+    """``copy_shard`` every ``(origin, manifest, entry)`` on ``jobs`` threads; stops with a
+    StageError naming the files when no byte moved for ``stall`` seconds. Returns the bytes
+    read."""
+    stop, watch = threading.Event(), CopyWatch(stall, node, tick)
+    return sum(parallel(lambda f: watch.copying(f[2].name, lambda: copy_shard(
+        f[0], f[1], f[2], dst, verify, chunk, node, watch.tick, stop)), files, jobs, stop,
+        watch.stuck))
 
 
 def _write_all(fd: int, data: bytes | memoryview) -> None:

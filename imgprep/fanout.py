@@ -46,7 +46,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from imgprep.copier import Progress, open_tmp, write_error
+from imgprep.copier import Progress, StallClock, open_tmp, write_error
 from imgprep.errors import ImgprepError, StageError
 from imgprep.fanplan import Counts, Shard, Transfer, chunks, plan_transfers, walk
 from imgprep.fsutil import tmp_name
@@ -54,7 +54,6 @@ from imgprep.peers import (
     HEARTBEAT,
     POLL,
     PeerFailed,
-    StallClock,
     Watch,
     announce,
     await_all,

@@ -30,26 +30,6 @@ class PeerFailed(StageError):
     """This node stops because another one failed or died (which the message names)."""
 
 
-@dataclass
-class StallClock:
-    """How long this node has moved no byte while not waiting on a peer. A node whose own
-    file-server read or disk hangs keeps its heartbeat, so the others cannot tell it from a
-    slow one; it tells itself, and its failure then stops every node."""
-
-    limit: float  # seconds without progress after which the node counts as stuck
-    mark: tuple[int, ...] = ()
-    since: float = field(default_factory=time.monotonic)
-
-    def stuck(self, progress: tuple[int, ...], on_peer: bool) -> float | None:
-        """Seconds since ``progress`` (byte counters) last changed, once over the limit while
-        not ``on_peer`` (waiting on another node, whose stall is its own to report)."""
-        now = time.monotonic()
-        if on_peer or progress != self.mark:
-            self.mark, self.since = progress, now
-            return None
-        return now - self.since if now - self.since > self.limit else None
-
-
 def open_store(rv: Rendezvous, me: int, timeout: float) -> tuple[Any, bool]:
     """The copiers' store (node 0 hosts it unless one already listens) and whether this
     process hosts it."""

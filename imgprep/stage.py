@@ -40,8 +40,8 @@ from imgprep.assign import MODES, node_shards, partition_owners
 from imgprep.copier import (
     Progress,
     check_space,
+    copy_all,
     copy_index,
-    copy_shard,
     drop_stale,
     parallel,
     present,
@@ -332,10 +332,9 @@ def _stage(plan: Sequence[SplitPlan], opts: StageOptions, world: World, rv: Rend
     if rv is not None:
         done = _fan_out(plan, todo, opts, world, rv, tick)
     else:
-        read = parallel(lambda it: copy_shard(it[0].origin, it[0].source, it[1], opts.dst,
-                                              opts.verify, opts.chunk, node, tick, stop),
-                        todo, opts.jobs, stop)
-        done = Moved(len(todo), skipped, sum(read))
+        read = copy_all([(sp.origin, sp.source, e) for sp, e in todo], opts.dst, opts.verify,
+                        opts.chunk, node, tick, opts.jobs, opts.stall)
+        done = Moved(len(todo), skipped, read)
     fsync_dir(opts.dst)  # every shard's rename is on disk before a manifest names it
     for sp in plan:
         if rv is None:  # fan-out moved the indexes with the shards

@@ -26,9 +26,9 @@ from helpers import clean_env, feed_pipe, free_port
 
 from imgprep.assign import node_shards
 from imgprep.convert import ConvertOptions, convert
+from imgprep.copier import StallClock
 from imgprep.fanplan import chunks, plan_transfers, walk
 from imgprep.manifest import IndexEntry, index_name, read_manifest, write_manifest
-from imgprep.peers import StallClock
 from imgprep.rendezvous import Rendezvous, RendezvousError, copier_rendezvous
 from imgprep.verify import verify
 from imgprep.world import World

@@ -421,6 +421,39 @@ def test_waiter_fails_fast_when_its_copier_dies(held_source: tuple[Path, Path, P
     assert_no_bad_final(dst, s)
 
 
+@pytest.mark.slow
+def test_a_copier_whose_read_hangs_stops_and_names_the_shard(
+        held_source: tuple[Path, Path, Path], tmp_path: Path) -> None:
+    """Shard 6's read stays open but silent (a hung file server): after --stall-timeout the
+    copier exits naming it (its stuck thread cannot hold the process), and so does the rank
+    waiting for it, long before --timeout."""
+    s, pipe, aside = held_source
+    dst = tmp_path / "dst"
+    cmd = stage_cmd(s, dst, "--split", "train", "--jobs", 1, "--timeout", 300,
+                    "--stall-timeout", 2)
+    waiter = start(cmd, torchrun_env(1, 2, 2))
+    copier = start(cmd, torchrun_env(0, 2, 2))
+    fd = hold_copier(pipe, aside, dst, copier)
+    try:
+        t0 = time.monotonic()
+        _, stderr = copier.communicate(timeout=TIMEOUT)
+        _, waiter_err = waiter.communicate(timeout=TIMEOUT)
+        waited = time.monotonic() - t0
+    finally:
+        os.close(fd)
+    assert waited < 30, waited  # the stall (2 s), not --timeout (300 s)
+    assert copier.returncode == 3 and waiter.returncode == 3, (stderr, waiter_err)
+    line = one_line(stderr, f"stuck copying {pipe.name} from the file server",
+                    "no byte moved for 2 s", "--stall-timeout")
+    one_line(waiter_err, "stuck copying", pipe.name)
+    assert "Traceback" not in stderr, line
+    assert final_shards(dst) == [e.name for e in read_manifest(s, "train").shards[:6]]
+    assert_no_bad_final(dst, s)
+    os.replace(aside, pipe)
+    finish([start(stage_cmd(s, dst, "--split", "train"), clean_env())])
+    assert_verifies(dst)
+
+
 def test_waiter_without_copier_times_out(src: Path, tmp_path: Path) -> None:
     dst = tmp_path / "dst"
     t0 = time.monotonic()
