@@ -3,10 +3,10 @@ carries what each node holds, heartbeats and failures, so that a node that dies 
 stops all the others with a message naming it.
 
 Keys, under a prefix of their own: ``have/<k>`` (node k's holdings, with ``have/count``),
-``hb/<k>`` (a counter node k bumps every ``HEARTBEAT`` seconds), ``fail/<k>``
-("<sequence>\t<what>": node k failed, or its watcher saw it die; the first published wins),
-``done/<k>`` (with ``done/count``) and ``left`` (the nodes leave together, the store's host
-last).
+``hb/<k>`` (a counter node k bumps every ``HEARTBEAT`` seconds), ``first`` ("<k>\t<what>":
+node k failed, or its watcher saw it die; set only by the first to publish) with ``failseq``
+(how many published), ``done/<k>`` (with ``done/count``) and ``left`` (the nodes leave
+together, the store's host last).
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ class Watch:
     some node is dead and another alive, an alive one watches a dead one, so a death is
     always seen, and the store's load is O(nodes), not O(nodes^2): a look is two or three
     store calls, at most once a ``HEARTBEAT``. The watcher publishes the death like a
-    failure, so that every node reads it from ``failseq``/``fail/<k>``.
+    failure, so that every node reads it from ``failseq`` and ``first``.
     """
 
     store: Any
@@ -89,9 +89,10 @@ class Watch:
         self._publish(self.me, f"failed: {message}")
 
     def _publish(self, k: int, what: str) -> None:
+        """Say node k failed or died, unless another node's failure came first (it wins)."""
         with contextlib.suppress(RuntimeError, OSError):
-            seq = self.store.add("failseq", 1)
-            self.store.set(f"fail/{k}", f"{seq}\t{what}")
+            self.store.compare_set("first", "", f"{k}\t{what}")
+            self.store.add("failseq", 1)
 
     def verdict(self) -> str | None:
         """Why some node will never finish (it failed or died) and what to do; None while all
@@ -111,17 +112,10 @@ class Watch:
         return self.found
 
     def _published(self) -> str | None:
-        """The first failure or death published, if any."""
+        """The first failure or death published, if any (one key, whatever the node count)."""
         if int(self.store.add("failseq", 0)) == 0:
             return None
-        failed = []
-        for k in range(self.n):
-            if self.store.check([f"fail/{k}"]):
-                seq, what = self.store.get(f"fail/{k}").decode().split("\t", 1)
-                failed.append((int(seq), k, what))
-        if not failed:
-            return None
-        _, k, what = min(failed)
+        k, what = self.store.get("first").decode().split("\t", 1)
         return f"node {k} {what}"
 
     def _watch(self, now: float) -> str | None:

@@ -63,13 +63,15 @@ def test_a_death_is_published_by_its_watcher_and_read_by_every_node() -> None:
     assert int(store.add("failseq", 0)) == 1  # node 2, its watcher, published it once
 
 
-def test_a_published_failure_wins_and_names_the_node() -> None:
+def test_the_first_published_failure_wins_and_names_the_node() -> None:
     store = torch_dist.HashStore()
     ws = watches(store, 3)
     ws[1].fail("node 1: shard x is corrupt")
+    ws[2].fail("node 2: lost node 1")  # a consequence, published later
     time.sleep(HEARTBEAT + 0.05)
     assert ws[0].verdict() == "node 1 failed: node 1: shard x is corrupt"
     assert ws[2].verdict() == ws[0].verdict()
+    assert int(store.add("failseq", 0)) == 2
 
 
 def test_a_finished_node_is_skipped_and_the_next_one_watched() -> None:
@@ -86,7 +88,7 @@ def test_a_finished_node_is_skipped_and_the_next_one_watched() -> None:
         verdicts = look(ws, store, [0, 3])  # node 2 dies: node 0 is its watcher now
     assert verdicts[0] is not None and verdicts[0].startswith("node 2 died"), verdicts
     assert verdicts[3] == verdicts[0]
-    assert store.get("fail/2").decode().split("\t")[1].startswith("died")
+    assert store.get("first").decode().startswith("2\tdied")
 
 
 @pytest.mark.parametrize("n", [4, 400])
@@ -100,6 +102,11 @@ def test_a_look_costs_a_few_store_calls_whatever_the_node_count(n: int) -> None:
         for _ in range(5):  # a caller polls faster than the heartbeat: cached between looks
             assert w.verdict() is None
     assert store.calls <= 2 * looks
+    Watch(store.store, 1, n, 5.0, "test").fail("node 1: disk full")
+    time.sleep(HEARTBEAT + 0.02)
+    calls = store.calls
+    assert w.verdict() == "node 1 failed: node 1: disk full"
+    assert store.calls - calls <= 2  # the first failure is one key, not one per node
 
 
 def test_waiting_for_all_reads_one_counter() -> None:
