@@ -163,6 +163,12 @@ class StallClock:
         return now - self.since if now - self.since > self.limit else None
 
 
+def stall_message(node: int, doing: str, idle: float) -> str:
+    """The one line a copier that is stuck ``doing`` something for ``idle`` seconds says."""
+    return (f"node {node}: stuck {doing}: no byte moved for {idle:.0f} s (a hung file server "
+            "or disk); check it, then rerun to resume (or raise --stall-timeout)")
+
+
 class CopyWatch:
     """The copy threads' bytes and the files they are on, for ``parallel``'s ``stuck``."""
 
@@ -191,9 +197,7 @@ class CopyWatch:
             return None
         with self.lock:
             names = ", ".join(self.busy) or "the last shards"
-        return (f"node {self.node}: stuck copying {names} from the file server: no byte moved "
-                f"for {idle:.0f} s (a hung file server or disk); check it, then rerun to resume "
-                "(or raise --stall-timeout)")
+        return stall_message(self.node, f"copying {names} from the file server", idle)
 
 
 def copy_all(files: Sequence[tuple[Source, str, ShardEntry]], dst: Path, verify: str,

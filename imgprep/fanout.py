@@ -46,7 +46,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from imgprep.copier import Progress, StallClock, open_tmp, write_error
+from imgprep.copier import Progress, StallClock, open_tmp, stall_message, write_error
 from imgprep.errors import ImgprepError, StageError
 from imgprep.fanplan import Counts, Shard, Transfer, chunks, plan_transfers, walk
 from imgprep.fsutil import tmp_name
@@ -372,10 +372,7 @@ def _move(job: FanoutJob, rv: Rendezvous, watch: Watch, transfers: Sequence[Tran
         if (why := watch.verdict()) is not None:
             raise PeerFailed(f"node {job.me}: fan-out stopped: {why}")
         if (idle := clock.stuck(engine.progress(), not box or engine.waiting_on is not None)):
-            raise StageError(
-                f"node {job.me}: stuck {engine.doing}: no byte moved for {idle:.0f} s (a hung "
-                "file server or disk); check it, then rerun to resume (or raise "
-                "--stall-timeout)")
+            raise StageError(stall_message(job.me, engine.doing, idle))
     if failures:
         _raise(failures[0], job, watch, engine.waiting_on)
     return counts, box[0] if box else None
