@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -136,11 +136,14 @@ class Manifest:
         return sum(s.bytes for s in self.shards)
 
     def to_json(self) -> dict[str, Any]:
-        d = asdict(self)
+        # field by field, not asdict(): that deep-copies the 1000 classes and every shard
+        d = {f.name: getattr(self, f.name) for f in fields(self)}
         d["shards"] = [asdict(s) for s in self.shards]
         d["node"] = self.node.to_json() if self.node is not None else None
         if self.index is None:
             del d["index"]
+        else:
+            d["index"] = asdict(self.index)
         return d
 
 

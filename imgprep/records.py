@@ -18,7 +18,7 @@ import contextlib
 import hashlib
 import json
 import time
-from dataclasses import asdict
+from dataclasses import fields
 
 from imgprep import outdir
 from imgprep.assign import balanced_split, node_shards
@@ -34,8 +34,7 @@ WAIT_POLL_S = 0.5
 
 def write_record(plan: Plan, res: TaskResult) -> None:
     """The record of a task whose output is in place (what a rerun may skip)."""
-    record = asdict(res)
-    del record["resumed"]
+    record = {f.name: getattr(res, f.name) for f in fields(res) if f.name != "resumed"}
     # Records are verified against the files before any reuse, so they need no fsync.
     write_json_atomic(plan.record_path(plan.tasks[res.index]), record, durable=False)
 

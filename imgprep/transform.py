@@ -81,13 +81,12 @@ def _crop_box(w: int, h: int, resize: str, size: int) -> tuple[tuple[int, int, i
 
 
 def open_image(data: bytes, max_pixels: int) -> Image.Image:
-    """Identify ``data`` as an image and check its declared size before decoding anything."""
+    """Identify ``data`` as an image and check its declared size before decoding anything.
+    Pillow's warnings (damaged TIFF, bomb size) are the caller's to silence."""
     if not data:
         raise ImageError("empty file (0 bytes)")
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # damaged-TIFF and bomb-size chatter
-            img = Image.open(io.BytesIO(data), formats=ACCEPTED_FORMATS)
+        img = Image.open(io.BytesIO(data), formats=ACCEPTED_FORMATS)
     except UnidentifiedImageError as e:
         head = data[:64].lstrip().lower()
         what = "an HTML page" if head.startswith((b"<!doctype html", b"<html")) else "not an image"
@@ -108,31 +107,37 @@ def open_image(data: bytes, max_pixels: int) -> Image.Image:
 
 def convert_image(data: bytes, opts: TransformOptions) -> Converted:
     """Decode ``data`` and return it cropped/resized to ``opts.size`` as an RGB JPEG."""
-    img = open_image(data, opts.max_pixels)
+    with warnings.catch_warnings():  # one per image: entering one costs ~2.5 us
+        warnings.simplefilter("ignore")  # damaged-TIFF, bomb-size, palette and EXIF chatter
+        img = open_image(data, opts.max_pixels)
+        return _converted(img, opts)
+
+
+def _converted(img: Image.Image, opts: TransformOptions) -> Converted:
+    """The opened ``img`` decoded (JPEG at the smallest draft scale that still covers the output),
+    made 8-bit RGB, cropped/resized and encoded."""
     fmt, mode, size0 = img.format or "?", img.mode, img.size
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # palette-transparency and EXIF chatter
-            if fmt in ("JPEG", "MPO") and not opts.exif_transpose:
-                img.draft(img.mode, (opts.size, opts.size))
-            img.load()
-            if opts.exif_transpose:
-                img = ImageOps.exif_transpose(img)
-            if img.mode in (*_SIXTEEN_BIT, "I", "F"):
-                img = _to_8bit(img)
-            elif img.mode not in ("RGB", "L"):
-                img = img.convert("RGB")
-            box, out_size = _crop_box(img.width, img.height, opts.resize, opts.size)
-            if opts.resize == "short-side" and out_size[0] * out_size[1] > opts.max_pixels:
-                raise ImageError(
-                    f"{size0[0]}x{size0[1]} is too elongated for --resize short-side "
-                    f"(output {out_size[0]}x{out_size[1]} is over --max-pixels)"
-                )
-            img = img.resize(out_size, FILTERS[opts.filter], box=box)
-            if img.mode != "RGB":
-                img = img.convert("RGB")
-            buf = io.BytesIO()
-            img.save(buf, "JPEG", quality=opts.quality)
+        if fmt in ("JPEG", "MPO") and not opts.exif_transpose:
+            img.draft(img.mode, (opts.size, opts.size))
+        img.load()
+        if opts.exif_transpose:
+            img = ImageOps.exif_transpose(img)
+        if img.mode in (*_SIXTEEN_BIT, "I", "F"):
+            img = _to_8bit(img)
+        elif img.mode not in ("RGB", "L"):
+            img = img.convert("RGB")
+        box, out_size = _crop_box(img.width, img.height, opts.resize, opts.size)
+        if opts.resize == "short-side" and out_size[0] * out_size[1] > opts.max_pixels:
+            raise ImageError(
+                f"{size0[0]}x{size0[1]} is too elongated for --resize short-side "
+                f"(output {out_size[0]}x{out_size[1]} is over --max-pixels)"
+            )
+        img = img.resize(out_size, FILTERS[opts.filter], box=box)
+        if img.mode != "RGB":
+            img = img.convert("RGB")
+        buf = io.BytesIO()
+        img.save(buf, "JPEG", quality=opts.quality)
     except ImageError:
         raise
     except (OSError, SyntaxError, ValueError, EOFError) as e:
