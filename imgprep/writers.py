@@ -7,34 +7,18 @@ up to date, then are fsynced and renamed: memory holds one sample, never a shard
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import hashlib
 import tarfile
-from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 
+from imgprep.directio import AppendWriter
 from imgprep.fsutil import atomic_open, write_bytes_atomic
 from imgprep.index import Layout, LayoutBuilder
 
 BLOCK = 512
 RECORD = 20 * BLOCK  # tar pads the archive to whole 10 KiB records, as tarfile does
 FLUSH_BYTES = 1 << 20  # members are gathered into writes (and sha256 updates) this large
-WRITEBACK_BYTES = 8 << 20  # the kernel is asked to start writing back every this many bytes
-_SYNC_FILE_RANGE_WRITE = 2
-
-
-def _sync_file_range() -> Callable[..., int] | None:
-    """Linux's sync_file_range, which starts writeback without waiting (None elsewhere)."""
-    with contextlib.suppress(OSError, AttributeError):
-        fn = ctypes.CDLL(None, use_errno=True).sync_file_range
-        fn.argtypes = (ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint)
-        return fn
-    return None
-
-
-_START_WRITEBACK = _sync_file_range()
 
 
 def tar_header(name: str, size: int) -> tarfile.TarInfo:
@@ -76,9 +60,10 @@ class ShardWriter:
 
     The tar is streamed to a temporary file while its sha256 and size are kept up to date,
     fsynced and renamed; the folder is fsynced once by the caller, before the manifest.
-    Members are gathered into ~1 MB writes, and writeback is started as the shard grows, so
-    that the final fsync has little left to wait for. ``layout()`` gives every member's data
-    offset and size, for the sample index.
+    Members are gathered into ~1 MB writes that bypass the page cache where the file system
+    allows (``imgprep.directio``): the disk writes one while the next is gathered, and the
+    final fsync has little left to wait for. ``layout()`` gives every member's data offset
+    and size, for the sample index.
     """
 
     def __init__(self, path: Path) -> None:
@@ -90,11 +75,15 @@ class ShardWriter:
         self._sha = hashlib.sha256()
         self._pending: list[bytes] = []
         self._pending_bytes = 0
-        self._written = self._synced = 0
         self._layout = LayoutBuilder()
 
     def __enter__(self) -> ShardWriter:
-        self._f = self._ctx.__enter__()
+        f = self._ctx.__enter__()
+        try:
+            self._out = AppendWriter(f.fileno(), 2 * FLUSH_BYTES)
+        except BaseException as e:
+            self._ctx.__exit__(type(e), e, e.__traceback__)
+            raise
         return self
 
     def _write(self, b: bytes) -> None:
@@ -105,16 +94,9 @@ class ShardWriter:
             self._flush()
 
     def _flush(self) -> None:
-        chunk = b"".join(self._pending)
+        self._sha.update(self._out.write(self._pending))
         self._pending.clear()
         self._pending_bytes = 0
-        self._f.write(chunk)
-        self._sha.update(chunk)
-        self._written += len(chunk)
-        if _START_WRITEBACK is not None and self._written - self._synced >= WRITEBACK_BYTES:
-            self._f.flush()
-            _START_WRITEBACK(self._f.fileno(), self._synced, 0, _SYNC_FILE_RANGE_WRITE)
-            self._synced = self._written
 
     def add(self, key: str, fields: dict[str, bytes]) -> None:
         """Append one sample: one member ``<key>.<ext>`` per field, extensions sorted."""
@@ -143,10 +125,14 @@ class ShardWriter:
                 self._write(bytes(2 * BLOCK))
                 self._write(bytes(-self.bytes % RECORD))
                 self._flush()
+                self._out.close()
             except BaseException as e:
+                self._out.abort()
                 self._ctx.__exit__(type(e), e, e.__traceback__)
                 raise
             self.sha256 = self._sha.hexdigest()
+        else:
+            self._out.abort()
         self._ctx.__exit__(et, ev, tb)
 
     def layout(self) -> Layout:

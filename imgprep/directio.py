@@ -1,0 +1,152 @@
+"""Appending a large file past the page cache: O_DIRECT from two aligned buffers, on a thread.
+
+A conversion writes hundreds of GB that nothing reads back soon. Through the page cache every
+new page must be found (once memory is full, by evicting another) and later written back, at a
+CPU cost per MB that grows with memory pressure; with ``O_DIRECT`` the bytes go from a reused
+buffer to the disk. Whole ``ALIGN`` blocks are written at aligned offsets by a thread while the
+caller fills the other buffer, so the disk's time overlaps the caller's work; the file's last
+partial block goes through the page cache. Where the file system refuses ``O_DIRECT`` (when
+setting the flag, or at the first write), the same bytes go through the page cache instead,
+with writeback started as the file grows. Either way the file is byte for byte the same.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import fcntl
+import mmap
+import os
+import threading
+from collections.abc import Callable, Sequence
+
+ALIGN = 4096  # covers 512- and 4096-byte logical blocks, and the page size
+WRITEBACK_BYTES = 8 << 20  # page-cache fallback: writeback is started every this many bytes
+_SYNC_FILE_RANGE_WRITE = 2
+
+
+def _sync_file_range() -> Callable[..., int] | None:
+    """Linux's sync_file_range, which starts writeback without waiting (None elsewhere)."""
+    with contextlib.suppress(OSError, AttributeError):
+        fn = ctypes.CDLL(None, use_errno=True).sync_file_range
+        fn.argtypes = (ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint)
+        return fn
+    return None
+
+
+_START_WRITEBACK = _sync_file_range()
+
+
+def set_direct(fd: int, on: bool) -> bool:
+    """Turn ``O_DIRECT`` on or off for ``fd``; whether it is now on."""
+    flag = getattr(os, "O_DIRECT", 0)
+    if not flag:
+        return False
+    try:
+        flags = fcntl.fcntl(fd, fcntl.F_GETFL)
+        fcntl.fcntl(fd, fcntl.F_SETFL, (flags | flag) if on else (flags & ~flag))
+    except OSError:
+        return False
+    return on
+
+
+def _buffer(size: int) -> mmap.mmap:
+    """A page-aligned buffer of at least ``size`` bytes (whole ALIGN blocks)."""
+    return mmap.mmap(-1, max(ALIGN, -(-size // ALIGN) * ALIGN), flags=mmap.MAP_PRIVATE)
+
+
+class AppendWriter:
+    """Append to the (empty) file open as ``fd``: ``write(pieces)`` copies them into the
+    current buffer and returns a view of them (valid until the next call); its whole blocks
+    are then written by a thread while the next call fills the other buffer. ``close()``
+    writes the rest and waits. A write's OSError is raised by the next call.
+    """
+
+    def __init__(self, fd: int, capacity: int, direct: bool = True) -> None:
+        self.fd = fd
+        self.direct = set_direct(fd, True) if direct else False
+        self._bufs = [_buffer(capacity), _buffer(capacity)]
+        self._fill = 0  # bytes in the current buffer, a carried partial block first
+        self._offset = 0  # file offset of the current buffer's first byte
+        self._synced = 0  # page-cache fallback: bytes whose writeback was started
+        self._thread: threading.Thread | None = None
+        self._error: OSError | None = None
+
+    def write(self, pieces: Sequence[bytes]) -> memoryview:
+        self._wait()
+        start = self._fill
+        end = start + sum(len(p) for p in pieces)
+        if end > len(self._bufs[0]):  # a sample larger than the buffer: grow it
+            bigger = _buffer(2 * end)
+            bigger[:start] = self._bufs[0][:start]
+            self._bufs[0] = bigger
+        buf = self._bufs[0]
+        pos = start
+        for p in pieces:
+            buf[pos:pos + len(p)] = p
+            pos += len(p)
+        whole = end - end % ALIGN
+        if whole:
+            view = memoryview(buf)[:whole]
+            self._thread = threading.Thread(target=self._write_at, args=(view, self._offset),
+                                            name="imgprep-append", daemon=True)
+            self._thread.start()
+            self._bufs[1][:end - whole] = buf[whole:end]  # the partial block goes first next
+            self._bufs.reverse()
+            self._offset += whole
+            self._fill = end - whole
+        else:
+            self._fill = end
+        return memoryview(buf)[start:end]
+
+    def close(self) -> None:
+        """Write what is left (through the page cache: it is less than a block) and wait."""
+        self._wait()
+        if self._fill:
+            set_direct(self.fd, False)
+            self.direct = False
+            self._write_at(memoryview(self._bufs[0])[:self._fill], self._offset)
+            self._fill = 0
+            self._raise()
+
+    def abort(self) -> None:
+        """Wait for the write in flight and drop any error: the file is being discarded
+        (its descriptor must not close under the thread)."""
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        self._error = None
+
+    def _wait(self) -> None:
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        self._raise()
+
+    def _raise(self) -> None:
+        if self._error is not None:
+            err, self._error = self._error, None
+            raise err
+
+    def _write_at(self, view: memoryview, offset: int) -> None:
+        """Write all of ``view`` at ``offset`` (on the thread); the first refusal of
+        ``O_DIRECT`` switches to the page cache for good and writes the same bytes again."""
+        try:
+            done = 0
+            while done < len(view):
+                try:
+                    done += os.pwrite(self.fd, view[done:], offset + done)
+                except OSError as e:
+                    if not (self.direct and e.errno == errno.EINVAL):
+                        raise
+                    self.direct = set_direct(self.fd, False)
+            end = offset + len(view)
+            if not self.direct and _START_WRITEBACK is not None \
+                    and end - self._synced >= WRITEBACK_BYTES:
+                _START_WRITEBACK(self.fd, self._synced, 0, _SYNC_FILE_RANGE_WRITE)
+                self._synced = end
+        except OSError as e:
+            self._error = e
+        finally:
+            view.release()

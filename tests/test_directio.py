@@ -1,0 +1,143 @@
+"""Appending past the page cache: the bytes, the fallbacks, the errors."""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import random
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from imgprep import directio
+from imgprep.directio import ALIGN, AppendWriter
+from imgprep.errors import OutputError
+from imgprep.writers import ShardWriter
+
+
+def _pieces(seed: int, count: int, most: int) -> list[bytes]:
+    rng = random.Random(seed)
+    return [rng.randbytes(rng.randint(0, most)) for _ in range(count)]
+
+
+def _append(path: Path, batches: list[list[bytes]], direct: bool = True) -> tuple[bytes, bool]:
+    """Write ``batches`` with an AppendWriter; (what each write() handed back, joined;
+    whether O_DIRECT was still on before close)."""
+    seen = []
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    try:
+        w = AppendWriter(fd, 64 << 10, direct=direct)
+        for b in batches:
+            seen.append(bytes(w.write(b)))
+        still = w.direct
+        w.close()
+    finally:
+        os.close(fd)
+    return b"".join(seen), still
+
+
+@pytest.mark.parametrize("direct", [True, False], ids=["direct", "page-cache"])
+def test_appended_file_is_every_byte_in_order(tmp_path: Path, direct: bool) -> None:
+    """Odd piece sizes, batches smaller and larger than a block and than the buffer: the file
+    and the views handed back are the bytes given, in order."""
+    data = _pieces(1, 400, 9000)
+    batches = [data[i:i + 7] for i in range(0, 400, 7)] + [[b"x"], [], [b"y" * (200 << 10)]]
+    want = b"".join(b"".join(b) for b in batches)
+    seen, still = _append(tmp_path / "f", batches, direct)
+    assert (tmp_path / "f").read_bytes() == want
+    assert seen == want
+    assert still is direct  # this file system takes O_DIRECT (an ext4 or tmpfs test folder)
+
+
+def test_a_file_system_that_refuses_o_direct_gets_the_same_bytes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    real = directio.fcntl.fcntl
+
+    def no_direct(fd: int, cmd: int, arg: int = 0) -> int:
+        if cmd == directio.fcntl.F_SETFL and arg & os.O_DIRECT:
+            raise OSError(errno.EINVAL, "no O_DIRECT here")
+        return real(fd, cmd, arg)
+
+    monkeypatch.setattr(directio.fcntl, "fcntl", no_direct)
+    batches = [_pieces(2, 50, 5000) for _ in range(6)]
+    seen, still = _append(tmp_path / "f", batches)
+    assert not still
+    assert (tmp_path / "f").read_bytes() == seen == b"".join(b"".join(b) for b in batches)
+
+
+def test_a_write_refused_under_o_direct_is_written_again_through_the_page_cache(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Some file systems take the flag and refuse the first write (EINVAL): that write is
+    redone without it, and the rest follow it."""
+    real, refused = os.pwrite, []
+
+    def picky(fd: int, data: memoryview, offset: int) -> int:
+        if os.O_DIRECT & directio.fcntl.fcntl(fd, directio.fcntl.F_GETFL):
+            refused.append(offset)
+            raise OSError(errno.EINVAL, "alignment")
+        return real(fd, data, offset)
+
+    monkeypatch.setattr(directio.os, "pwrite", picky)
+    batches = [_pieces(3, 40, 6000) for _ in range(5)]
+    seen, still = _append(tmp_path / "f", batches)
+    assert refused == [0] and not still
+    assert (tmp_path / "f").read_bytes() == seen == b"".join(b"".join(b) for b in batches)
+
+
+def test_a_failed_write_is_raised_by_the_next_call(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    def full(fd: int, data: memoryview, offset: int) -> int:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(directio.os, "pwrite", full)
+    fd = os.open(tmp_path / "f", os.O_WRONLY | os.O_CREAT)
+    try:
+        w = AppendWriter(fd, ALIGN)
+        w.write([bytes(3 * ALIGN)])  # whole blocks: handed to the thread, which fails
+        with pytest.raises(OSError) as e:
+            w.write([b"more"])
+        assert e.value.errno == errno.ENOSPC
+        w.abort()
+    finally:
+        os.close(fd)
+
+
+def test_a_shard_on_a_full_disk_is_an_output_error_and_leaves_nothing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    real = os.pwrite
+
+    def fills_up(fd: int, data: memoryview, offset: int) -> int:
+        if offset >= 2 << 20:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real(fd, data, offset)
+
+    monkeypatch.setattr(directio.os, "pwrite", fills_up)
+    path = tmp_path / "train-000000.tar"
+    with pytest.raises(OutputError, match="disk full"), ShardWriter(path) as w:
+        for i in range(400):
+            w.add(f"k{i:05d}", {"jpg": random.Random(i).randbytes(20_000), "cls": b"1"})
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_shard_bytes_do_not_depend_on_o_direct(tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same samples through O_DIRECT and through the page cache: the same shard, the same
+    sha256 (checked against the file), readable by tarfile."""
+    samples = [(f"n01440764_{i}", {"jpg": random.Random(i).randbytes(i * 997 % 70_000),
+                                   "cls": b"%d" % i}) for i in range(120)]
+    shas = []
+    for name, direct in (("a.tar", True), ("b.tar", False)):
+        if not direct:
+            monkeypatch.setattr(directio, "set_direct", lambda fd, on: False)
+        with ShardWriter(tmp_path / name) as w:
+            for key, fields in samples:
+                w.add(key, fields)
+        data = (tmp_path / name).read_bytes()
+        assert w.sha256 == hashlib.sha256(data).hexdigest() and w.bytes == len(data)
+        shas.append(w.sha256)
+    assert shas[0] == shas[1]
+    with tarfile.open(tmp_path / "a.tar") as tf:
+        assert [m.name for m in tf.getmembers()][:2] == ["n01440764_0.cls", "n01440764_0.jpg"]
+        assert tf.extractfile("n01440764_7.jpg").read() == samples[7][1]["jpg"]  # type: ignore[union-attr]
