@@ -57,7 +57,7 @@ def _buffer(size: int) -> mmap.mmap:
 
 
 class AppendWriter:
-    """Append to the (empty) file open as ``fd``: ``write(pieces)`` copies them into the
+    """Append to the (empty) file open as ``fd``: ``write(pieces, size)`` copies them into the
     current buffer and returns a view of them (valid until the next call); its whole blocks
     are then written by a thread while the next call fills the other buffer. ``close()``
     writes the rest and waits. A write's OSError is raised by the next call.
@@ -73,10 +73,11 @@ class AppendWriter:
         self._thread: threading.Thread | None = None
         self._error: OSError | None = None
 
-    def write(self, pieces: Sequence[bytes]) -> memoryview:
+    def write(self, pieces: Sequence[bytes], size: int) -> memoryview:
+        """Append ``pieces`` (``size`` bytes in all)."""
         self._wait()
         start = self._fill
-        end = start + sum(len(p) for p in pieces)
+        end = start + size
         if end > len(self._bufs[0]):  # a sample larger than the buffer: grow it
             bigger = _buffer(2 * end)
             bigger[:start] = self._bufs[0][:start]
@@ -84,8 +85,11 @@ class AppendWriter:
         buf = self._bufs[0]
         pos = start
         for p in pieces:
-            buf[pos:pos + len(p)] = p
-            pos += len(p)
+            n = len(p)
+            buf[pos:pos + n] = p
+            pos += n
+        if pos != end:
+            raise ValueError(f"pieces of {pos - start} bytes, said to be {size}")
         whole = end - end % ALIGN
         if whole:
             view = memoryview(buf)[:whole]

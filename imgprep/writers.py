@@ -94,7 +94,7 @@ class ShardWriter:
             self._flush()
 
     def _flush(self) -> None:
-        self._sha.update(self._out.write(self._pending))
+        self._sha.update(self._out.write(self._pending, self._pending_bytes))
         self._pending.clear()
         self._pending_bytes = 0
 

@@ -39,9 +39,11 @@ pillow-simd is reported beside it), peak RSS of the 2-worker tree < 1000 MB. Aft
 warm-up, every measure runs once per round, ``--repeat`` rounds interleaved; each pass also
 records how much CPU other processes took meanwhile (from /proc/stat), and rates are medians
 over the passes nobody disturbed (up to 3 rounds are added to get enough of those; all passes
-count when none was quiet, and the output then says it is unreliable). The floor pass and the
-two convert passes run back to back in each round, and every ratio is the median over rounds
-of that round's own ratio, so a slow spell of a shared machine weighs on both sides of it.
+count when none was quiet, and the output then says it is unreliable). Each round runs the
+floor, ``convert --workers 1``, the floor again, then ``--workers 2``: the one-worker pass is
+compared with the mean time of the two floor passes around it, so a machine that slows down
+or speeds up within the round weighs on both sides of the ratio, and every ratio is the median
+over rounds of that round's own ratio.
 A compact table goes to stdout and the last line of stdout is one JSON object with every
 figure. Linux only.
 
@@ -412,6 +414,7 @@ def print_table(res: dict[str, Any]) -> None:
         "naive": "naive: no draft, crop, resize, 1 core",
         "naive_stock": "naive on stock Pillow (subprocess), 1 core",
         "convert_1w": "convert --workers 1 (in-process, e2e)",
+        "floor_after": "floor again, right after convert --workers 1",
         "convert_2w": "convert --workers 2 (in-process, e2e)",
     }
     for k, label in labels.items():
@@ -513,7 +516,8 @@ def run(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
     warm = blobs[:WARMUP_IMAGES]
     matches = floor_matches_transform(warm)
     loops: dict[str, Callable[[bytes], bytes]] = {
-        "floor": floor_one, "transform": transform_one, "naive": naive_one,
+        "floor": floor_one, "floor_after": floor_one, "transform": transform_one,
+        "naive": naive_one,
     }
     for fn in loops.values():
         time_loop(fn, warm)
@@ -539,8 +543,9 @@ def run(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
             rounds < args.repeat + EXTRA_ROUNDS
             and min(sum(1 for _, f in v if f < QUIET_FOREIGN_CORES) for v in passes.values())
             < need):
-        # floor, then convert right after it, so that each ratio's two passes are neighbours
-        for name in ("floor", "convert_1w", "convert_2w", "transform", "naive"):
+        # the floor on both sides of convert_1w (a drift within the round weighs on both sides
+        # of their ratio), then convert_2w right after it
+        for name in ("floor", "convert_1w", "floor_after", "convert_2w", "transform", "naive"):
             c0 = own_cpu_s()
             if name.startswith("convert_"):
                 w = int(name[-2])
@@ -559,8 +564,11 @@ def run(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
     rates = {k: summarise(v) for k, v in passes.items()}
     med = {k: statistics.median(quiet_rates(v)) for k, v in passes.items()}
     best = {k: max(r for r, _ in v) for k, v in passes.items()}
+    floor_around = [(2 / (1 / a + 1 / b), max(fa, fb))  # the rate of their mean time
+                    for (a, fa), (b, fb) in zip(passes["floor"], passes["floor_after"],
+                                                strict=True)]
     values = {
-        "convert_1w_over_floor": paired_ratio(passes["convert_1w"], passes["floor"]),
+        "convert_1w_over_floor": paired_ratio(passes["convert_1w"], floor_around),
         "convert_2w_over_1w": paired_ratio(passes["convert_2w"], passes["convert_1w"]),
         "convert_1w_over_naive": paired_ratio(passes["convert_1w"],
                                               passes["naive_stock" if stock else "naive"]),
@@ -584,7 +592,8 @@ def run(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
     # 2 x the CPU efficiency of the split: an upper bound that assumes a second idle core).
     ratios["convert_1w_over_floor_cpu"] = {
         "value": round(statistics.median(
-            f / c for f, c in zip(cpu_passes["floor"], cpu_passes["convert_1w"], strict=True)),
+            (f + g) / 2 / c for f, g, c in zip(cpu_passes["floor"], cpu_passes["floor_after"],
+                                               cpu_passes["convert_1w"], strict=True)),
             3), "target": None, "result": "info"}
     ratios["convert_2w_over_1w_cpu_bound"] = {
         "value": round(statistics.median(

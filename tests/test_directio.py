@@ -30,7 +30,7 @@ def _append(path: Path, batches: list[list[bytes]], direct: bool = True) -> tupl
     try:
         w = AppendWriter(fd, 64 << 10, direct=direct)
         for b in batches:
-            seen.append(bytes(w.write(b)))
+            seen.append(bytes(w.write(b, sum(map(len, b)))))
         still = w.direct
         w.close()
     finally:
@@ -95,9 +95,9 @@ def test_a_failed_write_is_raised_by_the_next_call(tmp_path: Path,
     fd = os.open(tmp_path / "f", os.O_WRONLY | os.O_CREAT)
     try:
         w = AppendWriter(fd, ALIGN)
-        w.write([bytes(3 * ALIGN)])  # whole blocks: handed to the thread, which fails
+        w.write([bytes(3 * ALIGN)], 3 * ALIGN)  # whole blocks: handed to the thread, which fails
         with pytest.raises(OSError) as e:
-            w.write([b"more"])
+            w.write([b"more"], 4)
         assert e.value.errno == errno.ENOSPC
         w.abort()
     finally:
