@@ -5,9 +5,11 @@ new page must be found (once memory is full, by evicting another) and later writ
 CPU cost per MB that grows with memory pressure; with ``O_DIRECT`` the bytes go from a reused
 buffer to the disk. Whole ``ALIGN`` blocks are written at aligned offsets by a thread while the
 caller fills the other buffer, so the disk's time overlaps the caller's work; the file's last
-partial block goes through the page cache. Where the file system refuses ``O_DIRECT`` (when
-setting the flag, or at the first write), the same bytes go through the page cache instead,
-with writeback started as the file grows. Either way the file is byte for byte the same.
+partial block goes through the page cache. Only local disk file systems get ``O_DIRECT``: on
+NFS every direct write waits for a COMMIT, a flush of the server's disk per megabyte, which
+is the contention a shared file server must be spared. Elsewhere, and where the file system
+refuses the flag (when it is set, or at the first write), the same bytes go through the page
+cache, with writeback started as the file grows. Either way the file is byte for byte the same.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ import threading
 from collections.abc import Callable, Sequence
 
 ALIGN = 4096  # covers 512- and 4096-byte logical blocks, and the page size
+LOCAL_DISK_FS = frozenset({"ext2", "ext3", "ext4", "xfs", "btrfs", "f2fs"})
+MOUNTINFO = "/proc/self/mountinfo"
 WRITEBACK_BYTES = 8 << 20  # page-cache fallback: writeback is started every this many bytes
 _SYNC_FILE_RANGE_WRITE = 2
 
@@ -36,6 +40,22 @@ def _sync_file_range() -> Callable[..., int] | None:
 
 
 _START_WRITEBACK = _sync_file_range()
+
+
+def file_system(fd: int, mountinfo: str = MOUNTINFO) -> str | None:
+    """The type of the file system holding ``fd`` (``ext4``, ``nfs4`` …), from the mount
+    whose device is the file's; None when no mount matches or there is no mount table."""
+    st = os.fstat(fd)
+    dev = f"{os.major(st.st_dev)}:{os.minor(st.st_dev)}"
+    try:
+        with open(mountinfo, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                fields = line.split()
+                if len(fields) > 2 and fields[2] == dev and " - " in line:
+                    return line.split(" - ", 1)[1].split()[0]
+    except OSError:
+        return None
+    return None
 
 
 def set_direct(fd: int, on: bool) -> bool:
@@ -65,7 +85,7 @@ class AppendWriter:
 
     def __init__(self, fd: int, capacity: int, direct: bool = True) -> None:
         self.fd = fd
-        self.direct = set_direct(fd, True) if direct else False
+        self.direct = direct and file_system(fd) in LOCAL_DISK_FS and set_direct(fd, True)
         self._bufs = [_buffer(capacity), _buffer(capacity)]
         self._fill = 0  # bytes in the current buffer, a carried partial block first
         self._offset = 0  # file offset of the current buffer's first byte

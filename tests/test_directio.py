@@ -17,6 +17,22 @@ from imgprep.errors import OutputError
 from imgprep.writers import ShardWriter
 
 
+def _on_local_disk(folder: Path) -> bool:
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        return directio.file_system(fd) in directio.LOCAL_DISK_FS
+    finally:
+        os.close(fd)
+
+
+@pytest.fixture
+def disk(tmp_path: Path) -> Path:
+    """A folder on a local disk file system (where O_DIRECT is used), or skip."""
+    if not _on_local_disk(tmp_path):
+        pytest.skip(f"{tmp_path} is not on a local disk file system ({directio.LOCAL_DISK_FS})")
+    return tmp_path
+
+
 def _pieces(seed: int, count: int, most: int) -> list[bytes]:
     rng = random.Random(seed)
     return [rng.randbytes(rng.randint(0, most)) for _ in range(count)]
@@ -48,11 +64,11 @@ def test_appended_file_is_every_byte_in_order(tmp_path: Path, direct: bool) -> N
     seen, still = _append(tmp_path / "f", batches, direct)
     assert (tmp_path / "f").read_bytes() == want
     assert seen == want
-    assert still is direct  # this file system takes O_DIRECT (an ext4 or tmpfs test folder)
+    assert still is (direct and _on_local_disk(tmp_path))
 
 
 def test_a_file_system_that_refuses_o_direct_gets_the_same_bytes(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        disk: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     real = directio.fcntl.fcntl
 
     def no_direct(fd: int, cmd: int, arg: int = 0) -> int:
@@ -62,13 +78,13 @@ def test_a_file_system_that_refuses_o_direct_gets_the_same_bytes(
 
     monkeypatch.setattr(directio.fcntl, "fcntl", no_direct)
     batches = [_pieces(2, 50, 5000) for _ in range(6)]
-    seen, still = _append(tmp_path / "f", batches)
+    seen, still = _append(disk / "f", batches)
     assert not still
-    assert (tmp_path / "f").read_bytes() == seen == b"".join(b"".join(b) for b in batches)
+    assert (disk / "f").read_bytes() == seen == b"".join(b"".join(b) for b in batches)
 
 
 def test_a_write_refused_under_o_direct_is_written_again_through_the_page_cache(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        disk: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Some file systems take the flag and refuse the first write (EINVAL): that write is
     redone without it, and the rest follow it."""
     real, refused = os.pwrite, []
@@ -81,9 +97,9 @@ def test_a_write_refused_under_o_direct_is_written_again_through_the_page_cache(
 
     monkeypatch.setattr(directio.os, "pwrite", picky)
     batches = [_pieces(3, 40, 6000) for _ in range(5)]
-    seen, still = _append(tmp_path / "f", batches)
+    seen, still = _append(disk / "f", batches)
     assert refused == [0] and not still
-    assert (tmp_path / "f").read_bytes() == seen == b"".join(b"".join(b) for b in batches)
+    assert (disk / "f").read_bytes() == seen == b"".join(b"".join(b) for b in batches)
 
 
 def test_a_failed_write_is_raised_by_the_next_call(tmp_path: Path,
@@ -141,3 +157,51 @@ def test_shard_bytes_do_not_depend_on_o_direct(tmp_path: Path,
     with tarfile.open(tmp_path / "a.tar") as tf:
         assert [m.name for m in tf.getmembers()][:2] == ["n01440764_0.cls", "n01440764_0.jpg"]
         assert tf.extractfile("n01440764_7.jpg").read() == samples[7][1]["jpg"]  # type: ignore[union-attr]
+
+
+MOUNTINFO = """\
+22 27 0:21 / /proc rw,relatime - proc proc rw
+27 1 254:0 / / rw,relatime - ext4 /dev/vda rw,discard
+30 25 0:27 / /dev/shm rw,relatime - tmpfs tmpfs rw,size=24684084k
+41 27 0:52 / /mnt/data rw,relatime shared:7 - nfs4 server:/export rw,vers=4.2
+"""
+
+
+@pytest.mark.parametrize(("dev", "fs"), [((254, 0), "ext4"), ((0, 52), "nfs4"),
+                                         ((0, 27), "tmpfs"), ((8, 1), None)])
+def test_the_file_system_is_read_from_the_mount_of_the_files_device(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, dev: tuple[int, int],
+        fs: str | None) -> None:
+    """Optional fields before the separator (``shared:7``) do not shift the type; a device
+    with no mount, or no mount table, is None."""
+    table = tmp_path / "mountinfo"
+    table.write_text(MOUNTINFO)
+    st = os.stat_result((0o100644, 1, os.makedev(*dev), 1, 0, 0, 0, 0, 0, 0))
+    monkeypatch.setattr(directio.os, "fstat", lambda fd: st)
+    assert directio.file_system(0, str(table)) == fs
+    assert directio.file_system(0, str(tmp_path / "missing")) is None
+
+
+def test_a_file_on_nfs_is_written_through_the_page_cache(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """NFS takes O_DIRECT, but then makes every write wait for a flush of the server's disk:
+    a shard on a file server goes through the page cache, with the same bytes."""
+    monkeypatch.setattr(directio, "file_system", lambda fd: "nfs4")
+    set_to = []
+    real = directio.set_direct
+    monkeypatch.setattr(directio, "set_direct", lambda fd, on: set_to.append(on) or real(fd, on))
+    batches = [_pieces(4, 30, 5000) for _ in range(4)]
+    seen, still = _append(tmp_path / "f", batches)
+    assert not still and True not in set_to
+    assert (tmp_path / "f").read_bytes() == seen == b"".join(b"".join(b) for b in batches)
+
+
+def test_a_file_on_a_local_disk_gets_o_direct(disk: Path) -> None:
+    """On ext4/xfs/btrfs (this machine's /tmp), the writer really bypasses the page cache."""
+    fd = os.open(disk / "f", os.O_WRONLY | os.O_CREAT)
+    try:
+        w = AppendWriter(fd, ALIGN)
+        assert w.direct and os.O_DIRECT & directio.fcntl.fcntl(fd, directio.fcntl.F_GETFL)
+        w.close()
+    finally:
+        os.close(fd)
