@@ -137,16 +137,17 @@ class AppendWriter:
     def abort(self) -> None:
         """Wait for the write in flight and drop any error: the file is being discarded
         (its descriptor must not close under the thread)."""
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
+        self._join()
         self._error = None
 
     def _wait(self) -> None:
+        self._join()
+        self._raise()
+
+    def _join(self) -> None:
         if self._thread is not None:
             self._thread.join()
             self._thread = None
-        self._raise()
 
     def _raise(self) -> None:
         if self._error is not None:
