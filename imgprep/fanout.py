@@ -21,9 +21,10 @@ the copiers (TCP, CPU tensors). The protocol, after the copiers meet (imgprep.re
 4. Every received shard is written to its temporary name, hashed as it lands, checked against
    the manifest's size and sha256, fsynced and renamed: nothing partial or bad under a final
    name. A node that receives a bad shard stops and names it and its sender.
-5. Liveness: each copier bumps a heartbeat in the store twice a second. A node whose heartbeat
-   stopped for ``dead_after`` seconds after it had started, or that published a failure, stops
-   every other node with a message naming it (the first failure published wins); one that
+5. Liveness (imgprep.peers): each copier beats in the store ten times a heartbeat (5 s, or
+   ``timeout``/2 if shorter). A node that stopped beating for a heartbeat after it had started,
+   or that published a failure, stops every other node within two heartbeats with a message
+   naming it (the first failure published wins); one that
    never joins is reported when ``timeout`` runs out. A node whose own file-server read or disk
    hangs keeps beating, so it watches itself: moving no byte for ``stall`` seconds while not
    waiting on a peer, it fails, naming what it was doing. The nodes leave together, the
@@ -64,7 +65,6 @@ from imgprep.rendezvous import Rendezvous, local_address_towards
 
 NET_CHUNK = 4 << 20  # bytes a message carries: small enough to pipeline, large enough to stream
 IN_FLIGHT = 8  # sends (and receives) a node keeps posted ahead
-DEAD_AFTER = 5.0  # seconds without a heartbeat after which a started node counts as dead
 
 
 # ---------------------------------------------------------------------------- disk side
@@ -383,7 +383,7 @@ def _raise(err: BaseException, job: FanoutJob, watch: Watch, peer: int | None) -
     others); a broken link as the failure of the node that caused it, when one is named."""
     if isinstance(err, ImgprepError) or not isinstance(err, RuntimeError):
         raise err  # Gloo reports a broken or timed-out link as a RuntimeError
-    until = time.monotonic() + watch.dead_after + 4 * HEARTBEAT  # its watcher, then a look
+    until = time.monotonic() + 2 * watch.heartbeat  # its watcher's verdict, then a look
     while time.monotonic() < until:
         if (why := watch.verdict()) is not None:
             raise PeerFailed(f"node {job.me}: fan-out stopped: {why}") from err
@@ -407,7 +407,7 @@ def fan_out(job: FanoutJob, rv: Rendezvous, tick: Progress) -> Counts:
     """Meet the other copiers at ``rv`` and move shards until every node holds every one.
     Returns this node's counts; raises StageError naming the node that failed or died."""
     store, hosting = open_store(rv, job.me, job.timeout)
-    watch = Watch(store, job.me, job.n, min(DEAD_AFTER, job.timeout / 2), str(rv))
+    watch = Watch(store, job.me, job.n, min(HEARTBEAT, job.timeout / 2), str(rv))
     watch.start()
     try:
         have = _exchange(job, watch)
@@ -434,13 +434,14 @@ def fan_out(job: FanoutJob, rv: Rendezvous, tick: Progress) -> Counts:
 
 
 def _linger(watch: Watch, hosting: bool) -> None:
-    """On failure, the store's host stays until every other node has left (read why), or
-    ``dead_after`` and a bit have passed (one may be dead): its leaving must not hide the
+    """On failure, the store's host stays until every other node has left (read why; a dead
+    one is counted as left by its watcher), or a heartbeat has passed (every live node looks
+    ten times a heartbeat; another may have died unseen): its leaving must not hide the
     cause."""
     watch.stop.set()  # no more heartbeats: this node is leaving
     with contextlib.suppress(RuntimeError, OSError):
         watch.store.add("left", 1)
-        until = time.monotonic() + watch.dead_after + 2
+        until = time.monotonic() + watch.heartbeat
         while hosting and int(watch.store.add("left", 0)) < watch.n \
                 and time.monotonic() < until:
             time.sleep(POLL)

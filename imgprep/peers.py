@@ -2,11 +2,17 @@
 carries what each node holds, heartbeats and failures, so that a node that dies or fails
 stops all the others with a message naming it.
 
+Liveness is counted in heartbeats (``HEARTBEAT``, 5 s, or less when the caller's timeout is
+short): every node beats ``BEATS`` times a heartbeat; one that has not beaten for a whole
+heartbeat counts as dead, its watcher publishes that within a beat, and every other node reads
+it within another: every node stops within two heartbeats of a death.
+
 Keys, under a prefix of their own: ``have/<k>`` (node k's holdings, with ``have/count``),
-``hb/<k>`` (a counter node k bumps every ``HEARTBEAT`` seconds), ``first`` ("<k>\t<what>":
-node k failed, or its watcher saw it die; set only by the first to publish) with ``failseq``
-(how many published), ``done/<k>`` (with ``done/count``) and ``left`` (the nodes leave
-together, the store's host last).
+``hb/<k>`` (a counter node k bumps every beat), ``first`` ("<k>\t<what>": node k failed, or
+its watcher saw it die; set only by the first to publish) with ``failseq`` (how many
+published), ``dead/<k>`` (set by node k's watcher once it saw k die), ``done/<k>`` (with
+``done/count``) and ``left`` (the nodes leave together, the store's host last; a dead node's
+watcher counts it as left, so that nobody waits for it).
 """
 
 from __future__ import annotations
@@ -22,8 +28,9 @@ from typing import Any
 from imgprep.errors import StageError, WaitTimeout
 from imgprep.rendezvous import Rendezvous
 
-HEARTBEAT = 0.5  # seconds between two heartbeats
-POLL = 0.1  # seconds between two looks at the store
+HEARTBEAT = 5.0  # seconds without a beat after which a started node counts as dead
+BEATS = 10  # beats a heartbeat (and looks at the watched node's count)
+POLL = 0.1  # seconds between two looks at a counter a wait is for
 
 
 class PeerFailed(StageError):
@@ -56,14 +63,14 @@ class Watch:
     Each node watches one other: the next one round the ring that has not finished. Whenever
     some node is dead and another alive, an alive one watches a dead one, so a death is
     always seen, and the store's load is O(nodes), not O(nodes^2): a look is two or three
-    store calls, at most once a ``HEARTBEAT``. The watcher publishes the death like a
-    failure, so that every node reads it from ``failseq`` and ``first``.
+    store calls, at most once a beat (``heartbeat / BEATS``). The watcher publishes the death
+    like a failure, so that every node reads it from ``failseq`` and ``first``.
     """
 
     store: Any
     me: int
     n: int
-    dead_after: float
+    heartbeat: float  # seconds without a beat after which a started node counts as dead
     where: str
     stop: threading.Event = field(default_factory=threading.Event)
     watched: int | None = None  # the node this one watches
@@ -73,11 +80,16 @@ class Watch:
     found: str | None = None
     lost: str | None = None
 
+    @property
+    def beat(self) -> float:
+        """Seconds between two beats, and between two looks at the store."""
+        return self.heartbeat / BEATS
+
     def start(self) -> None:
         threading.Thread(target=self._beat, name="fanout-heartbeat", daemon=True).start()
 
     def _beat(self) -> None:
-        while not self.stop.wait(HEARTBEAT):
+        while not self.stop.wait(self.beat):
             try:
                 self.store.add(f"hb/{self.me}", 1)
             except (RuntimeError, OSError) as e:  # the store is gone
@@ -96,12 +108,12 @@ class Watch:
 
     def verdict(self) -> str | None:
         """Why some node will never finish (it failed or died) and what to do; None while all
-        look alive. Reads the store at most once a ``HEARTBEAT``."""
+        look alive. Reads the store at most once a beat."""
         if self.lost is not None:
             return f"lost the meeting point {self.where} ({self.lost}): node 0 died or " \
                    "cannot be reached; rerun to resume"
         now = time.monotonic()
-        if self.found is not None or now - self.looked < HEARTBEAT:
+        if self.found is not None or now - self.looked < self.beat:
             return self.found
         self.looked = now
         try:
@@ -119,8 +131,8 @@ class Watch:
         return f"node {k} {what}"
 
     def _watch(self, now: float) -> str | None:
-        """Check the watched node's heartbeat; publish its death once it stopped beating for
-        ``dead_after`` seconds after it had started, unless it finished."""
+        """Check the watched node's beats; publish its death once it stopped beating for a
+        heartbeat after it had started, unless it finished; count it as left."""
         k = next((j for j in ((self.me + i) % self.n for i in range(1, self.n))
                   if j not in self.finished), None)
         if k is None:
@@ -131,13 +143,16 @@ class Watch:
         if beats != self.seen[0]:
             self.seen = (beats, now)
             return None
-        if beats == 0 or now - self.seen[1] <= self.dead_after:
+        if beats == 0 or now - self.seen[1] <= self.heartbeat:
             return None
         if self.store.check([f"done/{k}"]):
             self.finished.add(k)  # it left: watch the next one from the next look
             return None
-        what = f"died (no heartbeat for {now - self.seen[1]:.0f} s); rerun to resume"
+        what = f"died (no heartbeat for {now - self.seen[1]:.1f} s); rerun to resume"
         self._publish(k, what)
+        with contextlib.suppress(RuntimeError, OSError):  # once per dead node, whoever saw it
+            if self.store.compare_set(f"dead/{k}", "", str(self.me)) == str(self.me).encode():
+                self.store.add("left", 1)  # it never will: the store's host need not wait
         return f"node {k} {what}"
 
 

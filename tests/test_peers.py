@@ -1,6 +1,6 @@
 """The fan-out copiers' liveness watch (imgprep.peers), on an in-process store: a death is seen
-and published by one watcher and read by every node, finished nodes are skipped round the ring,
-and a look costs the store a few calls whatever the node count."""
+and published by one watcher and read by every node within two heartbeats, finished nodes are
+skipped round the ring, and a look costs the store a few calls whatever the node count."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from imgprep.peers import HEARTBEAT, Watch, announce, await_all
+from imgprep.peers import BEATS, HEARTBEAT, Watch, announce, await_all
 
 torch_dist = pytest.importorskip("torch.distributed")
 
-DEAD_AFTER = 0.3
+BEAT = 0.5  # the watches' heartbeat here: a look every BEAT / BEATS seconds
 
 
 class CountingStore:
@@ -32,7 +32,7 @@ class CountingStore:
 
 
 def watches(store: Any, n: int) -> list[Watch]:
-    return [Watch(store, k, n, DEAD_AFTER, "test") for k in range(n)]
+    return [Watch(store, k, n, BEAT, "test") for k in range(n)]
 
 
 def beat(store: Any, nodes: range | list[int]) -> None:
@@ -41,9 +41,9 @@ def beat(store: Any, nodes: range | list[int]) -> None:
 
 
 def look(ws: list[Watch], store: Any, alive: list[int]) -> list[str | None]:
-    """Every node's verdict after one heartbeat period in which ``alive`` beat."""
+    """Every node's verdict after one look period in which ``alive`` beat."""
     beat(store, alive)
-    time.sleep(HEARTBEAT + 0.05)
+    time.sleep(BEAT / BEATS + 0.05)
     return [w.verdict() for w in ws]
 
 
@@ -63,12 +63,41 @@ def test_a_death_is_published_by_its_watcher_and_read_by_every_node() -> None:
     assert int(store.add("failseq", 0)) == 1  # node 2, its watcher, published it once
 
 
+def test_every_node_reads_a_death_within_two_heartbeats_and_counts_it_left() -> None:
+    """Watches that beat on their own threads; node 2 stops (its process died): the others'
+    verdicts name it within two heartbeats of its last beat, and its watcher counts it as
+    left, once, so that the store's host does not wait for it."""
+    store = torch_dist.HashStore()
+    ws = watches(store, 4)
+    for w in ws:
+        w.start()
+    try:
+        time.sleep(3 * BEAT)
+        assert [w.verdict() for w in ws] == [None] * 4  # beating nodes look alive
+        ws[2].stop.set()
+        t0 = time.monotonic()
+        seen: dict[int, float] = {}
+        while len(seen) < 3 and time.monotonic() < t0 + 10 * BEAT:
+            for k in (0, 1, 3):
+                if k not in seen and ws[k].verdict() is not None:
+                    seen[k] = time.monotonic() - t0
+            time.sleep(0.01)
+        assert sorted(seen) == [0, 1, 3] and max(seen.values()) <= 2 * BEAT, seen
+        for k in (0, 1, 3):
+            assert (ws[k].verdict() or "").startswith("node 2 died (no heartbeat"), ws[k].found
+        assert int(store.add("left", 0)) == 1  # node 1, its watcher, counted it once
+        assert HEARTBEAT == 5.0 and ws[0].beat == BEAT / BEATS
+    finally:
+        for w in ws:
+            w.stop.set()
+
+
 def test_the_first_published_failure_wins_and_names_the_node() -> None:
     store = torch_dist.HashStore()
     ws = watches(store, 3)
     ws[1].fail("node 1: shard x is corrupt")
     ws[2].fail("node 2: lost node 1")  # a consequence, published later
-    time.sleep(HEARTBEAT + 0.05)
+    time.sleep(BEAT / BEATS + 0.05)
     assert ws[0].verdict() == "node 1 failed: node 1: shard x is corrupt"
     assert ws[2].verdict() == ws[0].verdict()
     assert int(store.add("failseq", 0)) == 2
@@ -98,12 +127,12 @@ def test_a_look_costs_a_few_store_calls_whatever_the_node_count(n: int) -> None:
     beat(store.store, range(n))
     looks = 3
     for _ in range(looks):
-        time.sleep(HEARTBEAT + 0.02)
+        time.sleep(w.beat + 0.02)
         for _ in range(5):  # a caller polls faster than the heartbeat: cached between looks
             assert w.verdict() is None
     assert store.calls <= 2 * looks
     Watch(store.store, 1, n, 5.0, "test").fail("node 1: disk full")
-    time.sleep(HEARTBEAT + 0.02)
+    time.sleep(w.beat + 0.02)
     calls = store.calls
     assert w.verdict() == "node 1 failed: node 1: disk full"
     assert store.calls - calls <= 2  # the first failure is one key, not one per node
