@@ -69,6 +69,10 @@ def cli() -> None:
 @click.option("--label-offset", type=int, default=None,
               help="Subtract this from every label of a 'name label' ground truth: 1 for a "
                    "1-based file; 0 says the labels are 0-based (no 1-based check).")
+@click.option("--trust-labels", is_flag=True,
+              help="Convert ILSVRC2012_val_* images with the labels of --labels even where "
+                   "they differ from the published ILSVRC2012 validation labels (refused "
+                   "without it).")
 @click.option("--classes", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="Class list 'wnid name' per line (default: the 1000 ILSVRC2012 classes).")
 @click.option("--overwrite", is_flag=True,
@@ -107,7 +111,8 @@ def cli() -> None:
 @quiet_option
 @json_option
 def convert(input: Path, out: Path, fmt: str, split: str | None, labels: tuple[Path, ...],
-            label_offset: int | None, classes: Path | None, overwrite: bool, size: int, resize: str,
+            label_offset: int | None, trust_labels: bool, classes: Path | None, overwrite: bool,
+            size: int, resize: str,
             filt: str, quality: int,
             max_pixels: int, exif_transpose: bool, shard_size: int, num_shards: int | None,
             seed: int, meta: bool, workers: int | None, max_errors: int, rank_mode: str,
@@ -142,7 +147,7 @@ def convert(input: Path, out: Path, fmt: str, split: str | None, labels: tuple[P
         shard_size=shard_size, num_shards=num_shards, seed=seed,
         workers=workers or world.cores_per_rank(),
         max_errors=max_errors, meta=meta, mode=rank_mode, wait_timeout=wait_timeout,
-        overwrite=overwrite, label_offset=label_offset,
+        overwrite=overwrite, label_offset=label_offset, trust_labels=trust_labels,
     )
     bars: list[Any] = []
 

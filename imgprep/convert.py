@@ -431,6 +431,8 @@ def _summary(plan: Plan, world: World, finaliser: bool, results: list[TaskResult
         "errors": n_errors,
         "max_errors": opts.max_errors,
         "unknown_wnids": unknown_wnids(plan),
+        "label_check": plan.label_check.mode,
+        "label_check_names": plan.label_check.names(),
         "skipped_non_images": plan.listing.skipped,
         "tasks": len(held),
         "tasks_mine": len(mine),

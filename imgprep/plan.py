@@ -22,7 +22,13 @@ import numpy as np
 
 from imgprep import __version__, outdir
 from imgprep.errors import LabelError, OutputError, SourceFormatError
-from imgprep.groundtruth import UNKNOWN, load_ground_truth, resolve_labels, unknown_wnid_reason
+from imgprep.groundtruth import (
+    UNKNOWN,
+    LabelCheck,
+    read_ground_truth,
+    resolve_labels,
+    unknown_wnid_reason,
+)
 from imgprep.manifest import Manifest
 from imgprep.outdir import STATE_DIR
 from imgprep.sources import VAL_PREFIX, Listing, list_source, split_folders, split_of_name
@@ -57,6 +63,7 @@ class ConvertOptions:
     wait_timeout: float = 3600.0
     overwrite: bool = False  # replace a finished split converted from other inputs/options
     label_offset: int | None = None  # subtracted from a 'name label' ground truth's labels
+    trust_labels: bool = False  # take labels that differ from the published val labels as given
 
 
 @dataclass(frozen=True)
@@ -77,6 +84,7 @@ class Plan:
     classes: ClassTable
     tasks: tuple[Task, ...]
     fingerprint: str
+    label_check: LabelCheck = field(default_factory=LabelCheck)
 
     @property
     def state_dir(self) -> Path:
@@ -187,16 +195,21 @@ def _labels(listing: Listing, classes: ClassTable) -> np.ndarray | None:
 
 
 def make_plan(opts: ConvertOptions) -> Plan:
-    """List the source (class tars on ``opts.workers`` processes), label every image and cut
-    the work into tasks (no image is decoded)."""
+    """Check the ground truth, list the source (class tars on ``opts.workers`` processes),
+    label every image and cut the work into tasks (no image is decoded)."""
     if opts.format not in OUTPUT_FORMATS:
         raise ValueError(f"format must be one of {OUTPUT_FORMATS}")
     if opts.label_offset is not None and not opts.labels:
         raise LabelError(f"--label-offset {opts.label_offset} shifts the labels of --labels, "
                          "and none was given; pass the ground truth or drop --label-offset")
+    if opts.trust_labels and not opts.labels:
+        raise LabelError("--trust-labels takes the labels of --labels as given, and none was "
+                         "given; pass the ground truth or drop --trust-labels")
     classes = load_class_table(opts.classes)
+    gt = read_ground_truth(opts.labels, classes, opts.label_offset, opts.trust_labels) \
+        if opts.labels else None  # checked before the (longer) listing
+    truth = gt.labels if gt is not None else None
     listing = list_source(opts.input, workers=opts.workers)  # the same for any count
-    truth = load_ground_truth(opts.labels, classes, opts.label_offset) if opts.labels else None
     labels = _labels(listing, classes) if truth is None else None
     if labels is None:
         labels = resolve_labels(listing, classes, truth)
@@ -205,7 +218,8 @@ def make_plan(opts: ConvertOptions) -> Plan:
         check_no_val_in_train(listing)
     tasks = plan_tasks(np.flatnonzero(labels != UNKNOWN), opts, split)
     return Plan(opts, split, listing, labels, classes, tasks,
-                _fingerprint(opts, split, listing, labels, classes))
+                _fingerprint(opts, split, listing, labels, classes),
+                gt.check if gt is not None else LabelCheck())
 
 
 def split_inputs(opts: ConvertOptions, notify: Notify | None = None) -> list[ConvertOptions]:
@@ -233,7 +247,8 @@ def split_inputs(opts: ConvertOptions, notify: Notify | None = None) -> list[Con
     # The split stays as the user gave it: a folder's name is not --split train, so
     # validation images in a train/ folder are still refused.
     return [replace(opts, input=p, labels=opts.labels if s == "val" else (),
-                    label_offset=opts.label_offset if s == "val" else None)
+                    label_offset=opts.label_offset if s == "val" else None,
+                    trust_labels=opts.trust_labels and s == "val")
             for s, p in sorted(found.items(), key=lambda kv: kv[0] != "train")]
 
 

@@ -25,6 +25,10 @@ def convert_lines(s: dict[str, Any], max_errors: int) -> list[str]:
         lines.append(f"{n} images are named with wnids outside the class table "
                      f"({', '.join(f'{w}: {k}' for w, k in s['unknown_wnids'].items())}); "
                      "logged as errors; pass --classes with a table that has them")
+    differing = s.get("label_check_names", {}).get("differing", 0)
+    if differing:
+        lines.append(f"--trust-labels: {differing} ILSVRC2012_val_* names in the ground truth "
+                     "have labels other than the published ones; converted as given")
     if s["errors"]:
         lines.append(f"{s['errors']} images failed; see {s['error_log']}")
     lines.append(f"manifest: {s['manifest']}" if s["complete"] else

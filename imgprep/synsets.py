@@ -75,8 +75,9 @@ def parse_class_table(text: str, origin: str) -> ClassTable:
     return ClassTable(wnids, tuple(rows[w] for w in wnids))
 
 
+@functools.cache
 def imagenet_classes() -> ClassTable:
-    """The 1000 ILSVRC2012 classes shipped with the package."""
+    """The 1000 ILSVRC2012 classes shipped with the package (one frozen table, made once)."""
     text = resources.files("imgprep").joinpath("data/synset_words.txt").read_text("utf-8-sig")
     return parse_class_table(text, "imgprep/data/synset_words.txt")
 

@@ -48,7 +48,7 @@ def read_label_list(path: Path, root: Path | None = None, num_classes: int | Non
     except OSError as e:
         raise InputMissingError(f"cannot read label list {path}: {e.strerror}") from e
     try:
-        text = data.decode("utf-8")
+        text = data.decode("utf-8-sig")  # a byte-order mark is not part of the first path
     except UnicodeDecodeError as e:
         n = data.count(b"\n", 0, e.start) + 1
         raise ManifestError(f"{path}:{n}: not UTF-8 text; save the list as UTF-8") from e

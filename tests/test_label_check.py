@@ -1,0 +1,193 @@
+"""``imgprep convert`` checks ground truth against the published ILSVRC2012 validation labels
+and reads label files saved with a byte-order mark.
+
+Every refusal is one ``imgprep: error:`` line (exit 3) naming the file and the fix, and
+leaves the output folder as it was.
+"""
+
+from __future__ import annotations
+
+import json
+import tarfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from click.testing import CliRunner, Result
+from conftest import jpeg
+from helpers import one_line_error
+
+from imgprep.cli import cli
+from imgprep.manifest import read_manifest
+from imgprep.synsets import imagenet_classes, imagenet_val_labels
+from loaders.labellist import read_label_list
+
+CLASSES = imagenet_classes()
+PUBLISHED = imagenet_val_labels()
+SMALL = ("--size", "16", "-j", "1", "-q", "--json")
+WNIDS = ("n01440764", "n01443537")
+
+
+def invoke(*args: object) -> Result:
+    return CliRunner().invoke(cli, [str(a) for a in args])
+
+
+def ok(r: Result) -> dict[str, Any]:
+    assert r.exit_code == 0, f"exit {r.exit_code}: {r.output}"
+    out: dict[str, Any] = json.loads(r.stdout)
+    return out
+
+
+def _val(k: int) -> str:
+    return f"ILSVRC2012_val_{k:08d}"
+
+
+def tree(root: Path, files: dict[str, int]) -> Path:
+    """``files`` ({relative path: seed}) as small JPEGs under ``root``."""
+    for rel, seed in files.items():
+        p = root / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(jpeg((40, 32), seed=seed))
+    return root
+
+
+def snapshot(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes()
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def labels_of(out: Path, split: str = "val") -> dict[str, int]:
+    """{key: class index} of every sample in the split's shards."""
+    found = {}
+    for entry in read_manifest(out, split).shards:
+        with tarfile.open(out / entry.name) as tf:
+            for m in tf:
+                f = tf.extractfile(m) if m.name.endswith(".cls") else None
+                if f is not None:
+                    found[m.name[:-4]] = int(f.read())
+    return found
+
+
+def subset(n: int = 1300, seed: int = 0) -> list[tuple[int, int]]:
+    """``n`` validation images (number, published label), none of class 0 or 999: a 1-based
+    copy has labels 1..999 with no 0 and no 1000, as a published 1,300-image subset has."""
+    pool = np.flatnonzero((PUBLISHED != 0) & (PUBLISHED != 999)) + 1
+    picks = np.sort(np.random.default_rng(seed).choice(pool, n, replace=False))
+    return [(int(k), int(PUBLISHED[k - 1])) for k in picks]
+
+
+def name_labels(path: Path, rows: list[tuple[int, int]], shift: int = 0) -> Path:
+    path.write_text("".join(f"{_val(k)} {c + shift}\n" for k, c in rows))
+    return path
+
+
+def val_folder(root: Path, numbers: list[int]) -> Path:
+    return tree(root, {f"{_val(k)}.JPEG": k for k in numbers})
+
+
+# ---------------------------------------------------------------------------- published labels
+
+
+def test_a_one_based_subset_is_refused_naming_the_shift_and_label_offset(tmp_path: Path) -> None:
+    """1,300 images of ~725 classes, labels 1..999 and no 0: refused naming the shift and
+    --label-offset 1; with it, converted silently with the published labels."""
+    rows = subset()
+    assert 700 <= len({c for _, c in rows}) <= 750
+    gt = name_labels(tmp_path / "tf_val_labels.txt", rows, shift=1)
+    src = val_folder(tmp_path / "val", [k for k, _ in rows[:6]])
+    out = tmp_path / "out"
+    one_line_error(invoke("convert", src, "-o", out, "--labels", gt, *SMALL), 3, gt,
+                   "labelled 1 above the published ILSVRC2012 validation labels",
+                   "pass --label-offset 1")
+    assert not out.exists()
+    r = invoke("convert", src, "-o", out, "--labels", gt, "--label-offset", "1", *SMALL)
+    s = ok(r)
+    assert r.stderr == ""
+    assert s["label_check"] == "canonical"
+    assert s["label_check_names"] == {"canonical": 1300, "other": 0, "differing": 0}
+    assert labels_of(out) == {_val(k): c for k, c in rows[:6]}
+
+
+def test_wrong_labels_are_refused_and_trust_labels_converts_them(tmp_path: Path) -> None:
+    rows = subset(50, seed=3)
+    wrong = (2, 30, 41)
+    bad = [(k, (c + 10) % 1000 if i in wrong else c) for i, (k, c) in enumerate(rows)]
+    gt = name_labels(tmp_path / "val.txt", bad)
+    src = val_folder(tmp_path / "val", [k for k, _ in rows])
+    out = tmp_path / "out"
+    (out / "keep").mkdir(parents=True)
+    (out / "keep" / "note.txt").write_text("mine")
+    before = snapshot(out)
+    msg = one_line_error(invoke("convert", src, "-o", out, "--labels", gt, *SMALL), 3,
+                         f"{gt}: 3 of 50 ILSVRC2012_val_* names are labelled otherwise",
+                         *(f"{gt}:{i + 1}: {_val(rows[i][0])}" for i in wrong), "--trust-labels")
+    assert "…" not in msg
+    assert snapshot(out) == before
+    s = ok(invoke("convert", src, "-o", out, "--labels", gt, "--trust-labels", *SMALL))
+    assert s["label_check"] == "trusted"
+    assert s["label_check_names"] == {"canonical": 0, "other": 50, "differing": 3}
+    assert labels_of(out) == {_val(k): c for k, c in bad}
+    human = invoke("convert", src, "-o", out, "--labels", gt, "--trust-labels", "-j", "1",
+                   "--size", "16")
+    assert human.exit_code == 0, human.output
+    assert "--trust-labels: 3 ILSVRC2012_val_* names" in human.stdout
+
+
+def test_trust_labels_without_labels_is_refused(tmp_path: Path) -> None:
+    src = tree(tmp_path / "train", {f"{w}/{w}_1.JPEG": i for i, w in enumerate(WNIDS)})
+    one_line_error(invoke("convert", src, "-o", tmp_path / "out", "--trust-labels", *SMALL), 3,
+                   "--trust-labels", "drop --trust-labels")
+
+
+def test_agreement_is_silent(tmp_path: Path) -> None:
+    rows = subset(30, seed=4)
+    gt = tmp_path / "LOC_val_solution.csv"
+    gt.write_text("ImageId,PredictionString\n" + "".join(
+        f"{_val(k)},{CLASSES.wnids[c]} 1 2 3 4\n" for k, c in rows))
+    src = val_folder(tmp_path / "val", [k for k, _ in rows[:5]])
+    r = invoke("convert", src, "-o", tmp_path / "out", "--labels", gt, "-j", "1", "--size", "16")
+    assert r.exit_code == 0 and r.stderr.count("warning") == 0, r.output
+    assert "label" not in r.stdout.lower()
+    s = ok(invoke("convert", src, "-o", tmp_path / "out", "--labels", gt, *SMALL))
+    assert (s["label_check"], s["label_check_names"]["canonical"]) == ("canonical", 30)
+    assert labels_of(tmp_path / "out") == {_val(k): c for k, c in rows[:5]}
+    train = tree(tmp_path / "train", {f"{w}/{w}_1.JPEG": i for i, w in enumerate(WNIDS)})
+    assert ok(invoke("convert", train, "-o", tmp_path / "out", *SMALL))["label_check"] == "none"
+
+
+@pytest.mark.realdata
+@pytest.mark.parametrize("files", [
+    ["ILSVRC2012_validation_ground_truth.txt", "map_clsloc.txt"],
+    ["LOC_val_solution.csv"],
+    ["caffe_val.txt"],
+], ids=["devkit", "kaggle", "caffe"])
+def test_the_real_ground_truth_files_pass_the_check(real_data: Path, tmp_path: Path,
+                                                    files: list[str]) -> None:
+    labels = [a for f in files for a in ("--labels", real_data / "meta" / f)]
+    s = ok(invoke("convert", real_data / "originals" / "val", "-o", tmp_path, *labels, *SMALL))
+    assert s["label_check"] == "canonical"
+    assert s["label_check_names"] == {"canonical": 50_000, "other": 0, "differing": 0}
+    assert set(labels_of(tmp_path).values()) == {CLASSES.index("n04584207")}
+
+
+# ---------------------------------------------------------------------------- byte-order marks
+
+
+def test_a_kaggle_csv_with_a_byte_order_mark_converts(tmp_path: Path) -> None:
+    rows = subset(4, seed=5)
+    gt = tmp_path / "LOC_val_solution.csv"
+    gt.write_text("ImageId,PredictionString\n" + "".join(
+        f"{_val(k)},{CLASSES.wnids[c]}\n" for k, c in rows), "utf-8-sig")
+    assert gt.read_bytes().startswith(b"\xef\xbb\xbfImageId")
+    src = val_folder(tmp_path / "val", [k for k, _ in rows])
+    ok(invoke("convert", src, "-o", tmp_path / "out", "--labels", gt, *SMALL))
+    assert labels_of(tmp_path / "out") == {_val(k): c for k, c in rows}
+
+
+def test_a_label_list_with_a_byte_order_mark_reads(tmp_path: Path) -> None:
+    lst = tmp_path / "train.txt"
+    lst.write_text("train/a.jpg 3\ntrain/b.jpg 0\n", "utf-8-sig")
+    entries = read_label_list(lst)
+    assert entries.paths == ("train/a.jpg", "train/b.jpg")
+    assert entries.labels.tolist() == [3, 0]
