@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import shlex
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
@@ -135,15 +136,67 @@ def infer_split(listing: Listing, has_labels: bool, source: Path | None = None) 
     return "train"
 
 
-def check_no_val_in_train(listing: Listing) -> None:
-    """Validation images (``ILSVRC2012_val_*``) never go into an inferred train split."""
+def _command(inp: Path, out: Path, *extra: object) -> str:
+    return " ".join(["imgprep convert", shlex.quote(str(inp)), "-o", shlex.quote(str(out)),
+                     *(shlex.quote(str(a)) for a in extra)])
+
+
+def _label_args(opts: ConvertOptions) -> list[object]:
+    """The ground-truth options of ``opts``, as command-line arguments."""
+    args: list[object] = [a for p in opts.labels for a in ("--labels", p)]
+    if opts.label_offset is not None:
+        args += ["--label-offset", opts.label_offset]
+    return args + (["--trust-labels"] if opts.trust_labels else [])
+
+
+def check_no_val_in_train(listing: Listing, opts: ConvertOptions,
+                          origin: ConvertOptions | None = None) -> None:
+    """Validation images (``ILSVRC2012_val_*``) never go into an inferred train split: refused,
+    saying which and how many, with the commands that separate them, in order. ``origin``:
+    the options given, when ``opts.input`` is one split folder of ``origin.input``."""
     rows = _val_rows(listing)
-    if len(rows):
+    if not len(rows):
+        return
+    src = Path(listing.root)
+    what = (f"{src} would be the train split but holds {len(rows)} validation images "
+            f"(ILSVRC2012_val_*, first: {src}/{listing.member_str(int(rows[0]))}): train and "
+            "val look merged")
+    on_purpose = "pass --split train to put them into the train split on purpose"
+    if (listing.offset[rows] >= 0).any():
+        tars = sorted({listing.containers[int(c)] for c in listing.container[rows]})
         raise SourceFormatError(
-            f"{listing.root} would be the train split but holds {len(rows)} validation images "
-            f"(ILSVRC2012_val_*, first: {listing.root}/{listing.member_str(int(rows[0]))}): "
-            "train and val look merged; convert the val images on their own (--split val), "
-            "or pass --split train to put them into the train split on purpose")
+            f"{what}; they are inside {', '.join(tars[:3])}{' …' if len(tars) > 3 else ''}: "
+            f"rebuild it without them and convert again, or {on_purpose}")
+    in_folders = all("/" in listing.member_str(int(r)) for r in rows)
+    raise SourceFormatError(f"{what}. {_separate(src, len(rows), in_folders, opts, origin)}. "
+                            f"Else {on_purpose}")
+
+
+def _separate(src: Path, count: int, in_folders: bool, opts: ConvertOptions,
+              origin: ConvertOptions | None) -> str:
+    """The commands that move ``count`` validation images out of the train folder ``src``
+    (keeping their class folders) and convert both sets."""
+    root = origin.input if origin is not None and origin.input != opts.input else None
+    base = root or src
+    dest = base.absolute().parent / f"{base.name}-val-images"
+    move = (f"(cd {shlex.quote(str(src))} && find . -type f -name 'ILSVRC2012_val_*' -exec sh "
+            """-c 'mkdir -p "$0/${1%/*}" && mv -n "$1" "$0/$1"' """
+            f"{shlex.quote(str(dest))} {{}} \\;)")
+    given = _label_args(origin or opts)
+    labels = [] if in_folders else given or ["--labels", "GROUND_TRUTH"]
+    if root is None:
+        again = f"{_command(src, opts.out)} converts the train images"
+        moved = f"{_command(dest, opts.out, '--split', 'val', *labels)} converts the moved ones"
+    else:
+        val = split_folders(root)[0].get("val", root / "val")
+        again = (f"{_command(root, opts.out, *given)} converts {src.name}/ and {val.name}"
+                 f"{'/' if val.is_dir() else ''}, each into its own manifest")
+        other = Path(f"{opts.out}-val-images")
+        moved = (f"if {val.name} lacks the moved images, convert them into a folder of their "
+                 f"own: {_command(dest, other, '--split', 'val', *labels)}")
+    kept = " (class folders kept)" if in_folders else ""
+    return (f"1) move these {count} files out of {src}{kept}: {move} "
+            f"2) {again}; 3) {moved}")
 
 
 def plan_tasks(rows: int | np.ndarray, opts: ConvertOptions, split: str) -> tuple[Task, ...]:
@@ -194,9 +247,11 @@ def _labels(listing: Listing, classes: ClassTable) -> np.ndarray | None:
     return np.asarray(table, dtype=np.int16)[inverse].reshape(-1)
 
 
-def make_plan(opts: ConvertOptions) -> Plan:
+def make_plan(opts: ConvertOptions, origin: ConvertOptions | None = None) -> Plan:
     """Check the ground truth, list the source (class tars on ``opts.workers`` processes),
-    label every image and cut the work into tasks (no image is decoded)."""
+    label every image and cut the work into tasks (no image is decoded). ``origin``: the
+    options given, when ``opts`` is one split of them (``split_inputs``), for the advice of
+    errors."""
     if opts.format not in OUTPUT_FORMATS:
         raise ValueError(f"format must be one of {OUTPUT_FORMATS}")
     if opts.label_offset is not None and not opts.labels:
@@ -210,12 +265,12 @@ def make_plan(opts: ConvertOptions) -> Plan:
         if opts.labels else None  # checked before the (longer) listing
     truth = gt.labels if gt is not None else None
     listing = list_source(opts.input, workers=opts.workers)  # the same for any count
+    split = opts.split or infer_split(listing, bool(opts.labels), opts.input)
+    if opts.split is None and split == "train":  # before labels: loose val images have none
+        check_no_val_in_train(listing, opts, origin)
     labels = _labels(listing, classes) if truth is None else None
     if labels is None:
         labels = resolve_labels(listing, classes, truth)
-    split = opts.split or infer_split(listing, bool(opts.labels), opts.input)
-    if opts.split is None and split == "train":
-        check_no_val_in_train(listing)
     tasks = plan_tasks(np.flatnonzero(labels != UNKNOWN), opts, split)
     return Plan(opts, split, listing, labels, classes, tasks,
                 _fingerprint(opts, split, listing, labels, classes),

@@ -1,5 +1,6 @@
-"""``imgprep convert`` checks ground truth against the published ILSVRC2012 validation labels
-and reads label files saved with a byte-order mark.
+"""``imgprep convert`` checks ground truth against the published ILSVRC2012 validation labels,
+reads label files saved with a byte-order mark, and separates validation images found in a
+train folder with commands that work.
 
 Every refusal is one ``imgprep: error:`` line (exit 3) naming the file and the fix, and
 leaves the output folder as it was.
@@ -8,6 +9,9 @@ leaves the output folder as it was.
 from __future__ import annotations
 
 import json
+import re
+import shlex
+import subprocess
 import tarfile
 from pathlib import Path
 from typing import Any
@@ -15,7 +19,7 @@ from typing import Any
 import numpy as np
 import pytest
 from click.testing import CliRunner, Result
-from conftest import jpeg
+from conftest import jpeg, write_tar
 from helpers import one_line_error
 
 from imgprep.cli import cli
@@ -191,3 +195,75 @@ def test_a_label_list_with_a_byte_order_mark_reads(tmp_path: Path) -> None:
     entries = read_label_list(lst)
     assert entries.paths == ("train/a.jpg", "train/b.jpg")
     assert entries.labels.tolist() == [3, 0]
+
+
+# ---------------------------------------------------------------------------- merged splits
+
+
+STEPS = re.compile(r"1\) move these (\d+) files out of (.+?)(?: \(class folders kept\))?: "
+                   r"(\(cd .+?\\;\)) 2\) (imgprep convert .+?) converts .+?; 3\) (?:.*?: )?"
+                   r"(imgprep convert .+? --split val.*?)(?: converts the moved ones)?\. "
+                   r"Else pass --split train")
+
+
+def run_steps(msg: str, cwd: Path) -> tuple[int, list[list[str]]]:
+    """Run the message's shell command (step 1); return the count it names and its two
+    convert commands' arguments (steps 2 and 3)."""
+    m = STEPS.search(msg)
+    assert m is not None, msg
+    subprocess.run(["sh", "-c", m.group(3)], cwd=cwd, check=True)
+    return int(m.group(1)), [shlex.split(m.group(i))[2:] for i in (4, 5)]
+
+
+def test_a_root_whose_train_holds_val_images_gets_commands_that_work(tmp_path: Path) -> None:
+    """train/ holds validation images in its class folders, beside val/: the message says
+    which and how many, with the command that moves them out (class folders kept), then
+    the converts that work."""
+    root = tmp_path / "imagenet"
+    stray = {f"train/{w}/{_val(k)}.JPEG": k for k, w in zip((3, 4, 9), WNIDS * 2, strict=False)}
+    tree(root, {**{f"train/{w}/{w}_{i}.JPEG": 10 * j + i for j, w in enumerate(WNIDS)
+                   for i in range(2)}, **stray,
+                **{f"val/{w}/{_val(k)}.JPEG": k for k, w in ((1, WNIDS[0]), (2, WNIDS[1]))}})
+    out = tmp_path / "out"
+    msg = one_line_error(invoke("convert", root, "-o", out, *SMALL), 3, f"{root}/train",
+                         "3 validation images", "find", "--split train")
+    assert not out.exists()
+    count, (again, moved) = run_steps(msg, tmp_path)
+    assert count == 3
+    assert not list((root / "train").rglob("ILSVRC2012_val_*"))
+    dest = tmp_path / "imagenet-val-images"
+    assert sorted(p.relative_to(dest).as_posix() for p in dest.rglob("*.JPEG")) == \
+        sorted(r.removeprefix("train/") for r in stray)
+    s = ok(invoke(*["convert", *again, *SMALL]))
+    assert [x["split"] for x in s["splits"]] == ["train", "val"]
+    assert sorted(labels_of(out, "train")) == sorted(f"{w}_{i}" for w in WNIDS for i in range(2))
+    assert sorted(labels_of(out, "val")) == [_val(1), _val(2)]
+    ok(invoke(*["convert", *moved, *SMALL]))
+    other = Path(moved[moved.index("-o") + 1])
+    assert labels_of(other) == {_val(k): CLASSES.index(r.split("/")[1]) for r, k in stray.items()}
+
+
+def test_a_train_folder_with_loose_val_images_gets_commands_that_work(tmp_path: Path) -> None:
+    """Val images loose in a train tree given on its own: moved out, then the train images and
+    the moved ones (with the ground truth they need) convert into one folder."""
+    src = tree(tmp_path / "mine", {**{f"{w}/{w}_1.JPEG": i for i, w in enumerate(WNIDS)},
+                                   f"{_val(7)}.JPEG": 7, f"{_val(8)}.JPEG": 8})
+    out = tmp_path / "out"
+    msg = one_line_error(invoke("convert", src, "-o", out, *SMALL), 3, src,
+                         "2 validation images", "--split val", "--labels GROUND_TRUTH")
+    count, (again, moved) = run_steps(msg, tmp_path)
+    assert count == 2
+    s = ok(invoke(*["convert", *again, *SMALL]))
+    assert (s["split"], s["samples"]) == ("train", 2)
+    gt = name_labels(tmp_path / "val.txt", [(k, int(PUBLISHED[k - 1])) for k in (7, 8)])
+    moved[moved.index("GROUND_TRUTH")] = str(gt)
+    ok(invoke(*["convert", *moved, *SMALL]))
+    assert labels_of(out) == {_val(k): int(PUBLISHED[k - 1]) for k in (7, 8)}
+
+
+def test_val_images_inside_a_train_tar_are_named_with_the_tar(tmp_path: Path) -> None:
+    src = write_tar(tmp_path / "train.tar", [(f"{WNIDS[0]}_1.JPEG", jpeg((40, 32))),
+                                             (f"{_val(5)}.JPEG", jpeg((40, 32), seed=5))])
+    msg = one_line_error(invoke("convert", src, "-o", tmp_path / "out", *SMALL), 3,
+                         "1 validation images", f"inside {src}", "rebuild", "--split train")
+    assert "find" not in msg
