@@ -12,7 +12,6 @@ Exit codes (all commands):
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from pathlib import Path
@@ -311,9 +310,15 @@ def verify(path: Path, split: str | None, decode: bool, workers: int | None, qui
 @split_option
 @click.option("--strict", is_flag=True,
               help="Exit 1 when PIL is not an AVX2 pillow-simd with libjpeg-turbo.")
+@quiet_option
 @json_option
-def info(path: Path | None, split: str | None, strict: bool, as_json: bool) -> None:
-    """Versions, whether PIL is pillow-simd (AVX2, libjpeg-turbo), and a manifest summary."""
+def info(path: Path | None, split: str | None, strict: bool, quiet: bool,
+         as_json: bool) -> None:
+    """Versions, whether PIL is pillow-simd (AVX2, libjpeg-turbo), and a manifest summary.
+
+    With --quiet or --json, a PIL that is not the fast build is said on stderr only when
+    --strict makes it a failure.
+    """
     from imgprep.info import manifest_summaries, pil_info, pil_warning, versions
     from imgprep.report import info_lines
 
@@ -325,16 +330,13 @@ def info(path: Path | None, split: str | None, strict: bool, as_json: bool) -> N
             fail(e)
     warning = pil_warning(out["pil"])
     out["warning"] = warning
-    if as_json:
-        click.echo(json.dumps(out, sort_keys=True))
-        if strict and warning:
-            sys.exit(EXIT_FAILED)
-        return
-    click.echo("\n".join(info_lines(out)))
-    if warning:
+    emit(out, as_json, quiet, lambda: "\n".join(info_lines(out)))
+    if warning and not (quiet or as_json):
         click.echo(f"WARNING: {warning}", err=True)
-        if strict:
-            sys.exit(EXIT_FAILED)
+    if strict and warning:
+        if quiet or as_json:
+            click.echo(f"imgprep: error: {warning}", err=True)
+        sys.exit(EXIT_FAILED)
 
 
 @cli.command()
@@ -345,15 +347,18 @@ def info(path: Path | None, split: str | None, strict: bool, as_json: bool) -> N
               help="How many random samples.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Which random samples.")
 @split_option
-def preview(path: Path, output: Path, count: int, seed: int, split: str | None) -> None:
+@quiet_option
+@json_option
+def preview(path: Path, output: Path, count: int, seed: int, split: str | None, quiet: bool,
+            as_json: bool) -> None:
     """Write a contact sheet of random converted samples with their class names."""
     from imgprep.preview import make_sheet
 
     try:
-        n = make_sheet(path, output, n=count, split=split, seed=seed)
+        s = make_sheet(path, output, n=count, split=split, seed=seed)
     except ImgprepError as e:
         fail(e)
-    click.echo(f"{output}: {n} samples")
+    emit(s, as_json, quiet, lambda: f"{output}: {s['samples']} samples")
 
 
 @cli.command("make-sample")
@@ -365,9 +370,10 @@ def preview(path: Path, output: Path, count: int, seed: int, split: str | None) 
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--bad/--no-bad", default=False, show_default=True,
               help="Add a truncated JPEG and a zero-byte file to the train set.")
+@quiet_option
 @json_option
 def make_sample_cmd(out: Path, classes: int, per_class: int, val: int, seed: int, bad: bool,
-                    as_json: bool) -> None:
+                    quiet: bool, as_json: bool) -> None:
     """Write a small fake ILSVRC2012 (nested train tar, val tar, ground truth) with its quirks."""
     from imgprep.sample import make_sample
 
@@ -375,7 +381,7 @@ def make_sample_cmd(out: Path, classes: int, per_class: int, val: int, seed: int
         s = make_sample(out, classes, per_class, val, seed, bad)
     except ImgprepError as e:
         fail(e)
-    emit(s, as_json, False, lambda: (
+    emit(s, as_json, quiet, lambda: (
         f"{out}: {s['train_images']} train images in {len(s['classes'])} classes "
         f"({s['train_tar']}), {s['val_images']} val images ({s['val_tar']}) with devkit, "
         f"Caffe and Kaggle ground truth; quirks: {', '.join(s['quirks'])}"

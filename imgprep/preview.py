@@ -5,16 +5,16 @@ from __future__ import annotations
 import io
 import random
 from pathlib import Path
+from typing import Any
 
 from PIL import Image, ImageDraw
 
 from imgprep.fsutil import write_bytes_atomic
-from imgprep.manifest import read_manifest
+from imgprep.manifest import Manifest, read_manifest
 from imgprep.shardio import iter_samples
 
 
-def _pick(folder: Path, split: str | None, n: int, seed: int) -> list[tuple[bytes, int, str]]:
-    m = read_manifest(folder, split)
+def _pick(m: Manifest, folder: Path, n: int, seed: int) -> list[tuple[bytes, int, str]]:
     rng = random.Random(seed)
     picked: list[tuple[bytes, int, str]] = []
     if m.format == "shards":
@@ -37,9 +37,11 @@ def _pick(folder: Path, split: str | None, n: int, seed: int) -> list[tuple[byte
 
 
 def make_sheet(folder: Path, out: Path, n: int = 32, split: str | None = None, seed: int = 0,
-               cols: int = 8, thumb: int = 128) -> int:
-    """Write a PNG grid of ``n`` random samples with their class names; returns how many."""
-    items = _pick(folder, split, n, seed)
+               cols: int = 8, thumb: int = 128) -> dict[str, Any]:
+    """Write a PNG grid of ``n`` random samples with their class names; returns the summary
+    (folder, split, output, samples: how many it shows)."""
+    m = read_manifest(folder, split)
+    items = _pick(m, folder, n, seed)
     rows = max(1, -(-len(items) // cols))
     cap = 14
     sheet = Image.new("RGB", (cols * thumb, rows * (thumb + cap)), "white")
@@ -55,4 +57,4 @@ def make_sheet(folder: Path, out: Path, n: int = 32, split: str | None = None, s
     sheet.save(buf, "PNG")
     out.parent.mkdir(parents=True, exist_ok=True)
     write_bytes_atomic(out, buf.getvalue())
-    return len(items)
+    return {"folder": str(folder), "split": m.split, "output": str(out), "samples": len(items)}

@@ -1,0 +1,90 @@
+"""Every ``imgprep`` command takes ``-q/--quiet`` and ``--json``, as the README and
+docs/commands.md promise: checked on the click group itself, so a new command without them
+fails here; and what the two flags do for the commands that had neither."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+import pytest
+from click.testing import CliRunner, Result
+
+from imgprep.cli import cli
+from imgprep.convert import ConvertOptions, convert
+
+
+def invoke(*args: object) -> Result:
+    return CliRunner().invoke(cli, [str(a) for a in args])
+
+
+def flag_options(command: click.Command) -> dict[str, click.Option]:
+    """Each spelling of each flag option of ``command`` (``-q``, ``--quiet`` …)."""
+    return {spelling: p for p in command.params if isinstance(p, click.Option) and p.is_flag
+            for spelling in (*p.opts, *p.secondary_opts)}
+
+
+@pytest.mark.parametrize("name", sorted(cli.commands))
+def test_every_command_takes_quiet_and_json(name: str) -> None:
+    flags = flag_options(cli.commands[name])
+    assert "--quiet" in flags and "-q" in flags, f"imgprep {name} has no -q/--quiet"
+    assert flags["-q"] is flags["--quiet"], f"imgprep {name}: -q is not short for --quiet"
+    assert "--json" in flags, f"imgprep {name} has no --json"
+    # the shared cliopts options, not look-alikes: one name each in every handler
+    assert (flags["--quiet"].name, flags["--json"].name) == ("quiet", "as_json")
+    help_text = invoke(name, "--help").stdout
+    assert "--quiet" in help_text and "--json" in help_text
+
+
+@pytest.fixture(scope="module")
+def train_shards(sample: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("flags")
+    convert(ConvertOptions(input=sample / "ILSVRC2012_img_train.tar", out=out, num_shards=2,
+                           workers=1))
+    return out
+
+
+def test_preview_json_names_the_sheet_and_its_samples(train_shards: Path, tmp_path: Path) -> None:
+    sheet = tmp_path / "sheet.png"
+    r = invoke("preview", train_shards, "-o", sheet, "-n", 5, "--json")
+    assert r.exit_code == 0, r.output
+    (line,) = r.stdout.splitlines()
+    s = json.loads(line)
+    assert (s["output"], s["samples"], s["split"]) == (str(sheet), 5, "train")
+    assert s["folder"] == str(train_shards)
+    assert sheet.is_file() and r.stderr == ""
+
+
+def test_preview_quiet_prints_nothing(train_shards: Path, tmp_path: Path) -> None:
+    sheet = tmp_path / "sheet.png"
+    r = invoke("preview", train_shards, "-o", sheet, "-n", 3, "-q")
+    assert r.exit_code == 0, r.output
+    assert (r.stdout, r.stderr) == ("", "")
+    assert sheet.is_file()
+    r = invoke("preview", train_shards, "-o", tmp_path / "x.png", "-q", "--split", "val")
+    assert r.exit_code == 3 and r.stdout == ""  # errors still say why, on stderr
+    assert r.stderr.startswith("imgprep: error: ") and "val.json" in r.stderr
+
+
+def test_info_quiet_prints_nothing_but_a_strict_failure(
+        train_shards: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    r = invoke("info", train_shards, "-q", "--strict")
+    assert r.exit_code == 0, r.output
+    assert (r.stdout, r.stderr) == ("", "")
+    import imgprep.info
+
+    monkeypatch.setattr(imgprep.info, "pil_warning", lambda info: "PIL is stock Pillow")
+    r = invoke("info", "-q")
+    assert (r.exit_code, r.stdout, r.stderr) == (0, "", "")
+    r = invoke("info", "-q", "--strict")
+    assert (r.exit_code, r.stdout) == (1, "")
+    assert r.stderr == "imgprep: error: PIL is stock Pillow\n"
+
+
+def test_make_sample_quiet_prints_nothing(tmp_path: Path) -> None:
+    r = invoke("make-sample", tmp_path / "fake", "--classes", 2, "--per-class", 1, "--val", 1,
+               "-q")
+    assert r.exit_code == 0, r.output
+    assert (r.stdout, r.stderr) == ("", "")
+    assert (tmp_path / "fake" / "ILSVRC2012_img_train.tar").is_file()
