@@ -281,15 +281,20 @@ def verify(path: Path, split: str | None, decode: bool, workers: int | None, qui
            as_json: bool) -> None:
     """Re-check a converted folder against its manifest, or a label-list file.
 
-    Exit 0 when everything matches, 1 when problems were found (each printed on stderr).
-    Shards (or parts of them) and chunks of a list are checked by --workers processes; the
-    report is the same whatever their number.
+    Exit 0 when everything matches, 1 when problems were found (each printed on stderr),
+    a split left unfinished in the folder among them (--split picks the finished ones); 3
+    when there is nothing finished to check. Shards (or parts of them) and chunks of a list
+    are checked by --workers processes; the report is the same whatever their number.
     """
-    from imgprep.verify import verify as run
+    from imgprep.verify import plan_verify, run_verify
 
-    bar = progress_bar(quiet, "verify")
     try:
-        rep = run(path, split, decode, tick=bar.update, workers=workers)
+        plan = plan_verify(path, split)
+    except ImgprepError as e:
+        fail(e)
+    bar = progress_bar(quiet, "verify", plan.total)
+    try:
+        rep = run_verify(plan, decode, tick=bar.update, workers=workers)
     except ImgprepError as e:
         bar.close()
         fail(e)
@@ -297,10 +302,11 @@ def verify(path: Path, split: str | None, decode: bool, workers: int | None, qui
     for p in rep.problems:
         click.echo(f"imgprep: problem: {p}", err=True)
     summary = {"target": rep.target, "ok": rep.ok, "checked": rep.checked,
-               "samples": rep.samples, "problems": rep.problems}
+               "samples": rep.samples, "problems": rep.problems, "unfinished": rep.unfinished}
+    unfinished = f"; unfinished: {', '.join(rep.unfinished)}" if rep.unfinished else ""
     emit(summary, as_json, quiet, lambda: (
         f"{rep.target}: {'OK' if rep.ok else 'PROBLEMS'}: {rep.checked} checked, "
-        f"{rep.samples} samples, {len(rep.problems)} problems"))
+        f"{rep.samples} samples, {len(rep.problems)} problems{unfinished}"))
     if not rep.ok:
         sys.exit(EXIT_FAILED)
 

@@ -11,8 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from imgprep import __version__
-from imgprep.errors import ManifestError
-from imgprep.manifest import find_manifests, manifest_path, read_manifest
+from imgprep.manifest import read_manifest
 
 
 def _dist_version(name: str) -> str | None:
@@ -83,11 +82,9 @@ def versions() -> dict[str, Any]:
 
 def manifest_summaries(path: Path, split: str | None = None) -> list[dict[str, Any]]:
     """What ``imgprep info`` shows of each manifest in ``path`` (a manifest or a folder)."""
-    paths = [path] if path.is_file() else (
-        [manifest_path(path, split)] if split else find_manifests(path))
-    if not paths:
-        raise ManifestError(f"no manifest in {path}: the conversion did not finish; rerun "
-                            "imgprep convert")
+    from imgprep.verify import folder_manifests  # names what a folder without one is
+
+    paths = [path] if path.is_file() else folder_manifests(path, split, "info")[0]
     out = []
     for p in paths:
         m = read_manifest(p)

@@ -12,6 +12,7 @@ from PIL import Image, ImageDraw
 from imgprep.fsutil import write_bytes_atomic
 from imgprep.manifest import Manifest, read_manifest
 from imgprep.shardio import iter_samples
+from imgprep.verify import folder_manifests
 
 
 def _pick(m: Manifest, folder: Path, n: int, seed: int) -> list[tuple[bytes, int, str]]:
@@ -39,7 +40,9 @@ def _pick(m: Manifest, folder: Path, n: int, seed: int) -> list[tuple[bytes, int
 def make_sheet(folder: Path, out: Path, n: int = 32, split: str | None = None, seed: int = 0,
                cols: int = 8, thumb: int = 128) -> dict[str, Any]:
     """Write a PNG grid of ``n`` random samples with their class names; returns the summary
-    (folder, split, output, samples: how many it shows)."""
+    (folder, split, output, samples: how many it shows). A folder without the manifest is
+    refused with what it is and what to do (``verify.folder_manifests``)."""
+    folder_manifests(folder, split, "preview")
     m = read_manifest(folder, split)
     items = _pick(m, folder, n, seed)
     rows = max(1, -(-len(items) // cols))

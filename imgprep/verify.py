@@ -7,6 +7,12 @@ member where the shard's tar headers put it.
 Label lists: two tokens a line, path inside the root, label in range, file present and
 decodable.
 
+A folder is checked split by split, each against its manifest (``<split>.json``, written
+last). A split that a run began there and did not finish (``unfinished_split``: its state
+folder ``.imgprep/<split>/``, temporary files, error log or staged shards, and no manifest) is
+a problem, reported first; when no split is finished there is nothing to check and the folder
+is refused, as is one imgprep never wrote into (``folder_manifests``), before any work starts.
+
 The work is spread over ``workers`` processes: shards (or, when there are fewer shards than
 workers, interleaved parts of each shard) and chunks of list lines. Every problem carries its
 position, and the parent merges the results in input order, so the report is the same, line
@@ -15,22 +21,36 @@ for line, whatever the worker count.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
+import itertools
 import multiprocessing as mp
+import re
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
 from PIL import Image, UnidentifiedImageError
 
+from imgprep import nodelock, outdir
 from imgprep.errors import ImgprepError, ManifestError, ShardError, UnsafeArchiveError
+from imgprep.fsutil import TMP_PREFIX
 from imgprep.index import Layout, LayoutBuilder, fix_hint, read_index
-from imgprep.manifest import Manifest, ShardEntry, find_manifests, read_manifest, sha256_file
+from imgprep.manifest import (
+    SHARD_NAME_RE,
+    SPLITS,
+    Manifest,
+    ShardEntry,
+    find_manifests,
+    manifest_path,
+    read_manifest,
+    sha256_file,
+)
 from imgprep.shardio import iter_samples
 from imgprep.world import World
 
@@ -39,6 +59,9 @@ J = TypeVar("J")
 R = TypeVar("R")
 END = 1 << 62  # position of a shard's closing problems (unreadable tail, wrong count)
 LIST_CHUNK = 2000  # label-list lines per task
+# What convert reads, for telling an input folder from an output one in messages.
+INPUT_SUFFIXES = {".tar", ".jpeg", ".jpg", ".png"}
+WNID_OR_SPLIT = re.compile(r"^(n\d{8}|train|val|validation)$", re.IGNORECASE)
 
 
 class VerifyError(ImgprepError, RuntimeError):
@@ -53,6 +76,7 @@ class VerifyReport:
     checked: int = 0
     samples: int = 0
     problems: list[str] = field(default_factory=list)
+    unfinished: list[str] = field(default_factory=list)  # splits begun but not finished
 
     @property
     def ok(self) -> bool:
@@ -324,30 +348,240 @@ def verify_list(list_file: Path, root: Path, n_classes: int, decode: bool, tick:
     return rep
 
 
+# ------------------------------------------------------------------------- what to check
+
+
+@dataclass(frozen=True)
+class Unfinished:
+    """A split that a convert (or stage-to-node) run began in ``folder`` and did not finish:
+    no ``<split>.json``, but ``seen`` (its state folder, temporary files, error log or
+    shards); ``todo`` says what to do."""
+
+    split: str
+    folder: Path
+    seen: str
+    todo: str
+
+    @property
+    def problem(self) -> str:
+        return f"the {self.split} split in {self.folder} is unfinished ({self.seen}): {self.todo}"
+
+
+@dataclass(frozen=True)
+class Target:
+    """One thing to check: a split's manifest file, read, or a bare label list
+    (``manifest`` None)."""
+
+    path: Path
+    manifest: Manifest | None = None
+
+
+@dataclass(frozen=True)
+class VerifyPlan:
+    """What ``verify`` will check and the unfinished splits it will report; made before any
+    work (or progress bar) starts, so that a folder with nothing to check fails at once."""
+
+    targets: tuple[Target, ...]
+    unfinished: tuple[Unfinished, ...] = ()
+
+    @property
+    def total(self) -> int | None:
+        """Samples the check will tick through (None when a bare list's is unknown)."""
+        if any(t.manifest is None for t in self.targets):
+            return None
+        return sum(t.manifest.total_samples for t in self.targets if t.manifest is not None)
+
+
+def _counted(n: int, what: str) -> str:
+    return f"{n} {what}" + ("" if n == 1 else "s")
+
+
+def unfinished_split(folder: Path, split: str) -> Unfinished | None:
+    """``split`` in ``folder`` when a run began it there and wrote no ``<split>.json``.
+
+    A convert run makes the state folder ``.imgprep/<split>/`` before converting anything and
+    leaves a task record there for each shard or list chunk it finishes; every file goes
+    through a ``.tmp-`` name; a run stopped by too many bad images leaves
+    ``<split>-errors.jsonl`` and no manifest. stage-to-node keeps its state in
+    ``.imgprep-stage/`` and writes the manifest after the shards.
+    """
+    mpath = manifest_path(folder, split)
+    if mpath.exists() or mpath.is_symlink():
+        return None
+    try:
+        names = [p.name for p in folder.iterdir()]
+    except OSError:
+        return None
+    state = folder / outdir.STATE_DIR / split
+    staged = nodelock.state_dir(folder).is_dir()
+    temps = [n for n in names
+             if n.startswith(TMP_PREFIX) and outdir.split_owns(split, n[len(TMP_PREFIX):])]
+    shards = [n for n in names if SHARD_NAME_RE.match(n) and outdir.split_owns(split, n)]
+    log = f"{split}-errors.jsonl"
+    if not (state.is_dir() or temps or log in names or (staged and shards)):
+        return None
+    seen = []
+    if state.is_dir():
+        records = len(list(state.glob("*.json")))
+        seen.append(f"{_counted(records, 'task record')} in {outdir.STATE_DIR}/{split}/"
+                    if records else f"{outdir.STATE_DIR}/{split}/ with no task finished")
+    if shards:
+        seen.append(_counted(len(shards), "shard"))
+    if temps:
+        seen.append(_counted(len(temps), "temporary file"))
+    if log in names:
+        seen.append(f"the error log {log}")
+    if log in names and state.is_dir():
+        todo = (f"the last run stopped with more bad images than --max-errors allows (listed in "
+                f"{log}); rerun the imgprep convert command that wrote it with a larger "
+                "--max-errors, or fix those images first")
+    elif state.is_dir():
+        todo = "rerun the imgprep convert command that wrote it (it resumes where it stopped)"
+    elif staged:
+        todo = "rerun imgprep stage-to-node (it resumes where it stopped)"
+    else:
+        todo = "rerun the imgprep command that wrote it (it resumes where it stopped)"
+    return Unfinished(split, folder, f"{', '.join(seen)}; no {mpath.name}", todo)
+
+
+def _nested(folder: Path, limit: int = 3) -> list[Path]:
+    """Folders just below ``folder`` that hold a manifest (where the user may have meant)."""
+    found: list[Path] = []
+    try:
+        subdirs = sorted(p for p in folder.iterdir() if p.is_dir() and not p.is_symlink())
+    except OSError:
+        return found
+    for d in subdirs:
+        if any(manifest_path(d, s).is_file() for s in SPLITS):
+            found.append(d)
+            if len(found) == limit:
+                break
+    return found
+
+
+def _looks_like_input(folder: Path) -> bool:
+    """Whether ``folder`` holds what convert reads: tars, images, class or split folders."""
+    try:
+        entries = list(itertools.islice(folder.iterdir(), 10_000))
+    except OSError:
+        return False
+    return any(p.suffix.lower() in INPUT_SUFFIXES or (WNID_OR_SPLIT.match(p.name) and p.is_dir())
+               for p in entries)
+
+
+def _label_lists(folder: Path) -> list[Path]:
+    """``*.txt`` files in ``folder`` that read as Chainer lists: 'path label' lines whose
+    first path is there."""
+    found = []
+    for p in sorted(folder.glob("*.txt")):
+        with contextlib.suppress(OSError, UnicodeDecodeError), open(p, encoding="utf-8") as f:
+            tokens = f.readline().split()
+            if len(tokens) == 2 and tokens[1].isdigit() and (folder / tokens[0]).is_file():
+                found.append(p)
+    return found
+
+
+def not_converted(folder: Path, command: str) -> ManifestError:
+    """The error for a folder that holds no imgprep output at all, finished or not: what it
+    is, what imgprep looked for, and what to do (``command``: the one that was run)."""
+    if nodelock.state_dir(folder).is_dir():
+        return ManifestError(
+            f"no manifest in {folder}: stage-to-node began there and did not finish "
+            f"({nodelock.STATE_DIR}/ is there, no shard yet); rerun imgprep stage-to-node (it "
+            "resumes where it stopped)")
+    if (folder / outdir.STATE_DIR).is_dir():
+        return ManifestError(
+            f"no manifest in {folder}: a conversion began there and did not finish "
+            f"({outdir.STATE_DIR}/ is there, no split in it); rerun the imgprep convert "
+            "command that wrote it")
+    todo = [f"imgprep convert {folder} -o OUT converts it, then imgprep {command} OUT"
+            if _looks_like_input(folder) else f"imgprep convert INPUT -o {folder} converts into it"]
+    nested = _nested(folder)
+    todo.append(f"give the folder that holds <split>.json ({', '.join(map(str, nested))})"
+                if nested else "give the folder that holds <split>.json")
+    if command == "verify" and (lists := _label_lists(folder)):
+        todo.append(f"name a label list to check it: imgprep verify {lists[0]}")
+    names = " or ".join(f"{s}.json" for s in SPLITS)
+    return ManifestError(f"{folder} is not an imgprep folder: no manifest ({names}) and no "
+                         f"trace of a conversion in it; {'; or '.join(todo)}")
+
+
+def folder_manifests(folder: Path, split: str | None = None,
+                     command: str = "verify") -> tuple[list[Path], list[Unfinished]]:
+    """The manifests in ``folder`` to read (``split``'s, or all), and its unfinished splits
+    (all of them, or ``split`` when it is one). Raises ManifestError, saying what the folder
+    is and what to do, when there is no manifest to read: a folder imgprep never wrote into,
+    a split that is not there, or only unfinished splits."""
+    found: list[Path] = []
+    unfinished: list[Unfinished] = []
+    if split is not None:
+        if manifest_path(folder, split).exists() or manifest_path(folder, split).is_symlink():
+            return [manifest_path(folder, split)], []
+        unfinished = [u for u in [unfinished_split(folder, split)] if u]
+        others = [p.name for p in find_manifests(folder)]
+        if not unfinished and others:
+            raise ManifestError(
+                f"no manifest {manifest_path(folder, split)}: {folder} holds no {split} split, "
+                f"only {', '.join(others)}; pick one of those with --split, or convert the "
+                f"{split} split into {folder}")
+    else:
+        found = find_manifests(folder)
+        unfinished = [u for s in SPLITS if (u := unfinished_split(folder, s))]
+    if found:
+        return found, unfinished
+    if unfinished:
+        raise ManifestError(f"no manifest in {folder}: " + "; ".join(
+            f"the {u.split} split is unfinished ({u.seen}): {u.todo}" for u in unfinished))
+    raise not_converted(folder, command)
+
+
+def plan_verify(path: Path, split: str | None = None) -> VerifyPlan:
+    """What ``verify`` checks in ``path`` (a folder, a manifest file or a label list), read
+    and validated up front. Raises ManifestError when there is nothing finished to check."""
+    if path.is_file() and path.suffix == ".txt":
+        return VerifyPlan((Target(path),))
+    if not path.is_dir():
+        manifest = path if split is None else path / f"{split}.json"
+        return VerifyPlan((Target(manifest, read_manifest(manifest)),))
+    paths, unfinished = folder_manifests(path, split)
+    targets = tuple(Target(p, read_manifest(p)) for p in paths)
+    finished = " or ".join(f"--split {t.manifest.split}" for t in targets if t.manifest)
+    return VerifyPlan(targets, tuple(
+        replace(u, todo=f"{u.todo}; or check only the finished splits with {finished}")
+        for u in unfinished))
+
+
 # ------------------------------------------------------------------------------- entry point
+
+
+def run_verify(plan: VerifyPlan, decode: bool = True, tick: Tick = lambda n: None,
+               workers: int | None = None) -> VerifyReport:
+    """Check every target of ``plan`` with ``workers`` processes (default: every core this
+    process may use); its unfinished splits come first among the problems. The report does
+    not depend on the worker count."""
+    w = workers or World(0, 1, 0, 1, 0, 1).cores_per_rank()
+    reports = [_verify_target(t, decode, tick, w) for t in plan.targets]
+    rep = reports[0] if len(reports) == 1 else VerifyReport(
+        ", ".join(r.target for r in reports), sum(r.checked for r in reports),
+        sum(r.samples for r in reports), [p for r in reports for p in r.problems])
+    rep.problems[:0] = [u.problem for u in plan.unfinished]
+    rep.unfinished = [u.split for u in plan.unfinished]
+    return rep
 
 
 def verify(path: Path, split: str | None = None, decode: bool = True,
            tick: Tick = lambda n: None, workers: int | None = None) -> VerifyReport:
-    """Verify a converted folder (every split's manifest, or ``split``'s) or a label-list file.
-
-    ``workers`` processes share the work (default: every core this process may use); the
-    report does not depend on their number.
-    """
-    w = workers or World(0, 1, 0, 1, 0, 1).cores_per_rank()
-    if path.is_file() and path.suffix == ".txt":
-        return verify_list(path, path.parent, 1000, decode, tick, workers=w)
-    if path.is_dir() and split is None and len(found := find_manifests(path)) > 1:
-        reports = [_verify_manifest(p, decode, tick, w) for p in found]
-        return VerifyReport(", ".join(r.target for r in reports),
-                            sum(r.checked for r in reports), sum(r.samples for r in reports),
-                            [p for r in reports for p in r.problems])
-    return _verify_manifest(path if split is None else path / f"{split}.json", decode, tick, w)
+    """Verify a converted folder (every split's manifest, or ``split``'s) or a label-list file;
+    a split left unfinished in the folder is a problem. Raises ManifestError when nothing
+    finished is there to check (see ``folder_manifests``)."""
+    return run_verify(plan_verify(path, split), decode, tick, workers)
 
 
-def _verify_manifest(path: Path, decode: bool, tick: Tick, workers: int) -> VerifyReport:
-    m = read_manifest(path)
-    folder = path if path.is_dir() else path.parent
+def _verify_target(target: Target, decode: bool, tick: Tick, workers: int) -> VerifyReport:
+    path, m = target.path, target.manifest
+    if m is None:
+        return verify_list(path, path.parent, 1000, decode, tick, workers=workers)
+    folder = path.parent
     if m.format == "shards":
         return verify_shards(folder, m, decode, tick, workers)
     t: dict[str, Any] = m.options.get("transform", {})

@@ -1,5 +1,7 @@
 """Parallel verify: the same report, line for line, whatever the worker count; a dead worker
-is an error, never a silent pass."""
+is an error, never a silent pass. A split whose conversion was killed is reported as
+unfinished, never passed over; a folder imgprep never wrote is called so, with no progress
+bar."""
 
 from __future__ import annotations
 
@@ -7,14 +9,19 @@ import json
 import os
 import shutil
 import signal
+import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
+from click.testing import CliRunner, Result
 
 import imgprep.verify as verify_mod
+from imgprep.cli import cli
 from imgprep.convert import ConvertOptions, convert
+from imgprep.errors import ManifestError
 from imgprep.index import Layout, index_folder, scan_layout, write_index
 from imgprep.manifest import read_manifest, write_manifest
 from imgprep.verify import VerifyError, verify
@@ -22,6 +29,7 @@ from imgprep.world import World
 from imgprep.writers import ShardWriter
 from loaders import LoaderError, ShardLoader
 from tests.conftest import jpeg
+from tests.helpers import clean_env, one_line_error
 
 
 @pytest.fixture(scope="module")
@@ -179,3 +187,138 @@ def test_an_index_with_fewer_samples_names_the_first_sample_it_lacks(tmp_path: P
     why = verify_mod._layout_problem("s.tar", lay([2, 2, 2]), lay([2, 2]), tmp_path)
     assert why is not None and "gives 2 samples" in why and "into 3" in why
     assert "first difference at sample 2" in why
+
+
+# ------------------------------------------------------------------ unfinished and foreign folders
+
+# Runs ``imgprep ARGS…`` and SIGKILLs itself when it starts converting image N + 1: a kill -9
+# half-way through a split, at the same point on every run.
+_KILLED_AT = """
+import os, signal, sys
+import imgprep.transform as t
+real, seen, stop = t.convert_image, [0], int(sys.argv[1])
+def convert_image(*a, **k):
+    seen[0] += 1
+    if seen[0] > stop:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return real(*a, **k)
+t.convert_image = convert_image
+from imgprep.cli import cli
+cli(sys.argv[2:], prog_name="imgprep")
+"""
+
+
+def _killed_convert(after: int, *args: object) -> None:
+    p = subprocess.run([sys.executable, "-c", _KILLED_AT, str(after), "convert", *map(str, args)],
+                       env=clean_env(), capture_output=True, text=True, timeout=120, check=False)
+    assert p.returncode == -signal.SIGKILL, f"exit {p.returncode}: {p.stderr[-2000:]}"
+
+
+def _cli(*args: object) -> Result:
+    return CliRunner().invoke(cli, [str(a) for a in args])
+
+
+@pytest.mark.parametrize("fmt", ["shards", "list"])
+def test_a_killed_split_beside_a_finished_one_is_reported(sample: Path, tmp_path: Path,
+                                                          fmt: str) -> None:
+    out = tmp_path / "out"
+    # a val split sorted into class folders, as many keep it: labels from the folder names
+    convert(ConvertOptions(input=sample / "ILSVRC2012_img_train.tar", out=out, split="val",
+                           format=fmt, workers=1))
+    train = [sample / "ILSVRC2012_img_train.tar", "-o", out, "--format", fmt, "--shards", 4,
+             "-j", 1, "-q"]
+    _killed_convert(30, *train)  # 48 images: two shards (12 each) done, the third half-written
+    assert not (out / "train.json").exists() and (out / ".imgprep" / "train").is_dir()
+
+    r = _cli("verify", out)
+    assert r.exit_code == 1, r.output
+    problems = r.stderr.strip().splitlines()
+    unfinished = [p for p in problems if "unfinished" in p]
+    assert len(unfinished) == 1 and "the train split" in unfinished[0], r.stderr
+    assert str(out) in unfinished[0] and "no train.json" in unfinished[0]
+    assert "imgprep convert" in unfinished[0] and "--split val" in unfinished[0]
+    if fmt == "shards":
+        assert "2 task records" in unfinished[0] and "1 temporary file" in unfinished[0]
+    else:  # one chunk of 1000 lines: no task finished, only the state folder says so
+        assert "no task finished" in unfinished[0]
+    checked = out / ("val.json" if fmt == "shards" else "val.txt")
+    assert r.stdout.startswith(f"{checked}: PROBLEMS") and "unfinished: train" in r.stdout
+
+    r = _cli("verify", out, "--json", "-q")
+    assert r.exit_code == 1
+    s = json.loads(r.stdout)
+    assert (s["ok"], s["unfinished"], s["samples"]) == (False, ["train"], 48)
+
+    r = _cli("verify", out, "--split", "val")
+    assert r.exit_code == 0, r.output
+    assert r.stdout.startswith(f"{checked}: OK") and "unfinished" not in r.output
+
+    r = _cli("verify", out, "--split", "train")  # nothing finished to check: could not run
+    one_line_error(r, 3, str(out), "no manifest", "train split", "unfinished")
+
+    done = subprocess.run([sys.executable, "-m", "imgprep", "convert", *map(str, train)],
+                          env=clean_env(), capture_output=True, text=True, timeout=120,
+                          check=False)  # what the message says to do
+    assert done.returncode == 0, done.stderr
+    r = _cli("verify", out, "--json", "-q")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["unfinished"] == []
+
+
+@pytest.mark.parametrize("fmt", ["shards", "list"])
+def test_a_folder_with_only_a_killed_split_cannot_be_verified(sample: Path, tmp_path: Path,
+                                                              fmt: str) -> None:
+    out = tmp_path / "out"
+    _killed_convert(5, sample / "ILSVRC2012_img_train.tar", "-o", out, "--format", fmt,
+                    "-j", 1, "-q")
+    r = _cli("verify", out)
+    line = one_line_error(r, 3, str(out), "no manifest", "the train split", "unfinished",
+                          "imgprep convert")
+    assert "not an imgprep folder" not in line and r.stdout == ""
+
+
+def _no_progress_bar(stderr: str) -> None:
+    """No tqdm line ("verify: 0img [00:00, ?img/s]"), empty or not."""
+    assert not stderr.startswith("verify"), stderr
+    assert not any(s in stderr for s in ("img/s", "it/s", "0img", "\r")), stderr
+
+
+def test_a_folder_that_was_never_converted_is_not_an_imgprep_folder(tmp_path: Path) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    stray = tmp_path / "photos"
+    (stray / "n01440764").mkdir(parents=True)
+    (stray / "n01440764" / "a.JPEG").write_bytes(jpeg())
+    (stray / "notes.txt").write_text("not a label list\n")
+    for folder in (empty, stray):
+        for extra in ((), ("--split", "val"), ("--json",)):
+            r = _cli("verify", folder, *extra)
+            line = one_line_error(r, 3, str(folder), "not an imgprep folder", "imgprep convert",
+                                  "<split>.json")
+            assert "did not finish" not in line
+            _no_progress_bar(r.stderr)
+            assert r.stdout == ""
+    with pytest.raises(ManifestError, match="not an imgprep folder"):
+        verify(empty)
+
+
+def test_the_parent_of_a_converted_folder_is_named_in_the_message(
+        converted: dict[str, Path]) -> None:
+    parent = converted["shards"].parent
+    r = _cli("verify", parent)
+    one_line_error(r, 3, str(parent), "not an imgprep folder", str(converted["shards"]))
+
+
+def test_info_and_preview_say_the_same_of_a_foreign_folder(tmp_path: Path) -> None:
+    for args in (("info", tmp_path), ("preview", tmp_path, "-o", tmp_path / "x.png")):
+        one_line_error(_cli(*args), 3, str(tmp_path), "not an imgprep folder", "no manifest")
+
+
+def test_a_split_stopped_by_bad_images_says_so(bad_sample: Path, tmp_path: Path) -> None:
+    s = convert(ConvertOptions(input=bad_sample / "ILSVRC2012_img_train.tar", out=tmp_path,
+                               workers=1))
+    assert not s["complete"] and not (tmp_path / "train.json").exists()
+    with pytest.raises(ManifestError, match="unfinished") as e:
+        verify(tmp_path)
+    assert "more bad images than --max-errors" in str(e.value)
+    assert "train-errors.jsonl" in str(e.value)
