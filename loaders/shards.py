@@ -13,6 +13,10 @@
 - ``state_dict`` says how many samples of the epoch's order are done, which every World
   understands: a replicate run checkpointed on W ranks resumes on W' ranks, each remaining
   sample seen once. Partition data is fixed by staging: another node count is refused.
+- Node-local data (a manifest with a ``node`` section, from stage-to-node or a partitioned
+  convert): a partition copy holds one node's share of a layout for a node count, so only
+  that node of a job with that node count may load it; a replicate copy holds every shard
+  and loads on any node count (an elastic resume on fewer or more nodes).
 
 Workers get the World from the loader, never from environment variables, and read the epoch
 and start from shared memory, so they stay alive across epochs.
@@ -128,8 +132,10 @@ def _locations(folder: Path, m: Manifest, names: tuple[str, ...], samples: tuple
 
 
 def check_world(shards: ShardSet, world: World) -> None:
-    """Refuse a World that does not match the node-local data in the folder."""
-    if shards.num_nodes is None:
+    """Refuse a World that does not match the node-local data in the folder: a partition
+    copy serves only its own node of its node count; a replicate copy holds every shard and
+    serves any node of any node count."""
+    if shards.num_nodes is None or shards.mode == "replicate":
         return
     if world.num_nodes != shards.num_nodes or world.node_rank != shards.node_rank:
         raise WorldError(

@@ -9,8 +9,8 @@ Most cases build explicit Worlds for every rank of a job in ONE process (``worke
 no duplicates, bounded loss; pad/uneven: every sample exactly once, padding labelled
 ``PAD_LABEL`` with zero pixels), order (per epoch, per seed, reproducible), mid-epoch resume on
 the same World and on another (the state counts samples of the epoch's order), output format,
-worker RNG streams, partition mode from node-local folders made by ``stage_to_node``, damaged
-shards, and the tar reader against ``tarfile`` and ``webdataset``.
+worker RNG streams, partition and replicate node-local folders made by ``stage_to_node``,
+damaged shards, and the tar reader against ``tarfile`` and ``webdataset``.
 The ``slow`` cases run real Gloo process groups that all-reduce every step, so unequal batch
 counts would hang (and time out) instead of passing.
 """
@@ -594,6 +594,41 @@ def test_partition_from_node_local_dirs(data: ShardData, nodes: list[Path], work
 def test_world_must_match_node_local_manifest(nodes: list[Path], world: World) -> None:
     with pytest.raises(WorldError, match="node"):
         ShardLoader(nodes[0], "train", world, BATCH, workers=0)
+
+
+def stage_node0(data: ShardData, dst: Path, mode: str, nodes: int) -> Path:
+    """Node 0's copy of ``data`` staged in ``mode`` for a job of ``nodes`` nodes."""
+    stage_to_node(StageOptions(data.folder, dst, mode=mode, jobs=1, split="train"),
+                  World().with_nodes(nodes, 0))
+    return dst
+
+
+@pytest.mark.parametrize("nodes", [1, 2])
+def test_replicate_copy_loads_on_any_node_count(data: ShardData, tmp_path: Path,
+                                                nodes: int) -> None:
+    """A replicate copy staged on 3 nodes holds every shard: a job of 1 or 2 nodes (the
+    copy on each node, as an elastic resume on fewer nodes has it) loads it, each rank on
+    its own node, and the epoch covers every sample once."""
+    copy = stage_node0(data, tmp_path / "node0", "replicate", 3)
+    node = read_manifest(copy, "train").node
+    assert node is not None and (node.mode, node.num_nodes, node.node_rank) == ("replicate",
+                                                                                3, 0)
+    seen: list[int] = []
+    for w in layout(nodes, 2):
+        loader = ShardLoader(copy, "train", w, BATCH, workers=0, tail="pad",
+                             transform=SMALL_TRAIN)
+        assert loader.shards.mode == "replicate"
+        seen += [x for x in labels_of(run_epoch(loader, 0)) if x != PAD_LABEL]
+    assert sorted(seen) == list(range(TOTAL))
+
+
+def test_partition_copy_refuses_another_node_count(data: ShardData, tmp_path: Path) -> None:
+    """A partition copy staged on 3 nodes holds node 0's share of a 3-node layout: a job of
+    2 nodes is refused, naming the node count it was staged with."""
+    copy = stage_node0(data, tmp_path / "node0", "partition", 3)
+    with pytest.raises(WorldError, match="node 0 of 3.*node 0 of 2.*node count"):
+        ShardLoader(copy, "train", layout(2, 1)[0], BATCH, workers=0)
+    ShardLoader(copy, "train", layout(3, 1)[0], BATCH, workers=0)  # its own job loads it
 
 
 def test_mode_must_match_node_local_manifest(nodes: list[Path]) -> None:
