@@ -11,7 +11,10 @@ import torch
 from imgprep.errors import ImgprepError
 from imgprep.world import World
 
-TAILS = ("drop", "pad", "uneven")  # an epoch's last partial batch: dropped, padded, or short
+# How an epoch ends (loaders.plan, docs/loaders.md "Tails"): full batches only; every sample
+# once with short last batches; every sample once with padding; every sample once, counts
+# differing between ranks.
+TAILS = ("drop", "short", "pad", "uneven")
 ON_ERROR = ("raise", "skip")  # an undecodable sample: fail the epoch, or replace and count it
 PAD_LABEL = -1  # the label of a padding slot (its pixels are zero)
 

@@ -1,16 +1,26 @@
 """Sample-granular epoch plans: a pure function of (counts, seed, epoch, World, start).
 
+Both loaders plan here: the shard loader over its shards' sample counts, the label-list
+loader over its list (one "shard" of all its entries), so their tails are one implementation.
+
 - A *pool* is the samples a group of ranks shares: the whole set in replicate mode (the
   group is every rank), a node's shards in partition mode (the group is the node's ranks).
 - Epoch e's order is a seeded permutation of the pool (identity without shuffle). It does not
   depend on the World, so a checkpoint can say "the first k samples of the order are done"
   in words any World understands: that is what makes resume elastic.
-- Step s of a group of g ranks consumes positions ``start + s*g*B ...`` of the order; rank
-  slot r takes the ``B`` positions from ``start + s*g*B + r*B``. Every rank has the same
-  number of steps (``drop``: full steps, then one short step of the same size on every rank,
-  so fewer than 2 samples per rank are lost beyond what cross-pool equality needs; ``pad``:
-  the last steps are filled with -1, labelled padding; ``uneven``: exact, per-rank counts
-  differ).
+- Every rank takes the same number of steps; in a step, the g ranks of a group take
+  consecutive runs of the pool's order, rank slot r the r-th run (``Cut``). The tail decides
+  the runs:
+
+  ``drop``   every run is ``batch`` long: full steps only, one batch shape for the epoch (as
+             PyTorch's ``drop_last``); fewer than g x batch samples of a pool are left out
+             (plus what equal step counts across pools need), different ones each epoch.
+  ``short``  every sample once: full steps, then the rest spread evenly over the last
+             step's runs (lengths differ by at most one), or over the fewest last steps
+             that give every run at least ``MIN_SHORT`` samples.
+  ``pad``    every sample once: full steps; slots past the pool's end are padding (-1).
+  ``uneven`` every sample once, no padding: as ``pad`` with the padding cut off, so the
+             last batches are short and a rank may have one batch fewer than another.
 - A rank's batches go to its workers round-robin (batch b to worker ``b % workers``), so
   worker batch counts differ by at most one and every worker is busy whenever the rank has
   at least ``workers`` batches, whatever the number of shards.
@@ -27,9 +37,10 @@ import numpy as np
 
 from imgprep.assign import node_shards
 from imgprep.world import World
-from loaders.common import TAILS
+from loaders.common import TAILS, LoaderError
 
 PAD = -1  # a padding slot in a plan's sample table
+MIN_SHORT = 2  # tail="short": the fewest samples a last batch gets where the pool allows
 
 
 @dataclass(frozen=True)
@@ -67,48 +78,135 @@ def pool_order(ids: np.ndarray, seed: int, epoch: int, pool: int, shuffle: bool)
     return ids[np.random.default_rng([seed, epoch, 0x5A3, pool]).permutation(len(ids))]
 
 
-MIN_SHORT = 2  # a last short step needs this many samples per rank (1 breaks batch norm)
+@dataclass(frozen=True)
+class Cut:
+    """How the rest of an epoch is cut into the steps every rank takes: ``steps`` steps of
+    ``group`` runs (one a rank, in slot order). Pool p's runs take ``batch`` positions of its
+    order in its first ``full[p]`` steps; the later steps share ``rest[p]`` positions evenly,
+    the longer runs first."""
+
+    steps: int
+    group: int
+    batch: int
+    full: tuple[int, ...]
+    rest: tuple[int, ...]
+
+    def taken(self, pool: int, runs: np.ndarray) -> np.ndarray:
+        """Positions of pool ``pool``'s order that its first ``runs`` runs take."""
+        f, g = self.full[pool], self.group
+        head = np.minimum(runs, f * g) * self.batch
+        later = (self.steps - f) * g
+        if later == 0:
+            return head
+        q, r = divmod(self.rest[pool], later)
+        k = np.maximum(runs - f * g, 0)
+        return head + k * q + np.minimum(k, r)
+
+    def runs(self, pool: int, slot: int) -> tuple[np.ndarray, np.ndarray]:
+        """Per step, where rank slot ``slot``'s run starts (from the cut's start) and its
+        length."""
+        k = np.arange(self.steps, dtype=np.int64) * self.group + slot
+        a = self.taken(pool, k)
+        return a, self.taken(pool, k + 1) - a
+
+    def done(self, pool: int) -> np.ndarray:
+        """Per step, positions of pool ``pool``'s order taken once the step is done."""
+        return self.taken(pool, (np.arange(self.steps, dtype=np.int64) + 1) * self.group)
 
 
-def steps(remaining: Sequence[int], group: int, batch: int, tail: str) -> tuple[int, int]:
-    """(full steps, per-rank size of one last short step or 0) that every rank takes when
-    each pool has ``remaining`` samples left. drop: full steps, then the largest equal short
-    step every pool can fill (so < 1 sample per rank is lost beyond cross-pool equality, or
-    < 2 when a short step of one is skipped); pad and uneven: enough steps for every sample."""
+def _short_full(left: int, steps: int, group: int, batch: int) -> int:
+    """tail="short": the most full steps a pool with ``left`` samples can take before
+    spreading the rest over its remaining steps with at least ``MIN_SHORT`` (else one)
+    sample a run; -1 when not even one a run is possible."""
+    for least in dict.fromkeys((min(MIN_SHORT, batch), 1)):
+        if batch == least:  # every run must hold exactly ``batch``
+            if left == steps * group * batch:
+                return steps
+            continue
+        spare = left - steps * group * least
+        if spare >= 0:
+            return spare // (group * (batch - least))
+    return -1
+
+
+def cut(remaining: Sequence[int], group: int, batch: int, tail: str) -> Cut:
+    """The steps every rank takes when each pool has ``remaining`` samples left."""
     if tail not in TAILS:
         raise ValueError(f"tail must be one of {TAILS}")
-    g = group * batch
-    rem = [max(0, int(r)) for r in remaining]
-    if tail != "drop":
-        return max(-(-r // g) for r in rem), 0
-    n = min(r // g for r in rem)
-    short = min((r - n * g) // group for r in rem)
-    return n, (short if short >= MIN_SHORT else 0)
+    per_step = group * batch
+    left = [max(0, int(r)) for r in remaining]
+    if tail == "drop":
+        n = min(r // per_step for r in left)
+    else:
+        n = max(-(-r // per_step) for r in left)
+    if tail != "short":
+        return Cut(n, group, batch, (n,) * len(left), (0,) * len(left))
+    full = [_short_full(r, n, group, batch) for r in left]
+    if min(full) < 0:
+        r = left[full.index(min(full))]
+        raise LoaderError(
+            f"tail='short' cannot give each of {group} ranks {n} batches of at least one "
+            f"sample from the {r} samples left (batch size {batch}); load with tail='pad' "
+            "(every sample once, padding slots) or tail='drop'")
+    return Cut(n, group, batch, tuple(full),
+               tuple(r - f * per_step for r, f in zip(left, full, strict=True)))
+
+
+def pool_starts(start: int | Sequence[int], sizes: Sequence[int]) -> tuple[int, ...]:
+    """Per pool, the positions of its order done: ``start`` is one count for every pool
+    (each pool's capped at its size) or one count per pool."""
+    if isinstance(start, int | np.integer):
+        return tuple(min(max(0, int(start)), n) for n in sizes)
+    if len(start) != len(sizes):
+        raise ValueError(f"{len(start)} sample counts for {len(sizes)} pools")
+    return tuple(min(max(0, int(s)), n) for s, n in zip(start, sizes, strict=True))
+
+
+def as_samples(done: Sequence[int], sizes: Sequence[int]) -> int | list[int]:
+    """``done`` (per pool, each capped at its size) as one count when one count says it for
+    every pool, else the list (partition, inside a short tail that pools cut differently)."""
+    x = max(done, default=0)
+    if all(min(x, n) == d for d, n in zip(done, sizes, strict=True)):
+        return int(x)
+    return [int(d) for d in done]
 
 
 @dataclass(frozen=True, eq=False)
 class EpochPlan:
-    """One rank's epoch from ``start`` on: its batches (rows of ``table``, global sample ids,
-    ``PAD`` for padding or past a short batch's end) and which worker makes each (batch b:
-    worker ``b % workers``)."""
+    """One rank's epoch from ``starts`` on: its batches (rows of ``table``, global sample
+    ids, ``PAD`` for padding or past a short batch's end) and which worker makes each (batch
+    b: worker ``b % workers``)."""
 
     epoch: int
-    start: int  # samples of the pool's order consumed before this plan
+    starts: tuple[int, ...]  # per pool: positions of its order done before this plan
     group: Group
     batch_size: int
     workers: int
     table: np.ndarray  # (batches, batch_size) int64
     first: np.ndarray  # per batch: the order position of its first slot (seeds its RNG)
-    done: np.ndarray  # per batch: samples of the pool's order consumed once it is done
+    done: np.ndarray  # (pools, batches): positions of each pool's order done after a batch
+    sizes: tuple[int, ...]  # samples in each pool
     shard_first: np.ndarray  # first sample id of each shard (+ total)
 
     @property
     def batches(self) -> int:
         return len(self.table)
 
+    @property
+    def start(self) -> int:
+        """This rank's pool's positions done before this plan."""
+        return self.starts[self.group.pool]
+
     def consumed(self, batches: int) -> int:
-        """Samples of the pool's order done after this plan's first ``batches`` batches."""
-        return int(self.done[batches - 1]) if batches > 0 else self.start
+        """Positions of this rank's pool's order done after the plan's first ``batches``."""
+        return self.position(batches)[self.group.pool]
+
+    def position(self, batches: int) -> tuple[int, ...]:
+        """Every pool's positions done (capped at its size) after the first ``batches``."""
+        if batches <= 0:
+            return self.starts
+        return tuple(min(int(d), n) for d, n in zip(self.done[:, batches - 1], self.sizes,
+                                                    strict=True))
 
     def worker_of(self, b: int) -> int:
         return b % self.workers
@@ -141,43 +239,48 @@ class EpochPlan:
 
 def plan_epoch(samples: Sequence[int], world: World, mode: str, seed: int, epoch: int,
                batch_size: int, workers: int, tail: str, shuffle: bool = True,
-               start: int = 0) -> EpochPlan:
-    """This rank's plan for ``epoch`` once ``start`` samples of each pool's order are done
-    (0: the whole epoch). Every rank computes the same step count from the counts alone."""
+               start: int | Sequence[int] = 0) -> EpochPlan:
+    """This rank's plan for ``epoch`` once ``start`` positions of each pool's order are done
+    (one count for every pool, or one per pool; 0: the whole epoch). Every rank computes the
+    same step count from the counts alone."""
     group = group_of(world, mode)
     every = pools(samples, world.num_nodes, mode, seed)
-    n, short = steps([len(p) - start for p in every], group.size, batch_size, tail)
+    sizes = tuple(len(p) for p in every)
+    starts = pool_starts(start, sizes)
+    try:
+        c = cut([n - s for n, s in zip(sizes, starts, strict=True)], group.size, batch_size,
+                tail)
+    except LoaderError as e:
+        raise LoaderError(f"rank {world.rank}: {e}") from None
     ids = pool_order(every[group.pool], seed, epoch, group.pool, shuffle)
-    widths = np.full(n + (short > 0), batch_size, np.int64)
-    if short:
-        widths[-1] = short
-    done = start + group.size * np.cumsum(widths)
-    first = done - group.size * widths + group.slot * widths
+    offset, width = c.runs(group.pool, group.slot)
+    first = starts[group.pool] + offset
     col = np.arange(batch_size, dtype=np.int64)[None, :]
     pos = first[:, None] + col
-    real = (col < widths[:, None]) & (pos < len(ids))
+    real = (col < width[:, None]) & (pos < len(ids))
     table = np.where(real, ids[np.clip(pos, 0, max(0, len(ids) - 1))] if len(ids) else PAD,
                      PAD)
-    if tail == "uneven":  # only batches with a real sample
+    done = np.stack([s + c.done(p) for p, s in enumerate(starts)]).reshape(len(sizes), -1)
+    if tail == "uneven":  # only batches with a real sample (always a leading run of them)
         keep = real.any(axis=1)
-        table, first, done = table[keep], first[keep], done[keep]
+        table, first, done = table[keep], first[keep], done[:, keep]
     shard_first = np.concatenate([[0], np.cumsum(np.asarray(samples, np.int64))])
-    return EpochPlan(epoch, start, group, batch_size, max(1, workers), table, first,
-                     done, shard_first)
+    return EpochPlan(epoch, starts, group, batch_size, max(1, workers), table, first, done,
+                     sizes, shard_first)
 
 
 def job_summary(samples: Sequence[int], nodes: int, local: int, workers: int, batch: int,
                 mode: str = "replicate", tail: str = "drop", seed: int = 0) -> dict[str, float]:
-    """What an epoch of a job gives, from the counts alone (every rank alike): steps, the
-    share of the set seen, busy workers per rank and the spread of worker sample counts."""
+    """What an epoch of a job gives, from the counts alone (rank 0; in partition mode the
+    first node's ranks): steps, the share of the set seen, busy workers per rank and the
+    spread of worker sample counts."""
     world = World(0, nodes * local, 0, local, 0, nodes)
     group = group_of(world, mode)
     sizes = [len(p) for p in pools(samples, nodes, mode, seed)]
-    n, short = steps(sizes, group.size, batch, tail)
-    widths = [batch] * n + ([short] if short else [])
-    take = group.size * sum(widths)
-    real = sum(min(size, take) for size in sizes) if tail == "drop" else sum(sizes)
-    per_worker = [sum(widths[k::workers]) for k in range(workers)]
-    return {"ranks": nodes * local, "steps": len(widths), "seen": real / sum(samples),
-            "busy_workers": sum(1 for c in per_worker if c), "workers": workers,
+    c = cut(sizes, group.size, batch, tail)
+    seen = sum(min(n, int(c.done(p)[-1])) for p, n in enumerate(sizes)) if c.steps else 0
+    width = c.runs(group.pool, group.slot)[1].tolist()
+    per_worker = [sum(width[k::workers]) for k in range(workers)]
+    return {"ranks": nodes * local, "steps": c.steps, "seen": seen / sum(samples),
+            "busy_workers": sum(1 for n in per_worker if n), "workers": workers,
             "worker_spread": max(per_worker) - min(per_worker)}

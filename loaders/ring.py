@@ -12,8 +12,8 @@ Protocol, chosen so that a killed worker can leave nothing held:
   semaphore: a worker blocked on a slot of the abandoned iteration wakes, sees the new
   generation and stops; a worker resets its own semaphore to "all slots free" when it starts
   an iteration (the main process ignores batches of older generations);
-- counters (epoch, start, generation; per worker its pid, the batch it is making and the
-  samples it skipped) have one writer each: no lock.
+- counters (epoch, batches to skip, generation, each pool's starting position; per worker
+  its pid, the batch it is making and the samples it skipped) have one writer each: no lock.
 """
 
 from __future__ import annotations
@@ -26,36 +26,44 @@ from typing import Any
 import numpy as np
 import torch
 
-_EPOCH, _START, _GENERATION, _HEAD = range(4)
+_EPOCH, _SKIP, _GENERATION, _HEAD = range(4)  # then the pools' starts, then the workers
 _PER_WORKER = 3  # pid, batch in the making, skipped samples
 _PARENT_CHECK_S = 5.0  # a worker blocked on a slot checks this often that its parent lives
 
 
 class Ring:
     """``workers`` rings of ``slots`` batches (``batch`` x 3 x ``size`` x ``size`` uint8),
-    with the counters both sides read; see the module docstring for the protocol."""
+    with the counters both sides read (``pools`` starting positions of an epoch's plan);
+    see the module docstring for the protocol."""
 
-    def __init__(self, workers: int, slots: int, batch: int, size: int) -> None:
-        self.workers, self.slots = max(1, workers), slots
-        self.state: Any = mp.Array("q", [0] * (_HEAD + _PER_WORKER * self.workers), lock=False)
+    def __init__(self, workers: int, slots: int, batch: int, size: int, pools: int = 1
+                 ) -> None:
+        self.workers, self.slots, self.pools = max(1, workers), slots, pools
+        self.state: Any = mp.Array("q", [0] * (_HEAD + pools + _PER_WORKER * self.workers),
+                                   lock=False)
         self.data = torch.empty((workers, slots, batch, 3, size, size),
                                 dtype=torch.uint8).share_memory_() if workers > 0 else None
         self._free = [mp.Semaphore(slots) for _ in range(workers)]
         self._parent = os.getpid()
 
     # -- counters
-    def set_epoch(self, epoch: int, start: int) -> None:
-        self.state[_EPOCH], self.state[_START] = epoch, start
+    def set_epoch(self, epoch: int, starts: tuple[int, ...], skip: int) -> None:
+        """The next pass: ``epoch``'s plan from ``starts`` (per pool), its first ``skip``
+        batches left out."""
+        self.state[_EPOCH], self.state[_SKIP] = epoch, skip
+        self.state[_HEAD:_HEAD + self.pools] = list(starts)
 
-    def epoch(self) -> tuple[int, int]:
-        return int(self.state[_EPOCH]), int(self.state[_START])
+    def epoch(self) -> tuple[int, tuple[int, ...], int]:
+        """(epoch, starts, skip) of the pass ``set_epoch`` set."""
+        starts = tuple(int(x) for x in self.state[_HEAD:_HEAD + self.pools])
+        return int(self.state[_EPOCH]), starts, int(self.state[_SKIP])
 
     @property
     def generation(self) -> int:
         return int(self.state[_GENERATION])
 
     def _slot(self, w: int, k: int) -> int:
-        return _HEAD + _PER_WORKER * w + k
+        return _HEAD + self.pools + _PER_WORKER * w + k
 
     def pid(self, w: int) -> int:
         return int(self.state[self._slot(w, 0)])

@@ -7,12 +7,8 @@
 - Workers read samples by offset through the split's sample index (``imgprep.index``), one
   ``pread`` per run of neighbouring samples (``loaders.reader``), and decode them into
   shared-memory slots (``loaders.ring``).
-- Augmentation draws come from a generator seeded by (seed, epoch, pool, position of the
-  batch in the epoch's order), so resuming yields exactly what an uninterrupted run would
-  have, and no skipped batch is read or decoded.
-- ``state_dict`` says how many samples of the epoch's order are done, which every World
-  understands: a replicate run checkpointed on W ranks resumes on W' ranks, each remaining
-  sample seen once. Partition data is fixed by staging: another node count is refused.
+- Epochs, tails, resume (elastic too) and the error rule are the base's
+  (``loaders.base``), shared with the label-list loader.
 - Node-local data (a manifest with a ``node`` section, from stage-to-node or a partitioned
   convert): a partition copy holds one node's share of a layout for a node count, so only
   that node of a job with that node count may load it; a replicate copy holds every shard
@@ -24,26 +20,22 @@ and start from shared memory, so they stay alive across epochs.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
-import torch
-from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from imgprep.assign import MODES
-from imgprep.errors import ImgprepError, ManifestError, WorldError
+from imgprep.errors import ManifestError, WorldError
 from imgprep.index import read_index
 from imgprep.manifest import Manifest, read_manifest
 from imgprep.shardio import iter_members, iter_samples
 from imgprep.world import World
+from loaders.base import Config, Item, PlannedLoader
 from loaders.common import PAD_LABEL, LoaderError, check_policies
-from loaders.plan import PAD, EpochPlan, plan_epoch, pools
-from loaders.reader import Locations, Raw, Reader
-from loaders.ring import Ring, is_dead
-from loaders.transforms import SampleError, TrainTransform, Transform, ValTransform, apply
+from loaders.plan import EpochPlan
+from loaders.reader import Locations, Reader
+from loaders.transforms import TrainTransform, Transform, ValTransform
 
 __all__ = ["PAD_LABEL", "EpochPlan", "LoaderError", "ShardLoader", "ShardSet", "iter_members",
            "iter_samples", "open_shards"]
@@ -156,103 +148,27 @@ def check_present(shards: ShardSet, world: World, plan: EpochPlan) -> None:
             "node count and mode")
 
 
-# ---------------------------------------------------------------------------- the workers
-
-
-@dataclass(frozen=True, eq=False)
-class _Config:
-    shards: ShardSet
-    world: World
-    batch_size: int
-    workers: int
-    transform: Transform
-    tail: str
-    shuffle: bool
-    on_error: str
-    seed: int
-
-    def plan(self, epoch: int, start: int) -> EpochPlan:
-        s = self.shards
-        return plan_epoch(s.samples, self.world, s.mode, s.seed, epoch, self.batch_size,
-                          self.workers, self.tail, self.shuffle, start)
-
-
-class _EpochStream(IterableDataset):
-    """What each DataLoader worker runs: its batches of the rank's plan, as tagged batches
-    (decoded into its ring slots; yielded whole when running in the main process)."""
-
-    def __init__(self, cfg: _Config, ring: Ring) -> None:
-        self.cfg, self.ring = cfg, ring
-        self._plan: EpochPlan | None = None
-        self._reader: Reader | None = None
-
-    def _plan_for(self, epoch: int, start: int) -> EpochPlan:
-        p = self._plan
-        if p is None or (p.epoch, p.start) != (epoch, start):
-            p = self._plan = self.cfg.plan(epoch, start)
-        return p
-
-    def __iter__(self) -> Iterator[tuple[int, Any, Any]]:
-        cfg, ring = self.cfg, self.ring
-        info = get_worker_info()
-        w = info.id if info is not None else 0
-        if self._reader is None:
-            self._reader = Reader(cfg.shards.where, cfg.world.rank)
-        if ring.data is not None:
-            ring.begin(w)
-        generation = ring.generation
-        plan = self._plan_for(*ring.epoch())
-        made = 0
-        for b in plan.worker_batches(w):
-            ring.note(w, b)
-            row = plan.table[b]
-            ids = row if cfg.tail == "pad" else row[row != PAD]  # drop: a short last batch
-            items = self._reader.read(ids[ids != PAD])
-            n = len(ids)
-            rng = np.random.default_rng([cfg.seed, plan.epoch, plan.group.pool,
-                                         int(plan.first[b])])
-            if ring.data is None:
-                images = np.empty((n, 3, cfg.transform.size, cfg.transform.size), np.uint8)
-                labels = self._decode(items, rng, images, w)
-                yield b, torch.from_numpy(images), torch.from_numpy(labels)
-                continue
-            if not ring.acquire(w, generation):
-                return  # the main process started over: this iteration is abandoned
-            slot = made % ring.slots
-            labels = self._decode(items, rng, ring.slot_array(w, slot, n), w)
-            made += 1
-            yield b, (generation, w, slot, n), labels.tobytes()  # by value: no fd to pass
-
-    def _decode(self, items: list[Raw], rng: np.random.Generator, images: np.ndarray,
-                w: int) -> np.ndarray:
-        """Decode and augment ``items`` into ``images`` (n x 3 x size x size); rows past the
-        items (``tail="pad"``) are zeroed. Returns the labels, PAD_LABEL for padding."""
-        cfg = self.cfg
-        images[len(items):] = 0
-        labels = np.full(len(images), PAD_LABEL, dtype=np.int64)
-        bad: list[int] = []
-        for i, (shard, k, jpg, label) in enumerate(items):
-            try:
-                apply(jpg, cfg.transform, rng, images[i], where=f"{shard}: sample {k}")
-                labels[i] = label
-            except SampleError as e:
-                if cfg.on_error == "raise":
-                    raise LoaderError(f"rank {cfg.world.rank}: {e}; verify or restage the "
-                                      "shard, or load with on_error='skip'") from e
-                bad.append(i)
-        if bad:
-            self.ring.add_skipped(w, len(bad))
-            good = [i for i in range(len(items)) if i not in set(bad)]
-            for n, b in enumerate(bad):  # a good sample of the same batch takes the slot
-                images[b] = images[good[n % len(good)]] if good else 0
-                labels[b] = labels[good[n % len(good)]] if good else PAD_LABEL
-        return labels
-
-
 # ---------------------------------------------------------------------------- the loader
 
 
-class ShardLoader:
+@dataclass
+class _ShardSource:
+    """A worker's reads: samples by offset through the sample index (its files opened on
+    first use, after the fork)."""
+
+    where: Locations
+    rank: int
+    fix: str = "verify or restage the shard"
+    _reader: Reader | None = None
+
+    def fetch(self, ids: np.ndarray) -> list[Item]:
+        if self._reader is None:
+            self._reader = Reader(self.where, self.rank)
+        return [(f"{shard}: sample {key}", jpg, label)
+                for shard, key, jpg, label in self._reader.read(ids)]
+
+
+class ShardLoader(PlannedLoader):
     """Iterate ``(images uint8 NCHW, labels int64)`` batches of one rank over an epoch.
 
     Args:
@@ -263,7 +179,9 @@ class ShardLoader:
         batch_size, workers: per rank; ``workers=0`` decodes in the calling process.
         seed: the epoch orders' and augmentations' seed.
         mode: ``replicate`` or ``partition`` (node-local manifests fix it).
-        tail: ``drop``, ``pad`` (padding slots: label PAD_LABEL, zero pixels) or ``uneven``.
+        tail: ``drop`` (full batches only), ``short`` (every sample once, short last
+            batches), ``pad`` (every sample once; padding slots: label PAD_LABEL, zero
+            pixels) or ``uneven`` (every sample once, counts differ between ranks).
         on_error: ``raise`` on an undecodable sample, or ``skip`` (replace and count it).
 
     ``len(loader)`` (batches the next pass yields) and ``batches_per_epoch`` are stated
@@ -276,26 +194,15 @@ class ShardLoader:
                  shuffle: bool | None = None, on_error: str = "raise",
                  pin_memory: bool | None = None, prefetch_factor: int = 2) -> None:
         train = split == "train"
-        self.tail = tail or ("drop" if train else "pad")
-        check_policies(batch_size, workers, self.tail, on_error)
+        tail = tail or ("drop" if train else "pad")
+        check_policies(batch_size, workers, tail, on_error)
         self.shards = open_shards(Path(folder), split, mode, seed)
         check_world(self.shards, world)
-        self.world, self.batch_size, self.workers = world, batch_size, workers
-        self.cfg = _Config(self.shards, world, batch_size, workers,
-                           transform or (TrainTransform() if train else ValTransform()),
-                           self.tail, train if shuffle is None else shuffle, on_error, seed)
-        self.epoch = self._start = self._batch0 = self._yielded = 0
-        self._plans: dict[tuple[int, int], EpochPlan] = {}
-        self._pool_max = max(len(p) for p in pools(self.shards.samples, world.num_nodes,
-                                                   self.shards.mode, self.shards.seed))
-        self.plan(0)  # fail now, not in a worker, if this World cannot be served
-        self._pin = torch.cuda.is_available() if pin_memory is None else pin_memory
-        # prefetch_factor batches in flight per worker, one being decoded, one spare
-        self._ring = Ring(workers, prefetch_factor + 2, batch_size, self.cfg.transform.size)
-        self._loader = DataLoader(
-            _EpochStream(self.cfg, self._ring), batch_size=None, num_workers=workers,
-            persistent_workers=workers > 0, pin_memory=self._pin and workers == 0,
-            prefetch_factor=prefetch_factor if workers > 0 else None)
+        s = self.shards
+        cfg = Config(s.samples, world, s.mode, s.seed, seed, batch_size, workers,
+                     transform or (TrainTransform() if train else ValTransform()), tail,
+                     train if shuffle is None else shuffle, on_error)
+        super().__init__(cfg, _ShardSource(s.where, world.rank), pin_memory, prefetch_factor)
 
     @property
     def mean(self) -> tuple[float, ...]:
@@ -309,118 +216,11 @@ class ShardLoader:
     def num_classes(self) -> int:
         return self.shards.num_classes
 
-    @property
-    def skipped(self) -> int:
-        """Samples replaced because they could not be decoded (on_error='skip'), this pass."""
-        return self._ring.skipped()
+    def check_plan(self, plan: EpochPlan) -> None:
+        check_present(self.shards, self.world, plan)
 
-    @property
-    def worker_pids(self) -> tuple[int, ...]:
-        """The worker processes' pids, as each recorded itself (0: not started)."""
-        return tuple(self._ring.pid(w) for w in range(self.workers))
-
-    def plan(self, epoch: int | None = None, start: int | None = None) -> EpochPlan:
-        """This rank's plan of ``epoch`` (default: the current one, from where it resumes)."""
-        key = (self.epoch if epoch is None else epoch,
-               (self._start if epoch is None else 0) if start is None else start)
-        if key not in self._plans:
-            plan = self.cfg.plan(*key)
-            check_present(self.shards, self.world, plan)
-            self._plans = {k: v for k, v in self._plans.items() if k[0] == key[0]}
-            self._plans[key] = plan
-        return self._plans[key]
-
-    @property
-    def batches_per_epoch(self) -> int:
-        """A whole epoch's batches on this World (unchanged by ``load_state_dict``)."""
-        return self.plan(self.epoch, 0).batches
-
-    def set_epoch(self, epoch: int) -> None:
-        """Iterate ``epoch`` next, from its first batch."""
-        self.epoch, self._start, self._batch0, self._yielded = epoch, 0, 0, 0
-
-    def _shape(self) -> dict[str, Any]:
-        w = self.world
-        return {"mode": self.shards.mode, "world_size": w.world_size,
-                "num_nodes": w.num_nodes, "local_world_size": w.local_world_size,
-                "batch_size": self.batch_size}
-
-    def state_dict(self) -> dict[str, Any]:
-        """Where iteration stands: the epoch, the batches of it yielded on this World, and the
-        samples of each pool's order done (what a resume on another World starts from)."""
-        done = self.plan().consumed(self._yielded)
-        return {"epoch": self.epoch, "batch": self._batch0 + self._yielded,
-                "samples": min(done, self._pool_max), **self._shape()}
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Resume where ``state`` (from ``state_dict``, on this World or, in replicate mode,
-        on another number of ranks or batch size) stands: each remaining sample of the epoch
-        once."""
-        epoch, batch = int(state["epoch"]), int(state["batch"])
-        full = self.plan(epoch, 0)
-        if "samples" not in state or all(state.get(k) == v for k, v in self._shape().items()):
-            if not 0 <= batch <= full.batches:
-                raise ValueError(f"batch {batch} is outside epoch {epoch}")
-            start = full.consumed(batch)
-        else:
-            self._check_elastic(state)
-            start = int(state["samples"])
-            batch = int(np.searchsorted(full.done, start, side="right"))
-            if not 0 <= start <= self._pool_max:
-                raise ValueError(f"samples {start} is outside epoch {epoch}")
-        self.plan(epoch, start)  # refuse now if this World cannot be served from there
-        self.epoch, self._start, self._batch0, self._yielded = epoch, start, batch, 0
-
-    def _check_elastic(self, state: Mapping[str, Any]) -> None:
-        mode = self.shards.mode
-        if state.get("mode") != mode:
-            raise WorldError(f"rank {self.world.rank}: the checkpoint was written in "
-                             f"{state.get('mode')} mode, this loader runs {mode}; resume with "
-                             "the same mode")
-        if mode == "partition" and state.get("num_nodes") != self.world.num_nodes:
-            raise WorldError(
-                f"rank {self.world.rank}: the checkpoint was written on {state.get('num_nodes')} "
-                f"nodes of partitioned data, this job has {self.world.num_nodes}: each node's "
-                "data is fixed by staging; resume with the same node count, or start the "
-                "next epoch (set_epoch) after restaging")
-
-    def __len__(self) -> int:
-        return self.plan().batches
-
-    def _dead_workers(self) -> str:
-        """'worker 1 (pid 123, making batch 4 from train-000003.tar, …)' for the workers whose
-        recorded pids have exited."""
-        plan, dead = self.plan(), []
-        for w in range(self.workers):
-            pid = self._ring.pid(w)
-            if is_dead(pid):
-                b = self._ring.making(w)
-                names = [self.shards.names[i] for i in
-                         np.unique(plan.shards_of(plan.table[b:b + 1])).tolist()]
-                more = f", … {len(names)} shards" if len(names) > 3 else ""
-                dead.append(f"worker {w} (pid {pid}, making batch {b} from "
-                            f"{', '.join(names[:3])}{more})")
-        return "; ".join(dead)
-
-    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        plan = self.plan()
-        self._ring.set_epoch(self.epoch, self._start)
-        generation = self._ring.new_iteration()  # workers of an abandoned iteration stop
-        self._yielded = 0
-        try:
-            for batch in self._ring.in_order(self._loader, generation, self._pin):
-                self._yielded += 1
-                yield batch
-        except (RuntimeError, ConnectionError, EOFError) as e:
-            dead = self._dead_workers() if not isinstance(e, ImgprepError) else ""
-            if not dead:
-                raise
-            raise LoaderError(f"rank {self.world.rank}: loader {dead} died in epoch "
-                              f"{self.epoch} at batch {self._batch0 + self._yielded} ({e}); "
-                              "rerun to resume from the last checkpoint") from e
-        if self._yielded != plan.batches:
-            raise LoaderError(f"rank {self.world.rank}: epoch {self.epoch} gave "
-                              f"{self._yielded} of {plan.batches} batches; the shards changed "
-                              "under the loader")
-        full = self.plan(self.epoch, 0).batches  # a finished epoch: the next pass starts over
-        self._start, self._batch0, self._yielded = 0, 0, full
+    def describe(self, plan: EpochPlan, batch: int) -> str:
+        names = [self.shards.names[i] for i in
+                 np.unique(plan.shards_of(plan.table[batch:batch + 1])).tolist()]
+        more = f", … {len(names)} shards" if len(names) > 3 else ""
+        return f" from {', '.join(names[:3])}{more}"

@@ -39,7 +39,8 @@ from benchlib import DEFAULT_IMAGES, TICK, descendants, machine_busy_s, run_main
 
 from imgprep.convert import ConvertOptions, convert
 from imgprep.world import World
-from loaders.labellist import LabelListLoader, rank_indices, read_label_list
+from loaders.labellist import LabelListLoader, read_label_list
+from loaders.plan import plan_epoch
 from loaders.transforms import TrainTransform, train_sample
 
 TARGET = 0.8  # loader 1 worker over floor
@@ -89,11 +90,11 @@ def timed(batches: Iterable[tuple[torch.Tensor, torch.Tensor]]) -> dict[str, flo
 def floor_epoch(lst: Path, batch: int, epoch: int) -> Iterable[tuple[torch.Tensor, torch.Tensor]]:
     """The loader's per-image work in this process: read, decode, crop, flip, into a batch."""
     e = read_label_list(lst)
-    order = rank_indices(len(e.paths), World(), 0, epoch, True, "drop")
+    plan = plan_epoch([len(e.paths)], World(), "replicate", 0, epoch, batch, 1, "drop")
     out = np.empty((batch, 3, TRAIN.size, TRAIN.size), np.uint8)
-    for number in range(len(order) // batch):
-        rng = np.random.default_rng([0, epoch, 0, number])
-        chunk = order[number * batch:(number + 1) * batch].tolist()
+    for number in range(plan.batches):
+        rng = np.random.default_rng([0, epoch, 0, int(plan.first[number])])
+        chunk = plan.table[number].tolist()
         for i, idx in enumerate(chunk):
             train_sample((e.root / e.paths[idx]).read_bytes(), TRAIN, rng, out[i], "floor")
         yield torch.from_numpy(out), torch.from_numpy(e.labels[chunk])

@@ -4,8 +4,9 @@
 Properties are checked with hypothesis over many layouts (nodes x ranks per node), shard counts,
 samples per shard, seeds and epochs, across every rank of a World built directly: nodes' shards
 partition the set with sample totals within one shard of each other; ranks' samples never
-overlap, cover the set (pad, uneven) or all but < 2 per rank (drop) with equal step counts,
-resume on another World from the samples consumed, and are pure functions of their inputs.
+overlap, keep each tail's promise (drop: full batches only, leaving out only what cannot
+fill a step; short, pad, uneven: every sample once) with equal step counts, resume on another
+World from the samples consumed, and are pure functions of their inputs.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from hypothesis import strategies as st
 from imgprep.assign import MODES, balanced_split, node_shards
 from imgprep.errors import WorldError
 from imgprep.world import World
+from loaders.common import LoaderError
 from loaders.plan import PAD, EpochPlan, plan_epoch, pools
 
 PROPS = settings(max_examples=200, deadline=None)
@@ -199,31 +201,67 @@ def _plans(samples: list[int], nodes: int, per_node: int, mode: str, seed: int, 
             for w in worlds(nodes, per_node)]
 
 
+def short_serves(sizes: Sequence[int], group: int, batch: int) -> bool:
+    """Whether tail="short" can give every run of every step a sample: at least one per
+    run (exactly ``batch`` when the batch is 1)."""
+    steps = max(-(-n // (group * batch)) for n in sizes)
+    return all(n == steps * group if batch == 1 else n >= steps * group for n in sizes)
+
+
+def runs_of(plans: Sequence[EpochPlan], worlds_: Sequence[World], mode: str
+            ) -> dict[int, np.ndarray]:
+    """Per pool, the (steps, group) real samples of each of its ranks' batches."""
+    out: dict[int, list[list[int]]] = {}
+    for w, p in zip(worlds_, plans, strict=True):
+        pool = w.node_rank if mode == "partition" else 0
+        out.setdefault(pool, []).append((p.table != PAD).sum(axis=1).tolist())
+    return {k: np.array(v).T for k, v in out.items()}
+
+
 @PROPS
 @given(samples=st.lists(st.integers(1, 60), min_size=1, max_size=24), layout=layouts(),
        seed=seeds, epoch=epochs, batch=st.integers(1, 9), workers=st.integers(1, 4),
-       tail=st.sampled_from(["drop", "pad", "uneven"]), mode=st.sampled_from(MODES))
-def test_plans_cover_each_sample_once_with_equal_steps(
+       tail=st.sampled_from(["drop", "short", "pad", "uneven"]), mode=st.sampled_from(MODES))
+def test_plans_keep_each_tails_promise(
         samples: list[int], layout: tuple[int, int], seed: int, epoch: int, batch: int,
         workers: int, tail: str, mode: str) -> None:
-    """Whatever the shard count: equal step counts on every rank (drop, pad), no sample twice,
-    every sample with pad/uneven, drop losing < 2 per rank beyond cross-pool equality, worker
-    counts within one batch, and a node's ranks reading only the node's shards."""
+    """Whatever the shard count: equal step counts on every rank (all but uneven), no sample
+    twice, and per tail: drop: full batches only, leaving out only what does not fill a
+    step of every pool; short: every sample once, full batches then runs that differ by at
+    most one within a step, never empty; pad: every sample once, full batches of padding
+    at the end; uneven: every sample once, no padding, counts within one of each other.
+    Worker counts are within one batch; a node's ranks read only the node's shards."""
     nodes, per_node = layout
     assume(mode == "replicate" or len(samples) >= nodes)
+    sizes = [len(x) for x in pools(samples, nodes, mode, seed)]
+    group = per_node if mode == "partition" else nodes * per_node
+    if tail == "short" and not short_serves(sizes, group, batch):
+        with pytest.raises(LoaderError, match="tail='pad'"):
+            _plans(samples, nodes, per_node, mode, seed, epoch, batch, workers, tail)
+        return
     plans = _plans(samples, nodes, per_node, mode, seed, epoch, batch, workers, tail)
     if tail != "uneven":
         assert len({p.batches for p in plans}) == 1
     ids = np.concatenate([p.table[p.table != PAD] for p in plans])
     assert len(np.unique(ids)) == len(ids)
     total = sum(samples)
-    sizes = [len(x) for x in pools(samples, nodes, mode, seed)]
     if tail == "drop":
-        group = per_node if mode == "partition" else nodes * per_node
-        spread = sum(n - min(sizes) for n in sizes)
-        assert total - len(ids) <= spread + len(sizes) * (2 * group - 1)
+        steps = min(n // (group * batch) for n in sizes)
+        assert {p.batches for p in plans} == {steps}
+        assert all((p.table != PAD).all() for p in plans), "a drop batch is not full"
+        assert total - len(ids) == sum(n - steps * group * batch for n in sizes)
     else:
         assert len(ids) == total
+    if tail == "short":
+        for r in runs_of(plans, worlds(nodes, per_node), mode).values():
+            assert r.min() >= 1 and (r.max(axis=1) - r.min(axis=1)).max() <= 1
+            short = np.flatnonzero(r.min(axis=1) < batch)
+            assert (r[:short[0]] == batch).all() if len(short) else True
+    if tail == "pad":
+        assert all(p.table.shape[1] == batch for p in plans)
+    if tail == "uneven" and mode == "replicate":
+        assert max(p.batches for p in plans) - min(p.batches for p in plans) <= 1
+        assert all((p.table != PAD).any(axis=1).all() for p in plans)
     for p in plans:
         counts = p.worker_samples
         assert max(counts) - min(counts) <= batch
@@ -238,19 +276,57 @@ def test_plans_cover_each_sample_once_with_equal_steps(
 @PROPS
 @given(samples=st.lists(st.integers(1, 60), min_size=1, max_size=24), layout=layouts(),
        seed=seeds, epoch=epochs, batch=st.integers(1, 9), done=st.integers(0, 40),
-       after=layouts())
+       after=layouts(), tail=st.sampled_from(["pad", "short"]))
 def test_replicate_resume_on_another_world_takes_the_rest_of_the_order(
         samples: list[int], layout: tuple[int, int], seed: int, epoch: int, batch: int,
-        done: int, after: tuple[int, int]) -> None:
+        done: int, after: tuple[int, int], tail: str) -> None:
     """Steps done on one World, the rest planned on another from the samples consumed: the
-    two together are the epoch's order, each sample once (pad)."""
-    first = _plans(samples, *layout, "replicate", seed, epoch, batch, 2, "pad")
-    k = min(done, first[0].batches)
-    start = min(first[0].consumed(k), sum(samples))
-    rest = _plans(samples, *after, "replicate", seed, epoch, batch, 3, "pad", start)
+    two together are the epoch's order, each sample once (pad, short)."""
+    try:
+        first = _plans(samples, *layout, "replicate", seed, epoch, batch, 2, tail)
+        k = min(done, first[0].batches)
+        start = min(first[0].consumed(k), sum(samples))
+        rest = _plans(samples, *after, "replicate", seed, epoch, batch, 3, tail, start)
+    except LoaderError:  # short: fewer samples (left) than batches to give one each
+        assume(False)
+        return
+    assert all(p.consumed(k) == start for p in first)  # every rank says the same
     ids = np.concatenate([p.table[:k][p.table[:k] != PAD] for p in first]
                          + [p.table[p.table != PAD] for p in rest])
     assert sorted(ids.tolist()) == list(range(sum(samples)))
+
+
+@PROPS
+@given(samples=st.lists(st.integers(1, 60), min_size=2, max_size=24), per_node=st.integers(1, 4),
+       seed=seeds, batch=st.integers(2, 9), done=st.integers(0, 40), after=st.integers(1, 4))
+def test_partition_short_resume_on_other_local_ranks_takes_each_pools_rest(
+        samples: list[int], per_node: int, seed: int, batch: int, done: int,
+        after: int) -> None:
+    """Partition, tail="short": the pools' tails are cut differently, so after k steps the
+    pools have done different counts; a plan from those per-pool counts on another number of
+    ranks per node gives every remaining sample once."""
+    try:
+        first = _plans(samples, 2, per_node, "partition", seed, 0, batch, 2, "short")
+        k = min(done, first[0].batches)
+        start = first[0].position(k)
+        rest = _plans(samples, 2, after, "partition", seed, 0, batch, 2, "short", start)
+    except LoaderError:
+        assume(False)
+        return
+    assert all(p.position(k) == start for p in first)
+    ids = np.concatenate([p.table[:k][p.table[:k] != PAD] for p in first]
+                         + [p.table[p.table != PAD] for p in rest])
+    assert sorted(ids.tolist()) == list(range(sum(samples)))
+
+
+def test_short_spreads_the_rest_over_the_last_step() -> None:
+    """57 samples, 2 ranks, batch 4: 7 full steps (56), then 1 left for 2 ranks: too few for
+    the last step alone, so the last two steps share 9: runs 3, 2 | 2, 2."""
+    plans = _plans([57], 1, 2, "replicate", 0, 0, 4, 1, "short")
+    sizes = [(p.table != PAD).sum(axis=1).tolist() for p in plans]
+    assert sizes == [[4] * 6 + [3, 2], [4] * 6 + [2, 2]]
+    plans = _plans([61], 1, 2, "replicate", 0, 0, 4, 1, "short")  # 5 left: 3 and 2
+    assert [(p.table != PAD).sum(axis=1).tolist()[-1] for p in plans] == [3, 2]
 
 
 def test_plans_are_pure_and_epochs_and_seeds_reshuffle() -> None:
@@ -273,10 +349,12 @@ def test_plans_do_not_depend_on_the_launcher() -> None:
 
 
 def test_fewer_shards_than_ranks_is_served() -> None:
-    """One shard, eight ranks: every rank gets equal batches (whole-shard plans refused)."""
-    plans = _plans([1000], 2, 4, "replicate", 0, 0, 16, 2, "drop")
-    assert {p.batches for p in plans} == {8}
-    assert all(min(p.worker_samples) > 0 for p in plans)
+    """One shard, eight ranks: every rank gets equal batches (whole-shard plans refused):
+    7 full steps of 128 (drop), an eighth for the last 104 (short, pad)."""
+    for tail, steps in (("drop", 7), ("short", 8), ("pad", 8)):
+        plans = _plans([1000], 2, 4, "replicate", 0, 0, 16, 2, tail)
+        assert {p.batches for p in plans} == {steps}
+        assert all(min(p.worker_samples) > 0 for p in plans)
 
 
 def test_partition_node_with_too_few_shards_is_refused() -> None:

@@ -1,4 +1,8 @@
-"""Label-list loader, make_loader and the device step, with explicit Worlds in one process."""
+"""Label-list loader, make_loader and the device step, with explicit Worlds in one process.
+
+The list is planned as the shard loader's samples are (``loaders.plan``, one pool), so its
+tails keep the same promises; ``tests/test_shard_loader.py`` checks every tail on both
+loaders over the same samples."""
 
 from __future__ import annotations
 
@@ -25,7 +29,8 @@ from loaders import (
     normalize,
     worker_count,
 )
-from loaders.labellist import rank_indices, read_label_list
+from loaders.labellist import read_label_list
+from loaders.plan import PAD, plan_epoch
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +59,7 @@ def test_make_loader_picks_the_label_list(listed: Path) -> None:
 
 
 @pytest.mark.parametrize("ranks", [1, 2, 3])
-@pytest.mark.parametrize("tail", ["drop", "pad", "uneven"])
+@pytest.mark.parametrize("tail", ["drop", "short", "pad", "uneven"])
 def test_counts_and_coverage(listed: Path, ranks: int, tail: str) -> None:
     loaders = [LabelListLoader(listed / "train.txt", w, batch_size=4, workers=0, tail=tail)
                for w in _worlds(ranks)]
@@ -62,33 +67,56 @@ def test_counts_and_coverage(listed: Path, ranks: int, tail: str) -> None:
     labels = []
     for L in loaders:
         batches = _epoch(L, 0)
-        assert len(batches) == len(L) == L.batches()
+        assert len(batches) == len(L) == L.batches_per_epoch
         for x, y in batches:
             assert x.dtype == torch.uint8 and x.shape[1:] == (3, 224, 224)
             assert y.dtype == torch.int64
-            if tail != "uneven":
+            if tail in ("drop", "pad"):
                 assert x.shape[0] == 4
             assert not x[y == PAD_LABEL].any()  # padding is zeros
         labels.append(torch.cat([y for _, y in batches]))
     real = torch.cat(labels)
     real = real[real != PAD_LABEL]
-    if tail in ("drop", "pad"):
+    if tail != "uneven":
         assert len(set(lens)) == 1
     n_images = len(read_label_list(listed / "train.txt").paths)
-    if tail == "drop":
-        assert n_images - ranks * 4 < len(real) <= n_images
+    if tail == "drop":  # full batches only: what does not fill a step is left out
+        assert len(real) == n_images - n_images % (ranks * 4)
     else:  # every image exactly once across ranks
         expected = np.sort(read_label_list(listed / "train.txt").labels)
         assert np.array_equal(np.sort(real.numpy()), expected)
 
 
-def test_rank_indices_are_disjoint() -> None:
-    for tail in ("pad", "uneven", "drop"):
-        parts = [rank_indices(47, w, 3, 1, True, tail) for w in _worlds(4)]
-        real = np.concatenate([p[p >= 0] for p in parts])
-        assert len(real) == len(set(real.tolist()))
-        if tail != "drop":
-            assert sorted(real.tolist()) == list(range(47))
+def write_long_list(folder: Path, lines: int) -> Path:
+    """A list of ``lines`` entries (files that are never read: only plans are checked)."""
+    lst = folder / "long.txt"
+    lst.write_text("".join(f"img/{i}.jpg {i % 1000}\n" for i in range(lines)))
+    return lst
+
+
+@pytest.mark.parametrize("tail", ["drop", "short", "pad", "uneven"])
+def test_9469_entries_on_2_ranks_of_64_plan_as_shards_do(tmp_path: Path, tail: str) -> None:
+    """The reported case: 9,469 entries, 2 ranks x batch 64. drop: 73 full steps, the 125
+    that do not fill a 74th left out (the fewest whole batches allow); short: 73 full steps
+    and a last one of 63 + 62; pad: 74 full batches, rank 1's last with 3 padding slots;
+    uneven: the same without the padding. The plans are the shard loader's for one shard of
+    9,469 samples."""
+    lst = write_long_list(tmp_path, 9469)
+    loaders = [LabelListLoader(lst, w, 64, workers=0, tail=tail, num_classes=1000)
+               for w in _worlds(2)]
+    plans = [L.plan(0) for L in loaders]
+    for w, plan in zip(_worlds(2), plans, strict=True):
+        shard = plan_epoch([9469], w, "replicate", 0, 0, 64, 0, tail)
+        assert np.array_equal(plan.table, shard.table)
+    sizes = [(p.table != PAD).sum(axis=1).tolist() for p in plans]
+    seen = np.concatenate([p.table[p.table != PAD] for p in plans])
+    assert len(np.unique(seen)) == len(seen)
+    want = {"drop": ([64] * 73, [64] * 73, 9469 - 125),
+            "short": ([64] * 73 + [63], [64] * 73 + [62], 9469),
+            "pad": ([64] * 74, [64] * 73 + [61], 9469),  # real samples; 3 padding slots
+            "uneven": ([64] * 74, [64] * 73 + [61], 9469)}[tail]
+    assert (sizes[0], sizes[1], len(seen)) == want
+    assert [len(L) for L in loaders] == [len(sizes[0]), len(sizes[1])]
 
 
 def test_order_changes_per_epoch_and_repeats_on_rerun(listed: Path) -> None:
@@ -120,7 +148,7 @@ def test_workers_resume_exactly_and_keep_their_pids_across_epochs(listed: Path) 
     assert all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
                for a, b in zip(full[3:], tail, strict=True))
     assert len(tail) == len(full) - 3 and loader.worker_pids == pids
-    assert loader.state_dict() == {"epoch": 1, "batch": len(full)}
+    assert loader.state_dict()["batch"] == len(full)
 
 
 def test_killed_worker_is_named_by_pid(listed: Path) -> None:
@@ -161,7 +189,7 @@ def test_resume_mid_epoch(listed: Path, k: int) -> None:
     assert len(tail) == len(full) - k
     assert all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
                for a, b in zip(full[k:], tail, strict=True))
-    assert loader.state_dict() == {"epoch": 3, "batch": len(full)}
+    assert (loader.state_dict()["epoch"], loader.state_dict()["batch"]) == (3, len(full))
 
 
 def test_val_is_a_center_crop(listed: Path) -> None:
@@ -193,8 +221,9 @@ def test_corrupt_image_raises_or_is_skipped(listed: Path, tmp_path: Path) -> Non
     with pytest.raises(LoaderError, match=r"l.txt:2: img/1.jpg"):
         list(LabelListLoader(lst, World(), 3, workers=0, shuffle=False))
     loader = LabelListLoader(lst, World(), 3, workers=0, shuffle=False, on_error="skip")
-    (_, y), = list(loader)
-    assert y.tolist() == [0, PAD_LABEL, 2] and loader.skipped == 1
+    (x, y), = list(loader)  # as the shard loader: a good image of the batch takes the slot
+    assert y.tolist() == [0, 0, 2] and loader.skipped == 1
+    assert torch.equal(x[1], x[0])
 
 
 @pytest.mark.parametrize(("line", "message"), [

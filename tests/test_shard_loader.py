@@ -5,12 +5,14 @@ Shards here are written directly with ``ShardWriter`` in UNEQUAL sizes (3, 7, 12
 256x256 JPEG whose label is its sample id (0..56), so coverage is checked from labels alone.
 
 Most cases build explicit Worlds for every rank of a job in ONE process (``workers=0`` and
-``workers=2``) and check, per epoch: equal batch counts stated before iterating, coverage (drop:
-no duplicates, bounded loss; pad/uneven: every sample exactly once, padding labelled
-``PAD_LABEL`` with zero pixels), order (per epoch, per seed, reproducible), mid-epoch resume on
-the same World and on another (the state counts samples of the epoch's order), output format,
-worker RNG streams, partition and replicate node-local folders made by ``stage_to_node``,
-damaged shards, and the tar reader against ``tarfile`` and ``webdataset``.
+``workers=2``) and check, per epoch: equal batch counts stated before iterating, coverage
+(drop: full batches only, no duplicates, only what cannot fill a step left out;
+short/pad/uneven: every sample exactly once, padding labelled ``PAD_LABEL`` with zero pixels;
+the label-list loader keeps the same promises over the same samples), order (per epoch, per
+seed, reproducible), mid-epoch resume on the same World and on another (the state counts
+samples of the epoch's order), output format, worker RNG streams, partition and replicate
+node-local folders made by ``stage_to_node``, damaged shards, and the tar reader against
+``tarfile`` and ``webdataset``.
 The ``slow`` cases run real Gloo process groups that all-reduce every step, so unequal batch
 counts would hang (and time out) instead of passing.
 """
@@ -50,6 +52,8 @@ from imgprep.stage import StageOptions, stage_to_node
 from imgprep.synsets import imagenet_classes
 from imgprep.world import World
 from imgprep.writers import ShardWriter
+from loaders.common import TAILS
+from loaders.labellist import LabelListLoader
 from loaders.plan import pools
 from loaders.shards import PAD_LABEL, LoaderError, ShardLoader, iter_members, iter_samples
 from loaders.transforms import TrainTransform, ValTransform, into_chw
@@ -226,14 +230,15 @@ def rank_totals(loaders: Sequence[ShardLoader], epoch: int) -> list[int]:
 # ---------------------------------------------------------------------------- counts, coverage
 
 
-@pytest.mark.parametrize("tail", ["drop", "pad", "uneven"])
+@pytest.mark.parametrize("tail", TAILS)
 @pytest.mark.parametrize("workers", [0, 2])
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("name", list(LAYOUTS))
 def test_counts_and_coverage(data: ShardData, name: str, mode: str, workers: int,
                              tail: str) -> None:
-    """Equal counts stated before the epoch and kept; drop loses a bounded number of samples
-    and repeats none; pad and uneven show every sample exactly once across ranks."""
+    """Equal counts stated before the epoch and kept; drop yields full batches only and
+    leaves out only what cannot fill a step of every pool; short, pad and uneven show every
+    sample exactly once across ranks."""
     worlds = layout(*LAYOUTS[name])
     loaders = [ShardLoader(data.folder, "train", w, BATCH, workers=workers, mode=mode,
                            tail=tail, transform=SMALL_TRAIN) for w in worlds]
@@ -250,13 +255,10 @@ def test_counts_and_coverage(data: ShardData, name: str, mode: str, workers: int
         labels: list[int] = []
         for r, batches in enumerate(per_rank):
             assert len(batches) == stated[r]
-            if tail == "drop":  # full batches, then maybe one short one, equal on every rank
-                shapes = {tuple(batches_sizes(b)) for b in per_rank}
-                assert len(shapes) == 1 and all(n == BATCH for n in batches_sizes(batches)[:-1])
-            for k, (images, lab) in enumerate(batches):
+            for images, lab in batches:
                 assert images.dtype == torch.uint8 and lab.dtype == torch.int64
                 assert images.shape[1:] == (3, 32, 32) and images.shape[0] == lab.shape[0]
-                if tail == "uneven" or (tail == "drop" and k == len(batches) - 1):
+                if tail in ("short", "uneven"):
                     assert 1 <= lab.shape[0] <= BATCH
                 else:
                     assert lab.shape[0] == BATCH
@@ -272,14 +274,12 @@ def test_counts_and_coverage(data: ShardData, name: str, mode: str, workers: int
         assert set(real) <= set(range(TOTAL))
         if tail == "drop":
             assert PAD_LABEL not in labels
-            assert len(real) == sum(len(lab) for b in per_rank for _, lab in b)
-            # Samples are planned one by one, the last step short when needed: each pool (the
-            # set, or a node's shards) loses < 2 samples per rank beyond what equal counts
-            # across pools need.
+            # Full steps only: each pool (the set, or a node's shards) gives every step its
+            # ranks x BATCH samples, as many steps as the smallest pool fills.
             sizes = [len(p) for p in pools(SIZES, worlds[0].num_nodes, mode, 0)]
             group = worlds[0].local_world_size if mode == "partition" else len(worlds)
-            bound = sum(n - min(sizes) for n in sizes) + len(sizes) * (2 * group - 1)
-            assert TOTAL - len(real) <= bound
+            steps = min(n // (group * BATCH) for n in sizes)
+            assert stated[0] == steps and len(real) == len(sizes) * steps * group * BATCH
         else:
             assert sorted(real) == list(range(TOTAL)), f"epoch {epoch}: not exact"
             pads = labels.count(PAD_LABEL)
@@ -287,6 +287,82 @@ def test_counts_and_coverage(data: ShardData, name: str, mode: str, workers: int
                 assert pads == len(worlds) * stated[0] * BATCH - TOTAL
             else:
                 assert pads == 0
+
+
+@pytest.fixture(scope="module")
+def listed_data(data: ShardData, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``data``'s samples as a label list: ``img/<id>.jpg <id>``, the same JPEG bytes."""
+    folder = tmp_path_factory.mktemp("listed")
+    (folder / "img").mkdir()
+    for i, jpg in data.jpegs.items():
+        (folder / "img" / f"{i}.jpg").write_bytes(jpg)
+    (folder / "train.txt").write_text("".join(f"img/{i}.jpg {i}\n" for i in range(TOTAL)))
+    return folder / "train.txt"
+
+
+def both_loaders(data: ShardData, listed: Path, world: World, tail: str
+                 ) -> dict[str, ShardLoader | LabelListLoader]:
+    return {"shards": ShardLoader(data.folder, "train", world, BATCH, workers=0, tail=tail,
+                                  transform=SMALL_TRAIN),
+            "list": LabelListLoader(listed, world, BATCH, workers=0, tail=tail,
+                                    transform=SMALL_TRAIN)}
+
+
+@pytest.mark.parametrize("tail", TAILS)
+@pytest.mark.parametrize("ranks", [3, 4])
+def test_both_loaders_keep_each_tails_promise(data: ShardData, listed_data: Path, ranks: int,
+                                              tail: str) -> None:
+    """The shard and label-list loaders over the same 57 samples, 3 or 4 ranks x batch 3:
+    every rank the same number of batches (uneven: within one); drop: every batch full, the
+    epoch's samples all but the TOTAL % (ranks x BATCH) that cannot fill a step; short:
+    every sample exactly once, full batches then runs within one of each other; pad: full
+    batches, every sample at least once, the rest padding; uneven: every sample once. Both
+    loaders yield the same batches (one plan, one augmentation stream)."""
+    per_loader: dict[str, list[list[Batch]]] = {"shards": [], "list": []}
+    for w in layout(1, ranks):
+        for name, loader in both_loaders(data, listed_data, w, tail).items():
+            per_loader[name].append(run_epoch(loader, 1))
+    for name, per_rank in per_loader.items():
+        counts = [len(b) for b in per_rank]
+        assert max(counts) - min(counts) <= (1 if tail == "uneven" else 0), (name, counts)
+        sizes = np.array([batches_sizes(b) for b in per_rank]) if tail != "uneven" else None
+        labels = [x for b in per_rank for x in labels_of(b)]
+        real = [x for x in labels if x != PAD_LABEL]
+        assert len(real) == len(set(real)), f"{name}: a sample twice"
+        if tail == "drop":
+            assert sizes is not None and (sizes == BATCH).all()
+            assert len(real) == TOTAL - TOTAL % (ranks * BATCH)
+        elif tail == "short":
+            assert sizes is not None and sizes.min() >= 1
+            assert (sizes.max(axis=0) - sizes.min(axis=0)).max() <= 1
+            partial = np.flatnonzero(sizes.min(axis=0) < BATCH)
+            assert (sizes[:, :partial[0]] == BATCH).all() if len(partial) else True
+        elif tail == "pad":
+            assert sizes is not None and (sizes == BATCH).all()
+            assert labels.count(PAD_LABEL) == ranks * counts[0] * BATCH - TOTAL
+        if tail != "drop":
+            assert sorted(real) == list(range(TOTAL)), f"{name}: not every sample once"
+    for a, b in zip(per_loader["shards"], per_loader["list"], strict=True):
+        assert same_batches(a, b), "the two loaders planned or augmented differently"
+
+
+def test_list_elastic_resume_sees_every_remaining_sample_once(data: ShardData,
+                                                              listed_data: Path) -> None:
+    """The label-list loader resumes on another number of ranks as the shard loader does:
+    stop after 2 steps on 3 ranks, resume on 2 from rank 0's state: every sample once."""
+    first = [LabelListLoader(listed_data, w, BATCH, workers=0, tail="short",
+                             transform=SMALL_TRAIN) for w in layout(1, 3)]
+    seen: list[int] = []
+    for loader in first:
+        loader.set_epoch(1)
+        seen += labels_of([b for _, b in zip(range(2), loader, strict=False)])
+    state = first[0].state_dict()
+    for w in layout(1, 2):
+        loader = LabelListLoader(listed_data, w, BATCH, workers=0, tail="short",
+                                 transform=SMALL_TRAIN)
+        loader.load_state_dict(state)
+        seen += labels_of(list(loader))
+    assert sorted(seen) == list(range(TOTAL))
 
 
 @pytest.mark.parametrize("workers", [0, 2])
@@ -329,7 +405,7 @@ def test_order_per_epoch_rerun_and_seed(data: ShardData, mode: str, workers: int
 # ---------------------------------------------------------------------------- resume
 
 
-@pytest.mark.parametrize("tail", ["drop", "pad"])
+@pytest.mark.parametrize("tail", ["drop", "short", "pad"])
 @pytest.mark.parametrize("workers", [0, 2])
 def test_resume_yields_the_tail(data: ShardData, workers: int, tail: str) -> None:
     """load_state_dict({"epoch": e, "batch": k}) then iterating gives exactly batches k..
@@ -558,7 +634,7 @@ def test_staged_nodes_split_the_set(data: ShardData, nodes: list[Path]) -> None:
     assert sorted(held[0] + held[1]) == sorted(n for n in data.ids if n.startswith("train"))
 
 
-@pytest.mark.parametrize("tail", ["drop", "pad"])
+@pytest.mark.parametrize("tail", ["drop", "short", "pad"])
 @pytest.mark.parametrize("workers", [0, 2])
 def test_partition_from_node_local_dirs(data: ShardData, nodes: list[Path], workers: int,
                                         tail: str) -> None:
@@ -582,7 +658,7 @@ def test_partition_from_node_local_dirs(data: ShardData, nodes: list[Path], work
                 f"rank {w.rank} read a sample of the other node"
             seen += mine
         assert len(seen) == len(set(seen))
-        if tail == "pad":
+        if tail != "drop":
             assert sorted(seen) == list(range(TOTAL))
 
 
@@ -899,6 +975,8 @@ import torch
 import torch.distributed as dist
 
 from imgprep.world import World
+from loaders.common import TAILS
+from loaders.labellist import LabelListLoader
 from loaders.plan import pools
 from loaders.shards import PAD_LABEL, ShardLoader
 from loaders.transforms import TrainTransform, ValTransform
@@ -1018,10 +1096,10 @@ def test_gloo_partition_two_nodes_in_lockstep(data: ShardData, nodes: list[Path]
 
 def test_elastic_resume_sees_every_remaining_sample_once(data: ShardData) -> None:
     """Replicate mode: stop after k steps on W ranks, resume on W' ranks from rank 0's
-    state_dict: the batches before and after cover the epoch, each sample once (pad), or
-    all but fewer than 2 per rank (drop)."""
+    state_dict: the batches before and after cover the epoch, each sample once (pad, short),
+    or all but what does not fill a step of W' (drop)."""
     for before, after in ((3, 2), (2, 3), (1, 2), (2, 2)):
-        for tail in ("pad", "drop"):
+        for tail in ("pad", "short", "drop"):
             for k in (1, 3):
                 first = [ShardLoader(data.folder, "train", w, BATCH, workers=0, tail=tail,
                                      transform=SMALL_TRAIN) for w in layout(1, before)]
@@ -1039,7 +1117,7 @@ def test_elastic_resume_sees_every_remaining_sample_once(data: ShardData) -> Non
                 real = [x for x in seen if x != PAD_LABEL]
                 assert len(real) == len(set(real)), (before, after, tail, k)
                 lost = TOTAL - len(real)
-                assert lost == 0 if tail == "pad" else lost < 2 * after, (before, after, k)
+                assert lost == 0 if tail != "drop" else lost < after * BATCH, (before, after, k)
 
 
 def test_resume_with_another_batch_size_continues_the_order(data: ShardData) -> None:
