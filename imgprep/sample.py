@@ -3,7 +3,11 @@
 ``ILSVRC2012_img_train.tar`` (an outer tar of per-class ``<wnid>.tar``), ``ILSVRC2012_img_val.tar``
 (flat ``ILSVRC2012_val_%08d.JPEG``), and validation ground truth in the devkit form
 (``ILSVRC2012_validation_ground_truth.txt`` + ``map_clsloc.txt``, IDs in devkit order, not sorted
-order), plus Caffe's ``val.txt`` and Kaggle's ``LOC_val_solution.csv``. Images are synthetic
+order), plus Caffe's ``val.txt`` and Kaggle's ``LOC_val_solution.csv``. The validation images
+are named after the first published validation images of the sample's classes and carry their
+published class (``imgprep.synsets.imagenet_val_labels``), so the ground truth passes convert's
+check against the published labels; the devkit file, like the real one, has a line for every
+image from 1 up to the last one named. Images are synthetic
 (gradients, shapes and noise), deterministic for a seed, and include grayscale, CMYK, a PNG and a
 palette PNG named ``.JPEG``, 16-bit, EXIF-rotated and large (draft-mode) images; ``bad=True``
 adds a truncated JPEG and a zero-byte file to the train set.
@@ -20,8 +24,9 @@ from typing import Any
 import numpy as np
 from PIL import Image, ImageDraw
 
+from imgprep.errors import SourceFormatError
 from imgprep.fsutil import atomic_open, ensure_writable_dir, write_bytes_atomic
-from imgprep.synsets import ClassTable, imagenet_classes
+from imgprep.synsets import ClassTable, imagenet_classes, imagenet_val_labels
 from imgprep.writers import tar_header
 
 SIZES = ((500, 375), (375, 500), (500, 333), (500, 500), (640, 480), (1600, 1200), (120, 90))
@@ -102,6 +107,18 @@ def pick_classes(table: ClassTable, n: int) -> list[str]:
     return [table.wnids[i * step] for i in range(n)]
 
 
+def val_numbers(table: ClassTable, wnids: list[str], count: int) -> list[int]:
+    """The first ``count`` numbers n (1-based, ascending) of ``ILSVRC2012_val_%08d`` images whose
+    published class is one of ``wnids``; refused when those classes have fewer."""
+    chosen = [i for i in (table.index(w) for w in wnids) if i is not None]
+    numbers = (np.flatnonzero(np.isin(imagenet_val_labels(), chosen)) + 1).tolist()
+    if count > len(numbers):
+        raise SourceFormatError(
+            f"--val {count} is more than the {len(numbers)} published validation images of the "
+            f"sample's {len(wnids)} classes; pass --val {len(numbers)} or fewer, or more --classes")
+    return [int(n) for n in numbers[:count]]
+
+
 def _tar_bytes(members: list[tuple[str, bytes]]) -> bytes:
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tf:
@@ -145,13 +162,16 @@ def make_sample(out: Path, classes: int = 10, per_class: int = 12, val: int = 50
             inner = _tar_bytes(members)
             outer.addfile(tar_header(f"{wnid}.tar", len(inner)), io.BytesIO(inner))
     # Every quirk appears in the validation set too (and in train when there are enough classes).
+    # Each image is named after a published validation image of its class.
     val_quirks = [k for k, _ in quirk_cycle]
+    numbers = val_numbers(table, wnids, val)
+    published = imagenet_val_labels()
     val_members, truth = [], []
-    for i in range(1, val + 1):
-        kind = val_quirks[i - 1] if i - 1 < len(val_quirks) else None
-        ci = int(rng.integers(0, len(wnids)))
-        val_members.append((f"ILSVRC2012_val_{i:08d}.JPEG", image(kind, ci)))
-        truth.append(wnids[ci])
+    for i, number in enumerate(numbers):
+        kind = val_quirks[i] if i < len(val_quirks) else None
+        wnid = table.wnids[published[number - 1]]
+        val_members.append((f"ILSVRC2012_val_{number:08d}.JPEG", image(kind, wnids.index(wnid))))
+        truth.append((number, wnid))
     write_bytes_atomic(out / "ILSVRC2012_img_val.tar", _tar_bytes(val_members))
     # Devkit IDs are a fixed permutation of 1..1000, unrelated to sorted-wnid order.
     ids = np.random.default_rng(2012).permutation(len(table)) + 1
@@ -159,12 +179,14 @@ def make_sample(out: Path, classes: int = 10, per_class: int = 12, val: int = 50
     write_bytes_atomic(out / "map_clsloc.txt", "".join(
         f"{w} {devkit[w]} {table.names[k].split(',')[0].replace(' ', '_')}\n"
         for k, w in sorted(enumerate(table.wnids), key=lambda kw: devkit[kw[1]])).encode())
-    write_bytes_atomic(out / "ILSVRC2012_validation_ground_truth.txt",
-                       "".join(f"{devkit[w]}\n" for w in truth).encode())
+    # The devkit form is one line per image in number order: every image up to the last one.
+    last = numbers[-1] if numbers else 0
+    write_bytes_atomic(out / "ILSVRC2012_validation_ground_truth.txt", "".join(
+        f"{devkit[table.wnids[c]]}\n" for c in published[:last].tolist()).encode())
     write_bytes_atomic(out / "val.txt", "".join(
-        f"ILSVRC2012_val_{i:08d}.JPEG {table.index(w)}\n" for i, w in enumerate(truth, 1)).encode())
+        f"ILSVRC2012_val_{n:08d}.JPEG {table.index(w)}\n" for n, w in truth).encode())
     write_bytes_atomic(out / "LOC_val_solution.csv", ("ImageId,PredictionString\n" + "".join(
-        f"ILSVRC2012_val_{i:08d},{w} 1 2 3 4\n" for i, w in enumerate(truth, 1))).encode())
+        f"ILSVRC2012_val_{n:08d},{w} 1 2 3 4\n" for n, w in truth)).encode())
     return {
         "out": str(out), "classes": wnids, "train_images": n, "val_images": val,
         "quirks": quirks_used + [f"val:{k}" for k in val_quirks[:val]], "bad": bad_used,
