@@ -4,7 +4,7 @@ The default conversion of ILSVRC2012 train is 1,025 shards (1,024 of 1,250 sampl
 of 1,167: 1,281,167 images). Whole-shard plans saw 81.8 % of it per epoch at 16 x 8 ranks x 8
 workers x batch 256, kept 7 of 8 workers idle at 128 x 8 ranks, and refused 256 x 8 ranks.
 Each job here is planned from counts alone (vectorised: no per-sample Python loop) and
-checked: >= 99.9 % of the set per epoch in drop mode, every worker within one batch of its
+checked: >= 99.9 % of the set per epoch in short mode, every worker within one batch of its
 siblings and busy, no refusal; a few ranks' actual plans are checked against the summary.
 """
 
@@ -27,7 +27,7 @@ JOBS = {  # nodes, ranks per node, workers per rank, batch per rank
 @pytest.mark.parametrize("job", list(JOBS))
 def test_replicate_sees_the_set_with_every_worker_busy(job: str) -> None:
     nodes, local, workers, batch = JOBS[job]
-    s = job_summary(ILSVRC, nodes, local, workers, batch)
+    s = job_summary(ILSVRC, nodes, local, workers, batch, tail="short")
     assert s["seen"] >= 0.999, s
     assert s["busy_workers"] == workers, s
     assert s["worker_spread"] <= batch, s
@@ -40,13 +40,13 @@ def test_rank_plans_match_the_summary_and_never_overlap(job: str) -> None:
     """Actual plans of the first and last rank of the first and last node: the stated step
     count, the worker split, and disjoint samples taken from the epoch's order."""
     nodes, local, workers, batch = JOBS[job]
-    s = job_summary(ILSVRC, nodes, local, workers, batch)
+    s = job_summary(ILSVRC, nodes, local, workers, batch, tail="short")
     ranks = nodes * local
     order = pool_order(pools(ILSVRC, nodes, "replicate", 0)[0], 0, 3, 0, True)
     seen: list[np.ndarray] = []
     for r in (0, local - 1, ranks - local, ranks - 1):
         world = World(r, ranks, r % local, local, r // local, nodes)
-        plan = plan_epoch(ILSVRC, world, "replicate", 0, 3, batch, workers, "drop")
+        plan = plan_epoch(ILSVRC, world, "replicate", 0, 3, batch, workers, "short")
         assert plan.batches == s["steps"]
         counts = plan.worker_samples
         assert min(counts) > 0 and max(counts) - min(counts) <= batch

@@ -621,13 +621,13 @@ BIG_JOBS = ((16, 8, 8, 256), (128, 8, 8, 32), (256, 8, 8, 32))  # nodes, local, 
 
 def _big_plans() -> Trial:
     """Plans of ILSVRC2012-sized jobs from counts alone: >= 99.9 % of the set per epoch in
-    drop mode, every worker busy and within one batch of its siblings, no refusal."""
+    short mode, every worker busy and within one batch of its siblings, no refusal."""
     from loaders.plan import job_summary
 
     bad, seen = [], []
     for job in BIG_JOBS:
         try:
-            s = job_summary(ILSVRC_SHARDS, *job)
+            s = job_summary(ILSVRC_SHARDS, *job, tail="short")
         except ImgprepError as e:
             bad.append(f"{job}: refused: {e}")
             continue
