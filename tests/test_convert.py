@@ -31,7 +31,7 @@ import imgprep
 import imgprep.convert as convert_module
 from imgprep.cli import cli
 from imgprep.pool import PART_SHARE, part_cuts
-from imgprep.synsets import imagenet_classes
+from imgprep.synsets import imagenet_classes, imagenet_val_labels
 
 CLASSES = imagenet_classes()
 
@@ -422,8 +422,10 @@ def _train_images() -> dict[str, list[tuple[str, bytes]]]:
 
 
 def _val_images() -> tuple[list[tuple[str, bytes]], dict[str, str]]:
+    """The first 9 validation images, each with its published class."""
     images = [(f"ILSVRC2012_val_{i:08d}", jpeg((200, 150), 100 + i)) for i in range(1, 10)]
-    truth = {key: WNIDS[(3 * i) % len(WNIDS)] for i, (key, _) in enumerate(images)}
+    published = imagenet_val_labels()
+    truth = {key: CLASSES.wnids[published[i]] for i, (key, _) in enumerate(images)}
     return images, truth
 
 
