@@ -15,6 +15,7 @@ import pytest
 from PIL import Image
 
 from imgprep.sample import make_sample, synthetic_photo
+from imgprep.synsets import imagenet_val_labels
 
 REPO = Path(__file__).resolve().parent.parent
 REAL_DATA = Path(os.environ.get("IMGPREP_SAMPLE_DATA",
@@ -43,6 +44,18 @@ def bad_sample(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("bad_sample")
     make_sample(out, classes=4, per_class=6, val=8, seed=2, bad=True)
     return out
+
+
+def published_label(n: int) -> int:
+    """The published class index of ``ILSVRC2012_val_%08d`` n."""
+    return int(imagenet_val_labels()[n - 1])
+
+
+def published_val_txt(numbers: Iterable[int], offset: int = 0, sep: str = " ") -> str:
+    """Caffe ``val.txt`` lines for ``ILSVRC2012_val_%08d.JPEG`` of ``numbers``, each with its
+    published label plus ``offset``."""
+    return "".join(f"ILSVRC2012_val_{n:08d}.JPEG{sep}{published_label(n) + offset}\n"
+                   for n in numbers)
 
 
 def photo(size: tuple[int, int] = (160, 120), seed: int = 0) -> Image.Image:

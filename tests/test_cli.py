@@ -28,7 +28,16 @@ from typing import Any
 import numpy as np
 import pytest
 from click.testing import CliRunner, Result
-from conftest import encode, jpeg, nested_images, photo, tar_bytes, write_tar
+from conftest import (
+    encode,
+    jpeg,
+    nested_images,
+    photo,
+    published_label,
+    published_val_txt,
+    tar_bytes,
+    write_tar,
+)
 from helpers import one_line_error, tmp_leftovers
 from PIL import Image
 
@@ -467,7 +476,7 @@ def test_val_image_without_ground_truth_exits_3(tmp_path: Path) -> None:
     src = write_tar(tmp_path / "val.tar", [
         (f"ILSVRC2012_val_{i:08d}.JPEG", jpeg(seed=i)) for i in (1, 2, 3)])
     gt = tmp_path / "val.txt"
-    gt.write_text("ILSVRC2012_val_00000001.JPEG 5\nILSVRC2012_val_00000002.JPEG 7\n")
+    gt.write_text(published_val_txt((1, 2)))
     r = invoke("convert", src, "-o", tmp_path / "out", "--labels", gt)
     one_line_error(r, 3, "ILSVRC2012_val_00000003", str(src))
     assert not (tmp_path / "out" / "val.json").exists()
@@ -833,12 +842,23 @@ def test_make_sample_writes_tars_and_ground_truth(tmp_path: Path) -> None:
             with tarfile.open(fileobj=io.BytesIO(f.read())) as inner:
                 assert [im.name for im in inner] == [
                     f"{m.name[:-4]}_{1000 + j}.JPEG" for j in range(2)]
+    # val images: the first 5 published validation images of the sample's classes
+    table = imagenet_classes()
+    chosen = {table.index(w) for w in s["classes"]}
+    numbers = [n for n in range(1, 50001) if published_label(n) in chosen][:5]
     with tarfile.open(out / "ILSVRC2012_img_val.tar") as tf:
-        assert [m.name for m in tf] == [f"ILSVRC2012_val_{i:08d}.JPEG" for i in range(1, 6)]
-    assert len((out / "ILSVRC2012_validation_ground_truth.txt").read_text().split()) == 5
-    assert len((out / "val.txt").read_text().splitlines()) == 5
-    assert (out / "LOC_val_solution.csv").read_text().startswith("ImageId,PredictionString\n")
-    assert len((out / "map_clsloc.txt").read_text().splitlines()) == 1000
+        assert [m.name for m in tf] == [f"ILSVRC2012_val_{n:08d}.JPEG" for n in numbers]
+    assert (out / "val.txt").read_text() == published_val_txt(numbers)
+    assert (out / "LOC_val_solution.csv").read_text() == "ImageId,PredictionString\n" + "".join(
+        f"ILSVRC2012_val_{n:08d},{table.wnids[published_label(n)]} 1 2 3 4\n" for n in numbers)
+    # devkit form: one devkit ID a line for every image up to the last one, each the published
+    # class through map_clsloc.txt (whose IDs are not the sorted-wnid index)
+    devkit = {int(i): w for w, i, _ in (ln.split() for ln in
+                                        (out / "map_clsloc.txt").read_text().splitlines())}
+    assert len(devkit) == 1000 and any(table.wnids[i - 1] != w for i, w in devkit.items())
+    ids = (out / "ILSVRC2012_validation_ground_truth.txt").read_text().split()
+    assert [devkit[int(i)] for i in ids] == \
+        [table.wnids[published_label(n)] for n in range(1, numbers[-1] + 1)]
     # and it converts, every ground-truth form giving the same shards
     shards = []
     for form in ("val.txt", "LOC_val_solution.csv", "ILSVRC2012_validation_ground_truth.txt"):
