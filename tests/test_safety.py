@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
-from conftest import REPO, jpeg
+from conftest import REPO, jpeg, published_label, published_val_txt
 from helpers import one_line_error
 
 from imgprep.cli import cli
@@ -272,57 +272,82 @@ def test_a_run_never_touches_another_splits_files(tmp_path: Path) -> None:
 # ---------------------------------------------------------------------------- 3. labels
 
 
-def _val_flat(root: Path, n: int) -> Path:
-    return tree(root, {f"ILSVRC2012_val_{i:08d}.JPEG": i for i in range(1, n + 1)})
+def _val_name(i: int, published: bool) -> str:
+    """The file name of validation image ``i``: a published validation name, or another one
+    (which the published labels do not cover)."""
+    return f"ILSVRC2012_val_{i:08d}.JPEG" if published else f"photo_{i:08d}.JPEG"
 
 
-def test_a_one_based_label_file_is_refused_and_label_offset_shifts_it(tmp_path: Path) -> None:
-    src = _val_flat(tmp_path / "val", 4)
-    zero = {1: 0, 2: 999, 3: 5, 4: 1}
-    (tmp_path / "zero.txt").write_text("".join(f"ILSVRC2012_val_{k:08d}.JPEG {v}\n"
+def _val_flat(root: Path, n: int, published: bool = True) -> Path:
+    return tree(root, {_val_name(i, published): i for i in range(1, n + 1)})
+
+
+@pytest.mark.parametrize("published", [True, False], ids=["published-names", "other-names"])
+def test_a_one_based_label_file_is_refused_and_label_offset_shifts_it(tmp_path: Path,
+                                                                      published: bool) -> None:
+    """Published names: every label one above the published one names --label-offset 1.
+    Other names: the label 1000 names the line, says 1-based and names --label-offset 1."""
+    src = _val_flat(tmp_path / "val", 4, published)
+    zero = {i: published_label(i) for i in range(1, 5)} if published else \
+        {1: 0, 2: 999, 3: 5, 4: 1}
+    (tmp_path / "zero.txt").write_text("".join(f"{_val_name(k, published)} {v}\n"
                                                for k, v in zero.items()))
     one = tmp_path / "one.txt"
-    one.write_text("".join(f"ILSVRC2012_val_{k:08d}.JPEG {v + 1}\n" for k, v in zero.items()))
+    one.write_text("".join(f"{_val_name(k, published)} {v + 1}\n" for k, v in zero.items()))
     out = tmp_path / "out"
+    why = (f"{one}: every ILSVRC2012_val_* name in it is labelled 1 above", "line 1",
+           f"is {zero[1] + 1} in the file; published {zero[1]}", "counts classes from 1") \
+        if published else (f"{one}:2", "class index 1000", "1-based")
     one_line_error(invoke("convert", src, "-o", out, "--labels", one, *SMALL), 3,
-                   f"{one}:2", "class index 1000", "1-based", "--label-offset 1")
+                   *why, "--label-offset 1")
     assert not out.exists()
     ok(invoke("convert", src, "-o", out, "--labels", one, "--label-offset", "1", *SMALL))
     ok(invoke("convert", src, "-o", tmp_path / "ref", "--labels", tmp_path / "zero.txt", *SMALL))
     assert keys_of(out, "val") == keys_of(tmp_path / "ref", "val")
 
 
-def test_a_large_set_without_label_zero_is_refused_as_one_based(tmp_path: Path) -> None:
+# The shape rules judge names the published labels do not cover, and every name under
+# --trust-labels (trust=True): both are tested.
+SHAPE_CASES = pytest.mark.parametrize(("published", "trust"), [(False, False), (True, True)],
+                                      ids=["other-names", "published-names-trusted"])
+
+
+@SHAPE_CASES
+def test_a_large_set_without_label_zero_is_refused_as_one_based(tmp_path: Path, published: bool,
+                                                                 trust: bool) -> None:
     """No label reaches the class count, but 10 per class and never a 0: 1-based."""
     table = parse_class_table("n01440764 a\nn01443537 b\n", "classes.txt")
     gt = tmp_path / "gt.txt"
-    gt.write_text("".join(f"ILSVRC2012_val_{i:08d}.JPEG 1\n" for i in range(1, 21)))
+    gt.write_text("".join(f"{_val_name(i, published)} 1\n" for i in range(1, 21)))
     with pytest.raises(LabelError, match=rf"{gt}: no image has label 0.*--label-offset 1"):
-        load_ground_truth([gt], table)
-    gt.write_text("".join(f"ILSVRC2012_val_{i:08d}.JPEG 1\n" for i in range(1, 20)))
-    assert len(load_ground_truth([gt], table)) == 19  # too few to tell: accepted
+        load_ground_truth([gt], table, trust=trust)
+    gt.write_text("".join(f"{_val_name(i, published)} 1\n" for i in range(1, 20)))
+    assert len(load_ground_truth([gt], table, trust=trust)) == 19  # too few to tell: accepted
 
 
-def test_labels_exactly_one_to_k_are_one_based_unless_label_offset_says(tmp_path: Path) -> None:
+@SHAPE_CASES
+def test_labels_exactly_one_to_k_are_one_based_unless_label_offset_says(
+        tmp_path: Path, published: bool, trust: bool) -> None:
     gt = tmp_path / "gt.txt"
-    gt.write_text("".join(f"ILSVRC2012_val_{i:08d}.JPEG {i}\n" for i in range(1, 11)))
+    gt.write_text("".join(f"{_val_name(i, published)} {i}\n" for i in range(1, 11)))
     with pytest.raises(LabelError, match=rf"{gt}: its labels are exactly 1..10.*"
                                          "--label-offset 1.*--label-offset 0"):
-        load_ground_truth([gt], CLASSES)
-    as_is = load_ground_truth([gt], CLASSES, label_offset=0)
-    shifted = load_ground_truth([gt], CLASSES, label_offset=1)
-    assert [CLASSES.index(as_is[f"ILSVRC2012_val_{i:08d}"]) for i in (1, 10)] == [1, 10]
-    assert [CLASSES.index(shifted[f"ILSVRC2012_val_{i:08d}"]) for i in (1, 10)] == [0, 9]
-    gt.write_text("".join(f"ILSVRC2012_val_{i:08d}.JPEG {i}\n" for i in range(1, 10)))
-    assert len(load_ground_truth([gt], CLASSES)) == 9  # nine classes: too few to tell
+        load_ground_truth([gt], CLASSES, trust=trust)
+    as_is = load_ground_truth([gt], CLASSES, label_offset=0, trust=trust)
+    shifted = load_ground_truth([gt], CLASSES, label_offset=1, trust=trust)
+    key = [_val_name(i, published).removesuffix(".JPEG") for i in (1, 10)]
+    assert [CLASSES.index(as_is[k]) for k in key] == [1, 10]
+    assert [CLASSES.index(shifted[k]) for k in key] == [0, 9]
+    gt.write_text("".join(f"{_val_name(i, published)} {i}\n" for i in range(1, 10)))
+    assert len(load_ground_truth([gt], CLASSES, trust=trust)) == 9  # nine classes: too few
 
 
 @pytest.mark.parametrize("sep", [",", ", ", " ,", " ", "\t"])
 def test_name_label_with_or_without_a_space_after_the_comma(tmp_path: Path, sep: str) -> None:
     gt = tmp_path / "gt.txt"
-    gt.write_text(f"ILSVRC2012_val_00000001.JPEG{sep}3\nILSVRC2012_val_00000002.JPEG{sep}0\n")
-    assert load_ground_truth([gt], CLASSES) == {"ILSVRC2012_val_00000001": CLASSES.wnids[3],
-                                                "ILSVRC2012_val_00000002": CLASSES.wnids[0]}
+    gt.write_text(published_val_txt((1, 2), sep=sep))
+    assert load_ground_truth([gt], CLASSES) == {
+        f"ILSVRC2012_val_{i:08d}": CLASSES.wnids[published_label(i)] for i in (1, 2)}
 
 
 @pytest.mark.parametrize(("text", "line"), [("a.JPEG,0\nb.JPEG,-1\n", 2),
