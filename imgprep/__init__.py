@@ -1,11 +1,71 @@
 """imgprep: ImageNet-scale data preparation for data-parallel training.
 
 Converts ILSVRC2012 (nested tars, folders, validation ground truth in any common form) into
-256 px RGB label lists or checksummed webdataset shards, deterministically and resumably.
+256 px RGB label lists or checksummed webdataset shards, deterministically and resumably,
+and stages them onto each node's local disk.
+
+The public API is what ``__all__`` names; everything else may move between releases. The
+names load on first use, so ``import imgprep`` stays cheap for the command line:
+
+    from imgprep import ConvertOptions, World, convert_splits, detect, stage_to_node, verify
+
+Inside the package, rooms by concern, each importing only the rooms below it:
+``cli`` -> ``convert``, ``stage`` -> ``ilsvrc`` -> ``shards`` -> ``job`` -> the leaf modules
+at the top (``errors``, ``fsutil``, ``procs``).
 """
 
-from imgprep.errors import ImgprepError
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from imgprep.errors import (
+    ImageError,
+    ImgprepError,
+    InputMissingError,
+    LabelError,
+    ManifestError,
+    OutputError,
+    OutputExistsError,
+    ShardError,
+    SourceFormatError,
+    StageError,
+    UnsafeArchiveError,
+    WaitTimeout,
+    WorldError,
+)
 
 __version__ = "0.1.0"
 
-__all__ = ["ImgprepError", "__version__"]
+_LAZY = {
+    "World": "imgprep.job.world",
+    "detect": "imgprep.job.world",
+    "ConvertOptions": "imgprep.convert.tasks",
+    "convert_splits": "imgprep.convert.run",
+    "StageOptions": "imgprep.stage.run",
+    "stage_to_node": "imgprep.stage.run",
+    "verify": "imgprep.shards.verify",
+    "read_manifest": "imgprep.shards.manifest",
+}
+
+if TYPE_CHECKING:
+    from imgprep.convert.run import convert_splits
+    from imgprep.convert.tasks import ConvertOptions
+    from imgprep.job.world import World, detect
+    from imgprep.shards.manifest import read_manifest
+    from imgprep.shards.verify import verify
+    from imgprep.stage.run import StageOptions, stage_to_node
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'imgprep' has no attribute {name!r}")
+
+
+__all__ = [
+    "ConvertOptions", "ImageError", "ImgprepError", "InputMissingError", "LabelError",
+    "ManifestError", "OutputError", "OutputExistsError", "ShardError", "SourceFormatError",
+    "StageError", "StageOptions", "UnsafeArchiveError", "WaitTimeout", "World", "WorldError",
+    "__version__", "convert_splits", "detect", "read_manifest", "stage_to_node", "verify",
+]

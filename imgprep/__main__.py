@@ -1,5 +1,5 @@
 """``python -m imgprep`` is the ``imgprep`` command."""
 
-from imgprep.cli import main
+from imgprep.cli.commands import main
 
 main()

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import json
 import os
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -120,3 +121,17 @@ def ensure_writable_dir(path: Path) -> None:
         ) from e
     if not os.access(path, os.W_OK | os.X_OK):
         raise OutputError(f"output folder {path} is not writable; pick a writable --out")
+
+
+def sha256_file(path: Path, chunk: int = 1 << 20,
+                between: Callable[[], None] | None = None) -> str:
+    """The sha256 of the file at ``path``, read ``chunk`` bytes at a time (unbuffered);
+    ``between`` runs before each read, so a caller can stop a long hash by raising there."""
+    h = hashlib.sha256()
+    with open(path, "rb", buffering=0) as f:
+        while True:
+            if between is not None:
+                between()
+            if not (block := f.read(chunk)):
+                return h.hexdigest()
+            h.update(block)

@@ -8,8 +8,8 @@ resumed at any batch; batches leave as uint8 NCHW and are normalised on the devi
 from pathlib import Path
 from typing import Any
 
-from imgprep.manifest import read_manifest
-from imgprep.world import World
+from imgprep.job.world import World
+from imgprep.shards.manifest import read_manifest
 from loaders.common import PAD_LABEL, Loader, LoaderError, worker_count
 from loaders.device import DeviceLoader, normalize
 from loaders.labellist import LabelListLoader

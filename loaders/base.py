@@ -3,7 +3,7 @@
 - A loader numbers its samples (a shard set's sample ids; a list's entries, as one "shard")
   and hands this base the sample counts its plans are made from and a ``Source`` that
   fetches samples by number. Plans, tails, resume and the error rule are then one code.
-- Plans come from ``loaders.plan``: equal step counts on every rank (``uneven`` aside),
+- Plans come from ``loaders.epochs``: equal step counts on every rank (``uneven`` aside),
   stated before the epoch.
 - Workers (persistent DataLoader processes) compute their rank's plan themselves from the
   epoch, the plan's starting positions and the batches to skip, which the loader writes into
@@ -30,9 +30,9 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from imgprep.errors import ImgprepError, WorldError
-from imgprep.world import World
+from imgprep.job.world import World
 from loaders.common import PAD_LABEL, LoaderError
-from loaders.plan import PAD, EpochPlan, as_samples, plan_epoch, pool_starts, pools
+from loaders.epochs import PAD, EpochPlan, as_samples, plan_epoch, pool_starts, pools
 from loaders.ring import Ring, is_dead
 from loaders.transforms import SampleError, Transform, apply
 

@@ -9,9 +9,9 @@ from typing import Any, Protocol
 import torch
 
 from imgprep.errors import ImgprepError
-from imgprep.world import World
+from imgprep.job.world import World
 
-# How an epoch ends (loaders.plan, docs/loaders.md "Tails"): full batches only; every sample
+# How an epoch ends (loaders.epochs, docs/loaders.md "Tails"): full batches only; every sample
 # once with short last batches; every sample once with padding; every sample once, counts
 # differing between ranks.
 TAILS = ("drop", "short", "pad", "uneven")

@@ -1,6 +1,6 @@
 """The label-list loader: Chainer/Caffe ``path label`` files, ours or anyone's.
 
-The list's entries are planned as the shard loader's samples are (``loaders.plan``, one
+The list's entries are planned as the shard loader's samples are (``loaders.epochs``, one
 pool: every rank shares the whole list), through the same base (``loaders.base``): the same
 tails, equal batch counts, worker split, exact and elastic resume and error rule. Only the
 reading differs: a worker reads each entry's file (relative to the list's root, which no
@@ -15,11 +15,11 @@ from pathlib import Path
 import numpy as np
 
 from imgprep.errors import InputMissingError, ManifestError
-from imgprep.synsets import load_class_table
-from imgprep.world import World
+from imgprep.ilsvrc.synsets import load_class_table
+from imgprep.job.world import World
 from loaders.base import Config, Item, PlannedLoader
 from loaders.common import LoaderError, check_policies
-from loaders.plan import PAD, EpochPlan
+from loaders.epochs import PAD, EpochPlan
 from loaders.transforms import TrainTransform, Transform, ValTransform
 
 

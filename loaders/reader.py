@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from imgprep.writers import header_bytes
+from imgprep.shards.writers import header_bytes
 from loaders.common import LoaderError
 
 BLOCK = 512

@@ -1,10 +1,10 @@
 """The shard loader: rank-aware, multiprocess, equal batches, deterministic, elastic resume.
 
-- Planning (``loaders.plan``) is sample-granular and a pure function of (counts, seed,
+- Planning (``loaders.epochs``) is sample-granular and a pure function of (counts, seed,
   epoch, World, start): each epoch a seeded permutation of the pool (the whole set in
   replicate mode, the node's shards in partition mode) is cut into equal steps; a rank's
   batches go to its workers round-robin, so every worker is busy whatever the shard count.
-- Workers read samples by offset through the split's sample index (``imgprep.index``), one
+- Workers read samples by offset through the split's sample index (``imgprep.shards.index``), one
   ``pread`` per run of neighbouring samples (``loaders.reader``), and decode them into
   shared-memory slots (``loaders.ring``).
 - Epochs, tails, resume (elastic too) and the error rule are the base's
@@ -25,15 +25,15 @@ from pathlib import Path
 
 import numpy as np
 
-from imgprep.assign import MODES
 from imgprep.errors import ManifestError, WorldError
-from imgprep.index import read_index
-from imgprep.manifest import Manifest, read_manifest
-from imgprep.shardio import iter_members, iter_samples
-from imgprep.world import World
+from imgprep.job.assign import MODES
+from imgprep.job.world import World
+from imgprep.shards.index import read_index
+from imgprep.shards.manifest import Manifest, read_manifest
+from imgprep.shards.tario import iter_members, iter_samples
 from loaders.base import Config, Item, PlannedLoader
 from loaders.common import PAD_LABEL, LoaderError, check_policies
-from loaders.plan import EpochPlan
+from loaders.epochs import EpochPlan
 from loaders.reader import Locations, Reader
 from loaders.transforms import TrainTransform, Transform, ValTransform
 

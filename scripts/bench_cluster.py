@@ -62,8 +62,8 @@ from cluster.netns import ClusterError, Topology, run
 from cluster.procs import child_env
 from cluster.sshfs import install_tools
 
-from imgprep.index import index_folder
-from imgprep.manifest import Manifest, read_manifest
+from imgprep.shards.index import index_folder
+from imgprep.shards.manifest import Manifest, read_manifest
 
 TARGETS = {"direct_4_over_1": 0.35, "staged_over_peer": 0.9, "fanout_server_over_set": 1.00,
            "fanout_over_replicate_4": 0.4, "fanout_over_p2p": 0.7}

@@ -6,13 +6,13 @@ What it measures, in one run, on the 1000 real ILSVRC2012 JPEGs of
 - floor: a tight one-process loop over image bytes preloaded in memory doing exactly what
   convert does to an image: JPEG draft to (size, size), the largest centre square resized to
   256 with LANCZOS in one ``resize(..., box=...)`` call, JPEG quality 90 encode. No I/O.
-- transform: ``imgprep.transform.convert_image`` over the same preloaded bytes (the floor plus
+- transform: ``imgprep.convert.image.convert_image`` over the same preloaded bytes (the floor plus
   the library's checks), to tell per-image overhead from pipeline overhead.
 - naive: what one writes by hand: full decode (no draft), ``convert("RGB")``, ``crop``,
   ``resize`` LANCZOS, encode q90; one process, preloaded bytes, on this environment's
   pillow-simd; and, with ``--stock-python PY`` (``make bench`` makes one), the same loop under
   an interpreter with stock Pillow from PyPI, the library a user who writes it by hand gets.
-- convert: ``imgprep.convert.convert`` end to end (tar of the images -> webdataset shards +
+- convert: ``imgprep.convert.run.convert`` end to end (tar of the images -> webdataset shards +
   manifest) in-process with 1 and with 2 workers, a fresh output folder per pass.
 - memory: ``python -m imgprep convert ... --workers 2 --json -q`` as a subprocess while /proc
   is polled for the RSS (and PSS) sum of its whole process tree.
@@ -88,11 +88,11 @@ from benchlib import (
 )
 from PIL import Image
 
-from imgprep.convert import ConvertOptions, convert, make_plan
-from imgprep.info import pil_info
-from imgprep.synsets import load_class_table
-from imgprep.transform import TransformOptions, convert_image
-from imgprep.writers import RECORD, header_bytes
+from imgprep.convert.image import TransformOptions, convert_image
+from imgprep.convert.run import ConvertOptions, convert, make_plan
+from imgprep.ilsvrc.synsets import load_class_table
+from imgprep.shards.info import pil_info
+from imgprep.shards.writers import RECORD, header_bytes
 
 IMAGENET_TRAIN_IMAGES = 1_281_167
 PROJECT_CORES = (16, 64)
@@ -403,14 +403,15 @@ def print_table(res: dict[str, Any]) -> None:
           f"{res['shards'] or 'default-size'} shards; load average {res['loadavg_start']} -> "
           f"{res['loadavg_end']}")
     print(f"naive peer for the target: {res['naive_peer']}")
-    print(f"floor loop output identical to imgprep.transform: {res['floor_matches_transform']}; "
+    print("floor loop output identical to imgprep.convert.image: "
+          f"{res['floor_matches_transform']}; "
           f"images that JPEG draft can shrink (short side >= {2 * SIZE}): "
           f"{res['draft_reducible_images']} of {res['images']}")
     print()
     print(f"{'rates (images/s)':44s} {'median*':>8s} {'best':>8s}  passes (! = disturbed)")
     labels = {
         "floor": "floor: draft+crop/resize+q90, 1 core",
-        "transform": "imgprep.transform.convert_image, 1 core",
+        "transform": "imgprep.convert.image.convert_image, 1 core",
         "naive": "naive: no draft, crop, resize, 1 core",
         "naive_stock": "naive on stock Pillow (subprocess), 1 core",
         "convert_1w": "convert --workers 1 (in-process, e2e)",

@@ -37,10 +37,10 @@ import numpy as np
 import torch
 from benchlib import DEFAULT_IMAGES, TICK, descendants, machine_busy_s, run_main, verdict
 
-from imgprep.convert import ConvertOptions, convert
-from imgprep.world import World
+from imgprep.convert.run import ConvertOptions, convert
+from imgprep.job.world import World
+from loaders.epochs import plan_epoch
 from loaders.labellist import LabelListLoader, read_label_list
-from loaders.plan import plan_epoch
 from loaders.transforms import TrainTransform, train_sample
 
 TARGET = 0.8  # loader 1 worker over floor

@@ -3,11 +3,11 @@
 What it measures, in one run, on the 1000 real ILSVRC2012 JPEGs of
 ``<repo>/../shared/data/imagenet-sample/images`` (``--images`` to point elsewhere):
 
-- data: the images converted once with ``imgprep.convert`` (256 px, the defaults) into shards
+- data: the images converted once with ``imgprep.convert.run`` (256 px, the defaults) into shards
   of 250 samples, then repeated into more shards whose samples are the same converted bytes
-  under new keys (``r01-<key>``, ...; written with ``imgprep.writers.ShardWriter``, listed in a
-  manifest) until the set holds ``--samples`` (default 10,000). All of it lives in a scratch
-  folder that is removed at the end; the images are never copied into the repository.
+  under new keys (``r01-<key>``, ...; written with ``imgprep.shards.writers.ShardWriter``,
+  listed in a manifest) until the set holds ``--samples`` (default 10,000). All of it lives
+  in a scratch folder that is removed at the end; the images are never copied into the repository.
 - floor: a tight one-process loop over the converted JPEG bytes preloaded in memory doing
   exactly the loader's per-sample work, ``loaders.transforms.train_sample`` (decode with JPEG
   draft, random-resized-crop 224 in one ``resize(box=...)``, flip, uint8 CHW) into a
@@ -87,12 +87,12 @@ from benchlib import (
 from PIL import Image
 from torch.utils.data import DataLoader, get_worker_info
 
-from imgprep.convert import ConvertOptions, convert
-from imgprep.index import Layout, write_index
-from imgprep.info import pil_info
-from imgprep.manifest import Manifest, ShardEntry, read_manifest, write_manifest
-from imgprep.world import World
-from imgprep.writers import ShardWriter
+from imgprep.convert.run import ConvertOptions, convert
+from imgprep.job.world import World
+from imgprep.shards.index import Layout, write_index
+from imgprep.shards.info import pil_info
+from imgprep.shards.manifest import Manifest, ShardEntry, read_manifest, write_manifest
+from imgprep.shards.writers import ShardWriter
 from loaders.shards import ShardLoader, iter_samples
 from loaders.transforms import TrainTransform, crop_box, train_sample
 

@@ -30,7 +30,7 @@ from typing import Any
 from benchlib import DEFAULT_IMAGES, run_main, verdict
 from trainkit.report import scaling_svg
 
-from imgprep.convert import ConvertOptions, convert
+from imgprep.convert.run import ConvertOptions, convert
 
 TRAIN = Path(__file__).resolve().parent / "train_imagenet.py"
 PHASES = ("data", "compute", "allreduce", "optimizer")

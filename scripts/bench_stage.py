@@ -50,11 +50,11 @@ from typing import Any
 
 from benchlib import DEFAULT_IMAGES, RCHAR_CLI, repeated_shards, run_main
 
-from imgprep.assign import node_shards
-from imgprep.manifest import ShardEntry, read_manifest
-from imgprep.rendezvous import free_port
-from imgprep.stage import StageOptions, stage_to_node
-from imgprep.world import World
+from imgprep.job.assign import node_shards
+from imgprep.job.rendezvous import free_port
+from imgprep.job.world import World
+from imgprep.shards.manifest import ShardEntry, read_manifest
+from imgprep.stage.run import StageOptions, stage_to_node
 
 TARGETS = {"size_only_over_cp": 0.9, "sha256_over_cp": 0.6}
 BASE_SHARDS = 1  # all 1000 images in one ~26 MB shard, near the ~40 MB of real shards
@@ -104,7 +104,7 @@ def stage_once(src: Path, dst: Path, world: World, mode: str, verify: str,
 # rank 0 sends MB megabytes to rank 1, which prints the rate it received at.
 P2P = """
 import sys, time, datetime, torch, torch.distributed as dist
-from imgprep.fanout import IN_FLIGHT, NET_CHUNK
+from imgprep.stage.fanout import IN_FLIGHT, NET_CHUNK
 rank, port, mb = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
 store = dist.TCPStore("127.0.0.1", port, 2, rank == 0, datetime.timedelta(seconds=60))
 g = dist.ProcessGroupGloo(store, rank, 2, datetime.timedelta(seconds=60))

@@ -6,7 +6,7 @@ that each pass takes long enough to time), it measures in one run:
 
 - floor: one process decoding every converted JPEG from bytes preloaded in memory (the decode
   that verify does per sample, nothing else);
-- verify, 1 worker and 2 workers: ``imgprep.verify.verify`` over the folder (sha256 of every
+- verify, 1 worker and 2 workers: ``imgprep.shards.verify.verify`` over the folder (sha256 of every
   shard, every header, every label, every image decoded), warm page cache;
 - verify of a one-shard conversion with 2 workers: the shard is split over both workers.
 
@@ -34,10 +34,10 @@ from typing import Any
 from benchlib import DEFAULT_IMAGES, run_main, verdict
 from PIL import Image
 
-from imgprep.convert import ConvertOptions, convert
-from imgprep.manifest import read_manifest
-from imgprep.shardio import iter_samples
-from imgprep.verify import verify
+from imgprep.convert.run import ConvertOptions, convert
+from imgprep.shards.manifest import read_manifest
+from imgprep.shards.tario import iter_samples
+from imgprep.shards.verify import verify
 
 TARGET_2W_OVER_1W = 1.8
 

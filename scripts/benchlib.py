@@ -108,14 +108,14 @@ def run_main(name: str, images: Path, out: Path | None,
 # benchmarks and the fan-out tests run stage-to-node through it.
 RCHAR_CLI = """
 import atexit, sys
-import torch.distributed, imgprep.cli, imgprep.stage
+import torch.distributed, imgprep.cli.commands, imgprep.stage.run
 def rchar():
     with open("/proc/self/io") as f:
         return next(int(l.split()[1]) for l in f if l.startswith("rchar:"))
 start = rchar()
 atexit.register(lambda: print(f"rchar {rchar() - start}", file=sys.stderr, flush=True))
 sys.argv = ["imgprep", *sys.argv[1:]]
-imgprep.cli.main()
+imgprep.cli.commands.main()
 """
 
 
@@ -127,8 +127,8 @@ def repeated_shards(images: Path, scratch: Path, min_bytes: float, min_shards: i
     one when it needs it)."""
     from dataclasses import replace
 
-    from imgprep.convert import ConvertOptions, convert
-    from imgprep.manifest import ShardEntry, read_manifest, write_manifest
+    from imgprep.convert.run import ConvertOptions, convert
+    from imgprep.shards.manifest import ShardEntry, read_manifest, write_manifest
 
     tar = scratch / "images.tar"
     subprocess.run(["tar", "cf", str(tar), "-C", str(images), "."], check=True, timeout=300)

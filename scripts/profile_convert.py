@@ -31,7 +31,7 @@ from typing import Any
 from bench_convert import build_tar, convert_options, floor_one, list_images
 from benchlib import DEFAULT_IMAGES
 
-from imgprep.convert import convert
+from imgprep.convert.run import convert
 
 # (category, substrings of "file:function" that put a function in it), first match wins
 CATEGORIES = (

@@ -10,7 +10,7 @@ for one rank of 2 workers x batch 32 over 8 shards of 1,000 samples, in two shar
 
 ``old``: each rank's shards, split over its workers by samples, each worker reading its
 shards in order through a 1,000-sample shuffle buffer (the previous loader); ``new``:
-``loaders.plan.plan_epoch``. Printed per case: mean distinct classes and distinct shards per
+``loaders.epochs.plan_epoch``. Printed per case: mean distinct classes and distinct shards per
 batch, and what uniform random batches give (the ideal). Last line: one JSON object.
 
 Run: ``python scripts/shuffle_quality.py``
@@ -27,9 +27,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from imgprep.assign import balanced_split  # noqa: E402
-from imgprep.world import World  # noqa: E402
-from loaders.plan import PAD, plan_epoch  # noqa: E402
+from imgprep.job.assign import balanced_split  # noqa: E402
+from imgprep.job.world import World  # noqa: E402
+from loaders.epochs import PAD, plan_epoch  # noqa: E402
 
 BUFFER = 1000
 

@@ -46,11 +46,11 @@ from trainkit.timing import (  # noqa: E402
     wire_dtype,
 )
 
-from imgprep.cpus import read_limits  # noqa: E402
 from imgprep.errors import ImgprepError  # noqa: E402
 from imgprep.fsutil import atomic_open  # noqa: E402
-from imgprep.manifest import manifest_path  # noqa: E402
-from imgprep.world import World, detect  # noqa: E402
+from imgprep.job.cpus import read_limits  # noqa: E402
+from imgprep.job.world import World, detect  # noqa: E402
+from imgprep.shards.manifest import manifest_path  # noqa: E402
 from loaders import (  # noqa: E402
     PAD_LABEL,
     DeviceLoader,
@@ -224,7 +224,7 @@ def train(args: argparse.Namespace, world: World) -> dict[str, Any]:
 
 def stage(args: argparse.Namespace, world: World) -> None:
     """Copy --stage-from into --data, one copier per node (the others wait for it)."""
-    from imgprep.stage import StageOptions, stage_to_node
+    from imgprep.stage.run import StageOptions, stage_to_node
 
     stage_to_node(StageOptions(args.stage_from, args.data, mode=args.stage_mode,
                                timeout=args.timeout, fanout=args.fanout), world)

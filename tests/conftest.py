@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from imgprep.sample import make_sample, synthetic_photo
-from imgprep.synsets import imagenet_val_labels
+from imgprep.ilsvrc.fakeset import make_sample, synthetic_photo
+from imgprep.ilsvrc.synsets import imagenet_val_labels
 
 REPO = Path(__file__).resolve().parent.parent
 REAL_DATA = Path(os.environ.get("IMGPREP_SAMPLE_DATA",

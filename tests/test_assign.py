@@ -1,5 +1,5 @@
-"""Which node holds which shards (imgprep.assign) and which rank reads which samples
-(loaders.plan).
+"""Which node holds which shards (imgprep.job.assign) and which rank reads which samples
+(loaders.epochs).
 
 Properties are checked with hypothesis over many layouts (nodes x ranks per node), shard counts,
 samples per shard, seeds and epochs, across every rank of a World built directly: nodes' shards
@@ -18,11 +18,11 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from imgprep.assign import MODES, balanced_split, node_shards
 from imgprep.errors import WorldError
-from imgprep.world import World
+from imgprep.job.assign import MODES, balanced_split, node_shards
+from imgprep.job.world import World
 from loaders.common import LoaderError
-from loaders.plan import PAD, EpochPlan, plan_epoch, pools
+from loaders.epochs import PAD, EpochPlan, plan_epoch, pools
 
 PROPS = settings(max_examples=200, deadline=None)
 
@@ -192,7 +192,7 @@ def test_node_shards_example() -> None:
     assert node_shards(samples, 3, "partition", 7) == held
 
 
-# --- sample-granular epoch plans (loaders.plan) -------------------------------------------------
+# --- sample-granular epoch plans (loaders.epochs) -------------------------------------------------
 
 
 def _plans(samples: list[int], nodes: int, per_node: int, mode: str, seed: int, epoch: int,

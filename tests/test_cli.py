@@ -42,8 +42,8 @@ from helpers import one_line_error, tmp_leftovers
 from PIL import Image
 
 from imgprep import __version__
-from imgprep.cli import cli
-from imgprep.synsets import imagenet_classes
+from imgprep.cli.commands import cli
+from imgprep.ilsvrc.synsets import imagenet_classes
 
 CLASSES = imagenet_classes()
 TIMEOUT = 120

@@ -11,8 +11,8 @@ import click
 import pytest
 from click.testing import CliRunner, Result
 
-from imgprep.cli import cli
-from imgprep.convert import ConvertOptions, convert
+from imgprep.cli.commands import cli
+from imgprep.convert.run import ConvertOptions, convert
 
 
 def invoke(*args: object) -> Result:
@@ -72,9 +72,9 @@ def test_info_quiet_prints_nothing_but_a_strict_failure(
     r = invoke("info", train_shards, "-q", "--strict")
     assert r.exit_code == 0, r.output
     assert (r.stdout, r.stderr) == ("", "")
-    import imgprep.info
+    import imgprep.shards.info
 
-    monkeypatch.setattr(imgprep.info, "pil_warning", lambda info: "PIL is stock Pillow")
+    monkeypatch.setattr(imgprep.shards.info, "pil_warning", lambda info: "PIL is stock Pillow")
     r = invoke("info", "-q")
     assert (r.exit_code, r.stdout, r.stderr) == (0, "", "")
     r = invoke("info", "-q", "--strict")

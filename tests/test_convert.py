@@ -28,10 +28,10 @@ from conftest import encode, jpeg, nested_images, photo, tar_bytes, write_tar
 from PIL import Image
 
 import imgprep
-import imgprep.convert as convert_module
-from imgprep.cli import cli
-from imgprep.pool import PART_SHARE, part_cuts
-from imgprep.synsets import imagenet_classes, imagenet_val_labels
+import imgprep.convert.run as convert_module
+from imgprep.cli.commands import cli
+from imgprep.convert.pool import PART_SHARE, part_cuts
+from imgprep.ilsvrc.synsets import imagenet_classes, imagenet_val_labels
 
 CLASSES = imagenet_classes()
 
@@ -637,8 +637,8 @@ def test_part_cuts_cover_each_task_and_shrink_towards_the_end(sizes: list[int],
 
 def test_a_failed_part_leaves_no_partial_shard_and_a_rerun_matches(
         bad_sample: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from imgprep.convert.image import convert_image
     from imgprep.fsutil import TMP_PREFIX
-    from imgprep.transform import convert_image
 
     src = bad_sample / "ILSVRC2012_img_train.tar"
     args = ("--max-errors", "5", "--size", "64")
@@ -752,10 +752,10 @@ def test_real_originals_nested_tar(real_data: Path, tmp_path: Path) -> None:
 
 def test_labels_per_class_match_the_per_image_rule(layouts: dict[str, Path]) -> None:
     """The train shortcut (one lookup per class) gives resolve_labels' labels exactly."""
-    from imgprep.groundtruth import resolve_labels
-    from imgprep.plan import _labels
-    from imgprep.sources import list_source
-    from imgprep.synsets import load_class_table
+    from imgprep.convert.tasks import _labels
+    from imgprep.ilsvrc.groundtruth import resolve_labels
+    from imgprep.ilsvrc.sources import list_source
+    from imgprep.ilsvrc.synsets import load_class_table
 
     classes = load_class_table(None)
     shortcuts = 0
@@ -774,8 +774,8 @@ def test_sample_metadata_bytes_are_json_dumps_sorted(layouts: dict[str, Path]) -
     """The directly formatted ``.json`` member is byte for byte json.dumps(sort_keys=True)."""
     from types import SimpleNamespace
 
-    from imgprep.convert import _sample_meta
-    from imgprep.plan import ConvertOptions, make_plan
+    from imgprep.convert.run import _sample_meta
+    from imgprep.convert.tasks import ConvertOptions, make_plan
 
     plan = make_plan(ConvertOptions(input=layouts["nested-tar"], out=layouts["nested-tar"].parent))
     for source in ("a/b.JPEG", 'q"uo\\te\u00e9\u2028\U0001f600.jpg'):

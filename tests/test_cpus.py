@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from imgprep import world as world_mod
-from imgprep.cpus import CpuLimits, parse_cpu_list, rank_cores, read_limits
-from imgprep.world import World
+from imgprep.job import world as world_mod
+from imgprep.job.cpus import CpuLimits, parse_cpu_list, rank_cores, read_limits
+from imgprep.job.world import World
 from loaders.common import worker_count
 
 

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from imgprep import directio
-from imgprep.directio import ALIGN, AppendWriter
 from imgprep.errors import OutputError
-from imgprep.writers import ShardWriter
+from imgprep.shards import directio
+from imgprep.shards.directio import ALIGN, AppendWriter
+from imgprep.shards.writers import ShardWriter
 
 
 def _on_local_disk(folder: Path) -> bool:

@@ -24,15 +24,15 @@ import pytest
 from conftest import REPO, mpirun_cmd
 from helpers import clean_env, feed_pipe, free_port
 
-from imgprep.assign import node_shards
-from imgprep.convert import ConvertOptions, convert
-from imgprep.copier import StallClock
-from imgprep.fanplan import chunks, plan_transfers, walk
-from imgprep.manifest import IndexEntry, index_name, read_manifest, write_manifest
-from imgprep.peers import HEARTBEAT
-from imgprep.rendezvous import Rendezvous, RendezvousError, copier_rendezvous
-from imgprep.verify import verify
-from imgprep.world import World
+from imgprep.convert.run import ConvertOptions, convert
+from imgprep.job.assign import node_shards
+from imgprep.job.rendezvous import Rendezvous, RendezvousError, copier_rendezvous
+from imgprep.job.world import World
+from imgprep.shards.manifest import IndexEntry, index_name, read_manifest, write_manifest
+from imgprep.shards.verify import verify
+from imgprep.stage.copier import StallClock
+from imgprep.stage.peers import HEARTBEAT
+from imgprep.stage.schedule import chunks, plan_transfers, walk
 
 sys.path.insert(0, str(REPO / "scripts"))  # the rchar wrapper the staging benchmark uses
 from benchlib import RCHAR_CLI  # noqa: E402

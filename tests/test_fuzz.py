@@ -11,9 +11,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from imgprep.errors import ImgprepError
-from imgprep.groundtruth import load_ground_truth
-from imgprep.manifest import parse_manifest
-from imgprep.synsets import imagenet_classes
+from imgprep.ilsvrc.groundtruth import load_ground_truth
+from imgprep.ilsvrc.synsets import imagenet_classes
+from imgprep.shards.manifest import parse_manifest
 
 CLASSES = imagenet_classes()
 FUZZ = settings(max_examples=300, deadline=None,
@@ -84,7 +84,7 @@ def test_manifest_reader(patch: dict[str, Any], whole: Any) -> None:
 @pytest.mark.parametrize("text", ["", "{", "[]", '{"format_version": 2}', "null"])
 def test_unreadable_manifests_name_the_file(tmp_path: Path, text: str) -> None:
     from imgprep.errors import ManifestError
-    from imgprep.manifest import read_manifest
+    from imgprep.shards.manifest import read_manifest
 
     (tmp_path / "train.json").write_text(text)
     with pytest.raises(ManifestError, match="train.json"):

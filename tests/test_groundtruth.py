@@ -1,5 +1,5 @@
-"""Tests for imgprep.groundtruth (every validation ground-truth form, the check against the
-published validation labels, label resolution) and what imgprep.synsets ships: the ILSVRC2012
+"""Tests for imgprep.ilsvrc.groundtruth (every validation ground-truth form, the check against the
+published validation labels, label resolution) and what imgprep.ilsvrc.synsets ships: the ILSVRC2012
 class table and the published validation labels.
 
 The fake sample and most files here label ILSVRC2012_val_* names with made-up classes, which
@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 from conftest import jpeg, tar_bytes, write_tar
 
-from imgprep import synsets
 from imgprep.errors import LabelError, SourceFormatError
-from imgprep.groundtruth import (
+from imgprep.ilsvrc import synsets
+from imgprep.ilsvrc.groundtruth import (
     GroundTruth,
     LabelCheck,
     detect_form,
@@ -24,8 +24,8 @@ from imgprep.groundtruth import (
     read_ground_truth,
     resolve_labels,
 )
-from imgprep.sources import list_source
-from imgprep.synsets import (
+from imgprep.ilsvrc.sources import list_source
+from imgprep.ilsvrc.synsets import (
     ClassTable,
     imagenet_classes,
     imagenet_val_labels,

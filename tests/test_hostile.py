@@ -45,13 +45,13 @@ from click.testing import CliRunner, Result
 from conftest import encode, jpeg, photo, tar_bytes, write_tar
 from PIL import Image
 
-from imgprep import stage
-from imgprep.cli import cli
+from imgprep.cli.commands import cli
+from imgprep.convert.image import TransformOptions, convert_image
 from imgprep.errors import ImgprepError
-from imgprep.synsets import imagenet_classes
-from imgprep.transform import TransformOptions, convert_image
-from imgprep.world import World
-from imgprep.writers import header_bytes
+from imgprep.ilsvrc.synsets import imagenet_classes
+from imgprep.job.world import World
+from imgprep.shards.writers import header_bytes
+from imgprep.stage import run as stage
 from loaders import LoaderError, ShardLoader, ValTransform, make_loader
 
 CLASSES = imagenet_classes()
@@ -452,7 +452,7 @@ ARCHIVES = {
 LISTING_PROBE = """
 import json, resource, sys
 from pathlib import Path
-from imgprep.sources import list_source
+from imgprep.ilsvrc.sources import list_source
 
 def vm(field):
     with open("/proc/self/status") as f:

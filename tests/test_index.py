@@ -1,5 +1,5 @@
-"""The sample index (``imgprep.index``): written by convert, rebuilt by ``imgprep index`` from
-tar headers alone, and refused by the loader when it is missing, truncated, altered, from
+"""The sample index (``imgprep.shards.index``): written by convert, rebuilt by ``imgprep index``
+from tar headers alone, and refused by the loader when it is missing, truncated, altered, from
 another conversion or pointing past the end of a shard (each error names the file and the
 command that fixes it)."""
 
@@ -18,13 +18,13 @@ import pytest
 from click.testing import CliRunner
 from conftest import jpeg
 
-from imgprep.cli import cli
+from imgprep.cli.commands import cli
 from imgprep.errors import ManifestError, ShardError
-from imgprep.index import LayoutBuilder, encode_index, read_index, scan_layout, write_index
-from imgprep.manifest import Manifest, ShardEntry, read_manifest, write_manifest
-from imgprep.synsets import imagenet_classes
-from imgprep.world import World
-from imgprep.writers import ShardWriter
+from imgprep.ilsvrc.synsets import imagenet_classes
+from imgprep.job.world import World
+from imgprep.shards.index import LayoutBuilder, encode_index, read_index, scan_layout, write_index
+from imgprep.shards.manifest import Manifest, ShardEntry, read_manifest, write_manifest
+from imgprep.shards.writers import ShardWriter
 from loaders.common import LoaderError
 from loaders.shards import ShardLoader
 from loaders.transforms import ValTransform
@@ -100,7 +100,7 @@ def test_index_command_rebuilds_it_byte_identical(indexed: Path) -> None:
 
 
 def test_convert_writes_the_index(sample: Path, tmp_path: Path) -> None:
-    from imgprep.convert import ConvertOptions, convert
+    from imgprep.convert.run import ConvertOptions, convert
 
     out = tmp_path / "conv"
     convert(ConvertOptions(input=sample / "ILSVRC2012_img_train.tar", out=out, num_shards=3))

@@ -22,9 +22,9 @@ from click.testing import CliRunner, Result
 from conftest import jpeg, write_tar
 from helpers import one_line_error
 
-from imgprep.cli import cli
-from imgprep.manifest import read_manifest
-from imgprep.synsets import imagenet_classes, imagenet_val_labels
+from imgprep.cli.commands import cli
+from imgprep.ilsvrc.synsets import imagenet_classes, imagenet_val_labels
+from imgprep.shards.manifest import read_manifest
 from loaders.labellist import read_label_list
 
 CLASSES = imagenet_classes()

@@ -1,6 +1,6 @@
 """Label-list loader, make_loader and the device step, with explicit Worlds in one process.
 
-The list is planned as the shard loader's samples are (``loaders.plan``, one pool), so its
+The list is planned as the shard loader's samples are (``loaders.epochs``, one pool), so its
 tails keep the same promises; ``tests/test_shard_loader.py`` checks every tail on both
 loaders over the same samples."""
 
@@ -17,9 +17,9 @@ import pytest
 import torch
 from PIL import Image
 
-from imgprep.convert import ConvertOptions, convert
+from imgprep.convert.run import ConvertOptions, convert
 from imgprep.errors import ManifestError
-from imgprep.world import World
+from imgprep.job.world import World
 from loaders import (
     PAD_LABEL,
     DeviceLoader,
@@ -29,8 +29,8 @@ from loaders import (
     normalize,
     worker_count,
 )
+from loaders.epochs import PAD, plan_epoch
 from loaders.labellist import read_label_list
-from loaders.plan import PAD, plan_epoch
 
 
 @pytest.fixture(scope="module")
@@ -263,7 +263,7 @@ def test_device_loader_on_cpu(listed: Path) -> None:
 def test_class_count_comes_from_the_list_not_imagenet(listed: Path, tmp_path: Path) -> None:
     """A converted list reports its manifest's class table; a bare list beside no class table
     reports its largest label + 1 (never a hard-wired 1000)."""
-    from imgprep.manifest import read_manifest
+    from imgprep.shards.manifest import read_manifest
 
     loader = make_loader(listed, "train", World(), batch_size=4, workers=0)
     assert loader.num_classes == len(read_manifest(listed, "train").classes)

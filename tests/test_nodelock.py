@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from imgprep import nodelock
 from imgprep.errors import StageError, WaitTimeout
-from imgprep.nodelock import (
+from imgprep.job.world import World
+from imgprep.stage import nodelock
+from imgprep.stage.nodelock import (
     copier_gone,
     held,
     lock_free,
@@ -27,7 +28,6 @@ from imgprep.nodelock import (
     try_lock,
     wait_for_copier,
 )
-from imgprep.world import World
 
 TIMEOUT = 30
 NODE = World(0, 2, 0, 2, 0, 1, launcher="torchrun")

@@ -1,5 +1,5 @@
-"""The fan-out copiers' liveness watch (imgprep.peers), on an in-process store: a death is seen
-and published by one watcher and read by every node within two heartbeats, finished nodes are
+"""The fan-out copiers' liveness watch (imgprep.stage.peers), on an in-process store: a death is
+seen and published by one watcher and read by every node within two heartbeats, finished nodes are
 skipped round the ring, and a look costs the store a few calls whatever the node count."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from imgprep.peers import BEATS, HEARTBEAT, Watch, announce, await_all
+from imgprep.stage.peers import BEATS, HEARTBEAT, Watch, announce, await_all
 
 torch_dist = pytest.importorskip("torch.distributed")
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from imgprep.world import World
-from loaders.plan import job_summary, plan_epoch, pool_order, pools
+from imgprep.job.world import World
+from loaders.epochs import job_summary, plan_epoch, pool_order, pools
 
 ILSVRC = [1250] * 1024 + [1167]
 JOBS = {  # nodes, ranks per node, workers per rank, batch per rank

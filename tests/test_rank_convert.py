@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 from conftest import mpirun_cmd
 
-from imgprep.assign import node_shards
-from imgprep.convert import ConvertOptions, assigned_tasks, convert, make_plan
+from imgprep.convert.run import ConvertOptions, assigned_tasks, convert, make_plan
 from imgprep.errors import WaitTimeout
-from imgprep.manifest import read_manifest
-from imgprep.verify import verify
-from imgprep.world import World
+from imgprep.job.assign import node_shards
+from imgprep.job.world import World
+from imgprep.shards.manifest import read_manifest
+from imgprep.shards.verify import verify
 
 SHARDS = 7
 

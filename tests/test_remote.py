@@ -24,13 +24,13 @@ import pytest
 from click.testing import CliRunner
 from helpers import free_port
 
-from imgprep.assign import node_shards
-from imgprep.cli import cli
-from imgprep.convert import ConvertOptions, convert
-from imgprep.manifest import Manifest, read_manifest
-from imgprep.remote import UrlSource, check_url
-from imgprep.verify import verify
-from imgprep.world import World
+from imgprep.cli.commands import cli
+from imgprep.convert.run import ConvertOptions, convert
+from imgprep.job.assign import node_shards
+from imgprep.job.world import World
+from imgprep.shards.manifest import Manifest, read_manifest
+from imgprep.shards.verify import verify
+from imgprep.stage.remote import UrlSource, check_url
 from loaders.shards import ShardLoader
 from loaders.transforms import ValTransform
 

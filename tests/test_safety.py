@@ -22,15 +22,15 @@ from click.testing import CliRunner, Result
 from conftest import REPO, jpeg, published_label, published_val_txt
 from helpers import one_line_error
 
-from imgprep.cli import cli
-from imgprep.convert import ConvertOptions, convert, make_plan
+from imgprep.cli.commands import cli
+from imgprep.convert.run import ConvertOptions, convert, make_plan
 from imgprep.errors import LabelError, ManifestError, SourceFormatError
-from imgprep.groundtruth import load_ground_truth
-from imgprep.manifest import NodeSection, read_manifest
-from imgprep.sources import split_of_name
-from imgprep.stage import StageOptions, stage_to_node
-from imgprep.synsets import imagenet_classes, parse_class_table
-from imgprep.world import World
+from imgprep.ilsvrc.groundtruth import load_ground_truth
+from imgprep.ilsvrc.sources import split_of_name
+from imgprep.ilsvrc.synsets import imagenet_classes, parse_class_table
+from imgprep.job.world import World
+from imgprep.shards.manifest import NodeSection, read_manifest
+from imgprep.stage.run import StageOptions, stage_to_node
 
 WNIDS = ("n01440764", "n01443537", "n01484850")
 CLASSES = imagenet_classes()

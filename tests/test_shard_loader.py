@@ -44,17 +44,17 @@ from conftest import jpeg
 from helpers import free_port
 from PIL import Image
 
-from imgprep.convert import ConvertOptions, convert
+from imgprep.convert.run import ConvertOptions, convert
 from imgprep.errors import WorldError
-from imgprep.index import write_index
-from imgprep.manifest import Manifest, ShardEntry, read_manifest, write_manifest
-from imgprep.stage import StageOptions, stage_to_node
-from imgprep.synsets import imagenet_classes
-from imgprep.world import World
-from imgprep.writers import ShardWriter
+from imgprep.ilsvrc.synsets import imagenet_classes
+from imgprep.job.world import World
+from imgprep.shards.index import write_index
+from imgprep.shards.manifest import Manifest, ShardEntry, read_manifest, write_manifest
+from imgprep.shards.writers import ShardWriter
+from imgprep.stage.run import StageOptions, stage_to_node
 from loaders.common import TAILS
+from loaders.epochs import pools
 from loaders.labellist import LabelListLoader
-from loaders.plan import pools
 from loaders.shards import PAD_LABEL, LoaderError, ShardLoader, iter_members, iter_samples
 from loaders.transforms import TrainTransform, ValTransform, into_chw
 
@@ -974,10 +974,10 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from imgprep.world import World
+from imgprep.job.world import World
 from loaders.common import TAILS
 from loaders.labellist import LabelListLoader
-from loaders.plan import pools
+from loaders.epochs import pools
 from loaders.shards import PAD_LABEL, ShardLoader
 from loaders.transforms import TrainTransform, ValTransform
 
@@ -1158,7 +1158,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from imgprep.world import World
+from imgprep.job.world import World
 from loaders.shards import ShardLoader
 from loaders.transforms import TrainTransform
 

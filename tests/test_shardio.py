@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from imgprep.errors import ShardError, UnsafeArchiveError
-from imgprep.shardio import iter_members, iter_samples
-from imgprep.verify import verify_shards
-from imgprep.writers import ShardWriter
+from imgprep.shards.tario import iter_members, iter_samples
+from imgprep.shards.verify import verify_shards
+from imgprep.shards.writers import ShardWriter
 
 
 def _tar(path: Path, extra: tarfile.TarInfo, data: bytes = b"") -> Path:
@@ -67,7 +67,8 @@ def test_damage_is_a_shard_error(tmp_path: Path) -> None:
 
 
 def test_verify_reports_a_hostile_shard(tmp_path: Path) -> None:
-    from imgprep.manifest import Manifest, ShardEntry, sha256_file
+    from imgprep.fsutil import sha256_file
+    from imgprep.shards.manifest import Manifest, ShardEntry
 
     path = _tar(tmp_path / "train-000000.tar", _info("b.jpg", tarfile.SYMTYPE))
     m = Manifest(split="train", format="shards", total_samples=1, classes=[["n0", "x"]],

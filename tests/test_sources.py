@@ -1,4 +1,5 @@
-"""Tests for imgprep.sources: listing every ILSVRC2012 layout in place, and hostile archives."""
+"""Tests for imgprep.ilsvrc.sources: listing every ILSVRC2012 layout in place, and hostile
+archives."""
 
 from __future__ import annotations
 
@@ -12,9 +13,9 @@ import numpy as np
 import pytest
 from conftest import jpeg, tar_bytes, write_tar
 
-from imgprep import tarscan
 from imgprep.errors import InputMissingError, SourceFormatError
-from imgprep.sources import Listing, SourceReader, list_source, sanitize_key
+from imgprep.ilsvrc import tarscan
+from imgprep.ilsvrc.sources import Listing, SourceReader, list_source, sanitize_key
 
 WNIDS = ("n01440764", "n01443537", "n15075141")
 

@@ -27,16 +27,17 @@ import pytest
 from click.testing import CliRunner
 from helpers import clean_env, feed_pipe, is_launcher_var, one_line, tmp_leftovers, torchrun_env
 
-from imgprep import copier, nodelock, stage
-from imgprep.assign import node_shards
-from imgprep.cli import cli
-from imgprep.convert import ConvertOptions, convert
+from imgprep.cli.commands import cli
+from imgprep.convert.run import ConvertOptions, convert
 from imgprep.errors import StageError, WaitTimeout
-from imgprep.index import index_folder
-from imgprep.manifest import Manifest, index_name, read_manifest, write_manifest
-from imgprep.stage import StageOptions, is_staged, plan_node, stage_to_node
-from imgprep.verify import verify
-from imgprep.world import World
+from imgprep.job.assign import node_shards
+from imgprep.job.world import World
+from imgprep.shards.index import index_folder
+from imgprep.shards.manifest import Manifest, index_name, read_manifest, write_manifest
+from imgprep.shards.verify import verify
+from imgprep.stage import copier, nodelock
+from imgprep.stage import run as stage
+from imgprep.stage.run import StageOptions, is_staged, plan_node, stage_to_node
 
 TIMEOUT = 60
 

@@ -14,7 +14,7 @@ import pytest
 from conftest import REPO, mpirun_cmd
 from helpers import free_port
 
-from imgprep.convert import ConvertOptions, convert
+from imgprep.convert.run import ConvertOptions, convert
 
 sys.path.insert(0, str(REPO / "scripts"))
 from trainkit.timing import DataWaitHint  # noqa: E402

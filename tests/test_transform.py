@@ -1,4 +1,5 @@
-"""Tests for imgprep.transform: every image mode to a 256 px RGB JPEG, options, and bad inputs."""
+"""Tests for imgprep.convert.image: every image mode to a 256 px RGB JPEG, options, and bad
+inputs."""
 
 from __future__ import annotations
 
@@ -12,14 +13,14 @@ import pytest
 from conftest import encode, jpeg, photo
 from PIL import Image, JpegImagePlugin
 
-from imgprep.errors import ImageError
-from imgprep.transform import (
+from imgprep.convert.image import (
     Converted,
     TransformOptions,
     center_pixels,
     channel_sums,
     convert_image,
 )
+from imgprep.errors import ImageError
 
 OPTS = TransformOptions()
 SHORT = TransformOptions(resize="short-side")
@@ -488,7 +489,7 @@ def test_short_side_refuses_outputs_over_the_pixel_limit() -> None:
 
 def test_summed_histograms_give_the_summed_channel_sums() -> None:
     """A task adds histograms and converts once: the same integers as adding the sums."""
-    from imgprep.transform import channel_histogram, sums_of_histogram
+    from imgprep.convert.image import channel_histogram, sums_of_histogram
 
     imgs = [Image.effect_noise((40, 30), 50 + 20 * k).convert("RGB") for k in range(3)]
     total = sums_of_histogram(sum(channel_histogram(im) for im in imgs))

@@ -18,15 +18,15 @@ import numpy as np
 import pytest
 from click.testing import CliRunner, Result
 
-import imgprep.verify as verify_mod
-from imgprep.cli import cli
-from imgprep.convert import ConvertOptions, convert
+import imgprep.shards.verify as verify_mod
+from imgprep.cli.commands import cli
+from imgprep.convert.run import ConvertOptions, convert
 from imgprep.errors import ManifestError
-from imgprep.index import Layout, index_folder, scan_layout, write_index
-from imgprep.manifest import read_manifest, write_manifest
-from imgprep.verify import VerifyError, verify
-from imgprep.world import World
-from imgprep.writers import ShardWriter
+from imgprep.job.world import World
+from imgprep.shards.index import Layout, index_folder, scan_layout, write_index
+from imgprep.shards.manifest import read_manifest, write_manifest
+from imgprep.shards.verify import VerifyError, verify
+from imgprep.shards.writers import ShardWriter
 from loaders import LoaderError, ShardLoader
 from tests.conftest import jpeg
 from tests.helpers import clean_env, one_line_error
@@ -195,7 +195,7 @@ def test_an_index_with_fewer_samples_names_the_first_sample_it_lacks(tmp_path: P
 # half-way through a split, at the same point on every run.
 _KILLED_AT = """
 import os, signal, sys
-import imgprep.transform as t
+import imgprep.convert.image as t
 real, seen, stop = t.convert_image, [0], int(sys.argv[1])
 def convert_image(*a, **k):
     seen[0] += 1
@@ -203,7 +203,7 @@ def convert_image(*a, **k):
         os.kill(os.getpid(), signal.SIGKILL)
     return real(*a, **k)
 t.convert_image = convert_image
-from imgprep.cli import cli
+from imgprep.cli.commands import cli
 cli(sys.argv[2:], prog_name="imgprep")
 """
 

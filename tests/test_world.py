@@ -1,4 +1,4 @@
-"""Tests for imgprep.world: the World value object and detect() from each launcher's variables.
+"""Tests for imgprep.job.world: the World value object and detect() from each launcher's variables.
 
 Every launcher is exercised with explicit environment dicts for several multi-node layouts
 (ranks in blocks: node k runs ranks k*L .. k*L+L-1), the documented precedence between
@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from imgprep.errors import ImgprepError, WorldError
-from imgprep.world import World, detect
+from imgprep.job.world import World, detect
 
 Env = dict[str, str]
 

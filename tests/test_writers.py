@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from imgprep.writers import RECORD, ShardWriter, header_bytes, tar_header
+from imgprep.shards.writers import RECORD, ShardWriter, header_bytes, tar_header
 
 
 @pytest.mark.parametrize(("name", "size"), [

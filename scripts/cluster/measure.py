@@ -26,8 +26,8 @@ from typing import Any
 from cluster.box import Box
 from cluster.netns import ClusterError
 from cluster.procs import Group, child_env, last_json, run_group
-from imgprep.assign import node_shards
-from imgprep.manifest import Manifest
+from imgprep.job.assign import node_shards
+from imgprep.shards.manifest import Manifest
 
 HERE = Path(__file__).resolve().parent
 PROBE = HERE / "probe.py"

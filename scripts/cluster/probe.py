@@ -28,7 +28,7 @@ from datetime import timedelta
 
 
 def loader_rates(args: argparse.Namespace) -> None:
-    from imgprep.world import World
+    from imgprep.job.world import World
     from loaders import make_loader
 
     world = World(rank=args.rank, world_size=args.world, node_rank=args.rank,

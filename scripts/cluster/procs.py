@@ -7,11 +7,9 @@ command that was late. A child that exits non-zero fails the group with its stde
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import select
-import signal
 import subprocess
 import tempfile
 import time
@@ -20,14 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from cluster.netns import ClusterError
+from imgprep.procs import die_with_parent
 
 REPO = Path(__file__).resolve().parents[2]
-PR_SET_PDEATHSIG = 1
-
-
-def die_with_parent() -> None:
-    """In a child before exec: SIGKILL it when its parent dies."""
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cluster.netns import ClusterError, Topology, in_net, pids_in, run
-from cluster.procs import die_with_parent
+from imgprep.procs import die_with_parent
 
 PACKAGES = {"sshfs": "sshfs", "/usr/sbin/sshd": "openssh-server", "fusermount3": "fuse3"}
 SFTP_TITLE = b"internal-sftp"

@@ -28,8 +28,8 @@ from pathlib import Path
 from benchlib import REPO, descendants
 
 from imgprep.errors import ImgprepError, StageError
-from imgprep.manifest import read_manifest
-from imgprep.sample import make_sample
+from imgprep.ilsvrc.fakeset import make_sample
+from imgprep.shards.manifest import read_manifest
 from reliability import Trial
 
 sys.path.insert(0, str(REPO / "tests"))  # the helpers tests and this harness share
@@ -357,8 +357,8 @@ def stage_disk_full(work: Path, trials: int, seed: int = 0) -> list[Trial]:
     bad file under a final name; once the disk grows, the rerun completes."""
     from unittest import mock
 
-    from imgprep.stage import StageOptions, stage_to_node
-    from imgprep.world import World
+    from imgprep.job.world import World
+    from imgprep.stage.run import StageOptions, stage_to_node
 
     src = shard_source(work)
     total = read_manifest(src, "train").total_bytes
@@ -482,7 +482,7 @@ def worker_kills(work: Path, trials: int, seed: int = 0) -> list[Trial]:
     the last batch taken gives exactly the batches an uninterrupted run gives from there."""
     import torch
 
-    from imgprep.world import World
+    from imgprep.job.world import World
     from loaders.shards import LoaderError, ShardLoader
     from loaders.transforms import TrainTransform
 

@@ -38,17 +38,17 @@ from typing import Any
 import numpy as np
 from benchlib import descendants, machine_busy_s, proc_kb
 
-from imgprep.assign import node_shards
-from imgprep.convert import ConvertOptions, convert
+from imgprep.convert.image import TransformOptions
+from imgprep.convert.run import ConvertOptions, convert
 from imgprep.errors import ImgprepError
-from imgprep.manifest import manifest_path, read_manifest
-from imgprep.sample import pick_classes, synthetic_photo
-from imgprep.sources import list_source
-from imgprep.synsets import imagenet_classes
-from imgprep.transform import TransformOptions
-from imgprep.verify import verify
-from imgprep.world import World
-from imgprep.writers import BLOCK, RECORD, header_bytes
+from imgprep.ilsvrc.fakeset import pick_classes, synthetic_photo
+from imgprep.ilsvrc.sources import list_source
+from imgprep.ilsvrc.synsets import imagenet_classes
+from imgprep.job.assign import node_shards
+from imgprep.job.world import World
+from imgprep.shards.manifest import manifest_path, read_manifest
+from imgprep.shards.verify import verify
+from imgprep.shards.writers import BLOCK, RECORD, header_bytes
 from reliability import Figure, Trial
 from reliability.faults import clean_env, tmp_leftovers  # shared with the tests
 
@@ -95,7 +95,7 @@ def write_train_tar(path: Path, images: int, pool: Sequence[bytes], classes: int
     ``<wnid>.tar`` holding ``<wnid>_<j>.JPEG``, ``images`` in all over ``classes`` real wnids.
 
     Streamed one class at a time (memory holds one inner tar), headers built by
-    ``imgprep.writers.header_bytes``: 200,000 members take a few seconds.
+    ``imgprep.shards.writers.header_bytes``: 200,000 members take a few seconds.
     """
     wnids = pick_classes(imagenet_classes(), max(1, min(classes, images)))
     base, extra = divmod(images, len(wnids))
@@ -343,7 +343,7 @@ def convert_scale(work: Path, sizes: Sequence[int] = (10_000, 50_000, 200_000),
 
     Measures, per size: the peak RSS (and PSS) summed over the command's whole process tree,
     sampled every 50 ms; wall time and images/s (convert's own summary); the listing cost
-    per image (convert does not report it: ``imgprep.sources.list_source`` of the same tar
+    per image (convert does not report it: ``imgprep.ilsvrc.sources.list_source`` of the same tar
     in this process with the run's worker count and with 1, best of up to 3 calls within
     3 s each); the manifest's bytes per sample and
     its read time.
@@ -446,8 +446,8 @@ def _stage_trials(src: Path, mode: str, nodes: int, local_ranks: int,
         _ok_all(name, "exactly one copier per node", bad_roles,
                 f"{nodes} nodes: 1 copier + {local_ranks - 1} waiters each"),
         _ok_all(name, "every node complete", incomplete,
-                f"imgprep.verify ok on {nodes} nodes, each manifest lists exactly its "
-                "share (imgprep.assign.node_shards)"),
+                f"imgprep.shards.verify ok on {nodes} nodes, each manifest lists exactly its "
+                "share (imgprep.job.assign.node_shards)"),
         Trial(GROUP, f"{name}: source bytes read == node shares", read == expected,
               f"{read:,} bytes read by all processes, node shares and indexes {expected:,}"),
         _ok_all(name, "no temp files left", leftovers, "no .tmp-* under any node folder"),
@@ -467,8 +467,8 @@ def stage_scale(work: Path, nodes: int = 8, local_ranks: int = 4, shards: int = 
       processes race for the lock in it; the first copies, the rest find the node staged.
 
     Trials per round: every process exits 0; exactly one copier per node (the summaries'
-    ``role``: 1 copier + local_ranks - 1 waiters); every node complete (``imgprep.verify`` ok
-    with decoding, and its manifest lists exactly its share from ``imgprep.assign``); the
+    ``role``: 1 copier + local_ranks - 1 waiters); every node complete (``imgprep.shards.verify`` ok
+    with decoding, and its manifest lists exactly its share from ``imgprep.job.assign``); the
     source bytes read by all processes (``bytes_read``) equal exactly the sum of the node
     shares' sizes plus one sample index per node; no ``.tmp-*`` file left. Figures: wall
     time, bytes read, MB/s per round.
@@ -622,7 +622,7 @@ BIG_JOBS = ((16, 8, 8, 256), (128, 8, 8, 32), (256, 8, 8, 32))  # nodes, local, 
 def _big_plans() -> Trial:
     """Plans of ILSVRC2012-sized jobs from counts alone: >= 99.9 % of the set per epoch in
     short mode, every worker busy and within one batch of its siblings, no refusal."""
-    from loaders.plan import job_summary
+    from loaders.epochs import job_summary
 
     bad, seen = [], []
     for job in BIG_JOBS:

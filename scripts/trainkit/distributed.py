@@ -1,6 +1,6 @@
 """Open the torch process group under any launcher: torchrun, mpirun, srun or none.
 
-Where the ranks meet comes from imgprep.rendezvous (torchrun's variables, or rank 0's address
+Where the ranks meet comes from imgprep.job.rendezvous (torchrun's variables, or rank 0's address
 broadcast over mpi4py: MPI bootstraps, NCCL (GPUs) or Gloo (CPU) carries gradients), which
 fan-out staging shares. A process-group timeout makes a dead rank fail the others with a clear
 message instead of a hang.
@@ -13,8 +13,8 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from imgprep.rendezvous import Rendezvous, RendezvousError, free_port, rendezvous
-from imgprep.world import World
+from imgprep.job.rendezvous import Rendezvous, RendezvousError, free_port, rendezvous
+from imgprep.job.world import World
 
 DistError = RendezvousError  # the process group could not be opened; the message says what to set
 __all__ = ["DistError", "Rendezvous", "close", "device_for", "free_port", "init", "rendezvous"]

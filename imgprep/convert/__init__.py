@@ -1,0 +1,9 @@
+"""``imgprep convert``: from a listed input to finished shards or label lists.
+
+``tasks`` plans what a run will do (options, split, tasks, fingerprint), ``outdir`` decides
+what a run may do to its output folder, ``records`` keeps task records and shares the work
+between ranks, ``pool`` is the worker pool, ``image`` turns one image into a 256 px RGB JPEG,
+and ``run`` ties them together (``convert_splits``).
+
+May import ``ilsvrc``, ``shards``, ``job`` and the leaf modules; not ``stage`` or ``cli``.
+"""

@@ -1,0 +1,355 @@
+"""What ``imgprep convert`` will do: its options, the split, the tasks and their fingerprint.
+
+The plan is a pure function of (listing, labels, options): samples are sorted by key, then a
+seeded permutation over ALL classes spreads them across shards (label lists keep key order in
+fixed-size chunks). Which split an input is, and which inputs a folder of splits holds, is
+decided here too: splits are never merged, and validation images never enter an inferred
+train split.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import shlex
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from imgprep import __version__
+from imgprep.convert import outdir
+from imgprep.convert.image import TransformOptions
+from imgprep.convert.outdir import STATE_DIR
+from imgprep.errors import LabelError, OutputError, SourceFormatError
+from imgprep.ilsvrc.groundtruth import (
+    UNKNOWN,
+    LabelCheck,
+    read_ground_truth,
+    resolve_labels,
+    unknown_wnid_reason,
+)
+from imgprep.ilsvrc.sources import VAL_PREFIX, Listing, list_source, split_folders, split_of_name
+from imgprep.ilsvrc.synsets import ClassTable, load_class_table
+from imgprep.shards.manifest import Manifest
+
+OUTPUT_FORMATS = ("shards", "list")
+RANK_MODES = ("shared", "partition")
+LIST_CHUNK = 1000
+RECORD_VERSION = 1  # bump when a task record's meaning changes: old records are then redone
+Notify = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class ConvertOptions:
+    """Everything ``imgprep convert`` needs; the output is a pure function of these."""
+
+    input: Path
+    out: Path
+    format: str = "shards"
+    split: str | None = None
+    labels: tuple[Path, ...] = ()
+    classes: Path | None = None
+    transform: TransformOptions = field(default_factory=TransformOptions)
+    shard_size: int = 1250
+    num_shards: int | None = None
+    seed: int = 0
+    workers: int = 1
+    max_errors: int = 0
+    meta: bool = True
+    mode: str = "shared"
+    wait_timeout: float = 3600.0
+    overwrite: bool = False  # replace a finished split converted from other inputs/options
+    label_offset: int | None = None  # subtracted from a 'name label' ground truth's labels
+    trust_labels: bool = False  # take labels that differ from the published val labels as given
+
+
+@dataclass(frozen=True)
+class Task:
+    """One shard (or one chunk of a label list) and the listing rows it holds, in order."""
+
+    index: int
+    name: str
+    items: np.ndarray
+
+
+@dataclass(frozen=True)
+class Plan:
+    opts: ConvertOptions
+    split: str
+    listing: Listing
+    labels: np.ndarray
+    classes: ClassTable
+    tasks: tuple[Task, ...]
+    fingerprint: str
+    label_check: LabelCheck = field(default_factory=LabelCheck)
+
+    @property
+    def state_dir(self) -> Path:
+        return self.opts.out / STATE_DIR / self.split
+
+    def record_path(self, task: Task) -> Path:
+        return self.state_dir / f"{task.name}.json"
+
+    def mean_path(self, task: Task) -> Path:
+        return self.state_dir / f"{task.name}.mean.npy"
+
+    @property
+    def wants_mean_image(self) -> bool:
+        return self.opts.format == "list" and self.split == "train"
+
+
+@dataclass
+class TaskResult:
+    """What a finished task produced; stored as its record so a rerun can skip it."""
+
+    index: int
+    name: str
+    fingerprint: str
+    samples: int = 0
+    bytes: int = 0
+    sha256: str = ""
+    sums: list[list[int]] = field(default_factory=lambda: [[0, 0, 0]] * 3)
+    stats_images: int = 0
+    errors: list[dict[str, str]] = field(default_factory=list)
+    files: list[list[Any]] = field(default_factory=list)
+    resumed: bool = False
+
+
+def _val_rows(listing: Listing) -> np.ndarray:
+    return np.flatnonzero(np.char.startswith(listing.key, VAL_PREFIX.encode()))
+
+
+def infer_split(listing: Listing, has_labels: bool, source: Path | None = None) -> str:
+    """``val`` when ground truth is given, the input is named as a split (``val/``,
+    ``Validation/``, ``train/`` …, any case), or every key is a validation name; else train."""
+    if has_labels:
+        return "val"
+    named = split_of_name(source.name) if source is not None else None
+    if named is not None:
+        return named
+    if len(listing) and len(_val_rows(listing)) == len(listing):
+        return "val"
+    return "train"
+
+
+def _command(inp: Path, out: Path, *extra: object) -> str:
+    return " ".join(["imgprep convert", shlex.quote(str(inp)), "-o", shlex.quote(str(out)),
+                     *(shlex.quote(str(a)) for a in extra)])
+
+
+def _label_args(opts: ConvertOptions) -> list[object]:
+    """The ground-truth options of ``opts``, as command-line arguments."""
+    args: list[object] = [a for p in opts.labels for a in ("--labels", p)]
+    if opts.label_offset is not None:
+        args += ["--label-offset", opts.label_offset]
+    return args + (["--trust-labels"] if opts.trust_labels else [])
+
+
+def check_no_val_in_train(listing: Listing, opts: ConvertOptions,
+                          origin: ConvertOptions | None = None) -> None:
+    """Validation images (``ILSVRC2012_val_*``) never go into an inferred train split: refused,
+    saying which and how many, with the commands that separate them, in order. ``origin``:
+    the options given, when ``opts.input`` is one split folder of ``origin.input``."""
+    rows = _val_rows(listing)
+    if not len(rows):
+        return
+    src = Path(listing.root)
+    what = (f"{src} would be the train split but holds {len(rows)} validation images "
+            f"(ILSVRC2012_val_*, first: {src}/{listing.member_str(int(rows[0]))}): train and "
+            "val look merged")
+    on_purpose = "pass --split train to put them into the train split on purpose"
+    if (listing.offset[rows] >= 0).any():
+        tars = sorted({listing.containers[int(c)] for c in listing.container[rows]})
+        raise SourceFormatError(
+            f"{what}; they are inside {', '.join(tars[:3])}{' …' if len(tars) > 3 else ''}: "
+            f"rebuild it without them and convert again, or {on_purpose}")
+    in_folders = all("/" in listing.member_str(int(r)) for r in rows)
+    raise SourceFormatError(f"{what}. {_separate(src, len(rows), in_folders, opts, origin)}. "
+                            f"Else {on_purpose}")
+
+
+def _separate(src: Path, count: int, in_folders: bool, opts: ConvertOptions,
+              origin: ConvertOptions | None) -> str:
+    """The commands that move ``count`` validation images out of the train folder ``src``
+    (keeping their class folders) and convert both sets."""
+    root = origin.input if origin is not None and origin.input != opts.input else None
+    base = root or src
+    dest = base.absolute().parent / f"{base.name}-val-images"
+    move = (f"(cd {shlex.quote(str(src))} && find . -type f -name 'ILSVRC2012_val_*' -exec sh "
+            """-c 'mkdir -p "$0/${1%/*}" && mv -n "$1" "$0/$1"' """
+            f"{shlex.quote(str(dest))} {{}} \\;)")
+    given = _label_args(origin or opts)
+    labels = [] if in_folders else given or ["--labels", "GROUND_TRUTH"]
+    if root is None:
+        again = f"{_command(src, opts.out)} converts the train images"
+        moved = f"{_command(dest, opts.out, '--split', 'val', *labels)} converts the moved ones"
+    else:
+        val = split_folders(root)[0].get("val", root / "val")
+        again = (f"{_command(root, opts.out, *given)} converts {src.name}/ and {val.name}"
+                 f"{'/' if val.is_dir() else ''}, each into its own manifest")
+        other = Path(f"{opts.out}-val-images")
+        moved = (f"if {val.name} lacks the moved images, convert them into a folder of their "
+                 f"own: {_command(dest, other, '--split', 'val', *labels)}")
+    kept = " (class folders kept)" if in_folders else ""
+    return (f"1) move these {count} files out of {src}{kept}: {move} "
+            f"2) {again}; 3) {moved}")
+
+
+def plan_tasks(rows: int | np.ndarray, opts: ConvertOptions, split: str) -> tuple[Task, ...]:
+    """Shards: a seeded permutation cut into near-equal parts. Lists: key order in chunks.
+    ``rows``: the listing rows to convert (an int n: all of 0..n-1)."""
+    rows = np.arange(rows) if isinstance(rows, int) else np.asarray(rows)
+    n = len(rows)
+    if opts.format == "list":
+        return tuple(
+            Task(i, f"{split}-chunk-{i:06d}", rows[s:s + LIST_CHUNK])
+            for i, s in enumerate(range(0, n, LIST_CHUNK))
+        )
+    count = opts.num_shards or max(1, math.ceil(n / opts.shard_size))
+    count = min(count, max(n, 1))
+    perm = rows[np.random.default_rng(opts.seed).permutation(n)]
+    return tuple(
+        Task(i, f"{split}-{i:06d}.tar", part) for i, part in enumerate(np.array_split(perm, count))
+    )
+
+
+def _fingerprint(opts: ConvertOptions, split: str, listing: Listing, labels: np.ndarray,
+                 classes: ClassTable) -> str:
+    h = hashlib.sha256()
+    h.update(f"imgprep {__version__} records {RECORD_VERSION}".encode())
+    h.update(json.dumps(options_json(opts, split), sort_keys=True).encode())
+    h.update(json.dumps(classes.to_json()).encode())
+    for arr in (listing.key, listing.size, labels):
+        h.update(np.ascontiguousarray(arr).tobytes())
+    return h.hexdigest()
+
+
+def options_json(opts: ConvertOptions, split: str) -> dict[str, Any]:
+    """The options that decide the output bytes (not paths, worker counts or error policy)."""
+    return {
+        "format": opts.format, "split": split, "seed": opts.seed, "meta": opts.meta,
+        "shard_size": opts.shard_size, "num_shards": opts.num_shards,
+        "transform": asdict(opts.transform),
+    }
+
+
+def _labels(listing: Listing, classes: ClassTable) -> np.ndarray | None:
+    """``resolve_labels`` without ground truth when every image's folder or class tar names a
+    known wnid (the train set), per distinct wnid rather than per image; else None."""
+    wnids, inverse = np.unique(listing.wnid, return_inverse=True)
+    table = [classes.index(w.decode("ascii")) if w else None for w in wnids.tolist()]
+    if None in table:
+        return None
+    return np.asarray(table, dtype=np.int16)[inverse].reshape(-1)
+
+
+def make_plan(opts: ConvertOptions, origin: ConvertOptions | None = None) -> Plan:
+    """Check the ground truth, list the source (class tars on ``opts.workers`` processes),
+    label every image and cut the work into tasks (no image is decoded). ``origin``: the
+    options given, when ``opts`` is one split of them (``split_inputs``), for the advice of
+    errors."""
+    if opts.format not in OUTPUT_FORMATS:
+        raise ValueError(f"format must be one of {OUTPUT_FORMATS}")
+    if opts.label_offset is not None and not opts.labels:
+        raise LabelError(f"--label-offset {opts.label_offset} shifts the labels of --labels, "
+                         "and none was given; pass the ground truth or drop --label-offset")
+    if opts.trust_labels and not opts.labels:
+        raise LabelError("--trust-labels takes the labels of --labels as given, and none was "
+                         "given; pass the ground truth or drop --trust-labels")
+    classes = load_class_table(opts.classes)
+    gt = read_ground_truth(opts.labels, classes, opts.label_offset, opts.trust_labels) \
+        if opts.labels else None  # checked before the (longer) listing
+    truth = gt.labels if gt is not None else None
+    listing = list_source(opts.input, workers=opts.workers)  # the same for any count
+    split = opts.split or infer_split(listing, bool(opts.labels), opts.input)
+    if opts.split is None and split == "train":  # before labels: loose val images have none
+        check_no_val_in_train(listing, opts, origin)
+    labels = _labels(listing, classes) if truth is None else None
+    if labels is None:
+        labels = resolve_labels(listing, classes, truth)
+    tasks = plan_tasks(np.flatnonzero(labels != UNKNOWN), opts, split)
+    return Plan(opts, split, listing, labels, classes, tasks,
+                _fingerprint(opts, split, listing, labels, classes),
+                gt.check if gt is not None else LabelCheck())
+
+
+def split_inputs(opts: ConvertOptions, notify: Notify | None = None) -> list[ConvertOptions]:
+    """One ConvertOptions per split: the input itself, or each split folder of a folder that
+    holds them (``train/``, ``val/``, ``validation/``, ``ILSVRC2012_img_val.tar`` …, any
+    case; ``--split`` picks one). ``--labels`` go to the val split."""
+    found, others = split_folders(opts.input)
+    if not found:
+        return [opts]
+    if opts.split is not None:
+        if opts.split not in found:
+            raise SourceFormatError(
+                f"{opts.input} holds {', '.join(p.name for p in found.values())} but no "
+                f"{opts.split} folder; point INPUT at the {opts.split} images")
+        found = {opts.split: found[opts.split]}
+    if opts.labels and "val" not in found:
+        raise LabelError(f"--labels is validation ground truth, but {opts.input} holds no val "
+                         "folder; drop --labels or point INPUT at the val images")
+    skipped = [p for p in others if p.is_dir() or p.name.lower().endswith((".tar", ".jpeg",
+                                                                            ".jpg", ".png"))]
+    if skipped and notify is not None:
+        names = ", ".join(str(p) for p in skipped[:5]) + (" …" if len(skipped) > 5 else "")
+        notify(f"not converted (not a train or val folder): {names}; convert them on their "
+               "own if you need them")
+    # The split stays as the user gave it: a folder's name is not --split train, so
+    # validation images in a train/ folder are still refused.
+    return [replace(opts, input=p, labels=opts.labels if s == "val" else (),
+                    label_offset=opts.label_offset if s == "val" else None,
+                    trust_labels=opts.trust_labels and s == "val")
+            for s, p in sorted(found.items(), key=lambda kv: kv[0] != "train")]
+
+
+def _wanted(plan: Plan) -> outdir.Wanted:
+    lst = plan.listing
+    return outdir.Wanted(
+        plan.opts.out, plan.split, plan.opts.format, options_json(plan.opts, plan.split),
+        plan.fingerprint, plan.classes.to_json(),
+        {"kind": lst.kind, "name": Path(lst.root).name, "images": len(lst)}, __version__)
+
+
+def check_folder(plan: Plan) -> Manifest | None:
+    """Refuse to replace another finished conversion of the split (OutputExistsError) unless
+    ``--overwrite``; returns the manifest that ``--overwrite`` replaces, or None."""
+    want = _wanted(plan)
+    outdir.check_shared_classes(want)
+    return outdir.check_folder(want, plan.opts.overwrite)
+
+
+def unknown_errors(plan: Plan) -> list[dict[str, str]]:
+    """Error-log entries of images named with a wnid outside the class table."""
+    lst = plan.listing
+    return [{"source": f"{lst.root}/{lst.member_str(i)}", "key": lst.key_str(i),
+             "reason": unknown_wnid_reason(lst.key_str(i).partition("_")[0])}
+            for i in np.flatnonzero(plan.labels == UNKNOWN).tolist()]
+
+
+def unknown_wnids(plan: Plan) -> dict[str, int]:
+    """{wnid: images} of images named with a wnid outside the class table (logged errors)."""
+    rows = np.flatnonzero(plan.labels == UNKNOWN).tolist()
+    counts = Counter(plan.listing.key_str(i).partition("_")[0] for i in rows)
+    return dict(sorted(counts.items()))
+
+
+def check_out_not_input(opts: ConvertOptions, split: str | None = None) -> None:
+    """Refuse outputs that overlap the input: they could replace originals, and a rerun would
+    list its own outputs. Shards beside an input tar (or folder) are fine; a label list's
+    ``<out>/<split>/`` tree must not touch an input folder."""
+    inp, out = opts.input.resolve(), opts.out.resolve()
+    if inp == out or (inp.is_dir() and inp in out.parents):
+        raise OutputError(f"--out {opts.out} is inside the input {opts.input}; pick another folder")
+    if split is not None and opts.format == "list" and inp.is_dir():
+        tree = out / split
+        if tree == inp or inp in tree.parents or tree in inp.parents:
+            raise OutputError(
+                f"--format list would write {tree}, which overlaps the input {opts.input}; "
+                "pick another --out"
+            )

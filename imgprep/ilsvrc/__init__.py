@@ -1,0 +1,9 @@
+"""The ILSVRC2012 input: what users download, read in place.
+
+Listing nested tars and folders (``sources``, ``tarlist``, ``tarscan``), validation ground
+truth in its four forms and its check against the published labels (``groundtruth``), the
+class table and its shipped data (``synsets``, ``data/``), and the fake data set with the real
+one's quirks (``fakeset``).
+
+May import ``shards`` (the tar header the fake set writes), ``job`` and the leaf modules.
+"""

@@ -1,0 +1,194 @@
+"""Write a small fake ILSVRC2012 in the real layout, with the real data set's quirks.
+
+``ILSVRC2012_img_train.tar`` (an outer tar of per-class ``<wnid>.tar``), ``ILSVRC2012_img_val.tar``
+(flat ``ILSVRC2012_val_%08d.JPEG``), and validation ground truth in the devkit form
+(``ILSVRC2012_validation_ground_truth.txt`` + ``map_clsloc.txt``, IDs in devkit order, not sorted
+order), plus Caffe's ``val.txt`` and Kaggle's ``LOC_val_solution.csv``. The validation images
+are named after the first published validation images of the sample's classes and carry their
+published class (``imgprep.ilsvrc.synsets.imagenet_val_labels``), so the ground truth
+passes convert's check against the published labels; the devkit file, like the real one,
+has a line for every image from 1 up to the last one named. Images are synthetic
+(gradients, shapes and noise), deterministic for a seed, and include grayscale, CMYK, a PNG and a
+palette PNG named ``.JPEG``, 16-bit, EXIF-rotated and large (draft-mode) images; ``bad=True``
+adds a truncated JPEG and a zero-byte file to the train set.
+"""
+
+from __future__ import annotations
+
+import io
+import tarfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from PIL import Image, ImageDraw
+
+from imgprep.errors import SourceFormatError
+from imgprep.fsutil import atomic_open, ensure_writable_dir, write_bytes_atomic
+from imgprep.ilsvrc.synsets import ClassTable, imagenet_classes, imagenet_val_labels
+from imgprep.shards.writers import tar_header
+
+SIZES = ((500, 375), (375, 500), (500, 333), (500, 500), (640, 480), (1600, 1200), (120, 90))
+
+
+def class_tint(index: int, count: int) -> np.ndarray:
+    """A colour per class (hues spread around the wheel): what makes the classes learnable."""
+    hue = index / max(count, 1)
+    rgb = Image.new("HSV", (1, 1), (int(hue * 255), 200, 220)).convert("RGB").getpixel((0, 0))
+    return np.asarray(rgb, dtype=np.float32)
+
+
+def synthetic_photo(rng: np.random.Generator, size: tuple[int, int],
+                    tint: np.ndarray | None = None) -> Image.Image:
+    """An RGB image with smooth gradients, a few shapes and sensor-like noise; with ``tint``,
+    its background leans to that colour (so a small net can tell the classes apart)."""
+    w, h = size
+    y, x = np.mgrid[0:h, 0:w].astype(np.float32)
+    c0, c1 = rng.uniform(0, 255, 3), rng.uniform(0, 255, 3)
+    if tint is not None:
+        c0, c1 = 0.75 * tint + 0.25 * c0, 0.75 * tint + 0.25 * c1
+    t = (x / max(w - 1, 1) * rng.uniform(0.2, 1) + y / max(h - 1, 1) * rng.uniform(0.2, 1)) / 2
+    arr = c0 * (1 - t[..., None]) + c1 * t[..., None]
+    img = Image.fromarray(np.clip(arr, 0, 255).astype(np.uint8), "RGB")
+    draw = ImageDraw.Draw(img)
+    for _ in range(int(rng.integers(3, 8))):
+        x0, y0 = int(rng.integers(0, w)), int(rng.integers(0, h))
+        x1 = x0 + int(rng.integers(w // 10 + 1, w // 2 + 2))
+        y1 = y0 + int(rng.integers(h // 10 + 1, h // 2 + 2))
+        fill = tuple(int(v) for v in rng.integers(0, 256, 3))
+        (draw.ellipse if rng.random() < 0.5 else draw.rectangle)((x0, y0, x1, y1), fill=fill)
+    noise = rng.normal(0, 6, (h, w, 3))
+    out = np.clip(np.asarray(img, dtype=np.float32) + noise, 0, 255).astype(np.uint8)
+    return Image.fromarray(out, "RGB")
+
+
+def _jpeg(img: Image.Image, **kw: Any) -> bytes:
+    buf = io.BytesIO()
+    img.save(buf, "JPEG", quality=kw.pop("quality", 88), **kw)
+    return buf.getvalue()
+
+
+def _png(img: Image.Image) -> bytes:
+    buf = io.BytesIO()
+    img.save(buf, "PNG")
+    return buf.getvalue()
+
+
+def _exif_rotated(img: Image.Image) -> bytes:
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    return _jpeg(img, exif=exif.tobytes())
+
+
+def _sixteen_bit(img: Image.Image) -> bytes:
+    arr = (np.asarray(img.convert("L"), dtype=np.uint16) * 257).astype(np.uint16)
+    return _png(Image.fromarray(arr))  # uint16 → mode I;16
+
+
+QUIRKS: dict[str, Callable[[Image.Image], bytes]] = {
+    "grayscale": lambda im: _jpeg(im.convert("L")),
+    "cmyk": lambda im: _jpeg(im.convert("CMYK")),
+    "png_rgba": lambda im: _png(im.convert("RGBA")),
+    "palette_png": lambda im: _png(im.convert("P", palette=Image.Palette.ADAPTIVE)),
+    "sixteen_bit": _sixteen_bit,
+    "exif_rotated": _exif_rotated,
+    "progressive_444": lambda im: _jpeg(im, progressive=True, subsampling=0),
+}
+BAD: dict[str, Callable[[Image.Image], bytes]] = {
+    "truncated": lambda im: _jpeg(im)[:2000],
+    "zero_bytes": lambda im: b"",
+}
+
+
+def pick_classes(table: ClassTable, n: int) -> list[str]:
+    """``n`` wnids spread evenly over the table (deterministic)."""
+    step = max(1, len(table) // n)
+    return [table.wnids[i * step] for i in range(n)]
+
+
+def val_numbers(table: ClassTable, wnids: list[str], count: int) -> list[int]:
+    """The first ``count`` numbers n (1-based, ascending) of ``ILSVRC2012_val_%08d`` images whose
+    published class is one of ``wnids``; refused when those classes have fewer."""
+    chosen = [i for i in (table.index(w) for w in wnids) if i is not None]
+    numbers = (np.flatnonzero(np.isin(imagenet_val_labels(), chosen)) + 1).tolist()
+    if count > len(numbers):
+        raise SourceFormatError(
+            f"--val {count} is more than the {len(numbers)} published validation images of the "
+            f"sample's {len(wnids)} classes; pass --val {len(numbers)} or fewer, or more --classes")
+    return [int(n) for n in numbers[:count]]
+
+
+def _tar_bytes(members: list[tuple[str, bytes]]) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tf:
+        for name, data in members:
+            tf.addfile(tar_header(name, len(data)), io.BytesIO(data))
+    return buf.getvalue()
+
+
+def make_sample(out: Path, classes: int = 10, per_class: int = 12, val: int = 50,
+                seed: int = 0, bad: bool = False) -> dict[str, Any]:
+    """Write the fake data set into ``out``; returns what was written."""
+    ensure_writable_dir(out)
+    rng = np.random.default_rng(seed)
+    table = imagenet_classes()
+    wnids = pick_classes(table, classes)
+    quirk_cycle = list(QUIRKS.items())
+    quirks_used: list[str] = []
+    bad_used: list[str] = []
+
+    def image(kind: str | None, ci: int) -> bytes:
+        size = SIZES[int(rng.integers(0, len(SIZES)))]
+        img = synthetic_photo(rng, size, class_tint(ci, len(wnids)))
+        return _jpeg(img) if kind is None else {**QUIRKS, **BAD}[kind](img)
+
+    n = 0
+    train_path = out / "ILSVRC2012_img_train.tar"
+    with atomic_open(train_path) as f, tarfile.open(fileobj=f, mode="w",
+                                                    format=tarfile.USTAR_FORMAT) as outer:
+        for ci, wnid in enumerate(wnids):
+            members = []
+            for j in range(per_class):
+                kind = None
+                if bad and ci == len(wnids) - 1 and j < len(BAD):
+                    kind = list(BAD)[j]
+                    bad_used.append(f"{wnid}_{1000 + j}.JPEG: {kind}")
+                elif j == 1 and ci < len(quirk_cycle):
+                    kind = quirk_cycle[ci][0]
+                    quirks_used.append(kind)
+                members.append((f"{wnid}_{1000 + j}.JPEG", image(kind, ci)))
+                n += 1
+            inner = _tar_bytes(members)
+            outer.addfile(tar_header(f"{wnid}.tar", len(inner)), io.BytesIO(inner))
+    # Every quirk appears in the validation set too (and in train when there are enough classes).
+    # Each image is named after a published validation image of its class.
+    val_quirks = [k for k, _ in quirk_cycle]
+    numbers = val_numbers(table, wnids, val)
+    published = imagenet_val_labels()
+    val_members, truth = [], []
+    for i, number in enumerate(numbers):
+        kind = val_quirks[i] if i < len(val_quirks) else None
+        wnid = table.wnids[published[number - 1]]
+        val_members.append((f"ILSVRC2012_val_{number:08d}.JPEG", image(kind, wnids.index(wnid))))
+        truth.append((number, wnid))
+    write_bytes_atomic(out / "ILSVRC2012_img_val.tar", _tar_bytes(val_members))
+    # Devkit IDs are a fixed permutation of 1..1000, unrelated to sorted-wnid order.
+    ids = np.random.default_rng(2012).permutation(len(table)) + 1
+    devkit = {w: int(ids[k]) for k, w in enumerate(table.wnids)}
+    write_bytes_atomic(out / "map_clsloc.txt", "".join(
+        f"{w} {devkit[w]} {table.names[k].split(',')[0].replace(' ', '_')}\n"
+        for k, w in sorted(enumerate(table.wnids), key=lambda kw: devkit[kw[1]])).encode())
+    # The devkit form is one line per image in number order: every image up to the last one.
+    last = numbers[-1] if numbers else 0
+    write_bytes_atomic(out / "ILSVRC2012_validation_ground_truth.txt", "".join(
+        f"{devkit[table.wnids[c]]}\n" for c in published[:last].tolist()).encode())
+    write_bytes_atomic(out / "val.txt", "".join(
+        f"ILSVRC2012_val_{n:08d}.JPEG {table.index(w)}\n" for n, w in truth).encode())
+    write_bytes_atomic(out / "LOC_val_solution.csv", ("ImageId,PredictionString\n" + "".join(
+        f"ILSVRC2012_val_{n:08d},{w} 1 2 3 4\n" for n, w in truth)).encode())
+    return {
+        "out": str(out), "classes": wnids, "train_images": n, "val_images": val,
+        "quirks": quirks_used + [f"val:{k}" for k in val_quirks[:val]], "bad": bad_used,
+        "train_tar": str(train_path), "val_tar": str(out / "ILSVRC2012_img_val.tar"),
+    }

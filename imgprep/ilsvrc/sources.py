@@ -1,0 +1,250 @@
+"""List the images of an ILSVRC2012 source without extracting anything.
+
+Understood layouts, detected from what the path holds:
+- ``ILSVRC2012_img_train.tar``: an outer tar of per-class ``<wnid>.tar`` (read in place; inner
+  tars are opened as windows of the outer file, never copied out);
+- a folder of per-class tars; an extracted tree ``<root>/<wnid>/*.JPEG``;
+- ``ILSVRC2012_img_val.tar`` or a flat folder of ``ILSVRC2012_val_*.JPEG`` (any flat tar/folder).
+
+The listing is columnar (numpy arrays), so a 1.28 M-image listing costs ~100 MB, not GBs of
+Python objects, and it is sorted by key, so it is the same whatever order the disk returns.
+Tars are listed by ``imgprep.ilsvrc.tarlist`` (class tars in parallel); members that must not be
+read (links, devices, names escaping the archive) are refused and recorded as errors; nothing
+is ever extracted by member name.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from imgprep.errors import InputMissingError, SourceFormatError
+from imgprep.ilsvrc.synsets import WNID_RE
+from imgprep.ilsvrc.tarlist import (
+    IMAGE_EXTS,
+    Columns,
+    ListingError,
+    TarJob,
+    is_image_name,
+    list_tar,
+    run_jobs,
+    sanitize_key,
+)
+
+__all__ = ["IMAGE_EXTS", "VAL_PREFIX", "Listing", "ListingError", "SourceReader", "list_source",
+           "sanitize_key", "split_folders", "split_of_name"]
+VAL_PREFIX = "ILSVRC2012_val_"  # validation image names: never in a train split by accident
+# Folder (or tar) names that say which split their images are, compared case-insensitively.
+SPLIT_NAMES = {
+    "train": ("train", "training", "ilsvrc2012_img_train"),
+    "val": ("val", "valid", "validation", "ilsvrc2012_img_val"),
+}
+
+
+def split_of_name(name: str) -> str | None:
+    """``train`` or ``val`` when a folder or tar name says so (any case), else None."""
+    stem = name[:-4] if name.lower().endswith(".tar") else name
+    for split, names in SPLIT_NAMES.items():
+        if stem.casefold() in names:
+            return split
+    return None
+
+
+def split_folders(root: Path) -> tuple[dict[str, Path], list[Path]]:
+    """For a folder holding split folders (``train/``, ``val/``, ``validation/``,
+    ``ILSVRC2012_img_val.tar`` …): ({split: its folder or tar}, the other entries, which are
+    not converted). Empty when ``root`` is not such a folder. Two entries naming one split
+    are refused, since which to convert is anyone's guess."""
+    found: dict[str, Path] = {}
+    others: list[Path] = []
+    if not root.is_dir():
+        return found, others
+    for p in sorted(root.iterdir()):
+        split = split_of_name(p.name) if (p.is_dir() or p.name.lower().endswith(".tar")) \
+            else None
+        if split is None:
+            if not p.name.startswith("."):
+                others.append(p)
+        elif split in found:
+            raise SourceFormatError(
+                f"{root} holds both {found[split].name} and {p.name} for the {split} split; "
+                f"convert the one you mean on its own (imgprep convert {p} …)")
+        else:
+            found[split] = p
+    classes = [p.name for p in others if p.is_dir() and WNID_RE.match(p.name)]
+    if found and classes:
+        more = " …" if len(classes) > 3 else ""
+        raise SourceFormatError(
+            f"{root} holds class folders ({', '.join(classes[:3])}{more}) beside the split "
+            f"folder(s) {', '.join(p.name for p in found.values())}: splits must not be "
+            f"merged; move the class folders into {root}/train, or convert each folder on its "
+            "own")
+    return found, (others if found else [])
+
+
+@dataclass(frozen=True)
+class Listing:
+    """Every image found under ``root``, sorted by key.
+
+    Item i is read from ``containers[container[i]]``: at byte ``offset[i]`` for ``size[i]`` bytes
+    when the container is a tar, or as the file ``member[i]`` below it when ``offset[i] < 0``.
+    ``member`` is the item's path relative to the source root (for messages and metadata);
+    ``wnid`` is the class its folder or inner tar names, or empty.
+    """
+
+    root: str
+    kind: str
+    containers: tuple[str, ...]
+    container: np.ndarray
+    offset: np.ndarray
+    size: np.ndarray
+    member: np.ndarray
+    key: np.ndarray
+    wnid: np.ndarray
+    errors: tuple[ListingError, ...] = ()
+    skipped: int = 0
+
+    def __len__(self) -> int:
+        return len(self.key)
+
+    def key_str(self, i: int) -> str:
+        return bytes(self.key[i]).decode("utf-8")
+
+    def member_str(self, i: int) -> str:
+        return bytes(self.member[i]).decode("utf-8")
+
+    def wnid_str(self, i: int) -> str:
+        return bytes(self.wnid[i]).decode("ascii")
+
+
+def _list_dir(cols: Columns, root: Path, jobs: list[TarJob]) -> None:
+    cid = cols.container_id(str(root))
+    for dirpath, dirnames, filenames in os.walk(root, onerror=None):
+        dirnames.sort()
+        for fname in sorted(filenames):
+            full = Path(dirpath) / fname
+            rel = full.relative_to(root).as_posix()
+            if fname.lower().endswith(".tar"):
+                jobs.append(TarJob(str(full), cols.container_id(str(full)), 0, None, rel,
+                                    f"{rel}/", fname[:-4], len(cols.errors)))
+            elif is_image_name(fname):
+                try:
+                    size = full.stat().st_size
+                except OSError as e:
+                    cols.errors.append(ListingError(rel, f"cannot stat: {e.strerror}"))
+                    continue
+                cols.add(cid, -1, size, rel, Path(dirpath).name)
+            else:
+                cols.skipped += 1
+
+
+def _with_jobs(cols: Columns, jobs: list[TarJob], workers: int | None) -> None:
+    """Run the tar listings ``jobs`` (in parallel) and merge them in the order found."""
+    shift = 0
+    for job, part in zip(jobs, run_jobs(jobs, workers), strict=True):
+        cols.merge(part, job.at, shift)
+        shift += len(part.errors)
+
+
+def list_source(path: Path, workers: int | None = None) -> Listing:
+    """List every image under ``path`` (a tar or a folder), sorted by key.
+
+    The class tars of an outer train tar, or of a folder, are listed on ``workers`` forked
+    processes (default: every core this process may use); the result does not depend on it.
+    """
+    if not path.exists():
+        raise InputMissingError(
+            f"input {path} does not exist; point --input at ILSVRC2012_img_train.tar, "
+            "ILSVRC2012_img_val.tar or an extracted folder"
+        )
+    cols = Columns()
+    jobs: list[TarJob] = []
+    if path.is_dir():
+        _list_dir(cols, path, jobs)
+        _with_jobs(cols, jobs, workers)
+        has_tars = any(c.lower().endswith(".tar") for c in cols.containers[1:])
+        kind = "class-tars" if has_tars else "folder"
+    else:
+        try:
+            f = open(path, "rb")
+        except OSError as e:
+            raise InputMissingError(f"cannot read input {path}: {e.strerror}") from e
+        with f:
+            job = TarJob(str(path), cols.container_id(str(path)), 0, None, str(path), "", "")
+            list_tar(cols, f, job, 0, jobs)
+        _with_jobs(cols, jobs, workers)
+        kind = "tar"
+    if not len(cols) and not cols.errors:
+        raise SourceFormatError(
+            f"no images (.JPEG/.jpg/.png) found in {path}; point --input at ImageNet data"
+        )
+    return _build(path, kind, cols)
+
+
+def _build(path: Path, kind: str, cols: Columns) -> Listing:
+    col = cols.arrays()
+    member, key = col["member"], col["key"]
+    order = np.lexsort((member, key)) if len(key) else np.zeros(0, dtype=np.int64)
+    errors = list(cols.errors)
+    # Duplicate keys would collide in shards and lists: keep the first, refuse the rest.
+    if len(order):
+        sk = key[order]
+        dup = np.zeros(len(order), dtype=bool)
+        dup[1:] = sk[1:] == sk[:-1]
+        for j in np.flatnonzero(dup):
+            errors.append(ListingError(
+                member[order[j]].decode("utf-8"),
+                f"duplicate key {sk[j].decode('utf-8')!r} (already used by "
+                f"{member[order[j - 1]].decode('utf-8')}); refused",
+            ))
+        order = order[~dup]
+    return Listing(
+        root=str(path),
+        kind=kind,
+        containers=tuple(cols.containers),
+        container=col["container"][order],
+        offset=col["offset"][order],
+        size=col["size"][order],
+        member=member[order],
+        key=key[order],
+        wnid=col["wnid"][order],
+        errors=tuple(errors),
+        skipped=cols.skipped,
+    )
+
+
+class SourceReader:
+    """Reads item bytes with ``pread`` from a handful of cached file descriptors."""
+
+    def __init__(self, containers: tuple[str, ...]) -> None:
+        self._containers = containers
+        self._fds: dict[int, int] = {}
+
+    def read(self, container: int, offset: int, size: int, member: str) -> bytes:
+        """``size`` bytes at ``offset`` of a tar container, or the file ``member`` below a
+        folder container (``offset < 0``; ``member`` is not used otherwise)."""
+        root = self._containers[container]
+        if offset < 0:
+            with open(os.path.join(root, member), "rb") as f:
+                return f.read()
+        fd = self._fds.get(container)
+        if fd is None:
+            fd = self._fds[container] = os.open(root, os.O_RDONLY)
+        data = os.pread(fd, size, offset)
+        if len(data) != size:
+            raise OSError(f"short read from {root} at {offset}: source changed or truncated")
+        return data
+
+    def close(self) -> None:
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()
+
+    def __enter__(self) -> SourceReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

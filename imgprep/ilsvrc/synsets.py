@@ -1,0 +1,125 @@
+"""The ILSVRC2012 class table (index = position of the wnid in the sorted list of wnids) and
+the published labels of the 50,000 ILSVRC2012 validation images, both shipped with the package.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import re
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+
+from imgprep.errors import InputMissingError, LabelError, SourceFormatError
+
+WNID_RE = re.compile(r"^n\d{8}$")
+VAL_NAME_RE = re.compile(r"^ILSVRC2012_val_(\d{8})$")
+VAL_IMAGES = 50_000
+# Item n-1: the sorted-wnid class index of ILSVRC2012_val_%08d n, as little-endian uint16.
+# Made by scripts/make_val_labels.py from Caffe's val.txt (caffe_ilsvrc12.tar.gz), checked
+# there against the devkit's ILSVRC2012_validation_ground_truth.txt + map_clsloc.txt and
+# Kaggle's LOC_val_solution.csv, which all agree.
+VAL_LABELS_FILE = "data/ilsvrc2012_val_labels.bin"
+VAL_LABELS_SHA256 = "f5350687a5a78da7e645040d352767bc06c1c99d9dfb34f1623b2d1a1d046b76"
+
+
+@dataclass(frozen=True)
+class ClassTable:
+    """Sorted wnids and their human-readable names; ``index(wnid)`` is the label."""
+
+    wnids: tuple[str, ...]
+    names: tuple[str, ...]
+    _index: dict[str, int] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_index", {w: i for i, w in enumerate(self.wnids)})
+
+    def __len__(self) -> int:
+        return len(self.wnids)
+
+    def index(self, wnid: str) -> int | None:
+        """The label of ``wnid``, or None when it is not in the table."""
+        return self._index.get(wnid)
+
+    def to_json(self) -> list[list[str]]:
+        """``[[wnid, name], …]`` in label order, as stored in manifests."""
+        return [[w, n] for w, n in zip(self.wnids, self.names, strict=True)]
+
+    def to_text(self) -> str:
+        """Caffe's ``synset_words.txt`` form: ``wnid name`` per line, line number = label."""
+        return "".join(f"{w} {n}\n" for w, n in zip(self.wnids, self.names, strict=True))
+
+
+def parse_class_table(text: str, origin: str) -> ClassTable:
+    """Parse ``wnid [name…]`` lines; the result is sorted by wnid whatever the file order."""
+    rows: dict[str, str] = {}
+    for lineno, line in enumerate(text.splitlines(), 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        wnid, _, name = line.partition(" ")
+        if not WNID_RE.match(wnid):
+            raise SourceFormatError(
+                f"{origin}:{lineno}: {wnid!r} is not a wnid (nXXXXXXXX); "
+                "a class file holds 'wnid name' per line"
+            )
+        if wnid in rows:
+            raise SourceFormatError(f"{origin}:{lineno}: wnid {wnid} listed twice")
+        rows[wnid] = name.strip() or wnid
+    if not rows:
+        raise SourceFormatError(f"{origin}: no classes found")
+    wnids = tuple(sorted(rows))
+    return ClassTable(wnids, tuple(rows[w] for w in wnids))
+
+
+@functools.cache
+def imagenet_classes() -> ClassTable:
+    """The 1000 ILSVRC2012 classes shipped with the package (one frozen table, made once)."""
+    data = resources.files("imgprep.ilsvrc").joinpath("data/synset_words.txt")
+    return parse_class_table(data.read_text("utf-8-sig"), "imgprep/ilsvrc/data/synset_words.txt")
+
+
+def val_number(key: str) -> int | None:
+    """n for ``ILSVRC2012_val_%08d`` n, one of the 50,000 published validation images, else
+    None (another name, or a number past the set)."""
+    m = VAL_NAME_RE.match(key)
+    n = int(m.group(1)) if m else 0
+    return n if 1 <= n <= VAL_IMAGES else None
+
+
+@functools.cache
+def imagenet_val_labels() -> np.ndarray:
+    """The published label of every ILSVRC2012 validation image: item n-1 is the class index
+    (in ``imagenet_classes()``) of ``ILSVRC2012_val_%08d`` n. Refused (LabelError) when the
+    packaged file is not the one recorded here."""
+    where = f"imgprep/{VAL_LABELS_FILE}"
+    try:
+        data = resources.files("imgprep.ilsvrc").joinpath(VAL_LABELS_FILE).read_bytes()
+    except OSError as e:
+        raise InputMissingError(f"cannot read {where} ({e.strerror}): the installation is "
+                                "incomplete; reinstall imgprep") from e
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != VAL_LABELS_SHA256:
+        raise LabelError(f"{where} has sha256 {digest}, not {VAL_LABELS_SHA256}: the "
+                         "installation is damaged; reinstall imgprep, or rebuild the file "
+                         "with scripts/make_val_labels.py")
+    labels = np.frombuffer(data, dtype="<u2")
+    labels.flags.writeable = False
+    return labels
+
+
+def load_class_table(path: Path | None) -> ClassTable:
+    """The table in ``path``, or the ILSVRC2012 one when ``path`` is None."""
+    if path is None:
+        return imagenet_classes()
+    try:
+        text = path.read_text("utf-8-sig")  # a byte-order mark is not part of the first wnid
+    except OSError as e:
+        raise InputMissingError(f"cannot read class file {path}: {e.strerror}") from e
+    except UnicodeDecodeError as e:
+        raise SourceFormatError(f"{path} is not UTF-8 text; a class file holds 'wnid name' "
+                                "per line") from e
+    return parse_class_table(text, str(path))

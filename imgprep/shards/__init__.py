@@ -1,0 +1,9 @@
+"""The shard format and what reads it back.
+
+The manifest (``manifest``), the sample index (``index``), writing shards deterministically
+(``writers``, past the page cache with ``directio``), strict fast reading (``tario``), what an
+output folder holds, finished or not (``folder``), and the commands that only read a
+conversion: ``verify``, ``info``, ``preview``.
+
+May import ``job`` and the leaf modules.
+"""

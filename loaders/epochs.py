@@ -1,0 +1,286 @@
+"""Sample-granular epoch plans: a pure function of (counts, seed, epoch, World, start).
+
+Both loaders plan here: the shard loader over its shards' sample counts, the label-list
+loader over its list (one "shard" of all its entries), so their tails are one implementation.
+
+- A *pool* is the samples a group of ranks shares: the whole set in replicate mode (the
+  group is every rank), a node's shards in partition mode (the group is the node's ranks).
+- Epoch e's order is a seeded permutation of the pool (identity without shuffle). It does not
+  depend on the World, so a checkpoint can say "the first k samples of the order are done"
+  in words any World understands: that is what makes resume elastic.
+- Every rank takes the same number of steps; in a step, the g ranks of a group take
+  consecutive runs of the pool's order, rank slot r the r-th run (``Cut``). The tail decides
+  the runs:
+
+  ``drop``   every run is ``batch`` long: full steps only, one batch shape for the epoch (as
+             PyTorch's ``drop_last``); fewer than g x batch samples of a pool are left out
+             (plus what equal step counts across pools need), different ones each epoch.
+  ``short``  every sample once: full steps, then the rest spread evenly over the last
+             step's runs (lengths differ by at most one), or over the fewest last steps
+             that give every run at least ``MIN_SHORT`` samples.
+  ``pad``    every sample once: full steps; slots past the pool's end are padding (-1).
+  ``uneven`` every sample once, no padding: as ``pad`` with the padding cut off, so the
+             last batches are short and a rank may have one batch fewer than another.
+- A rank's batches go to its workers round-robin (batch b to worker ``b % workers``), so
+  worker batch counts differ by at most one and every worker is busy whenever the rank has
+  at least ``workers`` batches, whatever the number of shards.
+
+Everything is vectorised numpy: a 1.28M-sample epoch is planned in tens of milliseconds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from imgprep.job.assign import node_shards
+from imgprep.job.world import World
+from loaders.common import TAILS, LoaderError
+
+PAD = -1  # a padding slot in a plan's sample table
+MIN_SHORT = 2  # tail="short": the fewest samples a last batch gets where the pool allows
+
+
+@dataclass(frozen=True)
+class Group:
+    """Which pool a rank draws from, how many ranks share it, and the rank's slot in it."""
+
+    pool: int
+    size: int
+    slot: int
+
+
+def group_of(world: World, mode: str) -> Group:
+    if mode == "replicate":
+        return Group(0, world.world_size, world.rank)
+    return Group(world.node_rank, world.local_world_size, world.local_rank)
+
+
+def pools(samples: Sequence[int], num_nodes: int, mode: str, seed: int) -> list[np.ndarray]:
+    """The sample ids (shard order) of each pool: one for replicate, one per node for
+    partition (the node's shards, as ``imgprep.job.assign.node_shards`` places them)."""
+    first = np.concatenate([[0], np.cumsum(np.asarray(samples, np.int64))])
+    if mode == "replicate":
+        return [np.arange(first[-1], dtype=np.int64)]
+    out = []
+    for held in node_shards(samples, num_nodes, mode, seed):
+        parts = [np.arange(first[i], first[i + 1], dtype=np.int64) for i in held]
+        out.append(np.concatenate(parts) if parts else np.zeros(0, np.int64))
+    return out
+
+
+def pool_order(ids: np.ndarray, seed: int, epoch: int, pool: int, shuffle: bool) -> np.ndarray:
+    """Epoch ``epoch``'s order of a pool's samples (a seeded permutation when shuffling)."""
+    if not shuffle:
+        return ids
+    return ids[np.random.default_rng([seed, epoch, 0x5A3, pool]).permutation(len(ids))]
+
+
+@dataclass(frozen=True)
+class Cut:
+    """How the rest of an epoch is cut into the steps every rank takes: ``steps`` steps of
+    ``group`` runs (one a rank, in slot order). Pool p's runs take ``batch`` positions of its
+    order in its first ``full[p]`` steps; the later steps share ``rest[p]`` positions evenly,
+    the longer runs first."""
+
+    steps: int
+    group: int
+    batch: int
+    full: tuple[int, ...]
+    rest: tuple[int, ...]
+
+    def taken(self, pool: int, runs: np.ndarray) -> np.ndarray:
+        """Positions of pool ``pool``'s order that its first ``runs`` runs take."""
+        f, g = self.full[pool], self.group
+        head = np.minimum(runs, f * g) * self.batch
+        later = (self.steps - f) * g
+        if later == 0:
+            return head
+        q, r = divmod(self.rest[pool], later)
+        k = np.maximum(runs - f * g, 0)
+        return head + k * q + np.minimum(k, r)
+
+    def runs(self, pool: int, slot: int) -> tuple[np.ndarray, np.ndarray]:
+        """Per step, where rank slot ``slot``'s run starts (from the cut's start) and its
+        length."""
+        k = np.arange(self.steps, dtype=np.int64) * self.group + slot
+        a = self.taken(pool, k)
+        return a, self.taken(pool, k + 1) - a
+
+    def done(self, pool: int) -> np.ndarray:
+        """Per step, positions of pool ``pool``'s order taken once the step is done."""
+        return self.taken(pool, (np.arange(self.steps, dtype=np.int64) + 1) * self.group)
+
+
+def _short_full(left: int, steps: int, group: int, batch: int) -> int:
+    """tail="short": the most full steps a pool with ``left`` samples can take before
+    spreading the rest over its remaining steps with at least ``MIN_SHORT`` (else one)
+    sample a run; -1 when not even one a run is possible."""
+    for least in dict.fromkeys((min(MIN_SHORT, batch), 1)):
+        if batch == least:  # every run must hold exactly ``batch``
+            if left == steps * group * batch:
+                return steps
+            continue
+        spare = left - steps * group * least
+        if spare >= 0:
+            return spare // (group * (batch - least))
+    return -1
+
+
+def cut(remaining: Sequence[int], group: int, batch: int, tail: str) -> Cut:
+    """The steps every rank takes when each pool has ``remaining`` samples left."""
+    if tail not in TAILS:
+        raise ValueError(f"tail must be one of {TAILS}")
+    per_step = group * batch
+    left = [max(0, int(r)) for r in remaining]
+    if tail == "drop":
+        n = min(r // per_step for r in left)
+    else:
+        n = max(-(-r // per_step) for r in left)
+    if tail != "short":
+        return Cut(n, group, batch, (n,) * len(left), (0,) * len(left))
+    full = [_short_full(r, n, group, batch) for r in left]
+    if min(full) < 0:
+        r = left[full.index(min(full))]
+        raise LoaderError(
+            f"tail='short' cannot give each of {group} ranks {n} batches of at least one "
+            f"sample from the {r} samples left (batch size {batch}); load with tail='pad' "
+            "(every sample once, padding slots) or tail='drop'")
+    return Cut(n, group, batch, tuple(full),
+               tuple(r - f * per_step for r, f in zip(left, full, strict=True)))
+
+
+def pool_starts(start: int | Sequence[int], sizes: Sequence[int]) -> tuple[int, ...]:
+    """Per pool, the positions of its order done: ``start`` is one count for every pool
+    (each pool's capped at its size) or one count per pool."""
+    if isinstance(start, int | np.integer):
+        return tuple(min(max(0, int(start)), n) for n in sizes)
+    if len(start) != len(sizes):
+        raise ValueError(f"{len(start)} sample counts for {len(sizes)} pools")
+    return tuple(min(max(0, int(s)), n) for s, n in zip(start, sizes, strict=True))
+
+
+def as_samples(done: Sequence[int], sizes: Sequence[int]) -> int | list[int]:
+    """``done`` (per pool, each capped at its size) as one count when one count says it for
+    every pool, else the list (partition, inside a short tail that pools cut differently)."""
+    x = max(done, default=0)
+    if all(min(x, n) == d for d, n in zip(done, sizes, strict=True)):
+        return int(x)
+    return [int(d) for d in done]
+
+
+@dataclass(frozen=True, eq=False)
+class EpochPlan:
+    """One rank's epoch from ``starts`` on: its batches (rows of ``table``, global sample
+    ids, ``PAD`` for padding or past a short batch's end) and which worker makes each (batch
+    b: worker ``b % workers``)."""
+
+    epoch: int
+    starts: tuple[int, ...]  # per pool: positions of its order done before this plan
+    group: Group
+    batch_size: int
+    workers: int
+    table: np.ndarray  # (batches, batch_size) int64
+    first: np.ndarray  # per batch: the order position of its first slot (seeds its RNG)
+    done: np.ndarray  # (pools, batches): positions of each pool's order done after a batch
+    sizes: tuple[int, ...]  # samples in each pool
+    shard_first: np.ndarray  # first sample id of each shard (+ total)
+
+    @property
+    def batches(self) -> int:
+        return len(self.table)
+
+    @property
+    def start(self) -> int:
+        """This rank's pool's positions done before this plan."""
+        return self.starts[self.group.pool]
+
+    def consumed(self, batches: int) -> int:
+        """Positions of this rank's pool's order done after the plan's first ``batches``."""
+        return self.position(batches)[self.group.pool]
+
+    def position(self, batches: int) -> tuple[int, ...]:
+        """Every pool's positions done (capped at its size) after the first ``batches``."""
+        if batches <= 0:
+            return self.starts
+        return tuple(min(int(d), n) for d, n in zip(self.done[:, batches - 1], self.sizes,
+                                                    strict=True))
+
+    def worker_of(self, b: int) -> int:
+        return b % self.workers
+
+    def worker_batches(self, w: int) -> range:
+        return range(w, self.batches, self.workers)
+
+    @property
+    def order(self) -> tuple[tuple[int, int], ...]:
+        """Batch b = (worker, that worker's batch number)."""
+        return tuple((b % self.workers, b // self.workers) for b in range(self.batches))
+
+    @property
+    def worker_samples(self) -> tuple[int, ...]:
+        """Real samples each worker decodes."""
+        real = (self.table != PAD).sum(axis=1)
+        return tuple(int(real[w::self.workers].sum()) for w in range(self.workers))
+
+    def shards_of(self, rows: np.ndarray) -> np.ndarray:
+        """The shard index of each (non-padding) sample id in ``rows``."""
+        ids = rows[rows != PAD]
+        return np.searchsorted(self.shard_first, ids, side="right") - 1
+
+    @property
+    def worker_shards(self) -> tuple[tuple[int, ...], ...]:
+        """The shards each worker reads from (ascending)."""
+        return tuple(tuple(np.unique(self.shards_of(self.table[w::self.workers])).tolist())
+                     for w in range(self.workers))
+
+
+def plan_epoch(samples: Sequence[int], world: World, mode: str, seed: int, epoch: int,
+               batch_size: int, workers: int, tail: str, shuffle: bool = True,
+               start: int | Sequence[int] = 0) -> EpochPlan:
+    """This rank's plan for ``epoch`` once ``start`` positions of each pool's order are done
+    (one count for every pool, or one per pool; 0: the whole epoch). Every rank computes the
+    same step count from the counts alone."""
+    group = group_of(world, mode)
+    every = pools(samples, world.num_nodes, mode, seed)
+    sizes = tuple(len(p) for p in every)
+    starts = pool_starts(start, sizes)
+    try:
+        c = cut([n - s for n, s in zip(sizes, starts, strict=True)], group.size, batch_size,
+                tail)
+    except LoaderError as e:
+        raise LoaderError(f"rank {world.rank}: {e}") from None
+    ids = pool_order(every[group.pool], seed, epoch, group.pool, shuffle)
+    offset, width = c.runs(group.pool, group.slot)
+    first = starts[group.pool] + offset
+    col = np.arange(batch_size, dtype=np.int64)[None, :]
+    pos = first[:, None] + col
+    real = (col < width[:, None]) & (pos < len(ids))
+    table = np.where(real, ids[np.clip(pos, 0, max(0, len(ids) - 1))] if len(ids) else PAD,
+                     PAD)
+    done = np.stack([s + c.done(p) for p, s in enumerate(starts)]).reshape(len(sizes), -1)
+    if tail == "uneven":  # only batches with a real sample (always a leading run of them)
+        keep = real.any(axis=1)
+        table, first, done = table[keep], first[keep], done[:, keep]
+    shard_first = np.concatenate([[0], np.cumsum(np.asarray(samples, np.int64))])
+    return EpochPlan(epoch, starts, group, batch_size, max(1, workers), table, first, done,
+                     sizes, shard_first)
+
+
+def job_summary(samples: Sequence[int], nodes: int, local: int, workers: int, batch: int,
+                mode: str = "replicate", tail: str = "drop", seed: int = 0) -> dict[str, float]:
+    """What an epoch of a job gives, from the counts alone (rank 0; in partition mode the
+    first node's ranks): steps, the share of the set seen, busy workers per rank and the
+    spread of worker sample counts."""
+    world = World(0, nodes * local, 0, local, 0, nodes)
+    group = group_of(world, mode)
+    sizes = [len(p) for p in pools(samples, nodes, mode, seed)]
+    c = cut(sizes, group.size, batch, tail)
+    seen = sum(min(n, int(c.done(p)[-1])) for p, n in enumerate(sizes)) if c.steps else 0
+    width = c.runs(group.pool, group.slot)[1].tolist()
+    per_worker = [sum(width[k::workers]) for k in range(workers)]
+    return {"ranks": nodes * local, "steps": c.steps, "seen": seen / sum(samples),
+            "busy_workers": sum(1 for n in per_worker if n), "workers": workers,
+            "worker_spread": max(per_worker) - min(per_worker)}
