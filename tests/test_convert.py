@@ -652,7 +652,7 @@ def test_a_failed_part_leaves_no_partial_shard_and_a_rerun_matches(
         return convert_image(data, opts)
 
     monkeypatch.setattr(convert_module, "PART_MIN", 1)
-    monkeypatch.setattr(convert_module.transform, "convert_image", flaky)
+    monkeypatch.setattr(convert_module.image, "convert_image", flaky)
     r = CliRunner().invoke(cli, ["convert", str(src), "-o", str(tmp_path / "many"), "-j", "3",
                                  "-q", "--json", *args])
     assert r.exit_code != 0 and "boom" in str(r.exception) + r.output
