@@ -13,6 +13,8 @@ per rank) and the iteration's time split — data wait, forward+backward, expose
 optimizer — as the mean and max over ranks, and appends a JSON line to ``--log-json``.
 Checkpoints are written atomically by rank 0; ``--resume`` restores model, optimizer, step,
 loader position and RNG, so a resumed CPU run gives the same losses as an uninterrupted one.
+``--bf16 auto`` (the default) runs forward and backward under bf16 autocast only where the
+device computes bf16 natively; the first line says which precision runs, and why.
 """
 
 from __future__ import annotations
@@ -38,6 +40,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from trainkit import distributed  # noqa: E402
 from trainkit.models import model_by_name, param_groups  # noqa: E402
+from trainkit.precision import MODES, Precision  # noqa: E402
+from trainkit.precision import detect as detect_precision  # noqa: E402
 from trainkit.timing import (  # noqa: E402
     BucketClock,
     DataWaitHint,
@@ -99,8 +103,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--label-smoothing", type=float, default=0.1)
     ap.add_argument("--sync-bn", action="store_true")
     ap.add_argument("--allreduce-dtype", choices=["fp32", "bf16", "fp16"], default="fp32")
-    ap.add_argument("--bf16", action=argparse.BooleanOptionalAction, default=True,
-                    help="bf16 autocast for forward/backward")
+    ap.add_argument("--bf16", nargs="?", choices=MODES, const="on", default="auto",
+                    help="bf16 autocast for forward/backward: auto (where the device computes "
+                         "bf16 natively: CUDA with bf16, CPUs with AMX or AVX-512 BF16), on "
+                         "(also a bare --bf16) or off")
+    ap.add_argument("--no-bf16", dest="bf16", action="store_const", const="off",
+                    help="the same as --bf16 off")
     ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: cores/ranks)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--checkpoint", type=Path, default=None, help="checkpoint folder")
@@ -181,6 +189,7 @@ class Run:
     args: argparse.Namespace
     world: World
     device: torch.device
+    precision: Precision  # bf16 autocast or fp32, and why
     train_loader: Loader
     val_loader: Loader | None
     model: nn.Module
@@ -253,6 +262,10 @@ def set_up(args: argparse.Namespace, world: World) -> Run:
         torch.set_num_threads(args.threads or world.cores_per_rank())
     backend = distributed.init(world, args.timeout)
     device = distributed.device_for(world)
+    precision = detect_precision(args.bf16, device.type)
+    if world.rank == 0:
+        print(precision.line(), flush=True)
+        log({"precision": precision.record()}, args.log_json)
     if args.stage_from is not None:
         stage(args, world)
     torch.manual_seed(args.seed)
@@ -267,9 +280,10 @@ def set_up(args: argparse.Namespace, world: World) -> Run:
     hint = DataWaitHint(workers, world.cores_per_rank(), world.local_world_size,
                         staged=args.stage_from is not None,
                         one_cpu=read_limits().affinity == 1 < (os.cpu_count() or 1))
-    return Run(args, world, device, train_loader, val_loader, model, model, optimizer,
-               BucketClock(wire_dtype(args.allreduce_dtype)), hint,
-               {"backend": backend, "world_size": world.world_size},
+    return Run(args, world, device, precision, train_loader, val_loader, model, model,
+               optimizer, BucketClock(wire_dtype(args.allreduce_dtype)), hint,
+               {"backend": backend, "world_size": world.world_size,
+                "precision": precision.record()},
                train_loader.batches_per_epoch,
                ckpt=args.checkpoint / "last.pt" if args.checkpoint else None)
 
@@ -327,7 +341,7 @@ def optimise(run: Run, images: torch.Tensor, labels: torch.Tensor, t0: float) ->
     t1 = time.perf_counter()
     for group in run.optimizer.param_groups:
         group["lr"] = learning_rate(run.step, run.steps_per_epoch, args, run.world)
-    with torch.autocast(run.device.type, dtype=torch.bfloat16, enabled=args.bf16):
+    with torch.autocast(run.device.type, dtype=torch.bfloat16, enabled=run.precision.bf16):
         loss = F.cross_entropy(net(images).float(), labels,
                                label_smoothing=args.label_smoothing)
     if not torch.isfinite(loss):
@@ -366,7 +380,7 @@ def evaluate(run: Run) -> None:
     if run.val_loader is None:
         return
     val = run.result["val"] = validate(run.model, run.val_loader, run.device, run.world,
-                                       run.args.bf16)
+                                       run.precision.bf16)
     if run.world.rank == 0:
         log({"step": run.step, "val": val}, run.args.log_json)
         print(f"val: top-1 {val['top1']:.3f} top-5 {val['top5']:.3f} on {val['samples']} "
