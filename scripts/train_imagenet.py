@@ -205,7 +205,8 @@ class Run:
     resumed: bool = False
     losses: list[float] = field(default_factory=list)
     split: Split = field(default_factory=Split)
-    seen: int = 0
+    seen: int = 0  # this rank's images in the current log interval
+    samples: int = 0  # images all ranks trained on since the start (kept across --resume)
     t_log: float = field(default_factory=time.perf_counter)
 
     def sync(self) -> None:
@@ -239,6 +240,17 @@ def stage(args: argparse.Namespace, world: World) -> None:
                                timeout=args.timeout, fanout=args.fanout), world)
 
 
+def no_val_warning(data: Path, stage_from: Path | None) -> str:
+    """Training goes on without validation; val is to be converted where the data comes
+    from: --stage-from (staging copies every split it holds), else --data."""
+    head = f"train_imagenet: warning: {data} has no val split (no val.json"
+    fix = "training without validation; make one with imgprep convert ILSVRC2012_img_val.tar"
+    if stage_from is None:
+        return f"{head}): {fix} -o {data} --labels <ground truth>"
+    return (f"{head}; it is staged from {stage_from}, which has none): {fix} -o {stage_from} "
+            "--labels <ground truth>, and the next run stages it")
+
+
 def make_loaders(args: argparse.Namespace, world: World, workers: int
                  ) -> tuple[Loader, Loader | None]:
     """The train loader, and the val loader unless --no-validate or there is no val split."""
@@ -246,9 +258,7 @@ def make_loaders(args: argparse.Namespace, world: World, workers: int
                                args.seed, transform=TrainTransform(size=args.image_size))
     no_val = args.data.is_dir() and not manifest_path(args.data, "val").exists()
     if args.validate and no_val and world.rank == 0:
-        print(f"train_imagenet: warning: {args.data} has no val split (no val.json): training "
-              "without validation; make one with imgprep convert ILSVRC2012_img_val.tar -o "
-              f"{args.data} --labels <ground truth>", file=sys.stderr, flush=True)
+        print(no_val_warning(args.data, args.stage_from), file=sys.stderr, flush=True)
     if not args.validate or no_val:
         return train_loader, None
     val = ValTransform(size=args.image_size, resize=round(args.image_size * 256 / 224))
@@ -289,7 +299,8 @@ def set_up(args: argparse.Namespace, world: World) -> Run:
 
 
 def resume(run: Run) -> None:
-    """With --resume and a checkpoint: model, optimizer, step, loader position and RNG."""
+    """With --resume and a checkpoint: model, optimizer, step, loader position and RNG;
+    rank 0 says where the run goes on."""
     if not (run.args.resume and run.ckpt is not None and run.ckpt.exists()):
         return
     state = load_checkpoint(run.ckpt)
@@ -299,6 +310,17 @@ def resume(run: Run) -> None:
     run.train_loader.load_state_dict(state["loader"])
     torch.set_rng_state(state["rng"])
     run.resumed = True
+    # a checkpoint written before the count was kept: every step a full global batch
+    run.samples = int(state.get("samples", run.step * run.args.batch_size
+                                * run.world.world_size))
+    resumed = {"step": run.step, "epoch": run.start_epoch,
+               "epoch_batches_done": int(state["loader"]["batch"]), "samples": run.samples}
+    run.result["resumed"] = resumed
+    if run.world.rank == 0:
+        print(f"resumed from {run.ckpt} at step {run.step}: epoch {run.start_epoch} "
+              f"({resumed['epoch_batches_done']} of its {run.steps_per_epoch} steps done), "
+              f"{run.samples} samples seen", flush=True)
+        log({"resumed": resumed}, run.args.log_json)
 
 
 def distribute(run: Run) -> None:
@@ -326,6 +348,7 @@ def train_epoch(run: Run, epoch: int) -> bool:
         run.sync()
         optimise(run, images, labels, t0)
         run.seen += images.shape[0]
+        run.samples += images.shape[0] * run.world.world_size  # equal batches on every rank
         if run.step % args.log_every == 0:  # logged before its checkpoint: a kill between
             log_interval(run, epoch)  # the two makes the resumed run log the step again
         if args.checkpoint_every and run.step % args.checkpoint_every == 0:
@@ -390,8 +413,8 @@ def evaluate(run: Run) -> None:
 def save(run: Run) -> None:
     """A checkpoint when --checkpoint is given (rank 0 writes, every rank waits)."""
     if run.ckpt is not None:
-        checkpoint(run.ckpt, run.model, run.optimizer, run.step, run.train_loader, run.world,
-                   run.args)
+        checkpoint(run.ckpt, run.model, run.optimizer, run.step, run.samples,
+                   run.train_loader, run.world, run.args)
 
 
 def replicas_identical(model: nn.Module, world: World) -> bool:
@@ -411,10 +434,10 @@ def replicas_identical(model: nn.Module, world: World) -> bool:
 
 
 def checkpoint(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer, step: int,
-               loader: Loader, world: World, args: argparse.Namespace) -> None:
+               samples: int, loader: Loader, world: World, args: argparse.Namespace) -> None:
     if world.rank == 0:
         save_checkpoint(path, {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                               "step": step, "loader": loader.state_dict(),
+                               "step": step, "samples": samples, "loader": loader.state_dict(),
                                "rng": torch.get_rng_state(), "arch": args.arch})
     if world.is_distributed:
         dist.barrier()

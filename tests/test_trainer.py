@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 from conftest import REPO, mpirun_cmd
 from helpers import free_port
 
@@ -74,10 +75,19 @@ def test_torchrun_trains_validates_and_resumes_with_identical_losses(data: Path,
     run(torchrun(2, "--data", data, *FLAGS, "--steps", "6", "--checkpoint", ckpt,
                  "--log-json", part))
     assert (ckpt / "last.pt").is_file()
-    run(torchrun(2, "--data", data, *FLAGS, "--steps", "12", "--checkpoint", ckpt,
-                 "--resume", "--log-json", part))
+    out = run(torchrun(2, "--data", data, *FLAGS, "--steps", "12", "--checkpoint", ckpt,
+                       "--resume", "--log-json", part)).stdout
     assert losses(part) == losses(whole)
     assert len(losses(whole)) == 12
+    # where it went on: 6 steps of 2 ranks x 8 images, i.e. 2 whole epochs of 3 steps
+    said = [line for line in out.splitlines() if line.startswith("resumed from ")]
+    assert said == [f"resumed from {ckpt / 'last.pt'} at step 6: epoch 1 (3 of its 3 steps "
+                    "done), 96 samples seen"], out
+    assert summary(out)["resumed"] == {"step": 6, "epoch": 1, "epoch_batches_done": 3,
+                                       "samples": 96}
+    assert {"resumed": summary(out)["resumed"]} in map(json.loads, part.read_text().splitlines())
+    state = torch.load(ckpt / "last.pt", map_location="cpu", weights_only=True)
+    assert (state["step"], state["samples"]) == (12, 192)  # the count goes on after a resume
 
 
 @pytest.mark.parametrize(("dtype", "wire"), [("bf16", "bfloat16"), ("fp16", "float16"),
@@ -203,3 +213,16 @@ def test_the_run_says_its_precision_and_why_first(data: Path, tmp_path: Path) ->
     for flags, mode in (((), "auto"), (("--bf16",), "on"), (("--no-bf16",), "off"),
                         (("--bf16", "off"), "off"), (("--bf16", "auto"), "auto")):
         assert train_imagenet.parse_args(["--data", "d", *flags]).bf16 == mode
+
+
+def test_no_val_warning_names_the_folder_staged_from(sample: Path, tmp_path: Path) -> None:
+    """With --stage-from the val split must be converted where the data is staged from."""
+    src, dst = tmp_path / "src", tmp_path / "local"
+    convert(ConvertOptions(sample / "ILSVRC2012_img_train.tar", src, num_shards=2))
+    done = run([sys.executable, str(TRAIN), "--stage-from", str(src), "--data", str(dst),
+                *FLAGS, "--steps", "1"])
+    warning = [line for line in done.stderr.splitlines() if "no val split" in line]
+    assert len(warning) == 1, done.stderr
+    assert f"staged from {src}, which has none" in warning[0]
+    assert f"imgprep convert ILSVRC2012_img_val.tar -o {src} --labels" in warning[0]
+    assert f"-o {dst}" not in warning[0]
