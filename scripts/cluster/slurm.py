@@ -6,7 +6,7 @@
   host sees the same two paths with different things behind them, as on a cluster's /shared
   and /local: ``shared`` is the file server (the export itself on the head; an sshfs mount,
   read-write, through the node's and the server's shaped links on a node) and ``local`` is the
-  node's own disk (a folder of its own, bound there).
+  node's own disk (a folder of its own, bound there). A node also has a /dev/shm of its own.
 - **munged**: one, on the head, shared by every daemon and command (its socket is a path, which
   every namespace reaches), with its own key, socket, pid, log and seed files under the run's
   folder: never the machine's /etc/munge key or /run/munge socket. Slurm finds it through
@@ -213,6 +213,9 @@ class Slurm:
             name = node_name(k)
             host = start_host(topo.node(k), name, topo.node_ip(k), lay.hosts, [
                 ["mount", "--bind", str(disk), str(self.local)],
+                # a /dev/shm of its own: MPI's shared-memory segments are named by host and
+                # local rank, not by job, so a crashed step's could meet the next one's
+                ["mount", "-t", "tmpfs", "-o", "mode=1777", "tmpfs", "/dev/shm"],
                 sshfs_argv(self.server, self.shared, read_only=False)],
                 lay.log / f"host-{name}.log", self.lifetime)
             self.nodes.append(host)
