@@ -19,7 +19,7 @@ import shutil
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -113,6 +113,7 @@ class Run:
     marks: Marks | None = None
     mpirun: Job | None = None
     mpirun_marks: Marks | None = None
+    leftovers: list[str] = field(default_factory=list)  # what a killed run had left
 
     @property
     def export(self) -> Path:
@@ -132,6 +133,7 @@ def run_jobs(args: argparse.Namespace, run: Run) -> None:
     shared, local = run.scratch / "mnt" / "shared", run.scratch / "mnt" / "local"
     common = {"SHARED": str(shared), "LOCAL": str(local), "LOG": str(run.log)}
     with Box(topo, run.export) as box:
+        run.leftovers = box.leftovers
         t0 = time.perf_counter()
         with Slurm(box, box.scratch / "slurm", shared, local, run.disks,
                    lifetime=6 * args.timeout) as slurm:
@@ -181,6 +183,7 @@ def results(run: Run, ranks: int, args: argparse.Namespace) -> dict[str, Any]:
                   "tasks_per_node": args.tasks_per_node, "version": run.version,
                   "up_s": round(run.up_s, 2), "job_s": run.job.seconds,
                   "marks_seen_within_s": round(run.marks.lag, 2)},
+        "cleaned_leftovers": run.leftovers,
         "set": {"bytes": m.total_bytes, "shards": len(m.shards), "images": m.total_samples,
                 "index_bytes": m.index.bytes if m.index is not None else 0,
                 "manifest_bytes": (run.export / "imagenet" / "train.json").stat().st_size,
