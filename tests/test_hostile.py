@@ -569,7 +569,7 @@ def kaggle(rows: list[tuple[str, str]] | None = None) -> dict[str, str]:
 
 
 TRUE = [(k, CLASSES.index(w)) for k, w in VAL.items()]
-TRUE_IDS = [DEVKIT_ID[w] for w in VAL.values()]
+TRUE_IDS: list[object] = [DEVKIT_ID[w] for w in VAL.values()]
 K2, K4, K6 = "ILSVRC2012_val_00000002", "ILSVRC2012_val_00000004", "ILSVRC2012_val_00000006"
 
 
