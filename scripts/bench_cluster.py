@@ -29,13 +29,21 @@ peer >= 0.9 at every N; fan-out server bytes = 1.00x the set at every N; fan-out
 at N=4 <= 0.4x replicate's; fan-out's node-to-node rate (N=2) >= 0.7x the Gloo point-to-point
 rate.
 
-Needs root (namespaces, FUSE, tc); installs sshfs and openssh-server with apt-get when
-missing; otherwise prints one line saying why it skipped (exit 0, JSON with "skipped"). The
-machine's own network namespace is never touched (see scripts/cluster/netns.py) and
-everything is torn down on every exit path, SIGINT and SIGTERM included.
+With ``--slurm``, a real Slurm cluster runs on the box instead (scripts/cluster/slurm.py,
+slurmbench.py): one batch job (scripts/cluster/imagenet.sbatch) over N nodes x T tasks converts
+the raw images onto the file server, stages them onto every node with fan-out and trains the
+tiny net from the staged copies; then, with ``--mpirun-steps``, a second job trains under
+mpirun inside the allocation. The last line is one JSON object (job, stage, train).
+
+Needs root (namespaces, FUSE, tc); installs sshfs and openssh-server (with ``--slurm``: Slurm,
+munge and the PMIx library) with apt-get when missing; otherwise prints one line saying why it
+skipped (exit 0, JSON with "skipped"). The machine's own network namespace is never touched
+(see scripts/cluster/netns.py) and everything is torn down on every exit path, SIGINT and
+SIGTERM included.
 
     python scripts/bench_cluster.py --svg docs/cluster.svg        # N = 1, 2, 4 (make cluster)
     python scripts/bench_cluster.py --nodes 1 2 4 8
+    python scripts/bench_cluster.py --slurm --nodes 2 --json       # one Slurm job, 2 x 2 tasks
 """
 
 from __future__ import annotations
@@ -59,8 +67,9 @@ from cluster import measure
 from cluster.box import Box
 from cluster.chart import cluster_svg
 from cluster.netns import ClusterError, Topology, run
+from cluster.packages import FILE_SERVER, SLURM, ensure
 from cluster.procs import child_env
-from cluster.sshfs import install_tools
+from cluster.slurmbench import measure_slurm, print_slurm
 
 from imgprep.shards.index import index_folder
 from imgprep.shards.manifest import Manifest, read_manifest
@@ -82,7 +91,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--images", type=Path, default=DEFAULT_IMAGES,
                     help="real <wnid>_<name>.JPEG files to convert (default: %(default)s)")
-    ap.add_argument("--nodes", type=int, nargs="+", default=[1, 2, 4])
+    ap.add_argument("--nodes", type=int, nargs="+", default=None,
+                    help="node counts (default: 1 2 4; with --slurm: 2)")
     ap.add_argument("--mb", type=float, default=100, help="size of the served set, MB")
     ap.add_argument("--server-mbit", type=int, default=50, help="file server link, Mbit/s")
     ap.add_argument("--node-mbit", type=int, default=1000, help="each node's link, Mbit/s")
@@ -92,11 +102,26 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--timeout", type=float, default=300.0, help="per step, seconds")
     ap.add_argument("--svg", type=Path, default=None, help="write the picture here")
     ap.add_argument("--out", type=Path, default=None, help="scratch folder (default: /tmp)")
-    return ap.parse_args(argv)
+    sl = ap.add_argument_group("Slurm (--slurm)")
+    sl.add_argument("--slurm", action="store_true",
+                    help="run one Slurm job on the box instead (convert, stage, train)")
+    sl.add_argument("--tasks-per-node", type=int, default=2, help="Slurm tasks per node")
+    sl.add_argument("--shards", type=int, default=8, help="shards the job converts into")
+    sl.add_argument("--mpirun-steps", type=int, default=20,
+                    help="then train under mpirun in a second job (0: not)")
+    sl.add_argument("--keep-logs", type=Path, default=None,
+                    help="copy the job's logs (every task's output) to this folder")
+    sl.add_argument("--json", action="store_true",
+                    help="accepted for symmetry: the last line is always the JSON result")
+    args = ap.parse_args(argv)
+    if args.nodes is None:
+        args.nodes = [2] if args.slurm else [1, 2, 4]
+    return args
 
 
-def preflight(prefix: str) -> str | None:
-    """None when a cluster can be built here, else the one-line reason it cannot."""
+def preflight(prefix: str, slurm: bool = False) -> str | None:
+    """None when a cluster (with ``slurm``, and Slurm on it) can be built here, else the
+    one-line reason it cannot."""
     if os.geteuid() != 0:
         return "needs root (network namespaces, FUSE mounts, tc)"
     for tool in ("ip", "tc", "nsenter", "ssh-keygen"):
@@ -104,7 +129,7 @@ def preflight(prefix: str) -> str | None:
             return f"{tool} is not installed"
     if not os.path.exists("/dev/fuse"):
         return "/dev/fuse is absent (no FUSE in this machine or container)"
-    why = install_tools()
+    why = ensure({**FILE_SERVER, **SLURM} if slurm else FILE_SERVER)
     if why:
         return why
     probe = f"{prefix}probe"
@@ -340,12 +365,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     if sorted(set(args.nodes)) != args.nodes or args.nodes[0] < 1:
         raise SystemExit("bench_cluster: --nodes takes increasing node counts, such as 1 2 4")
-    why = preflight(args.prefix)
+    if args.slurm and len(args.nodes) != 1:
+        raise SystemExit("bench_cluster: --slurm runs one job: give one node count (--nodes 2)")
+    why = preflight(args.prefix, args.slurm)
     if why is not None:
         print(f"bench_cluster: skipped: {why}")
-        print(json.dumps({"benchmark": "cluster", "skipped": why}))
+        print(json.dumps({"benchmark": "cluster-slurm" if args.slurm else "cluster",
+                          "skipped": why}))
         return 0
     try:
+        if args.slurm:
+            return run_main("bench_cluster", args.images, args.out,
+                            partial(measure_slurm, args), print_slurm)
         return run_main("bench_cluster", args.images, args.out, partial(measure_all, args),
                         print_table)
     except ClusterError as e:

@@ -6,6 +6,8 @@ one loader worker per process, on shards converted from the real ImageNet sample
 efficiency (images/s at p processes / (p x images/s at 1)), and the per-iteration time split
 (data wait, forward+backward, exposed all-reduce, optimizer; mean over ranks). Targets at 2
 processes with ResNet-50: exposed all-reduce < 10 % of the step, efficiency >= 0.85.
+``--bf16`` goes to the trainer: ``on`` by default, the configuration of the published figures
+(docs/benchmarks.md), whatever the CPU; ``auto`` is the trainer's own default.
 ``--svg FILE`` draws images/s and the split per process count.
 
     python scripts/bench_scaling.py                               # ResNet-50, 1 and 2 processes
@@ -28,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from benchlib import DEFAULT_IMAGES, run_main, verdict
+from trainkit.precision import MODES
 from trainkit.report import scaling_svg
 
 from imgprep.convert.run import ConvertOptions, convert
@@ -50,6 +53,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--steps", type=int, default=16)
     ap.add_argument("--log-every", type=int, default=4)
     ap.add_argument("--allreduce-dtype", choices=["fp32", "bf16", "fp16"], default="fp32")
+    ap.add_argument("--bf16", choices=MODES, default="on",
+                    help="the trainer's --bf16 (autocast): on (default), auto or off")
     ap.add_argument("--svg", type=Path, default=None, help="write the picture here")
     ap.add_argument("--no-targets", dest="targets", action="store_false",
                     help="show the figures only, without targets and verdicts (the demo's "
@@ -64,7 +69,8 @@ def run_trainer(data: Path, procs: int, args: argparse.Namespace, log: Path) -> 
            "--arch", args.arch, "--batch-size", str(args.batch_size), "--workers", "1",
            "--threads", "1", "--image-size", str(args.image_size), "--steps", str(args.steps),
            "--epochs", "1000", "--log-every", str(args.log_every), "--no-validate",
-           "--allreduce-dtype", args.allreduce_dtype, "--log-json", str(log)]
+           "--allreduce-dtype", args.allreduce_dtype, "--bf16", args.bf16,
+           "--log-json", str(log)]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=1800,
                           env={**os.environ, "OMP_NUM_THREADS": "1"})
     if done.returncode != 0:
@@ -125,13 +131,15 @@ def measure(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
                                         f"{args.allreduce_dtype} all-reduce (Gloo, CPU)"))
     return {"benchmark": "scaling", "arch": args.arch, "batch_size": args.batch_size,
             "image_size": args.image_size, "allreduce_dtype": args.allreduce_dtype,
+            "bf16": args.bf16,
             "cpus": os.cpu_count(), "rows": rows, "checks": checks,
             "svg": str(args.svg) if args.svg else None}
 
 
 def print_table(res: dict[str, Any]) -> None:
     print(f"trainer scaling: {res['arch']}, batch {res['batch_size']} per process, "
-          f"{res['image_size']} px, {res['allreduce_dtype']} all-reduce, {res['cpus']} CPUs, "
+          f"{res['image_size']} px, --bf16 {res['bf16']}, {res['allreduce_dtype']} all-reduce, "
+          f"{res['cpus']} CPUs, "
           "1 thread + 1 loader worker per process")
     print(f"{'procs':>5} {'img/s':>8} {'/proc':>7} {'eff':>5}  ms per iteration (mean over "
           "ranks): data  fwd+bwd  exposed-allreduce  optimizer")

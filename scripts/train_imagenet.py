@@ -13,6 +13,8 @@ per rank) and the iteration's time split — data wait, forward+backward, expose
 optimizer — as the mean and max over ranks, and appends a JSON line to ``--log-json``.
 Checkpoints are written atomically by rank 0; ``--resume`` restores model, optimizer, step,
 loader position and RNG, so a resumed CPU run gives the same losses as an uninterrupted one.
+``--bf16 auto`` (the default) runs forward and backward under bf16 autocast only where the
+device computes bf16 natively; the first line says which precision runs, and why.
 """
 
 from __future__ import annotations
@@ -38,6 +40,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from trainkit import distributed  # noqa: E402
 from trainkit.models import model_by_name, param_groups  # noqa: E402
+from trainkit.precision import MODES, Precision  # noqa: E402
+from trainkit.precision import detect as detect_precision  # noqa: E402
 from trainkit.timing import (  # noqa: E402
     BucketClock,
     DataWaitHint,
@@ -99,8 +103,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--label-smoothing", type=float, default=0.1)
     ap.add_argument("--sync-bn", action="store_true")
     ap.add_argument("--allreduce-dtype", choices=["fp32", "bf16", "fp16"], default="fp32")
-    ap.add_argument("--bf16", action=argparse.BooleanOptionalAction, default=True,
-                    help="bf16 autocast for forward/backward")
+    ap.add_argument("--bf16", nargs="?", choices=MODES, const="on", default="auto",
+                    help="bf16 autocast for forward/backward: auto (where the device computes "
+                         "bf16 natively: CUDA with bf16, CPUs with AMX or AVX-512 BF16), on "
+                         "(also a bare --bf16) or off")
+    ap.add_argument("--no-bf16", dest="bf16", action="store_const", const="off",
+                    help="the same as --bf16 off")
     ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: cores/ranks)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--checkpoint", type=Path, default=None, help="checkpoint folder")
@@ -181,6 +189,7 @@ class Run:
     args: argparse.Namespace
     world: World
     device: torch.device
+    precision: Precision  # bf16 autocast or fp32, and why
     train_loader: Loader
     val_loader: Loader | None
     model: nn.Module
@@ -196,7 +205,8 @@ class Run:
     resumed: bool = False
     losses: list[float] = field(default_factory=list)
     split: Split = field(default_factory=Split)
-    seen: int = 0
+    seen: int = 0  # this rank's images in the current log interval
+    samples: int = 0  # images all ranks trained on since the start (kept across --resume)
     t_log: float = field(default_factory=time.perf_counter)
 
     def sync(self) -> None:
@@ -230,6 +240,17 @@ def stage(args: argparse.Namespace, world: World) -> None:
                                timeout=args.timeout, fanout=args.fanout), world)
 
 
+def no_val_warning(data: Path, stage_from: Path | None) -> str:
+    """Training goes on without validation; val is to be converted where the data comes
+    from: --stage-from (staging copies every split it holds), else --data."""
+    head = f"train_imagenet: warning: {data} has no val split (no val.json"
+    fix = "training without validation; make one with imgprep convert ILSVRC2012_img_val.tar"
+    if stage_from is None:
+        return f"{head}): {fix} -o {data} --labels <ground truth>"
+    return (f"{head}; it is staged from {stage_from}, which has none): {fix} -o {stage_from} "
+            "--labels <ground truth>, and the next run stages it")
+
+
 def make_loaders(args: argparse.Namespace, world: World, workers: int
                  ) -> tuple[Loader, Loader | None]:
     """The train loader, and the val loader unless --no-validate or there is no val split."""
@@ -237,9 +258,7 @@ def make_loaders(args: argparse.Namespace, world: World, workers: int
                                args.seed, transform=TrainTransform(size=args.image_size))
     no_val = args.data.is_dir() and not manifest_path(args.data, "val").exists()
     if args.validate and no_val and world.rank == 0:
-        print(f"train_imagenet: warning: {args.data} has no val split (no val.json): training "
-              "without validation; make one with imgprep convert ILSVRC2012_img_val.tar -o "
-              f"{args.data} --labels <ground truth>", file=sys.stderr, flush=True)
+        print(no_val_warning(args.data, args.stage_from), file=sys.stderr, flush=True)
     if not args.validate or no_val:
         return train_loader, None
     val = ValTransform(size=args.image_size, resize=round(args.image_size * 256 / 224))
@@ -253,6 +272,10 @@ def set_up(args: argparse.Namespace, world: World) -> Run:
         torch.set_num_threads(args.threads or world.cores_per_rank())
     backend = distributed.init(world, args.timeout)
     device = distributed.device_for(world)
+    precision = detect_precision(args.bf16, device.type)
+    if world.rank == 0:
+        print(precision.line(), flush=True)
+        log({"precision": precision.record()}, args.log_json)
     if args.stage_from is not None:
         stage(args, world)
     torch.manual_seed(args.seed)
@@ -267,15 +290,17 @@ def set_up(args: argparse.Namespace, world: World) -> Run:
     hint = DataWaitHint(workers, world.cores_per_rank(), world.local_world_size,
                         staged=args.stage_from is not None,
                         one_cpu=read_limits().affinity == 1 < (os.cpu_count() or 1))
-    return Run(args, world, device, train_loader, val_loader, model, model, optimizer,
-               BucketClock(wire_dtype(args.allreduce_dtype)), hint,
-               {"backend": backend, "world_size": world.world_size},
+    return Run(args, world, device, precision, train_loader, val_loader, model, model,
+               optimizer, BucketClock(wire_dtype(args.allreduce_dtype)), hint,
+               {"backend": backend, "world_size": world.world_size,
+                "precision": precision.record()},
                train_loader.batches_per_epoch,
                ckpt=args.checkpoint / "last.pt" if args.checkpoint else None)
 
 
 def resume(run: Run) -> None:
-    """With --resume and a checkpoint: model, optimizer, step, loader position and RNG."""
+    """With --resume and a checkpoint: model, optimizer, step, loader position and RNG;
+    rank 0 says where the run goes on."""
     if not (run.args.resume and run.ckpt is not None and run.ckpt.exists()):
         return
     state = load_checkpoint(run.ckpt)
@@ -285,6 +310,17 @@ def resume(run: Run) -> None:
     run.train_loader.load_state_dict(state["loader"])
     torch.set_rng_state(state["rng"])
     run.resumed = True
+    # a checkpoint written before the count was kept: every step a full global batch
+    run.samples = int(state.get("samples", run.step * run.args.batch_size
+                                * run.world.world_size))
+    resumed = {"step": run.step, "epoch": run.start_epoch,
+               "epoch_batches_done": int(state["loader"]["batch"]), "samples": run.samples}
+    run.result["resumed"] = resumed
+    if run.world.rank == 0:
+        print(f"resumed from {run.ckpt} at step {run.step}: epoch {run.start_epoch} "
+              f"({resumed['epoch_batches_done']} of its {run.steps_per_epoch} steps done), "
+              f"{run.samples} samples seen", flush=True)
+        log({"resumed": resumed}, run.args.log_json)
 
 
 def distribute(run: Run) -> None:
@@ -312,6 +348,7 @@ def train_epoch(run: Run, epoch: int) -> bool:
         run.sync()
         optimise(run, images, labels, t0)
         run.seen += images.shape[0]
+        run.samples += images.shape[0] * run.world.world_size  # equal batches on every rank
         if run.step % args.log_every == 0:  # logged before its checkpoint: a kill between
             log_interval(run, epoch)  # the two makes the resumed run log the step again
         if args.checkpoint_every and run.step % args.checkpoint_every == 0:
@@ -327,7 +364,7 @@ def optimise(run: Run, images: torch.Tensor, labels: torch.Tensor, t0: float) ->
     t1 = time.perf_counter()
     for group in run.optimizer.param_groups:
         group["lr"] = learning_rate(run.step, run.steps_per_epoch, args, run.world)
-    with torch.autocast(run.device.type, dtype=torch.bfloat16, enabled=args.bf16):
+    with torch.autocast(run.device.type, dtype=torch.bfloat16, enabled=run.precision.bf16):
         loss = F.cross_entropy(net(images).float(), labels,
                                label_smoothing=args.label_smoothing)
     if not torch.isfinite(loss):
@@ -366,7 +403,7 @@ def evaluate(run: Run) -> None:
     if run.val_loader is None:
         return
     val = run.result["val"] = validate(run.model, run.val_loader, run.device, run.world,
-                                       run.args.bf16)
+                                       run.precision.bf16)
     if run.world.rank == 0:
         log({"step": run.step, "val": val}, run.args.log_json)
         print(f"val: top-1 {val['top1']:.3f} top-5 {val['top5']:.3f} on {val['samples']} "
@@ -376,8 +413,8 @@ def evaluate(run: Run) -> None:
 def save(run: Run) -> None:
     """A checkpoint when --checkpoint is given (rank 0 writes, every rank waits)."""
     if run.ckpt is not None:
-        checkpoint(run.ckpt, run.model, run.optimizer, run.step, run.train_loader, run.world,
-                   run.args)
+        checkpoint(run.ckpt, run.model, run.optimizer, run.step, run.samples,
+                   run.train_loader, run.world, run.args)
 
 
 def replicas_identical(model: nn.Module, world: World) -> bool:
@@ -397,10 +434,10 @@ def replicas_identical(model: nn.Module, world: World) -> bool:
 
 
 def checkpoint(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer, step: int,
-               loader: Loader, world: World, args: argparse.Namespace) -> None:
+               samples: int, loader: Loader, world: World, args: argparse.Namespace) -> None:
     if world.rank == 0:
         save_checkpoint(path, {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                               "step": step, "loader": loader.state_dict(),
+                               "step": step, "samples": samples, "loader": loader.state_dict(),
                                "rng": torch.get_rng_state(), "arch": args.arch})
     if world.is_distributed:
         dist.barrier()

@@ -1,6 +1,8 @@
 """scripts/bench_cluster.py, reduced: a file server and 2 nodes in network namespaces, a small
-set served over sshfs through a throttled link. Needs root, FUSE and namespaces (CI has them);
-skips with the script's one-line reason elsewhere."""
+set served over sshfs through a throttled link; and the same box running a real Slurm job
+(``--slurm``: convert, stage with fan-out, train, then mpirun in the allocation). Needs root,
+FUSE and namespaces (CI has them; ``make test`` installs the Debian packages); skips with the
+script's one-line reason elsewhere."""
 
 from __future__ import annotations
 
@@ -8,8 +10,10 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +26,9 @@ import bench_cluster  # noqa: E402
 from cluster.box import clean_leftovers  # noqa: E402
 from cluster.measure import peer_rate  # noqa: E402
 from cluster.netns import namespaces  # noqa: E402
+from cluster.packages import missing  # noqa: E402
+from cluster.slurm import Layout, slurm_conf  # noqa: E402
+from cluster.slurmbench import job_env  # noqa: E402
 from cluster.sshfs import mount_root, sshfs_mounts  # noqa: E402
 
 PREFIX = "ipct-"  # not the benchmark's own prefix, so a run of it is never touched
@@ -44,22 +51,46 @@ def images(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return d
 
 
-def _bench(images: Path, out: Path) -> dict[str, Any]:
-    """Run the reduced benchmark (bounded: SIGTERM at 150 s, which tears down; then kill)."""
+REDUCED = ["--server-mbit", "100", "--train-steps", "8", "--prefix", PREFIX, "--timeout", "60"]
+
+
+def _bench(images: Path, out: Path, *options: str, limit: float = 150) -> dict[str, Any]:
+    """Run the benchmark reduced (bounded: SIGTERM at ``limit`` s, which tears down; then
+    kill)."""
     cmd = [sys.executable, str(REPO / "scripts" / "bench_cluster.py"), "--images", str(images),
-           "--nodes", "2", "--mb", "10", "--server-mbit", "100", "--rounds", "2",
-           "--train-steps", "8", "--prefix", PREFIX, "--timeout", "60", "--out", str(out)]
+           "--nodes", "2", *REDUCED, "--out", str(out), *options]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=env)
     try:
-        stdout, stderr = proc.communicate(timeout=150)
+        stdout, stderr = proc.communicate(timeout=limit)
     except subprocess.TimeoutExpired:
         proc.send_signal(signal.SIGTERM)
         stdout, stderr = proc.communicate(timeout=30)
-        pytest.fail(f"the reduced cluster run took over 150 s:\n{stdout[-2000:]}")
+        pytest.fail(f"the reduced cluster run took over {limit:.0f} s:\n{stdout[-2000:]}"
+                    f"\n{stderr[-2000:]}")
     assert proc.returncode == 0, stderr[-3000:]
     return dict(json.loads(stdout.strip().splitlines()[-1]))
+
+
+def _ours() -> list[str]:
+    """Processes whose command line names this test's prefix (its daemons, hosts, mounts)."""
+    found = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if f"{PREFIX}cluster-" in cmd and int(d.name) != os.getpid():
+                found.append(f"{d.name}: {cmd[:120]}")
+    return found
+
+
+def _in_tmp(patterns: tuple[str, ...] = ("ompi.node", "prte.node", "spmix_appdir")) -> set[str]:
+    """What MPI and Slurm's PMIx would leave in the machine's /tmp if a task used it."""
+    tmp = Path(tempfile.gettempdir())
+    return {p.name for p in tmp.iterdir() if p.name.startswith(patterns)}
 
 
 def test_peer_rate_falls_back_to_the_nodes_own_time_when_the_trace_missed_it() -> None:
@@ -83,7 +114,7 @@ def test_two_node_cluster_stages_exact_bytes_and_leaves_nothing(images: Path,
                                                                 tmp_path: Path) -> None:
     route = _default_route()
     try:
-        res = _bench(images, tmp_path)
+            res = _bench(images, tmp_path, "--mb", "10", "--rounds", "2")
     finally:
         if os.geteuid() == 0 and shutil.which("ip"):
             left = clean_leftovers(PREFIX)  # only if the run itself failed to
@@ -110,3 +141,82 @@ def test_two_node_cluster_stages_exact_bytes_and_leaves_nothing(images: Path,
     assert namespaces(PREFIX) == []
     assert sshfs_mounts(mount_root(PREFIX)) == []
     assert _default_route() == route
+
+
+def test_slurm_conf_keeps_every_file_in_the_run_and_names_every_node(tmp_path: Path) -> None:
+    lay = Layout(tmp_path / "slurm")
+    conf = slurm_conf(lay, "127.100.0.1", [("node0", "127.100.0.10"), ("node1", "127.100.0.11")])
+    settings = dict(line.split("=", 1) for line in conf.splitlines() if "=" in line)
+    assert settings["AuthInfo"] == f"socket={lay.socket}"
+    assert settings["ProctrackType"] == "proctrack/linuxproc"
+    assert settings["TaskPlugin"] == "task/none"
+    assert settings["SlurmdSpoolDir"].endswith("/%n") and settings["SlurmdPidFile"].endswith(
+        "%n.pid")
+    assert settings["ReturnToService"] == "2" and settings["MpiDefault"] == "none"
+    for key in ("StateSaveLocation", "SlurmdSpoolDir", "SlurmctldPidFile", "SlurmdPidFile",
+                "SlurmctldLogFile", "SlurmdLogFile", "TmpFS", "TaskProlog"):
+        assert settings[key].startswith(str(lay.root)), key  # never /var, /run or /etc
+    nodes = [line for line in conf.splitlines() if line.startswith("NodeName=")]
+    assert nodes == [
+        "NodeName=node0 NodeAddr=127.100.0.10 NodeHostname=node0 CPUs=2 State=UNKNOWN",
+        "NodeName=node1 NodeAddr=127.100.0.11 NodeHostname=node1 CPUs=2 State=UNKNOWN"]
+
+
+def test_the_job_gets_no_launcher_variables_from_the_harness(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("SLURM_JOB_ID", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMIX_RANK",
+                 "MASTER_ADDR", "RANK", "TORCHELASTIC_RUN_ID"):
+        monkeypatch.setenv(name, "7")
+    env = job_env({"SHARED": "/s"})
+    assert not [k for k in env if k.startswith(("SLURM_", "PMIX_", "TORCHELASTIC_"))
+                or k in ("MASTER_ADDR", "RANK", "OMPI_COMM_WORLD_RANK")]
+    assert env["SHARED"] == "/s" and env["OMPI_MCA_btl_tcp_if_include"] == "eth0"
+    assert env["PATH"].split(os.pathsep)[0] == os.path.dirname(sys.executable)
+
+
+def test_slurm_run_skips_with_one_line_naming_what_is_missing(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(bench_cluster.os, "geteuid", lambda: 1000)
+    assert bench_cluster.main(["--slurm", "--prefix", PREFIX]) == 0
+    first, last = capsys.readouterr().out.strip().splitlines()
+    assert first.startswith("bench_cluster: skipped: needs root")
+    assert json.loads(last)["benchmark"] == "cluster-slurm"
+
+
+@pytest.mark.slow
+def test_a_slurm_job_converts_stages_and_trains_across_two_nodes_and_leaves_nothing(
+        images: Path, tmp_path: Path) -> None:
+    route, tmp_before = _default_route(), _in_tmp()
+    host = (socket.gethostname(), Path("/etc/hosts").read_text(), sorted(os.listdir("/dev/shm")))
+    try:
+        res = _bench(images, tmp_path, "--slurm", "--shards", "4", "--mpirun-steps", "2",
+                     limit=170)
+    finally:
+        if os.geteuid() == 0 and shutil.which("ip"):
+            left = clean_leftovers(PREFIX)  # only if the run itself failed to
+            assert not left, f"the run left {left} behind"
+    if "skipped" in res:
+        pytest.skip(f"no Slurm in a box here: {res['skipped']}")
+    sl, st, s = res["slurm"], res["stage"], res["set"]
+    assert sl["state"] == "COMPLETED" and sl["nodes"] == ["node0", "node1"]
+    assert res["convert"]["report"]["world_size"] == 4  # srun's 4 tasks, from SLURM_*
+    assert s["images"] == 240 and s["shards"] == 4
+    assert st["copiers"] == 2  # one per node; the other task of each node waited
+    assert sum(st["bytes_read"]) == s["bytes"] + s["index_bytes"]  # the set once in all
+    assert sum(st["bytes_received"]) == s["bytes"] + s["index_bytes"]  # the rest from peers
+    # the server's own count: that, plus each task's few reads of the manifest
+    extra = st["server_bytes"] - s["bytes"] - s["index_bytes"]
+    assert 0 <= extra <= 4 * 4 * s["manifest_bytes"] + 64 * 1024, st
+    assert st["nodes_identical"]  # every shard's sha256 on every node
+    assert res["train"]["steps"] == 8 and res["train"]["images_per_s"] > 0
+    assert res["mpirun"] is not None and res["mpirun"]["state"] == "COMPLETED"
+    assert namespaces(PREFIX) == [] and _ours() == []
+    assert _in_tmp() == tmp_before  # every node's temporary files stayed in the run
+    # names, /etc/hosts and /dev/shm were the hosts' own, in their namespaces
+    assert (socket.gethostname(), Path("/etc/hosts").read_text(),
+            sorted(os.listdir("/dev/shm"))) == host
+    assert _default_route() == route
+
+
+def test_missing_packages_are_named_by_package() -> None:
+    assert missing({"/nonexistent/prog-xyz": "pkg-a", "sh": "pkg-b"}) == ["pkg-a"]

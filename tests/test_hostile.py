@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 import pytest
 from click.testing import CliRunner, Result
-from conftest import encode, jpeg, photo, tar_bytes, write_tar
+from conftest import encode, jpeg, photo, published_label, tar_bytes, write_tar
 from PIL import Image
 
 from imgprep.cli.commands import cli
@@ -531,7 +531,16 @@ def test_hostile_archive(box: Path, case: ArchiveCase | None) -> None:
 # ---------------------------------------------------------------------------- ground truth
 
 
-VAL = {f"ILSVRC2012_val_{i:08d}": WNIDS[i % 3] for i in range(1, 7)}
+
+
+def published_wnid(n: int) -> str:
+    """The published class of ``ILSVRC2012_val_%08d`` n."""
+    return CLASSES.wnids[published_label(n)]
+
+
+# Six published validation images with their published classes (convert compares every
+# ILSVRC2012_val_* name with them).
+VAL = {f"ILSVRC2012_val_{i:08d}": published_wnid(i) for i in range(1, 7)}
 DEVKIT_ID = {w: int(i) for w, i in
              zip(CLASSES.wnids, np.random.default_rng(2012).permutation(len(CLASSES)) + 1,
                  strict=True)}
@@ -560,6 +569,7 @@ def kaggle(rows: list[tuple[str, str]] | None = None) -> dict[str, str]:
 
 
 TRUE = [(k, CLASSES.index(w)) for k, w in VAL.items()]
+TRUE_IDS: list[object] = [DEVKIT_ID[w] for w in VAL.values()]
 K2, K4, K6 = "ILSVRC2012_val_00000002", "ILSVRC2012_val_00000004", "ILSVRC2012_val_00000006"
 
 
@@ -576,23 +586,22 @@ class LabelCase:
 
 LABELS = {
     "devkit-missing-entry": LabelCase(
-        lambda: devkit([DEVKIT_ID[w] for w in VAL.values()][:-1]), devkit,
+        lambda: devkit(TRUE_IDS[:-1]), devkit,
         (f"{K6}.JPEG", "ILSVRC2012_img_val.tar", "no label")),
     "devkit-extra-entries": LabelCase(
-        lambda: devkit([*(DEVKIT_ID[w] for w in VAL.values()), 7, 8]), devkit),
+        lambda: devkit([*TRUE_IDS, *(DEVKIT_ID[published_wnid(n)] for n in (7, 8))]), devkit),
     "devkit-duplicate-id-in-map": LabelCase(
         lambda: devkit(map_extra=f"{W2} {DEVKIT_ID[W1]} again\n"), devkit,
         (f"{MAP}:{len(CLASSES) + 1}", "listed twice")),
     "devkit-id-out-of-range": LabelCase(
-        lambda: devkit([DEVKIT_ID[W1], DEVKIT_ID[W2], 1001, DEVKIT_ID[W1], DEVKIT_ID[W2],
-                        DEVKIT_ID[W0]]), devkit, (f"{GT}:3", "devkit ID 1001")),
+        lambda: devkit([*TRUE_IDS[:2], 1001, *TRUE_IDS[3:]]), devkit,
+        (f"{GT}:3", "devkit ID 1001")),
     "devkit-id-zero": LabelCase(
-        lambda: devkit([DEVKIT_ID[W1], 0, *(DEVKIT_ID[w] for w in list(VAL.values())[2:])]),
-        devkit, (f"{GT}:2", "devkit ID 0")),
+        lambda: devkit([TRUE_IDS[0], 0, *TRUE_IDS[2:]]), devkit, (f"{GT}:2", "devkit ID 0")),
     "caffe-missing-entry": LabelCase(lambda: caffe([r for r in TRUE if r[0] != K4]), caffe,
                                      (f"{K4}.JPEG", "ILSVRC2012_img_val.tar", "no label")),
-    "caffe-extra-entry": LabelCase(lambda: caffe([*TRUE, ("ILSVRC2012_val_00000099", 5)]),
-                                   caffe),
+    "caffe-extra-entry": LabelCase(
+        lambda: caffe([*TRUE, ("ILSVRC2012_val_00000099", published_label(99))]), caffe),
     "caffe-duplicate-same-label": LabelCase(lambda: caffe([*TRUE, TRUE[1]]), caffe),
     "caffe-duplicate-conflicting": LabelCase(
         lambda: caffe([*TRUE, (K2, 999)]), caffe, (f"{CAFFE}:7", K2, "labelled both")),

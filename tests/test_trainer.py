@@ -11,12 +11,15 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 from conftest import REPO, mpirun_cmd
 from helpers import free_port
 
 from imgprep.convert.run import ConvertOptions, convert
 
 sys.path.insert(0, str(REPO / "scripts"))
+import train_imagenet  # noqa: E402
+from trainkit.precision import choose, cpu_flags, detect, native_cpu_bf16  # noqa: E402
 from trainkit.timing import DataWaitHint  # noqa: E402
 
 TRAIN = REPO / "scripts" / "train_imagenet.py"
@@ -72,10 +75,19 @@ def test_torchrun_trains_validates_and_resumes_with_identical_losses(data: Path,
     run(torchrun(2, "--data", data, *FLAGS, "--steps", "6", "--checkpoint", ckpt,
                  "--log-json", part))
     assert (ckpt / "last.pt").is_file()
-    run(torchrun(2, "--data", data, *FLAGS, "--steps", "12", "--checkpoint", ckpt,
-                 "--resume", "--log-json", part))
+    out = run(torchrun(2, "--data", data, *FLAGS, "--steps", "12", "--checkpoint", ckpt,
+                       "--resume", "--log-json", part)).stdout
     assert losses(part) == losses(whole)
     assert len(losses(whole)) == 12
+    # where it went on: 6 steps of 2 ranks x 8 images, i.e. 2 whole epochs of 3 steps
+    said = [line for line in out.splitlines() if line.startswith("resumed from ")]
+    assert said == [f"resumed from {ckpt / 'last.pt'} at step 6: epoch 1 (3 of its 3 steps "
+                    "done), 96 samples seen"], out
+    assert summary(out)["resumed"] == {"step": 6, "epoch": 1, "epoch_batches_done": 3,
+                                       "samples": 96}
+    assert {"resumed": summary(out)["resumed"]} in map(json.loads, part.read_text().splitlines())
+    state = torch.load(ckpt / "last.pt", map_location="cpu", weights_only=True)
+    assert (state["step"], state["samples"]) == (12, 192)  # the count goes on after a resume
 
 
 @pytest.mark.parametrize(("dtype", "wire"), [("bf16", "bfloat16"), ("fp16", "float16"),
@@ -159,3 +171,58 @@ def test_data_wait_hint_rules() -> None:
     bound = DataWaitHint(workers=1, cores_per_rank=1, ranks_per_node=2, staged=True,
                          one_cpu=True).advice()
     assert "share the one CPU" in bound and "--bind-to none" in bound
+
+
+def test_bf16_auto_runs_it_only_where_the_device_computes_it_natively() -> None:
+    """--bf16 auto: bf16 autocast on CUDA with bf16 and on CPUs with AMX or AVX-512 BF16,
+    fp32 elsewhere (emulated bf16 is many times slower); on and off force either."""
+    info = "processor\t: 0\nflags\t\t: fpu sse2 avx2 avx512f avx512_bf16\nbugs\t: x\n"
+    assert "avx512_bf16" in cpu_flags(info) and cpu_flags("no flags here") == frozenset()
+    assert native_cpu_bf16(["avx2", "amx_tile", "amx_bf16"]) == "amx_bf16"
+    assert native_cpu_bf16(["avx2", "avx512f", "avx512_vnni"]) is None
+    zen = ["fpu", "sse2", "avx2", "fma"]
+    assert choose("auto", "cpu", flags=zen).bf16 is False
+    assert choose("auto", "cpu", flags=cpu_flags(info)).bf16 is True
+    assert choose("auto", "cpu", flags=["amx_bf16"]).bf16 is True
+    assert choose("auto", "cuda", cuda_bf16=True).bf16 is True
+    assert choose("auto", "cuda", cuda_bf16=False).bf16 is False
+    assert choose("on", "cpu", flags=zen).bf16 is True
+    assert choose("off", "cuda", cuda_bf16=True).bf16 is False
+    line = choose("auto", "cpu", flags=zen).line()
+    assert line == ("precision: fp32 (--bf16 auto: this CPU reports neither amx_bf16 nor "
+                    "avx512_bf16, so bf16 would run emulated; --bf16 on forces bf16)")
+    assert "slower than fp32" in choose("on", "cpu", flags=zen).why
+    assert choose("auto", "cpu", flags=["amx_bf16"]).line().startswith(
+        "precision: bf16 autocast (--bf16 auto: this CPU reports amx_bf16")
+    with pytest.raises(ValueError, match="auto, on, off"):
+        choose("yes", "cpu")
+
+
+def test_the_run_says_its_precision_and_why_first(data: Path, tmp_path: Path) -> None:
+    """The first line, the first --log-json record and the summary; --bf16 and --no-bf16
+    still parse."""
+    for flags, mode in (((), "auto"), (("--bf16", "on"), "on")):
+        log = tmp_path / f"{mode}.jsonl"
+        out = run([sys.executable, str(TRAIN), "--data", str(data), *FLAGS, "--steps", "1",
+                   "--no-validate", "--log-json", str(log), *flags]).stdout
+        want = detect(mode, "cpu")
+        assert out.splitlines()[0] == want.line(), out
+        assert json.loads(log.read_text().splitlines()[0]) == {"precision": want.record()}
+        assert summary(out)["precision"] == want.record()
+    assert detect("on", "cpu").bf16 is True
+    for flags, mode in (((), "auto"), (("--bf16",), "on"), (("--no-bf16",), "off"),
+                        (("--bf16", "off"), "off"), (("--bf16", "auto"), "auto")):
+        assert train_imagenet.parse_args(["--data", "d", *flags]).bf16 == mode
+
+
+def test_no_val_warning_names_the_folder_staged_from(sample: Path, tmp_path: Path) -> None:
+    """With --stage-from the val split must be converted where the data is staged from."""
+    src, dst = tmp_path / "src", tmp_path / "local"
+    convert(ConvertOptions(sample / "ILSVRC2012_img_train.tar", src, num_shards=2))
+    done = run([sys.executable, str(TRAIN), "--stage-from", str(src), "--data", str(dst),
+                *FLAGS, "--steps", "1"])
+    warning = [line for line in done.stderr.splitlines() if "no val split" in line]
+    assert len(warning) == 1, done.stderr
+    assert f"staged from {src}, which has none" in warning[0]
+    assert f"imgprep convert ILSVRC2012_img_val.tar -o {src} --labels" in warning[0]
+    assert f"-o {dst}" not in warning[0]

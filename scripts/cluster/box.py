@@ -2,10 +2,11 @@
 
 ``with Box(topo, export, scratch) as box:`` takes a per-prefix lock (two runs with one prefix
 never overlap), removes what an earlier, killed run with the same prefix left behind (sshfs
-mounts under its scratch folders, processes in its namespaces, the namespaces), builds the
-namespaces and links, and starts the file server. On exit — normal, an exception, SIGINT,
-SIGTERM or SIGHUP (turned into SystemExit while the box is open) — it unmounts every sshfs
-mount, stops sshd by its pid, ends whatever still runs in the namespaces and deletes them.
+mounts under its scratch folders, processes in its namespaces, the namespaces, then the
+scratch folders), builds the namespaces and links, and starts the file server. On exit —
+normal, an exception, SIGINT, SIGTERM or SIGHUP (turned into SystemExit while the box is
+open) — it unmounts every sshfs mount, stops sshd by its pid, ends whatever still runs in the
+namespaces and deletes them.
 ``box.mounts(n)`` mounts the export on nodes 0..n-1 for one phase and counts the bytes the
 server read for it.
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import glob
 import os
 import shutil
 import signal
@@ -40,12 +42,18 @@ from cluster.sshfs import (
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
-def clean_leftovers(prefix: str) -> list[str]:
-    """Unmount, stop and delete what a killed run with ``prefix`` left; what was found."""
+def clean_leftovers(prefix: str, keep: Path | None = None) -> list[str]:
+    """Unmount, stop and delete what a killed run with ``prefix`` left (its mounts, the
+    processes in its namespaces, the namespaces, then its scratch folders, ``keep`` aside);
+    what was found."""
     found = sshfs_mounts(mount_root(prefix)) + netns.namespaces(prefix)
     for mp in sshfs_mounts(mount_root(prefix)):
         unmount(Path(mp))
     netns.remove(prefix)
+    for old in glob.glob(mount_root(prefix) + "*"):
+        if os.path.isdir(old) and Path(old) != keep and not sshfs_mounts(old):
+            shutil.rmtree(old, ignore_errors=True)
+            found.append(old)
     return found
 
 
@@ -78,7 +86,7 @@ class Box:
         self._lock()
         self._old = {s: signal.signal(s, _raise_exit) for s in SIGNALS}
         try:
-            self.leftovers = clean_leftovers(self.topo.prefix)
+            self.leftovers = clean_leftovers(self.topo.prefix, self.scratch)
             netns.build(self.topo)
             self.server = start_server(self.topo, self.export, self.scratch / "keys",
                                        self.scratch / "sshd.log")

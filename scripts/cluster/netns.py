@@ -140,6 +140,14 @@ def pids_in(ns: str) -> list[int]:
     return [int(p) for p in out.split() if p.isdigit() and int(p) != os.getpid()]
 
 
+def link_bytes(pid: int, dev: str = "eth0") -> tuple[int, int]:
+    """Bytes received and sent so far on ``dev`` of the namespace process ``pid`` lives in."""
+    with open(f"/proc/{pid}/net/dev") as f:
+        row = next(x for x in f if x.strip().startswith(f"{dev}:"))
+    cols = row.split(":", 1)[1].split()
+    return int(cols[0]), int(cols[8])
+
+
 def stop_pids(pids: Sequence[int], grace: float = 3.0) -> None:
     """SIGTERM these processes, then SIGKILL whichever still lives after ``grace`` seconds."""
     for sig in (signal.SIGTERM, signal.SIGKILL):

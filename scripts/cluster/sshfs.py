@@ -8,9 +8,11 @@ sshfs mounts of it.
   namespace (so their traffic crosses the node's and the server's shaped links) while the mount
   itself sits in the machine's mount namespace, where every later command sees it. Mount points
   live under a scratch folder named with the run's prefix, so a later run can find and unmount
-  what a killed one left.
+  what a killed one left. (Under Slurm, each node host makes its own mount, read-write, in
+  its own mount namespace: ``sshfs_argv``, scripts/cluster/hosts.py.)
 - Bytes served are counted at the server: the kernel's ``rchar`` of the ``internal-sftp``
-  processes (one per mount). They read the shards, plus about 0.1 % of SFTP requests.
+  processes (one per mount). They read the shards, plus about 0.1 % of SFTP requests; their
+  ``wchar`` counts what the nodes wrote to the server.
 """
 
 from __future__ import annotations
@@ -28,31 +30,7 @@ from pathlib import Path
 from cluster.netns import ClusterError, Topology, in_net, pids_in, run
 from imgprep.procs import die_with_parent
 
-PACKAGES = {"sshfs": "sshfs", "/usr/sbin/sshd": "openssh-server", "fusermount3": "fuse3"}
 SFTP_TITLE = b"internal-sftp"
-
-
-def missing_tools() -> list[str]:
-    """Debian packages whose programs are absent."""
-    return sorted({pkg for prog, pkg in PACKAGES.items() if shutil.which(prog) is None})
-
-
-def install_tools() -> str | None:
-    """Install the missing packages with apt-get (as root); None, or why it could not."""
-    missing = missing_tools()
-    if not missing:
-        return None
-    if os.geteuid() != 0 or shutil.which("apt-get") is None:
-        return f"{', '.join(missing)} not installed (apt-get as root would install them)"
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    for argv in (["apt-get", "update", "-qq"],
-                 ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *missing]):
-        try:
-            subprocess.run(argv, capture_output=True, timeout=600, env=env, check=True)
-        except (subprocess.SubprocessError, OSError) as e:
-            return f"installing {', '.join(missing)} failed: {e}"
-    left = missing_tools()
-    return f"{', '.join(left)} still missing after apt-get install" if left else None
 
 
 @dataclass
@@ -114,14 +92,18 @@ def stop_server(server: FileServer) -> None:
             server.proc.wait(timeout=5)
 
 
+def sshfs_argv(server: FileServer, mountpoint: Path, read_only: bool = True) -> list[str]:
+    """The sshfs command mounting the export at ``mountpoint`` (run it in a node's namespace)."""
+    opts = (f"{'ro' if read_only else 'rw'},IdentityFile={server.client_key},"
+            "StrictHostKeyChecking=no,UserKnownHostsFile=/dev/null,BatchMode=yes,ConnectTimeout=10")
+    return ["sshfs", "-o", opts, f"root@{server.topo.server_ip}:{server.export}",
+            str(mountpoint)]
+
+
 def mount(server: FileServer, k: int, mountpoint: Path) -> None:
     """Mount the export read-only at ``mountpoint`` from node ``k``'s namespace."""
     mountpoint.mkdir(parents=True, exist_ok=True)
-    opts = (f"ro,IdentityFile={server.client_key},StrictHostKeyChecking=no,"
-            "UserKnownHostsFile=/dev/null,BatchMode=yes,ConnectTimeout=10")
-    run(in_net(server.topo.node(k)) + ["sshfs", "-o", opts,
-                                        f"root@{server.topo.server_ip}:{server.export}",
-                                        str(mountpoint)], timeout=30)
+    run(in_net(server.topo.node(k)) + sshfs_argv(server, mountpoint), timeout=30)
 
 
 def unmount(mountpoint: Path) -> None:
@@ -143,14 +125,21 @@ def mount_root(prefix: str) -> str:
     return os.path.join(tempfile.gettempdir(), f"{prefix}cluster-")
 
 
-def served_bytes(topo: Topology) -> int:
-    """Bytes the server's SFTP processes have read so far (kernel rchar, summed)."""
-    total = 0
+def served_io(topo: Topology) -> tuple[int, int]:
+    """Bytes the server's SFTP processes have read and written so far (kernel rchar and
+    wchar, summed): what the nodes read from the server, and what they wrote to it."""
+    read = written = 0
     for pid in pids_in(topo.server):
-        with contextlib.suppress(OSError):  # it may exit while we look
+        with contextlib.suppress(OSError, StopIteration):  # it may exit while we look
             with open(f"/proc/{pid}/cmdline", "rb") as f:
                 if SFTP_TITLE not in f.read():
                     continue
             with open(f"/proc/{pid}/io") as f:
-                total += next(int(x.split()[1]) for x in f if x.startswith("rchar:"))
-    return total
+                io = dict(line.split(":", 1) for line in f)
+            read, written = read + int(io["rchar"]), written + int(io["wchar"])
+    return read, written
+
+
+def served_bytes(topo: Topology) -> int:
+    """Bytes the server's SFTP processes have read so far (kernel rchar, summed)."""
+    return served_io(topo)[0]
