@@ -127,6 +127,25 @@ def _tar_bytes(members: list[tuple[str, bytes]]) -> bytes:
     return buf.getvalue()
 
 
+def _write_ground_truth(out: Path, table: ClassTable, published: np.ndarray,
+                        truth: list[tuple[int, str]], last: int) -> None:
+    """The validation ground truth in three of its forms: the devkit's (with its own
+    ``map_clsloc.txt``), Caffe's ``val.txt`` and Kaggle's ``LOC_val_solution.csv``."""
+    # Devkit IDs are a fixed permutation of 1..1000, unrelated to sorted-wnid order.
+    ids = np.random.default_rng(2012).permutation(len(table)) + 1
+    devkit = {w: int(ids[k]) for k, w in enumerate(table.wnids)}
+    write_bytes_atomic(out / "map_clsloc.txt", "".join(
+        f"{w} {devkit[w]} {table.names[k].split(',')[0].replace(' ', '_')}\n"
+        for k, w in sorted(enumerate(table.wnids), key=lambda kw: devkit[kw[1]])).encode())
+    # The devkit form is one line per image in number order: every image up to the last one.
+    write_bytes_atomic(out / "ILSVRC2012_validation_ground_truth.txt", "".join(
+        f"{devkit[table.wnids[c]]}\n" for c in published[:last].tolist()).encode())
+    write_bytes_atomic(out / "val.txt", "".join(
+        f"ILSVRC2012_val_{n:08d}.JPEG {table.index(w)}\n" for n, w in truth).encode())
+    write_bytes_atomic(out / "LOC_val_solution.csv", ("ImageId,PredictionString\n" + "".join(
+        f"ILSVRC2012_val_{n:08d},{w} 1 2 3 4\n" for n, w in truth)).encode())
+
+
 def make_sample(out: Path, classes: int = 10, per_class: int = 12, val: int = 50,
                 seed: int = 0, bad: bool = False) -> dict[str, Any]:
     """Write the fake data set into ``out``; returns what was written."""
@@ -173,20 +192,7 @@ def make_sample(out: Path, classes: int = 10, per_class: int = 12, val: int = 50
         val_members.append((f"ILSVRC2012_val_{number:08d}.JPEG", image(kind, wnids.index(wnid))))
         truth.append((number, wnid))
     write_bytes_atomic(out / "ILSVRC2012_img_val.tar", _tar_bytes(val_members))
-    # Devkit IDs are a fixed permutation of 1..1000, unrelated to sorted-wnid order.
-    ids = np.random.default_rng(2012).permutation(len(table)) + 1
-    devkit = {w: int(ids[k]) for k, w in enumerate(table.wnids)}
-    write_bytes_atomic(out / "map_clsloc.txt", "".join(
-        f"{w} {devkit[w]} {table.names[k].split(',')[0].replace(' ', '_')}\n"
-        for k, w in sorted(enumerate(table.wnids), key=lambda kw: devkit[kw[1]])).encode())
-    # The devkit form is one line per image in number order: every image up to the last one.
-    last = numbers[-1] if numbers else 0
-    write_bytes_atomic(out / "ILSVRC2012_validation_ground_truth.txt", "".join(
-        f"{devkit[table.wnids[c]]}\n" for c in published[:last].tolist()).encode())
-    write_bytes_atomic(out / "val.txt", "".join(
-        f"ILSVRC2012_val_{n:08d}.JPEG {table.index(w)}\n" for n, w in truth).encode())
-    write_bytes_atomic(out / "LOC_val_solution.csv", ("ImageId,PredictionString\n" + "".join(
-        f"ILSVRC2012_val_{n:08d},{w} 1 2 3 4\n" for n, w in truth)).encode())
+    _write_ground_truth(out, table, published, truth, numbers[-1] if numbers else 0)
     return {
         "out": str(out), "classes": wnids, "train_images": n, "val_images": val,
         "quirks": quirks_used + [f"val:{k}" for k in val_quirks[:val]], "bad": bad_used,

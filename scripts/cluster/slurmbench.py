@@ -31,7 +31,7 @@ from cluster.netns import ClusterError, Topology, link_bytes
 from cluster.procs import child_env, last_json
 from cluster.slurm import BOX_ENV, Job, Slurm, node_name
 from cluster.sshfs import served_io
-from imgprep.manifest import read_manifest
+from imgprep.shards.manifest import read_manifest
 
 HERE = Path(__file__).resolve().parent
 JOB = HERE / "imagenet.sbatch"
