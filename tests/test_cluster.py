@@ -199,7 +199,7 @@ def test_a_slurm_job_converts_stages_and_trains_across_two_nodes_and_leaves_noth
         pytest.skip(f"no Slurm in a box here: {res['skipped']}")
     sl, st, s = res["slurm"], res["stage"], res["set"]
     assert sl["state"] == "COMPLETED" and sl["nodes"] == ["node0", "node1"]
-    assert res["convert"]["report"]["world_size"] == 4  # srun's 4 tasks, from SLURM_*
+    assert res["convert"]["world_size"] == 4  # srun's 4 tasks, from SLURM_*
     assert s["images"] == 240 and s["shards"] == 4
     assert st["copiers"] == 2  # one per node; the other task of each node waited
     assert sum(st["bytes_read"]) == s["bytes"] + s["index_bytes"]  # the set once in all

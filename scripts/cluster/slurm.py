@@ -159,9 +159,9 @@ class Job:
 
 
 class Slurm:
-    """A Slurm cluster on the box's server and nodes 0..``nodes``-1, up on ``__enter__``,
+    """A Slurm cluster on the box's server and on one node per disk, up on ``__enter__``,
     torn down on ``__exit__``. ``shared`` and ``local`` are the two paths every host sees
-    (the file server; the node's own disk, backed by ``disks[k]``)."""
+    (the file server; node k's own disk, backed by ``disks[k]``)."""
 
     def __init__(self, box: Box, root: Path, shared: Path, local: Path,
                  disks: Sequence[Path], lifetime: float, timeout: float = 60.0) -> None:
@@ -199,7 +199,15 @@ class Slurm:
         lay.conf.write_text(slurm_conf(lay, topo.server_ip, names[1:]))
         for path in (self.shared, self.local, *self.disks):
             path.mkdir(parents=True, exist_ok=True)
-        self.head = start_host(topo.server, HEAD, topo.server_ip, lay.hosts,
+        self._start_head()
+        for k in range(len(self.disks)):
+            self._start_node(k)
+        self._wait(self._all_idle, f"{len(self.disks)} idle nodes", "slurmctld")
+
+    def _start_head(self) -> None:
+        """The head host (the export at ``shared``), munged, then slurmctld."""
+        lay = self.layout
+        self.head = start_host(self.box.topo.server, HEAD, self.box.topo.server_ip, lay.hosts,
                                [["mount", "--bind", str(self.server.export), str(self.shared)]],
                                lay.log / "host-head.log", self.lifetime)
         m = lay.munge
@@ -209,19 +217,20 @@ class Slurm:
             f"--seed-file={m / 'munged.seed'}"])
         self._wait(lambda: lay.socket.exists(), "munged's socket", "munged")
         self._daemon(self.head, "slurmctld", ["slurmctld", "-D", "-f", str(lay.conf)])
-        for k, disk in enumerate(self.disks):
-            name = node_name(k)
-            host = start_host(topo.node(k), name, topo.node_ip(k), lay.hosts, [
-                ["mount", "--bind", str(disk), str(self.local)],
-                # a /dev/shm of its own: MPI's shared-memory segments are named by host and
-                # local rank, not by job, so a crashed step's could meet the next one's
-                ["mount", "-t", "tmpfs", "-o", "mode=1777", "tmpfs", "/dev/shm"],
-                sshfs_argv(self.server, self.shared, read_only=False)],
-                lay.log / f"host-{name}.log", self.lifetime)
-            self.nodes.append(host)
-            self._daemon(host, f"slurmd-{name}", ["slurmd", "-D", "-N", name, "-f",
-                                                  str(lay.conf)])
-        self._wait(self._all_idle, f"{len(self.disks)} idle nodes", "slurmctld")
+
+    def _start_node(self, k: int) -> None:
+        """Node ``k``'s host (its disk at ``local``, the file server at ``shared``), slurmd."""
+        name, topo = node_name(k), self.box.topo
+        host = start_host(topo.node(k), name, topo.node_ip(k), self.layout.hosts, [
+            ["mount", "--bind", str(self.disks[k]), str(self.local)],
+            # a /dev/shm of its own: MPI's shared-memory segments are named by host and local
+            # rank, not by job, so a crashed step's could meet the next one's
+            ["mount", "-t", "tmpfs", "-o", "mode=1777", "tmpfs", "/dev/shm"],
+            sshfs_argv(self.server, self.shared, read_only=False)],
+            self.layout.log / f"host-{name}.log", self.lifetime)
+        self.nodes.append(host)
+        self._daemon(host, f"slurmd-{name}", ["slurmd", "-D", "-N", name, "-f",
+                                              str(self.layout.conf)])
 
     def _daemon(self, host: Host, name: str, argv: list[str]) -> None:
         with open(self.layout.log / f"{name}.out", "wb") as out:
@@ -279,13 +288,14 @@ class Slurm:
         cancelled and reported."""
         t0 = time.monotonic()
         job_id = self._submit(script, options, env, output)
-        seen = 0
+        seen, asked = 0, 0.0
         info: dict[str, str] = {}
         while time.monotonic() - t0 < timeout:
-            seen = _feed(output, seen, on_line)
-            info = self.job_info(job_id)
-            if info.get("JobState") in DONE_STATES:
-                break
+            seen = _feed(output, seen, on_line)  # the output every 0.2 s, Slurm every 1 s
+            if time.monotonic() - asked >= 1.0:
+                info, asked = self.job_info(job_id), time.monotonic()
+                if info.get("JobState") in DONE_STATES:
+                    break
             time.sleep(0.2)
         else:
             self.run(["scancel", str(job_id)], check=False)

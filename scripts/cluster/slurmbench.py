@@ -94,10 +94,19 @@ def per_task(log: Path, step: str, tasks: int) -> list[dict[str, Any]]:
     return [last_json((log / f"{step}-{t}.json").read_text()) for t in range(tasks)]
 
 
-def check(job: Job) -> None:
-    if job.state != "COMPLETED":
-        raise ClusterError(f"job {job.job_id} ended {job.state} (exit {job.exit_code}); its "
-                           f"output ends: {job.output[-1500:]}")
+def check(job: Job, log: Path) -> None:
+    """A ClusterError unless ``job`` completed, with its output's end and, for the step it
+    was in, the last lines each task wrote."""
+    if job.state == "COMPLETED":
+        return
+    steps = [line.split()[1] for line in job.output.splitlines()
+             if line.startswith("step ") and len(line.split()) == 3]
+    tails = []
+    for f in sorted(log.glob(f"{steps[-1]}-*")) if steps else []:
+        lines = [x for x in f.read_text(errors="replace").splitlines() if x.strip()]
+        tails.append(f"--- {f.name}: " + " | ".join(lines[-4:]))
+    raise ClusterError(f"job {job.job_id} ended {job.state} (exit {job.exit_code}); its "
+                       f"output ends: {job.output[-1500:]}\n" + "\n".join(tails))
 
 
 @dataclass
@@ -144,13 +153,13 @@ def run_jobs(args: argparse.Namespace, run: Run) -> None:
                            "SHARDS": str(args.shards), "STEPS": str(args.train_steps)})
             run.job = slurm.sbatch(JOB, opts, env, run.log / "job.out", 3 * args.timeout,
                                    run.marks.see)
-            check(run.job)
+            check(run.job, run.log)
             if args.mpirun_steps > 0:
                 run.mpirun_marks = Marks(box)
                 env = job_env({**common, "STEPS": str(args.mpirun_steps)})
                 run.mpirun = slurm.sbatch(MPIRUN_JOB, opts, env, run.log / "mpirun.out",
                                           2 * args.timeout, run.mpirun_marks.see)
-                check(run.mpirun)
+                check(run.mpirun, run.log)
 
 
 def measure_slurm(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
@@ -188,8 +197,9 @@ def results(run: Run, ranks: int, args: argparse.Namespace) -> dict[str, Any]:
                 "index_bytes": m.index.bytes if m.index is not None else 0,
                 "manifest_bytes": (run.export / "imagenet" / "train.json").stat().st_size,
                 "raw_bytes": run.raw.stat().st_size},
-        "convert": {**run.marks.between("convert", "stage"),
-                    "report": per_task(run.log, "convert", ranks)[0]},
+        "convert": {**run.marks.between("convert", "stage"), **{
+            k: v for k, v in per_task(run.log, "convert", ranks)[0].items()
+            if k in ("mode", "world_size", "tasks", "samples", "images_per_s")}},
         "stage": {**st, "server_bytes": st["server_read"],
                   "server_bytes_over_set": round(st["server_read"] / m.total_bytes, 4),
                   "copiers_read_over_set": round(read / m.total_bytes, 4),
