@@ -31,9 +31,7 @@ from imgprep.errors import ImgprepError, StageError
 from imgprep.ilsvrc.fakeset import make_sample
 from imgprep.shards.manifest import read_manifest
 from reliability import Trial
-
-sys.path.insert(0, str(REPO / "tests"))  # the helpers tests and this harness share
-from helpers import clean_env, one_line_problem, tmp_leftovers  # noqa: E402
+from reliability.checks import clean_env, one_line_problem, tmp_leftovers
 
 TIMEOUT = 240.0
 WAIT_S = 10  # stage-to-node --timeout: how long a waiter waits for a copier that never began

@@ -14,8 +14,8 @@ Three functions, each given a scratch folder and sizes, each returning ``(figure
 
 The data are synthetic (small JPEGs in the real nested-tar layout) and made in the scratch
 folder; nothing is read from ``../shared``. Every command runs as a subprocess with the
-launcher variables of the calling environment removed (``clean_env`` of the tests' helpers), so
-a run inside a job is not mistaken for a rank of it.
+launcher variables of the calling environment removed (``reliability.checks.clean_env``, which
+the tests use too), so a run inside a job is not mistaken for a rank of it.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ from imgprep.shards.manifest import manifest_path, read_manifest
 from imgprep.shards.verify import verify
 from imgprep.shards.writers import BLOCK, RECORD, header_bytes
 from reliability import Figure, Trial
-from reliability.faults import clean_env, tmp_leftovers  # shared with the tests
+from reliability.checks import clean_env, tmp_leftovers
 
 GROUP = "scale"
 MB = 1e6
@@ -499,8 +499,8 @@ def stage_scale(work: Path, nodes: int = 8, local_ranks: int = 4, shards: int = 
 
 # ---------------------------------------------------------------------------- loaders
 
-RANK_MAIN = ("import json, sys; sys.path.insert(0, sys.argv[1]); "
-             "from reliability.scale import loader_rank; loader_rank(**json.loads(sys.argv[2]))")
+RANK_MAIN = ("import json, sys; "
+             "from reliability.scale import loader_rank; loader_rank(**json.loads(sys.argv[1]))")
 
 
 def _memory(pid: int) -> dict[str, int]:
@@ -659,8 +659,9 @@ def loader_scale(work: Path, ranks: int = 4, workers: int = 2, shards: int = 200
     folder = make_shards(work / "loader-src", shards, per_shard, size)
     args = {"folder": str(folder), "ranks": ranks, "workers": workers, "epochs": epochs,
             "batch_size": batch_size, "size": size}
-    procs = [start([sys.executable, "-c", RANK_MAIN, str(SCRIPTS),
-                    json.dumps({**args, "rank": r})], clean_env())
+    path = os.pathsep.join(p for p in (str(SCRIPTS), os.environ.get("PYTHONPATH", "")) if p)
+    procs = [start([sys.executable, "-c", RANK_MAIN, json.dumps({**args, "rank": r})],
+                   clean_env(PYTHONPATH=path))  # the rank imports reliability.scale
              for r in range(ranks)]
     results = finish(procs, 900)
     reports = [line for _, lines, _ in results for line in lines]
