@@ -17,19 +17,17 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import bench_cluster
 import pytest
-from conftest import REPO, photo
+from cluster.box import clean_leftovers
+from cluster.measure import peer_rate
+from cluster.netns import namespaces
+from cluster.packages import missing
+from cluster.slurm import Layout, slurm_conf
+from cluster.slurmbench import job_env
+from cluster.sshfs import mount_root, sshfs_mounts
 
-sys.path.insert(0, str(REPO / "scripts"))
-
-import bench_cluster  # noqa: E402
-from cluster.box import clean_leftovers  # noqa: E402
-from cluster.measure import peer_rate  # noqa: E402
-from cluster.netns import namespaces  # noqa: E402
-from cluster.packages import missing  # noqa: E402
-from cluster.slurm import Layout, slurm_conf  # noqa: E402
-from cluster.slurmbench import job_env  # noqa: E402
-from cluster.sshfs import mount_root, sshfs_mounts  # noqa: E402
+from tests.support import REPO, photo
 
 PREFIX = "ipct-"  # not the benchmark's own prefix, so a run of it is never touched
 WNIDS = ("n01440764", "n01443537", "n01484850")

@@ -12,15 +12,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import REPO, mpirun_cmd
-from helpers import free_port
+import train_imagenet
+from trainkit.precision import choose, cpu_flags, detect, native_cpu_bf16
+from trainkit.timing import DataWaitHint
 
 from imgprep.convert.run import ConvertOptions, convert
-
-sys.path.insert(0, str(REPO / "scripts"))
-import train_imagenet  # noqa: E402
-from trainkit.precision import choose, cpu_flags, detect, native_cpu_bf16  # noqa: E402
-from trainkit.timing import DataWaitHint  # noqa: E402
+from tests.support import REPO, free_port, mpirun_cmd
 
 TRAIN = REPO / "scripts" / "train_imagenet.py"
 FLAGS = ["--arch", "tiny", "--batch-size", "8", "--workers", "1", "--image-size", "64",

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import encode, jpeg, photo
 from PIL import Image, JpegImagePlugin
 
 from imgprep.convert.image import (
@@ -21,6 +20,7 @@ from imgprep.convert.image import (
     convert_image,
 )
 from imgprep.errors import ImageError
+from tests.support import encode, jpeg, photo
 
 OPTS = TransformOptions()
 SHORT = TransformOptions(resize="short-side")

@@ -42,7 +42,6 @@ from typing import Any
 import numpy as np
 import pytest
 from click.testing import CliRunner, Result
-from conftest import encode, jpeg, photo, published_label, tar_bytes, write_tar
 from PIL import Image
 
 from imgprep.cli.commands import cli
@@ -53,6 +52,15 @@ from imgprep.job.world import World
 from imgprep.shards.writers import header_bytes
 from imgprep.stage import run as stage
 from loaders import LoaderError, ShardLoader, ValTransform, make_loader
+from tests.support import (
+    convert_sample,
+    encode,
+    jpeg,
+    photo,
+    published_label,
+    tar_bytes,
+    write_tar,
+)
 
 CLASSES = imagenet_classes()
 W0, W1, W2 = CLASSES.wnids[10], CLASSES.wnids[500], CLASSES.wnids[900]
@@ -655,14 +663,12 @@ def test_hostile_labels(box: Path, case: LabelCase) -> None:
 
 
 @pytest.fixture(scope="module")
-def converted(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def converted_nine(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The nine good images of three classes converted into 4 shards (read-only: tests damage
     copies)."""
     folder = tmp_path_factory.mktemp("converted")
-    src = _outer(folder)
-    r = run("convert", src, "-o", folder / "shards", "-j", 1, "-q", "--shards", 4)
-    assert r.exit_code == 0, r.output
-    return folder / "shards"
+    _outer(folder)
+    return convert_sample(folder / "src", folder / "shards", train_shards=4, workers=1)
 
 
 def copy_converted(converted: Path, dest: Path) -> Path:
@@ -752,8 +758,8 @@ MANIFESTS = {
 
 
 @pytest.mark.parametrize("case", [pytest.param(c, id=k) for k, c in MANIFESTS.items()])
-def test_hostile_manifest(box: Path, converted: Path, case: ManifestCase) -> None:
-    data = copy_converted(converted, box / "data")
+def test_hostile_manifest(box: Path, converted_nine: Path, case: ManifestCase) -> None:
+    data = copy_converted(converted_nine, box / "data")
     original = (data / "train.json").read_bytes()
     hit = case.damage(data)
     dst = box / "node"
@@ -788,7 +794,7 @@ def test_hostile_manifest(box: Path, converted: Path, case: ManifestCase) -> Non
     staged = sorted(p.name for p in dst.glob("*.tar"))
     assert staged == [s["name"] for s in manifest_of(data)["shards"][:1]]  # --jobs 1: in order
     for name in staged:
-        assert (dst / name).read_bytes() == (converted / name).read_bytes()
+        assert (dst / name).read_bytes() == (converted_nine / name).read_bytes()
     assert not list(dst.rglob(".tmp-*"))
     assert outside(before, snapshot(box), "node") == []
 
@@ -1010,9 +1016,9 @@ STAGING = {
 
 
 @pytest.mark.parametrize("case", [pytest.param(c, id=k) for k, c in STAGING.items()])
-def test_hostile_staging(box: Path, converted: Path, case: StageCase,
+def test_hostile_staging(box: Path, converted_nine: Path, case: StageCase,
                          monkeypatch: pytest.MonkeyPatch) -> None:
-    server = copy_converted(converted, box / "server")
+    server = copy_converted(converted_nine, box / "server")
     (box / "secret.jpg").write_bytes(b"not to be overwritten\n")
     dst = case.arrange(box, monkeypatch)
     before = snapshot(box)

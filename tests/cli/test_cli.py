@@ -28,22 +28,23 @@ from typing import Any
 import numpy as np
 import pytest
 from click.testing import CliRunner, Result
-from conftest import (
-    encode,
-    jpeg,
-    nested_images,
-    photo,
-    published_label,
-    published_val_txt,
-    tar_bytes,
-    write_tar,
-)
-from helpers import one_line_error, tmp_leftovers
 from PIL import Image
 
 from imgprep import __version__
 from imgprep.cli.commands import cli
 from imgprep.ilsvrc.synsets import imagenet_classes
+from tests.support import (
+    encode,
+    jpeg,
+    nested_images,
+    one_line_error,
+    photo,
+    published_label,
+    published_val_txt,
+    tar_bytes,
+    tmp_leftovers,
+    write_tar,
+)
 
 CLASSES = imagenet_classes()
 TIMEOUT = 120
@@ -645,16 +646,6 @@ def test_hostile_members_are_refused_and_nothing_escapes(tmp_path: Path, nested:
 
 
 # ---------------------------------------------------------------------------- verify
-
-
-@pytest.fixture(scope="module")
-def converted(sample: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """The sample's train split as shards (3) and as a label list, converted once."""
-    outs = {"shards": tmp_path_factory.mktemp("cli_shards"),
-            "list": tmp_path_factory.mktemp("cli_list")}
-    convert_ok(sample / "ILSVRC2012_img_train.tar", outs["shards"], "--shards", "3")
-    convert_ok(sample / "ILSVRC2012_img_train.tar", outs["list"], "--format", "list")
-    return outs
 
 
 @pytest.fixture()

@@ -11,7 +11,6 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from conftest import mpirun_cmd
 
 from imgprep.convert.run import ConvertOptions, assigned_tasks, convert, make_plan
 from imgprep.errors import WaitTimeout
@@ -19,6 +18,7 @@ from imgprep.job.assign import node_shards
 from imgprep.job.world import World
 from imgprep.shards.manifest import read_manifest
 from imgprep.shards.verify import verify
+from tests.support import mpirun_cmd
 
 SHARDS = 7
 

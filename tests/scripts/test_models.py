@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import cast
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-
-import pytest  # noqa: E402
-import torch  # noqa: E402
-from torch import nn  # noqa: E402
-from trainkit.models import (  # noqa: E402
+import pytest
+import torch
+from torch import nn
+from trainkit.models import (
     MODEL_NAMES,
     BasicBlock,
     Bottleneck,

@@ -19,8 +19,6 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
-from conftest import REPO, jpeg, published_label, published_val_txt
-from helpers import one_line_error
 
 from imgprep.cli.commands import cli
 from imgprep.convert.run import ConvertOptions, convert, make_plan
@@ -31,6 +29,7 @@ from imgprep.ilsvrc.synsets import imagenet_classes, parse_class_table
 from imgprep.job.world import World
 from imgprep.shards.manifest import NodeSection, read_manifest
 from imgprep.stage.run import StageOptions, stage_to_node
+from tests.support import REPO, jpeg, one_line_error, published_label, published_val_txt
 
 WNIDS = ("n01440764", "n01443537", "n01484850")
 CLASSES = imagenet_classes()

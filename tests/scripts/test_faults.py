@@ -5,18 +5,10 @@ the same functions with 20 trials each. IMGPREP_FAULT_TRIALS raises the count he
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO
-
-sys.path.insert(0, str(REPO / "scripts"))
-
-from reliability import (
-    Trial,  # noqa: E402
-    faults,  # noqa: E402
-)
+from reliability import Trial, faults
 
 TRIALS = int(os.environ.get("IMGPREP_FAULT_TRIALS", "1"))
 SEED = 2026

@@ -24,7 +24,6 @@ import numpy as np
 import pytest
 import webdataset as wds
 from click.testing import CliRunner, Result
-from conftest import encode, jpeg, nested_images, photo, tar_bytes, write_tar
 from PIL import Image
 
 import imgprep
@@ -32,6 +31,7 @@ import imgprep.convert.run as convert_module
 from imgprep.cli.commands import cli
 from imgprep.convert.pool import PART_SHARE, part_cuts
 from imgprep.ilsvrc.synsets import imagenet_classes, imagenet_val_labels
+from tests.support import encode, jpeg, nested_images, photo, tar_bytes, write_tar
 
 CLASSES = imagenet_classes()
 

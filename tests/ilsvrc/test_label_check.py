@@ -19,13 +19,12 @@ from typing import Any
 import numpy as np
 import pytest
 from click.testing import CliRunner, Result
-from conftest import jpeg, write_tar
-from helpers import one_line_error
 
 from imgprep.cli.commands import cli
 from imgprep.ilsvrc.synsets import imagenet_classes, imagenet_val_labels
 from imgprep.shards.manifest import read_manifest
 from loaders.labellist import read_label_list
+from tests.support import jpeg, one_line_error, write_tar
 
 CLASSES = imagenet_classes()
 PUBLISHED = imagenet_val_labels()

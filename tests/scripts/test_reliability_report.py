@@ -3,16 +3,11 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO
-
-sys.path.insert(0, str(REPO / "scripts"))
-
-import reliability_report  # noqa: E402
-from reliability import Trial  # noqa: E402
+import reliability_report
+from reliability import Trial
 
 
 def last_json(out: str) -> dict:

@@ -16,7 +16,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from conftest import jpeg
 
 from imgprep.cli.commands import cli
 from imgprep.errors import ManifestError, ShardError
@@ -28,6 +27,7 @@ from imgprep.shards.writers import ShardWriter
 from loaders.common import LoaderError
 from loaders.shards import ShardLoader
 from loaders.transforms import ValTransform
+from tests.support import jpeg
 
 SIZES = (5, 3, 4)
 

@@ -22,10 +22,8 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from helpers import free_port
 
 from imgprep.cli.commands import cli
-from imgprep.convert.run import ConvertOptions, convert
 from imgprep.job.assign import node_shards
 from imgprep.job.world import World
 from imgprep.shards.manifest import Manifest, read_manifest
@@ -33,6 +31,7 @@ from imgprep.shards.verify import verify
 from imgprep.stage.remote import UrlSource, check_url
 from loaders.shards import ShardLoader
 from loaders.transforms import ValTransform
+from tests.support import free_port
 
 TIMEOUT = 120  # a fan-out run: two processes on shared cores, each importing torch
 LAUNCHER_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
@@ -43,19 +42,6 @@ NO_PROXY = {"NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"
 
 
 # ---------------------------------------------------------------------------- fixtures, helpers
-
-
-
-@pytest.fixture(scope="module")
-def src(sample: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A converted folder: train (8 shards) and val (2 shards). Read-only: tests that damage
-    it serve a copy."""
-    out = tmp_path_factory.mktemp("converted")
-    convert(ConvertOptions(input=sample / "ILSVRC2012_img_train.tar", out=out, num_shards=8,
-                           workers=2))
-    convert(ConvertOptions(input=sample / "ILSVRC2012_img_val.tar", out=out, num_shards=2,
-                           workers=2, labels=(sample / "LOC_val_solution.csv",)))
-    return out
 
 
 @pytest.fixture(autouse=True)

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import jpeg, tar_bytes, write_tar
 
 from imgprep.errors import InputMissingError, SourceFormatError
 from imgprep.ilsvrc import tarscan
 from imgprep.ilsvrc.sources import Listing, SourceReader, list_source, sanitize_key
+from tests.support import jpeg, tar_bytes, write_tar
 
 WNIDS = ("n01440764", "n01443537", "n15075141")
 

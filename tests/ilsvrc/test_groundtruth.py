@@ -12,7 +12,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import jpeg, tar_bytes, write_tar
 
 from imgprep.errors import LabelError, SourceFormatError
 from imgprep.ilsvrc import synsets
@@ -33,6 +32,7 @@ from imgprep.ilsvrc.synsets import (
     parse_class_table,
     val_number,
 )
+from tests.support import jpeg, tar_bytes, write_tar
 
 CLASSES = imagenet_classes()
 GT = "ILSVRC2012_validation_ground_truth.txt"

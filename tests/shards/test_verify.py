@@ -28,19 +28,7 @@ from imgprep.shards.manifest import read_manifest, write_manifest
 from imgprep.shards.verify import VerifyError, verify
 from imgprep.shards.writers import ShardWriter
 from loaders import LoaderError, ShardLoader
-from tests.conftest import jpeg
-from tests.helpers import clean_env, one_line_error
-
-
-@pytest.fixture(scope="module")
-def converted(sample: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    out = tmp_path_factory.mktemp("verify")
-    shards, lst = out / "shards", out / "list"
-    convert(ConvertOptions(input=sample / "ILSVRC2012_img_train.tar", out=shards, num_shards=3,
-                           workers=1))
-    convert(ConvertOptions(input=sample / "ILSVRC2012_img_train.tar", out=lst, format="list",
-                           workers=1))
-    return {"shards": shards, "list": lst}
+from tests.support import clean_env, jpeg, one_line_error
 
 
 def _damaged_shards(src: Path, dst: Path) -> Path:

@@ -25,10 +25,8 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from helpers import clean_env, feed_pipe, is_launcher_var, one_line, tmp_leftovers, torchrun_env
 
 from imgprep.cli.commands import cli
-from imgprep.convert.run import ConvertOptions, convert
 from imgprep.errors import StageError, WaitTimeout
 from imgprep.job.assign import node_shards
 from imgprep.job.world import World
@@ -38,23 +36,19 @@ from imgprep.shards.verify import verify
 from imgprep.stage import copier, nodelock
 from imgprep.stage import run as stage
 from imgprep.stage.run import StageOptions, is_staged, plan_node, stage_to_node
+from tests.support import (
+    clean_env,
+    feed_pipe,
+    is_launcher_var,
+    one_line,
+    tmp_leftovers,
+    torchrun_env,
+)
 
 TIMEOUT = 60
 
 
 # ---------------------------------------------------------------------------- fixtures, helpers
-
-
-@pytest.fixture(scope="module")
-def src(sample: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A converted folder with two splits: train (12 shards) and val (4 shards). Read-only:
-    tests that damage it work on ``copy_src``."""
-    out = tmp_path_factory.mktemp("converted")
-    convert(ConvertOptions(input=sample / "ILSVRC2012_img_train.tar", out=out, num_shards=12,
-                           workers=2))
-    convert(ConvertOptions(input=sample / "ILSVRC2012_img_val.tar", out=out, num_shards=4,
-                           workers=2, labels=(sample / "LOC_val_solution.csv",)))
-    return out
 
 
 @pytest.fixture(autouse=True)

@@ -40,8 +40,6 @@ import numpy as np
 import pytest
 import torch
 import webdataset as wds
-from conftest import jpeg
-from helpers import free_port
 from PIL import Image
 
 from imgprep.convert.run import ConvertOptions, convert
@@ -57,6 +55,7 @@ from loaders.epochs import pools
 from loaders.labellist import LabelListLoader
 from loaders.shards import PAD_LABEL, LoaderError, ShardLoader, iter_members, iter_samples
 from loaders.transforms import TrainTransform, ValTransform, into_chw
+from tests.support import free_port, jpeg
 
 SIZES = (3, 7, 12, 5, 9, 4, 11, 6)  # samples per shard: deliberately unequal
 TOTAL = sum(SIZES)  # 57 samples; sample id == label == index into the class table

@@ -16,47 +16,24 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import REPO, mpirun_cmd
-from helpers import clean_env, feed_pipe, free_port
+from benchlib import RCHAR_CLI
 
-from imgprep.convert.run import ConvertOptions, convert
 from imgprep.job.assign import node_shards
 from imgprep.job.rendezvous import Rendezvous, RendezvousError, copier_rendezvous
 from imgprep.job.world import World
-from imgprep.shards.manifest import IndexEntry, index_name, read_manifest, write_manifest
+from imgprep.shards.manifest import read_manifest
 from imgprep.shards.verify import verify
 from imgprep.stage.copier import StallClock
 from imgprep.stage.peers import HEARTBEAT
 from imgprep.stage.schedule import chunks, plan_transfers, walk
-
-sys.path.insert(0, str(REPO / "scripts"))  # the rchar wrapper the staging benchmark uses
-from benchlib import RCHAR_CLI  # noqa: E402
+from tests.support import clean_env, feed_pipe, free_port, mpirun_cmd
 
 TIMEOUT = 120  # for a whole run of 4 processes on 2 shared cores (each imports torch)
 NODES = 4
-
-
-
-@pytest.fixture(scope="module")
-def src(sample: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A converted folder: train (12 shards, with a sample index) and val (4 shards)."""
-    out = tmp_path_factory.mktemp("converted")
-    convert(ConvertOptions(input=sample / "ILSVRC2012_img_train.tar", out=out, num_shards=12,
-                           workers=2))
-    convert(ConvertOptions(input=sample / "ILSVRC2012_img_val.tar", out=out, num_shards=4,
-                           workers=2, labels=(sample / "LOC_val_solution.csv",)))
-    m = read_manifest(out, "train")
-    if m.index is None:  # the sidecar, made up here if convert does not write one
-        data = os.urandom(800)  # a real index is ~16 bytes a sample
-        (out / index_name("train")).write_bytes(data)
-        write_manifest(out, replace(m, index=IndexEntry(index_name("train"), len(data),
-                                                        hashlib.sha256(data).hexdigest())))
-    return out
 
 
 def env(**extra: object) -> dict[str, str]:

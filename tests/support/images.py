@@ -1,0 +1,80 @@
+"""Images, tars and ground truth made on the fly: synthetic photos, plain and nested tars, the
+published validation labels."""
+
+from __future__ import annotations
+
+import io
+import tarfile
+from collections.abc import Iterable
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+from imgprep.ilsvrc.fakeset import synthetic_photo
+from imgprep.ilsvrc.synsets import imagenet_val_labels
+
+
+def published_label(n: int) -> int:
+    """The published class index of ``ILSVRC2012_val_%08d`` n."""
+    return int(imagenet_val_labels()[n - 1])
+
+
+def published_val_txt(numbers: Iterable[int], offset: int = 0, sep: str = " ") -> str:
+    """Caffe ``val.txt`` lines for ``ILSVRC2012_val_%08d.JPEG`` of ``numbers``, each with its
+    published label plus ``offset``."""
+    return "".join(f"ILSVRC2012_val_{n:08d}.JPEG{sep}{published_label(n) + offset}\n"
+                   for n in numbers)
+
+
+def photo(size: tuple[int, int] = (160, 120), seed: int = 0) -> Image.Image:
+    return synthetic_photo(np.random.default_rng(seed), size)
+
+
+def encode(img: Image.Image, fmt: str = "JPEG", **kw: object) -> bytes:
+    buf = io.BytesIO()
+    img.save(buf, fmt, **kw)
+    return buf.getvalue()
+
+
+def jpeg(size: tuple[int, int] = (160, 120), seed: int = 0, mode: str = "RGB") -> bytes:
+    """A small synthetic JPEG in ``mode`` (RGB, L or CMYK)."""
+    return encode(photo(size, seed).convert(mode), "JPEG", quality=90)
+
+
+def write_tar(path: Path, members: Iterable[tuple[str, bytes] | tarfile.TarInfo]) -> Path:
+    """A plain tar of (name, bytes) members; a TarInfo is added as is (links, devices …)."""
+    with tarfile.open(path, "w", format=tarfile.PAX_FORMAT) as tf:
+        for m in members:
+            if isinstance(m, tarfile.TarInfo):
+                tf.addfile(m)
+            else:
+                name, data = m
+                ti = tarfile.TarInfo(name)
+                ti.size = len(data)
+                tf.addfile(ti, io.BytesIO(data))
+    return path
+
+
+def tar_bytes(members: Iterable[tuple[str, bytes]]) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tf:
+        for name, data in members:
+            ti = tarfile.TarInfo(name)
+            ti.size = len(data)
+            tf.addfile(ti, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def nested_images(tar_path: Path) -> Iterable[tuple[str, bytes]]:
+    """(stem, bytes) of every image in an outer tar of inner per-class tars, read with the
+    standard tarfile module (independently of imgprep's own listing)."""
+    with tarfile.open(tar_path) as outer:
+        for m in outer:
+            f = outer.extractfile(m)
+            assert f is not None
+            with tarfile.open(fileobj=io.BytesIO(f.read())) as inner:
+                for im in inner:
+                    g = inner.extractfile(im)
+                    assert g is not None
+                    yield Path(im.name).stem, g.read()
