@@ -298,7 +298,8 @@ def _finalise(plan: Plan, results: list[TaskResult], extra_errors: list[dict[str
             write_bytes_atomic(out / "mean.npy", _npy_bytes(mean_img))
     shards = [ShardEntry(r.name, r.samples, r.bytes, r.sha256) for r in results] \
         if opts.format == "shards" else []
-    index = index_shards(out, split, shards, plan.state_dir) if opts.format == "shards" else None
+    index = index_shards(out, split, shards, plan.state_dir, dali=True) \
+        if opts.format == "shards" else None
     lst = plan.listing
     fsync_dir(out)  # every shard's rename is on disk before the manifest names it
     manifest = Manifest(

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from imgprep.errors import ManifestError
 from imgprep.fsutil import TMP_PREFIX
+from imgprep.shards.dali import IDX_NAME_RE
 from imgprep.shards.manifest import (
     SHARD_NAME_RE,
     SPLITS,
@@ -37,8 +38,8 @@ def split_owns(split: str, name: str, fmt: str | None = None) -> bool:
     lists = {f"{split}-errors.jsonl", f"{split}.json", f"{split}.txt"}
     if split == "train":
         lists.add("mean.npy")
-    if fmt != "list" and (name in shards or (SHARD_NAME_RE.match(name) is not None
-                                             and name.startswith(f"{split}-"))):
+    numbered = SHARD_NAME_RE.match(name) or IDX_NAME_RE.match(name)  # a shard or its DALI index
+    if fmt != "list" and (name in shards or (numbered and name.startswith(f"{split}-"))):
         return True
     return fmt != "shards" and name in lists
 

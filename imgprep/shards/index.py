@@ -58,13 +58,15 @@ def fix_hint(folder: Path) -> str:
 @dataclass(frozen=True)
 class Layout:
     """One shard's members: per sample its member count; per member data offset, size, and
-    extension (an index into ``exts``)."""
+    extension (an index into ``exts``); per sample its key where it is known (the shard
+    writer and the tar headers know it, the sample index does not keep it)."""
 
     exts: tuple[str, ...]
     counts: np.ndarray  # u8[samples]
     offset: np.ndarray  # u64[members]
     size: np.ndarray  # u32[members]
     ext: np.ndarray  # u8[members]
+    keys: tuple[str, ...] | None = None  # [samples]
 
     @property
     def samples(self) -> int:
@@ -80,6 +82,7 @@ class LayoutBuilder:
         self._offset: list[int] = []
         self._size: list[int] = []
         self._ext: list[int] = []
+        self._keys: list[str] = []
         self._key: str | None = None
 
     def add(self, name: str, offset: int, size: int) -> None:
@@ -92,6 +95,7 @@ class LayoutBuilder:
         counts = self._counts
         if key != self._key or not counts:
             counts.append(0)
+            self._keys.append(key)
             self._key = key
         e = self._exts.get(ext)
         if e is None:
@@ -108,7 +112,7 @@ class LayoutBuilder:
     def layout(self) -> Layout:
         return Layout(tuple(self._exts), np.asarray(self._counts, np.uint8),
                       np.asarray(self._offset, np.uint64), np.asarray(self._size, np.uint32),
-                      np.asarray(self._ext, np.uint8))
+                      np.asarray(self._ext, np.uint8), tuple(self._keys))
 
 
 def scan_layout(path: Path) -> Layout:
@@ -164,6 +168,7 @@ def save_layout(path: Path, layout: Layout, shard: ShardEntry) -> None:
     buf = io.BytesIO()
     np.savez(buf, counts=layout.counts, offset=layout.offset, size=layout.size,
              ext=layout.ext, exts=np.asarray(layout.exts, dtype=str),
+             keys=np.asarray(layout.keys or (), dtype=str),
              shard=np.asarray([shard.name, str(shard.bytes), shard.sha256], dtype=str))
     write_bytes_atomic(path, buf.getvalue(), durable=False)
 
@@ -174,8 +179,9 @@ def load_layout(path: Path, shard: ShardEntry) -> Layout | None:
         with np.load(path, allow_pickle=False) as z:
             if z["shard"].tolist() != [shard.name, str(shard.bytes), shard.sha256]:
                 return None
+            keys = tuple(z["keys"].tolist()) if "keys" in z.files else ()
             return Layout(tuple(z["exts"].tolist()), z["counts"], z["offset"], z["size"],
-                          z["ext"])
+                          z["ext"], keys if len(keys) == len(z["counts"]) else None)
     except (OSError, ValueError, KeyError):
         return None
 
@@ -216,14 +222,25 @@ def write_index(folder: Path, split: str, shards: Sequence[ShardEntry],
 
 
 def index_shards(folder: Path, split: str, shards: Sequence[ShardEntry],
-                 saved: Path | None = None) -> IndexEntry:
+                 saved: Path | None = None, dali: bool = False) -> IndexEntry:
     """Index ``shards`` of ``folder``: from layouts saved under ``saved`` (by convert) where
-    they match the shard, else by scanning the shard's tar headers."""
+    they match the shard, else by scanning the shard's tar headers. With ``dali``, each
+    shard's DALI index is written beside it from the same layout (``imgprep.shards.dali``)."""
+    from imgprep.shards.dali import VERSION, drop_stale, write_idx  # it builds on this module
+
     def layout(s: ShardEntry) -> Layout:
         got = load_layout(layout_path(saved, s.name), s) if saved is not None else None
-        return got if got is not None else scan_layout(folder / s.name)
+        if got is None or (dali and got.keys is None):
+            got = scan_layout(folder / s.name)
+        if dali:
+            write_idx(folder, s.name, got)
+        return replace(got, keys=None)  # the sample index keeps no keys
 
-    return write_index(folder, split, shards, (layout(s) for s in shards))
+    entry = write_index(folder, split, shards, (layout(s) for s in shards))
+    if not dali:
+        return entry
+    drop_stale(folder, split, [s.name for s in shards])
+    return replace(entry, dali=VERSION)
 
 
 def layout_path(state: Path, shard_name: str) -> Path:
@@ -350,9 +367,12 @@ def _check(path: Path, folder: Path, m: Manifest, head: dict[str, Any], offset: 
 
 
 
-def index_folder(folder: Path, split: str | None = None) -> list[dict[str, Any]]:
+def index_folder(folder: Path, split: str | None = None,
+                 dali: bool = False) -> list[dict[str, Any]]:
     """``imgprep index``: (re)build the sample index of each shard split in ``folder`` (or of
-    ``split``) from tar headers, then rewrite its manifest atomically to name the index."""
+    ``split``) from tar headers, then rewrite its manifest atomically to name the index. The
+    DALI indexes beside the shards are rebuilt too where the manifest names them, and
+    written where it does not with ``dali``."""
     paths = [folder / f"{split}.json"] if split is not None else find_manifests(folder)
     if not paths:
         raise ManifestError(f"no manifest in {folder}: the conversion did not finish; rerun "
@@ -362,10 +382,12 @@ def index_folder(folder: Path, split: str | None = None) -> list[dict[str, Any]]
         m = read_manifest(p)
         if m.format != "shards":
             continue
-        entry = index_shards(folder, m.split, m.shards)
+        with_dali = dali or (m.index is not None and m.index.dali is not None)
+        entry = index_shards(folder, m.split, m.shards, dali=with_dali)
         write_manifest(folder, replace(m, index=entry))
         done.append({"split": m.split, "index": entry.name, "bytes": entry.bytes,
-                     "shards": len(m.shards), "samples": m.total_samples})
+                     "shards": len(m.shards), "samples": m.total_samples,
+                     "dali": entry.dali})
     if not done:
         raise ManifestError(f"{folder} holds no shards to index (label lists need none)")
     return done

@@ -37,11 +37,14 @@ class ShardEntry:
 @dataclass(frozen=True)
 class IndexEntry:
     """A split's sample index: a sidecar file beside the manifest (``index_name(split)``) that
-    gives every sample's byte offset and size in its shard; copied with the shards."""
+    gives every sample's byte offset and size in its shard; copied with the shards. ``dali``:
+    the version of the DALI index (``imgprep.shards.dali``) made from it beside each shard,
+    None when there is none."""
 
     name: str
     bytes: int
     sha256: str
+    dali: str | None = None
 
 
 @dataclass(frozen=True)
@@ -142,7 +145,7 @@ class Manifest:
         if self.index is None:
             del d["index"]
         else:
-            d["index"] = asdict(self.index)
+            d["index"] = {k: v for k, v in asdict(self.index).items() if v is not None}
         return d
 
 
@@ -198,7 +201,8 @@ def parse_manifest(d: Any, where: str) -> Manifest:
         w = f"{where}: index"
         ix = _need(d, "index", dict, where)
         index = IndexEntry(_need(ix, "name", str, w), _need(ix, "bytes", int, w),
-                           _need(ix, "sha256", str, w))
+                           _need(ix, "sha256", str, w),
+                           _need(ix, "dali", str, w) if ix.get("dali") is not None else None)
         if not INDEX_NAME_RE.match(index.name) or index.bytes < 0 or not HEX64.match(index.sha256):
             raise ManifestError(f"{w}: malformed name, size or sha256")
     classes = _need(d, "classes", list, where)
