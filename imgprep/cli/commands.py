@@ -397,24 +397,29 @@ def make_sample_cmd(out: Path, classes: int, per_class: int, val: int, seed: int
 @cli.command("index")
 @click.argument("folder", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @split_option
+@click.option("--dali", is_flag=True,
+              help="Also write each shard's DALI index (<shard>.idx, for DALI's "
+                   "readers.webdataset) where the conversion has none.")
 @quiet_option
 @json_option
-def index_cmd(folder: Path, split: str | None, quiet: bool, as_json: bool) -> None:
+def index_cmd(folder: Path, split: str | None, dali: bool, quiet: bool, as_json: bool) -> None:
     """Build the sample index of a converted (or staged) shard folder from tar headers.
 
     Rewrites each shard manifest atomically to name its index (<split>-index.bin); the
-    loaders need it. convert writes it already: this is for older conversions or after
-    the index was lost or damaged.
+    loaders need it. The DALI indexes beside the shards (<split>-NNNNNN.idx) are rebuilt
+    with it when the manifest names them, and written with --dali. convert writes both
+    already: this is for older conversions or after an index was lost or damaged.
     """
     from imgprep.shards.index import index_folder
 
     try:
-        done = index_folder(folder, split)
+        done = index_folder(folder, split, dali)
     except ImgprepError as e:
         fail(e)
     emit({"folder": str(folder), "splits": done}, as_json, quiet, lambda: "\n".join(
         f"{folder}/{d['index']}: {d['samples']} samples in {d['shards']} shards, "
-        f"{d['bytes']} bytes" for d in done))
+        f"{d['bytes']} bytes" + (f"; a DALI index ({d['dali']}) beside each shard"
+                                 if d["dali"] else "") for d in done))
 
 
 def main() -> None:
