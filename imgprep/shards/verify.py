@@ -3,7 +3,8 @@
 Shards: size and sha256 against the manifest, sample count, every sample has ``.jpg`` and
 ``.cls``, labels in range, every JPEG decodes to RGB at the converted size, no key twice; the
 sample index the loaders read by is named by the manifest, matches it, and gives every
-member where the shard's tar headers put it.
+member where the shard's tar headers put it; where the manifest says so, each shard's DALI
+index (``imgprep.shards.dali``) is the one the sample index and the shard's keys give.
 Label lists: two tokens a line, path inside the root, label in range, file present and
 decodable.
 
@@ -36,6 +37,7 @@ from PIL import Image, UnidentifiedImageError
 from imgprep.errors import ImgprepError, ManifestError, ShardError, UnsafeArchiveError
 from imgprep.fsutil import sha256_file
 from imgprep.job.world import World
+from imgprep.shards.dali import has_dali, idx_problem
 from imgprep.shards.folder import Unfinished, folder_manifests
 from imgprep.shards.index import Layout, LayoutBuilder, fix_hint, read_index
 from imgprep.shards.manifest import (
@@ -122,6 +124,7 @@ class _ShardJob:
     n_classes: int
     decode: bool
     layout: Layout | None = None  # part 0: the shard's layout as the sample index gives it
+    dali: bool = False  # part 0: check the shard's DALI index
 
 
 @dataclass
@@ -168,7 +171,7 @@ def _check_shard(job: _ShardJob) -> _ShardResult:
             res.problems.append((-1, 0, why))
         return res
     seq = 0
-    built = LayoutBuilder() if job.part == 0 and job.layout is not None else None
+    built = LayoutBuilder() if job.part == 0 and (job.layout is not None or job.dali) else None
     try:
         for i, (key, fields) in enumerate(iter_samples(job.folder / job.entry.name,
                                                        built.add if built else None)):
@@ -188,6 +191,8 @@ def _check_shard(job: _ShardJob) -> _ShardResult:
         if built is not None and job.layout is not None and (why := _layout_problem(
                 job.entry.name, built.layout(), job.layout, job.folder)):
             res.problems.append((END, 2, why))
+        if built is not None and job.dali and (why := _dali_problem(job, built.layout())):
+            res.problems.append((END, 3, why))
     if job.part == 0 and res.count != job.entry.samples:
         res.problems.append((END, 1, f"{job.entry.name}: {res.count} samples, manifest says "
                                      f"{job.entry.samples}"))
@@ -216,6 +221,15 @@ def _layout_problem(name: str, got: Layout, want: Layout, folder: Path) -> str |
             f"read the wrong bytes; {fix_hint(folder)}")
 
 
+def _dali_problem(job: _ShardJob, tar: Layout) -> str | None:
+    """What is wrong with the shard's DALI index: it must be what the sample index gives,
+    with the keys of the tar (or the tar's own layout where the sample index is unusable)."""
+    want = tar
+    if job.layout is not None and job.layout.samples == tar.samples:
+        want = replace(job.layout, keys=tar.keys)
+    return idx_problem(job.folder, job.entry.name, want)
+
+
 def _index_layouts(folder: Path, m: Manifest) -> tuple[dict[str, Layout], str | None]:
     """Each shard's layout as the sample index gives it, or why the index cannot be used."""
     try:
@@ -235,7 +249,7 @@ def verify_shards(folder: Path, m: Manifest, decode: bool, tick: Tick,
     parts = max(1, -(-workers // max(len(m.shards), 1))) if decode else 1
     layouts, index_problem = _index_layouts(folder, m)
     jobs = [_ShardJob(folder, s, k, parts, size, resize, len(m.classes), decode,
-                      layouts.get(s.name) if k == 0 else None)
+                      layouts.get(s.name) if k == 0 else None, k == 0 and has_dali(m))
             for s in m.shards for k in range(parts)]
     seen: set[str] = set()
     shard_parts: list[_ShardResult] = []
