@@ -22,12 +22,10 @@ from pathlib import Path
 
 import numpy as np
 
+from imgprep.fsutil import write_bytes_atomic
+from imgprep.ilsvrc.synsets import VAL_IMAGES, VAL_LABELS_FILE, imagenet_classes
+
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from imgprep.fsutil import write_bytes_atomic  # noqa: E402
-from imgprep.ilsvrc.synsets import VAL_IMAGES, VAL_LABELS_FILE, imagenet_classes  # noqa: E402
-
 NAME = re.compile(r"^ILSVRC2012_val_(\d{8})(?:\.JPEG)?$")
 
 

@@ -21,15 +21,12 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from imgprep.job.assign import balanced_split  # noqa: E402
-from imgprep.job.world import World  # noqa: E402
-from loaders.epochs import PAD, plan_epoch  # noqa: E402
+from imgprep.job.assign import balanced_split
+from imgprep.job.world import World
+from loaders.epochs import PAD, plan_epoch
 
 BUFFER = 1000
 

@@ -35,9 +35,6 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
 from trainkit import distributed  # noqa: E402
 from trainkit.models import model_by_name, param_groups  # noqa: E402
 from trainkit.precision import MODES, Precision  # noqa: E402
