@@ -17,11 +17,13 @@
   World resumes from the positions (elastic; partition data only on its own node count).
 - An undecodable sample raises a ``LoaderError`` naming it, or with ``on_error="skip"`` its
   slot takes a good sample of the same batch (a batch of none: padding) and is counted.
+- Backends (``loaders.backends``) differ only in decoding: ``pillow`` is this module's
+  workers (``WorkerBatches``), ``dali`` is ``loaders.dali``; both make the plan's batches.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -31,12 +33,14 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from imgprep.errors import ImgprepError, WorldError
 from imgprep.job.world import World
+from loaders.backends import backend_class
 from loaders.common import PAD_LABEL, LoaderError
 from loaders.epochs import PAD, EpochPlan, as_samples, plan_epoch, pool_starts, pools
 from loaders.ring import Ring, is_dead
 from loaders.transforms import SampleError, Transform, apply
 
 Item = tuple[str, bytes, int]  # where it is (for messages), the encoded image, its label
+Batch = tuple[torch.Tensor, torch.Tensor]
 
 
 class Source(Protocol):
@@ -45,6 +49,38 @@ class Source(Protocol):
     fix: str  # what to do about an undecodable sample, for the error message
 
     def fetch(self, ids: np.ndarray) -> list[Item]: ...
+
+
+class Batches(Protocol):
+    """How a backend makes a rank's batches: ``run(plan, skip)`` yields the plan's batches
+    from ``skip`` on, in order (``loaders.backends`` names the backends)."""
+
+    @property
+    def skipped(self) -> int: ...  # samples replaced this pass (on_error="skip")
+
+    @property
+    def pids(self) -> tuple[int, ...]: ...  # decoding processes (0: not started)
+
+    def run(self, plan: EpochPlan, skip: int) -> Iterator[Batch]: ...
+
+    def dead(self, plan: EpochPlan, describe: Callable[[EpochPlan, int], str]) -> str: ...
+
+
+def stand_ins(count: int, bad: list[int]) -> dict[int, int]:
+    """on_error="skip": the good sample of the same batch (of ``count``) that takes each bad
+    slot, in turn; -1 where the batch has none (the slot becomes padding)."""
+    good = sorted(set(range(count)) - set(bad))
+    return {b: good[n % len(good)] if good else -1 for n, b in enumerate(bad)}
+
+
+@dataclass(frozen=True)
+class Options:
+    """How a backend runs: where batches go, and what it may keep in flight."""
+
+    device: str  # "cpu", or "gpu" (decoded on this rank's GPU: the dali backend)
+    pin: bool  # CPU batches in pinned memory (for fast copies to a GPU)
+    prefetch_factor: int  # batches made ahead (per worker for the pillow backend)
+    pools: int  # pools of the plans (a ring counter each)
 
 
 @dataclass(frozen=True, eq=False)
@@ -66,6 +102,12 @@ class Config:
     def plan(self, epoch: int, starts: tuple[int, ...]) -> EpochPlan:
         return plan_epoch(self.samples, self.world, self.mode, self.layout_seed, epoch,
                           self.batch_size, self.workers, self.tail, self.shuffle, starts)
+
+    def slots(self, plan: EpochPlan, b: int) -> np.ndarray:
+        """Batch ``b``'s slots: sample ids, and PAD for padding (tail="pad"; the others'
+        last batches are shorter instead)."""
+        row = plan.table[b]
+        return row if self.tail == "pad" else row[row != PAD]
 
 
 class Stream(IterableDataset):
@@ -94,8 +136,7 @@ class Stream(IterableDataset):
         made = 0
         for b in range(skip + w, plan.batches, max(1, cfg.workers)):
             ring.note(w, b)
-            row = plan.table[b]
-            ids = row if cfg.tail == "pad" else row[row != PAD]  # else a short last batch
+            ids = cfg.slots(plan, b)
             items = self.source.fetch(ids[ids != PAD])
             rng = np.random.default_rng([cfg.seed, plan.epoch, plan.group.pool,
                                          int(plan.first[b])])
@@ -131,11 +172,54 @@ class Stream(IterableDataset):
                 bad.append(i)
         if bad:
             self.ring.add_skipped(w, len(bad))
-            good = sorted(set(range(len(items))) - set(bad))
-            for n, b in enumerate(bad):  # a good sample of the same batch takes the slot
-                images[b] = images[good[n % len(good)]] if good else 0
-                labels[b] = labels[good[n % len(good)]] if good else PAD_LABEL
+            for b, g in stand_ins(len(items), bad).items():  # a good sample takes the slot
+                images[b] = images[g] if g >= 0 else 0
+                labels[b] = labels[g] if g >= 0 else PAD_LABEL
         return labels
+
+
+class WorkerBatches:
+    """The ``pillow`` backend: persistent DataLoader workers decode their batches (``Stream``)
+    into the ring's shared-memory slots; the loader's process copies them out in order."""
+
+    def __init__(self, cfg: Config, source: Source, options: Options) -> None:
+        if options.device != "cpu":
+            raise ValueError(f"device={options.device!r}: the pillow backend decodes on the "
+                             "CPU (DeviceLoader moves its batches); device='gpu' needs "
+                             "backend='dali'")
+        self.pin, prefetch_factor = options.pin, options.prefetch_factor
+        # prefetch_factor batches in flight per worker, one being decoded, one spare
+        self.ring = Ring(cfg.workers, prefetch_factor + 2, cfg.batch_size,
+                         cfg.transform.size, pools=options.pools)
+        self.loader = DataLoader(
+            Stream(cfg, self.ring, source), batch_size=None, num_workers=cfg.workers,
+            persistent_workers=cfg.workers > 0, pin_memory=self.pin and cfg.workers == 0,
+            prefetch_factor=prefetch_factor if cfg.workers > 0 else None)
+        self.workers = cfg.workers
+
+    @property
+    def skipped(self) -> int:
+        return self.ring.skipped()
+
+    @property
+    def pids(self) -> tuple[int, ...]:
+        return tuple(self.ring.pid(w) for w in range(self.workers))
+
+    def run(self, plan: EpochPlan, skip: int) -> Iterator[Batch]:
+        self.ring.set_epoch(plan.epoch, plan.starts, skip)
+        generation = self.ring.new_iteration()  # workers of an abandoned iteration stop
+        return self.ring.in_order(self.loader, generation, self.pin, skip)
+
+    def dead(self, plan: EpochPlan, describe: Callable[[EpochPlan, int], str]) -> str:
+        """'worker 1 (pid 123, making batch 4 …)' for the workers whose recorded pids have
+        exited."""
+        dead = []
+        for w in range(self.workers):
+            pid = self.ring.pid(w)
+            if is_dead(pid):
+                b = self.ring.making(w)
+                dead.append(f"worker {w} (pid {pid}, making batch {b}{describe(plan, b)})")
+        return "; ".join(dead)
 
 
 class PlannedLoader:
@@ -145,7 +229,8 @@ class PlannedLoader:
     ``tail="uneven"``."""
 
     def __init__(self, cfg: Config, source: Source, pin_memory: bool | None,
-                 prefetch_factor: int) -> None:
+                 prefetch_factor: int, backend: str = "pillow", device: str = "cpu") -> None:
+        make = backend_class(backend)  # an unknown or missing backend fails before anything
         self.cfg, self.world, self.tail = cfg, cfg.world, cfg.tail
         self.batch_size, self.workers = cfg.batch_size, cfg.workers
         self._sizes = tuple(len(p) for p in pools(cfg.samples, cfg.world.num_nodes, cfg.mode,
@@ -153,14 +238,10 @@ class PlannedLoader:
         self._plans: dict[tuple[int, tuple[int, ...]], EpochPlan] = {}
         self.set_epoch(0)
         self.plan(0)  # fail now, not in a worker, if this World cannot be served
-        self._pin = torch.cuda.is_available() if pin_memory is None else pin_memory
-        # prefetch_factor batches in flight per worker, one being decoded, one spare
-        self._ring = Ring(cfg.workers, prefetch_factor + 2, cfg.batch_size,
-                          cfg.transform.size, pools=len(self._sizes))
-        self._loader = DataLoader(
-            Stream(cfg, self._ring, source), batch_size=None, num_workers=cfg.workers,
-            persistent_workers=cfg.workers > 0, pin_memory=self._pin and cfg.workers == 0,
-            prefetch_factor=prefetch_factor if cfg.workers > 0 else None)
+        pin = torch.cuda.is_available() if pin_memory is None else pin_memory
+        self.backend = backend
+        self._batches: Batches = make(cfg, source, Options(device, pin, prefetch_factor,
+                                                           len(self._sizes)))
 
     # -- what a subclass says about its data
     def check_plan(self, plan: EpochPlan) -> None:
@@ -174,12 +255,13 @@ class PlannedLoader:
     @property
     def skipped(self) -> int:
         """Samples replaced because they could not be decoded (on_error='skip'), this pass."""
-        return self._ring.skipped()
+        return self._batches.skipped
 
     @property
     def worker_pids(self) -> tuple[int, ...]:
-        """The worker processes' pids, as each recorded itself (0: not started)."""
-        return tuple(self._ring.pid(w) for w in range(self.workers))
+        """The worker processes' pids, as each recorded itself (0: not started; none for a
+        backend that decodes in threads)."""
+        return self._batches.pids
 
     def plan(self, epoch: int | None = None, start: int | tuple[int, ...] | None = None
              ) -> EpochPlan:
@@ -274,28 +356,16 @@ class PlannedLoader:
                 "next epoch (set_epoch) after restaging")
 
     # -- iteration
-    def _dead_workers(self) -> str:
-        """'worker 1 (pid 123, making batch 4 …)' for the workers whose recorded pids have
-        exited."""
-        plan, dead = self.plan(), []
-        for w in range(self.workers):
-            pid = self._ring.pid(w)
-            if is_dead(pid):
-                b = self._ring.making(w)
-                dead.append(f"worker {w} (pid {pid}, making batch {b}{self.describe(plan, b)})")
-        return "; ".join(dead)
-
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         plan, skip = self.plan(), self._skip
-        self._ring.set_epoch(self.epoch, self._from, skip)
-        generation = self._ring.new_iteration()  # workers of an abandoned iteration stop
         self._yielded = 0
         try:
-            for batch in self._ring.in_order(self._loader, generation, self._pin, skip):
+            for batch in self._batches.run(plan, skip):
                 self._yielded += 1
                 yield batch
         except (RuntimeError, ConnectionError, EOFError) as e:
-            dead = self._dead_workers() if not isinstance(e, ImgprepError) else ""
+            dead = self._batches.dead(plan, self.describe) if not isinstance(
+                e, ImgprepError) else ""
             if not dead:
                 raise
             raise LoaderError(f"rank {self.world.rank}: loader {dead} died in epoch "

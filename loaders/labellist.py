@@ -125,6 +125,8 @@ class LabelListLoader(PlannedLoader):
             batch takes its slot; counted in ``skipped``).
         num_classes, mean, std: from the manifest of a converted list; a bare list's class
             count comes from its ``classes.txt``, else its largest label + 1.
+        backend, device: as for the shard loader (``pillow`` or ``dali``; ``cpu`` or
+            ``gpu``).
 
     ``len(loader)`` and ``batches_per_epoch`` are stated before the epoch; every rank gets
     the same unless ``tail="uneven"``.
@@ -136,7 +138,8 @@ class LabelListLoader(PlannedLoader):
                  shuffle: bool | None = None, on_error: str = "raise",
                  num_classes: int | None = None, mean: tuple[float, ...] = (),
                  std: tuple[float, ...] = (), pin_memory: bool | None = None,
-                 prefetch_factor: int = 2) -> None:
+                 prefetch_factor: int = 2, backend: str = "pillow", device: str = "cpu"
+                 ) -> None:
         tail = tail or ("drop" if train else "pad")
         check_policies(batch_size, workers, tail, on_error)
         self.entries = read_label_list(Path(list_file), root, num_classes)
@@ -146,7 +149,7 @@ class LabelListLoader(PlannedLoader):
         cfg = Config((len(self.entries.paths),), world, "replicate", seed, seed, batch_size,
                      workers, transform or (TrainTransform() if train else ValTransform()),
                      tail, train if shuffle is None else shuffle, on_error)
-        super().__init__(cfg, self._source, pin_memory, prefetch_factor)
+        super().__init__(cfg, self._source, pin_memory, prefetch_factor, backend, device)
 
     def describe(self, plan: EpochPlan, batch: int) -> str:
         first = [int(i) for i in plan.table[batch] if i != PAD][:1]

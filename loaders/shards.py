@@ -183,6 +183,10 @@ class ShardLoader(PlannedLoader):
             batches), ``pad`` (every sample once; padding slots: label PAD_LABEL, zero
             pixels) or ``uneven`` (every sample once, counts differ between ranks).
         on_error: ``raise`` on an undecodable sample, or ``skip`` (replace and count it).
+        backend: ``pillow`` (worker processes) or ``dali`` (NVIDIA DALI, the optional extra
+            ``imgprep[dali]``): the same batches, decoded another way (``loaders.backends``).
+        device: ``cpu``, or with the dali backend ``gpu`` (decoded on GPU ``local_rank``,
+            CUDA batches out).
 
     ``len(loader)`` (batches the next pass yields) and ``batches_per_epoch`` are stated
     before the epoch from the manifest; every rank gets the same unless ``tail="uneven"``.
@@ -192,7 +196,8 @@ class ShardLoader(PlannedLoader):
                  workers: int = 4, seed: int = 0, mode: str | None = None,
                  transform: Transform | None = None, tail: str | None = None,
                  shuffle: bool | None = None, on_error: str = "raise",
-                 pin_memory: bool | None = None, prefetch_factor: int = 2) -> None:
+                 pin_memory: bool | None = None, prefetch_factor: int = 2,
+                 backend: str = "pillow", device: str = "cpu") -> None:
         train = split == "train"
         tail = tail or ("drop" if train else "pad")
         check_policies(batch_size, workers, tail, on_error)
@@ -202,7 +207,8 @@ class ShardLoader(PlannedLoader):
         cfg = Config(s.samples, world, s.mode, s.seed, seed, batch_size, workers,
                      transform or (TrainTransform() if train else ValTransform()), tail,
                      train if shuffle is None else shuffle, on_error)
-        super().__init__(cfg, _ShardSource(s.where, world.rank), pin_memory, prefetch_factor)
+        super().__init__(cfg, _ShardSource(s.where, world.rank), pin_memory, prefetch_factor,
+                         backend, device)
 
     @property
     def mean(self) -> tuple[float, ...]:

@@ -1,0 +1,280 @@
+"""The ``dali`` backend: the Pillow backend's plans and batches, decoded by NVIDIA DALI.
+
+- What is read is the base's (``loaders.base``): the plan's batches, each fetched through the
+  loader's ``Source`` (shards: ``os.pread`` by offset through the sample index,
+  ``loaders.reader``), so the samples of every rank and step, the tails, padding, resume
+  (elastic too) and ``len()`` are the Pillow backend's. Labels never enter DALI: they are
+  kept beside the batches in flight.
+- The samples go to DALI through a batch-level ``fn.external_source`` callback that runs in
+  the loader's thread (the serial source); DALI decodes in ``num_threads`` threads, the
+  Pillow backend's worker count. DALI's parallel source (``parallel=True``, worker
+  processes) works on the CPU, but its workers start with every pipeline (0.1 s forked,
+  3.6 s spawned, measured here), a pipeline is built per pass (below), forking is unsafe
+  once CUDA is initialised, and reading is ~3 % of a sample's cost (docs/loaders.md): the
+  serial source costs less.
+- Train: ``fn.decoders.image_random_crop`` (torchvision's random-resized-crop sampling:
+  ``scale`` of the area, ``ratio`` aspect, 10 tries) decodes only the crop, ``fn.resize`` to
+  ``size`` x ``size``, then ``fn.crop_mirror_normalize`` (uint8, CHW, no normalisation)
+  mirrors where ``fn.random.coin_flip(probability=0.5)`` says. Val: ``fn.decoders.image``,
+  the short side to ``resize``, the center crop in ``crop_mirror_normalize``. With
+  ``device="gpu"`` the decoders run ``"mixed"`` (nvJPEG on GPU ``local_rank``; DALI falls back
+  to the CPU for what it refuses) and the rest on that GPU, and batches come out as CUDA
+  tensors (``feed_ndarray``); with ``"cpu"`` everything runs on the CPU. Normalisation stays
+  with ``DeviceLoader``.
+- Seeds: DALI's random ops draw from the pipeline's seed, fixed when it is built, so every
+  pass builds a pipeline seeded by (seed, epoch, rank, the order position of its first
+  batch): a rerun gives the same pixels. A mid-epoch resume gives the same samples in every
+  step, with other crops and flips than the uninterrupted run (the Pillow backend seeds each
+  batch and gives the same pixels too).
+- Errors: DALI fails a whole batch on an undecodable image, and its pipeline cannot go on.
+  The batches handed to DALI and not yet yielded are then decoded sample by sample with the
+  Pillow backend's own transform (``loaders.transforms.apply``), which finds the bad samples
+  by the Pillow backend's rule. ``on_error="raise"``: its error, naming the first;
+  ``"skip"``: a new pipeline starts at the first batch not yielded, each bad slot fed a good
+  sample of its batch (``loaders.base.stand_ins``, the Pillow backend's choice) whose row
+  then takes the slot, counted in ``skipped``. A batch DALI refuses whose samples Pillow all
+  decodes raises, naming the batch. A sample DALI decodes is used even where Pillow would
+  refuse it.
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from imgprep.errors import ImgprepError
+from loaders.base import Batch, Config, Item, Options, Source, stand_ins
+from loaders.common import PAD_LABEL, LoaderError
+from loaders.epochs import PAD, EpochPlan
+from loaders.transforms import SampleError, TrainTransform, Transform, apply
+
+DECODER = {"cpu": "cpu", "gpu": "mixed"}  # where the decoder runs, per output device
+RANDOM_CROP_TRIES = 10  # torchvision's RandomResizedCrop tries as many boxes
+
+
+def pass_seed(seed: int, epoch: int, rank: int, position: int) -> int:
+    """The seed of the pipeline that makes ``rank``'s batches of ``epoch`` from the batch
+    whose first slot is at ``position`` of the epoch's order."""
+    words = [seed, epoch, rank, position, 0xDA11]
+    return int(np.random.default_rng(words).integers(1 << 31))
+
+
+def decode_graph(jpegs: Any, t: Transform, device: str) -> Any:
+    """DALI ops from encoded images to uint8 CHW ``t.size`` x ``t.size`` images; the decoder
+    runs as ``DECODER[device]`` says, the later ops where its output is."""
+    from nvidia.dali import fn, types
+
+    images: Any
+    if isinstance(t, TrainTransform):
+        images = fn.decoders.image_random_crop(
+            jpegs, device=DECODER[device], output_type=types.DALIImageType.RGB,
+            random_area=list(t.scale), random_aspect_ratio=list(t.ratio),
+            num_attempts=RANDOM_CROP_TRIES)
+        images = fn.resize(images, resize_x=t.size, resize_y=t.size)
+        mirror = fn.random.coin_flip(probability=0.5) if t.flip else 0
+        return fn.crop_mirror_normalize(images, dtype=types.DALIDataType.UINT8, output_layout="CHW",
+                                        mirror=mirror)
+    images = fn.decoders.image(jpegs, device=DECODER[device], output_type=types.DALIImageType.RGB)
+    images = fn.resize(images, resize_shorter=t.resize)
+    return fn.crop_mirror_normalize(images, dtype=types.DALIDataType.UINT8, output_layout="CHW",
+                                    crop=(t.size, t.size), crop_pos_x=0.5, crop_pos_y=0.5)
+
+
+@functools.cache
+def placeholder() -> bytes:
+    """A small JPEG fed for a bad slot whose batch has no good sample (its row is then
+    padding)."""
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.new("RGB", (16, 16), (128, 128, 128)).save(buf, "JPEG")
+    return buf.getvalue()
+
+
+@dataclass(eq=False)
+class _Feed:
+    """A pipeline's external source: DALI asks for its i-th batch; the batch's samples are
+    read through the loader's ``Source`` and kept (with their labels) until it is yielded;
+    DALI gets the encoded images, a bad slot its stand-in's."""
+
+    source: Source
+    rows: list[tuple[int, np.ndarray]]  # (plan batch, real sample ids) this pipeline makes
+    swap: dict[int, dict[int, int]]  # plan batch -> bad slot -> stand-in slot (-1: none)
+    fed: deque[tuple[int, list[Item]]] = field(default_factory=deque)  # not yet yielded
+
+    def __call__(self, info: Any) -> list[np.ndarray]:
+        if info.iteration >= len(self.rows):
+            raise StopIteration  # DALI may ask past the end while it prefetches
+        b, ids = self.rows[info.iteration]
+        items = self.source.fetch(ids)
+        self.fed.append((b, items))
+        data = [d for _, d, _ in items]
+        for slot, good in self.swap.get(b, {}).items():
+            data[slot] = data[good] if good >= 0 else placeholder()
+        return [np.frombuffer(d, np.uint8) for d in data]
+
+
+class DaliBatches:
+    """The ``dali`` backend (module docstring): a DALI pipeline per pass of the plan."""
+
+    def __init__(self, cfg: Config, source: Source, options: Options) -> None:
+        if options.device not in DECODER:
+            raise ValueError(f"device must be one of {tuple(DECODER)}, not {options.device!r}")
+        rank = cfg.world.rank
+        if options.device == "gpu" and not torch.cuda.is_available():
+            raise LoaderError(f"rank {rank}: device='gpu' decodes on a CUDA GPU and torch "
+                              "sees none here; load with device='cpu'")
+        self.cfg, self.source, self.options = cfg, source, options
+        self.threads = max(1, cfg.workers)  # the Pillow backend's worker count
+        self.device = (torch.device("cuda", cfg.world.local_rank) if options.device == "gpu"
+                       else torch.device("cpu"))
+        self._skipped = 0
+        self._stream: Any = None  # the CUDA stream batches are copied out on
+
+    @property
+    def skipped(self) -> int:
+        return self._skipped
+
+    @property
+    def pids(self) -> tuple[int, ...]:
+        return ()  # DALI decodes in threads of this process
+
+    def dead(self, plan: EpochPlan, describe: Any) -> str:
+        return ""
+
+    # -- a pass
+    def run(self, plan: EpochPlan, skip: int) -> Any:
+        """The plan's batches from ``skip`` on (a generator)."""
+        self._skipped = 0
+        swap: dict[int, dict[int, int]] = {}
+        checked: set[int] = set()
+        b = skip
+        pipe, feed = self._start(plan, b, swap)
+        while b < plan.batches:
+            ids = self.cfg.slots(plan, b)
+            if not (ids != PAD).any():  # padding only: nothing to decode
+                yield self._padding(len(ids))
+                b += 1
+                continue
+            try:
+                out = pipe.run()
+            except ImgprepError:
+                raise  # the source's own error (a shard that cannot be read …)
+            except RuntimeError as e:  # the pipeline is done for: find why, start again
+                pipe = None
+                self._recover(plan, feed, swap, checked, e)
+                pipe, feed = self._start(plan, b, swap)
+                continue
+            done, items = feed.fed.popleft()
+            assert done == b, (done, b)
+            yield self._batch(out[0], len(ids), items, swap.get(b, {}))
+            b += 1
+
+    def _start(self, plan: EpochPlan, b: int, swap: dict[int, dict[int, int]]
+               ) -> tuple[Any, _Feed]:
+        """A pipeline making the plan's batches from ``b`` on (None when none has a
+        sample), and its source."""
+        rows = [(k, ids[ids != PAD]) for k in range(b, plan.batches)
+                if ((ids := self.cfg.slots(plan, k)) != PAD).any()]
+        feed = _Feed(self.source, rows, swap)
+        if not rows:
+            return None, feed
+        seed = pass_seed(self.cfg.seed, plan.epoch, self.cfg.world.rank,
+                         int(plan.first[rows[0][0]]))
+        return self._pipeline(feed, seed), feed
+
+    def _pipeline(self, feed: _Feed, seed: int) -> Any:
+        from nvidia.dali import Pipeline, fn, types
+
+        gpu = self.device.type == "cuda"
+        pipe = Pipeline(batch_size=self.cfg.batch_size, num_threads=self.threads,
+                        device_id=self.device.index if gpu else None, seed=seed,
+                        prefetch_queue_depth=self.options.prefetch_factor)
+        with pipe:
+            jpegs = fn.external_source(source=feed, batch=True, batch_info=True,
+                                       dtype=types.DALIDataType.UINT8, ndim=1)
+            pipe.set_outputs(decode_graph(jpegs, self.cfg.transform, self.options.device))
+        pipe.build()
+        return pipe
+
+    # -- batches out
+    def _empty(self, n: int) -> torch.Tensor:
+        size = self.cfg.transform.size
+        pin = self.options.pin and self.device.type == "cpu"
+        return torch.empty((n, 3, size, size), dtype=torch.uint8, device=self.device,
+                           pin_memory=pin)
+
+    def _padding(self, n: int) -> Batch:
+        images = self._empty(n)
+        images.zero_()
+        return images, torch.full((n,), PAD_LABEL, dtype=torch.int64, device=self.device)
+
+    def _batch(self, out: Any, n: int, items: list[Item], swap: dict[int, int]) -> Batch:
+        """DALI's output for ``items`` as ``n`` rows (padding after them), each bad slot
+        taking its stand-in's row and label."""
+        images = self._empty(n)
+        images[len(items):] = 0
+        self._copy(out.as_tensor(), images[:len(items)])
+        labels = torch.full((n,), PAD_LABEL, dtype=torch.int64)
+        labels[:len(items)] = torch.tensor([label for _, _, label in items], dtype=torch.int64)
+        for slot, good in swap.items():
+            images[slot] = images[good] if good >= 0 else 0
+            labels[slot] = labels[good] if good >= 0 else PAD_LABEL
+        self._skipped += len(swap)
+        return images, labels.to(self.device)
+
+    def _copy(self, tensor: Any, into: torch.Tensor) -> None:
+        from nvidia.dali.plugin.pytorch import feed_ndarray
+
+        if into.is_cuda:
+            if self._stream is None:
+                self._stream = torch.cuda.Stream(self.device)
+            feed_ndarray(tensor, into, cuda_stream=self._stream)
+            self._stream.synchronize()  # DALI's buffer is reused by the next run
+        else:
+            feed_ndarray(tensor, into)
+
+    # -- errors
+    def _recover(self, plan: EpochPlan, feed: _Feed, swap: dict[int, dict[int, int]],
+                 checked: set[int], error: RuntimeError) -> None:
+        """After DALI failed: find the bad samples of the batches it was given and not yet
+        yielded, with the Pillow backend's decoder; raise per ``on_error``, or record their
+        stand-ins in ``swap``. Raises when there is none to find."""
+        cfg, found = self.cfg, False
+        for b, items in feed.fed:
+            if b in checked:
+                continue
+            checked.add(b)
+            bad = self._bad(items)
+            if bad and cfg.on_error == "raise":
+                raise LoaderError(f"rank {cfg.world.rank}: {bad[0][1]}; {self.source.fix}, "
+                                  "or load with on_error='skip'") from error
+            if bad:
+                swap[b] = stand_ins(len(items), [slot for slot, _ in bad])
+                found = True
+        if not found:
+            first = feed.fed[0][0] if feed.fed else "?"
+            why = " ".join(str(error).split())[:300]
+            raise LoaderError(
+                f"rank {cfg.world.rank}: DALI cannot decode batch {first} of epoch "
+                f"{plan.epoch} ({why}), yet Pillow decodes every sample of it; load with "
+                "backend='pillow'") from error
+
+    def _bad(self, items: list[Item]) -> list[tuple[int, SampleError]]:
+        """The slots of ``items`` the Pillow backend cannot decode, with its errors."""
+        size = self.cfg.transform.size
+        scratch = np.empty((3, size, size), np.uint8)
+        rng = np.random.default_rng(0)
+        bad = []
+        for slot, (where, data, _) in enumerate(items):
+            try:
+                apply(data, self.cfg.transform, rng, scratch, where=where)
+            except SampleError as e:
+                bad.append((slot, e))
+        return bad
