@@ -2,7 +2,9 @@
 
 Every rank yields exactly the same number of batches per epoch (stated from the manifest
 before the epoch starts); epoch order is a pure function of (seed, epoch, World) and can be
-resumed at any batch; batches leave as uint8 NCHW and are normalised on the device.
+resumed at any batch; batches leave as uint8 NCHW and are normalised on the device. Two
+decoding backends make the same batches: ``pillow`` (the default) and ``dali`` (NVIDIA DALI,
+``pip install 'imgprep[dali]'``; imported only when asked for).
 """
 
 from pathlib import Path
@@ -10,6 +12,7 @@ from typing import Any
 
 from imgprep.job.world import World
 from imgprep.shards.manifest import read_manifest
+from loaders.backends import BACKENDS
 from loaders.common import PAD_LABEL, Loader, LoaderError, worker_count
 from loaders.device import DeviceLoader, normalize
 from loaders.labellist import LabelListLoader
@@ -31,7 +34,8 @@ def make_loader(data: str | Path, split: str, world: World, batch_size: int,
             may use (``loaders.common.worker_count``); 0 decodes in the calling process.
         seed: the epoch orders' and augmentations' seed.
         options: go to the loader (``tail``, ``mode``, ``transform``, ``on_error``,
-            ``shuffle`` …).
+            ``shuffle``, ``backend`` (``"pillow"`` or ``"dali"``), ``device`` (``"cpu"``, or
+            ``"gpu"`` with the dali backend) …).
     """
     workers = worker_count(workers, world)
     path = Path(data)
@@ -47,6 +51,6 @@ def make_loader(data: str | Path, split: str, world: World, batch_size: int,
     return ShardLoader(path, split, world, batch_size, workers, seed, **options)
 
 
-__all__ = ["PAD_LABEL", "DeviceLoader", "LabelListLoader", "Loader", "LoaderError",
+__all__ = ["BACKENDS", "PAD_LABEL", "DeviceLoader", "LabelListLoader", "Loader", "LoaderError",
            "ShardLoader", "TrainTransform", "ValTransform", "make_loader", "normalize",
            "worker_count"]

@@ -15,6 +15,9 @@ Checkpoints are written atomically by rank 0; ``--resume`` restores model, optim
 loader position and RNG, so a resumed CPU run gives the same losses as an uninterrupted one.
 ``--bf16 auto`` (the default) runs forward and backward under bf16 autocast only where the
 device computes bf16 natively; the first line says which precision runs, and why.
+``--loader-backend dali`` decodes with NVIDIA DALI (``pip install 'imgprep[dali]'``) instead
+of pillow-simd workers: the same batches, decoded on the GPU (nvJPEG) when training on CUDA,
+in DALI's CPU threads otherwise (``--workers`` of them); the second line says which.
 """
 
 from __future__ import annotations
@@ -53,6 +56,7 @@ from imgprep.job.cpus import read_limits  # noqa: E402
 from imgprep.job.world import World, detect  # noqa: E402
 from imgprep.shards.manifest import manifest_path  # noqa: E402
 from loaders import (  # noqa: E402
+    BACKENDS,
     PAD_LABEL,
     DeviceLoader,
     Loader,
@@ -90,7 +94,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--steps", type=int, default=0, help="stop after this many steps (0: all)")
     ap.add_argument("--batch-size", type=int, default=64, help="per rank")
     ap.add_argument("--workers", type=workers_arg, default="auto",
-                    help="loader workers per rank (auto: this rank's cores less one)")
+                    help="loader workers per rank (auto: this rank's cores less one); DALI "
+                         "threads with --loader-backend dali")
+    ap.add_argument("--loader-backend", choices=list(BACKENDS), default="pillow",
+                    help="decode with pillow-simd worker processes (default) or NVIDIA DALI "
+                         "(on the GPU when training on CUDA; pip install 'imgprep[dali]')")
     ap.add_argument("--image-size", type=int, default=224, help="train crop (val: center)")
     ap.add_argument("--lr", type=float, default=0.1, help="per 256 images (Goyal et al.)")
     ap.add_argument("--momentum", type=float, default=0.9)
@@ -248,11 +256,18 @@ def no_val_warning(data: Path, stage_from: Path | None) -> str:
             "--labels <ground truth>, and the next run stages it")
 
 
-def make_loaders(args: argparse.Namespace, world: World, workers: int
-                 ) -> tuple[Loader, Loader | None]:
+def loader_backend(args: argparse.Namespace, device: torch.device) -> dict[str, str]:
+    """--loader-backend and where it decodes: DALI on the training GPU, else the CPU."""
+    gpu = args.loader_backend == "dali" and device.type == "cuda"
+    return {"backend": args.loader_backend, "device": "gpu" if gpu else "cpu"}
+
+
+def make_loaders(args: argparse.Namespace, world: World, workers: int,
+                 backend: dict[str, str]) -> tuple[Loader, Loader | None]:
     """The train loader, and the val loader unless --no-validate or there is no val split."""
     train_loader = make_loader(args.data, "train", world, args.batch_size, workers,
-                               args.seed, transform=TrainTransform(size=args.image_size))
+                               args.seed, transform=TrainTransform(size=args.image_size),
+                               **backend)
     no_val = args.data.is_dir() and not manifest_path(args.data, "val").exists()
     if args.validate and no_val and world.rank == 0:
         print(no_val_warning(args.data, args.stage_from), file=sys.stderr, flush=True)
@@ -260,14 +275,14 @@ def make_loaders(args: argparse.Namespace, world: World, workers: int
         return train_loader, None
     val = ValTransform(size=args.image_size, resize=round(args.image_size * 256 / 224))
     return train_loader, make_loader(args.data, "val", world, args.batch_size, workers,
-                                     args.seed, transform=val)
+                                     args.seed, transform=val, **backend)
 
 
 def set_up(args: argparse.Namespace, world: World) -> Run:
     """Threads, process group, device, staging, loaders, model and optimizer."""
     if args.threads or not torch.cuda.is_available():
         torch.set_num_threads(args.threads or world.cores_per_rank())
-    backend = distributed.init(world, args.timeout)
+    dist_backend = distributed.init(world, args.timeout)
     device = distributed.device_for(world)
     precision = detect_precision(args.bf16, device.type)
     if world.rank == 0:
@@ -277,7 +292,13 @@ def set_up(args: argparse.Namespace, world: World) -> Run:
         stage(args, world)
     torch.manual_seed(args.seed)
     workers = worker_count(args.workers, world)
-    train_loader, val_loader = make_loaders(args, world, workers)
+    backend = loader_backend(args, device)
+    if world.rank == 0:
+        print(f"loader: {backend['backend']} backend, decoding on the {backend['device']} "
+              f"({workers} {'threads' if backend['backend'] == 'dali' else 'workers'} a rank)",
+              flush=True)
+        log({"loader": backend}, args.log_json)
+    train_loader, val_loader = make_loaders(args, world, workers, backend)
     model = model_by_name(args.arch, train_loader.num_classes).to(device)
     model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
     if args.sync_bn and world.is_distributed:
@@ -289,8 +310,8 @@ def set_up(args: argparse.Namespace, world: World) -> Run:
                         one_cpu=read_limits().affinity == 1 < (os.cpu_count() or 1))
     return Run(args, world, device, precision, train_loader, val_loader, model, model,
                optimizer, BucketClock(wire_dtype(args.allreduce_dtype)), hint,
-               {"backend": backend, "world_size": world.world_size,
-                "precision": precision.record()},
+               {"backend": dist_backend, "world_size": world.world_size,
+                "precision": precision.record(), "loader": backend},
                train_loader.batches_per_epoch,
                ckpt=args.checkpoint / "last.pt" if args.checkpoint else None)
 
