@@ -17,8 +17,9 @@ the name ``wds2idx`` picks by default. It is a function of the sample index
 (``imgprep.shards.index``: offsets, sizes, extensions) and the samples' keys, which the shard
 writer and the tar headers know: ``convert`` writes it from the layouts it kept (no tar is
 read again), ``imgprep index --dali`` from the tar headers, and stage-to-node makes it on the
-node from the copied shard (the file server is not read for it). The manifest's ``index``
-says ``"dali": "v1.2"`` when the shards have theirs; verify then checks each one.
+node from the copied sample index and one header a sample of the copied shard (the file
+server is not read for it, fan-out or not). The manifest's ``index`` says ``"dali": "v1.2"``
+when the shards have theirs; verify then checks each against the sample index and the keys.
 
 A shard with no sample gets ``v1.2 0``, which DALI refuses: ``reader_paths`` leaves such
 shards out.
@@ -30,11 +31,12 @@ import contextlib
 import re
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 
 from imgprep.errors import ManifestError
 from imgprep.fsutil import fsync_dir, write_bytes_atomic
-from imgprep.shards.index import Layout, scan_layout
+from imgprep.shards.index import Layout, read_index, sample_keys
 from imgprep.shards.manifest import Manifest, ShardEntry, read_manifest
 
 VERSION = "v1.2"
@@ -89,25 +91,26 @@ def has_dali(m: Manifest) -> bool:
     return m.index is not None and m.index.dali is not None
 
 
-def sync_shards(folder: Path, split: str, shards: Sequence[ShardEntry], jobs: int = 1) -> int:
-    """Make the DALI index of each of ``shards`` (present and checked in ``folder``) from its
-    tar headers, rewriting only those that differ, and remove the split's other DALI indexes.
-    For stage-to-node: a node's copy of a shard gives its index without reading the file
-    server again. Returns how many were written."""
-    def one(s: ShardEntry) -> bool:
-        data = encode_idx(scan_layout(folder / s.name))
-        path = folder / idx_name(s.name)
-        with contextlib.suppress(OSError):
-            if path.read_bytes() == data:
-                return False
-        write_bytes_atomic(path, data, sync_dir=False)
-        return True
+def sync_shards(folder: Path, m: Manifest, shards: Sequence[ShardEntry], jobs: int = 1) -> int:
+    """For stage-to-node: write the DALI index of each of ``shards`` (copied and checked into
+    ``folder``, with the sample index of ``m``) from the sample index and one tar header a
+    sample (its key), and remove the split's other DALI indexes; where ``m`` names no DALI
+    indexes, only that. The file server is not read again. Returns how many were written."""
+    keep = shards if has_dali(m) else ()
+    if keep:
+        index = read_index(folder, m)
 
-    with ThreadPoolExecutor(max(1, jobs)) as ex:
-        written = sum(ex.map(one, shards))
-    drop_stale(folder, split, [s.name for s in shards])
+        def one(s: ShardEntry) -> None:
+            layout = index.layout_of(s.name)
+            keys = sample_keys(folder / s.name, layout)
+            write_bytes_atomic(folder / idx_name(s.name), encode_idx(replace(layout, keys=keys)),
+                               sync_dir=False)
+
+        with ThreadPoolExecutor(max(1, jobs)) as ex:
+            list(ex.map(one, keep))
+    drop_stale(folder, m.split, [s.name for s in keep])
     fsync_dir(folder)
-    return written
+    return len(keep)
 
 
 def idx_problem(folder: Path, shard_name: str, layout: Layout) -> str | None:

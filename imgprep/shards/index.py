@@ -24,7 +24,7 @@ import io
 import json
 import os
 import struct
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -118,38 +118,75 @@ class LayoutBuilder:
 def scan_layout(path: Path) -> Layout:
     """A shard's layout from its tar headers alone (pread of each header, never the data)."""
     b = LayoutBuilder()
+    fd = _open_shard(path)
     try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError as e:
-        raise ShardError(f"cannot read shard {path}: {e.strerror}; restage it") from e
-    try:
-        end, pos, long_name = os.fstat(fd).st_size, 0, None
-        while pos + BLOCK <= end:
-            h = os.pread(fd, BLOCK, pos)
-            if not h.strip(b"\0"):
-                break
-            where = f"{path} at byte {pos}"
-            if sum(h[:148]) + 256 + sum(h[156:]) != _octal(h[148:156], where):
-                raise ShardError(f"{where}: tar header checksum mismatch; verify or restage it")
-            size, kind, body = _octal(h[124:136], where), h[156:157], pos + BLOCK
-            if body + size > end:
-                raise ShardError(f"{path}: truncated inside a member; verify or restage it")
-            if kind in (b"x", b"L"):
-                text = os.pread(fd, size, body)
-                long_name = text.rstrip(b"\0").decode("utf-8", "replace") if kind == b"L" \
-                    else _pax_path(text, long_name)
-            elif kind in (b"0", b"\0", b"7"):
-                b.add(long_name if long_name is not None else _header_name(h), body, size)
-                long_name = None
-            elif kind in _REFUSED:
-                raise UnsafeArchiveError(f"{path}: member at byte {pos} is a {_REFUSED[kind]}; "
-                                         "refused: this is no shard imgprep wrote")
-            else:
-                long_name = None
-            pos = body + -(-size // BLOCK) * BLOCK
+        end = os.fstat(fd).st_size
+        for name, body, size in _walk(fd, path, 0, end, end):
+            b.add(name, body, size)
     finally:
         os.close(fd)
     return b.layout()
+
+
+def sample_keys(path: Path, layout: Layout) -> tuple[str, ...]:
+    """The key of each sample of shard ``path`` whose ``layout`` (from the sample index) is
+    known: the name in the header of its first member, read from the end of the sample
+    before it to that member's data (one 512-byte block, more for a long or non-ASCII name).
+    ShardError where the tar has no member there or one of another extension."""
+    offset, size, ext = layout.offset.tolist(), layout.size.tolist(), layout.ext.tolist()
+    firsts = np.concatenate([[0], np.cumsum(layout.counts, dtype=np.int64)]).tolist()
+    keys: list[str] = []
+    fd = _open_shard(path)
+    try:
+        end, pos = os.fstat(fd).st_size, 0
+        for first, after in zip(firsts[:-1], firsts[1:], strict=True):
+            found = list(_walk(fd, path, pos, offset[first], end))
+            name, body = found[-1][:2] if found else ("", -1)
+            key, _, got = name.rsplit("/", 1)[-1].partition(".")
+            if body != offset[first] or got != (want := layout.exts[ext[first]]):
+                raise ShardError(f"{path}: no .{want} member's data at byte {offset[first]}, "
+                                 "where the sample index puts one; verify or restage it")
+            keys.append(key)
+            pos = offset[after - 1] + -(-size[after - 1] // BLOCK) * BLOCK
+    finally:
+        os.close(fd)
+    return tuple(keys)
+
+
+def _open_shard(path: Path) -> int:
+    try:
+        return os.open(path, os.O_RDONLY)
+    except OSError as e:
+        raise ShardError(f"cannot read shard {path}: {e.strerror}; restage it") from e
+
+
+def _walk(fd: int, path: Path, pos: int, stop: int, end: int) -> Iterator[tuple[str, int, int]]:
+    """``(name, data offset, size)`` of each regular member whose header starts at ``pos``
+    or later and before ``stop`` (tar headers only; ``end``: the file's size)."""
+    long_name = None
+    while pos + BLOCK <= stop:
+        h = os.pread(fd, BLOCK, pos)
+        if not h.strip(b"\0"):
+            break
+        where = f"{path} at byte {pos}"
+        if sum(h[:148]) + 256 + sum(h[156:]) != _octal(h[148:156], where):
+            raise ShardError(f"{where}: tar header checksum mismatch; verify or restage it")
+        size, kind, body = _octal(h[124:136], where), h[156:157], pos + BLOCK
+        if body + size > end:
+            raise ShardError(f"{path}: truncated inside a member; verify or restage it")
+        if kind in (b"x", b"L"):
+            text = os.pread(fd, size, body)
+            long_name = text.rstrip(b"\0").decode("utf-8", "replace") if kind == b"L" \
+                else _pax_path(text, long_name)
+        elif kind in (b"0", b"\0", b"7"):
+            yield long_name if long_name is not None else _header_name(h), body, size
+            long_name = None
+        elif kind in _REFUSED:
+            raise UnsafeArchiveError(f"{path}: member at byte {pos} is a {_REFUSED[kind]}; "
+                                     "refused: this is no shard imgprep wrote")
+        else:
+            long_name = None
+        pos = body + -(-size // BLOCK) * BLOCK
 
 
 def _pax_path(data: bytes, default: str | None) -> str | None:
