@@ -42,6 +42,7 @@ from imgprep.fsutil import fsync_dir, sweep_tmp
 from imgprep.job.assign import MODES, node_shards, partition_owners
 from imgprep.job.rendezvous import Rendezvous, copier_rendezvous
 from imgprep.job.world import World
+from imgprep.shards.dali import sync_shards
 from imgprep.shards.manifest import (
     Manifest,
     NodeSection,
@@ -341,6 +342,7 @@ def _stage(plan: Sequence[SplitPlan], opts: StageOptions, world: World, rv: Rend
         if rv is None:  # fan-out moved the indexes with the shards
             done.read += copy_index(sp.manifest.index, sp.origin, sp.source, opts.dst,
                                     opts.chunk, node)
+        sync_shards(opts.dst, sp.manifest, sp.needed, opts.jobs)  # DALI indexes: made here
         _finish_split(sp, opts, world)
     return done
 
