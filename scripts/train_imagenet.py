@@ -294,9 +294,9 @@ def set_up(args: argparse.Namespace, world: World) -> Run:
     workers = worker_count(args.workers, world)
     backend = loader_backend(args, device)
     if world.rank == 0:
-        print(f"loader: {backend['backend']} backend, decoding on the {backend['device']} "
-              f"({workers} {'threads' if backend['backend'] == 'dali' else 'workers'} a rank)",
-              flush=True)
+        unit = "DALI thread" if backend["backend"] == "dali" else "worker"
+        print(f"loader: {backend['backend']} backend, decoding on the {backend['device']}, "
+              f"{workers} {unit}{'' if workers == 1 else 's'} per rank", flush=True)
         log({"loader": backend}, args.log_json)
     train_loader, val_loader = make_loaders(args, world, workers, backend)
     model = model_by_name(args.arch, train_loader.num_classes).to(device)
