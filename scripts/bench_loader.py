@@ -19,6 +19,12 @@ What it measures, in one run, on the 1000 real ILSVRC2012 JPEGs of
   rate) is the warm-up, and every timed
   pass is a later epoch, end to end, so steady rates exclude worker start-up but include each
   epoch's pipeline fill.
+- dali: the same ``ShardLoader`` with ``backend="dali"`` on the CPU (NVIDIA DALI decodes,
+  random-resized-crops, resizes and flips in ``num_threads`` threads of the loader's process,
+  fed the plan's samples by ``os.pread``; ``loaders.dali``), with as many threads as the
+  Pillow rows have workers (1 and 2), the same plan, data and batch size; each epoch builds a
+  DALI pipeline, inside the timed pass. Left out when DALI is not installed (``pip install
+  'imgprep[dali]'``) or with ``--no-dali``; the DALI / Pillow ratios are reported, no target.
 - peer, what a user writes instead: ``webdataset.WebDataset(urls, shardshuffle=False)
   .decode("pil").to_tuple("jpg", "cls").map(transform)`` (shards split over workers by
   webdataset's own ``split_by_worker``) where ``transform`` is the usual torchvision recipe
@@ -57,6 +63,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import importlib.util
 import json
 import math
 import os
@@ -327,6 +334,8 @@ LABELS = {
     "loader_1w": "ShardLoader workers=1 (epoch e2e)",
     "loader_2w": "ShardLoader workers=2 (epoch e2e)",
     "loader_1shard_2w": "ShardLoader workers=2, ONE shard",
+    "dali_1w": "ShardLoader DALI CPU, num_threads=1",
+    "dali_2w": "ShardLoader DALI CPU, num_threads=2",
     "peer_1w": "webdataset+DataLoader workers=1",
     "peer_2w": "webdataset+DataLoader workers=2",
 }
@@ -346,6 +355,8 @@ def print_table(res: dict[str, Any]) -> None:
     print(f"{'rates (images/s)':40s} {'median*':>8s} {'/core':>7s} {'best':>7s} "
           f"{'main':>5s} {'tree':>5s} {'cpu ms':>6s}  passes (! = disturbed)")
     for k, label in LABELS.items():
+        if k not in r:
+            continue
         v = r[k]
         marks = ("" if f < QUIET_FOREIGN_CORES else "!" for f in v["foreign_cores"])
         print(f"{label:40s} {v['median']:8.1f} {v['per_core']:7.1f} {v['best']:7.1f} "
@@ -362,7 +373,7 @@ def print_table(res: dict[str, Any]) -> None:
     print()
     print(f"{'latency and start-up':40s} {'1st batch':>10s} {'epoch 1':>9s} "
           f"{'later 1st':>10s} {'after 1st':>10s}")
-    for k in ("loader_1w", "loader_2w", "loader_1shard_2w", "peer_1w", "peer_2w"):
+    for k in (k for k in LABELS if k in res["cold"]):
         c, v = res["cold"][k], r[k]
         print(f"{LABELS[k]:40s} {c['first_batch_s']:9.3f}s {c['rate']:9.1f} "
               f"{v['first_batch_s']:9.3f}s {v['rate_after_first_batch']:10.1f}")
@@ -374,16 +385,27 @@ def print_table(res: dict[str, Any]) -> None:
     for k, v in res["ratios"].items():
         target = "" if v["target"] is None else f">= {v['target']}"
         print(f"{k:32s} {v['value']:8.3f} {target:>9s}  {v['result']}")
+    if res["dali"] is None:
+        print("(no DALI rows: NVIDIA DALI is not installed or --no-dali was given)")
+    else:
+        print(f"(DALI {res['dali']}: decodes in threads of the loader's process, one pipeline "
+              "built per epoch)")
     print()
     mem = res["memory"]
     print("peak RSS (VmHWM) per worker, MB (PSS at the end in brackets): "
-          + "; ".join(f"{k}: " + ", ".join(f"{w['peak_rss_mb']:.0f} ({w['pss_mb']:.0f})"
-                                           for w in v)
+          + "; ".join(f"{k}: " + (", ".join(f"{w['peak_rss_mb']:.0f} ({w['pss_mb']:.0f})"
+                                            for w in v) or "none (threads)")
                       for k, v in mem["workers"].items())
           + f"; main process peak {mem['main_peak_rss_mb']:.0f}")
 
 
 # ---------------------------------------------------------------------------- main
+
+
+def dali_version() -> str:
+    import nvidia.dali
+
+    return str(nvidia.dali.__version__)
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -398,6 +420,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--batch-size", type=int, default=64, help="default %(default)s")
     ap.add_argument("--limit", type=int, default=None,
                     help="convert only the first N images (sorted by name)")
+    ap.add_argument("--dali", action=argparse.BooleanOptionalAction,
+                    default=importlib.util.find_spec("nvidia.dali") is not None,
+                    help="add the DALI CPU backend's rows (default: when DALI is installed)")
     ap.add_argument("--out", type=Path, default=None,
                     help="parent of the scratch folder (default: the system's temporary "
                          "folder); the scratch folder is removed afterwards")
@@ -423,6 +448,10 @@ def run(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
                                            workers=w, seed=0) for w in WORKER_COUNTS}
     loaders["loader_1shard_2w"] = ShardLoader(one_shard(folder, scratch), SPLIT, World(),
                                               batch_size=batch, workers=2, seed=0)
+    if args.dali:  # as many DALI threads as the Pillow rows have workers
+        loaders |= {f"dali_{w}w": ShardLoader(folder, SPLIT, World(), batch_size=batch,
+                                              workers=w, seed=0, backend="dali")
+                    for w in WORKER_COUNTS}
     peers = {f"peer_{w}w": make_peer(folder, batch, w) for w in WORKER_COUNTS}
     cold: dict[str, dict[str, float]] = {}
     pids: dict[str, set[int]] = {}
@@ -435,7 +464,8 @@ def run(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
         pids[name] = descendants() - before
     floor_pass(blobs, min(n, 500), batch)
 
-    passes: dict[str, list[dict[str, float]]] = {k: [] for k in LABELS}
+    passes: dict[str, list[dict[str, float]]] = {
+        k: [] for k in LABELS if k == "floor" or k in loaders or k in peers}
     need = (args.repeat + 1) // 2
     rounds = 0
     while rounds < args.repeat or (
@@ -461,7 +491,7 @@ def run(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
     gc.collect()
 
     workers_of = {"floor": 1, "loader_1shard_2w": 2,
-                  **{f"{k}_{w}w": w for k in ("loader", "peer") for w in WORKER_COUNTS}}
+                  **{f"{k}_{w}w": w for k in ("loader", "dali", "peer") for w in WORKER_COUNTS}}
     rates = {k: summarise(v, workers_of[k], cores) for k, v in passes.items()}
     r = {k: [(p["rate"], p["foreign_cores"]) for p in v] for k, v in passes.items()}
     values = {
@@ -479,6 +509,11 @@ def run(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
         "peer_1w_over_floor": paired_ratio(r["peer_1w"], r["floor"]),
         "peer_2w_over_1w": paired_ratio(r["peer_2w"], r["peer_1w"]),
     }
+    if args.dali:
+        for w in WORKER_COUNTS:
+            info[f"dali_{w}w_over_loader_{w}w"] = paired_ratio(r[f"dali_{w}w"], r[f"loader_{w}w"])
+            info[f"dali_{w}w_over_peer_{w}w"] = paired_ratio(r[f"dali_{w}w"], r[f"peer_{w}w"])
+        info["dali_2w_over_1w"] = paired_ratio(r["dali_2w"], r["dali_1w"])
     for k, v in info.items():
         ratios[k] = {"value": round(v, 3), "target": None, "result": "info"}
     pil = pil_info(check_avx2=False)
@@ -498,6 +533,7 @@ def run(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
         "cpus": cores,
         "torch": torch.__version__,
         "webdataset": getattr(wds, "__version__", "?"),
+        "dali": dali_version() if args.dali else None,
         "pil": {k: pil[k] for k in ("pil_version", "pillow_simd", "stock_pillow_installed",
                                     "libjpeg_turbo", "jpeg_version", "cpu_avx2")},
         "rates": rates,
