@@ -1,7 +1,8 @@
 """The copy engine of stage-to-node: move shard bytes onto node-local disk, checked.
 
 Shards come from a source (imgprep.stage.remote): a folder (copied in the kernel where the file
-systems allow it) or a URL (streamed through webdataset's openers, hashed as it streams in).
+systems allow it), a URL (streamed through webdataset's openers) or an S3 store (ranged GETs in
+parallel parts, imgprep.stage.s3), the last two hashed as they stream in.
 
 Every copy streams through a temporary name beside its final one, is checked against the
 manifest (size always, sha256 unless told "size"), fsynced and renamed: a crash, a full disk or
@@ -203,11 +204,12 @@ class CopyWatch:
 def copy_all(files: Sequence[tuple[Source, str, ShardEntry]], dst: Path, verify: str,
              chunk: int, node: int, tick: Progress, jobs: int, stall: float) -> int:
     """``copy_shard`` every ``(origin, manifest, entry)`` on ``jobs`` threads; stops with a
-    StageError naming the files when no byte moved for ``stall`` seconds. Returns the bytes
-    read."""
+    StageError naming the files (URLs for remote sources) when no byte moved for ``stall``
+    seconds. Returns the bytes read."""
     stop, watch = threading.Event(), CopyWatch(stall, node, tick)
-    return sum(parallel(lambda f: watch.copying(f[2].name, lambda: copy_shard(
-        f[0], f[1], f[2], dst, verify, chunk, node, watch.tick, stop)), files, jobs, stop,
+    return sum(parallel(lambda f: watch.copying(
+        f[2].name if f[0].folder is not None else f[0].where(f[2].name), lambda: copy_shard(
+            f[0], f[1], f[2], dst, verify, chunk, node, watch.tick, stop)), files, jobs, stop,
         watch.stuck))
 
 
@@ -298,6 +300,9 @@ def open_tmp(final: Path) -> int:
 
 
 def _read_error(err: OSError, src: str, manifest: str, node: int) -> StageError:
+    if isinstance(err, FetchFailed) and err.advice:  # the source knows the next step
+        return StageError(f"node {node}: cannot read source shard {src} (listed in "
+                          f"{manifest}): {err.strerror}; {err.advice}")
     if isinstance(err, FileNotFoundError):
         return StageError(f"node {node}: source shard {src} vanished (listed in "
                           f"{manifest}); restore it or reconvert, then rerun to resume")

@@ -195,8 +195,9 @@ def read_ahead(origin: Source, shards: Sequence[Shard], mine: Sequence[Transfer]
         except OSError as err:
             if isinstance(err, ImgprepError):
                 raise
-            raise StageError(f"node {me}: cannot read {path}: {err.strerror or err}; check "
-                             "the file server, then rerun to resume") from err
+            advice = getattr(err, "advice", None) or "check the file server, then rerun to resume"
+            raise StageError(f"node {me}: cannot read {path}: {err.strerror or err}; "
+                             f"{advice}") from err
 
 
 # ---------------------------------------------------------------------------- network side
@@ -259,9 +260,9 @@ class Engine:
             pos = path.index(self.me)
             name = self.shards[t.index].entry.name
             last = c == len(chunks(self.shards[t.index].entry.bytes, self.chunk)) - 1
-            if pos == 0:
-                self.doing = f"reading shard {name} from " + \
-                    ("the file server" if t.from_server else str(self.dst))
+            if pos == 0:  # a file server that is no folder is named by its URL
+                server = "the file server" if self.origin.folder else self.shards[t.index].source
+                self.doing = f"reading shard {name} from {server if t.from_server else self.dst}"
                 data = self.reads.get()
                 if isinstance(data, BaseException):
                     raise data

@@ -1,4 +1,5 @@
-"""Where stage-to-node reads a converted folder from: a folder, or a URL webdataset opens.
+"""Where stage-to-node reads a converted folder from: a folder, a URL webdataset opens, or an
+S3 (or S3-compatible) store.
 
 A *source* answers three things for a file name of the converted folder (a manifest
 ``<split>.json``, a shard, the sample index, the error log): where it is (for messages), a
@@ -19,12 +20,18 @@ it checks the exit status, so a copy counts as read only once the fetch is known
 It also fails when no byte arrives for ``STALL_S`` seconds (a server that stops sending, a
 hung command): curl alone would wait for ever, and so would the node's ranks behind it.
 A URL has no listing: name the split (``--split``).
+
+``s3://BUCKET/PREFIX/`` is read with boto3 (imgprep.stage.s3). Sources are found by their
+URL's scheme in ``SCHEMES``, as timm's reader factory picks a reader by prefix: the module
+holding one is imported only when a URL of its scheme is used, so boto3 (the optional extra
+``imgprep[s3]``) loads for ``s3://`` alone.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import importlib
 import io
 import os
 import select
@@ -37,7 +44,10 @@ from urllib.parse import quote, urlsplit
 from imgprep.errors import ManifestError
 from imgprep.shards.manifest import find_manifests, manifest_path
 
-URL_PREFIXES = ("http://", "https://", "pipe:")
+SCHEMES = {  # URL prefix -> "module:class" of its Source, imported on first use
+    "http://": "imgprep.stage.remote:UrlSource", "https://": "imgprep.stage.remote:UrlSource",
+    "pipe:": "imgprep.stage.remote:UrlSource", "s3://": "imgprep.stage.s3:S3Source"}
+URL_PREFIXES = tuple(SCHEMES)
 NAME_SLOT = "{}"  # where a pipe: command takes the file name
 STALL_S = 300.0  # a fetch that delivers no byte for this long is abandoned (curl's retries fit)
 CURL_EXITS = {6: "host not found", 7: "connection refused or host unreachable",
@@ -47,7 +57,12 @@ CURL_EXITS = {6: "host not found", 7: "connection refused or host unreachable",
 
 
 class FetchFailed(OSError):
-    """A URL could not be read whole (the message says why); callers name the URL."""
+    """A URL could not be read whole (``strerror`` says why); callers name the URL.
+    ``advice``, when set, is the next step (else the caller's own)."""
+
+    def __init__(self, code: int | None, why: str, advice: str | None = None) -> None:
+        super().__init__(code, why)
+        self.advice = advice
 
 
 def is_url(text: str) -> bool:
@@ -55,8 +70,26 @@ def is_url(text: str) -> bool:
     return text.startswith(URL_PREFIXES)
 
 
+def source_class(url: str) -> type[Source]:
+    """The Source class for ``url``'s scheme (``SCHEMES``), or a ValueError saying which
+    schemes there are."""
+    spec = next((v for k, v in SCHEMES.items() if url.startswith(k)), None)
+    if spec is None:
+        raise ValueError(f"{url!r}: expected http(s)://HOST/PATH/, s3://BUCKET/PREFIX/ or "
+                         "pipe:COMMAND (or a folder)")
+    module, name = spec.split(":")
+    cls: type[Source] = getattr(importlib.import_module(module), name)
+    return cls
+
+
 def check_url(url: str) -> str:
-    """``url`` if it is a source URL stage-to-node can read, else a ValueError saying why."""
+    """``url`` spelled one way if it is a source URL stage-to-node can read, else a
+    ValueError saying why."""
+    return source_class(url).check(url)
+
+
+def check_http_or_pipe(url: str) -> str:
+    """``check_url`` for http(s) and ``pipe:`` URLs."""
     if url.startswith("pipe:"):
         if NAME_SLOT not in url:
             raise ValueError(f"{url!r}: a pipe: source needs {NAME_SLOT} where the file name "
@@ -74,6 +107,16 @@ class Source:
     """A converted folder to stage from (see the module docstring)."""
 
     folder: Path | None = None  # set for local folders: their files are read by path
+
+    @classmethod
+    def check(cls, url: str) -> str:
+        """``url`` spelled one way, or a ValueError saying what is wrong with it."""
+        raise ValueError(f"{url!r} is not a URL")
+
+    @classmethod
+    def from_url(cls, url: str, stall_s: float) -> Source:
+        """The source behind ``url`` (checked); a read silent for ``stall_s`` s fails."""
+        raise ValueError(f"{url!r} is not a URL")
 
     def where(self, name: str) -> str:
         """How messages name file ``name`` of the source."""
@@ -122,8 +165,16 @@ class FolderSource(Source):
 class UrlSource(Source):
     """A converted folder behind an http(s) base URL or a ``pipe:`` command."""
 
+    @classmethod
+    def check(cls, url: str) -> str:
+        return check_http_or_pipe(url)
+
+    @classmethod
+    def from_url(cls, url: str, stall_s: float) -> Source:
+        return cls(url, stall_s)
+
     def __init__(self, url: str, stall_s: float | None = None) -> None:
-        self.url = check_url(url)
+        self.url = check_http_or_pipe(url)
         self.stall_s = STALL_S if stall_s is None else stall_s
 
     def __str__(self) -> str:
@@ -211,8 +262,8 @@ class Fetch(io.RawIOBase):
 
 
 def source_of(src: Path | str, stall_s: float = STALL_S) -> Source:
-    """The source ``--src`` names: a URL (``is_url``; a fetch silent for ``stall_s`` seconds
-    is abandoned) or a folder."""
+    """The source ``--src`` names: a URL (``is_url``, by its scheme: ``SCHEMES``; a fetch
+    silent for ``stall_s`` seconds is abandoned) or a folder."""
     if isinstance(src, str) and is_url(src):
-        return UrlSource(src, stall_s)
+        return source_class(src).from_url(src, stall_s)
     return FolderSource(Path(src))

@@ -144,8 +144,8 @@ def _load_split(origin: Source, name: str, opts: StageOptions, world: World) -> 
         data = origin.read(name)
     except FetchFailed as e:
         raise StageError(f"node {world.node_rank}: cannot fetch the manifest {path}: "
-                         f"{e.strerror}; check --src, --split and the server (or the command "
-                         "by hand), then rerun") from e
+                         f"{e.strerror}; " + (e.advice or "check --src, --split and the server "
+                                              "(or the command by hand), then rerun")) from e
     except FileNotFoundError:
         raise ManifestError(f"no manifest {path}: that split was not converted (or not "
                             "finished); run imgprep convert or pick another --split") from None
