@@ -190,10 +190,10 @@ def _convert_report(summaries: list[dict[str, Any]], as_json: bool, quiet: bool,
 @cli.command("stage-to-node")
 @click.option("--src", required=True, type=SourceType(),
               help="Converted folder on the shared file server (holds the manifest), or its "
-                   "URL, opened with webdataset: http(s)://HOST/PATH/ (the folder served over "
-                   "HTTP), or pipe:COMMAND where {} stands for each file name, e.g. "
-                   "'pipe:aws s3 cp s3://bucket/imagenet/{} -'. A URL needs --split. See "
-                   "docs/staging.md, \"Sources\".")
+                   "URL: s3://BUCKET/PREFIX/ (read with boto3: pip install imgprep[s3]; see "
+                   "docs/object-stores.md), http(s)://HOST/PATH/ (the folder served over "
+                   "HTTP), or pipe:COMMAND where {} stands for each file name. A URL needs "
+                   "--split. See docs/staging.md, \"Sources\".")
 @click.option("--dst", required=True, type=click.Path(path_type=Path),
               help="Node-local folder; '{node}' in it becomes the node rank.")
 @mode_option
