@@ -1,0 +1,176 @@
+"""The loader's shared ring (``loaders.ring``): a worker holds at most its slots until the main
+process copies a batch out, a new iteration releases a worker blocked on the old one, tickets
+of an abandoned iteration are dropped, batches come out in order, and a dead worker is seen as
+dead (a zombie too). Workers are forked processes, as the DataLoader's are."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import queue
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from loaders.ring import Ring, is_dead
+
+FORK = mp.get_context("fork")
+TIMEOUT = 30.0
+SLOTS, BATCH, SIZE = 3, 2, 4
+
+
+def wait_until(what: str, cond: Callable[[], bool], timeout: float = TIMEOUT) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, f"timed out waiting until {what}"
+        time.sleep(0.01)
+
+
+def _worker(ring: Ring, tickets: Any, generation: int, batches: int) -> None:
+    """What a loader worker does: take a slot, fill it, hand over a ticket; report how it
+    stopped (``done``, or ``abandoned`` when ``acquire`` says the iteration is over)."""
+    ring.begin(0)
+    for b in range(batches):
+        ring.note(0, b)  # about to wait for slot b
+        if not ring.acquire(0, generation):
+            tickets.put(("abandoned", b))
+            return
+        ring.slot_array(0, b % SLOTS, BATCH)[:] = b + 1
+        tickets.put((generation, 0, b % SLOTS, BATCH))
+    tickets.put(("done", batches))
+
+
+@pytest.fixture
+def worker() -> Iterator[Callable[..., tuple[Any, Any]]]:
+    procs: list[Any] = []
+
+    def start(ring: Ring, generation: int, batches: int) -> tuple[Any, Any]:
+        tickets = FORK.Queue()
+        p = FORK.Process(target=_worker, args=(ring, tickets, generation, batches), daemon=True)
+        p.start()
+        procs.append(p)
+        return p, tickets
+    yield start
+    for p in procs:
+        p.kill()
+        p.join(TIMEOUT)
+
+
+def test_a_worker_holds_at_most_its_slots_until_one_is_copied_out(
+        worker: Callable[..., tuple[Any, Any]]) -> None:
+    ring = Ring(1, SLOTS, BATCH, SIZE)
+    generation = ring.new_iteration()
+    proc, tickets = worker(ring, generation, SLOTS + 2)
+    got = [tickets.get(timeout=TIMEOUT) for _ in range(SLOTS)]
+    assert [t[2] for t in got] == list(range(SLOTS))
+    wait_until("the worker waits for a fourth slot", lambda: ring.making(0) == SLOTS)
+    time.sleep(0.3)
+    with pytest.raises(queue.Empty):  # every slot is full: it waits
+        tickets.get(timeout=0.2)
+    assert ring.pid(0) == proc.pid
+
+    batch = ring.take(0, 0, BATCH, pin=False)  # the first batch out frees its slot
+    assert batch.shape == (BATCH, 3, SIZE, SIZE) and bool((batch == 1).all())
+    assert tickets.get(timeout=TIMEOUT) == (generation, 0, 0, BATCH)
+    assert int(ring.slot_array(0, 0, BATCH)[0, 0, 0, 0]) == SLOTS + 1  # slot 0 reused
+    assert bool((batch == 1).all())  # the copy taken out is the worker's first batch still
+
+
+def test_a_new_iteration_releases_a_worker_blocked_in_the_abandoned_one(
+        worker: Callable[..., tuple[Any, Any]]) -> None:
+    ring = Ring(1, SLOTS, BATCH, SIZE)
+    old = ring.new_iteration()
+    _, tickets = worker(ring, old, SLOTS + 5)
+    for _ in range(SLOTS):
+        tickets.get(timeout=TIMEOUT)
+    wait_until("the worker waits for a free slot", lambda: ring.making(0) == SLOTS)
+    new = ring.new_iteration()
+    assert new == old + 1 == ring.generation
+    assert tickets.get(timeout=TIMEOUT) == ("abandoned", SLOTS)
+
+
+def test_counters_round_trip_and_a_new_iteration_resets_the_skipped_count() -> None:
+    ring = Ring(2, SLOTS, BATCH, SIZE, pools=3)
+    ring.set_epoch(7, (11, 0, 5), skip=4)
+    assert ring.epoch() == (7, (11, 0, 5), 4)
+    ring.add_skipped(0, 2)
+    ring.add_skipped(1, 3)
+    ring.add_skipped(1, 1)
+    assert ring.skipped() == 6
+    ring.note(1, 9)
+    assert (ring.making(0), ring.making(1)) == (0, 9)
+    g = ring.generation
+    assert ring.new_iteration() == g + 1
+    assert ring.skipped() == 0
+    assert ring.epoch() == (7, (11, 0, 5), 4)  # the plan stays until set_epoch
+
+
+def _labels(*values: int) -> bytes:
+    return np.asarray(values, dtype=np.int64).tobytes()
+
+
+def test_batches_come_out_in_order_and_tickets_of_an_old_iteration_are_dropped() -> None:
+    ring = Ring(1, SLOTS, BATCH, SIZE)
+    old = ring.new_iteration()
+    gen = ring.new_iteration()
+    for slot in range(SLOTS):
+        ring.slot_array(0, slot, BATCH)[:] = 10 + slot
+    items = [
+        (2, (gen, 0, 2, BATCH), _labels(4, 5)),
+        (0, (old, 0, 1, BATCH), _labels(9, 9)),  # a batch of the abandoned iteration
+        (1, (gen, 0, 1, 1), _labels(2)),
+        (0, (gen, 0, 0, BATCH), _labels(0, 1)),
+    ]
+    out = list(ring.in_order(items, gen, pin=False))
+    assert [labels.tolist() for _, labels in out] == [[0, 1], [2], [4, 5]]
+    assert [int(images[0, 0, 0, 0]) for images, _ in out] == [10, 11, 12]
+    assert [len(images) for images, _ in out] == [BATCH, 1, BATCH]
+
+
+def test_without_workers_batches_pass_through_in_order_from_the_first_asked() -> None:
+    ring = Ring(0, SLOTS, BATCH, SIZE)
+    assert ring.data is None
+    items = [(n, torch.full((1,), n), torch.tensor([n])) for n in (4, 3, 5)]
+    out = list(ring.in_order(items, ring.generation, pin=False, first=3))
+    assert [int(labels[0]) for _, labels in out] == [3, 4, 5]
+
+
+def test_a_dead_worker_is_seen_as_dead_even_before_it_is_reaped() -> None:
+    assert not is_dead(0) and not is_dead(-1)  # no pid recorded yet
+    assert not is_dead(os.getpid())
+    p = subprocess.Popen(["sleep", "60"])
+    try:
+        assert not is_dead(p.pid)
+        os.kill(p.pid, signal.SIGKILL)
+        wait_until("the killed child is a zombie", lambda: _state(p.pid) == "Z")
+        assert is_dead(p.pid)  # a zombie: exited, not reaped yet
+    finally:
+        p.kill()
+        p.wait(TIMEOUT)
+    assert is_dead(p.pid)  # reaped: gone from /proc
+
+
+def test_the_pid_a_worker_records_is_dead_once_it_is_killed(
+        worker: Callable[..., tuple[Any, Any]]) -> None:
+    ring = Ring(1, SLOTS, BATCH, SIZE)
+    proc, tickets = worker(ring, ring.new_iteration(), SLOTS + 1)
+    tickets.get(timeout=TIMEOUT)
+    pid = ring.pid(0)
+    assert pid == proc.pid and not is_dead(pid)
+    os.kill(pid, signal.SIGKILL)
+    proc.join(TIMEOUT)
+    assert is_dead(ring.pid(0))
+
+
+def _state(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[-1].split()[0].decode()
+    except FileNotFoundError:
+        return "gone"
