@@ -143,7 +143,8 @@ def sample_keys(path: Path, layout: Layout) -> tuple[str, ...]:
             found = list(_walk(fd, path, pos, offset[first], end))
             name, body = found[-1][:2] if found else ("", -1)
             key, _, got = name.rsplit("/", 1)[-1].partition(".")
-            if body != offset[first] or got != (want := layout.exts[ext[first]]):
+            want = layout.exts[ext[first]]
+            if body != offset[first] or got != want:
                 raise ShardError(f"{path}: no .{want} member's data at byte {offset[first]}, "
                                  "where the sample index puts one; verify or restage it")
             keys.append(key)
