@@ -29,12 +29,15 @@
 - Errors: DALI fails a whole batch on an undecodable image, and its pipeline cannot go on.
   The batches handed to DALI and not yet yielded are then decoded sample by sample with the
   Pillow backend's own transform (``loaders.transforms.apply``), which finds the bad samples
-  by the Pillow backend's rule. ``on_error="raise"``: its error, naming the first;
-  ``"skip"``: a new pipeline starts at the first batch not yielded, each bad slot fed a good
-  sample of its batch (``loaders.base.stand_ins``, the Pillow backend's choice) whose row
-  then takes the slot, counted in ``skipped``. A batch DALI refuses whose samples Pillow all
-  decodes raises, naming the batch. A sample DALI decodes is used even where Pillow would
-  refuse it.
+  by the Pillow backend's rule, and a new pipeline starts at the first batch not yielded.
+  Each bad slot is fed a good sample of its batch (``loaders.base.stand_ins``, the Pillow
+  backend's choice), whose row then takes the slot: ``on_error="skip"`` yields it, counted
+  in ``skipped``; ``"raise"`` raises the Pillow backend's error, naming the first bad sample,
+  when its batch is reached. One case DALI does not fail on: a JPEG whose last bytes are
+  missing (libjpeg-turbo greys the rest; Pillow refuses it); so a sample that does not end
+  with the JPEG end marker is first checked the Pillow way, before DALI sees it (one
+  ``endswith`` per sample). A batch DALI refuses whose samples Pillow all decodes raises,
+  naming the batch.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ from __future__ import annotations
 import functools
 import io
 from collections import deque
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,6 +59,7 @@ from loaders.epochs import PAD, EpochPlan
 from loaders.transforms import SampleError, TrainTransform, Transform, apply
 
 DECODER = {"cpu": "cpu", "gpu": "mixed"}  # where the decoder runs, per output device
+EOI = b"\xff\xd9"  # a JPEG's last two bytes
 RANDOM_CROP_TRIES = 10  # torchvision's RandomResizedCrop tries as many boxes
 
 
@@ -97,15 +102,27 @@ def placeholder() -> bytes:
     return buf.getvalue()
 
 
+@dataclass
+class _Fixes:
+    """What a pass knows of its bad samples: per plan batch, the stand-in slot of each bad
+    slot (-1: none, the slot becomes padding), the batches checked whole, and the error to
+    raise on reaching a batch (on_error="raise")."""
+
+    swap: dict[int, dict[int, int]] = field(default_factory=dict)
+    checked: set[int] = field(default_factory=set)
+    errors: dict[int, LoaderError] = field(default_factory=dict)
+
+
 @dataclass(eq=False)
 class _Feed:
     """A pipeline's external source: DALI asks for its i-th batch; the batch's samples are
-    read through the loader's ``Source`` and kept (with their labels) until it is yielded;
-    DALI gets the encoded images, a bad slot its stand-in's."""
+    read through the loader's ``Source``, screened, and kept (with their labels) until it is
+    yielded; DALI gets the encoded images, a bad slot its stand-in's."""
 
     source: Source
     rows: list[tuple[int, np.ndarray]]  # (plan batch, real sample ids) this pipeline makes
-    swap: dict[int, dict[int, int]]  # plan batch -> bad slot -> stand-in slot (-1: none)
+    fixes: _Fixes
+    screen: Callable[[int, list[Item]], None]
     fed: deque[tuple[int, list[Item]]] = field(default_factory=deque)  # not yet yielded
 
     def __call__(self, info: Any) -> list[np.ndarray]:
@@ -113,9 +130,10 @@ class _Feed:
             raise StopIteration  # DALI may ask past the end while it prefetches
         b, ids = self.rows[info.iteration]
         items = self.source.fetch(ids)
+        self.screen(b, items)
         self.fed.append((b, items))
         data = [d for _, d, _ in items]
-        for slot, good in self.swap.get(b, {}).items():
+        for slot, good in self.fixes.swap.get(b, {}).items():
             data[slot] = data[good] if good >= 0 else placeholder()
         return [np.frombuffer(d, np.uint8) for d in data]
 
@@ -145,17 +163,16 @@ class DaliBatches:
     def pids(self) -> tuple[int, ...]:
         return ()  # DALI decodes in threads of this process
 
-    def dead(self, plan: EpochPlan, describe: Any) -> str:
+    def dead(self, plan: EpochPlan, describe: Callable[[EpochPlan, int], str]) -> str:
         return ""
 
     # -- a pass
-    def run(self, plan: EpochPlan, skip: int) -> Any:
-        """The plan's batches from ``skip`` on (a generator)."""
+    def run(self, plan: EpochPlan, skip: int) -> Iterator[Batch]:
+        """The plan's batches from ``skip`` on."""
         self._skipped = 0
-        swap: dict[int, dict[int, int]] = {}
-        checked: set[int] = set()
+        fixes = _Fixes()
         b = skip
-        pipe, feed = self._start(plan, b, swap)
+        pipe, feed = self._start(plan, b, fixes)
         while b < plan.batches:
             ids = self.cfg.slots(plan, b)
             if not (ids != PAD).any():  # padding only: nothing to decode
@@ -168,21 +185,22 @@ class DaliBatches:
                 raise  # the source's own error (a shard that cannot be read …)
             except RuntimeError as e:  # the pipeline is done for: find why, start again
                 pipe = None
-                self._recover(plan, feed, swap, checked, e)
-                pipe, feed = self._start(plan, b, swap)
+                self._recover(plan, feed, fixes, e)
+                pipe, feed = self._start(plan, b, fixes)
                 continue
             done, items = feed.fed.popleft()
             assert done == b, (done, b)
-            yield self._batch(out[0], len(ids), items, swap.get(b, {}))
+            if b in fixes.errors:
+                raise fixes.errors[b]
+            yield self._batch(out[0], len(ids), items, fixes.swap.get(b, {}))
             b += 1
 
-    def _start(self, plan: EpochPlan, b: int, swap: dict[int, dict[int, int]]
-               ) -> tuple[Any, _Feed]:
+    def _start(self, plan: EpochPlan, b: int, fixes: _Fixes) -> tuple[Any, _Feed]:
         """A pipeline making the plan's batches from ``b`` on (None when none has a
         sample), and its source."""
         rows = [(k, ids[ids != PAD]) for k in range(b, plan.batches)
                 if ((ids := self.cfg.slots(plan, k)) != PAD).any()]
-        feed = _Feed(self.source, rows, swap)
+        feed = _Feed(self.source, rows, fixes, functools.partial(self._screen, fixes))
         if not rows:
             return None, feed
         seed = pass_seed(self.cfg.seed, plan.epoch, self.cfg.world.rank,
@@ -241,30 +259,46 @@ class DaliBatches:
             feed_ndarray(tensor, into)
 
     # -- errors
-    def _recover(self, plan: EpochPlan, feed: _Feed, swap: dict[int, dict[int, int]],
-                 checked: set[int], error: RuntimeError) -> None:
+    def _screen(self, fixes: _Fixes, b: int, items: list[Item]) -> None:
+        """Before DALI sees batch ``b``: a sample that does not end as a JPEG does (its EOI
+        marker) is decoded by the Pillow backend's rule first. DALI's libjpeg-turbo decodes
+        a JPEG whose last bytes are missing (the rest grey), which Pillow refuses."""
+        if b in fixes.checked:
+            return
+        suspects = [slot for slot, (_, data, _) in enumerate(items) if not data.endswith(EOI)]
+        bad = [(slot, e) for slot, e in self._bad([items[k] for k in suspects])]
+        self._settle(fixes, b, items, [(suspects[k], e) for k, e in bad])
+
+    def _recover(self, plan: EpochPlan, feed: _Feed, fixes: _Fixes,
+                 error: RuntimeError) -> None:
         """After DALI failed: find the bad samples of the batches it was given and not yet
-        yielded, with the Pillow backend's decoder; raise per ``on_error``, or record their
-        stand-ins in ``swap``. Raises when there is none to find."""
-        cfg, found = self.cfg, False
+        yielded, with the Pillow backend's decoder, and settle them. Raises when there is
+        none to find."""
+        found = False
         for b, items in feed.fed:
-            if b in checked:
-                continue
-            checked.add(b)
-            bad = self._bad(items)
-            if bad and cfg.on_error == "raise":
-                raise LoaderError(f"rank {cfg.world.rank}: {bad[0][1]}; {self.source.fix}, "
-                                  "or load with on_error='skip'") from error
-            if bad:
-                swap[b] = stand_ins(len(items), [slot for slot, _ in bad])
-                found = True
+            if b not in fixes.checked:
+                fixes.checked.add(b)
+                found |= self._settle(fixes, b, items, self._bad(items))
         if not found:
             first = feed.fed[0][0] if feed.fed else "?"
             why = " ".join(str(error).split())[:300]
             raise LoaderError(
-                f"rank {cfg.world.rank}: DALI cannot decode batch {first} of epoch "
+                f"rank {self.cfg.world.rank}: DALI cannot decode batch {first} of epoch "
                 f"{plan.epoch} ({why}), yet Pillow decodes every sample of it; load with "
                 "backend='pillow'") from error
+
+    def _settle(self, fixes: _Fixes, b: int, items: list[Item],
+                bad: list[tuple[int, SampleError]]) -> bool:
+        """Record what batch ``b``'s bad samples get: stand-ins (DALI must decode something
+        in their slots), and with on_error="raise" the error the Pillow backend raises, for
+        when the batch is reached. Whether there was any."""
+        if not bad:
+            return False
+        fixes.swap[b] = stand_ins(len(items), [slot for slot, _ in bad])
+        if self.cfg.on_error == "raise":
+            fixes.errors[b] = LoaderError(f"rank {self.cfg.world.rank}: {bad[0][1]}; "
+                                          f"{self.source.fix}, or load with on_error='skip'")
+        return True
 
     def _bad(self, items: list[Item]) -> list[tuple[int, SampleError]]:
         """The slots of ``items`` the Pillow backend cannot decode, with its errors."""

@@ -300,6 +300,30 @@ def test_corrupt_jpeg_skipped_as_the_pillow_backend_does(data: Path, tmp_path: P
 
 
 @needs_dali
+@pytest.mark.parametrize("on_error", ["raise", "skip"])
+def test_a_jpeg_missing_its_end_is_handled_as_the_pillow_backend_does(
+        tmp_path: Path, on_error: str) -> None:
+    """The last 3 % of sample 20 cut off: DALI's libjpeg-turbo would decode it (grey at the
+    bottom), the Pillow backend refuses it; the DALI backend must too (same labels and
+    count, or the same error)."""
+    def image(i: int) -> bytes:
+        data = jpeg((256, 256), seed=i)
+        return data[:len(data) * 97 // 100] if i == 20 else data
+
+    write_split(tmp_path, "train", SIZES, image)
+    outcome: dict[str, list[Any]] = {"pillow": [], "dali": []}
+    for backend, seen in outcome.items():
+        for w in worlds(1, 2):
+            ld = loader(tmp_path, "train", w, backend, tail="pad", on_error=on_error)
+            try:
+                seen.append((steps(epoch(ld, 0)), ld.skipped))
+            except LoaderError as e:
+                seen.append(str(e))
+    assert outcome["dali"] == outcome["pillow"]
+    assert sum(isinstance(x, str) for x in outcome["dali"]) == (on_error == "raise")
+
+
+@needs_dali
 def test_a_missing_shard_is_the_readers_error(data: Path, tmp_path: Path) -> None:
     folder = tmp_path / "copy"
     shutil.copytree(data, folder)
