@@ -188,6 +188,17 @@ def test_full_batches_of_the_requested_size(data: Path) -> None:
                for images, labels in batches)
 
 
+@needs_dali
+def test_a_label_list_gets_the_pillow_backends_batches(converted: dict[str, Path]) -> None:
+    """The label-list loader reads files instead of shard offsets; its DALI backend gives
+    the same samples per step on 2 ranks."""
+    for w in worlds(1, 2):
+        got, want = (epoch(make_loader(converted["list"], "train", w, 4, workers=1, seed=3,
+                                       transform=SMALL_TRAIN, backend=b), 1)
+                     for b in ("dali", "pillow"))
+        assert steps(got) == steps(want) and len(got) > 0
+
+
 # ---------------------------------------------------------------------------- seeds, resume
 
 
