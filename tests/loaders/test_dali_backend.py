@@ -285,14 +285,19 @@ def test_corrupt_jpeg_raises_as_the_pillow_backend_does(data: Path, tmp_path: Pa
 
 
 @needs_dali
-@pytest.mark.parametrize("bad", [(20,), (20, 21, 22, 23, 24, 25, 26, 27, 28, 29)])
+@pytest.mark.parametrize("whole_batch", [False, True], ids=["one", "a-whole-batch-too"])
 def test_corrupt_jpeg_skipped_as_the_pillow_backend_does(data: Path, tmp_path: Path,
-                                                         bad: tuple[int, ...]) -> None:
+                                                         whole_batch: bool) -> None:
     """on_error="skip": the same labels batch by batch as the Pillow backend (a bad slot
     takes a good sample of its batch, or padding when there is none), the same count in
-    ``skipped``, and each stand-in row is its good sample's pixels."""
+    ``skipped``, and each stand-in row is its good sample's pixels. Sample 20 is bad, and
+    with ``whole_batch`` every sample of rank 1's batch 2 too."""
     folder = tmp_path / "copy"
     shutil.copytree(data, folder)
+    bad = {20}
+    if whole_batch:
+        bad |= set(loader(data, "train", worlds(1, 2)[1], "pillow", tail="pad"
+                          ).plan(0).table[2].tolist())
     for sample in bad:
         corrupt(folder, sample)
     skipped = {"pillow": 0, "dali": 0}
@@ -303,6 +308,9 @@ def test_corrupt_jpeg_skipped_as_the_pillow_backend_does(data: Path, tmp_path: P
             runs[backend] = epoch(ld, 0)
             skipped[backend] += ld.skipped
         assert steps(runs["dali"]) == steps(runs["pillow"])
+        if whole_batch and w.rank == 1:
+            assert steps(runs["dali"])[2] == [PAD_LABEL] * BATCH
+            assert not runs["dali"][2][0].any()
         for images, labels in runs["dali"]:
             for i, j in itertools.combinations(range(len(labels)), 2):
                 if labels[i] == labels[j] != PAD_LABEL:
