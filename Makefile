@@ -68,6 +68,14 @@ bench: setup bench-out/stock-pillow/.ready
 reliability: setup
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python scripts/reliability_report.py --markdown
 
+# The whole pipeline at ILSVRC2012's real layout and counts (1,281,167 + 50,000 small images):
+# convert, verify, index, stage to 4 process-nodes, loaders, trainer; timed, with peak RSS,
+# descriptors and disk per step and a projection to 16 cores and 16 nodes (at most 75 minutes,
+# ~40 GB of disk at its peak; docs/benchmarks.md). The input stays in bench-out/rehearsal/.
+.PHONY: rehearsal
+rehearsal: setup
+	$(BIN)/python scripts/rehearsal.py --json-out bench-out/rehearsal-full.json
+
 # A file server and 1, 2, 4 nodes in network namespaces on this machine (root; 6-9 minutes):
 # direct vs staged loaders, replicate/partition/fan-out staging, 2-node training; docs/cluster.svg.
 # Then a real Slurm on the same box: one sbatch job over 2 nodes x 2 tasks (convert, stage,
