@@ -5,7 +5,8 @@ truth), small images (48-96 px, converted to 64 px) so that it fits in an hour.
     python scripts/rehearsal.py                          # full size (make rehearsal)
     python scripts/rehearsal.py --images 100000 --json-out /tmp/rehearsal-100k.json
     python scripts/rehearsal.py --compare /tmp/rehearsal-100k.json   # the 1.3x rule
-    python scripts/rehearsal.py --images 20000           # under a minute: tests the script
+    python scripts/rehearsal.py --record full.json --compare /tmp/rehearsal-100k.json
+    python scripts/rehearsal.py --images 20000           # a short check of the script
 
 The input (``rehearsalkit.dataset``) is made once per image count under ``--out`` and reused.
 The steps, each timed in child processes whose peak RSS (``VmRSS`` summed over the process
@@ -256,14 +257,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--json-out", type=Path, help="also write the JSON record here")
     ap.add_argument("--compare", type=Path, metavar="OTHER.json",
                     help="an earlier run's record: per-step per-image cost ratios")
+    ap.add_argument("--record", type=Path, metavar="THIS.json",
+                    help="run nothing: print this saved record's table (and --compare)")
     args = ap.parse_args(argv)
     if args.images < MIN_IMAGES:
         ap.error(f"--images must be at least {MIN_IMAGES}")
     return args
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+def rehearse(args: argparse.Namespace) -> dict[str, Any]:
+    """Make or reuse the input, run every step within the deadline, clean up; the record."""
     t0, load_before = time.perf_counter(), loadavg()
     deadline = Deadline(args.timeout * 60)
     inp = make_input(args.out, args.images)
@@ -282,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.drop_input:
             shutil.rmtree(run.inp, ignore_errors=True)
     done = [s["step"] for s in run.steps]
-    record: dict[str, Any] = {
+    return {
         "images": args.images, "val": run.val, "command": " ".join(sys.argv),
         "cores": os.cpu_count(), "load_before": load_before, "load_after": loadavg(),
         "input": {k: v for k, v in inp.items() if k != "folder"},
@@ -290,6 +293,14 @@ def main(argv: list[str] | None = None) -> int:
         "timed_out": deadline.left() <= 0, "wall_s": time.perf_counter() - t0,
         "disk": {"input_bytes": input_bytes, "work_peak_bytes": peak, "work_left_bytes": left,
                  "kept": args.keep, "input_dropped": args.drop_input}}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.record is not None:  # a saved run: its table (and comparison) only
+        record: dict[str, Any] = json.loads(args.record.read_text())
+    else:
+        record = rehearse(args)
     print(table(record))
     if args.compare is not None:
         record["compare"] = compare(record, json.loads(args.compare.read_text()))

@@ -60,8 +60,11 @@ def test_scaled_counts_sum_exactly_and_keep_every_class(images: int) -> None:
 
 
 def _record(images: int, costs: dict[str, float]) -> dict[str, Any]:
-    return {"images": images, "steps": [{"step": k, "us_per_image": v, "cpu_us_per_image": v}
-                                        for k, v in costs.items()]}
+    steps = [{"step": k, "images": images, "seconds": v * images / 1e6, "rate": 1e6 / v,
+              "us_per_image": v, "cpu_us_per_image": v, "cores_busy": 1.0,
+              "peak_rss_mb": 100.0, "peak_fds": 10, "disk_bytes": 0, "ok": True}
+             for k, v in costs.items()]
+    return {"images": images, "ok": True, "steps": steps}
 
 
 def test_compare_flags_a_step_costing_more_than_13x_per_image_at_the_larger_size() -> None:
@@ -69,6 +72,22 @@ def test_compare_flags_a_step_costing_more_than_13x_per_image_at_the_larger_size
     full = _record(FULL_TRAIN, {"convert train": 125.0, "index": 14.0, "verify": 40.0})
     assert compare(full, small)["flagged"] == ["index"]
     assert compare(small, full)["flagged"] == ["index"]  # either way round
+
+
+def test_a_saved_record_is_tabled_and_compared_without_running_anything(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import rehearsal
+
+    (tmp_path / "full.json").write_text(json.dumps(
+        _record(FULL_TRAIN, {"convert train": 125.0, "index": 14.0})))
+    (tmp_path / "small.json").write_text(json.dumps(
+        _record(100_000, {"convert train": 100.0, "index": 10.0})))
+    assert rehearsal.main(["--record", str(tmp_path / "full.json"), "--compare",
+                           str(tmp_path / "small.json"), "--out", str(tmp_path / "out")]) == 0
+    out = capsys.readouterr().out
+    assert "| convert train | 1,281,167 |" in out and "| index | 14.0 | 10.0 | 1.40 |" in out
+    assert json.loads(out.splitlines()[-1])["compare"]["flagged"] == ["index"]
+    assert not (tmp_path / "out").exists()
 
 
 @pytest.fixture(scope="module")
