@@ -76,18 +76,17 @@ def decode_graph(jpegs: Any, t: Transform, device: str) -> Any:
     from nvidia.dali import fn, types
 
     images: Any
+    rgb, uint8 = types.DALIImageType.RGB, types.DALIDataType.UINT8
     if isinstance(t, TrainTransform):
         images = fn.decoders.image_random_crop(
-            jpegs, device=DECODER[device], output_type=types.DALIImageType.RGB,
-            random_area=list(t.scale), random_aspect_ratio=list(t.ratio),
-            num_attempts=RANDOM_CROP_TRIES)
+            jpegs, device=DECODER[device], output_type=rgb, random_area=list(t.scale),
+            random_aspect_ratio=list(t.ratio), num_attempts=RANDOM_CROP_TRIES)
         images = fn.resize(images, resize_x=t.size, resize_y=t.size)
         mirror = fn.random.coin_flip(probability=0.5) if t.flip else 0
-        return fn.crop_mirror_normalize(images, dtype=types.DALIDataType.UINT8, output_layout="CHW",
-                                        mirror=mirror)
-    images = fn.decoders.image(jpegs, device=DECODER[device], output_type=types.DALIImageType.RGB)
+        return fn.crop_mirror_normalize(images, dtype=uint8, output_layout="CHW", mirror=mirror)
+    images = fn.decoders.image(jpegs, device=DECODER[device], output_type=rgb)
     images = fn.resize(images, resize_shorter=t.resize)
-    return fn.crop_mirror_normalize(images, dtype=types.DALIDataType.UINT8, output_layout="CHW",
+    return fn.crop_mirror_normalize(images, dtype=uint8, output_layout="CHW",
                                     crop=(t.size, t.size), crop_pos_x=0.5, crop_pos_y=0.5)
 
 
@@ -266,7 +265,7 @@ class DaliBatches:
         if b in fixes.checked:
             return
         suspects = [slot for slot, (_, data, _) in enumerate(items) if not data.endswith(EOI)]
-        bad = [(slot, e) for slot, e in self._bad([items[k] for k in suspects])]
+        bad = self._bad([items[k] for k in suspects])
         self._settle(fixes, b, items, [(suspects[k], e) for k, e in bad])
 
     def _recover(self, plan: EpochPlan, feed: _Feed, fixes: _Fixes,
