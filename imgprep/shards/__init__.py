@@ -1,6 +1,7 @@
 """The shard format and what reads it back.
 
-The manifest (``manifest``), the sample index (``index``), writing shards deterministically
+The manifest (``manifest``), the sample index (``index``) and the DALI index files made from
+it beside each shard (``dali``), writing shards deterministically
 (``writers``, past the page cache with ``directio``), strict fast reading (``tario``), what an
 output folder holds, finished or not (``folder``), and the commands that only read a
 conversion: ``verify``, ``info``, ``preview``.
