@@ -94,7 +94,8 @@ def table(record: dict[str, Any]) -> str:
 
 def compare(this: dict[str, Any], other: dict[str, Any]) -> dict[str, Any]:
     """Per step, this run's per-image cost over ``other``'s (wall and CPU); a step is flagged
-    when the run with more images pays more than 1.3x the other's wall cost per image."""
+    when the run with more images pays more than 1.3x the other's wall cost per image
+    (``flagged``), and, steadier on a shared machine, CPU cost per image (``cpu_flagged``)."""
     theirs = {s["step"]: s for s in other.get("steps", [])}
     bigger = this["images"] >= other.get("images", 0)
     steps = []
@@ -103,14 +104,20 @@ def compare(this: dict[str, Any], other: dict[str, Any]) -> dict[str, Any]:
         if o is None or not o["us_per_image"] or not o["cpu_us_per_image"]:
             continue
         wall = s["us_per_image"] / o["us_per_image"]
-        cpu = s["cpu_us_per_image"] / o["cpu_us_per_image"] if o["cpu_us_per_image"] else 0.0
-        grow = wall if bigger else 1 / wall
+        cpu = s["cpu_us_per_image"] / o["cpu_us_per_image"]
         steps.append({"step": s["step"], "this_us": s["us_per_image"],
                       "other_us": o["us_per_image"], "wall_ratio": wall, "cpu_ratio": cpu,
-                      "flagged": grow > RULE})
+                      "flagged": (wall if bigger else 1 / wall) > RULE,
+                      "cpu_flagged": (cpu if bigger else 1 / cpu) > RULE})
     return {"this_images": this["images"], "other_images": other.get("images"),
             "rule": f"the larger run's wall cost per image > {RULE}x the smaller's",
-            "steps": steps, "flagged": [c["step"] for c in steps if c["flagged"]]}
+            "steps": steps, "flagged": [c["step"] for c in steps if c["flagged"]],
+            "cpu_flagged": [c["step"] for c in steps if c["cpu_flagged"]]}
+
+
+def _flag(c: dict[str, Any]) -> str:
+    return " ".join(w for w, on in (("wall > 1.3x", c["flagged"]),
+                                    ("CPU > 1.3x", c["cpu_flagged"])) if on)
 
 
 def compare_table(c: dict[str, Any]) -> str:
@@ -120,5 +127,5 @@ def compare_table(c: dict[str, Any]) -> str:
             "|---|---:|---:|---:|---:|---|"]
     rows += [f"| {s['step']} | {s['this_us']:.1f} | {s['other_us']:.1f} | "
              f"{s['wall_ratio']:.2f} | {s['cpu_ratio']:.2f} | "
-             f"{'> 1.3x' if s['flagged'] else ''} |" for s in c["steps"]]
+             f"{_flag(s)} |" for s in c["steps"]]
     return "\n".join(rows)
