@@ -27,9 +27,9 @@ ASSUMPTIONS = (
     "size (1,281,167 train, 50,000 val; the partition staging and the loader train only)",
     "16-core node: convert, verify and the loader epoch keep all 16 cores busy at the CPU "
     "time per image measured here (workers = cores, as their auto default gives; no other "
-    "load); index and the plan are one process and keep their full-size time; the node "
-    "stages the whole set to its disk at the rate this machine's one disk took the 4 "
-    "process-nodes' writes together",
+    "load); index and the plan are one process on one core, busy for the CPU time per image "
+    "measured here x the full count; the node stages the whole set to its disk at the rate "
+    "this machine's one disk took the 4 process-nodes' writes together",
     "16 nodes x 16 cores: convert under a launcher splits the shards over the ranks (/16; "
     "the listing every rank repeats is left out) and so does the loader epoch (/16); verify "
     "and index run on one node; the plan's time is one rank's, each rank planning its own "
@@ -59,15 +59,12 @@ def project(step: dict[str, Any]) -> tuple[float | None, float | None]:
         return full / STAGED_HERE, full / STAGED_HERE
     if name.startswith("stage partition"):  # here the nodes wrote the set once together
         return full, full / NODES
-    return full, full  # one process (index), or each rank's own plan
+    one = float(step["cpu_us_per_image"]) * 1e-6 * FULL_IMAGES[name]  # one busy core
+    return one, one  # one process (index), or each rank's own plan
 
 
 def _secs(x: float) -> str:
-    return f"{x:.1f}" if x >= 10 else f"{x:.3g}"
-
-
-def _cell(x: float | None, fmt: str = "{:.1f}") -> str:
-    return "n/a" if x is None else fmt.format(x)
+    return f"{x:,.0f}" if x >= 100 else f"{x:.1f}" if x >= 10 else f"{x:.3g}"
 
 
 def table(record: dict[str, Any]) -> str:
@@ -76,18 +73,16 @@ def table(record: dict[str, Any]) -> str:
             "peak RSS MB (tree) | peak fds (tree) | disk after MB | check |",
             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for s in record["steps"]:
-        rows.append(f"| {s['step']} | {s['images']:,} | {_secs(s['seconds'])} | {s['rate']:.0f} | "
+        rows.append(f"| {s['step']} | {s['images']:,} | {_secs(s['seconds'])} | {s['rate']:,.0f} | "
                     f"{s['us_per_image']:.1f} | {s['cpu_us_per_image']:.1f} | "
                     f"{s['cores_busy']:.2f} | {s['peak_rss_mb']:.0f} | {s['peak_fds']} | "
                     f"{s.get('disk_bytes', 0) / 1e6:.0f} | {'ok' if s['ok'] else 'FAILED'} |")
-    rows += ["", "| step | full size on this machine, min | 16-core node, min | "
-             "16 nodes x 16 cores, min |", "|---|---:|---:|---:|"]
+    rows += ["", "| step | full size on this machine, s | 16-core node, s | "
+             "16 nodes x 16 cores, s |", "|---|---:|---:|---:|"]
     for s in record["steps"]:
-        node, nodes = project(s)
-        full = full_seconds(s)
-        rows.append(f"| {s['step']} | {_cell(full and full / 60, '{:.2f}')} | "
-                    f"{_cell(node and node / 60, '{:.2f}')} | "
-                    f"{_cell(nodes and nodes / 60, '{:.2f}')} |")
+        cells = [full_seconds(s), *project(s)]
+        rows.append(f"| {s['step']} | " + " | ".join(
+            "n/a" if x is None else _secs(x) for x in cells) + " |")
     rows += ["", *[f"- {a}" for a in ASSUMPTIONS]]
     return "\n".join(rows)
 
