@@ -188,7 +188,7 @@ def test_a_slurm_job_converts_stages_and_trains_across_two_nodes_and_leaves_noth
     host = (socket.gethostname(), Path("/etc/hosts").read_text(), sorted(os.listdir("/dev/shm")))
     try:
         res = _bench(images, tmp_path, "--slurm", "--shards", "4", "--mpirun-steps", "2",
-                     limit=170)
+                     limit=240)
     finally:
         if os.geteuid() == 0 and shutil.which("ip"):
             left = clean_leftovers(PREFIX)  # only if the run itself failed to
