@@ -1,10 +1,12 @@
 """Where the processes of a job meet: one address and port, learned under any launcher.
 
-torchrun gives ``MASTER_ADDR``/``MASTER_PORT``; under mpirun (and srun with an MPI plugin)
-nobody does, so rank 0 picks its address and a free port and broadcasts them over MPI
-(mpi4py): MPI bootstraps, Gloo or NCCL carries the data. The trainer opens its process group
-there; fan-out staging opens a group of its own among the node copiers (local rank 0 of each
-node), which must not disturb the trainer's, so it finds its meeting point by
+torchrun gives ``MASTER_ADDR``/``MASTER_PORT``; under mpirun nobody does, so rank 0 picks its
+address and a free port and broadcasts them over MPI (mpi4py): MPI bootstraps, Gloo or NCCL
+carries the data. Under srun every task knows the step's node list and the job and step ids,
+so the meeting point needs no MPI at all: the first node of ``SLURM_STEP_NODELIST`` (where
+task 0 runs) and a port derived from the ids (``slurm_rendezvous``). The trainer opens its
+process group there; fan-out staging opens a group of its own among the node copiers (local
+rank 0 of each node), which must not disturb the trainer's, so it finds its meeting point by
 ``copier_rendezvous``:
 
 1. an explicit ``--rendezvous HOST:PORT`` (node 0's copier listens there);
@@ -13,7 +15,10 @@ node), which must not disturb the trainer's, so it finds its meeting point by
 3. under torchrun, whose agent keeps a store at ``MASTER_ADDR:MASTER_PORT`` for the job's
    life: that store, under a key prefix of its own;
 4. ``MASTER_ADDR``/``MASTER_PORT`` with nobody listening yet: node 0's copier listens there;
-5. under mpirun or srun with mpi4py: rank 0's address and a free port, broadcast over MPI.
+5. under srun: the step's first node and a port derived from the job and step ids, one above
+   the trainer's (``slurm_rendezvous``);
+6. under mpirun (or a PMI launcher) with mpi4py: rank 0's address and a free port, broadcast
+   over MPI.
 
 Without any of these, a plain loop over ``--num-nodes/--node-rank`` cannot meet: the error
 says to pass ``--rendezvous``.
@@ -22,6 +27,7 @@ says to pass ``--rendezvous``.
 from __future__ import annotations
 
 import os
+import re
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -83,6 +89,37 @@ def parse_address(text: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
+SLURM_PORT_BASE = 15000  # ports 15000..34999 by job and step id, as Slurm-aware trainers pick
+
+
+def first_host(nodelist: str) -> str:
+    """The first host of a Slurm host list: ``gpu[07-09,12],cpu1`` -> ``gpu07``."""
+    head = re.match(r"[^,\[]*(?:\[[^\]]*\][^,\[]*)*", nodelist.strip())
+    text = head.group(0) if head else ""
+    while (m := re.search(r"\[([^\]]*)\]", text)) is not None:
+        first = re.split(r"[,-]", m.group(1))[0]
+        text = text[:m.start()] + first + text[m.end():]
+    if not text:
+        raise RendezvousError(f"cannot read a host from the Slurm node list {nodelist!r}")
+    return text
+
+
+def slurm_rendezvous(world: World, env: Mapping[str, str], offset: int = 0) -> Rendezvous:
+    """Where srun's tasks meet without MPI: the step's first node (task 0 runs there) and a
+    port from the job and step ids, so every task computes the same one. ``offset`` keeps
+    the fan-out copiers' meeting point apart from the trainer's."""
+    nodes = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST")
+    job = env.get("SLURM_JOB_ID", "")
+    if not nodes or not job.isdigit():
+        raise RendezvousError(
+            f"rank {world.rank}: srun gave no SLURM_STEP_NODELIST/SLURM_JOB_ID to meet by; "
+            "set MASTER_ADDR and MASTER_PORT, or launch with torchrun")
+    step = env.get("SLURM_STEP_ID", "0")
+    step_id = int(step) if step.isdigit() else 0
+    port = SLURM_PORT_BASE + (int(job) * 16 + step_id * 2 + offset) % 20000
+    return Rendezvous(first_host(nodes), port, "srun's node list and job id")
+
+
 def _mpi_comm(world: World, comm: Any) -> Any:
     if comm is not None:
         return comm
@@ -101,7 +138,8 @@ def _over_mpi(world: World, comm: Any) -> Rendezvous:
     if comm.Get_size() != world.world_size or comm.Get_rank() != world.rank:
         raise RendezvousError(f"rank {world.rank}: MPI says rank {comm.Get_rank()} of "
                               f"{comm.Get_size()}, the launcher variables say {world.rank} of "
-                              f"{world.world_size}; launch with a matching mpirun")
+                              f"{world.world_size}; launch with a matching mpirun (under srun, the "
+                              "launcher variables are enough: no --mpi is needed)")
     mine = (own_address(), free_port()) if world.rank == 0 else None
     addr, port = comm.bcast(mine, root=0)
     return Rendezvous(str(addr), int(port), "mpi4py broadcast")
@@ -116,6 +154,8 @@ def rendezvous(world: World, env: Mapping[str, str] | None = None,
         return Rendezvous(env["MASTER_ADDR"], int(env["MASTER_PORT"]), "environment")
     if not world.is_distributed:
         return Rendezvous("127.0.0.1", free_port(), "single process")
+    if world.launcher == "slurm" and comm is None:
+        return slurm_rendezvous(world, env)
     return _over_mpi(world, comm)
 
 
@@ -150,10 +190,12 @@ def copier_rendezvous(world: World, explicit: str | None = None,
         agent = env.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true"
         return Rendezvous(env["MASTER_ADDR"], int(env["MASTER_PORT"]),
                           "torchrun's store" if agent else "MASTER_ADDR/MASTER_PORT", agent)
+    if world.launcher == "slurm" and world.is_distributed and comm is None:
+        return slurm_rendezvous(world, env, offset=1)
     if world.launcher in ("openmpi", "pmi", "slurm") and world.is_distributed:
         return _over_mpi(world, comm)
     raise RendezvousError(
         f"node {world.node_rank}: fan-out over {world.num_nodes} nodes needs a meeting point "
         "for the node copiers and this launch gives none: pass --rendezvous HOST:PORT (node "
         "0's copier listens there; every node must reach it), or set MASTER_ADDR/MASTER_PORT, "
-        "or launch with torchrun or mpirun")
+        "or launch with torchrun, srun or mpirun")
