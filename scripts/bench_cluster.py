@@ -15,6 +15,11 @@ to ``--mb`` MB) over sshfs; each node mounts it and has a local folder. Then, fo
   (``--mode replicate --fanout``, when this imgprep has it): seconds, bytes the server read
   (kernel rchar of its SFTP processes) against the set and against the nodes' JSON reports,
   bytes moved between nodes, and a sha256 check of every node's shards against the manifest;
+- the same set served by an S3 endpoint (moto's S3 server) in the file server's namespace,
+  behind the same link: ``imgprep stage-to-node --src s3://BUCKET/PREFIX/`` on every node at
+  once, with fan-out and in replicate mode: seconds, the bytes the store sent (the server
+  link's tx counter, headers included) against the set, and every node's shards checked
+  (``--no-s3``: not);
 - fan-out once more over the partition copies (every node already holds its own share, so
   only the node-to-node exchange runs): the rate a node receives at, from its link's byte
   counter while it receives, against a Gloo send/recv between two nodes in the same run.
@@ -69,6 +74,7 @@ from cluster.chart import cluster_svg
 from cluster.netns import ClusterError, Topology, run
 from cluster.packages import FILE_SERVER, SLURM, ensure
 from cluster.procs import child_env
+from cluster.s3store import S3Store
 from cluster.slurmbench import measure_slurm, print_slurm
 
 from imgprep.shards.index import index_folder
@@ -78,7 +84,7 @@ TARGETS = {"direct_4_over_1": 0.35, "staged_over_peer": 0.9, "fanout_server_over
            "fanout_over_replicate_4": 0.4, "fanout_over_p2p": 0.7}
 BYTES_TOLERANCE = 0.01
 BASE_SHARDS, MIN_SHARDS = 4, 16  # ~250 real images a shard; 16: 4 a node at N=4
-PORTS = {"stage": 29631, "p2p": 29632, "train": 29633}
+PORTS = {"stage": 29631, "p2p": 29632, "train": 29633, "s3": 29634}
 T0 = time.perf_counter()
 
 
@@ -98,6 +104,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--node-mbit", type=int, default=1000, help="each node's link, Mbit/s")
     ap.add_argument("--rounds", type=int, default=4, help="staged/peer loader rounds")
     ap.add_argument("--train-steps", type=int, default=40, help="2-node training (0: none)")
+    ap.add_argument("--no-s3", action="store_true",
+                    help="skip staging from the S3 endpoint on the file server")
     ap.add_argument("--prefix", default="ipc-", help="namespace name prefix")
     ap.add_argument("--timeout", type=float, default=300.0, help="per step, seconds")
     ap.add_argument("--svg", type=Path, default=None, help="write the picture here")
@@ -218,6 +226,23 @@ def one_n(box: Box, n: int, m: Manifest, scratch: Path, args: argparse.Namespace
     return {"nodes": n, **row, "staging": staging}
 
 
+def s3_row(box: Box, store: S3Store, n: int, m: Manifest, scratch: Path,
+           args: argparse.Namespace, fanout: bool) -> dict[str, Any]:
+    """Staging from the S3 store onto N = ``n`` nodes: fan-out (when this imgprep has it)
+    at the top level, replicate under "replicate"."""
+    out: dict[str, Any] = {}
+    for mode in (["fanout"] if fanout else []) + ["replicate"]:
+        note(f"N={n}: staging from S3, {mode}")
+        dirs = node_dirs(scratch, f"s3-{mode}", n)
+        out[mode] = measure.stage_s3(box, store, n, dirs, mode, m, PORTS["stage"],
+                                     args.timeout)
+        shutil.rmtree(dirs[0].parent)
+    top = out.get("fanout", out["replicate"])
+    return {"mode": top["mode"], "seconds": top["seconds"],
+            "store_bytes_over_set": top["store_bytes_over_set"],
+            "nodes_identical": top["nodes_identical"], **out}
+
+
 def train_row(box: Box, scratch: Path, rows: Sequence[dict[str, Any]],
               args: argparse.Namespace) -> dict[str, Any] | None:
     """The 2-node training run from the 2-node copies kept by :func:`one_n`."""
@@ -288,12 +313,17 @@ def measure_all(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
         for n in args.nodes:
             rows.append(one_n(box, n, m, scratch, args, fanout))
         train = train_row(box, scratch, rows, args)
+        s3: dict[int, dict[str, Any]] | None = None
+        if not args.no_s3:
+            note("S3 store on the file server: uploading the set")
+            with S3Store(box, src, PORTS["s3"], args.timeout) as store:
+                s3 = {n: s3_row(box, store, n, m, scratch, args, fanout) for n in args.nodes}
         leftovers = box.leftovers
     res = {"benchmark": "cluster", "server_mbit": args.server_mbit,
            "node_mbit": args.node_mbit, "set_bytes": m.total_bytes, "shards": len(m.shards),
            "index_bytes": m.index.bytes if m.index is not None else 0,
            "images": m.total_samples, "fanout": fanout, "p2p_mb_per_s": p2p, "rows": rows,
-           "train": train, "checks": checks(rows, p2p), "cpus": os.cpu_count(),
+           "train": train, "stage_s3": s3, "checks": checks(rows, p2p), "cpus": os.cpu_count(),
            "cleaned_leftovers": leftovers, "seconds": round(time.perf_counter() - t0, 1),
            "svg": str(args.svg) if args.svg else None}
     for r in rows:
@@ -347,6 +377,17 @@ def print_table(res: dict[str, Any]) -> None:
               "node to node only; peer MB/s = received while receiving, per node")
     else:
         print("  fan-out: not run (this imgprep's stage-to-node has no --fanout)")
+    if res["stage_s3"] is not None:
+        print("staging from the S3 store on the file server (same link; store bytes = the "
+              "server link's tx, headers included)")
+        print(f"{'N':>3} {'mode':12} {'seconds':>8} {'store bytes':>13} {'x set':>6}  shards ok")
+        for n, row in res["stage_s3"].items():
+            for mode in ("fanout", "replicate"):
+                if mode in row:
+                    s = row[mode]
+                    print(f"{int(n):3d} {'s3 ' + mode:12} {s['seconds']:8.2f} "
+                          f"{s['store_bytes']:13d} {s['store_bytes_over_set']:6.3f}  "
+                          f"{s['nodes_identical']}")
     t = res["train"]
     if t is not None:
         sp = t["split_ms"]

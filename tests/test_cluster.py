@@ -112,7 +112,7 @@ def test_two_node_cluster_stages_exact_bytes_and_leaves_nothing(images: Path,
                                                                 tmp_path: Path) -> None:
     route = _default_route()
     try:
-            res = _bench(images, tmp_path, "--mb", "10", "--rounds", "2")
+            res = _bench(images, tmp_path, "--mb", "10", "--rounds", "2", limit=240)
     finally:
         if os.geteuid() == 0 and shutil.which("ip"):
             left = clean_leftovers(PREFIX)  # only if the run itself failed to
@@ -133,6 +133,13 @@ def test_two_node_cluster_stages_exact_bytes_and_leaves_nothing(images: Path,
         # each node got the other half; node 1 the index too, from node 0
         assert sum(st["fanout"]["bytes_received"]) == set_bytes + index
     assert all(s["identical"] for s in st.values()), st  # every shard's sha256 on every node
+    s3 = res["stage_s3"]["2"]  # from the S3 store behind the same link (tx bytes: + headers)
+    assert s3["replicate"]["nodes_identical"] and s3["nodes_identical"]
+    assert sum(s3["replicate"]["bytes_read"]) == 2 * (set_bytes + index)
+    assert 2.0 <= s3["replicate"]["store_bytes_over_set"] <= 2.1
+    if res["fanout"]:
+        assert s3["mode"] == "fanout" and sum(s3["fanout"]["bytes_read"]) == set_bytes + index
+        assert 1.0 <= s3["store_bytes_over_set"] <= 1.05
     assert row["direct_mean"] > 0 and row["staged_mean"] > 0
     assert row["staged_over_peer"] >= 0.5  # the floor ratio, loosely: no timing assertion
     assert res["train"] is not None and res["train"]["images_per_s"] > 0

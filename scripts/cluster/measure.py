@@ -6,6 +6,8 @@
 - :func:`stage`: ``imgprep stage-to-node`` on n nodes at once from their sshfs mounts, with
   the server's bytes counted at the server, and every node's files checked against the
   manifest's sha256.
+- :func:`stage_s3`: the same from the S3 store on the file server (``s3://``), with the
+  bytes the store sent counted on the server's link.
 - :func:`p2p_rate`: a Gloo send/recv between nodes 0 and 1 (the node link's rate).
 - :func:`train`: ``train_imagenet.py`` under torchrun across two node namespaces (c10d
   rendezvous on node 0, one process per node).
@@ -26,6 +28,7 @@ from typing import Any
 from cluster.box import Box
 from cluster.netns import ClusterError
 from cluster.procs import Group, child_env, last_json, run_group
+from cluster.s3store import S3Store
 from imgprep.job.assign import node_shards
 from imgprep.shards.manifest import Manifest
 
@@ -216,3 +219,28 @@ def train(box: Box, dirs: Sequence[Path], log: Path, steps: int, port: int,
     t0 = time.perf_counter()
     run_group(argvs, timeout, child_env(GLOO_ENV))
     return time.perf_counter() - t0
+
+
+def stage_s3(box: Box, store: S3Store, n: int, dsts: Sequence[Path], mode: str,
+             manifest: Manifest, port: int, timeout: float) -> dict[str, Any]:
+    """Stage from the S3 store onto nodes 0..n-1 at once (``mode``: replicate or fanout), with
+    the bytes the store sent counted on the server's link."""
+    fanout = mode == "fanout"
+    argvs = [box.net(k) + [
+        sys.executable, "-m", "imgprep", "stage-to-node", "--src", store.url, "--dst",
+        str(dsts[k]), "--split", manifest.split, "--num-nodes", str(n), "--node-rank", str(k),
+        "--mode", "replicate", "--timeout", str(int(timeout)), "--json", "--quiet"]
+        + (["--fanout", "--rendezvous", f"{box.topo.node_ip(0)}:{port}"] if fanout else [])
+        for k in range(n)]
+    before = store.sent()
+    t0 = time.perf_counter()
+    outs = run_group(argvs, timeout, child_env({**GLOO_ENV, **store.env()}))
+    wall = time.perf_counter() - t0
+    sent = store.sent() - before
+    reports = [last_json(o) for o in outs]
+    return {"mode": mode, "nodes": n, "wall_s": round(wall, 2),
+            "seconds": round(max(float(r["seconds"]) for r in reports), 2),
+            "store_bytes": sent, "store_bytes_over_set": round(sent / manifest.total_bytes, 4),
+            "bytes_read": [int(r.get("bytes_read", 0)) for r in reports],
+            "bytes_received": [int(r.get("bytes_received", 0)) for r in reports],
+            "nodes_identical": shards_match(dsts, manifest, "replicate")}
