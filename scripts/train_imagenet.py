@@ -38,11 +38,11 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
-from trainkit import distributed  # noqa: E402
-from trainkit.models import model_by_name, param_groups  # noqa: E402
-from trainkit.precision import MODES, Precision  # noqa: E402
-from trainkit.precision import detect as detect_precision  # noqa: E402
-from trainkit.timing import (  # noqa: E402
+from trainkit import distributed
+from trainkit.models import model_by_name, param_groups
+from trainkit.precision import MODES, Precision
+from trainkit.precision import detect as detect_precision
+from trainkit.timing import (
     BucketClock,
     DataWaitHint,
     Split,
@@ -50,12 +50,12 @@ from trainkit.timing import (  # noqa: E402
     wire_dtype,
 )
 
-from imgprep.errors import ImgprepError  # noqa: E402
-from imgprep.fsutil import atomic_open  # noqa: E402
-from imgprep.job.cpus import read_limits  # noqa: E402
-from imgprep.job.world import World, detect  # noqa: E402
-from imgprep.shards.manifest import manifest_path  # noqa: E402
-from loaders import (  # noqa: E402
+from imgprep.errors import ImgprepError
+from imgprep.fsutil import atomic_open
+from imgprep.job.cpus import read_limits
+from imgprep.job.world import World, detect
+from imgprep.shards.manifest import manifest_path
+from loaders import (
     BACKENDS,
     PAD_LABEL,
     DeviceLoader,
