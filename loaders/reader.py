@@ -120,8 +120,8 @@ class Reader:
     def _sample(self, buf: bytes, base: int, shard: int, jo: int, js: int, co: int,
                 cs: int) -> Raw:
         name = self.loc.names[shard]
-        key = self._header(buf, jo - base, "jpg", js, name)
-        self._header(buf, co - base, "cls", cs, name)
+        key = self._header(buf, base, jo - base, "jpg", js, name)
+        self._header(buf, base, co - base, "cls", cs, name)
         text = buf[co - base:co - base + cs]
         try:
             label = int(text)
@@ -130,8 +130,9 @@ class Reader:
                               "verify or restage the shard") from None
         return name, key, buf[jo - base:jo - base + js], label
 
-    def _header(self, buf: bytes, at: int, ext: str, size: int, shard: str) -> str:
-        """Check the tar header before member data at ``at``; the sample's key."""
+    def _header(self, buf: bytes, base: int, at: int, ext: str, size: int, shard: str) -> str:
+        """Check the tar header before member data at ``at`` in ``buf`` (read from byte
+        ``base`` of the shard); the sample's key."""
         h = buf[at - BLOCK:at]
         raw = h[:100].split(b"\0", 1)[0]
         key = raw.decode("utf-8", "replace").rsplit("/", 1)[-1].partition(".")[0]
@@ -141,7 +142,7 @@ class Reader:
         ok = sum(h[:148]) + 256 + sum(h[156:]) == _octal(h[148:156])
         if not ok or _octal(h[124:136]) != size or not named:
             raise LoaderError(
-                f"rank {self.rank}: {shard}: the tar header at byte {at - BLOCK} is not the "
+                f"rank {self.rank}: {shard}: the tar header at byte {base + at - BLOCK} is not the "
                 f"{ext} member of {size} bytes the sample index names: the shard changed "
                 f"since it was indexed; verify or restage it, or rebuild the index "
                 f"(imgprep index {self.loc.folder})")
