@@ -21,9 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner
 
-from imgprep.cli.commands import cli
 from imgprep.job.assign import node_shards
 from imgprep.job.world import World
 from imgprep.shards.manifest import Manifest, read_manifest
@@ -103,10 +101,12 @@ def serve() -> Iterator[Callable[[Path], Served]]:
 
 
 def stage(src: str, dst: Path, *extra: object) -> tuple[int, str]:
-    """Run stage-to-node in this process; returns the exit code and the output."""
-    result = CliRunner().invoke(cli, ["stage-to-node", "--src", src, "--dst", str(dst),
-                                      "--json", "-q", *(str(a) for a in extra)])
-    return result.exit_code, result.output
+    """Run stage-to-node in a process of its own, as a user would (nothing an earlier test
+    left in this process can reach it); returns the exit code and stdout then stderr."""
+    run = subprocess.run([sys.executable, "-m", "imgprep", "stage-to-node", "--src", src,
+                          "--dst", str(dst), "--json", "-q", *(str(a) for a in extra)],
+                         capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+    return run.returncode, run.stdout + run.stderr
 
 
 def staged(src: str, dst: Path, *extra: object) -> dict[str, Any]:
