@@ -20,7 +20,7 @@ import subprocess
 import sys
 import tarfile
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,17 +28,14 @@ import numpy as np
 import pytest
 import torch
 
-from imgprep.ilsvrc.synsets import imagenet_classes
 from imgprep.job.world import World
-from imgprep.shards.index import write_index
-from imgprep.shards.manifest import Manifest, ShardEntry, write_manifest
-from imgprep.shards.writers import ShardWriter
 from loaders import PAD_LABEL, LoaderError, ShardLoader, make_loader
 from loaders.common import TAILS
 from loaders.transforms import TrainTransform, Transform, ValTransform
 from tests.support import REPO, convert_sample, free_port, jpeg
+from tests.support.shards import UNEQUAL_SIZES, key_of, run_epoch, write_split
 
-SIZES = (3, 7, 12, 5, 9, 4, 11, 6)  # samples per shard: deliberately unequal
+SIZES = UNEQUAL_SIZES
 TOTAL = sum(SIZES)
 BATCH = 3
 SMALL_TRAIN = TrainTransform(size=32)
@@ -58,30 +55,6 @@ Batch = tuple[torch.Tensor, torch.Tensor]
 # ---------------------------------------------------------------------------- data
 
 
-def key_of(sample: int) -> str:
-    return f"n01440764_{sample:05d}"
-
-
-def write_split(folder: Path, split: str, sizes: Sequence[int],
-                image: Callable[[int], bytes]) -> dict[str, list[int]]:
-    """Shards ``<split>-00000k.tar`` of ``sizes[k]`` samples (label = sample id) and their
-    manifest and index; each shard's sample ids."""
-    entries, layouts, ids, sample = [], [], {}, 0
-    for k, n in enumerate(sizes):
-        name = f"{split}-{k:06d}.tar"
-        ids[name] = list(range(sample, sample + n))
-        with ShardWriter(folder / name) as w:
-            for i in ids[name]:
-                w.add(key_of(i), {"jpg": image(i), "cls": str(i).encode()})
-        entries.append(ShardEntry(name, w.samples, w.bytes, w.sha256))
-        layouts.append(w.layout())
-        sample += n
-    write_manifest(folder, Manifest(
-        split=split, format="shards", total_samples=sample,
-        classes=imagenet_classes().to_json(), mean=[0.485, 0.456, 0.406],
-        std=[0.229, 0.224, 0.225], options={}, tool_version="test", shards=entries,
-        index=write_index(folder, split, entries, layouts)))
-    return ids
 
 
 @pytest.fixture(scope="module")
@@ -136,15 +109,6 @@ def loader(folder: Path, split: str, world: World, backend: str, **kw: Any) -> S
                        workers=0 if backend == "pillow" else 2, backend=backend, **kw)
 
 
-def epoch(ld: ShardLoader, e: int) -> list[Batch]:
-    """Every batch of epoch ``e``; as many as ``len`` stated beforehand."""
-    ld.set_epoch(e)
-    stated = len(ld)
-    batches = list(ld)
-    assert len(batches) == stated, f"len() said {stated}, the epoch gave {len(batches)}"
-    return batches
-
-
 def steps(batches: Sequence[Batch]) -> list[list[int]]:
     return [labels.tolist() for _, labels in batches]
 
@@ -167,7 +131,7 @@ def test_every_rank_gets_the_pillow_backends_samples_in_every_step(data: Path, n
             pil = loader(data, split, w, "pillow", tail=tail, mode=mode)
             dal = loader(data, split, w, "dali", tail=tail, mode=mode)
             assert dal.batches_per_epoch == pil.batches_per_epoch
-            want, got = epoch(pil, 1), epoch(dal, 1)
+            want, got = run_epoch(pil, 1), run_epoch(dal, 1)
             assert steps(got) == steps(want), (tail, w)
             for (images, labels), (p_images, _) in zip(got, want, strict=True):
                 assert images.dtype == torch.uint8 and labels.dtype == torch.int64
@@ -182,7 +146,7 @@ def test_every_rank_gets_the_pillow_backends_samples_in_every_step(data: Path, n
 def test_full_batches_of_the_requested_size(data: Path) -> None:
     ld = loader(data, "train", World(), "dali", batch_size=8,
                 transform=TrainTransform(size=64))
-    batches = epoch(ld, 0)
+    batches = run_epoch(ld, 0)
     assert len(batches) == TOTAL // 8
     assert all(images.shape == (8, 3, 64, 64) and labels.shape == (8,)
                for images, labels in batches)
@@ -193,7 +157,7 @@ def test_a_label_list_gets_the_pillow_backends_batches(converted: dict[str, Path
     """The label-list loader reads files instead of shard offsets; its DALI backend gives
     the same samples per step on 2 ranks."""
     for w in worlds(1, 2):
-        got, want = (epoch(make_loader(converted["list"], "train", w, 4, workers=1, seed=3,
+        got, want = (run_epoch(make_loader(converted["list"], "train", w, 4, workers=1, seed=3,
                                        transform=SMALL_TRAIN, backend=b), 1)
                      for b in ("dali", "pillow"))
         assert steps(got) == steps(want) and len(got) > 0
@@ -205,10 +169,10 @@ def test_a_label_list_gets_the_pillow_backends_batches(converted: dict[str, Path
 @needs_dali
 def test_a_rerun_gives_the_same_pixels_and_epochs_differ(data: Path) -> None:
     w = worlds(1, 2)[1]
-    first = epoch(loader(data, "train", w, "dali"), 2)
-    again = epoch(loader(data, "train", w, "dali"), 2)
+    first = run_epoch(loader(data, "train", w, "dali"), 2)
+    again = run_epoch(loader(data, "train", w, "dali"), 2)
     assert all(torch.equal(a[0], b[0]) for a, b in zip(first, again, strict=True))
-    other = epoch(loader(data, "train", w, "dali"), 3)
+    other = run_epoch(loader(data, "train", w, "dali"), 3)
     assert steps(other) != steps(first)
 
 
@@ -217,7 +181,7 @@ def test_mid_epoch_resume_goes_on_with_the_same_samples(data: Path) -> None:
     """A state after 3 batches, loaded by a fresh loader, gives the uninterrupted run's
     remaining samples step by step (the pixels are seeded afresh, deterministically)."""
     w = worlds(1, 2)[0]
-    whole = steps(epoch(loader(data, "train", w, "dali", tail="pad"), 1))
+    whole = steps(run_epoch(loader(data, "train", w, "dali", tail="pad"), 1))
     ld = loader(data, "train", w, "dali", tail="pad")
     ld.set_epoch(1)
     it = iter(ld)
@@ -275,7 +239,7 @@ def test_corrupt_jpeg_raises_as_the_pillow_backend_does(data: Path, tmp_path: Pa
     for backend, found in errors.items():
         for w in worlds(1, 2):
             try:
-                epoch(loader(folder, "train", w, backend, tail="pad"), 0)
+                run_epoch(loader(folder, "train", w, backend, tail="pad"), 0)
             except LoaderError as e:
                 found.append((w.rank, str(e)))
     assert [r for r, _ in errors["dali"]] == [r for r, _ in errors["pillow"]] and errors["dali"]
@@ -305,7 +269,7 @@ def test_corrupt_jpeg_skipped_as_the_pillow_backend_does(data: Path, tmp_path: P
         runs = {}
         for backend in skipped:
             ld = loader(folder, "train", w, backend, tail="pad", on_error="skip")
-            runs[backend] = epoch(ld, 0)
+            runs[backend] = run_epoch(ld, 0)
             skipped[backend] += ld.skipped
         assert steps(runs["dali"]) == steps(runs["pillow"])
         if whole_batch and w.rank == 1:
@@ -335,7 +299,7 @@ def test_a_jpeg_missing_its_end_is_handled_as_the_pillow_backend_does(
         for w in worlds(1, 2):
             ld = loader(tmp_path, "train", w, backend, tail="pad", on_error=on_error)
             try:
-                seen.append((steps(epoch(ld, 0)), ld.skipped))
+                seen.append((steps(run_epoch(ld, 0)), ld.skipped))
             except LoaderError as e:
                 seen.append(str(e))
     assert outcome["dali"] == outcome["pillow"]
@@ -348,7 +312,7 @@ def test_a_missing_shard_is_the_readers_error(data: Path, tmp_path: Path) -> Non
     shutil.copytree(data, folder)
     (folder / "train-000002.tar").unlink()
     with pytest.raises(LoaderError, match="train-000002.tar"):
-        epoch(loader(folder, "train", World(), "dali"), 0)
+        run_epoch(loader(folder, "train", World(), "dali"), 0)
 
 
 # ---------------------------------------------------------------------------- pixels
@@ -360,8 +324,8 @@ def test_val_pixels_are_the_pillow_backends(wide: Path) -> None:
     (libjpeg-turbo in both here), so the bound is a mean absolute difference of
     ``VAL_MEAN_ABS_DIFF`` (of 255) per image."""
     t = ValTransform()
-    got = torch.cat([x for x, _ in epoch(loader(wide, "val", World(), "dali", transform=t), 0)])
-    want = torch.cat([x for x, _ in epoch(loader(wide, "val", World(), "pillow", transform=t),
+    got = torch.cat([x for x, _ in run_epoch(loader(wide, "val", World(), "dali", transform=t), 0)])
+    want = torch.cat([x for x, _ in run_epoch(loader(wide, "val", World(), "pillow", transform=t),
                                           0)])
     assert got.shape == want.shape == (12, 3, 224, 224)
     diff = (got.float() - want.float()).abs().mean(dim=(1, 2, 3))
@@ -375,7 +339,7 @@ def test_train_crops_are_flipped_about_half_the_time(tmp_path: Path) -> None:
     one = jpeg((256, 256), seed=7)
     write_split(tmp_path, "train", (16, 16), lambda i: one)
     t = TrainTransform(size=32, scale=(1.0, 1.0), ratio=(1.0, 1.0))
-    images = torch.cat([x for x, _ in epoch(loader(tmp_path, "train", World(), "dali",
+    images = torch.cat([x for x, _ in run_epoch(loader(tmp_path, "train", World(), "dali",
                                                    transform=t, batch_size=8), 0)])
     plain = images[0] if images[0].float().mean() else images[1]
     mirrored = plain.flip(-1)

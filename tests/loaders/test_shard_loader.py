@@ -31,7 +31,7 @@ import sys
 import tarfile
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -44,10 +44,8 @@ from PIL import Image
 
 from imgprep.convert.run import ConvertOptions, convert
 from imgprep.errors import WorldError
-from imgprep.ilsvrc.synsets import imagenet_classes
 from imgprep.job.world import World
-from imgprep.shards.index import write_index
-from imgprep.shards.manifest import Manifest, ShardEntry, read_manifest, write_manifest
+from imgprep.shards.manifest import read_manifest, write_manifest
 from imgprep.shards.writers import ShardWriter
 from imgprep.stage.run import StageOptions, stage_to_node
 from loaders.common import TAILS
@@ -56,8 +54,9 @@ from loaders.labellist import LabelListLoader
 from loaders.shards import PAD_LABEL, LoaderError, ShardLoader, iter_members, iter_samples
 from loaders.transforms import TrainTransform, ValTransform, into_chw
 from tests.support import free_port, jpeg
+from tests.support.shards import UNEQUAL_SIZES, key_of, run_epoch, write_split
 
-SIZES = (3, 7, 12, 5, 9, 4, 11, 6)  # samples per shard: deliberately unequal
+SIZES = UNEQUAL_SIZES
 TOTAL = sum(SIZES)  # 57 samples; sample id == label == index into the class table
 BATCH = 3
 SMALL_TRAIN = TrainTransform(size=32)
@@ -85,30 +84,6 @@ class ShardData:
         return next(n for n, ids in self.ids.items() if n.startswith(split) and sample in ids)
 
 
-def key_of(sample: int) -> str:
-    return f"n01440764_{sample:05d}"
-
-
-def write_split(folder: Path, split: str, sizes: Sequence[int],
-                image: Callable[[int], bytes]) -> dict[str, list[int]]:
-    """Shards ``<split>-00000k.tar`` holding ``sizes[k]`` samples each (ids counted up from 0,
-    label = id) and the split's manifest; returns each shard's sample ids."""
-    entries, layouts, ids, sample = [], [], {}, 0
-    for k, n in enumerate(sizes):
-        name = f"{split}-{k:06d}.tar"
-        ids[name] = list(range(sample, sample + n))
-        with ShardWriter(folder / name) as w:
-            for i in ids[name]:
-                w.add(key_of(i), {"jpg": image(i), "cls": str(i).encode()})
-        entries.append(ShardEntry(name, w.samples, w.bytes, w.sha256))
-        layouts.append(w.layout())
-        sample += n
-    write_manifest(folder, Manifest(
-        split=split, format="shards", total_samples=sample,
-        classes=imagenet_classes().to_json(), mean=[0.485, 0.456, 0.406],
-        std=[0.229, 0.224, 0.225], options={}, tool_version="test", shards=entries,
-        index=write_index(folder, split, entries, layouts)))
-    return ids
 
 
 @pytest.fixture(scope="module")
@@ -169,15 +144,6 @@ def labels_of(batches: Sequence[Batch]) -> list[int]:
 
 def images_of(batches: Sequence[Batch]) -> torch.Tensor:
     return torch.cat([images for images, _ in batches]) if batches else torch.empty(0)
-
-
-def run_epoch(loader: ShardLoader, epoch: int) -> list[Batch]:
-    """Every batch of ``epoch``; the count must be the one ``len`` stated beforehand."""
-    loader.set_epoch(epoch)
-    stated = len(loader)
-    batches = list(loader)
-    assert len(batches) == stated, f"len() said {stated}, the epoch gave {len(batches)}"
-    return batches
 
 
 def same_batches(a: Sequence[Batch], b: Sequence[Batch]) -> bool:

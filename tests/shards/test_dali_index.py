@@ -11,9 +11,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
-import sys
-import tarfile
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -34,7 +31,8 @@ from imgprep.shards.manifest import read_manifest, write_manifest
 from imgprep.shards.verify import verify
 from imgprep.shards.writers import ShardWriter
 from imgprep.stage.run import StageOptions, stage_to_node
-from tests.support import clean_env, convert_sample, free_port, is_launcher_var
+from tests.support import clean_env, convert_sample, fanout_nodes, is_launcher_var
+from tests.support.shards import tar_samples
 
 TIMEOUT = 120  # a fan-out run: two processes on two shared cores, each importing torch
 
@@ -56,22 +54,6 @@ def folder(converted: dict[str, Path], tmp_path: Path) -> Path:
 
 def idx_files(folder: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(folder.glob("*.idx"))}
-
-
-def tar_samples(folder: Path) -> list[tuple[str, str, dict[str, bytes]]]:
-    """(shard, key, {ext: bytes}) of every sample of the train split, in manifest and tar
-    order, read with the standard tarfile module (independently of imgprep)."""
-    out: list[tuple[str, str, dict[str, bytes]]] = []
-    for s in read_manifest(folder, "train").shards:
-        with tarfile.open(folder / s.name) as tf:
-            for m in tf:
-                f = tf.extractfile(m)
-                assert f is not None
-                key, _, ext = m.name.partition(".")
-                if not out or out[-1][:2] != (s.name, key):
-                    out.append((s.name, key, {}))
-                out[-1][2][ext] = f.read()
-    return out
 
 
 def invoke(*args: str) -> Any:
@@ -305,25 +287,11 @@ def test_fanout_nodes_make_the_idx_files_without_fetching_them(converted: dict[s
     want = idx_files(src)
     for name in want:
         (src / name).unlink()  # the file server does not even hold them
-    port, nodes = free_port(), 2
-    procs = [subprocess.Popen(
-        [sys.executable, "-m", "imgprep", "stage-to-node", "--src", str(src), "--dst",
-         str(tmp_path / f"n{k}"), "--fanout", "--rendezvous", f"127.0.0.1:{port}",
-         "--num-nodes", str(nodes), "--node-rank", str(k), "--json", "-q"],
-        env=clean_env(TORCH_CPP_LOG_LEVEL="ERROR"), stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True) for k in range(nodes)]
-    try:
-        results = [p.communicate(timeout=TIMEOUT) for p in procs]
-    finally:
-        for p in procs:
-            p.kill()
-            p.wait(timeout=TIMEOUT)
+    runs = fanout_nodes(src, tmp_path, 2, clean_env(TORCH_CPP_LOG_LEVEL="ERROR"), TIMEOUT)
     m = read_manifest(src, "train")
     assert m.index is not None
     moved = 0
-    for k, (p, (stdout, stderr)) in enumerate(zip(procs, results, strict=True)):
-        assert p.returncode == 0, stderr
-        s = json.loads(stdout)
+    for k, s in enumerate(runs):
         moved += s["bytes_read"]
         assert s["bytes_read"] + s["bytes_received"] == m.total_bytes + m.index.bytes
         assert idx_files(tmp_path / f"n{k}") == want

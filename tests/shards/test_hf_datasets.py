@@ -10,7 +10,6 @@ import io
 import json
 import subprocess
 import sys
-import tarfile
 from pathlib import Path
 from typing import Any
 
@@ -19,20 +18,12 @@ import pytest
 from PIL import Image
 
 from imgprep.shards.manifest import read_manifest
+from tests.support.shards import tar_samples
 
 
 def shard_samples(folder: Path) -> dict[str, tuple[str, dict[str, bytes]]]:
-    """key -> (shard, {ext: bytes}) for the train split, read with the standard tarfile
-    module (independently of imgprep)."""
-    out: dict[str, tuple[str, dict[str, bytes]]] = {}
-    for s in read_manifest(folder, "train").shards:
-        with tarfile.open(folder / s.name) as tf:
-            for m in tf:
-                f = tf.extractfile(m)
-                assert f is not None
-                key, _, ext = m.name.partition(".")
-                out.setdefault(key, (s.name, {}))[1][ext] = f.read()
-    return out
+    """key -> (shard, {ext: bytes}) for the train split, read with plain ``tarfile``."""
+    return {key: (shard, exts) for shard, key, exts in tar_samples(folder)}
 
 
 @pytest.fixture
