@@ -30,7 +30,7 @@ from imgprep.shards.verify import verify
 from imgprep.stage.copier import StallClock
 from imgprep.stage.peers import HEARTBEAT
 from imgprep.stage.schedule import chunks, plan_transfers, walk
-from tests.support import clean_env, feed_pipe, free_port, mpirun_cmd
+from tests.support import clean_env, feed_pipe, free_port, mpirun_cmd, outcomes
 
 TIMEOUT = 120  # for a whole run of 4 processes on 2 shared cores (each imports torch)
 NODES = 4
@@ -106,19 +106,6 @@ def start_nodes(src: Path, dst: Path, *extra: object) -> list[subprocess.Popen[s
             for k in range(NODES)]
 
 
-def outcome(procs: Sequence[subprocess.Popen[str]]) -> list[tuple[int, str, str]]:
-    out = []
-    try:
-        for p in procs:
-            stdout, stderr = p.communicate(timeout=TIMEOUT)
-            out.append((p.returncode, stdout, stderr))
-    finally:
-        for p in procs:
-            p.kill()
-            p.wait(timeout=TIMEOUT)
-    return out
-
-
 def summaries(results: Sequence[tuple[int, str, str]]) -> list[dict[str, Any]]:
     out = []
     for code, stdout, stderr in results:
@@ -188,7 +175,7 @@ def test_four_nodes_get_everything_reading_the_server_once(src: Path, tmp_path: 
     total, indexes = set_bytes(src), index_bytes(src)
     assert indexes > 0
     manifests = sum((src / f"{split}.json").stat().st_size for split in ("train", "val"))
-    runs = summaries(outcome(start_nodes(src, tmp_path)))
+    runs = summaries(outcomes(start_nodes(src, tmp_path), TIMEOUT))
     for k, s in enumerate(runs):
         assert (s["node_rank"], s["role"], s["fanout"]) == (k, "copier", True)
         share = sum(e.bytes for split in ("train", "val")
@@ -204,7 +191,7 @@ def test_four_nodes_get_everything_reading_the_server_once(src: Path, tmp_path: 
     read = sum(s["bytes_read"] for s in runs)
     assert read == total + indexes  # the shards and the indexes once in all
 
-    rerun = summaries(outcome(start_nodes(src, tmp_path)))
+    rerun = summaries(outcomes(start_nodes(src, tmp_path), TIMEOUT))
     assert [(s["bytes_read"], s["bytes_received"], s["shards_copied"]) for s in rerun] == \
         [(0, 0, 0)] * NODES
 
@@ -251,7 +238,7 @@ def test_a_killed_node_stops_the_others_naming_it_within_two_heartbeats(
         t0 = time.monotonic()
         procs[2].kill()
         waited = exit_times(procs, t0)
-        results = outcome(procs)
+        results = outcomes(procs, TIMEOUT)
     finally:
         os.close(fd)
     print(f"seconds from the kill to each node's failure: {waited}")
@@ -265,7 +252,7 @@ def test_a_killed_node_stops_the_others_naming_it_within_two_heartbeats(
     for k in range(NODES):
         assert_nothing_bad(s, dst / f"n{k}")
     os.replace(aside, pipe)
-    runs = summaries(outcome(start_nodes(s, dst)))
+    runs = summaries(outcomes(start_nodes(s, dst), TIMEOUT))
     for k in range(NODES):
         assert_complete(s, dst / f"n{k}")
     assert sum(r["bytes_read"] for r in runs) <= set_bytes(s)  # what was there stayed
@@ -283,7 +270,7 @@ def test_a_node_whose_file_server_read_hangs_stops_every_node_naming_itself(
     fd = feed_pipe(pipe, aside.read_bytes()[:1000], procs[2], TIMEOUT, "node 2's shard")
     try:
         t0 = time.monotonic()
-        results = outcome(procs)
+        results = outcomes(procs, TIMEOUT)
         waited = time.monotonic() - t0
     finally:
         os.close(fd)
@@ -298,7 +285,7 @@ def test_a_node_whose_file_server_read_hangs_stops_every_node_naming_itself(
     for k in range(NODES):
         assert_nothing_bad(s, dst / f"n{k}")
     os.replace(aside, pipe)
-    summaries(outcome(start_nodes(s, dst)))
+    summaries(outcomes(start_nodes(s, dst), TIMEOUT))
     for k in range(NODES):
         assert_complete(s, dst / f"n{k}")
 
@@ -306,14 +293,14 @@ def test_a_node_whose_file_server_read_hangs_stops_every_node_naming_itself(
 @pytest.mark.slow
 def test_a_corrupt_copy_on_a_sender_is_caught_by_its_receivers(src: Path,
                                                                tmp_path: Path) -> None:
-    summaries(outcome(start_nodes(src, tmp_path)))
+    summaries(outcomes(start_nodes(src, tmp_path), TIMEOUT))
     bad = owned(src, 1)[0]
     victim = tmp_path / "n1" / bad
     data = bytearray(victim.read_bytes())
     data[700] ^= 0xFF  # same size: node 1's done-marker still vouches for it
     victim.write_bytes(bytes(data))
     (tmp_path / "n3" / bad).unlink()
-    results = outcome(start_nodes(src, tmp_path, "--timeout", 60))
+    results = outcomes(start_nodes(src, tmp_path, "--timeout", 60), TIMEOUT)
     assert results[3][0] == 3
     line = error_line(results[3][2])
     for words in ("node 3", bad, "node 1's copy", "sha256"):
@@ -322,7 +309,8 @@ def test_a_corrupt_copy_on_a_sender_is_caught_by_its_receivers(src: Path,
     for k in (0, 1, 2):
         assert results[k][0] == 3 and "node 3 failed" in error_line(results[k][2])
 
-    runs = summaries(outcome(start_nodes(src, tmp_path)))  # node 1 re-checks, finds it bad
+    # node 1 re-checks, finds it bad
+    runs = summaries(outcomes(start_nodes(src, tmp_path), TIMEOUT))
     assert sum(r["bytes_read"] for r in runs) == 0  # healthy copies came from other nodes
     assert sorted(r["shards_copied"] for r in runs) == [0, 0, 1, 1]
     for k in range(NODES):
@@ -336,7 +324,7 @@ def test_a_corrupt_shard_on_the_file_server_stops_every_node(src: Path, tmp_path
     data = bytearray(bad.read_bytes())
     data[700] ^= 0xFF
     bad.write_bytes(bytes(data))
-    results = outcome(start_nodes(s, tmp_path / "dst", "--timeout", 60))
+    results = outcomes(start_nodes(s, tmp_path / "dst", "--timeout", 60), TIMEOUT)
     for k, (code, _, stderr) in enumerate(results):
         assert code == 3, stderr
         line = error_line(stderr)
@@ -361,7 +349,7 @@ def test_torchrun_two_nodes_copiers_fan_out_and_waiters_wait(src: Path, tmp_path
                                       MASTER_PORT=port))
              for r in range(4)]
     runs = []
-    for code, stdout, stderr in outcome(procs):
+    for code, stdout, stderr in outcomes(procs, TIMEOUT):
         assert code == 0, stderr
         runs.append(json.loads(stdout))
     assert [s["role"] for s in runs] == ["copier", "waiter"] * 2

@@ -29,7 +29,7 @@ from imgprep.shards.verify import verify
 from imgprep.stage.remote import UrlSource, check_url
 from loaders.shards import ShardLoader
 from loaders.transforms import ValTransform
-from tests.support import free_port
+from tests.support import fanout_nodes, free_port
 
 TIMEOUT = 120  # a fan-out run: two processes on shared cores, each importing torch
 LAUNCHER_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
@@ -342,23 +342,7 @@ def test_a_pipe_source_stages_and_a_failing_command_is_one_line(src: Path,
 def test_two_node_fanout_from_http_reads_each_shard_once(
         src: Path, tmp_path: Path, serve: Callable[[Path], Served]) -> None:
     server = serve(src)
-    port = free_port()
-    procs = [subprocess.Popen(
-        [sys.executable, "-m", "imgprep", "stage-to-node", "--src", server.url, "--dst",
-         str(tmp_path / "n{node}"), "--split", "train", "--fanout", "--rendezvous",
-         f"127.0.0.1:{port}", "--num-nodes", "2", "--node-rank", str(k), "--json", "-q"],
-        env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        for k in range(2)]
-    results = []
-    try:
-        for p in procs:
-            stdout, stderr = p.communicate(timeout=TIMEOUT)
-            assert p.returncode == 0, stderr
-            results.append(json.loads(stdout))
-    finally:
-        for p in procs:
-            p.kill()
-            p.wait(timeout=TIMEOUT)
+    results = fanout_nodes(server.url, tmp_path, 2, env(), TIMEOUT, "--split", "train")
     m = read_manifest(src, "train")
     index = m.index.bytes if m.index else 0
     assert [s["fanout"] for s in results] == [True, True]

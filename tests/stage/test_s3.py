@@ -34,7 +34,7 @@ from imgprep.shards.manifest import Manifest, read_manifest
 from imgprep.shards.verify import verify
 from imgprep.stage.remote import check_url, source_of
 from imgprep.stage.s3 import S3Source
-from tests.support import clean_env, free_port, one_line_error
+from tests.support import clean_env, fanout_nodes, free_port, one_line_error
 
 pytest.importorskip("boto3")
 pytest.importorskip("moto")
@@ -342,24 +342,8 @@ def fanout(dst: Path, env: dict[str, str], nodes: int = 3,
            split: str = "train") -> list[dict[str, Any]]:
     """Fan-out from ``URL`` over ``nodes`` node processes meeting on 127.0.0.1; their
     summaries."""
-    port = free_port()
-    procs = [subprocess.Popen(
-        [sys.executable, "-m", "imgprep", "stage-to-node", "--src", URL, "--dst",
-         str(dst / "n{node}"), "--split", split, "--fanout", "--rendezvous",
-         f"127.0.0.1:{port}", "--num-nodes", str(nodes), "--node-rank", str(k), "--json", "-q"],
-        env=clean_env(TORCH_CPP_LOG_LEVEL="ERROR", **env), stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True) for k in range(nodes)]
-    results = []
-    try:
-        for p in procs:
-            stdout, stderr = p.communicate(timeout=TIMEOUT)
-            assert p.returncode == 0, stderr
-            results.append(json.loads(stdout))
-    finally:
-        for p in procs:
-            p.kill()
-            p.wait(timeout=TIMEOUT)
-    return results
+    return fanout_nodes(URL, dst, nodes, clean_env(TORCH_CPP_LOG_LEVEL="ERROR", **env), TIMEOUT,
+                        "--split", split)
 
 
 @pytest.mark.slow

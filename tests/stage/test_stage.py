@@ -9,6 +9,7 @@ in for one source shard holds the copier mid-copy, so kill tests need no timing 
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import json
@@ -161,6 +162,19 @@ def hold_copier(pipe: Path, aside: Path, dst: Path, proc: subprocess.Popen[str])
         assert time.monotonic() < deadline, "the copier never wrote shard 6's first bytes"
         time.sleep(0.02)
     return fd
+
+
+def trickle_until_exit(fd: int, data: bytes, proc: subprocess.Popen[str]) -> None:
+    """Feed the held shard on (after its first 1000 bytes) 100 bytes at a time until ``proc``
+    exits: each write wakes the copy thread, which ends once it sees the stop, however late
+    the main thread takes the signal. Never the whole shard: its end would finish the copy."""
+    deadline, at = time.monotonic() + TIMEOUT, 1000
+    while proc.poll() is None and at + 100 < len(data):
+        assert time.monotonic() < deadline, "the copier never stopped"
+        with contextlib.suppress(BrokenPipeError):  # it exited between the poll and the write
+            os.write(fd, data[at:at + 100])
+        at += 100
+        time.sleep(0.2)
 
 
 # ---------------------------------------------------------------------------- in one process
@@ -378,8 +392,7 @@ def test_ctrl_c_stops_the_copy_cleanly(held_source: tuple[Path, Path, Path],
     fd = hold_copier(pipe, aside, dst, copier)
     try:
         copier.send_signal(signal.SIGINT)
-        time.sleep(0.3)
-        os.write(fd, aside.read_bytes()[1000:2000])  # wake the copy thread: it sees the stop
+        trickle_until_exit(fd, aside.read_bytes(), copier)
     finally:
         os.close(fd)
     _, stderr = copier.communicate(timeout=TIMEOUT)

@@ -19,6 +19,7 @@ from tests.support.procs import (
     LAUNCHER_PREFIXES,
     LAUNCHER_VARS,
     clean_env,
+    fanout_nodes,
     feed_pipe,
     free_port,
     is_launcher_var,
@@ -27,14 +28,15 @@ from tests.support.procs import (
     one_line,
     one_line_error,
     one_line_problem,
+    outcomes,
     tmp_leftovers,
     torchrun_env,
 )
 
 __all__ = [
     "LAUNCHER_PREFIXES", "LAUNCHER_VARS", "REAL_DATA", "REPO", "clean_env", "convert_sample",
-    "encode", "feed_pipe", "free_port", "is_launcher_var", "jpeg", "mpirun", "mpirun_cmd",
-    "nested_images", "one_line", "one_line_error", "one_line_problem", "photo",
-    "published_label", "published_val_txt", "tar_bytes", "tmp_leftovers", "torchrun_env",
-    "write_tar",
+    "encode", "fanout_nodes", "feed_pipe", "free_port", "is_launcher_var", "jpeg", "mpirun",
+    "mpirun_cmd", "nested_images", "one_line", "one_line_error", "one_line_problem", "outcomes",
+    "photo", "published_label", "published_val_txt", "tar_bytes", "tmp_leftovers",
+    "torchrun_env", "write_tar",
 ]

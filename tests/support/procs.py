@@ -5,12 +5,14 @@ left behind; shared with the reliability harness, ``scripts/reliability/checks.p
 from __future__ import annotations
 
 import errno
+import json
 import os
 import shutil
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,9 +26,9 @@ from reliability.checks import (
     tmp_leftovers,
 )
 
-__all__ = ["LAUNCHER_PREFIXES", "LAUNCHER_VARS", "clean_env", "feed_pipe", "free_port",
-           "is_launcher_var", "mpirun", "mpirun_cmd", "one_line", "one_line_error",
-           "one_line_problem", "tmp_leftovers", "torchrun_env"]
+__all__ = ["LAUNCHER_PREFIXES", "LAUNCHER_VARS", "clean_env", "fanout_nodes", "feed_pipe",
+           "free_port", "is_launcher_var", "mpirun", "mpirun_cmd", "one_line", "one_line_error",
+           "one_line_problem", "outcomes", "tmp_leftovers", "torchrun_env"]
 
 
 def free_port() -> int:
@@ -42,6 +44,39 @@ def torchrun_env(rank: int, world_size: int, local_world_size: int,
     return clean_env(RANK=rank, WORLD_SIZE=world_size, LOCAL_RANK=rank % local_world_size,
                      LOCAL_WORLD_SIZE=local_world_size, GROUP_RANK=rank // local_world_size,
                      **extra)
+
+
+def outcomes(procs: Sequence[subprocess.Popen[str]], timeout: float) -> list[tuple[int, str, str]]:
+    """Each process's (exit code, stdout, stderr), waiting at most ``timeout`` for each; every
+    one is killed on the way out, so a hung node fails the test instead of outliving it."""
+    out = []
+    try:
+        for p in procs:
+            stdout, stderr = p.communicate(timeout=timeout)
+            out.append((p.returncode, stdout, stderr))
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait(timeout=timeout)
+    return out
+
+
+def fanout_nodes(src: object, dst: Path, nodes: int, env: dict[str, str], timeout: float,
+                 *extra: object) -> list[dict[str, Any]]:
+    """``imgprep stage-to-node --fanout`` run as ``nodes`` processes meeting on 127.0.0.1, node
+    k staging into ``dst/n<k>``; asserts that each exits 0 and returns their JSON summaries."""
+    port = free_port()
+    procs = [subprocess.Popen(
+        [sys.executable, "-m", "imgprep", "stage-to-node", "--src", str(src), "--dst",
+         str(dst / "n{node}"), "--fanout", "--rendezvous", f"127.0.0.1:{port}", "--num-nodes",
+         str(nodes), "--node-rank", str(k), "--json", "-q", *(str(a) for a in extra)],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for k in range(nodes)]
+    summaries = []
+    for code, stdout, stderr in outcomes(procs, timeout):
+        assert code == 0, stderr
+        summaries.append(json.loads(stdout))
+    return summaries
 
 
 def mpirun() -> str | None:
