@@ -27,11 +27,10 @@ from typing import Any
 
 import numpy as np
 import pytest
-from click.testing import CliRunner, Result
+from click.testing import Result
 from PIL import Image
 
 from imgprep import __version__
-from imgprep.cli.commands import cli
 from imgprep.ilsvrc.synsets import imagenet_classes
 from tests.support import (
     encode,
@@ -45,6 +44,7 @@ from tests.support import (
     tmp_leftovers,
     write_tar,
 )
+from tests.support.cli import invoke
 
 CLASSES = imagenet_classes()
 TIMEOUT = 120
@@ -52,9 +52,6 @@ TIMEOUT = 120
 
 # ---------------------------------------------------------------------------- helpers
 
-
-def invoke(*args: object) -> Result:
-    return CliRunner().invoke(cli, [str(a) for a in args])
 
 
 def summary_of(r: Result) -> dict[str, Any]:

@@ -9,14 +9,10 @@ from pathlib import Path
 
 import click
 import pytest
-from click.testing import CliRunner, Result
 
 from imgprep.cli.commands import cli
 from imgprep.convert.run import ConvertOptions, convert
-
-
-def invoke(*args: object) -> Result:
-    return CliRunner().invoke(cli, [str(a) for a in args])
+from tests.support.cli import invoke
 
 
 def flag_options(command: click.Command) -> dict[str, click.Option]:

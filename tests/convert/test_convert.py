@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import pytest
 import webdataset as wds
-from click.testing import CliRunner, Result
+from click.testing import CliRunner
 from PIL import Image
 
 import imgprep
@@ -32,16 +32,13 @@ from imgprep.cli.commands import cli
 from imgprep.convert.pool import PART_SHARE, part_cuts
 from imgprep.ilsvrc.synsets import imagenet_classes, imagenet_val_labels
 from tests.support import encode, jpeg, nested_images, photo, tar_bytes, write_tar
+from tests.support.cli import invoke
 
 CLASSES = imagenet_classes()
 
 
 # ---------------------------------------------------------------------------- helpers
 
-
-def invoke(*args: object) -> Result:
-    """Run the ``imgprep`` CLI in-process; stdout and stderr are kept apart."""
-    return CliRunner().invoke(cli, [str(a) for a in args])
 
 
 def convert(src: Path, out: Path, *extra: object, workers: int = 2) -> dict[str, Any]:

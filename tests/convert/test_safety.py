@@ -18,9 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner, Result
 
-from imgprep.cli.commands import cli
 from imgprep.convert.run import ConvertOptions, convert, make_plan
 from imgprep.errors import LabelError, ManifestError, SourceFormatError
 from imgprep.ilsvrc.groundtruth import load_ground_truth
@@ -29,25 +27,14 @@ from imgprep.ilsvrc.synsets import imagenet_classes, parse_class_table
 from imgprep.job.world import World
 from imgprep.shards.manifest import NodeSection, read_manifest
 from imgprep.stage.run import StageOptions, stage_to_node
-from tests.support import REPO, jpeg, one_line_error, published_label, published_val_txt
+from tests.support import REPO, one_line_error, published_label, published_val_txt
+from tests.support.cli import invoke, jpeg_tree, ok, snapshot
 
 WNIDS = ("n01440764", "n01443537", "n01484850")
 CLASSES = imagenet_classes()
 
 
-def invoke(*args: object) -> Result:
-    return CliRunner().invoke(cli, [str(a) for a in args])
 
-
-def ok(r: Result) -> dict[str, Any]:
-    assert r.exit_code == 0, f"exit {r.exit_code}: {r.output}"
-    out: dict[str, Any] = json.loads(r.stdout)
-    return out
-
-
-def snapshot(root: Path) -> dict[str, bytes]:
-    return {p.relative_to(root).as_posix(): p.read_bytes()
-            for p in sorted(root.rglob("*")) if p.is_file()}
 
 
 def outside(before: dict[str, bytes], after: dict[str, bytes], out: str) -> list[str]:
@@ -55,14 +42,6 @@ def outside(before: dict[str, bytes], after: dict[str, bytes], out: str) -> list
     keys = set(before) | set(after)
     return sorted(k for k in keys if not k.startswith(out + "/") and before.get(k) != after.get(k))
 
-
-def tree(root: Path, files: dict[str, int]) -> Path:
-    """Write ``files`` ({relative path: seed}) as small JPEGs under ``root``."""
-    for rel, seed in files.items():
-        p = root / rel
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_bytes(jpeg((40, 32), seed=seed))
-    return root
 
 
 def train_files(prefix: str = "", n: int = 3) -> dict[str, int]:
@@ -99,7 +78,8 @@ SMALL = ("--size", "16", "-j", "1", "-q", "--json")
                                       "ILSVRC2012_img_val"])
 def test_a_root_with_train_and_val_converts_each_into_its_own_manifest(
         tmp_path: Path, val_name: str) -> None:
-    root = tree(tmp_path / "imagenet", {**train_files("train/"), **val_tree_files(f"{val_name}/")})
+    root = jpeg_tree(tmp_path / "imagenet",
+                     {**train_files("train/"), **val_tree_files(f"{val_name}/")})
     before = snapshot(tmp_path)
     s = ok(invoke("convert", root, "-o", tmp_path / "out", *SMALL))
     assert s["complete"] and [p["split"] for p in s["splits"]] == ["train", "val"]
@@ -123,7 +103,7 @@ def test_split_names(name: str, split: str | None) -> None:
 def test_a_val_folder_is_the_val_split_whatever_its_file_names(tmp_path: Path) -> None:
     """A class tree in a folder named validation/ (any case) is val, not train, also when
     its files are not named ILSVRC2012_val_*."""
-    src = tree(tmp_path / "Validation", val_tree_files("", names="img_{:03d}"))
+    src = jpeg_tree(tmp_path / "Validation", val_tree_files("", names="img_{:03d}"))
     s = ok(invoke("convert", src, "-o", tmp_path / "out", *SMALL))
     assert s["split"] == "val" and s["samples"] == 6
     assert not (tmp_path / "out" / "train.json").exists()
@@ -133,7 +113,7 @@ def test_validation_images_never_enter_an_inferred_train_split(tmp_path: Path) -
     """A class tree where val images were merged into the train folders is refused (naming
     the first one and --split); --split train puts them there on purpose."""
     files = {**train_files(), **val_tree_files("")}
-    src = tree(tmp_path / "merged", files)
+    src = jpeg_tree(tmp_path / "merged", files)
     out = tmp_path / "out"
     msg = one_line_error(invoke("convert", src, "-o", out, *SMALL), 3, src,
                          "6 validation images", "ILSVRC2012_val_00000001.JPEG", "--split train")
@@ -144,7 +124,7 @@ def test_validation_images_never_enter_an_inferred_train_split(tmp_path: Path) -
 
 
 def test_validation_images_in_a_train_folder_of_a_root_are_refused(tmp_path: Path) -> None:
-    root = tree(tmp_path / "imagenet", {**train_files("train/"), **val_tree_files("train/"),
+    root = jpeg_tree(tmp_path / "imagenet", {**train_files("train/"), **val_tree_files("train/"),
                                         **val_tree_files("val/")})
     one_line_error(invoke("convert", root, "-o", tmp_path / "out", *SMALL), 3,
                    f"{root}/train", "6 validation images", "--split train")
@@ -155,9 +135,9 @@ def test_a_val_tree_never_replaces_the_train_split(tmp_path: Path) -> None:
     """Converting a val class tree (files not named ILSVRC2012_val_*) into the folder that
     holds train adds val.json and leaves every train file as it was."""
     out = tmp_path / "out"
-    ok(invoke("convert", tree(tmp_path / "train", train_files()), "-o", out, *SMALL))
+    ok(invoke("convert", jpeg_tree(tmp_path / "train", train_files()), "-o", out, *SMALL))
     before = snapshot(out)
-    val = tree(tmp_path / "val", val_tree_files("", names="img_{:03d}"))
+    val = jpeg_tree(tmp_path / "val", val_tree_files("", names="img_{:03d}"))
     s = ok(invoke("convert", val, "-o", out, *SMALL))
     assert s["split"] == "val"
     after = snapshot(out)
@@ -166,7 +146,8 @@ def test_a_val_tree_never_replaces_the_train_split(tmp_path: Path) -> None:
 
 
 def test_two_folders_for_one_split_are_refused(tmp_path: Path) -> None:
-    root = tree(tmp_path / "imagenet", {**val_tree_files("val/"), **val_tree_files("validation/")})
+    root = jpeg_tree(tmp_path / "imagenet",
+                     {**val_tree_files("val/"), **val_tree_files("validation/")})
     one_line_error(invoke("convert", root, "-o", tmp_path / "out", *SMALL), 3, "val and validation")
     assert not (tmp_path / "out").exists()
 
@@ -174,14 +155,14 @@ def test_two_folders_for_one_split_are_refused(tmp_path: Path) -> None:
 def test_class_folders_beside_a_split_folder_are_refused(tmp_path: Path) -> None:
     """Train class folders at the root with a val/ beside them: refused, not half converted
     and not merged."""
-    root = tree(tmp_path / "imagenet", {**train_files(), **val_tree_files("val/")})
+    root = jpeg_tree(tmp_path / "imagenet", {**train_files(), **val_tree_files("val/")})
     one_line_error(invoke("convert", root, "-o", tmp_path / "out", *SMALL), 3, root,
                    f"class folders ({', '.join(WNIDS)})", "val", f"{root}/train")
     assert not (tmp_path / "out").exists()
 
 
 def test_split_root_other_folders_are_named_and_split_option_picks_one(tmp_path: Path) -> None:
-    root = tree(tmp_path / "imagenet", {**train_files("train/"), **val_tree_files("val/"),
+    root = jpeg_tree(tmp_path / "imagenet", {**train_files("train/"), **val_tree_files("val/"),
                                         "test/x_1.JPEG": 7})
     r = invoke("convert", root, "-o", tmp_path / "out", "--split", "val", *SMALL)
     s = ok(r)
@@ -190,7 +171,7 @@ def test_split_root_other_folders_are_named_and_split_option_picks_one(tmp_path:
 
 
 def test_the_library_refuses_a_root_naming_both_splits(tmp_path: Path) -> None:
-    root = tree(tmp_path / "imagenet", {**train_files("train/"), **val_tree_files("val/")})
+    root = jpeg_tree(tmp_path / "imagenet", {**train_files("train/"), **val_tree_files("val/")})
     with pytest.raises(SourceFormatError, match=r"imagenet/train and .*imagenet/val"):
         convert(ConvertOptions(root, tmp_path / "out"))
 
@@ -199,7 +180,7 @@ def test_the_library_refuses_a_root_naming_both_splits(tmp_path: Path) -> None:
 
 
 def test_other_options_for_a_finished_split_are_refused_until_overwrite(tmp_path: Path) -> None:
-    src = tree(tmp_path / "train", train_files())
+    src = jpeg_tree(tmp_path / "train", train_files())
     out, fresh = tmp_path / "out", tmp_path / "fresh"
     ok(invoke("convert", src, "-o", out, *SMALL))
     before = snapshot(tmp_path)
@@ -220,9 +201,9 @@ def test_other_options_for_a_finished_split_are_refused_until_overwrite(tmp_path
 
 def test_another_input_for_a_finished_split_is_refused(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    ok(invoke("convert", tree(tmp_path / "a" / "train", train_files()), "-o", out, *SMALL))
+    ok(invoke("convert", jpeg_tree(tmp_path / "a" / "train", train_files()), "-o", out, *SMALL))
     before = snapshot(out)
-    other = tree(tmp_path / "b" / "train", train_files(n=2))
+    other = jpeg_tree(tmp_path / "b" / "train", train_files(n=2))
     one_line_error(invoke("convert", other, "-o", out, *SMALL), 3, "input:", "9 images",
                    "6 images", "--overwrite")
     assert snapshot(out) == before
@@ -231,7 +212,7 @@ def test_another_input_for_a_finished_split_is_refused(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("first", "second"), [("shards", "list"), ("list", "shards")])
 def test_another_format_is_refused_and_overwrite_leaves_none_of_the_old(
         tmp_path: Path, first: str, second: str) -> None:
-    src = tree(tmp_path / "train", train_files())
+    src = jpeg_tree(tmp_path / "train", train_files())
     out, fresh = tmp_path / "out", tmp_path / "fresh"
     ok(invoke("convert", src, "-o", out, "--format", first, *SMALL))
     before = snapshot(out)
@@ -246,7 +227,7 @@ def test_another_format_is_refused_and_overwrite_leaves_none_of_the_old(
 
 def test_an_unfinished_other_format_leaves_nothing_beside_the_new_one(tmp_path: Path) -> None:
     """A list run that failed (no manifest) left images; a shards run removes them."""
-    src = tree(tmp_path / "train", train_files())
+    src = jpeg_tree(tmp_path / "train", train_files())
     (src / WNIDS[0] / f"{WNIDS[0]}_bad.JPEG").write_bytes(b"not a jpeg")
     out = tmp_path / "out"
     assert invoke("convert", src, "-o", out, "--format", "list", *SMALL).exit_code == 1
@@ -264,7 +245,7 @@ def test_a_run_never_touches_another_splits_files(tmp_path: Path) -> None:
                "val-000000.tar": b"a val shard"}
     for name, data in planted.items():
         (out / name).write_bytes(data)
-    ok(invoke("convert", tree(tmp_path / "train", train_files()), "-o", out, *SMALL))
+    ok(invoke("convert", jpeg_tree(tmp_path / "train", train_files()), "-o", out, *SMALL))
     assert {n: (out / n).read_bytes() for n in planted} == planted
 
 
@@ -278,7 +259,7 @@ def _val_name(i: int, published: bool) -> str:
 
 
 def _val_flat(root: Path, n: int, published: bool = True) -> Path:
-    return tree(root, {_val_name(i, published): i for i in range(1, n + 1)})
+    return jpeg_tree(root, {_val_name(i, published): i for i in range(1, n + 1)})
 
 
 @pytest.mark.parametrize("published", [True, False], ids=["published-names", "other-names"])
@@ -369,7 +350,7 @@ def test_label_offset_for_a_wnid_file_is_refused(sample: Path, tmp_path: Path) -
 
 
 def test_unknown_wnids_in_a_flat_folder_are_logged_errors(tmp_path: Path) -> None:
-    src = tree(tmp_path / "flat", {"n01440764_1.JPEG": 1, "n01443537_2.JPEG": 2,
+    src = jpeg_tree(tmp_path / "flat", {"n01440764_1.JPEG": 1, "n01443537_2.JPEG": 2,
                                    "n99999999_1.JPEG": 3, "n99999999_2.JPEG": 4,
                                    "n88888888_1.JPEG": 5})
     out = tmp_path / "out"
@@ -394,7 +375,7 @@ def test_a_failed_run_leaves_no_output_folder_it_created(tmp_path: Path, why: st
     src = _val_flat(tmp_path / "in", 2)
     extra: list[object] = []
     if why == "val-in-train":
-        tree(src, {f"{WNIDS[0]}_1.JPEG": 9})
+        jpeg_tree(src, {f"{WNIDS[0]}_1.JPEG": 9})
     if why == "bad-truth":
         (tmp_path / "gt.txt").write_text("ILSVRC2012_val_00000001.JPEG 4000\n")
         extra = ["--labels", tmp_path / "gt.txt"]

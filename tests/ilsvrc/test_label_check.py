@@ -8,23 +8,20 @@ leaves the output folder as it was.
 
 from __future__ import annotations
 
-import json
 import re
 import shlex
 import subprocess
 import tarfile
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
-from click.testing import CliRunner, Result
 
-from imgprep.cli.commands import cli
 from imgprep.ilsvrc.synsets import imagenet_classes, imagenet_val_labels
 from imgprep.shards.manifest import read_manifest
 from loaders.labellist import read_label_list
 from tests.support import jpeg, one_line_error, write_tar
+from tests.support.cli import invoke, jpeg_tree, ok, snapshot
 
 CLASSES = imagenet_classes()
 PUBLISHED = imagenet_val_labels()
@@ -32,32 +29,12 @@ SMALL = ("--size", "16", "-j", "1", "-q", "--json")
 WNIDS = ("n01440764", "n01443537")
 
 
-def invoke(*args: object) -> Result:
-    return CliRunner().invoke(cli, [str(a) for a in args])
-
-
-def ok(r: Result) -> dict[str, Any]:
-    assert r.exit_code == 0, f"exit {r.exit_code}: {r.output}"
-    out: dict[str, Any] = json.loads(r.stdout)
-    return out
 
 
 def _val(k: int) -> str:
     return f"ILSVRC2012_val_{k:08d}"
 
 
-def tree(root: Path, files: dict[str, int]) -> Path:
-    """``files`` ({relative path: seed}) as small JPEGs under ``root``."""
-    for rel, seed in files.items():
-        p = root / rel
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_bytes(jpeg((40, 32), seed=seed))
-    return root
-
-
-def snapshot(root: Path) -> dict[str, bytes]:
-    return {p.relative_to(root).as_posix(): p.read_bytes()
-            for p in sorted(root.rglob("*")) if p.is_file()}
 
 
 def labels_of(out: Path, split: str = "val") -> dict[str, int]:
@@ -86,7 +63,7 @@ def name_labels(path: Path, rows: list[tuple[int, int]], shift: int = 0) -> Path
 
 
 def val_folder(root: Path, numbers: list[int]) -> Path:
-    return tree(root, {f"{_val(k)}.JPEG": k for k in numbers})
+    return jpeg_tree(root, {f"{_val(k)}.JPEG": k for k in numbers})
 
 
 # ---------------------------------------------------------------------------- published labels
@@ -138,7 +115,7 @@ def test_wrong_labels_are_refused_and_trust_labels_converts_them(tmp_path: Path)
 
 
 def test_trust_labels_without_labels_is_refused(tmp_path: Path) -> None:
-    src = tree(tmp_path / "train", {f"{w}/{w}_1.JPEG": i for i, w in enumerate(WNIDS)})
+    src = jpeg_tree(tmp_path / "train", {f"{w}/{w}_1.JPEG": i for i, w in enumerate(WNIDS)})
     one_line_error(invoke("convert", src, "-o", tmp_path / "out", "--trust-labels", *SMALL), 3,
                    "--trust-labels", "drop --trust-labels")
 
@@ -155,7 +132,7 @@ def test_agreement_is_silent(tmp_path: Path) -> None:
     s = ok(invoke("convert", src, "-o", tmp_path / "out", "--labels", gt, *SMALL))
     assert (s["label_check"], s["label_check_names"]["canonical"]) == ("canonical", 30)
     assert labels_of(tmp_path / "out") == {_val(k): c for k, c in rows[:5]}
-    train = tree(tmp_path / "train", {f"{w}/{w}_1.JPEG": i for i, w in enumerate(WNIDS)})
+    train = jpeg_tree(tmp_path / "train", {f"{w}/{w}_1.JPEG": i for i, w in enumerate(WNIDS)})
     assert ok(invoke("convert", train, "-o", tmp_path / "out", *SMALL))["label_check"] == "none"
 
 
@@ -220,7 +197,7 @@ def test_a_root_whose_train_holds_val_images_gets_commands_that_work(tmp_path: P
     the converts that work."""
     root = tmp_path / "imagenet"
     stray = {f"train/{w}/{_val(k)}.JPEG": k for k, w in zip((3, 4, 9), WNIDS * 2, strict=False)}
-    tree(root, {**{f"train/{w}/{w}_{i}.JPEG": 10 * j + i for j, w in enumerate(WNIDS)
+    jpeg_tree(root, {**{f"train/{w}/{w}_{i}.JPEG": 10 * j + i for j, w in enumerate(WNIDS)
                    for i in range(2)}, **stray,
                 **{f"val/{w}/{_val(k)}.JPEG": k for k, w in ((1, WNIDS[0]), (2, WNIDS[1]))}})
     out = tmp_path / "out"
@@ -245,7 +222,7 @@ def test_a_root_whose_train_holds_val_images_gets_commands_that_work(tmp_path: P
 def test_a_train_folder_with_loose_val_images_gets_commands_that_work(tmp_path: Path) -> None:
     """Val images loose in a train tree given on its own: moved out, then the train images and
     the moved ones (with the ground truth they need) convert into one folder."""
-    src = tree(tmp_path / "mine", {**{f"{w}/{w}_1.JPEG": i for i, w in enumerate(WNIDS)},
+    src = jpeg_tree(tmp_path / "mine", {**{f"{w}/{w}_1.JPEG": i for i, w in enumerate(WNIDS)},
                                    f"{_val(7)}.JPEG": 7, f"{_val(8)}.JPEG": 8})
     out = tmp_path / "out"
     msg = one_line_error(invoke("convert", src, "-o", out, *SMALL), 3, src,
