@@ -12,8 +12,10 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from types import TracebackType
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
@@ -62,6 +64,59 @@ def proc_kb(pid: int, field: str, table: str = "status") -> int:
     except (OSError, ValueError, IndexError):
         return 0
     return 0
+
+
+def open_fds(pid: int) -> int:
+    """Open file descriptors of ``pid`` (0 once it has exited)."""
+    try:
+        return len(os.listdir(f"/proc/{pid}/fd"))
+    except OSError:
+        return 0
+
+
+class TreePeaks:
+    """Peaks over the process trees under ``roots``, sampled from ``/proc`` on a thread every
+    ``every_s`` while the ``with`` block runs: the summed ``VmRSS`` (kB; a page shared by
+    forked workers counts once per process, as ``ps`` shows it), the largest single
+    process's ``VmRSS``, the summed and largest open file descriptors, the process count and,
+    with ``pss=True``, the summed ``Pss`` (shared pages split between their holders: what
+    the tree really holds). A process that lives less than one interval may be missed."""
+
+    def __init__(self, roots: Sequence[int], every_s: float = 0.1, pss: bool = False) -> None:
+        self.roots, self.every_s, self.with_pss = list(roots), every_s, pss
+        self.rss_kb = self.proc_rss_kb = self.pss_kb = 0
+        self.fds = self.proc_fds = self.procs = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def sample(self) -> None:
+        pids = set(self.roots)
+        for root in self.roots:
+            pids |= descendants(root)
+        rss = [proc_kb(p, "VmRSS:") for p in pids]
+        fds = [open_fds(p) for p in pids]
+        self.rss_kb = max(self.rss_kb, sum(rss))
+        self.proc_rss_kb = max(self.proc_rss_kb, max(rss, default=0))
+        self.fds = max(self.fds, sum(fds))
+        self.proc_fds = max(self.proc_fds, max(fds, default=0))
+        self.procs = max(self.procs, sum(1 for r in rss if r))
+        if self.with_pss:
+            self.pss_kb = max(self.pss_kb, sum(proc_kb(p, "Pss:", "smaps_rollup") for p in pids))
+
+    def _run(self) -> None:
+        while True:
+            self.sample()
+            if self._stop.wait(self.every_s):
+                return
+
+    def __enter__(self) -> TreePeaks:
+        self._thread.start()
+        return self
+
+    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self._stop.set()
+        self._thread.join()
 
 
 def paired_ratio(num: Sequence[tuple[float, float]], den: Sequence[tuple[float, float]]) -> float:

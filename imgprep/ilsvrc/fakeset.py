@@ -63,6 +63,17 @@ def synthetic_photo(rng: np.random.Generator, size: tuple[int, int],
     return Image.fromarray(out, "RGB")
 
 
+def jpeg_pool(count: int, sides: tuple[int, int], seed: int = 0) -> list[bytes]:
+    """``count`` distinct small synthetic JPEGs (quality 85, each side drawn from ``sides``),
+    for large fake sets that cycle a few thousand encoded images instead of encoding each."""
+    rng = np.random.default_rng(seed)
+    pool = []
+    for _ in range(count):
+        w, h = (int(x) for x in rng.integers(sides[0], sides[1] + 1, 2))
+        pool.append(_jpeg(synthetic_photo(rng, (w, h)), quality=85))
+    return pool
+
+
 def _jpeg(img: Image.Image, **kw: Any) -> bytes:
     buf = io.BytesIO()
     img.save(buf, "JPEG", quality=kw.pop("quality", 88), **kw)

@@ -23,7 +23,6 @@ The input is made once per image count into ``<out>/input-<N>/`` and reused whil
 
 from __future__ import annotations
 
-import io
 import json
 import time
 from collections.abc import Iterator, Sequence
@@ -33,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from imgprep.fsutil import write_bytes_atomic
-from imgprep.ilsvrc.fakeset import QUIRKS, synthetic_photo
+from imgprep.ilsvrc.fakeset import QUIRKS, jpeg_pool, synthetic_photo
 from imgprep.ilsvrc.synsets import ClassTable, imagenet_classes, imagenet_val_labels
 from imgprep.shards.writers import BLOCK, RECORD, header_bytes
 
@@ -87,18 +86,6 @@ def val_count(images: int) -> int:
     """Validation images for a train set of ``images``: 50,000 scaled the same way, at least
     ``VAL_FLOOR``, at most 50,000."""
     return min(FULL_VAL, max(VAL_FLOOR, round(FULL_VAL * images / FULL_TRAIN)))
-
-
-def jpeg_pool(count: int = POOL, seed: int = 0) -> list[bytes]:
-    """``count`` distinct synthetic JPEGs, each side drawn from ``SIDES``."""
-    rng = np.random.default_rng(seed)
-    pool = []
-    for _ in range(count):
-        w, h = (int(x) for x in rng.integers(SIDES[0], SIDES[1] + 1, 2))
-        buf = io.BytesIO()
-        synthetic_photo(rng, (w, h)).save(buf, "JPEG", quality=85)
-        pool.append(buf.getvalue())
-    return pool
 
 
 def quirk_pool(seed: int = 1) -> list[tuple[str, bytes]]:
@@ -197,7 +184,7 @@ def make_input(out: Path, images: int) -> dict[str, Any]:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / MARKER).unlink(missing_ok=True)
     t0 = time.perf_counter()
-    table, pool, quirks = imagenet_classes(), jpeg_pool(), quirk_pool()
+    table, pool, quirks = imagenet_classes(), jpeg_pool(POOL, SIDES), quirk_pool()
     train = write_train(folder / TRAIN_TAR, counts, table, pool, quirks)
     val = write_val(folder, want["val"], table, pool, quirks)
     marker = {**want, "seconds": time.perf_counter() - t0,

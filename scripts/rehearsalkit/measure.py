@@ -20,67 +20,20 @@ import os
 import resource
 import signal
 import subprocess
-import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
-from benchlib import descendants, machine_busy_s, proc_kb
+from benchlib import TreePeaks, machine_busy_s
 
 from imgprep.procs import die_with_parent
 
 SAMPLE_EVERY_S = 0.1
 MB = 1e6
 KB = 1024
-
-
-def open_fds(pid: int) -> int:
-    """Open file descriptors of ``pid`` (0 once it has exited)."""
-    try:
-        return len(os.listdir(f"/proc/{pid}/fd"))
-    except OSError:
-        return 0
-
-
-class TreeSampler:
-    """Peaks of the process trees under ``roots`` (see the module docstring)."""
-
-    def __init__(self, roots: Sequence[int]) -> None:
-        self.roots = list(roots)
-        self.rss_kb = self.proc_rss_kb = self.fds = self.proc_fds = self.procs = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def sample(self) -> None:
-        pids = set(self.roots)
-        for root in self.roots:
-            pids |= descendants(root)
-        rss = [proc_kb(p, "VmRSS:") for p in pids]
-        fds = [open_fds(p) for p in pids]
-        self.rss_kb = max(self.rss_kb, sum(rss))
-        self.proc_rss_kb = max(self.proc_rss_kb, max(rss, default=0))
-        self.fds = max(self.fds, sum(fds))
-        self.proc_fds = max(self.proc_fds, max(fds, default=0))
-        self.procs = max(self.procs, sum(1 for r in rss if r))
-
-    def _run(self) -> None:
-        while True:
-            self.sample()
-            if self._stop.wait(SAMPLE_EVERY_S):
-                return
-
-    def __enter__(self) -> TreeSampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self._stop.set()
-        self._thread.join()
 
 
 @dataclass
@@ -146,7 +99,8 @@ def run_step(name: str, images: int, jobs: Sequence[tuple[Sequence[str], dict[st
     measures (``images`` is what its per-image cost divides by) and each process's result."""
     busy, cpu, t0 = machine_busy_s(), children_cpu_s(), time.perf_counter()
     procs = [_start(cmd, env) for cmd, env in jobs]
-    with TreeSampler([p.pid for p in procs]) as tree, ThreadPoolExecutor(len(procs)) as pool:
+    with (TreePeaks([p.pid for p in procs], SAMPLE_EVERY_S) as tree,
+          ThreadPoolExecutor(len(procs)) as pool):
         done = list(pool.map(lambda p: _finish(p, deadline), procs))  # no pipe fills up
     wall = time.perf_counter() - t0
     cpu_s = children_cpu_s() - cpu

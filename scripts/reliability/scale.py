@@ -20,28 +20,25 @@ the tests use too), so a run inside a job is not mistaken for a rank of it.
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import resource
 import shutil
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from functools import partial
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 import numpy as np
-from benchlib import descendants, machine_busy_s, proc_kb
+from benchlib import TreePeaks, descendants, machine_busy_s, proc_kb
 
 from imgprep.convert.image import TransformOptions
 from imgprep.convert.run import ConvertOptions, convert
 from imgprep.errors import ImgprepError
-from imgprep.ilsvrc.fakeset import pick_classes, synthetic_photo
+from imgprep.ilsvrc.fakeset import jpeg_pool, pick_classes
 from imgprep.ilsvrc.sources import list_source
 from imgprep.ilsvrc.synsets import imagenet_classes
 from imgprep.job.assign import node_shards
@@ -57,6 +54,7 @@ MB = 1e6
 KB = 1024
 SCRIPTS = Path(__file__).resolve().parents[1]
 SAMPLE_EVERY_S = 0.05
+POOL_SIDES = (64, 96)  # the synthetic JPEGs' sides, px
 RUN_TIMEOUT_S = 1800.0
 
 # Bounds (see each function's docstring).
@@ -71,18 +69,6 @@ QUIET_CORES = 0.2  # a run is undisturbed when other processes used fewer cores 
 
 
 # ---------------------------------------------------------------------------- synthetic data
-
-
-def jpeg_pool(count: int = 256, sides: tuple[int, int] = (64, 96), seed: int = 0) -> list[bytes]:
-    """``count`` distinct small synthetic JPEGs (each side in ``sides``), cycled by the tars."""
-    rng = np.random.default_rng(seed)
-    pool = []
-    for _ in range(count):
-        w, h = (int(x) for x in rng.integers(sides[0], sides[1] + 1, 2))
-        buf = io.BytesIO()
-        synthetic_photo(rng, (w, h)).save(buf, "JPEG", quality=85)
-        pool.append(buf.getvalue())
-    return pool
 
 
 def _member(name: str, data: bytes) -> bytes:
@@ -117,7 +103,7 @@ def make_shards(work: Path, shards: int, per_shard: int, size: int) -> Path:
     """A converted shard set of ``shards`` x ``per_shard`` synthetic images at ``size`` px
     (in-process convert, 2 workers); returns its folder (the source tar is removed)."""
     tar = write_train_tar(work / "raw" / "ILSVRC2012_img_train.tar", shards * per_shard,
-                          jpeg_pool(64))
+                          jpeg_pool(64, POOL_SIDES))
     out = work / "shards"
     summary = convert(ConvertOptions(input=tar, out=out, num_shards=shards, workers=2,
                                      transform=TransformOptions(size=size)))
@@ -160,39 +146,6 @@ def finish(procs: Sequence[subprocess.Popen[str]], timeout: float = RUN_TIMEOUT_
     return out
 
 
-class TreePeak:
-    """Peak of the summed ``VmRSS`` and ``Pss`` (kB) of a process and all its descendants,
-    sampled on a thread every ``SAMPLE_EVERY_S`` while the ``with`` block runs.
-
-    RSS counts a page shared by forked workers once per process (the issue's measure); PSS
-    splits it between them (what the tree really holds)."""
-
-    def __init__(self, pid: int) -> None:
-        self.pid, self.rss_kb, self.pss_kb = pid, 0, 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def sample(self) -> None:
-        pids = {self.pid, *descendants(self.pid)}
-        self.rss_kb = max(self.rss_kb, sum(proc_kb(p, "VmRSS:") for p in pids))
-        self.pss_kb = max(self.pss_kb, sum(proc_kb(p, "Pss:", "smaps_rollup") for p in pids))
-
-    def _run(self) -> None:
-        while True:
-            self.sample()
-            if self._stop.wait(SAMPLE_EVERY_S):
-                return
-
-    def __enter__(self) -> TreePeak:
-        self._thread.start()
-        return self
-
-    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self._stop.set()
-        self._thread.join()
-
-
 def children_cpu_s() -> float:
     """CPU seconds of this process's reaped children (with the children they reaped)."""
     ru = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -226,7 +179,7 @@ def _convert_run(tar: Path, out: Path, images: int, workers: int, size: int
                       "--json", "-q")
     busy, cpu, t0 = machine_busy_s(), children_cpu_s(), time.perf_counter()
     proc = start(cmd, clean_env())
-    with TreePeak(proc.pid) as peak:
+    with TreePeaks([proc.pid], SAMPLE_EVERY_S, pss=True) as peak:
         (rc, lines, err), = finish([proc])
     wall = time.perf_counter() - t0
     tree_cpu = children_cpu_s() - cpu
@@ -358,7 +311,7 @@ def convert_scale(work: Path, sizes: Sequence[int] = (10_000, 50_000, 200_000),
     (``imgprep verify OUT -q`` exits 0 and the manifest holds exactly the size's samples).
     Source tar and output are removed after each size.
     """
-    pool = jpeg_pool()
+    pool = jpeg_pool(256, POOL_SIDES)
     runs: list[dict[str, Any]] = []
     trials: list[Trial] = []
     for n in sorted(sizes):
