@@ -28,6 +28,7 @@ from typing import Any
 
 from cluster import netns
 from cluster.netns import ClusterError, Topology
+from cluster.procs import Started
 from cluster.sshfs import (
     FileServer,
     mount,
@@ -70,7 +71,7 @@ class Phase:
     served: int = 0
 
 
-class Box:
+class Box(Started):
     """Build the cluster on ``__enter__``; tear it down on ``__exit__``."""
 
     def __init__(self, topo: Topology, export: Path) -> None:
@@ -83,20 +84,15 @@ class Box:
         self._old: dict[int, Any] = {}
 
     def __enter__(self) -> Box:
-        self._lock()
+        self._lock()  # before anything that close() would undo: the lock may be another run's
         self._old = {s: signal.signal(s, _raise_exit) for s in SIGNALS}
-        try:
-            self.leftovers = clean_leftovers(self.topo.prefix, self.scratch)
-            netns.build(self.topo)
-            self.server = start_server(self.topo, self.export, self.scratch / "keys",
-                                       self.scratch / "sshd.log")
-        except BaseException:
-            self.close()
-            raise
-        return self
+        return super().__enter__()
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def _start(self) -> None:
+        self.leftovers = clean_leftovers(self.topo.prefix, self.scratch)
+        netns.build(self.topo)
+        self.server = start_server(self.topo, self.export, self.scratch / "keys",
+                                   self.scratch / "sshd.log")
 
     def _lock(self) -> None:
         path = os.path.join(tempfile.gettempdir(), f"{self.topo.prefix}cluster.lock")

@@ -15,7 +15,7 @@ import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from cluster.netns import ClusterError
 from imgprep.procs import die_with_parent
@@ -27,6 +27,29 @@ def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     """The environment for children: this checkout first on PYTHONPATH, one thread each."""
     path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
     return {**os.environ, "PYTHONPATH": path, "OMP_NUM_THREADS": "1", **(extra or {})}
+
+
+class Started:
+    """A context manager for what ``_start`` brings up and ``close`` tears down (idempotent):
+    a start that fails part way is closed before its error goes on, so nothing is left
+    running behind a failed ``with``."""
+
+    def _start(self) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        try:
+            self._start()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 class Group:

@@ -14,12 +14,11 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
-from types import TracebackType
 
 from cluster import netns
 from cluster.box import Box
 from cluster.netns import ClusterError
-from cluster.procs import child_env
+from cluster.procs import Started, child_env
 from imgprep.procs import die_with_parent
 
 BUCKET, PREFIX = "imgprep-cluster", "set/"
@@ -48,7 +47,7 @@ for p in sorted(Path(folder).iterdir()):
 """
 
 
-class S3Store:
+class S3Store(Started):
     """moto's S3 server on the file server, holding ``folder`` at :attr:`url`."""
 
     def __init__(self, box: Box, folder: Path, port: int, timeout: float) -> None:
@@ -64,36 +63,25 @@ class S3Store:
                 "AWS_SHARED_CREDENTIALS_FILE": "/dev/null",
                 "NO_PROXY": self.box.topo.server_ip, "no_proxy": self.box.topo.server_ip}
 
-    def __enter__(self) -> S3Store:
+    def _start(self) -> None:
         net = netns.in_net(self.box.topo.server)
-        log = open(self.box.scratch / "moto.log", "wb")  # noqa: SIM115 (lives with the server)
-        try:
+        with open(self.box.scratch / "moto.log", "wb") as log:  # the server holds its own copy
             self.proc = subprocess.Popen(
                 net + [sys.executable, "-m", "moto.server", "-H", self.box.topo.server_ip,
                        "-p", str(self.port)],
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 env=child_env(), preexec_fn=die_with_parent)
+        try:
             done = subprocess.run(net + [sys.executable, "-c", UPLOAD, self.endpoint, BUCKET,
                                          PREFIX, str(self.folder)],
                                   capture_output=True, text=True, timeout=self.timeout,
                                   env=child_env(self.env()), preexec_fn=die_with_parent)
-            if done.returncode != 0:
-                raise ClusterError(f"uploading the set to the S3 store failed: "
-                                   f"{done.stderr.strip()[-800:]}")
         except subprocess.TimeoutExpired as e:
-            self.close()
             raise ClusterError(f"uploading the set to the S3 store took over "
                                f"{self.timeout:.0f} s") from e
-        except BaseException:
-            self.close()
-            raise
-        finally:
-            log.close()
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.close()
+        if done.returncode != 0:
+            raise ClusterError(f"uploading the set to the S3 store failed: "
+                               f"{done.stderr.strip()[-800:]}")
 
     def sent(self) -> int:
         """Bytes sent so far on the server's link."""

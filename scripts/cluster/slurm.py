@@ -40,7 +40,7 @@ from pathlib import Path
 from cluster.box import Box
 from cluster.hosts import Host, start_host, stop_host, write_hosts
 from cluster.netns import ClusterError, pids_in, run, stop_pids
-from cluster.procs import REPO, die_with_parent
+from cluster.procs import REPO, Started, die_with_parent
 from cluster.sshfs import sshfs_argv
 
 HEAD = "head"
@@ -158,7 +158,7 @@ class Job:
     output: str  # the batch script's stdout and stderr
 
 
-class Slurm:
+class Slurm(Started):
     """A Slurm cluster on the box's server and on one node per disk, up on ``__enter__``,
     torn down on ``__exit__``. ``shared`` and ``local`` are the two paths every host sees
     (the file server; node k's own disk, backed by ``disks[k]``)."""
@@ -178,17 +178,6 @@ class Slurm:
     @property
     def node_names(self) -> list[str]:
         return [node_name(k) for k in range(len(self.disks))]
-
-    def __enter__(self) -> Slurm:
-        try:
-            self._start()
-        except BaseException:
-            self.close()
-            raise
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def _start(self) -> None:
         topo, lay = self.box.topo, self.layout
