@@ -32,7 +32,8 @@ and CPU time (``RUSAGE_CHILDREN``) are recorded, with the disk the work folder h
 5. the shard loader (``rehearsalkit.loaderstep``): every rank's epoch plan for 16 nodes x 8
    ranks x batch 256 from the counts (one rank's time is reported), then one rank on this
    machine loading the first ``--slice`` samples of an epoch (the whole epoch when the set is
-   smaller) from fan-out node 0 in ``pad`` mode, its labels checked against the plan and,
+   smaller) from fan-out node 0 in ``pad`` mode, its pages dropped from the cache first (a
+   cold first epoch at every size), its labels checked against the plan and,
    over a whole epoch, every sample seen once;
 6. ``scripts/train_imagenet.py --arch tiny --image-size 64`` for ``--train-steps`` steps on
    fan-out node 0.

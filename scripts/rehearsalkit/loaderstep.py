@@ -8,7 +8,9 @@ its memory and descriptors alone):
 job and every rank's ``plan_epoch`` of epoch 0 in ``pad`` mode (replicate, seed 0), timed;
 checks that the ranks' plans together hold every sample exactly once. ``slice``: one rank on
 this machine (``World()``, ``workers="auto"``) iterates a ``ShardLoader`` over the folder's
-train split in ``pad`` mode (train transform at ``--size``) for the first batches that hold
+train split from a cold page cache (the folder's pages are dropped first, as on a node
+whose set is larger than its memory, so that runs of every size measure the same thing)
+in ``pad`` mode (train transform at ``--size``) for the first batches that hold
 ``--samples`` samples (the whole epoch when the set is that small), and checks that each batch
 holds exactly the labels of the samples its plan names (padding ``PAD_LABEL``), no sample
 twice, and, over a whole epoch, every sample once. Each prints one JSON line.
@@ -76,7 +78,24 @@ def labels_of(where: Locations, ids: np.ndarray) -> np.ndarray:
     return out
 
 
+def evict(folder: Path) -> int:
+    """Drop the cached pages of every file in ``folder`` (``POSIX_FADV_DONTNEED``: no root
+    needed; the files are fsynced first, since dirty pages cannot be dropped). Its bytes."""
+    total = 0
+    for path in sorted(folder.iterdir()):
+        if path.is_file():
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+                total += os.fstat(fd).st_size
+            finally:
+                os.close(fd)
+    return total
+
+
 def slice_epoch(folder: Path, want: int, batch: int, size: int) -> dict[str, Any]:
+    evicted = evict(folder)
     world = World()
     workers = worker_count("auto", world)
     t0 = time.perf_counter()
@@ -99,6 +118,7 @@ def slice_epoch(folder: Path, want: int, batch: int, size: int) -> dict[str, Any
     want_labels = labels_of(shards.where, table.reshape(-1))
     whole, total = batches == plan.batches, sum(shards.samples)
     return {"what": "slice", "workers": workers, "batch": batch, "batches": batches,
+            "evicted_bytes": evicted,
             "epoch_batches": plan.batches, "samples": int(len(ids)),
             "padding": int((table == PAD).sum()), "whole_epoch": whole, "seconds": seconds,
             "first_batch_s": first, "shape": shape,
