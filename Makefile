@@ -70,11 +70,15 @@ reliability: setup
 
 # The whole pipeline at ILSVRC2012's real layout and counts (1,281,167 + 50,000 small images):
 # convert, verify, index, stage to 4 process-nodes, loaders, trainer; timed, with peak RSS,
-# descriptors and disk per step and a projection to 16 cores and 16 nodes (at most 75 minutes,
-# ~40 GB of disk at its peak; docs/benchmarks.md). The input stays in bench-out/rehearsal/.
+# descriptors and disk per step and a projection to 16 cores and 16 nodes; first at 100,000
+# images, then at full size compared with it (each step's cost per image; about 20 minutes on
+# an idle 2-core machine, ~32 GB of disk at the peak; docs/benchmarks.md). The input stays in
+# bench-out/rehearsal/.
 .PHONY: rehearsal
 rehearsal: setup
-	$(BIN)/python scripts/rehearsal.py --json-out bench-out/rehearsal-full.json
+	$(BIN)/python scripts/rehearsal.py --images 100000 --json-out bench-out/rehearsal-100k.json
+	$(BIN)/python scripts/rehearsal.py --json-out bench-out/rehearsal-full.json \
+		--compare bench-out/rehearsal-100k.json
 
 # A file server and 1, 2, 4 nodes in network namespaces on this machine (root; 6-9 minutes):
 # direct vs staged loaders, replicate/partition/fan-out staging, 2-node training; docs/cluster.svg.

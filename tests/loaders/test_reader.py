@@ -11,6 +11,7 @@ import random
 import tarfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -146,3 +147,46 @@ def test_a_shard_changed_since_it_was_indexed_is_named(tmp_path: Path) -> None:
     path.write_bytes(bytes(data[:-512]))
     with pytest.raises(LoaderError, match=f"{path} is {len(data) - 512} bytes"):
         Reader(loc, rank=0).read(np.asarray([0], np.int64))
+
+
+def test_a_batchs_reads_are_announced_before_the_first_is_waited_for(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each pread's span was advised (``WILLNEED``) first, at most ``MAX_OPEN`` ahead: a
+    cold set is read at the disk's queue depth, with no descriptor opened twice a batch."""
+    monkeypatch.setattr(reader_mod, "MAX_OPEN", 4)
+    shards = [[(f"s{i}", payload(500, i), i)] for i in range(10)]  # one read a shard
+    loc = write_shards(tmp_path, shards)
+    calls: list[tuple[str, int, int]] = []
+    real_pread, real_advise, real_open = os.pread, os.posix_fadvise, os.open
+
+    def pread(fd: int, size: int, offset: int) -> bytes:
+        calls.append(("read", offset, size))
+        return real_pread(fd, size, offset)
+
+    def advise(fd: int, offset: int, size: int, advice: int) -> None:
+        assert advice == os.POSIX_FADV_WILLNEED
+        calls.append(("advise", offset, size))
+        real_advise(fd, offset, size, advice)
+
+    opened: list[str] = []
+
+    def counting_open(path: Any, flags: int, *args: Any) -> int:
+        opened.append(str(path))
+        return real_open(path, flags, *args)
+
+    monkeypatch.setattr(os, "pread", pread)
+    monkeypatch.setattr(os, "posix_fadvise", advise)
+    monkeypatch.setattr(os, "open", counting_open)
+    r = Reader(loc, rank=0)
+    try:
+        out = r.read(np.asarray([9, 2, 5, 0, 7, 1, 8, 3, 6, 4], np.int64))
+    finally:
+        r.close()
+    assert [label for *_, label in out] == [9, 2, 5, 0, 7, 1, 8, 3, 6, 4]
+    kinds = "".join("a" if k == "advise" else "r" for k, _, _ in calls)
+    assert kinds == "aaaarrrr" "aaaarrrr" "aarr"  # MAX_OPEN advised, then those read
+    for at in range(0, len(calls), 8):
+        chunk = calls[at:at + 8]
+        half = len(chunk) // 2
+        assert [c[1:] for c in chunk[:half]] == [c[1:] for c in chunk[half:]]
+    assert len(opened) == len(set(opened)) == 10  # every shard opened once
