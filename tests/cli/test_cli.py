@@ -34,6 +34,7 @@ from imgprep import __version__
 from imgprep.ilsvrc.synsets import imagenet_classes
 from tests.support import (
     encode,
+    interruptible,
     jpeg,
     nested_images,
     one_line_error,
@@ -134,7 +135,8 @@ class Kill:
 def run_and_kill(args: Sequence[object], state: Path, trigger: str, delay: float,
                  sig: signal.Signals = signal.SIGKILL) -> tuple[Kill, subprocess.Popen[bytes]]:
     """Start ``imgprep convert``; send ``sig`` once a task record exists or after ``delay``."""
-    proc = subprocess.Popen(module_cmd(*args), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(module_cmd(*args), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            preexec_fn=interruptible)
     t0 = time.monotonic()
     try:
         while proc.poll() is None:

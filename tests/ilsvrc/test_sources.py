@@ -401,6 +401,7 @@ def test_tar_cut_inside_a_header_is_reported(tmp_path: Path, where: str,
     assert listing.errors, "a tar cut inside a header listed 3 of 4 images with no error"
 
 
+@pytest.mark.serial  # a time bound
 def test_many_tiny_members_list_fast(tmp_path: Path) -> None:
     n = 20_000
     buf = io.BytesIO()

@@ -30,6 +30,10 @@ from cluster.sshfs import mount_root, sshfs_mounts
 from tests.support import REPO, photo
 
 PREFIX = "ipct-"  # not the benchmark's own prefix, so a run of it is never touched
+
+# The cluster runs check the machine's own /tmp, /dev/shm, namespaces and routes before and
+# after, and take the box's lock: nothing else may run meanwhile.
+pytestmark = pytest.mark.serial
 WNIDS = ("n01440764", "n01443537", "n01484850")
 
 

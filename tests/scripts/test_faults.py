@@ -1,6 +1,7 @@
 """The fault harness (scripts/reliability/faults.py) in its reduced form: one random kill point
-per convert set-up and a couple per other fault kind. ``scripts/reliability_report.py`` runs
-the same functions with 20 trials each. IMGPREP_FAULT_TRIALS raises the count here."""
+per convert set-up (of 480 images, the set the other kinds stage, made once) and a couple per
+other fault kind. ``scripts/reliability_report.py`` runs the same functions with 20 trials
+each (convert: of 1,200 images). IMGPREP_FAULT_TRIALS raises the count here."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from reliability import Trial, faults
 
 TRIALS = int(os.environ.get("IMGPREP_FAULT_TRIALS", "1"))
 SEED = 2026
+SMALL = faults.STAGE_PER_CLASS  # images per class converted here: the set the stage kinds use
 
 pytestmark = pytest.mark.slow
 
@@ -31,7 +33,7 @@ def assert_survived(trials: list[Trial], expected: int) -> None:
 @pytest.mark.parametrize("case", faults.CONVERT_CASES, ids=lambda c: f"{c.fmt}-"
                          f"{c.workers}w-{c.ranks}r")
 def test_convert_survives_sigkill(work: Path, case: faults.ConvertCase) -> None:
-    trials = faults.convert_kills(work / "convert", TRIALS, SEED, [case])
+    trials = faults.convert_kills(work / "convert", TRIALS, SEED, [case], SMALL)
     assert_survived(trials, TRIALS)
     assert {t.kind for t in trials} == {case.kind}
 
@@ -56,6 +58,6 @@ def test_a_broken_guarantee_is_reported(work: Path, monkeypatch: pytest.MonkeyPa
         return got if calls["n"] == 1 else {**got, "extra": "0"}
 
     monkeypatch.setattr(faults, "digests", skewed)
-    trials = faults.convert_kills(work / "convert", 1, SEED, faults.CONVERT_CASES[:1])
+    trials = faults.convert_kills(work / "convert", 1, SEED, faults.CONVERT_CASES[:1], SMALL)
     assert [t.ok for t in trials] == [False]
     assert "differs from the uninterrupted run" in trials[0].detail

@@ -29,6 +29,7 @@ def check(result: tuple[list[Figure], list[Trial]], group: str) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # throughput and listing cost at two sizes, compared
 def test_convert_memory_throughput_and_listing_scale(tmp_path: Path) -> None:
     check(convert_scale(tmp_path, sizes=(2_500, 10_000)), "convert")
 

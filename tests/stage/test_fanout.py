@@ -224,6 +224,7 @@ def exit_times(procs: Sequence[subprocess.Popen[str]], since: float) -> list[flo
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # timed to the heartbeat
 def test_a_killed_node_stops_the_others_naming_it_within_two_heartbeats(
         fifo_src: tuple[Path, Path, Path], tmp_path: Path) -> None:
     """SIGKILL node 2 mid-fan-out (held reading its shard): every other node fails naming it

@@ -40,6 +40,7 @@ from imgprep.stage.run import StageOptions, is_staged, plan_node, stage_to_node
 from tests.support import (
     clean_env,
     feed_pipe,
+    interruptible,
     is_launcher_var,
     one_line,
     tmp_leftovers,
@@ -117,7 +118,7 @@ def stage_cmd(src: Path, dst: Path | str, *extra: object) -> list[str]:
 
 def start(cmd: list[str], environ: dict[str, str]) -> subprocess.Popen[str]:
     return subprocess.Popen(cmd, env=environ, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+                            text=True, preexec_fn=interruptible)
 
 
 def finish(procs: Sequence[subprocess.Popen[str]]) -> list[dict[str, Any]]:

@@ -8,6 +8,7 @@ import errno
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -27,8 +28,8 @@ from reliability.checks import (
 )
 
 __all__ = ["LAUNCHER_PREFIXES", "LAUNCHER_VARS", "clean_env", "fanout_nodes", "feed_pipe",
-           "free_port", "is_launcher_var", "mpirun", "mpirun_cmd", "one_line", "one_line_error",
-           "one_line_problem", "outcomes", "tmp_leftovers", "torchrun_env"]
+           "free_port", "interruptible", "is_launcher_var", "mpirun", "mpirun_cmd", "one_line",
+           "one_line_error", "one_line_problem", "outcomes", "tmp_leftovers", "torchrun_env"]
 
 
 def free_port() -> int:
@@ -44,6 +45,13 @@ def torchrun_env(rank: int, world_size: int, local_world_size: int,
     return clean_env(RANK=rank, WORLD_SIZE=world_size, LOCAL_RANK=rank % local_world_size,
                      LOCAL_WORLD_SIZE=local_world_size, GROUP_RANK=rank // local_world_size,
                      **extra)
+
+
+def interruptible() -> None:
+    """A ``preexec_fn``: the child takes SIGINT as a terminal's Ctrl-C. A test run started in
+    the background by a non-interactive shell ignores SIGINT, children inherit that, and
+    Python then installs no KeyboardInterrupt handler: a Ctrl-C test would test nothing."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def outcomes(procs: Sequence[subprocess.Popen[str]], timeout: float) -> list[tuple[int, str, str]]:
