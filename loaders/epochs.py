@@ -71,11 +71,19 @@ def pools(samples: Sequence[int], num_nodes: int, mode: str, seed: int) -> list[
     return out
 
 
+def order_positions(n: int, seed: int, epoch: int, pool: int, shuffle: bool
+                    ) -> np.ndarray | None:
+    """Epoch ``epoch``'s order of a pool of ``n`` samples as positions in the pool (a seeded
+    permutation), or None for the pool's own order (no shuffle)."""
+    if not shuffle:
+        return None
+    return np.random.default_rng([seed, epoch, 0x5A3, pool]).permutation(n)
+
+
 def pool_order(ids: np.ndarray, seed: int, epoch: int, pool: int, shuffle: bool) -> np.ndarray:
     """Epoch ``epoch``'s order of a pool's samples (a seeded permutation when shuffling)."""
-    if not shuffle:
-        return ids
-    return ids[np.random.default_rng([seed, epoch, 0x5A3, pool]).permutation(len(ids))]
+    at = order_positions(len(ids), seed, epoch, pool, shuffle)
+    return ids if at is None else ids[at]
 
 
 @dataclass(frozen=True)
@@ -252,14 +260,15 @@ def plan_epoch(samples: Sequence[int], world: World, mode: str, seed: int, epoch
                 tail)
     except LoaderError as e:
         raise LoaderError(f"rank {world.rank}: {e}") from None
-    ids = pool_order(every[group.pool], seed, epoch, group.pool, shuffle)
+    ids = every[group.pool]
+    order = order_positions(len(ids), seed, epoch, group.pool, shuffle)
     offset, width = c.runs(group.pool, group.slot)
     first = starts[group.pool] + offset
     col = np.arange(batch_size, dtype=np.int64)[None, :]
     pos = first[:, None] + col
     real = (col < width[:, None]) & (pos < len(ids))
-    table = np.where(real, ids[np.clip(pos, 0, max(0, len(ids) - 1))] if len(ids) else PAD,
-                     PAD)
+    at = np.clip(pos, 0, max(0, len(ids) - 1))  # only this rank's positions are looked up
+    table = np.where(real, ids[at if order is None else order[at]] if len(ids) else PAD, PAD)
     done = np.stack([s + c.done(p) for p, s in enumerate(starts)]).reshape(len(sizes), -1)
     if tail == "uneven":  # only batches with a real sample (always a leading run of them)
         keep = real.any(axis=1)

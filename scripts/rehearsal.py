@@ -36,7 +36,8 @@ and CPU time (``RUSAGE_CHILDREN``) are recorded, with the disk the work folder h
    cold first epoch at every size), its labels checked against the plan and,
    over a whole epoch, every sample seen once;
 6. ``scripts/train_imagenet.py --arch tiny --image-size 64`` for ``--train-steps`` steps on
-   fan-out node 0.
+   fan-out node 0, timed by the trainer's own images/s over its last logged steps (it
+   trains the same images at every size; its start-up is in ``process_s``).
 
 It prints a Markdown table (per step: time, rate, per-image cost, peak RSS, descriptors,
 disk), a projection to a 16-core node and to 16 nodes with each assumption
@@ -224,6 +225,8 @@ def train_step(run: Run) -> bool:
     check = {"steps": t.get("steps", t.get("step")),
              "images_per_s": (t.get("last_log") or {}).get("images_per_s"),
              "replicas_identical": t.get("replicas_identical")}
+    if check["images_per_s"]:  # the steps' own rate: the same 1,280 images at every size
+        retime(step, step["images"] / float(check["images_per_s"]))
     return finish(run, step, procs, check, bool(t))
 
 
