@@ -155,13 +155,15 @@ def _runs(shard: np.ndarray, lo: np.ndarray, hi: np.ndarray
     while i < len(order):
         k = order[i]
         start, end, run = int(lo[k]), int(hi[k]), [k]
-        for j in order[i + 1:]:
+        i += 1
+        while i < len(order):  # by index: no copy of the rest of the order per read
+            j = order[i]
             if shard[j] != shard[k] or lo[j] - end > GAP or hi[j] - start > MAX_READ:
                 break
             end = max(end, int(hi[j]))
             run.append(j)
+            i += 1
         runs.append((run, start, end))
-        i += len(run)
     return runs
 
 
