@@ -10,7 +10,7 @@ names load on first use, so ``import imgprep`` stays cheap for the command line:
     from imgprep import ConvertOptions, World, convert_splits, detect, stage_to_node, verify
 
 Inside the package, rooms by concern, each importing only the rooms below it:
-``cli`` -> ``convert``, ``stage`` -> ``ilsvrc`` -> ``shards`` -> ``job`` -> the leaf modules
+``cli`` -> ``convert``, ``stage`` -> ``inputs`` -> ``shards`` -> ``job`` -> the leaf modules
 at the top (``errors``, ``fsutil``, ``procs``).
 """
 

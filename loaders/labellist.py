@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from imgprep.errors import InputMissingError, ManifestError
-from imgprep.ilsvrc.synsets import load_class_table
+from imgprep.inputs.synsets import load_class_table
 from imgprep.job.world import World
 from loaders.base import Config, Item, PlannedLoader
 from loaders.common import LoaderError, check_policies

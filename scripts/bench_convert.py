@@ -90,7 +90,7 @@ from PIL import Image
 
 from imgprep.convert.image import TransformOptions, convert_image
 from imgprep.convert.run import ConvertOptions, convert, make_plan
-from imgprep.ilsvrc.synsets import load_class_table
+from imgprep.inputs.synsets import load_class_table
 from imgprep.shards.info import pil_info
 from imgprep.shards.writers import RECORD, header_bytes
 

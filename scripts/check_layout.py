@@ -3,7 +3,7 @@
 Between packages: ``scripts`` -> ``loaders`` -> ``imgprep`` (tests may import anything).
 Inside ``imgprep``, each room (subpackage) may import only rooms below it:
 
-    cli  ->  convert, stage  ->  ilsvrc  ->  shards  ->  job  ->  leaf modules
+    cli  ->  convert, stage  ->  inputs  ->  shards  ->  job  ->  leaf modules
 
 (``convert`` and ``stage`` do not import each other; the leaf modules at the top of the
 package import no room, except the package's public face, ``__init__`` and ``__main__``.)
@@ -23,7 +23,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 LEAF = "leaf"
-RANK = {"cli": 5, "convert": 4, "stage": 4, "ilsvrc": 3, "shards": 2, "job": 1, LEAF: 0}
+RANK = {"cli": 5, "convert": 4, "stage": 4, "inputs": 3, "shards": 2, "job": 1, LEAF: 0}
 PACKAGES = {"scripts": 2, "loaders": 1, "imgprep": 0}
 FACE = {"imgprep/__init__.py", "imgprep/__main__.py"}  # the package's public face
 
@@ -73,7 +73,7 @@ def problems(repo: Path = REPO) -> list[str]:
                 if mine != theirs and RANK[theirs] >= RANK[mine]:
                     out.append(f"{rel}:{line}: room {mine} imports {module} (room {theirs}); "
                                "rooms import only rooms below them: "
-                               "cli -> convert, stage -> ilsvrc -> shards -> job -> leaf")
+                               "cli -> convert, stage -> inputs -> shards -> job -> leaf")
     return out
 
 

@@ -6,8 +6,8 @@ It is made from Caffe's ``val.txt`` (``caffe_ilsvrc12.tar.gz``, ``name index`` a
 0-based sorted-wnid index) and refused unless it agrees line for line with the devkit form
 (``ILSVRC2012_validation_ground_truth.txt``, devkit IDs mapped to wnids by
 ``map_clsloc.txt``) and, when present, Kaggle's ``LOC_val_solution.csv``. The files are parsed
-here on their own, not by ``imgprep.ilsvrc.groundtruth`` (which checks against this file). Prints
-the sha256 to record as ``VAL_LABELS_SHA256`` in ``imgprep/ilsvrc/synsets.py``.
+here on their own, not by ``imgprep.inputs.groundtruth`` (which checks against this file). Prints
+the sha256 to record as ``VAL_LABELS_SHA256`` in ``imgprep/inputs/synsets.py``.
 
     python scripts/make_val_labels.py [--meta ../shared/data/imagenet-sample/meta] [--out FILE]
 """
@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from imgprep.fsutil import write_bytes_atomic
-from imgprep.ilsvrc.synsets import VAL_IMAGES, VAL_LABELS_FILE, imagenet_classes
+from imgprep.inputs.synsets import VAL_IMAGES, VAL_LABELS_FILE, imagenet_classes
 
 REPO = Path(__file__).resolve().parents[1]
 NAME = re.compile(r"^ILSVRC2012_val_(\d{8})(?:\.JPEG)?$")

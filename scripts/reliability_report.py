@@ -6,7 +6,7 @@
 
 Three parts:
 - faults (scripts/reliability/faults.py): each fault kind x trials x survived;
-- hostile inputs (tests/convert/test_hostile.py and tests/ilsvrc/test_fuzz.py, run by
+- hostile inputs (tests/convert/test_hostile.py and tests/inputs/test_fuzz.py, run by
   pytest): each input group x cases x handled, read back from pytest's JUnit XML;
 - scale (scripts/reliability/scale.py): convert 10k/50k/200k images, stage-to-node on 8
   nodes x 4 local ranks, loaders on 4 ranks x 2 workers over 2,000 shards, with their bounds.
@@ -34,7 +34,7 @@ from benchlib import REPO
 from reliability import Figure, Trial, scale, tally
 from reliability import faults as fault_kinds
 
-HOSTILE_FILES = ("tests/convert/test_hostile.py", "tests/ilsvrc/test_fuzz.py")
+HOSTILE_FILES = ("tests/convert/test_hostile.py", "tests/inputs/test_fuzz.py")
 FUZZ = "fuzzed ground truth and manifests (hypothesis)"
 HOSTILE_GROUPS = {  # test function -> the input group it covers
     "test_hostile_image": "images",

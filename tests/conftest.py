@@ -10,7 +10,7 @@ import pytest
 
 pytest.register_assert_rewrite("tests.support")
 
-from imgprep.ilsvrc.fakeset import make_sample  # noqa: E402
+from imgprep.inputs.fakeset import make_sample  # noqa: E402
 from tests.support import REAL_DATA, convert_sample  # noqa: E402
 
 

@@ -4,7 +4,7 @@
 lines for people, ``commands`` holds the commands. Nothing here decides policy: a command reads
 its options, calls one library function and prints what it returns.
 
-May import every room (``convert``, ``stage``, ``ilsvrc``, ``shards``, ``job``) and the leaf
+May import every room (``convert``, ``stage``, ``inputs``, ``shards``, ``job``) and the leaf
 modules; nothing in imgprep imports it.
 """
 

@@ -381,7 +381,7 @@ def preview(path: Path, output: Path, count: int, seed: int, split: str | None, 
 def make_sample_cmd(out: Path, classes: int, per_class: int, val: int, seed: int, bad: bool,
                     quiet: bool, as_json: bool) -> None:
     """Write a small fake ILSVRC2012 (nested train tar, val tar, ground truth) with its quirks."""
-    from imgprep.ilsvrc.fakeset import make_sample
+    from imgprep.inputs.fakeset import make_sample
 
     try:
         s = make_sample(out, classes, per_class, val, seed, bad)

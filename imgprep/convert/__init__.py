@@ -5,5 +5,5 @@ what a run may do to its output folder, ``records`` keeps task records and share
 between ranks, ``pool`` is the worker pool, ``image`` turns one image into a 256 px RGB JPEG,
 and ``run`` ties them together (``convert_splits``).
 
-May import ``ilsvrc``, ``shards``, ``job`` and the leaf modules; not ``stage`` or ``cli``.
+May import ``inputs``, ``shards``, ``job`` and the leaf modules; not ``stage`` or ``cli``.
 """

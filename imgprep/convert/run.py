@@ -56,7 +56,7 @@ from imgprep.convert.tasks import (
 )
 from imgprep.errors import ImageError, OutputError, SourceFormatError
 from imgprep.fsutil import ensure_writable_dir, fsync_dir, write_bytes_atomic
-from imgprep.ilsvrc.sources import SourceReader
+from imgprep.inputs.sources import SourceReader
 from imgprep.job.world import World
 from imgprep.shards.index import index_shards, layout_path, save_layout
 from imgprep.shards.manifest import Manifest, NodeSection, ShardEntry, write_manifest

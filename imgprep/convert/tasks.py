@@ -26,15 +26,15 @@ from imgprep.convert import outdir
 from imgprep.convert.image import TransformOptions
 from imgprep.convert.outdir import STATE_DIR
 from imgprep.errors import LabelError, OutputError, SourceFormatError
-from imgprep.ilsvrc.groundtruth import (
+from imgprep.inputs.groundtruth import (
     UNKNOWN,
     LabelCheck,
     read_ground_truth,
     resolve_labels,
     unknown_wnid_reason,
 )
-from imgprep.ilsvrc.sources import VAL_PREFIX, Listing, list_source, split_folders, split_of_name
-from imgprep.ilsvrc.synsets import ClassTable, load_class_table
+from imgprep.inputs.sources import VAL_PREFIX, Listing, list_source, split_folders, split_of_name
+from imgprep.inputs.synsets import ClassTable, load_class_table
 from imgprep.shards.manifest import Manifest
 
 OUTPUT_FORMATS = ("shards", "list")

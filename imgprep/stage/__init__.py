@@ -5,5 +5,5 @@ liveness protocol of a node folder, ``copier`` the checked copy engine, ``remote
 (a folder or a URL, picked by its scheme) with ``s3`` for S3 stores, ``fanout`` replicates
 with the file server read once, with its schedule (``schedule``) and peer liveness (``peers``).
 
-May import ``ilsvrc``, ``shards``, ``job`` and the leaf modules; not ``convert`` or ``cli``.
+May import ``inputs``, ``shards``, ``job`` and the leaf modules; not ``convert`` or ``cli``.
 """

@@ -1,7 +1,7 @@
 """The rehearsal's input: ILSVRC2012 as downloaded, at the real counts, with small images.
 
 - ``ILSVRC2012_img_train.tar``: an outer tar of 1,000 per-class ``<wnid>.tar`` (the wnids of
-  ``imgprep.ilsvrc.synsets.imagenet_classes``), each holding ``<wnid>_<n>.JPEG``. The
+  ``imgprep.inputs.synsets.imagenet_classes``), each holding ``<wnid>_<n>.JPEG``. The
   per-class counts (``full_counts``) are a fixed list with the real set's shape: 1,281,167
   in all, 896 classes at 1,300, 104 below it down to one class at 732. ``--images N`` scales
   every class in proportion (``class_counts``: largest remainders, so they sum to N exactly).
@@ -32,8 +32,8 @@ from typing import Any
 import numpy as np
 
 from imgprep.fsutil import write_bytes_atomic
-from imgprep.ilsvrc.fakeset import QUIRKS, jpeg_pool, synthetic_photo
-from imgprep.ilsvrc.synsets import ClassTable, imagenet_classes, imagenet_val_labels
+from imgprep.inputs.fakeset import QUIRKS, jpeg_pool, synthetic_photo
+from imgprep.inputs.synsets import ClassTable, imagenet_classes, imagenet_val_labels
 from imgprep.shards.writers import BLOCK, RECORD, header_bytes
 
 FULL_TRAIN = 1_281_167

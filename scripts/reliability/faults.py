@@ -28,7 +28,7 @@ from pathlib import Path
 from benchlib import REPO, descendants
 
 from imgprep.errors import ImgprepError, StageError
-from imgprep.ilsvrc.fakeset import make_sample
+from imgprep.inputs.fakeset import make_sample
 from imgprep.shards.manifest import read_manifest
 from reliability import Trial
 from reliability.checks import clean_env, one_line_problem, tmp_leftovers

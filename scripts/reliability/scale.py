@@ -38,9 +38,9 @@ from benchlib import TreePeaks, descendants, machine_busy_s, proc_kb
 from imgprep.convert.image import TransformOptions
 from imgprep.convert.run import ConvertOptions, convert
 from imgprep.errors import ImgprepError
-from imgprep.ilsvrc.fakeset import jpeg_pool, pick_classes
-from imgprep.ilsvrc.sources import list_source
-from imgprep.ilsvrc.synsets import imagenet_classes
+from imgprep.inputs.fakeset import jpeg_pool, pick_classes
+from imgprep.inputs.sources import list_source
+from imgprep.inputs.synsets import imagenet_classes
 from imgprep.job.assign import node_shards
 from imgprep.job.world import World
 from imgprep.shards.manifest import manifest_path, read_manifest
@@ -296,7 +296,7 @@ def convert_scale(work: Path, sizes: Sequence[int] = (10_000, 50_000, 200_000),
 
     Measures, per size: the peak RSS (and PSS) summed over the command's whole process tree,
     sampled every 50 ms; wall time and images/s (convert's own summary); the listing cost
-    per image (convert does not report it: ``imgprep.ilsvrc.sources.list_source`` of the same tar
+    per image (convert does not report it: ``imgprep.inputs.sources.list_source`` of the same tar
     in this process with the run's worker count and with 1, best of up to 3 calls within
     3 s each); the manifest's bytes per sample and
     its read time.

@@ -31,7 +31,7 @@ from click.testing import Result
 from PIL import Image
 
 from imgprep import __version__
-from imgprep.ilsvrc.synsets import imagenet_classes
+from imgprep.inputs.synsets import imagenet_classes
 from tests.support import (
     encode,
     interruptible,

@@ -30,7 +30,7 @@ import imgprep
 import imgprep.convert.run as convert_module
 from imgprep.cli.commands import cli
 from imgprep.convert.pool import PART_SHARE, part_cuts
-from imgprep.ilsvrc.synsets import imagenet_classes, imagenet_val_labels
+from imgprep.inputs.synsets import imagenet_classes, imagenet_val_labels
 from tests.support import encode, jpeg, nested_images, photo, tar_bytes, write_tar
 from tests.support.cli import invoke
 
@@ -750,9 +750,9 @@ def test_real_originals_nested_tar(real_data: Path, tmp_path: Path) -> None:
 def test_labels_per_class_match_the_per_image_rule(layouts: dict[str, Path]) -> None:
     """The train shortcut (one lookup per class) gives resolve_labels' labels exactly."""
     from imgprep.convert.tasks import _labels
-    from imgprep.ilsvrc.groundtruth import resolve_labels
-    from imgprep.ilsvrc.sources import list_source
-    from imgprep.ilsvrc.synsets import load_class_table
+    from imgprep.inputs.groundtruth import resolve_labels
+    from imgprep.inputs.sources import list_source
+    from imgprep.inputs.synsets import load_class_table
 
     classes = load_class_table(None)
     shortcuts = 0

@@ -47,7 +47,7 @@ from PIL import Image
 from imgprep.cli.commands import cli
 from imgprep.convert.image import TransformOptions, convert_image
 from imgprep.errors import ImgprepError
-from imgprep.ilsvrc.synsets import imagenet_classes
+from imgprep.inputs.synsets import imagenet_classes
 from imgprep.job.world import World
 from imgprep.shards.writers import header_bytes
 from imgprep.stage import run as stage
@@ -460,7 +460,7 @@ ARCHIVES = {
 LISTING_PROBE = """
 import json, resource, sys
 from pathlib import Path
-from imgprep.ilsvrc.sources import list_source
+from imgprep.inputs.sources import list_source
 
 def vm(field):
     with open("/proc/self/status") as f:

@@ -21,9 +21,9 @@ import pytest
 
 from imgprep.convert.run import ConvertOptions, convert, make_plan
 from imgprep.errors import LabelError, ManifestError, SourceFormatError
-from imgprep.ilsvrc.groundtruth import load_ground_truth
-from imgprep.ilsvrc.sources import split_of_name
-from imgprep.ilsvrc.synsets import imagenet_classes, parse_class_table
+from imgprep.inputs.groundtruth import load_ground_truth
+from imgprep.inputs.sources import split_of_name
+from imgprep.inputs.synsets import imagenet_classes, parse_class_table
 from imgprep.job.world import World
 from imgprep.shards.manifest import NodeSection, read_manifest
 from imgprep.stage.run import StageOptions, stage_to_node

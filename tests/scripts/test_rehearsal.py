@@ -33,7 +33,7 @@ from rehearsalkit.dataset import (
 )
 from rehearsalkit.report import compare
 
-from imgprep.ilsvrc.synsets import imagenet_classes
+from imgprep.inputs.synsets import imagenet_classes
 from tests.support import REPO
 
 SMALL = 5000

@@ -19,7 +19,7 @@ from click.testing import CliRunner
 
 from imgprep.cli.commands import cli
 from imgprep.errors import ManifestError, ShardError
-from imgprep.ilsvrc.synsets import imagenet_classes
+from imgprep.inputs.synsets import imagenet_classes
 from imgprep.job.world import World
 from imgprep.shards.index import LayoutBuilder, encode_index, read_index, scan_layout, write_index
 from imgprep.shards.manifest import Manifest, ShardEntry, read_manifest, write_manifest

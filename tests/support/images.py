@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from imgprep.ilsvrc.fakeset import synthetic_photo
-from imgprep.ilsvrc.synsets import imagenet_val_labels
+from imgprep.inputs.fakeset import synthetic_photo
+from imgprep.inputs.synsets import imagenet_val_labels
 
 
 def published_label(n: int) -> int:

@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from imgprep.ilsvrc.synsets import imagenet_classes
+from imgprep.inputs.synsets import imagenet_classes
 from imgprep.shards.index import write_index
 from imgprep.shards.manifest import Manifest, ShardEntry, read_manifest, write_manifest
 from imgprep.shards.writers import ShardWriter

@@ -7,7 +7,7 @@ index), or one wnid per line in file order. All resolve to ``{key: wnid}``, wher
 file stem (``ILSVRC2012_val_00000001``).
 
 Names of the 50,000 published validation images (``ILSVRC2012_val_%08d``) have a known
-label (``imgprep.ilsvrc.synsets.imagenet_val_labels``): every such name in every file is compared
+label (``imgprep.inputs.synsets.imagenet_val_labels``): every such name in every file is compared
 with it before anything is converted. A 'name label' file whose labels all differ from the
 published ones by one constant is refused naming the ``--label-offset`` that fixes it; any
 other difference is refused naming how many and where, unless ``trust`` (``--trust-labels``).
@@ -26,8 +26,8 @@ from pathlib import Path
 import numpy as np
 
 from imgprep.errors import InputMissingError, LabelError
-from imgprep.ilsvrc.sources import Listing
-from imgprep.ilsvrc.synsets import (
+from imgprep.inputs.sources import Listing
+from imgprep.inputs.synsets import (
     WNID_RE,
     ClassTable,
     imagenet_classes,

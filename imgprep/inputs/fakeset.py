@@ -5,7 +5,7 @@
 (``ILSVRC2012_validation_ground_truth.txt`` + ``map_clsloc.txt``, IDs in devkit order, not sorted
 order), plus Caffe's ``val.txt`` and Kaggle's ``LOC_val_solution.csv``. The validation images
 are named after the first published validation images of the sample's classes and carry their
-published class (``imgprep.ilsvrc.synsets.imagenet_val_labels``), so the ground truth
+published class (``imgprep.inputs.synsets.imagenet_val_labels``), so the ground truth
 passes convert's check against the published labels; the devkit file, like the real one,
 has a line for every image from 1 up to the last one named. Images are synthetic
 (gradients, shapes and noise), deterministic for a seed, and include grayscale, CMYK, a PNG and a
@@ -26,7 +26,7 @@ from PIL import Image, ImageDraw
 
 from imgprep.errors import SourceFormatError
 from imgprep.fsutil import atomic_open, ensure_writable_dir, write_bytes_atomic
-from imgprep.ilsvrc.synsets import ClassTable, imagenet_classes, imagenet_val_labels
+from imgprep.inputs.synsets import ClassTable, imagenet_classes, imagenet_val_labels
 from imgprep.shards.writers import tar_header
 
 SIZES = ((500, 375), (375, 500), (500, 333), (500, 500), (640, 480), (1600, 1200), (120, 90))

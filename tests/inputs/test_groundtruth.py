@@ -1,5 +1,5 @@
-"""Tests for imgprep.ilsvrc.groundtruth (every validation ground-truth form, the check against the
-published validation labels, label resolution) and what imgprep.ilsvrc.synsets ships: the ILSVRC2012
+"""Tests for imgprep.inputs.groundtruth (every validation ground-truth form, the check against the
+published validation labels, label resolution) and what imgprep.inputs.synsets ships: the ILSVRC2012
 class table and the published validation labels.
 
 The fake sample and most files here label ILSVRC2012_val_* names with made-up classes, which
@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 from imgprep.errors import LabelError, SourceFormatError
-from imgprep.ilsvrc import synsets
-from imgprep.ilsvrc.groundtruth import (
+from imgprep.inputs import synsets
+from imgprep.inputs.groundtruth import (
     GroundTruth,
     LabelCheck,
     detect_form,
@@ -24,8 +24,8 @@ from imgprep.ilsvrc.groundtruth import (
     read_ground_truth,
     resolve_labels,
 )
-from imgprep.ilsvrc.sources import list_source
-from imgprep.ilsvrc.synsets import (
+from imgprep.inputs.sources import list_source
+from imgprep.inputs.synsets import (
     ClassTable,
     imagenet_classes,
     imagenet_val_labels,

@@ -1,4 +1,4 @@
-"""Listing a tar in place (``imgprep.ilsvrc.tarlist``): every image's name, data offset and size
+"""Listing a tar in place (``imgprep.inputs.tarlist``): every image's name, data offset and size
 as ``tarfile`` gives them, from the fast header reader and from its ``tarfile`` fallback alike;
 the class tars of an outer tar listed on forked processes, in order, with offsets into the
 outer file and errors where a walk in one process would have found them."""
@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from imgprep.ilsvrc import tarscan
-from imgprep.ilsvrc.tarlist import Columns, TarJob, list_tar, run_jobs
+from imgprep.inputs import tarscan
+from imgprep.inputs.tarlist import Columns, TarJob, list_tar, run_jobs
 from tests.support import jpeg, tar_bytes, write_tar
 
 WNIDS = ("n01440764", "n01443537", "n01484850", "n01491361", "n01494475")

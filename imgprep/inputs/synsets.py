@@ -78,8 +78,8 @@ def parse_class_table(text: str, origin: str) -> ClassTable:
 @functools.cache
 def imagenet_classes() -> ClassTable:
     """The 1000 ILSVRC2012 classes shipped with the package (one frozen table, made once)."""
-    data = resources.files("imgprep.ilsvrc").joinpath("data/synset_words.txt")
-    return parse_class_table(data.read_text("utf-8-sig"), "imgprep/ilsvrc/data/synset_words.txt")
+    data = resources.files("imgprep.inputs").joinpath("data/synset_words.txt")
+    return parse_class_table(data.read_text("utf-8-sig"), "imgprep/inputs/data/synset_words.txt")
 
 
 def val_number(key: str) -> int | None:
@@ -97,7 +97,7 @@ def imagenet_val_labels() -> np.ndarray:
     packaged file is not the one recorded here."""
     where = f"imgprep/{VAL_LABELS_FILE}"
     try:
-        data = resources.files("imgprep.ilsvrc").joinpath(VAL_LABELS_FILE).read_bytes()
+        data = resources.files("imgprep.inputs").joinpath(VAL_LABELS_FILE).read_bytes()
     except OSError as e:
         raise InputMissingError(f"cannot read {where} ({e.strerror}): the installation is "
                                 "incomplete; reinstall imgprep") from e

@@ -1,6 +1,6 @@
 """Listing one tar in place: every member's name, data offset and size, nothing extracted.
 
-A tar is listed with ``imgprep.ilsvrc.tarscan`` (a few microseconds a member) and, when that leaves
+A tar is listed with ``imgprep.inputs.tarscan`` (a few microseconds a member) and, when that leaves
 it to ``tarfile`` (links, long names, damage …), with ``tarfile`` itself, whose answer is the
 reference. The class tars inside an outer train tar, or in a folder, are separate ``TarJob``s
 that ``run_jobs`` lists on forked processes and returns in order, so the listing is the same
@@ -23,8 +23,8 @@ from typing import Any
 import numpy as np
 
 from imgprep.errors import SourceFormatError, UnsafeArchiveError
-from imgprep.ilsvrc import tarscan
-from imgprep.ilsvrc.synsets import WNID_RE
+from imgprep.inputs import tarscan
+from imgprep.inputs.synsets import WNID_RE
 from imgprep.job.cpus import rank_cores, read_limits
 from imgprep.procs import die_with_parent
 

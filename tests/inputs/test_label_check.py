@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from imgprep.ilsvrc.synsets import imagenet_classes, imagenet_val_labels
+from imgprep.inputs.synsets import imagenet_classes, imagenet_val_labels
 from imgprep.shards.manifest import read_manifest
 from loaders.labellist import read_label_list
 from tests.support import jpeg, one_line_error, write_tar

@@ -11,8 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from imgprep.errors import ImgprepError
-from imgprep.ilsvrc.groundtruth import load_ground_truth
-from imgprep.ilsvrc.synsets import imagenet_classes
+from imgprep.inputs.groundtruth import load_ground_truth
+from imgprep.inputs.synsets import imagenet_classes
 from imgprep.shards.manifest import parse_manifest
 
 CLASSES = imagenet_classes()

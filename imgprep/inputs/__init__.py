@@ -1,4 +1,4 @@
-"""The ILSVRC2012 input: what users download, read in place.
+"""The input: ImageNet as users downloaded it, read in place.
 
 Listing nested tars and folders (``sources``, ``tarlist``, ``tarscan``), validation ground
 truth in its four forms and its check against the published labels (``groundtruth``), the

@@ -1,4 +1,4 @@
-"""Tests for imgprep.ilsvrc.sources: listing every ILSVRC2012 layout in place, and hostile
+"""Tests for imgprep.inputs.sources: listing every ILSVRC2012 layout in place, and hostile
 archives."""
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 
 from imgprep.errors import InputMissingError, SourceFormatError
-from imgprep.ilsvrc import tarscan
-from imgprep.ilsvrc.fakeset import val_numbers
-from imgprep.ilsvrc.sources import Listing, SourceReader, list_source, sanitize_key
-from imgprep.ilsvrc.synsets import imagenet_classes
+from imgprep.inputs import tarscan
+from imgprep.inputs.fakeset import val_numbers
+from imgprep.inputs.sources import Listing, SourceReader, list_source, sanitize_key
+from imgprep.inputs.synsets import imagenet_classes
 from tests.support import jpeg, tar_bytes, write_tar
 
 WNIDS = ("n01440764", "n01443537", "n15075141")

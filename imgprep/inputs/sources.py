@@ -8,7 +8,7 @@ Understood layouts, detected from what the path holds:
 
 The listing is columnar (numpy arrays), so a 1.28 M-image listing costs ~100 MB, not GBs of
 Python objects, and it is sorted by key, so it is the same whatever order the disk returns.
-Tars are listed by ``imgprep.ilsvrc.tarlist`` (class tars in parallel); members that must not be
+Tars are listed by ``imgprep.inputs.tarlist`` (class tars in parallel); members that must not be
 read (links, devices, names escaping the archive) are refused and recorded as errors; nothing
 is ever extracted by member name.
 """
@@ -22,8 +22,8 @@ from pathlib import Path
 import numpy as np
 
 from imgprep.errors import InputMissingError, SourceFormatError
-from imgprep.ilsvrc.synsets import WNID_RE
-from imgprep.ilsvrc.tarlist import (
+from imgprep.inputs.synsets import WNID_RE
+from imgprep.inputs.tarlist import (
     IMAGE_EXTS,
     Columns,
     ListingError,
