@@ -16,6 +16,7 @@ import train_imagenet
 from trainkit.precision import choose, cpu_flags, detect, native_cpu_bf16
 from trainkit.timing import DataWaitHint
 
+from imgprep import read_manifest
 from imgprep.convert.run import ConvertOptions, convert
 from tests.support import REPO, free_port, mpirun_cmd
 
@@ -72,8 +73,10 @@ def test_torchrun_trains_validates_and_resumes_with_identical_losses(data: Path,
     run(torchrun(2, "--data", data, *FLAGS, "--steps", "6", "--checkpoint", ckpt,
                  "--log-json", part))
     assert (ckpt / "last.pt").is_file()
-    out = run(torchrun(2, "--data", data, *FLAGS, "--steps", "12", "--checkpoint", ckpt,
-                       "--resume", "--log-json", part)).stdout
+    done = run(torchrun(2, "--data", data, *FLAGS, "--steps", "12", "--checkpoint", ckpt,
+                        "--resume", "--log-json", part))
+    out = done.stdout
+    assert "resume:" not in done.stderr  # the same run: nothing to say about its options
     assert losses(part) == losses(whole)
     assert len(losses(whole)) == 12
     # where it went on: 6 steps of 2 ranks x 8 images, i.e. 2 whole epochs of 3 steps
@@ -85,6 +88,15 @@ def test_torchrun_trains_validates_and_resumes_with_identical_losses(data: Path,
     assert {"resumed": summary(out)["resumed"]} in map(json.loads, part.read_text().splitlines())
     state = torch.load(ckpt / "last.pt", map_location="cpu", weights_only=True)
     assert (state["step"], state["samples"]) == (12, 192)  # the count goes on after a resume
+    train = read_manifest(data, "train")
+    assert (state["config"]["mean"], state["config"]["std"]) == (train.mean, train.std)
+    assert summary(out)["config"] == state["config"]
+    refused = subprocess.run([sys.executable, str(TRAIN), "--data", str(data), *FLAGS,
+                              "--checkpoint", str(ckpt), "--resume", "--arch", "resnet18"],
+                             capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 3, refused.stderr[-3000:]
+    assert "--arch was tiny, now resnet18" in refused.stderr
+    assert "world size" not in refused.stderr and "Traceback" not in refused.stderr
 
 
 @pytest.mark.parametrize(("dtype", "wire"), [("bf16", "bfloat16"), ("fp16", "float16"),
