@@ -24,7 +24,7 @@ logger = logging.getLogger("train_imagenet")
 
 def stage(args: argparse.Namespace, world: World) -> None:
     """Copy --stage-from into --data, one copier per node (the others wait for it)."""
-    from imgprep.stage.run import StageOptions, stage_to_node
+    from imgprep import StageOptions, stage_to_node
 
     stage_to_node(StageOptions(args.stage_from, args.data, mode=args.stage_mode,
                                timeout=args.timeout, fanout=args.fanout), world)
