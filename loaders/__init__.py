@@ -13,7 +13,7 @@ from typing import Any
 from imgprep.job.world import World
 from imgprep.shards.manifest import read_manifest
 from loaders.backends import BACKENDS
-from loaders.common import PAD_LABEL, Loader, LoaderError, worker_count
+from loaders.common import PAD_LABEL, Loader, LoaderError, refuse_unlabelled, worker_count
 from loaders.device import DeviceLoader, normalize
 from loaders.labellist import LabelListLoader
 from loaders.shards import ShardLoader
@@ -43,6 +43,7 @@ def make_loader(data: str | Path, split: str, world: World, batch_size: int,
         return LabelListLoader(path, world, batch_size, workers, seed,
                                train=split == "train", **options)
     m = read_manifest(path, split)
+    refuse_unlabelled(m, path)
     if m.format == "list":
         return LabelListLoader(path / (m.list_file or f"{split}.txt"), world, batch_size,
                                workers, seed, root=path, train=split == "train",

@@ -4,12 +4,14 @@ typed protocol the trainer programs against (no ``hasattr`` probing)."""
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Any, Protocol
 
 import torch
 
 from imgprep.errors import ImgprepError
 from imgprep.job.world import World
+from imgprep.shards.manifest import Manifest, manifest_path
 
 # How an epoch ends (loaders.epochs, docs/loaders.md "Tails"): full batches only; every sample
 # once with short last batches; every sample once with padding; every sample once, counts
@@ -21,6 +23,17 @@ PAD_LABEL = -1  # the label of a padding slot (its pixels are zero)
 
 class LoaderError(ImgprepError, RuntimeError):
     """The loader cannot go on; the message names the rank, shard (or file) and key."""
+
+
+def refuse_unlabelled(m: Manifest, folder: Path) -> None:
+    """Refuse a split converted without labels (``--split test``): its batches would have no
+    labels to train or validate on."""
+    if not m.labelled:
+        raise LoaderError(
+            f"{manifest_path(folder, m.split)}: the {m.split} split was converted without "
+            "labels (imgprep convert --split test), so there is nothing to train or validate "
+            "on; train on the train split and validate on val (ILSVRC2012_img_val.tar converts "
+            "with the published labels, no --labels needed)")
 
 
 def check_policies(batch_size: int, workers: int, tail: str, on_error: str) -> None:

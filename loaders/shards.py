@@ -32,7 +32,7 @@ from imgprep.shards.index import read_index
 from imgprep.shards.manifest import Manifest, read_manifest
 from imgprep.shards.tario import iter_members, iter_samples
 from loaders.base import Config, Item, PlannedLoader
-from loaders.common import PAD_LABEL, LoaderError, check_policies
+from loaders.common import PAD_LABEL, LoaderError, check_policies, refuse_unlabelled
 from loaders.epochs import EpochPlan
 from loaders.reader import Locations, Reader
 from loaders.transforms import TrainTransform, Transform, ValTransform
@@ -83,6 +83,7 @@ def open_shards(folder: Path, split: str, mode: str | None = None, seed: int = 0
     """Read ``folder``'s manifest and sample index: a full conversion, or a node-local one
     from stage-to-node or a partitioned convert (which fixes the mode and seed)."""
     m = read_manifest(folder, split)
+    refuse_unlabelled(m, folder)
     if m.format != "shards":
         raise ManifestError(f"{folder}/{split}.json describes a label list; use the "
                             "label-list loader (loaders.make_loader picks it)")

@@ -1,4 +1,5 @@
-"""Write ``imgprep/data/ilsvrc2012_val_labels.bin``: the published ILSVRC2012 validation labels.
+"""Write ``imgprep/inputs/data/ilsvrc2012_val_labels.bin``, the published ILSVRC2012 validation
+labels, and ``imgprep/inputs/data/ilsvrc2012_devkit_ids.txt``, the 2012 devkit's ID -> wnid map.
 
 The file holds 50,000 little-endian uint16: item n-1 is the class of ``ILSVRC2012_val_%08d``
 n, as its index in the sorted list of the 1000 wnids (``imgprep/data/synset_words.txt``).
@@ -9,7 +10,12 @@ It is made from Caffe's ``val.txt`` (``caffe_ilsvrc12.tar.gz``, ``name index`` a
 here on their own, not by ``imgprep.inputs.groundtruth`` (which checks against this file). Prints
 the sha256 to record as ``VAL_LABELS_SHA256`` in ``imgprep/inputs/synsets.py``.
 
+The devkit map (line n: the wnid of ILSVRC2012_ID n) is ``map_clsloc.txt``'s, whose IDs the
+check above shows are the 2012 devkit's; it must list IDs 1..1000, each class once. Prints its
+sha256, to record as ``DEVKIT_IDS_SHA256`` in ``imgprep/inputs/devkit.py``.
+
     python scripts/make_val_labels.py [--meta ../shared/data/imagenet-sample/meta] [--out FILE]
+        [--devkit-out FILE]
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from imgprep.fsutil import write_bytes_atomic
+from imgprep.inputs.devkit import DEVKIT_IDS_FILE
 from imgprep.inputs.synsets import VAL_IMAGES, VAL_LABELS_FILE, imagenet_classes
 
 REPO = Path(__file__).resolve().parents[1]
@@ -59,11 +66,23 @@ def from_kaggle(path: Path, index: dict[str, int]) -> np.ndarray:
     return labels
 
 
+def devkit_ids(mapping: Path, classes: tuple[str, ...]) -> bytes:
+    """The devkit map file's bytes: the wnid of ID n on line n."""
+    rows = sorted((int(t[1]), t[0]) for t in
+                  (ln.split() for ln in mapping.read_text("utf-8-sig").splitlines()) if t)
+    if [i for i, _ in rows] != list(range(1, len(classes) + 1)) or \
+            sorted(w for _, w in rows) != sorted(classes):
+        sys.exit(f"{mapping}: not IDs 1..{len(classes)} mapping each class once")
+    return "".join(f"{w}\n" for _, w in rows).encode("ascii")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--meta", type=Path,
                     default=REPO.parent / "shared" / "data" / "imagenet-sample" / "meta")
-    ap.add_argument("--out", type=Path, default=REPO / "imgprep" / VAL_LABELS_FILE)
+    ap.add_argument("--out", type=Path, default=REPO / "imgprep" / "inputs" / VAL_LABELS_FILE)
+    ap.add_argument("--devkit-out", type=Path,
+                    default=REPO / "imgprep" / "inputs" / DEVKIT_IDS_FILE)
     args = ap.parse_args(argv)
     classes = imagenet_classes()
     index = {w: i for i, w in enumerate(classes.wnids)}
@@ -85,6 +104,10 @@ def main(argv: list[str] | None = None) -> int:
     write_bytes_atomic(args.out, data)
     print(f"{args.out}: {VAL_IMAGES} labels, {counts.min()} per class, agreeing with "
           f"{', '.join(others)}; sha256 {hashlib.sha256(data).hexdigest()}")
+    ids = devkit_ids(args.meta / "map_clsloc.txt", classes.wnids)
+    write_bytes_atomic(args.devkit_out, ids)
+    print(f"{args.devkit_out}: the devkit's {len(classes)} IDs; sha256 "
+          f"{hashlib.sha256(ids).hexdigest()}")
     return 0
 
 

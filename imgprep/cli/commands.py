@@ -63,15 +63,17 @@ def cli() -> None:
 @split_option
 @click.option("--labels", multiple=True,
               type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="Validation ground truth (devkit, map_clsloc.txt, Kaggle CSV, Caffe val.txt "
-                   "or one wnid per line); repeat for the devkit pair.")
+              help="Validation ground truth (the devkit's, alone or as "
+                   "ILSVRC2012_devkit_t12.tar.gz, map_clsloc.txt, Kaggle CSV, Caffe val.txt or "
+                   "one wnid per line; repeat for several). Not needed for ILSVRC2012_val_* "
+                   "names: the published labels ship with imgprep.")
 @click.option("--label-offset", type=int, default=None,
               help="Subtract this from every label of a 'name label' ground truth: 1 for a "
                    "1-based file; 0 says the labels are 0-based (no 1-based check).")
 @click.option("--trust-labels", is_flag=True,
-              help="Convert ILSVRC2012_val_* images with the labels of --labels even where "
-                   "they differ from the published ILSVRC2012 validation labels (refused "
-                   "without it).")
+              help="Convert with the labels of --labels, or those the input carries, even "
+                   "where they differ from the published ILSVRC2012 validation labels or from "
+                   "the wnid an image's name starts with (refused without it).")
 @click.option("--classes", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="Class list 'wnid name' per line (default: the 1000 ILSVRC2012 classes).")
 @click.option("--overwrite", is_flag=True,
@@ -122,7 +124,9 @@ def convert(input: Path, out: Path, fmt: str, split: str | None, labels: tuple[P
     INPUT is ILSVRC2012_img_train.tar (read in place), ILSVRC2012_img_val.tar, a folder of
     per-class tars, an extracted train/<wnid>/ tree, or a flat folder of images; a folder
     holding train/ and val/ (validation/, ILSVRC2012_img_val.tar …) converts each into its own
-    manifest. Rerunning the same command after a crash or kill resumes and gives
+    manifest (a test/ split, which has no labels, only with --split test, unlabelled). A
+    validation split named ILSVRC2012_val_* needs no --labels: the published labels ship with
+    imgprep. Rerunning the same command after a crash or kill resumes and gives
     byte-identical output; another input or options for a finished split needs --overwrite.
 
     Launched by mpirun, srun or torchrun, each rank converts its share and rank 0 writes the

@@ -14,6 +14,7 @@ import click
 
 from imgprep.errors import ImgprepError
 from imgprep.job.world import World
+from imgprep.shards.manifest import SPLITS
 
 F = TypeVar("F", bound=Callable[..., Any])
 EXIT_FAILED, EXIT_FATAL, EXIT_INTERRUPTED = 1, 3, 130
@@ -30,8 +31,9 @@ def json_option(f: F) -> F:
 
 
 def split_option(f: F) -> F:
-    return click.option("--split", type=click.Choice(["train", "val"]), default=None,
-                        help="Which split (default: inferred from the input or the folder).")(f)
+    return click.option("--split", type=click.Choice(list(SPLITS)), default=None,
+                        help="Which split (default: inferred from the input or the folder; "
+                             "the test split, which has no labels, only when named).")(f)
 
 
 def workers_option(f: F) -> F:

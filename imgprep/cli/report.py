@@ -25,15 +25,32 @@ def convert_lines(s: dict[str, Any], max_errors: int) -> list[str]:
         lines.append(f"{n} images are named with wnids outside the class table "
                      f"({', '.join(f'{w}: {k}' for w, k in s['unknown_wnids'].items())}); "
                      "logged as errors; pass --classes with a table that has them")
-    differing = s.get("label_check_names", {}).get("differing", 0)
-    if differing:
-        lines.append(f"--trust-labels: {differing} ILSVRC2012_val_* names in the ground truth "
-                     "have labels other than the published ones; converted as given")
+    lines += _label_lines(s)
     if s["errors"]:
         lines.append(f"{s['errors']} images failed; see {s['error_log']}")
     lines.append(f"manifest: {s['manifest']}" if s["complete"] else
                  f"FAILED: {s['errors']} errors > --max-errors {max_errors}: no manifest "
                  "written; fix the inputs or raise --max-errors, then rerun to finish")
+    return lines
+
+
+def _label_lines(s: dict[str, Any]) -> list[str]:
+    """Where a split's labels came from, said when it is not what was given or carried, and
+    what --trust-labels let through."""
+    source = str(s.get("label_source", ""))
+    lines = {"published": ["labels: the published ILSVRC2012 validation labels"],
+             "input+published": ["labels: from the input, and the published ILSVRC2012 "
+                                 "validation labels for the ILSVRC2012_val_* images it does "
+                                 "not label"],
+             "none": [f"labels: none (the {s['split']} split is converted unlabelled: no .cls; "
+                      "the loaders and the trainer refuse to train on it)"]}.get(source, [])
+    differing = s.get("label_check_names", {}).get("differing", 0)
+    if differing and source == "ground-truth":
+        lines.append(f"--trust-labels: {differing} ILSVRC2012_val_* names in the ground truth "
+                     "have labels other than the published ones; converted as given")
+    elif differing:
+        lines.append(f"--trust-labels: {differing} images carry labels other than the "
+                     "published ones or their names' wnids; converted as given")
     return lines
 
 

@@ -21,6 +21,7 @@ from imgprep.errors import ImgprepError, OutputExistsError
 from imgprep.fsutil import TMP_PREFIX
 from imgprep.shards.folder import CONVERT_STATE, split_owns
 from imgprep.shards.manifest import (
+    SPLITS,
     Manifest,
     manifest_path,
     read_manifest,
@@ -138,7 +139,7 @@ def check_shared_classes(new: Wanted) -> None:
     change the one another split's finished list uses."""
     if new.format != "list":
         return
-    for other in ("train", "val"):
+    for other in SPLITS:
         path = manifest_path(new.out, other)
         if other == new.split or not path.is_file():
             continue
@@ -167,7 +168,7 @@ def _list_files(out: Path, split: str) -> Iterator[Path]:
 
 def _other_list(out: Path, split: str) -> bool:
     """Whether another split's label list (finished or not) is in ``out``."""
-    others = [o for o in ("train", "val") if o != split]
+    others = [o for o in SPLITS if o != split]
     return any((out / f"{o}.txt").exists() or any((out / STATE_DIR / o).glob("*-chunk-*.json"))
                for o in others)
 

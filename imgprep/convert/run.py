@@ -17,14 +17,13 @@ import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from json.encoder import encode_basestring_ascii as _js
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from imgprep import __version__
-from imgprep.convert import image, outdir
+from imgprep.convert import image, outdir, samples
 from imgprep.convert.pool import part_cuts, run_pool
 from imgprep.convert.records import (
     assigned_tasks,
@@ -46,6 +45,7 @@ from imgprep.convert.tasks import (
     TaskResult,
     check_folder,
     check_out_not_input,
+    check_trust,
     infer_split,
     make_plan,
     options_json,
@@ -72,16 +72,6 @@ Progress = Callable[[int], None]
 
 
 # ---------------------------------------------------------------------------- one task
-
-
-def _sample_meta(plan: Plan, i: int, conv: image.Converted) -> bytes:
-    """The sample's ``.json``: ``json.dumps(..., sort_keys=True)``'s bytes, built directly."""
-    label = int(plan.labels[i])
-    w, h = conv.original_size
-    return (f'{{"label": {label}, "original_format": {_js(conv.original_format)}, '
-            f'"original_mode": {_js(conv.original_mode)}, "original_size": [{w}, {h}], '
-            f'"source": {_js(plan.listing.member_str(i))}, '
-            f'"wnid": {_js(plan.classes.wnids[label])}}}').encode()
 
 
 @dataclass
@@ -130,14 +120,11 @@ def _convert_items(plan: Plan, task: Task, lo: int, hi: int, tick: Callable[[], 
             if part.mean is not None:
                 np.add(part.mean, image.center_pixels(conv.image, size), out=part.mean)
             if opts.format == "shards":
-                fields = {"jpg": conv.jpeg, "cls": b"%d" % label}
-                if opts.meta:
-                    fields["json"] = _sample_meta(plan, i, conv)
-                add((lst.key_str(i), fields))
+                add((lst.key_str(i), samples.shard_members(plan, i, conv)))
             else:
-                rel = f"{plan.split}/{plan.classes.wnids[label]}/{lst.key_str(i)}.jpg"
+                rel = samples.list_path(plan, i)
                 sha = write_list_image(opts.out / rel, conv.jpeg)
-                part.files.append([rel, label, len(conv.jpeg), sha])
+                part.files.append([rel, label if plan.labelled else None, len(conv.jpeg), sha])
             tick()
     return part
 
@@ -285,7 +272,8 @@ def _finalise(plan: Plan, results: list[TaskResult], extra_errors: list[dict[str
     total = sum(r.samples for r in results)
     list_file = list_sha = None
     if opts.format == "list":
-        text = "".join(f"{rel} {label}\n" for r in results for rel, label, _, _ in r.files)
+        text = "".join(samples.list_line(rel, label) for r in results
+                       for rel, label, _, _ in r.files)
         data = text.encode("utf-8")
         write_bytes_atomic(out / f"{split}.txt", data)
         list_file, list_sha = f"{split}.txt", hashlib.sha256(data).hexdigest()
@@ -310,6 +298,7 @@ def _finalise(plan: Plan, results: list[TaskResult], extra_errors: list[dict[str
         stats_images=sum(r.stats_images for r in results), node=node, index=index,
         source={"kind": lst.kind, "name": Path(lst.root).name, "images": len(lst),
                 "skipped_non_images": lst.skipped},
+        labelled=plan.labelled,
     )
     return write_manifest(out, manifest), (log if errors else None), len(errors)
 
@@ -359,6 +348,7 @@ def convert_splits(opts: ConvertOptions, world: World | None = None,
         parts = split_inputs(opts, say if is_finaliser(opts, world) else None)
         ensure_writable_dir(opts.out)
         plans = [make_plan(o, origin=opts) for o in parts]
+        check_trust(opts, plans)
         created[:0] = [p.state_dir for p in plans if not p.state_dir.exists()]
         if len({p.split for p in plans}) < len(plans):
             raise SourceFormatError(f"{opts.input}: two inputs give the same split; "
@@ -433,6 +423,7 @@ def _summary(plan: Plan, world: World, finaliser: bool, results: list[TaskResult
         "errors": n_errors,
         "max_errors": opts.max_errors,
         "unknown_wnids": unknown_wnids(plan),
+        "label_source": plan.label_source,
         "label_check": plan.label_check.mode,
         "label_check_names": plan.label_check.names(),
         "skipped_non_images": plan.listing.skipped,

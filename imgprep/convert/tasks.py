@@ -26,14 +26,16 @@ from imgprep.convert import outdir
 from imgprep.convert.image import TransformOptions
 from imgprep.convert.outdir import STATE_DIR
 from imgprep.errors import LabelError, OutputError, SourceFormatError
-from imgprep.inputs.groundtruth import (
-    UNKNOWN,
-    LabelCheck,
-    read_ground_truth,
-    resolve_labels,
-    unknown_wnid_reason,
+from imgprep.inputs.groundtruth import UNKNOWN, LabelCheck, read_ground_truth, unknown_wnid_reason
+from imgprep.inputs.labels import label_listing
+from imgprep.inputs.sources import (
+    TEST_PREFIX,
+    VAL_PREFIX,
+    Listing,
+    list_source,
+    split_folders,
+    split_of_name,
 )
-from imgprep.inputs.sources import VAL_PREFIX, Listing, list_source, split_folders, split_of_name
 from imgprep.inputs.synsets import ClassTable, load_class_table
 from imgprep.shards.manifest import Manifest
 
@@ -87,6 +89,12 @@ class Plan:
     tasks: tuple[Task, ...]
     fingerprint: str
     label_check: LabelCheck = field(default_factory=LabelCheck)
+    label_source: str = "input"  # imgprep.inputs.labels.SOURCES; "none": an unlabelled split
+
+    @property
+    def labelled(self) -> bool:
+        """False for a split converted without labels (the test split): no ``.cls``."""
+        return self.label_source != "none"
 
     @property
     def state_dir(self) -> Path:
@@ -120,20 +128,22 @@ class TaskResult:
     resumed: bool = False
 
 
-def _val_rows(listing: Listing) -> np.ndarray:
-    return np.flatnonzero(np.char.startswith(listing.key, VAL_PREFIX.encode()))
+def _val_rows(listing: Listing, prefix: str = VAL_PREFIX) -> np.ndarray:
+    return np.flatnonzero(np.char.startswith(listing.key, prefix.encode()))
 
 
 def infer_split(listing: Listing, has_labels: bool, source: Path | None = None) -> str:
     """``val`` when ground truth is given, the input is named as a split (``val/``,
-    ``Validation/``, ``train/`` …, any case), or every key is a validation name; else train."""
+    ``Validation/``, ``train/``, ``test/`` …, any case), or every key is a validation name;
+    ``test`` when every key is a test name (``ILSVRC2012_test_*``); else train."""
     if has_labels:
         return "val"
     named = split_of_name(source.name) if source is not None else None
     if named is not None:
         return named
-    if len(listing) and len(_val_rows(listing)) == len(listing):
-        return "val"
+    for split, prefix in (("val", VAL_PREFIX), ("test", TEST_PREFIX)):
+        if len(listing) and len(_val_rows(listing, prefix)) == len(listing):
+            return split
     return "train"
 
 
@@ -184,7 +194,7 @@ def _separate(src: Path, count: int, in_folders: bool, opts: ConvertOptions,
             """-c 'mkdir -p "$0/${1%/*}" && mv -n "$1" "$0/$1"' """
             f"{shlex.quote(str(dest))} {{}} \\;)")
     given = _label_args(origin or opts)
-    labels = [] if in_folders else given or ["--labels", "GROUND_TRUTH"]
+    labels = [] if in_folders else given  # ILSVRC2012_val_* need none: the published labels
     if root is None:
         again = f"{_command(src, opts.out)} converts the train images"
         moved = f"{_command(dest, opts.out, '--split', 'val', *labels)} converts the moved ones"
@@ -238,14 +248,28 @@ def options_json(opts: ConvertOptions, split: str) -> dict[str, Any]:
     }
 
 
-def _labels(listing: Listing, classes: ClassTable) -> np.ndarray | None:
-    """``resolve_labels`` without ground truth when every image's folder or class tar names a
-    known wnid (the train set), per distinct wnid rather than per image; else None."""
-    wnids, inverse = np.unique(listing.wnid, return_inverse=True)
-    table = [classes.index(w.decode("ascii")) if w else None for w in wnids.tolist()]
-    if None in table:
-        return None
-    return np.asarray(table, dtype=np.int16)[inverse].reshape(-1)
+def _check_test_options(opts: ConvertOptions) -> None:
+    """Refuse label options with ``--split test``: the test split has no labels."""
+    given = [o for o, on in (("--labels", opts.labels), ("--trust-labels", opts.trust_labels),
+                             ("--label-offset", opts.label_offset is not None)) if on]
+    if opts.split == "test" and given:
+        raise LabelError(f"--split test converts the test split without labels (it has none); "
+                         f"drop {', '.join(given)}")
+
+
+def _unlabelled_plan(opts: ConvertOptions, listing: Listing, classes: ClassTable) -> Plan:
+    """The plan of the test split: every image, no labels (``Plan.labelled`` is False);
+    refused unless ``--split test`` asked for it."""
+    if opts.split != "test":
+        why = "named as the test split" if split_of_name(opts.input.name) == "test" else \
+            f"its images are {TEST_PREFIX}*"
+        raise SourceFormatError(
+            f"{opts.input} is the ILSVRC2012 test split ({why}), which has no labels: pass "
+            "--split test to convert it as an unlabelled split (its manifest says so; the "
+            "loaders and the trainer refuse to train on it)")
+    labels = np.zeros(len(listing), dtype=np.int16)  # never written: no .cls, no list label
+    return Plan(opts, "test", listing, labels, classes, plan_tasks(len(listing), opts, "test"),
+                _fingerprint(opts, "test", listing, labels, classes), LabelCheck(), "none")
 
 
 def make_plan(opts: ConvertOptions, origin: ConvertOptions | None = None) -> Plan:
@@ -258,33 +282,48 @@ def make_plan(opts: ConvertOptions, origin: ConvertOptions | None = None) -> Pla
     if opts.label_offset is not None and not opts.labels:
         raise LabelError(f"--label-offset {opts.label_offset} shifts the labels of --labels, "
                          "and none was given; pass the ground truth or drop --label-offset")
-    if opts.trust_labels and not opts.labels:
-        raise LabelError("--trust-labels takes the labels of --labels as given, and none was "
-                         "given; pass the ground truth or drop --trust-labels")
+    _check_test_options(opts)
     classes = load_class_table(opts.classes)
     gt = read_ground_truth(opts.labels, classes, opts.label_offset, opts.trust_labels) \
         if opts.labels else None  # checked before the (longer) listing
-    truth = gt.labels if gt is not None else None
     listing = list_source(opts.input, workers=opts.workers)  # the same for any count
     split = opts.split or infer_split(listing, bool(opts.labels), opts.input)
+    if split == "test":
+        return _unlabelled_plan(opts, listing, classes)
     if opts.split is None and split == "train":  # before labels: loose val images have none
         check_no_val_in_train(listing, opts, origin)
-    labels = _labels(listing, classes) if truth is None else None
-    if labels is None:
-        labels = resolve_labels(listing, classes, truth)
-    tasks = plan_tasks(np.flatnonzero(labels != UNKNOWN), opts, split)
-    return Plan(opts, split, listing, labels, classes, tasks,
-                _fingerprint(opts, split, listing, labels, classes),
-                gt.check if gt is not None else LabelCheck())
+    got = label_listing(listing, classes, gt, opts.trust_labels)
+    tasks = plan_tasks(np.flatnonzero(got.labels != UNKNOWN), opts, split)
+    return Plan(opts, split, listing, got.labels, classes, tasks,
+                _fingerprint(opts, split, listing, got.labels, classes), got.check, got.source)
+
+
+def check_trust(opts: ConvertOptions, plans: list[Plan]) -> None:
+    """Refuse ``--trust-labels`` when no split of the run has labels it could take as given
+    (given by ``--labels`` or carried by the input): every label is the published one."""
+    if opts.trust_labels and all(p.label_source in ("published", "none") for p in plans):
+        raise LabelError("--trust-labels takes the labels of --labels, or those the input "
+                         f"carries, as given; {opts.input} has none (its labels are the "
+                         "published ones): drop --trust-labels")
 
 
 def split_inputs(opts: ConvertOptions, notify: Notify | None = None) -> list[ConvertOptions]:
     """One ConvertOptions per split: the input itself, or each split folder of a folder that
     holds them (``train/``, ``val/``, ``validation/``, ``ILSVRC2012_img_val.tar`` …, any
-    case; ``--split`` picks one). ``--labels`` go to the val split."""
+    case; ``--split`` picks one; the test split, which has no labels, only that way).
+    ``--labels`` go to the val split; ``notify`` hears what is not converted."""
     found, others = split_folders(opts.input)
     if not found:
         return [opts]
+    if opts.split is None and "test" in found:
+        test = found.pop("test")
+        if not found:
+            raise SourceFormatError(
+                f"{opts.input} holds only the test split ({test.name}), which has no labels: "
+                "pass --split test to convert it as an unlabelled split")
+        if notify is not None:
+            notify(f"not converted: {test}: the test split has no labels; pass --split test "
+                   "to convert it as an unlabelled split")
     if opts.split is not None:
         if opts.split not in found:
             raise SourceFormatError(
@@ -303,8 +342,7 @@ def split_inputs(opts: ConvertOptions, notify: Notify | None = None) -> list[Con
     # The split stays as the user gave it: a folder's name is not --split train, so
     # validation images in a train/ folder are still refused.
     return [replace(opts, input=p, labels=opts.labels if s == "val" else (),
-                    label_offset=opts.label_offset if s == "val" else None,
-                    trust_labels=opts.trust_labels and s == "val")
+                    label_offset=opts.label_offset if s == "val" else None)
             for s, p in sorted(found.items(), key=lambda kv: kv[0] != "train")]
 
 

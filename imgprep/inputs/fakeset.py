@@ -2,8 +2,8 @@
 
 ``ILSVRC2012_img_train.tar`` (an outer tar of per-class ``<wnid>.tar``), ``ILSVRC2012_img_val.tar``
 (flat ``ILSVRC2012_val_%08d.JPEG``), and validation ground truth in the devkit form
-(``ILSVRC2012_validation_ground_truth.txt`` + ``map_clsloc.txt``, IDs in devkit order, not sorted
-order), plus Caffe's ``val.txt`` and Kaggle's ``LOC_val_solution.csv``. The validation images
+(``ILSVRC2012_validation_ground_truth.txt`` + ``map_clsloc.txt``, the devkit's own IDs, not the
+sorted order), plus Caffe's ``val.txt`` and Kaggle's ``LOC_val_solution.csv``. The validation images
 are named after the first published validation images of the sample's classes and carry their
 published class (``imgprep.inputs.synsets.imagenet_val_labels``), so the ground truth
 passes convert's check against the published labels; the devkit file, like the real one,
@@ -26,6 +26,7 @@ from PIL import Image, ImageDraw
 
 from imgprep.errors import SourceFormatError
 from imgprep.fsutil import atomic_open, ensure_writable_dir, write_bytes_atomic
+from imgprep.inputs.devkit import devkit_map
 from imgprep.inputs.synsets import ClassTable, imagenet_classes, imagenet_val_labels
 from imgprep.shards.writers import tar_header
 
@@ -142,9 +143,8 @@ def _write_ground_truth(out: Path, table: ClassTable, published: np.ndarray,
                         truth: list[tuple[int, str]], last: int) -> None:
     """The validation ground truth in three of its forms: the devkit's (with its own
     ``map_clsloc.txt``), Caffe's ``val.txt`` and Kaggle's ``LOC_val_solution.csv``."""
-    # Devkit IDs are a fixed permutation of 1..1000, unrelated to sorted-wnid order.
-    ids = np.random.default_rng(2012).permutation(len(table)) + 1
-    devkit = {w: int(ids[k]) for k, w in enumerate(table.wnids)}
+    # Devkit IDs are the devkit's own (fixed) ones, unrelated to sorted-wnid order.
+    devkit = {w: i for i, w in devkit_map().items()}
     write_bytes_atomic(out / "map_clsloc.txt", "".join(
         f"{w} {devkit[w]} {table.names[k].split(',')[0].replace(' ', '_')}\n"
         for k, w in sorted(enumerate(table.wnids), key=lambda kw: devkit[kw[1]])).encode())

@@ -1,10 +1,11 @@
 """Validation ground truth in every common form, detected by content.
 
 Forms: the devkit's ``ILSVRC2012_validation_ground_truth.txt`` (devkit IDs 1..1000, one per
-line in file order) with ``map_clsloc.txt`` (``wnid ID name``; devkit IDs are NOT the sorted-wnid
-index), Kaggle's ``LOC_val_solution.csv``, Caffe's ``val.txt`` (``name index``, sorted-wnid
-index), or one wnid per line in file order. All resolve to ``{key: wnid}``, where the key is the
-file stem (``ILSVRC2012_val_00000001``).
+line in file order; devkit IDs are NOT the sorted-wnid index), read with the devkit's fixed ID
+map (``imgprep.inputs.devkit``; a ``map_clsloc.txt`` given with it must agree), alone or inside
+the devkit archive ``ILSVRC2012_devkit_t12.tar.gz``; Kaggle's ``LOC_val_solution.csv``, Caffe's
+``val.txt`` (``name index``, sorted-wnid index), or one wnid per line in file order. All
+resolve to ``{key: wnid}``, where the key is the file stem (``ILSVRC2012_val_00000001``).
 
 Names of the 50,000 published validation images (``ILSVRC2012_val_%08d``) have a known
 label (``imgprep.inputs.synsets.imagenet_val_labels``): every such name in every file is compared
@@ -12,7 +13,8 @@ with it before anything is converted. A 'name label' file whose labels all diffe
 published ones by one constant is refused naming the ``--label-offset`` that fixes it; any
 other difference is refused naming how many and where, unless ``trust`` (``--trust-labels``).
 Other names keep the rules that catch a 1-based file by its shape. ``LabelCheck`` says which
-check ran.
+check ran. Labels an input carries, and the published ones where it carries none, are
+resolved and checked in ``imgprep.inputs.labels``.
 """
 
 from __future__ import annotations
@@ -23,10 +25,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
-
 from imgprep.errors import InputMissingError, LabelError
-from imgprep.inputs.sources import Listing
+from imgprep.inputs.devkit import archive_ground_truth, check_map, devkit_map, is_archive
 from imgprep.inputs.synsets import (
     WNID_RE,
     ClassTable,
@@ -36,11 +36,12 @@ from imgprep.inputs.synsets import (
 )
 
 FORMS = (
-    "devkit ground truth + map_clsloc.txt, Kaggle LOC_val_solution.csv, Caffe val.txt "
+    "the devkit ground truth (with map_clsloc.txt or without) or its archive "
+    "ILSVRC2012_devkit_t12.tar.gz, Kaggle LOC_val_solution.csv, Caffe val.txt "
     "('name label' or 'name,label'), or one wnid per line"
 )
 NAME_LABEL_SEP = re.compile(r"\s*,\s*|\s+")  # 'name label', 'name,label', 'name, label'
-UNKNOWN = -1  # resolve_labels: named with a wnid outside the class table
+UNKNOWN = -1  # labels.resolve_labels: named with a wnid outside the class table
 ONE_BASED_MIN_PER_CLASS = 10  # a set this large per class without a label 0 is 1-based
 ONE_BASED_MIN_RUN = 10  # labels exactly 1..K (K >= this: every class present, none is 0)
 SHIFT_MIN_NAMES = 2  # published names, all off by one constant: a shift, not a slip
@@ -51,12 +52,14 @@ Row = tuple[str, str, str]  # (key, wnid, where: file:line) of one ground-truth 
 
 @dataclass(frozen=True)
 class LabelCheck:
-    """Which check the ground truth passed, for convert's summary.
+    """Which check the labels passed (of a ground truth, or carried by the input), for
+    convert's summary.
 
-    ``mode``: ``none`` (no ground truth), ``canonical`` (every name is a published validation
-    name, and every label is the published one), ``heuristic`` (no name is: only the rules
-    that catch a 1-based file by its shape), ``canonical+heuristic`` (some of each), or
-    ``trusted`` (``--trust-labels``: no name compared, every name under the shape rules).
+    ``mode``: ``none`` (nothing compared), ``published`` (the labels are the published ones,
+    taken from the table: nothing to compare), ``canonical`` (every name is a published
+    validation name, and every label is the published one), ``heuristic`` (no name is: only
+    the rules that catch a 1-based file by its shape), ``canonical+heuristic`` (some of each),
+    or ``trusted`` (``--trust-labels``: no name compared, every name under the shape rules).
     ``canonical``/``other``: names of each kind checked; ``differing``: published names whose
     label differs from the published one (only with ``trusted``; otherwise it was refused).
     """
@@ -106,6 +109,8 @@ def detect_form(lines: list[str]) -> str:
 
 
 def _read_lines(path: Path) -> list[str]:
+    if is_archive(path):  # the devkit archive: its ground-truth member, read as a stream
+        return archive_ground_truth(path)
     try:  # utf-8-sig: a byte-order mark (Excel's CSVs) is not part of the first line
         return path.read_text("utf-8-sig").splitlines()
     except OSError as e:
@@ -197,8 +202,7 @@ def _name_labels(path: Path, numbered: list[tuple[int, str]], classes: ClassTabl
 
 
 def _parse(path: Path, lines: list[str], form: str, classes: ClassTable,
-           devkit_map: dict[int, str] | None, label_offset: int | None, compared: bool
-           ) -> list[Row]:
+           label_offset: int | None, compared: bool) -> list[Row]:
     """Every line of one ground-truth file as (key, wnid, file:line), in file order."""
     out: dict[str, str] = {}
     rows: list[Row] = []
@@ -217,16 +221,13 @@ def _parse(path: Path, lines: list[str], form: str, classes: ClassTable,
         for i, (n, ln) in enumerate(numbered, 1):
             _put(out, _val_key(i), ln.strip(), f"{path}:{n}", classes, rows)
     elif form == "devkit":
-        if devkit_map is None:
-            raise LabelError(
-                f"{path} holds devkit IDs, which need map_clsloc.txt to become wnids; "
-                "pass it with a second --labels (devkit IDs are not class indices)"
-            )
+        ids = devkit_map()
         for i, (n, ln) in enumerate(numbered, 1):
             dev_id = int(ln)
-            wnid = devkit_map.get(dev_id)
+            wnid = ids.get(dev_id)
             if wnid is None:
-                raise LabelError(f"{path}:{n}: devkit ID {dev_id} is not in map_clsloc.txt")
+                raise LabelError(f"{path}:{n}: {dev_id} is not an ILSVRC2012 devkit ID "
+                                 f"(1..{len(ids)}); this is not the devkit's ground truth")
             _put(out, _val_key(i), wnid, f"{path}:{n}", classes, rows)
     return rows
 
@@ -278,8 +279,9 @@ def load_ground_truth(paths: Sequence[Path], classes: ClassTable,
 
 def read_ground_truth(paths: Sequence[Path], classes: ClassTable,
                       label_offset: int | None = None, trust: bool = False) -> GroundTruth:
-    """Parse one ground-truth file (plus ``map_clsloc.txt`` for the devkit form) to {key: wnid}
-    and check it (module docstring); raises LabelError naming the file and the fix.
+    """Parse one ground-truth file (a ``map_clsloc.txt`` beside the devkit form is checked
+    against the devkit's map) to {key: wnid} and check it (module docstring); raises
+    LabelError naming the file and the fix.
 
     ``label_offset`` is subtracted from every label of a 'name label' file (1 for a 1-based
     one); None (not given) also refuses a file that looks 1-based. Other forms carry wnids or
@@ -295,71 +297,19 @@ def read_ground_truth(paths: Sequence[Path], classes: ClassTable,
         raise LabelError(
             f"--label-offset {label_offset} shifts the labels of a 'name label' file, but "
             f"{', '.join(f'{p} is {f}' for p, _, f in forms)}; drop --label-offset")
-    devkit_map: dict[int, str] | None = None
     maps = [(p, lines) for p, lines, f in forms if f == "map_clsloc"]
-    if not maps and any(f == "devkit" for _, _, f in forms):
-        for p, _, f in forms:
-            sibling = p.with_name("map_clsloc.txt")
-            if f == "devkit" and sibling.is_file():
-                maps = [(sibling, _read_lines(sibling))]
-    if maps:
-        devkit_map = {}
-        for p, lines in maps:
-            for n, ln in enumerate(lines, 1):
-                t = ln.split()
-                if t:
-                    if int(t[1]) in devkit_map:
-                        raise LabelError(f"{p}:{n}: devkit ID {t[1]} listed twice")
-                    devkit_map[int(t[1])] = t[0]
+    for p, lines in maps:
+        check_map(p, lines)
     label_forms = [(p, lines, f) for p, lines, f in forms if f != "map_clsloc"]
     if not label_forms:
         raise LabelError(f"only a class map was given ({maps[0][0]}); pass the ground truth too")
     rows = [r for p, lines, form in label_forms
-            for r in _parse(p, lines, form, classes, devkit_map, label_offset, not trust)]
+            for r in _parse(p, lines, form, classes, label_offset, not trust)]
     check = _compare(rows, classes, trust)
     result: dict[str, str] = {}
     for key, wnid, where in rows:
         _put(result, key, wnid, where, classes)
     return GroundTruth(result, check)
-
-
-def resolve_labels(listing: Listing, classes: ClassTable,
-                   truth: dict[str, str] | None) -> np.ndarray:
-    """The label of every listed item, from ground truth, its folder/tar, or its name.
-
-    An image whose own name carries a wnid outside the class table (a flat folder of
-    ``<wnid>_*.JPEG``) gets ``UNKNOWN`` (-1): one bad image, which the caller logs and counts.
-    Raises LabelError naming the first image whose class cannot be told otherwise (no ground
-    truth for it, a class folder or tar not in the table, a name with no wnid).
-    """
-    labels = np.empty(len(listing), dtype=np.int16)
-    for i in range(len(listing)):
-        key = listing.key_str(i)
-        from_name = False
-        if truth is not None:
-            wnid = truth.get(key)
-            if wnid is None:
-                raise LabelError(
-                    f"{listing.root}/{listing.member_str(i)} has no label in the ground truth; "
-                    "pass the ground truth that covers it, or remove the image"
-                )
-        else:
-            wnid = listing.wnid_str(i)
-            if not wnid:
-                wnid, from_name = key.partition("_")[0], True
-        label = classes.index(wnid)
-        if label is None and from_name and WNID_RE.match(wnid):
-            labels[i] = UNKNOWN
-            continue
-        if label is None:
-            hint = ("pass --labels with the validation ground truth" if key.startswith(
-                "ILSVRC2012_val_") else "pass --classes with a class list that has it")
-            raise LabelError(
-                f"cannot tell the class of {listing.root}/{listing.member_str(i)} "
-                f"({wnid!r} is not a known wnid); {hint}"
-            )
-        labels[i] = label
-    return labels
 
 
 def unknown_wnid_reason(wnid: str) -> str:

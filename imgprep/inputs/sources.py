@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from imgprep.errors import InputMissingError, SourceFormatError
-from imgprep.inputs.synsets import WNID_RE
+from imgprep.inputs.synsets import VAL_PREFIX, WNID_RE
 from imgprep.inputs.tarlist import (
     IMAGE_EXTS,
     Columns,
@@ -34,18 +34,20 @@ from imgprep.inputs.tarlist import (
     sanitize_key,
 )
 
-__all__ = ["IMAGE_EXTS", "VAL_PREFIX", "Listing", "ListingError", "SourceReader", "list_source",
-           "sanitize_key", "split_folders", "split_of_name"]
-VAL_PREFIX = "ILSVRC2012_val_"  # validation image names: never in a train split by accident
+__all__ = ["IMAGE_EXTS", "TEST_PREFIX", "VAL_PREFIX", "Listing", "ListingError", "SourceReader",
+           "list_source", "sanitize_key", "split_folders", "split_of_name"]
+TEST_PREFIX = "ILSVRC2012_test_"  # test image names: the split without published labels
 # Folder (or tar) names that say which split their images are, compared case-insensitively.
 SPLIT_NAMES = {
     "train": ("train", "training", "ilsvrc2012_img_train"),
     "val": ("val", "valid", "validation", "ilsvrc2012_img_val"),
+    "test": ("test", "testing", "ilsvrc2012_img_test", "ilsvrc2012_img_test_v10102019"),
 }
 
 
 def split_of_name(name: str) -> str | None:
-    """``train`` or ``val`` when a folder or tar name says so (any case), else None."""
+    """``train``, ``val`` or ``test`` when a folder or tar name says so (any case), else
+    None."""
     stem = name[:-4] if name.lower().endswith(".tar") else name
     for split, names in SPLIT_NAMES.items():
         if stem.casefold() in names:
@@ -54,7 +56,7 @@ def split_of_name(name: str) -> str | None:
 
 
 def split_folders(root: Path) -> tuple[dict[str, Path], list[Path]]:
-    """For a folder holding split folders (``train/``, ``val/``, ``validation/``,
+    """For a folder holding split folders (``train/``, ``val/``, ``validation/``, ``test/``,
     ``ILSVRC2012_img_val.tar`` …): ({split: its folder or tar}, the other entries, which are
     not converted). Empty when ``root`` is not such a folder. Two entries naming one split
     are refused, since which to convert is anyone's guess."""

@@ -18,7 +18,7 @@ from imgprep.job.assign import MODES
 
 FORMAT_VERSION = 1
 FORMATS = ("shards", "list")
-SPLITS = ("train", "val")  # the splits imgprep writes; <split>.json is a split's manifest
+SPLITS = ("train", "val", "test")  # the splits imgprep writes; <split>.json is a split's manifest
 SHARD_NAME_RE = re.compile(r"^[A-Za-z0-9_-]+-\d{6}\.tar$")
 INDEX_NAME_RE = re.compile(r"^[A-Za-z0-9_-]+-index\.bin$")
 HEX64 = re.compile(r"^[0-9a-f]{64}$")
@@ -112,6 +112,9 @@ class Manifest:
 
     A node-local manifest (written by stage-to-node or a partitioned convert) lists only the
     shards on that node and carries ``node`` (a ``NodeSection``): which part of what it is.
+    ``labelled`` is False for a split converted without labels (``--split test``): its samples
+    have no ``.cls`` (its list lines no label), and loaders refuse it. A manifest without the
+    field is labelled (every split before it was).
     """
 
     split: str
@@ -131,6 +134,7 @@ class Manifest:
     stats_images: int = 0
     node: NodeSection | None = None
     index: IndexEntry | None = None
+    labelled: bool = True
     format_version: int = FORMAT_VERSION
 
     @property
@@ -216,6 +220,7 @@ def parse_manifest(d: Any, where: str) -> Manifest:
         errors=_need(d, "errors", int, where), error_log=d.get("error_log"),
         source=d.get("source") or {}, stats_images=int(d.get("stats_images", 0)),
         node=parse_node(d["node"], where) if d.get("node") is not None else None, index=index,
+        labelled=_need(d, "labelled", bool, where) if "labelled" in d else True,
         format_version=version,
     )
 

@@ -25,16 +25,18 @@ def _pick(m: Manifest, folder: Path, n: int, seed: int) -> list[tuple[bytes, int
         for s in shards:
             samples = list(iter_samples(folder / s.name))
             for key, f in rng.sample(samples, min(per, len(samples))):
-                picked.append((f["jpg"], int(f["cls"]), key))
+                picked.append((f["jpg"], int(f["cls"]) if m.labelled else -1, key))
             if len(picked) >= n:
                 break
     else:
         lines = (folder / (m.list_file or f"{m.split}.txt")).read_text("utf-8").splitlines()
         for line in rng.sample(lines, min(n, len(lines))):
-            rel, lab = line.split()
-            picked.append(((folder / rel).read_bytes(), int(lab), Path(rel).stem))
+            rel, *lab = line.split()  # 'path' alone in an unlabelled split
+            picked.append(((folder / rel).read_bytes(), int(lab[0]) if lab else -1,
+                           Path(rel).stem))
     names = [c[1].split(",")[0] for c in m.classes]
-    return [(jpg, label, f"{label} {names[label]}"[:22]) for jpg, label, _ in picked[:n]]
+    return [(jpg, label, (f"{label} {names[label]}" if m.labelled else key)[:22])
+            for jpg, label, key in picked[:n]]
 
 
 def make_sheet(folder: Path, out: Path, n: int = 32, split: str | None = None, seed: int = 0,

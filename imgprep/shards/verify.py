@@ -125,6 +125,7 @@ class _ShardJob:
     decode: bool
     layout: Layout | None = None  # part 0: the shard's layout as the sample index gives it
     dali: bool = False  # part 0: check the shard's DALI index
+    labelled: bool = True  # False: an unlabelled split, whose samples have no .cls
 
 
 @dataclass
@@ -149,11 +150,12 @@ def _file_problem(job: _ShardJob) -> str | None:
 
 def _sample_problems(job: _ShardJob, key: str, fields: dict[str, bytes]) -> list[str]:
     where = f"{job.entry.name}:{key}"
-    if "jpg" not in fields or "cls" not in fields:
-        return [f"{where}: has {sorted(fields)}, needs jpg and cls"]
+    if "jpg" not in fields or ("cls" in fields) != job.labelled:
+        need = "jpg and cls" if job.labelled else "jpg and no cls (the split is unlabelled)"
+        return [f"{where}: has {sorted(fields)}, needs {need}"]
     out = []
     try:
-        label = int(fields["cls"])
+        label = int(fields["cls"]) if job.labelled else 0
     except ValueError:
         label = -1
     if not 0 <= label < job.n_classes:
@@ -180,7 +182,7 @@ def _check_shard(job: _ShardJob) -> _ShardResult:
                 res.keys.append(key)
             if i % job.parts != job.part:
                 continue
-            res.checked += "jpg" in fields and "cls" in fields
+            res.checked += "jpg" in fields and ("cls" in fields) == job.labelled
             for p in _sample_problems(job, key, fields):
                 seq += 1
                 res.problems.append((i, seq, p))
@@ -249,7 +251,7 @@ def verify_shards(folder: Path, m: Manifest, decode: bool, tick: Tick,
     parts = max(1, -(-workers // max(len(m.shards), 1))) if decode else 1
     layouts, index_problem = _index_layouts(folder, m)
     jobs = [_ShardJob(folder, s, k, parts, size, resize, len(m.classes), decode,
-                      layouts.get(s.name) if k == 0 else None, k == 0 and has_dali(m))
+                      layouts.get(s.name) if k == 0 else None, k == 0 and has_dali(m), m.labelled)
             for s in m.shards for k in range(parts)]
     seen: set[str] = set()
     shard_parts: list[_ShardResult] = []
@@ -295,6 +297,7 @@ class _ListJob:
     size: int
     resize: str
     decode: bool
+    labelled: bool = True  # False: 'path' lines of an unlabelled split
 
 
 def _check_lines(job: _ListJob) -> tuple[list[str], int]:
@@ -305,10 +308,11 @@ def _check_lines(job: _ListJob) -> tuple[list[str], int]:
     for n, line in enumerate(job.lines, job.first_line):
         where = f"{job.list_name}:{n}"
         tokens = line.split()
-        if len(tokens) != 2:
-            problems.append(f"{where}: {len(tokens)} tokens, expected 'path label'")
+        if len(tokens) != 1 + job.labelled:
+            want = "'path label'" if job.labelled else "'path' (the split is unlabelled)"
+            problems.append(f"{where}: {len(tokens)} tokens, expected {want}")
             continue
-        rel, lab = tokens
+        rel, lab = tokens[0], tokens[1] if job.labelled else "0"
         if not lab.lstrip("-").isdigit() or not 0 <= int(lab) < job.n_classes:
             problems.append(f"{where}: label {lab!r} outside 0..{job.n_classes - 1}")
         path = (job.root / rel).resolve()
@@ -328,8 +332,10 @@ def _check_lines(job: _ListJob) -> tuple[list[str], int]:
 
 def verify_list(list_file: Path, root: Path, n_classes: int, decode: bool, tick: Tick,
                 size: int = 256, resize: str = "center-crop",
-                expected_sha256: str | None = None, workers: int = 1) -> VerifyReport:
-    """Check a Chainer/Caffe ``path label`` file as LabeledImageDataset would read it."""
+                expected_sha256: str | None = None, workers: int = 1,
+                labelled: bool = True) -> VerifyReport:
+    """Check a Chainer/Caffe ``path label`` file as LabeledImageDataset would read it (not
+    ``labelled``: a ``path`` file, as ImageDataset would)."""
     rep = VerifyReport(str(list_file))
     try:
         data = list_file.read_bytes()
@@ -341,7 +347,7 @@ def verify_list(list_file: Path, root: Path, n_classes: int, decode: bool, tick:
     lines = data.decode("utf-8", errors="replace").splitlines()
     chunk = max(1, min(LIST_CHUNK, -(-len(lines) // max(1, 4 * workers))))
     jobs = [_ListJob(list_file.name, root, k + 1, tuple(lines[k:k + chunk]), n_classes, size,
-                     resize, decode) for k in range(0, len(lines), chunk)]
+                     resize, decode, labelled) for k in range(0, len(lines), chunk)]
     for job, (problems, readable) in zip(jobs, _parallel(_check_lines, jobs, workers),
                                          strict=True):
         rep.checked += len(job.lines)
@@ -431,7 +437,7 @@ def _verify_target(target: Target, decode: bool, tick: Tick, workers: int) -> Ve
     t: dict[str, Any] = m.options.get("transform", {})
     rep = verify_list(folder / (m.list_file or f"{m.split}.txt"), folder, len(m.classes), decode,
                       tick, int(t.get("size", 256)), str(t.get("resize", "center-crop")),
-                      m.list_sha256, workers)
+                      m.list_sha256, workers, m.labelled)
     if rep.samples != m.total_samples:
         rep.problems.append(f"{rep.samples} readable entries, manifest says {m.total_samples}")
     return rep

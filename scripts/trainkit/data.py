@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from imgprep import World
+from imgprep import ManifestError, World, read_manifest
 from imgprep.shards.manifest import manifest_path
 from loaders import Loader, TrainTransform, ValTransform, make_loader
 
@@ -47,9 +47,29 @@ def loader_backend(args: argparse.Namespace, device: torch.device) -> dict[str, 
     return {"backend": args.loader_backend, "device": "gpu" if gpu else "cpu"}
 
 
+def refuse_unlabelled(data: Path) -> None:
+    """Refuse --data whose train or val split was converted without labels, or which holds
+    only the unlabelled test split, naming it and what to convert (the loaders refuse such a
+    split too; this says it in the trainer's terms)."""
+    if not data.is_dir():
+        return
+    for split in ("train", "val"):
+        path = manifest_path(data, split)
+        if path.is_file() and not read_manifest(path).labelled:
+            raise ManifestError(f"--data {data}: its {split} split ({path.name}) was converted "
+                                "without labels; the trainer cannot train or validate on it: "
+                                f"convert the {split} split with its labels into {data}")
+    if not manifest_path(data, "train").exists() and manifest_path(data, "test").is_file():
+        raise ManifestError(f"--data {data} holds only the test split (test.json), which was "
+                            "converted without labels: the trainer cannot train on it; "
+                            f"convert the train split into it: imgprep convert "
+                            f"ILSVRC2012_img_train.tar -o {data}")
+
+
 def make_loaders(args: argparse.Namespace, world: World, workers: int,
                  backend: dict[str, str]) -> tuple[Loader, Loader | None]:
     """The train loader, and the val loader unless --no-validate or there is no val split."""
+    refuse_unlabelled(args.data)
     train_loader = make_loader(args.data, "train", world, args.batch_size, workers,
                                args.seed, transform=TrainTransform(size=args.image_size),
                                **backend)

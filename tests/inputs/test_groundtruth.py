@@ -16,27 +16,27 @@ import pytest
 
 from imgprep.errors import LabelError, SourceFormatError
 from imgprep.inputs import synsets
+from imgprep.inputs.devkit import devkit_wnids
 from imgprep.inputs.groundtruth import (
     GroundTruth,
     LabelCheck,
     detect_form,
     load_ground_truth,
     read_ground_truth,
-    resolve_labels,
 )
-from imgprep.inputs.sources import list_source
 from imgprep.inputs.synsets import (
-    ClassTable,
     imagenet_classes,
     imagenet_val_labels,
     load_class_table,
     parse_class_table,
     val_number,
 )
-from tests.support import jpeg, tar_bytes, write_tar
+from tests.support import jpeg
 
 CLASSES = imagenet_classes()
 GT = "ILSVRC2012_validation_ground_truth.txt"
+DEVKIT = devkit_wnids()
+DEVKIT_ID = {w: i for i, w in enumerate(DEVKIT, 1)}
 
 
 def tar_names(path: Path) -> list[str]:
@@ -125,34 +125,41 @@ def test_load_each_form_from_sample(sample: Path, files: list[str]) -> None:
         assert got == expected
 
 
-def test_devkit_finds_sibling_map(sample: Path) -> None:
-    got = load_ground_truth([sample / GT], CLASSES)
+def test_the_devkit_ground_truth_alone_reads_with_the_devkit_map(sample: Path,
+                                                                 tmp_path: Path) -> None:
+    shutil.copy(sample / GT, tmp_path / GT)  # no map_clsloc.txt beside it
+    got = read_ground_truth([tmp_path / GT], CLASSES)
     expected = _sample_truth(sample)
-    assert {k: got[k] for k in expected} == expected
+    assert {k: got.labels[k] for k in expected} == expected
+    assert got.check.mode == "canonical"
 
 
 def test_devkit_ids_are_not_class_indices(tmp_path: Path) -> None:
     gt = _write(tmp_path / GT, "2\n1\n2\n")
-    mp = _write(tmp_path / "map.txt", "n01443537 1 goldfish\nn15075141 2 toilet_tissue\n")
-    assert load_ground_truth([gt, mp], CLASSES, trust=True) == {
-        _val(1): "n15075141", _val(2): "n01443537", _val(3): "n15075141"}
+    assert DEVKIT[:2] == ("n02119789", "n02100735")  # map_clsloc.txt's first two lines
+    assert load_ground_truth([gt], CLASSES, trust=True) == {
+        _val(1): DEVKIT[1], _val(2): DEVKIT[0], _val(3): DEVKIT[1]}
 
 
-def test_devkit_without_map_is_refused(sample: Path, tmp_path: Path) -> None:
-    shutil.copy(sample / GT, tmp_path / GT)
-    with pytest.raises(LabelError, match="map_clsloc"):
-        load_ground_truth([tmp_path / GT], CLASSES)
-
-
-def test_devkit_id_missing_from_map(tmp_path: Path) -> None:
-    gt = _write(tmp_path / GT, "1\n7\n")
-    _write(tmp_path / "map_clsloc.txt", "n01443537 1 goldfish\n")
-    with pytest.raises(LabelError, match=r"devkit ID 7"):
+def test_an_id_outside_the_devkit_is_refused(tmp_path: Path) -> None:
+    gt = _write(tmp_path / GT, "1\n1001\n")
+    with pytest.raises(LabelError, match=rf"{GT}:2: 1001 is not an ILSVRC2012 devkit ID"):
         load_ground_truth([gt], CLASSES)
 
 
+def test_a_map_clsloc_that_disagrees_with_the_devkit_is_refused(tmp_path: Path) -> None:
+    gt = _write(tmp_path / GT, "1\n2\n")
+    mp = _write(tmp_path / "map_clsloc.txt", "n02119789 1 kit_fox\nn01443537 2 goldfish\n")
+    with pytest.raises(LabelError, match=r"map_clsloc.txt:2: devkit ID 2 is n01443537 here, but "
+                                         r"n02100735 in the ILSVRC2012 devkit.*drop it"):
+        load_ground_truth([gt, mp], CLASSES)
+    _write(tmp_path / "map_clsloc.txt", "n02119789 1 kit_fox\nn02100735 2 English_setter\n")
+    assert load_ground_truth([gt, mp], CLASSES, trust=True) == {
+        _val(1): DEVKIT[0], _val(2): DEVKIT[1]}
+
+
 def test_map_alone_is_refused(tmp_path: Path) -> None:
-    mp = _write(tmp_path / "map_clsloc.txt", "n01443537 1 goldfish\n")
+    mp = _write(tmp_path / "map_clsloc.txt", "n02119789 1 kit_fox\n")
     with pytest.raises(LabelError, match="ground truth"):
         load_ground_truth([mp], CLASSES)
 
@@ -236,7 +243,7 @@ def test_conflicting_files(tmp_path: Path) -> None:
 
 def test_map_listing_an_id_twice(tmp_path: Path) -> None:
     gt = _write(tmp_path / GT, "1\n")
-    mp = _write(tmp_path / "map_clsloc.txt", "n01443537 1 goldfish\nn01440764 1 tench\n")
+    mp = _write(tmp_path / "map_clsloc.txt", "n02119789 1 kit_fox\nn02119789 1 kit_fox\n")
     with pytest.raises(LabelError, match="listed twice"):
         load_ground_truth([gt, mp], CLASSES)
 
@@ -252,9 +259,9 @@ def test_caffe_index_out_of_range(tmp_path: Path, index: int) -> None:
 
 
 def _published_map(tmp_path: Path) -> Path:
-    """A map_clsloc.txt giving every class devkit ID index + 1 (IDs need not be sorted)."""
+    """The devkit's map_clsloc.txt, in sorted-wnid order (IDs need not be sorted)."""
     return _write(tmp_path / "map_clsloc.txt", "".join(
-        f"{w} {i + 1} c{i}\n" for i, w in enumerate(CLASSES.wnids)))
+        f"{w} {DEVKIT_ID[w]} c{i}\n" for i, w in enumerate(CLASSES.wnids)))
 
 
 def _bom_files(tmp_path: Path, form: str) -> list[Path]:
@@ -266,7 +273,7 @@ def _bom_files(tmp_path: Path, form: str) -> list[Path]:
             f"{k},{CLASSES.wnids[c]} 1 2 3 4\n" for k, c in first),
         "caffe": "".join(f"{k}.JPEG {c}\n" for k, c in first),
         "wnids": "".join(f"{CLASSES.wnids[c]}\n" for _, c in first),
-        "devkit": "".join(f"{c + 1}\n" for _, c in first),
+        "devkit": "".join(f"{DEVKIT_ID[CLASSES.wnids[c]]}\n" for _, c in first),
     }[form]
     path = tmp_path / f"{form}.txt"
     path.write_text(text, "utf-8-sig")
@@ -413,7 +420,7 @@ def _forms(tmp_path: Path, rows: list[tuple[int, int]]) -> dict[str, list[Path]]
     kaggle = _write(tmp_path / "LOC_val_solution.csv", "ImageId,PredictionString\n" + "".join(
         f"{_val(k)},{CLASSES.wnids[c]} 1 2 3 4\n" for k, c in rows))
     wnids = _write(tmp_path / "wnids.txt", "".join(f"{CLASSES.wnids[c]}\n" for _, c in rows))
-    devkit = _write(tmp_path / GT, "".join(f"{c + 1}\n" for _, c in rows))
+    devkit = _write(tmp_path / GT, "".join(f"{DEVKIT_ID[CLASSES.wnids[c]]}\n" for _, c in rows))
     return {"kaggle": [kaggle], "wnids": [wnids], "devkit": [devkit, _published_map(tmp_path)],
             "caffe": [_name_labels(tmp_path / "val.txt", rows)]}
 
@@ -468,102 +475,6 @@ def test_a_published_class_outside_a_custom_table_is_a_difference(tmp_path: Path
     assert len(load_ground_truth([gt], small, trust=True)) == 3
 
 
-# --- resolve_labels ------------------------------------------------------------------------------
-
-
-def _flat_folder(root: Path, names: list[str]) -> Path:
-    root.mkdir()
-    for i, name in enumerate(names):
-        (root / name).write_bytes(jpeg((16, 16), seed=i))
-    return root
-
-
-def test_resolve_from_ground_truth(tmp_path: Path) -> None:
-    listing = list_source(_flat_folder(tmp_path / "val", [f"{_val(i)}.JPEG" for i in (2, 1, 3)]))
-    truth = {_val(1): "n15075141", _val(2): "n01440764", _val(3): "n01443537",
-             _val(4): "n01484850"}
-    labels = resolve_labels(listing, CLASSES, truth)
-    assert labels.tolist() == [999, 0, 1]
-    assert labels.dtype.kind == "i"
-
-
-def test_resolve_from_folder(tmp_path: Path) -> None:
-    for w in ("n01443537", "n15075141"):
-        (tmp_path / w).mkdir()
-        (tmp_path / w / f"img_{w}.JPEG").write_bytes(jpeg((16, 16)))
-    listing = list_source(tmp_path)
-    assert resolve_labels(listing, CLASSES, None).tolist() == [1, 999]
-
-
-def test_resolve_from_inner_tar(tmp_path: Path) -> None:
-    path = write_tar(tmp_path / "train.tar", [
-        ("n15075141.tar", tar_bytes([("a.JPEG", jpeg((16, 16)))])),
-        ("n01440764.tar", tar_bytes([("b.JPEG", jpeg((16, 16)))])),
-    ])
-    listing = list_source(path)
-    assert [listing.key_str(i) for i in range(2)] == ["a", "b"]
-    assert resolve_labels(listing, CLASSES, None).tolist() == [999, 0]
-
-
-def test_resolve_from_key_prefix(tmp_path: Path) -> None:
-    listing = list_source(_flat_folder(tmp_path / "images", [
-        "n01440764_tench.JPEG", "n01443537_goldfish.JPEG", "n15075141_toilet_tissue.JPEG"]))
-    assert resolve_labels(listing, CLASSES, None).tolist() == [0, 1, 999]
-
-
-def test_resolve_sample_train_tar(sample: Path) -> None:
-    listing = list_source(sample / "ILSVRC2012_img_train.tar")
-    labels = resolve_labels(listing, CLASSES, None)
-    for i in range(len(listing)):
-        assert CLASSES.wnids[labels[i]] == listing.key_str(i).split("_")[0]
-
-
-def test_resolve_sample_val_with_every_truth_form(sample: Path) -> None:
-    listing = list_source(sample / "ILSVRC2012_img_val.tar")
-    results = [resolve_labels(listing, CLASSES,
-                              load_ground_truth([sample / f], CLASSES, trust=True))
-               for f in (GT, "val.txt", "LOC_val_solution.csv")]
-    expected = _sample_truth(sample)
-    want = [CLASSES.index(expected[listing.key_str(i)]) for i in range(len(listing))]
-    for labels in results:
-        assert labels.tolist() == want
-
-
-def test_no_label_names_the_image(tmp_path: Path) -> None:
-    root = _flat_folder(tmp_path / "misc", ["holiday_photo.JPEG"])
-    listing = list_source(root)
-    with pytest.raises(LabelError, match=r"misc/holiday_photo\.JPEG"):
-        resolve_labels(listing, CLASSES, None)
-
-
-def test_val_image_without_truth_hints_at_labels(tmp_path: Path) -> None:
-    listing = list_source(_flat_folder(tmp_path / "val", [f"{_val(1)}.JPEG"]))
-    with pytest.raises(LabelError, match=rf"val/{_val(1)}\.JPEG.*--labels"):
-        resolve_labels(listing, CLASSES, None)
-
-
-def test_image_missing_from_truth_names_the_image(tmp_path: Path) -> None:
-    listing = list_source(_flat_folder(tmp_path / "val", [f"{_val(1)}.JPEG", f"{_val(9)}.JPEG"]))
-    with pytest.raises(LabelError, match=rf"val/{_val(9)}\.JPEG"):
-        resolve_labels(listing, CLASSES, {_val(1): "n01440764"})
-
-
-def test_unknown_folder_wnid_names_the_image(tmp_path: Path) -> None:
-    (tmp_path / "n00000001").mkdir()
-    (tmp_path / "n00000001" / "x.JPEG").write_bytes(jpeg((16, 16)))
-    with pytest.raises(LabelError, match=r"n00000001/x\.JPEG"):
-        resolve_labels(list_source(tmp_path), CLASSES, None)
-
-
-def test_custom_class_table_labels(tmp_path: Path) -> None:
-    table: ClassTable = parse_class_table("n15075141 tissue\nn01443537 goldfish\n", "t.txt")
-    listing = list_source(_flat_folder(tmp_path / "imgs", [
-        "n15075141_a.JPEG", "n01443537_b.JPEG"]))
-    assert table.wnids == ("n01443537", "n15075141")
-    assert [listing.key_str(i) for i in range(2)] == ["n01443537_b", "n15075141_a"]
-    assert resolve_labels(listing, table, None).tolist() == [0, 1]
-
-
 # --- real ground truth ---------------------------------------------------------------------------
 
 
@@ -572,7 +483,7 @@ def real_read(real_data: Path) -> dict[str, GroundTruth]:
     meta = real_data / "meta"
     return {
         "devkit": read_ground_truth([meta / GT, meta / "map_clsloc.txt"], CLASSES),
-        "devkit-sibling": read_ground_truth([meta / GT], CLASSES),
+        "devkit-alone": read_ground_truth([meta / GT], CLASSES),
         "kaggle": read_ground_truth([meta / "LOC_val_solution.csv"], CLASSES),
         "caffe": read_ground_truth([meta / "caffe_val.txt"], CLASSES),
     }
@@ -608,18 +519,3 @@ def test_real_known_entries(real_truths: dict[str, dict[str, str]], key: str) ->
 def test_real_first_caffe_line(real_data: Path, real_truths: dict[str, dict[str, str]]) -> None:
     first = (real_data / "meta" / "caffe_val.txt").read_text().splitlines()[0].split()
     assert real_truths["devkit"][_val(1)] == CLASSES.wnids[int(first[1])]
-
-
-def test_real_val_originals_resolve(real_data: Path,
-                                    real_truths: dict[str, dict[str, str]]) -> None:
-    listing = list_source(real_data / "originals" / "val")
-    labels = resolve_labels(listing, CLASSES, real_truths["devkit"])
-    assert labels.tolist() == [CLASSES.index("n04584207")] * 2
-
-
-def test_real_train_originals_resolve_from_folders(real_data: Path) -> None:
-    listing = list_source(real_data / "originals" / "train")
-    assert len(listing) == 13 and listing.errors == ()
-    labels = resolve_labels(listing, CLASSES, None)
-    for i in range(len(listing)):
-        assert CLASSES.wnids[labels[i]] == listing.member_str(i).split("/")[0]

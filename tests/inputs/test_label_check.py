@@ -17,10 +17,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from imgprep.inputs.devkit import devkit_wnids
 from imgprep.inputs.synsets import imagenet_classes, imagenet_val_labels
 from imgprep.shards.manifest import read_manifest
 from loaders.labellist import read_label_list
-from tests.support import jpeg, one_line_error, write_tar
+from tests.support import devkit_archive, jpeg, one_line_error, write_tar
 from tests.support.cli import invoke, jpeg_tree, ok, snapshot
 
 CLASSES = imagenet_classes()
@@ -114,10 +115,12 @@ def test_wrong_labels_are_refused_and_trust_labels_converts_them(tmp_path: Path)
     assert "--trust-labels: 3 ILSVRC2012_val_* names" in human.stdout
 
 
-def test_trust_labels_without_labels_is_refused(tmp_path: Path) -> None:
-    src = jpeg_tree(tmp_path / "train", {f"{w}/{w}_1.JPEG": i for i, w in enumerate(WNIDS)})
+def test_trust_labels_with_nothing_to_trust_is_refused(tmp_path: Path) -> None:
+    """A val folder labelled from the published table has no labels to take as given."""
+    src = val_folder(tmp_path / "val", [1, 2])
     one_line_error(invoke("convert", src, "-o", tmp_path / "out", "--trust-labels", *SMALL), 3,
-                   "--trust-labels", "drop --trust-labels")
+                   "--trust-labels", "its labels are the published ones", "drop --trust-labels")
+    assert not (tmp_path / "out").exists()
 
 
 def test_agreement_is_silent(tmp_path: Path) -> None:
@@ -149,6 +152,88 @@ def test_the_real_ground_truth_files_pass_the_check(real_data: Path, tmp_path: P
     assert s["label_check"] == "canonical"
     assert s["label_check_names"] == {"canonical": 50_000, "other": 0, "differing": 0}
     assert set(labels_of(tmp_path).values()) == {CLASSES.index("n04584207")}
+
+
+@pytest.mark.realdata
+@pytest.mark.parametrize("form", ["ground truth alone", "archive"])
+def test_the_devkit_ground_truth_needs_no_map(real_data: Path, tmp_path: Path,
+                                             form: str) -> None:
+    """The 2012 devkit's ground truth alone, and the devkit archive, as --labels."""
+    gt = real_data / "meta" / "ILSVRC2012_validation_ground_truth.txt"
+    if form == "archive":
+        gt = devkit_archive(tmp_path / "ILSVRC2012_devkit_t12.tar.gz", gt.read_bytes())
+    s = ok(invoke("convert", real_data / "originals" / "val", "-o", tmp_path / "out",
+                  "--labels", gt, *SMALL))
+    assert (s["label_source"], s["label_check"]) == ("ground-truth", "canonical")
+    assert s["label_check_names"]["canonical"] == 50_000
+    assert set(labels_of(tmp_path / "out").values()) == {CLASSES.index("n04584207")}
+
+
+def test_a_map_clsloc_that_is_not_the_devkits_is_refused(tmp_path: Path) -> None:
+    devkit = {w: i for i, w in enumerate(devkit_wnids(), 1)}
+    gt = tmp_path / "ILSVRC2012_validation_ground_truth.txt"
+    gt.write_text("".join(f"{devkit[CLASSES.wnids[int(c)]]}\n" for c in PUBLISHED[:20]))
+    mp = tmp_path / "map_clsloc.txt"
+    mp.write_text("".join(f"{w} {i + 1} c\n" for i, w in enumerate(CLASSES.wnids)))  # sorted
+    src = val_folder(tmp_path / "val", [1, 2, 3])
+    one_line_error(invoke("convert", src, "-o", tmp_path / "out", "--labels", gt, "--labels", mp,
+                          *SMALL), 3, f"{mp}:1: devkit ID 1 is {CLASSES.wnids[0]} here",
+                   "drop it")
+    assert ok(invoke("convert", src, "-o", tmp_path / "out", "--labels", gt, *SMALL))
+
+
+# ---------------------------------------------------------------------------- no --labels
+
+
+def test_a_val_folder_without_labels_gets_the_published_labels_and_says_so(
+        tmp_path: Path) -> None:
+    rows = subset(6, seed=7)
+    src = val_folder(tmp_path / "val", [k for k, _ in rows])
+    out = tmp_path / "out"
+    human = invoke("convert", src, "-o", out, "-j", "1", "--size", "16")
+    assert human.exit_code == 0, human.output
+    assert "labels: the published ILSVRC2012 validation labels" in human.stdout
+    s = ok(invoke("convert", src, "-o", out, *SMALL))
+    assert (s["split"], s["label_source"], s["label_check"]) == ("val", "published", "published")
+    assert labels_of(out) == {_val(k): c for k, c in rows}
+
+
+def test_the_fake_val_tar_converts_without_labels(sample: Path, tmp_path: Path) -> None:
+    s = ok(invoke("convert", sample / "ILSVRC2012_img_val.tar", "-o", tmp_path, *SMALL))
+    assert (s["split"], s["samples"], s["label_source"]) == ("val", 20, "published")
+    want = {line.split()[0][:-5]: int(line.split()[1])
+            for line in (sample / "val.txt").read_text().splitlines()}
+    assert labels_of(tmp_path) == want
+
+
+@pytest.mark.realdata
+def test_the_real_val_originals_convert_without_labels(real_data: Path, tmp_path: Path) -> None:
+    s = ok(invoke("convert", real_data / "originals" / "val", "-o", tmp_path, *SMALL))
+    assert s["label_source"] == "published"
+    assert labels_of(tmp_path) == {_val(2155): CLASSES.index("n04584207"),
+                                   _val(15846): CLASSES.index("n04584207")}
+
+
+def test_class_folders_shifted_by_one_are_refused_and_trust_labels_converts_them(
+        tmp_path: Path) -> None:
+    """A val tree in class folders, each image one class above its published one."""
+    rows = subset(12, seed=8)
+    src = jpeg_tree(tmp_path / "val", {f"{CLASSES.wnids[c + 1]}/{_val(k)}.JPEG": k
+                                       for k, c in rows})
+    out = tmp_path / "out"
+    msg = one_line_error(invoke("convert", src, "-o", out, *SMALL), 3,
+                         f"{src}: every one of its 12 ILSVRC2012_val_* images is labelled 1 "
+                         "above the published", "it counts classes from 1",
+                         f"first: {CLASSES.wnids[rows[0][1] + 1]}/{_val(rows[0][0])}.JPEG is",
+                         "--trust-labels")
+    assert msg.count(".JPEG is ") == 3
+    assert not out.exists()
+    s = ok(invoke("convert", src, "-o", out, "--trust-labels", *SMALL))
+    assert (s["label_source"], s["label_check"]) == ("input", "trusted")
+    assert s["label_check_names"]["differing"] == 12
+    assert labels_of(out) == {_val(k): c + 1 for k, c in rows}
+    human = invoke("convert", src, "-o", out, "--trust-labels", "-j", "1", "--size", "16")
+    assert "--trust-labels: 12 images carry labels other than the published" in human.stdout
 
 
 # ---------------------------------------------------------------------------- byte-order marks
@@ -196,10 +281,12 @@ def test_a_root_whose_train_holds_val_images_gets_commands_that_work(tmp_path: P
     which and how many, with the command that moves them out (class folders kept), then
     the converts that work."""
     root = tmp_path / "imagenet"
-    stray = {f"train/{w}/{_val(k)}.JPEG": k for k, w in zip((3, 4, 9), WNIDS * 2, strict=False)}
+    # validation images in the class folders of their published classes (0 and 1)
+    stray = {f"train/{w}/{_val(k)}.JPEG": k for k, w in zip((293, 236, 2138), WNIDS * 2,
+                                                            strict=False)}
     jpeg_tree(root, {**{f"train/{w}/{w}_{i}.JPEG": 10 * j + i for j, w in enumerate(WNIDS)
                    for i in range(2)}, **stray,
-                **{f"val/{w}/{_val(k)}.JPEG": k for k, w in ((1, WNIDS[0]), (2, WNIDS[1]))}})
+                **{f"val/{w}/{_val(k)}.JPEG": k for k, w in ((3014, WNIDS[0]), (262, WNIDS[1]))}})
     out = tmp_path / "out"
     msg = one_line_error(invoke("convert", root, "-o", out, *SMALL), 3, f"{root}/train",
                          "3 validation images", "find", "--split train")
@@ -213,7 +300,7 @@ def test_a_root_whose_train_holds_val_images_gets_commands_that_work(tmp_path: P
     s = ok(invoke(*["convert", *again, *SMALL]))
     assert [x["split"] for x in s["splits"]] == ["train", "val"]
     assert sorted(labels_of(out, "train")) == sorted(f"{w}_{i}" for w in WNIDS for i in range(2))
-    assert sorted(labels_of(out, "val")) == [_val(1), _val(2)]
+    assert labels_of(out, "val") == {_val(262): 1, _val(3014): 0}
     ok(invoke(*["convert", *moved, *SMALL]))
     other = Path(moved[moved.index("-o") + 1])
     assert labels_of(other) == {_val(k): CLASSES.index(r.split("/")[1]) for r, k in stray.items()}
@@ -221,19 +308,18 @@ def test_a_root_whose_train_holds_val_images_gets_commands_that_work(tmp_path: P
 
 def test_a_train_folder_with_loose_val_images_gets_commands_that_work(tmp_path: Path) -> None:
     """Val images loose in a train tree given on its own: moved out, then the train images and
-    the moved ones (with the ground truth they need) convert into one folder."""
+    the moved ones (labelled from the published table) convert into one folder."""
     src = jpeg_tree(tmp_path / "mine", {**{f"{w}/{w}_1.JPEG": i for i, w in enumerate(WNIDS)},
                                    f"{_val(7)}.JPEG": 7, f"{_val(8)}.JPEG": 8})
     out = tmp_path / "out"
     msg = one_line_error(invoke("convert", src, "-o", out, *SMALL), 3, src,
-                         "2 validation images", "--split val", "--labels GROUND_TRUTH")
+                         "2 validation images", "--split val")
+    assert "--labels" not in msg  # their names are published: their labels ship with imgprep
     count, (again, moved) = run_steps(msg, tmp_path)
     assert count == 2
     s = ok(invoke(*["convert", *again, *SMALL]))
     assert (s["split"], s["samples"]) == ("train", 2)
-    gt = name_labels(tmp_path / "val.txt", [(k, int(PUBLISHED[k - 1])) for k in (7, 8)])
-    moved[moved.index("GROUND_TRUTH")] = str(gt)
-    ok(invoke(*["convert", *moved, *SMALL]))
+    assert ok(invoke(*["convert", *moved, *SMALL]))["label_source"] == "published"
     assert labels_of(out) == {_val(k): int(PUBLISHED[k - 1]) for k in (7, 8)}
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from tests.support.converted import convert_sample
 from tests.support.images import (
+    devkit_archive,
     encode,
     jpeg,
     nested_images,
@@ -36,8 +37,8 @@ from tests.support.procs import (
 
 __all__ = [
     "LAUNCHER_PREFIXES", "LAUNCHER_VARS", "REAL_DATA", "REPO", "clean_env", "convert_sample",
-    "encode", "fanout_nodes", "feed_pipe", "free_port", "interruptible", "is_launcher_var",
-    "jpeg", "mpirun", "mpirun_cmd", "nested_images", "one_line", "one_line_error",
-    "one_line_problem", "outcomes", "photo", "published_label", "published_val_txt",
-    "tar_bytes", "tmp_leftovers", "torchrun_env", "write_tar",
+    "devkit_archive", "encode", "fanout_nodes", "feed_pipe", "free_port", "interruptible",
+    "is_launcher_var", "jpeg", "mpirun", "mpirun_cmd", "nested_images", "one_line",
+    "one_line_error", "one_line_problem", "outcomes", "photo", "published_label",
+    "published_val_txt", "tar_bytes", "tmp_leftovers", "torchrun_env", "write_tar",
 ]

@@ -3,6 +3,7 @@ published validation labels."""
 
 from __future__ import annotations
 
+import gzip
 import io
 import tarfile
 from collections.abc import Iterable
@@ -64,6 +65,31 @@ def tar_bytes(members: Iterable[tuple[str, bytes]]) -> bytes:
             ti.size = len(data)
             tf.addfile(ti, io.BytesIO(data))
     return buf.getvalue()
+
+
+def devkit_archive(path: Path, truth: bytes, extra: Iterable[tarfile.TarInfo] = (),
+                   compress: bool = True) -> Path:
+    """``ILSVRC2012_devkit_t12.tar.gz`` as image-net.org ships it, around the ground truth
+    ``truth``: a folder, COPYING, data/meta.mat (made-up bytes: never read), the ground truth,
+    an evaluation script, then ``extra`` members (a file's data is ``x`` bytes)."""
+    top = "ILSVRC2012_devkit_t12"
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.GNU_FORMAT) as tf:
+        folder = tarfile.TarInfo(top)
+        folder.type = tarfile.DIRTYPE
+        tf.addfile(folder)
+        for name, data in ((f"{top}/COPYING", b"licence\n"),
+                           (f"{top}/data/meta.mat", bytes(range(256)) * 40),
+                           (f"{top}/data/ILSVRC2012_validation_ground_truth.txt", truth),
+                           (f"{top}/evaluation/eval_flat.m", b"% matlab\n")):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+        for info in extra:
+            tf.addfile(info, io.BytesIO(b"x" * info.size) if info.isfile() else None)
+    data = buf.getvalue()
+    path.write_bytes(gzip.compress(data, mtime=0) if compress else data)
+    return path
 
 
 def nested_images(tar_path: Path) -> Iterable[tuple[str, bytes]]:

@@ -1,0 +1,150 @@
+"""The ILSVRC2012 devkit: its fixed ID -> wnid map, shipped with the package, and its archive
+read as ground truth.
+
+The 2012 devkit (``ILSVRC2012_devkit_t12.tar.gz``) labels the validation images with
+ILSVRC2012_IDs 1..1000 (``data/ILSVRC2012_validation_ground_truth.txt``, one a line in file-name
+order); ``data/meta.mat`` maps them to wnids. That map never changes, and the 2015 devkit's
+``map_clsloc.txt`` spells the same one as text, so it ships as ``data/ilsvrc2012_devkit_ids.txt``
+(line n: the wnid of ID n), checked by sha256 at load and against the class table: the ground
+truth alone needs neither file, and nothing reads ``meta.mat``. A ``map_clsloc.txt`` given
+anyway must agree with it line for line.
+
+The archive is read as a stream through its decompressor (``tarfile`` stream mode): nothing is
+extracted and no member is opened by a name it gives; only the ground-truth member's bytes are
+kept. A member named absolutely or with ``..``, or a ground-truth member that is a link or
+device, refuses the archive.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import posixpath
+import tarfile
+import zlib
+from importlib import resources
+from pathlib import Path
+
+from imgprep.errors import InputMissingError, LabelError, UnsafeArchiveError
+from imgprep.inputs.synsets import imagenet_classes
+
+# Line n: the wnid of ILSVRC2012_ID n. Made by scripts/make_val_labels.py from map_clsloc.txt.
+DEVKIT_IDS_FILE = "data/ilsvrc2012_devkit_ids.txt"
+DEVKIT_IDS_SHA256 = "e85e4969a881deb8a8ba329357d033f7a664de8f1e099f593ad723bcf79bbfe5"
+GROUND_TRUTH = "ILSVRC2012_validation_ground_truth.txt"  # the devkit's ground-truth member
+MAX_GROUND_TRUTH = 1 << 20  # bytes; the real member is 50,000 short lines (~190 KB)
+# Magic bytes of the archives --labels may name: gzip, bzip2, xz, and a tar's "ustar" at 257.
+COMPRESSED_MAGIC = (b"\x1f\x8b", b"BZh", b"\xfd7zXZ\x00")
+USTAR = (257, b"ustar")
+
+
+@functools.cache
+def devkit_wnids() -> tuple[str, ...]:
+    """Item n-1: the wnid of ILSVRC2012_ID n. Refused (LabelError) when the packaged file is
+    not the one recorded here or does not hold the 1000 classes of the class table."""
+    where = f"imgprep/inputs/{DEVKIT_IDS_FILE}"
+    try:
+        data = resources.files("imgprep.inputs").joinpath(DEVKIT_IDS_FILE).read_bytes()
+    except OSError as e:
+        raise InputMissingError(f"cannot read {where} ({e.strerror}): the installation is "
+                                "incomplete; reinstall imgprep") from e
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != DEVKIT_IDS_SHA256:
+        raise LabelError(f"{where} has sha256 {digest}, not {DEVKIT_IDS_SHA256}: the "
+                         "installation is damaged; reinstall imgprep, or rebuild the file "
+                         "with scripts/make_val_labels.py")
+    wnids = tuple(data.decode("ascii").split())
+    if sorted(wnids) != list(imagenet_classes().wnids):
+        raise LabelError(f"{where} does not hold each class of imgprep/inputs/data/"
+                         "synset_words.txt once: the installation is damaged; reinstall imgprep")
+    return wnids
+
+
+def devkit_map() -> dict[int, str]:
+    """{ILSVRC2012_ID: wnid} of the 2012 devkit."""
+    return {i: w for i, w in enumerate(devkit_wnids(), 1)}
+
+
+def check_map(path: Path, lines: list[str]) -> None:
+    """Refuse a ``map_clsloc.txt`` (``wnid ID name`` lines) that lists an ID twice or maps one
+    otherwise than the 2012 devkit does, naming the line."""
+    known, seen = devkit_wnids(), set()
+    for n, ln in enumerate(lines, 1):
+        t = ln.split()
+        if not t:
+            continue
+        dev_id = int(t[1])
+        if dev_id in seen:
+            raise LabelError(f"{path}:{n}: devkit ID {dev_id} listed twice")
+        seen.add(dev_id)
+        want = known[dev_id - 1] if 1 <= dev_id <= len(known) else None
+        if t[0] != want:
+            fixed = f"{want}" if want else "no class (IDs are 1..1000)"
+            raise LabelError(
+                f"{path}:{n}: devkit ID {dev_id} is {t[0]} here, but {fixed} in the ILSVRC2012 "
+                "devkit, whose map is fixed: this is not the devkit's map_clsloc.txt; drop it "
+                "(the ground truth alone is read with the devkit's own map)")
+
+
+def is_archive(path: Path) -> bool:
+    """Whether ``path`` starts like a compressed file or a tar (not like a text file)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(USTAR[0] + len(USTAR[1]))
+    except OSError:
+        return False  # the reader names the error
+    return head.startswith(COMPRESSED_MAGIC) or head[USTAR[0]:] == USTAR[1]
+
+
+def _checked(path: Path, member: tarfile.TarInfo) -> bool:
+    """Whether ``member`` is the ground truth; refuses names that escape the archive."""
+    name = member.name
+    if name.startswith("/") or ".." in name.split("/"):
+        raise UnsafeArchiveError(f"{path}: member {name!r} is named outside the archive; it is "
+                                 "not the ILSVRC2012 devkit: re-download it from image-net.org")
+    if posixpath.basename(name.rstrip("/")) != GROUND_TRUTH:
+        return False
+    if not member.isfile():
+        raise UnsafeArchiveError(f"{path}: member {name} is a link or device, not the ground "
+                                 "truth; re-download the devkit from image-net.org")
+    if member.size > MAX_GROUND_TRUTH:
+        raise LabelError(f"{path}: member {name} is {member.size} bytes, far more than the "
+                         f"devkit's ground truth; pass the {GROUND_TRUTH} you mean instead")
+    return True
+
+
+def archive_ground_truth(path: Path) -> list[str]:
+    """The lines of the devkit ground truth inside the archive ``path``
+    (``ILSVRC2012_devkit_t12.tar.gz``, or the tar uncompressed), read as a stream."""
+    try:
+        f = open(path, "rb")
+    except OSError as e:
+        raise InputMissingError(f"cannot read ground truth {path}: {e.strerror}") from e
+    found: list[tuple[str, bytes]] = []
+    names = 0
+    try:
+        with f, tarfile.open(fileobj=f, mode="r|*") as tf:
+            for member in tf:
+                names += 1
+                if _checked(path, member):
+                    data = tf.extractfile(member)
+                    found.append((member.name, data.read() if data is not None else b""))
+    except (tarfile.TarError, EOFError, zlib.error, OSError) as e:
+        raise LabelError(f"{path} is an archive that cannot be read to its end ({e}): it is "
+                         "truncated or damaged; re-download it") from e
+    if len(found) != 1:
+        what = f"{len(found)} members named {GROUND_TRUTH} ({', '.join(n for n, _ in found)})" \
+            if found else f"no {GROUND_TRUTH} among its {names} members"
+        raise LabelError(f"{path} holds {what}; pass ILSVRC2012_devkit_t12.tar.gz as "
+                         f"image-net.org ships it, or the ground-truth file itself")
+    try:
+        text = found[0][1].decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise LabelError(f"{path}: member {found[0][0]} is not text; re-download the "
+                         "devkit") from e
+    lines = text.splitlines()
+    if not all(ln.strip().isdigit() for ln in lines if ln.strip()):
+        raise LabelError(f"{path}: member {found[0][0]} does not hold one devkit ID a line; "
+                         "re-download the devkit")
+    return lines
+
