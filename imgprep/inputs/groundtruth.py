@@ -226,8 +226,8 @@ def _parse(path: Path, lines: list[str], form: str, classes: ClassTable,
             dev_id = int(ln)
             wnid = ids.get(dev_id)
             if wnid is None:
-                raise LabelError(f"{path}:{n}: {dev_id} is not an ILSVRC2012 devkit ID "
-                                 f"(1..{len(ids)}); this is not the devkit's ground truth")
+                raise LabelError(f"{path}:{n}: devkit ID {dev_id} is outside the ILSVRC2012 "
+                                 f"devkit's 1..{len(ids)}; this is not the devkit's ground truth")
             _put(out, _val_key(i), wnid, f"{path}:{n}", classes, rows)
     return rows
 

@@ -464,12 +464,14 @@ def test_unknown_ground_truth_format_exits_3(sample: Path, tmp_path: Path,
     one_line_error(r, 3, str(gt))
 
 
-def test_devkit_ids_without_map_exit_3(sample: Path, tmp_path: Path) -> None:
+def test_devkit_ids_without_map_convert_with_the_devkits_map(sample: Path,
+                                                            tmp_path: Path) -> None:
     gt = tmp_path / "ILSVRC2012_validation_ground_truth.txt"
-    shutil.copy(sample / gt.name, gt)
+    shutil.copy(sample / gt.name, gt)  # no map_clsloc.txt beside it
     r = invoke("convert", sample / "ILSVRC2012_img_val.tar", "-o", tmp_path / "out",
-               "--labels", gt)
-    one_line_error(r, 3, str(gt), "map_clsloc.txt")
+               "--labels", gt, "-q", "--json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["label_check"] == "canonical"
 
 
 def test_val_image_without_ground_truth_exits_3(tmp_path: Path) -> None:
@@ -483,9 +485,14 @@ def test_val_image_without_ground_truth_exits_3(tmp_path: Path) -> None:
 
 
 def test_val_images_without_labels_say_pass_labels(tmp_path: Path) -> None:
-    src = write_tar(tmp_path / "val.tar", [("ILSVRC2012_val_00000001.JPEG", jpeg())])
+    """A validation name past the 50,000 published ones has no label to take; the published
+    ones convert with theirs."""
+    src = write_tar(tmp_path / "val.tar", [("ILSVRC2012_val_00050001.JPEG", jpeg())])
     r = invoke("convert", src, "-o", tmp_path / "out")
-    assert "--labels" in one_line_error(r, 3, "ILSVRC2012_val_00000001.JPEG")
+    assert "--labels" in one_line_error(r, 3, "ILSVRC2012_val_00050001.JPEG")
+    src = write_tar(tmp_path / "val.tar", [("ILSVRC2012_val_00000001.JPEG", jpeg())])
+    r = invoke("convert", src, "-o", tmp_path / "out", "-q", "--json")
+    assert r.exit_code == 0 and json.loads(r.stdout)["label_source"] == "published", r.output
 
 
 @pytest.mark.parametrize("where", ["under-a-file", "file-below"])

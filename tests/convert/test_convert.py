@@ -747,31 +747,31 @@ def test_real_originals_nested_tar(real_data: Path, tmp_path: Path) -> None:
     assert Counter(m["wnid"] for m in meta.values())["n02110063"] == 3
 
 
-def test_labels_per_class_match_the_per_image_rule(layouts: dict[str, Path]) -> None:
-    """The train shortcut (one lookup per class) gives resolve_labels' labels exactly."""
-    from imgprep.convert.tasks import _labels
-    from imgprep.inputs.groundtruth import resolve_labels
+def test_labels_of_every_layout_match_the_per_image_rule(layouts: dict[str, Path]) -> None:
+    """The columnar labelling (one lookup per distinct wnid) gives, image by image, the
+    class its folder or tar names, else its name's wnid, else its published label."""
+    from imgprep.inputs.labels import label_listing
     from imgprep.inputs.sources import list_source
-    from imgprep.inputs.synsets import load_class_table
+    from imgprep.inputs.synsets import imagenet_val_labels, load_class_table, val_number
 
     classes = load_class_table(None)
-    shortcuts = 0
     for name, path in layouts.items():
         if name.endswith(".txt"):
             continue
         listing = list_source(path)
-        fast = _labels(listing, classes)
-        if fast is not None:
-            shortcuts += 1
-            assert np.array_equal(fast, resolve_labels(listing, classes, None)), name
-    assert shortcuts >= 3
+        want = []
+        for i in range(len(listing)):
+            key, wnid = listing.key_str(i), listing.wnid_str(i) or listing.key_str(i)[:9]
+            n = val_number(key)
+            want.append(int(imagenet_val_labels()[n - 1]) if n else classes.index(wnid))
+        assert label_listing(listing, classes).labels.tolist() == want, name
 
 
 def test_sample_metadata_bytes_are_json_dumps_sorted(layouts: dict[str, Path]) -> None:
     """The directly formatted ``.json`` member is byte for byte json.dumps(sort_keys=True)."""
     from types import SimpleNamespace
 
-    from imgprep.convert.run import _sample_meta
+    from imgprep.convert.samples import sample_meta
     from imgprep.convert.tasks import ConvertOptions, make_plan
 
     plan = make_plan(ConvertOptions(input=layouts["nested-tar"], out=layouts["nested-tar"].parent))
@@ -779,7 +779,7 @@ def test_sample_metadata_bytes_are_json_dumps_sorted(layouts: dict[str, Path]) -
         lst = plan.listing
         member = np.array([source.encode("utf-8")] * len(lst))
         fake = SimpleNamespace(listing=SimpleNamespace(member_str=lambda i, m=member: bytes(
-            m[i]).decode("utf-8")), labels=plan.labels, classes=plan.classes)
+            m[i]).decode("utf-8")), labels=plan.labels, classes=plan.classes, labelled=True)
         conv = SimpleNamespace(original_size=(500, 375), original_mode="CMYK",
                                original_format="JPEG")
         label = int(plan.labels[0])
@@ -787,4 +787,8 @@ def test_sample_metadata_bytes_are_json_dumps_sorted(layouts: dict[str, Path]) -
                            "source": source, "original_size": [500, 375],
                            "original_mode": "CMYK", "original_format": "JPEG"},
                           sort_keys=True).encode()
-        assert _sample_meta(fake, 0, conv) == want  # type: ignore[arg-type]
+        assert sample_meta(fake, 0, conv) == want  # type: ignore[arg-type]
+        fake.labelled = False  # an unlabelled split: no label, no wnid
+        assert sample_meta(fake, 0, conv) == json.dumps(  # type: ignore[arg-type]
+            {"source": source, "original_size": [500, 375], "original_mode": "CMYK",
+             "original_format": "JPEG"}, sort_keys=True).encode()

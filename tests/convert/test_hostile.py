@@ -47,6 +47,7 @@ from PIL import Image
 from imgprep.cli.commands import cli
 from imgprep.convert.image import TransformOptions, convert_image
 from imgprep.errors import ImgprepError
+from imgprep.inputs.devkit import devkit_wnids
 from imgprep.inputs.synsets import imagenet_classes
 from imgprep.job.world import World
 from imgprep.shards.writers import header_bytes
@@ -549,9 +550,7 @@ def published_wnid(n: int) -> str:
 # Six published validation images with their published classes (convert compares every
 # ILSVRC2012_val_* name with them).
 VAL = {f"ILSVRC2012_val_{i:08d}": published_wnid(i) for i in range(1, 7)}
-DEVKIT_ID = {w: int(i) for w, i in
-             zip(CLASSES.wnids, np.random.default_rng(2012).permutation(len(CLASSES)) + 1,
-                 strict=True)}
+DEVKIT_ID = {w: i for i, w in enumerate(devkit_wnids(), 1)}  # the devkit's own (fixed) IDs
 GT, MAP, CAFFE, KAGGLE = ("ILSVRC2012_validation_ground_truth.txt", "map_clsloc.txt", "val.txt",
                           "LOC_val_solution.csv")
 

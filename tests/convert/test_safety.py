@@ -17,13 +17,14 @@ import tarfile
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from imgprep.convert.run import ConvertOptions, convert, make_plan
 from imgprep.errors import LabelError, ManifestError, SourceFormatError
 from imgprep.inputs.groundtruth import load_ground_truth
 from imgprep.inputs.sources import split_of_name
-from imgprep.inputs.synsets import imagenet_classes, parse_class_table
+from imgprep.inputs.synsets import imagenet_classes, imagenet_val_labels, parse_class_table
 from imgprep.job.world import World
 from imgprep.shards.manifest import NodeSection, read_manifest
 from imgprep.stage.run import StageOptions, stage_to_node
@@ -32,6 +33,9 @@ from tests.support.cli import invoke, jpeg_tree, ok, snapshot
 
 WNIDS = ("n01440764", "n01443537", "n01484850")
 CLASSES = imagenet_classes()
+# The first two published validation images of each class of WNIDS.
+VAL_OF = {w: [int(n) + 1 for n in np.flatnonzero(imagenet_val_labels() == CLASSES.index(w))[:2]]
+          for w in WNIDS}
 
 
 
@@ -50,9 +54,12 @@ def train_files(prefix: str = "", n: int = 3) -> dict[str, int]:
 
 
 def val_tree_files(prefix: str, names: str = "ILSVRC2012_val_{:08d}") -> dict[str, int]:
-    """A val split laid out as a class tree (as valprep.sh leaves it)."""
-    return {f"{prefix}{w}/{names.format(k * 2 + i + 1)}.JPEG": 100 + 10 * k + i
-            for k, w in enumerate(WNIDS) for i in range(2)}
+    """A val split laid out as a class tree (as valprep.sh leaves it): two images a class,
+    validation names those of two of its published validation images."""
+    published = names.startswith("ILSVRC2012_val_")
+    return {f"{prefix}{w}/{names.format(n)}.JPEG": 100 + 10 * k + i
+            for k, w in enumerate(WNIDS)
+            for i, n in enumerate(VAL_OF[w] if published else (k * 2 + 1, k * 2 + 2))}
 
 
 def keys_of(out: Path, split: str) -> dict[str, str]:
@@ -115,8 +122,9 @@ def test_validation_images_never_enter_an_inferred_train_split(tmp_path: Path) -
     files = {**train_files(), **val_tree_files("")}
     src = jpeg_tree(tmp_path / "merged", files)
     out = tmp_path / "out"
+    first = min(Path(f).name for f in files if "ILSVRC2012_val_" in f)
     msg = one_line_error(invoke("convert", src, "-o", out, *SMALL), 3, src,
-                         "6 validation images", "ILSVRC2012_val_00000001.JPEG", "--split train")
+                         "6 validation images", first, "--split train")
     assert "--split val" in msg
     assert not out.exists()
     s = ok(invoke("convert", src, "-o", out, "--split", "train", *SMALL))
@@ -163,11 +171,11 @@ def test_class_folders_beside_a_split_folder_are_refused(tmp_path: Path) -> None
 
 def test_split_root_other_folders_are_named_and_split_option_picks_one(tmp_path: Path) -> None:
     root = jpeg_tree(tmp_path / "imagenet", {**train_files("train/"), **val_tree_files("val/"),
-                                        "test/x_1.JPEG": 7})
+                                        "extras/x_1.JPEG": 7})
     r = invoke("convert", root, "-o", tmp_path / "out", "--split", "val", *SMALL)
     s = ok(r)
     assert s["split"] == "val" and not (tmp_path / "out" / "train.json").exists()
-    assert "not converted" in r.stderr and str(root / "test") in r.stderr
+    assert "not converted" in r.stderr and str(root / "extras") in r.stderr
 
 
 def test_the_library_refuses_a_root_naming_both_splits(tmp_path: Path) -> None:
@@ -372,7 +380,7 @@ def test_unknown_wnids_in_a_flat_folder_are_logged_errors(tmp_path: Path) -> Non
 
 @pytest.mark.parametrize("why", ["no-labels", "val-in-train", "bad-truth"])
 def test_a_failed_run_leaves_no_output_folder_it_created(tmp_path: Path, why: str) -> None:
-    src = _val_flat(tmp_path / "in", 2)
+    src = _val_flat(tmp_path / "in", 2, published=why != "no-labels")
     extra: list[object] = []
     if why == "val-in-train":
         jpeg_tree(src, {f"{WNIDS[0]}_1.JPEG": 9})

@@ -143,7 +143,7 @@ def test_devkit_ids_are_not_class_indices(tmp_path: Path) -> None:
 
 def test_an_id_outside_the_devkit_is_refused(tmp_path: Path) -> None:
     gt = _write(tmp_path / GT, "1\n1001\n")
-    with pytest.raises(LabelError, match=rf"{GT}:2: 1001 is not an ILSVRC2012 devkit ID"):
+    with pytest.raises(LabelError, match=rf"{GT}:2: devkit ID 1001 is outside the ILSVRC2012"):
         load_ground_truth([gt], CLASSES)
 
 
