@@ -45,7 +45,7 @@ CATEGORIES = (
                                "threading.py", "'start_new_thread'", "'acquire' of")),
     ("statistics", ("channel_sums", "channel_histogram", "sums_of_histogram", "center_pixels",
                     "'histogram'", "numpy")),
-    ("json: metadata, records, manifest", ("json", "_sample_meta", "manifest.py", "records.py",
+    ("json: metadata, records, manifest", ("json", "sample_meta", "manifest.py", "records.py",
                                            "encode_basestring", "dataclasses.py")),
     ("image work (Pillow)", ("PIL", "Imaging", "transform.py", "warnings.py", "_io.BytesIO")),
 )

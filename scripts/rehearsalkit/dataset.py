@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from imgprep.fsutil import write_bytes_atomic
+from imgprep.inputs.devkit import devkit_map
 from imgprep.inputs.fakeset import QUIRKS, jpeg_pool, synthetic_photo
 from imgprep.inputs.synsets import ClassTable, imagenet_classes, imagenet_val_labels
 from imgprep.shards.writers import BLOCK, RECORD, header_bytes
@@ -45,7 +46,7 @@ VAL_FLOOR = 1000
 MIN_IMAGES = 5000  # 4 train shards of 1,250 at least, one per node of the partition step
 POOL = 2048
 SIDES = (48, 96)
-VERSION = 1  # of what this module writes: a change here remakes every cached input
+VERSION = 2  # of what this module writes: a change here remakes every cached input
 MARKER = "input.json"
 TRAIN_TAR, VAL_TAR = "ILSVRC2012_img_train.tar", "ILSVRC2012_img_val.tar"
 GROUND_TRUTH, DEVKIT_MAP = "ILSVRC2012_validation_ground_truth.txt", "map_clsloc.txt"
@@ -133,10 +134,9 @@ def write_train(path: Path, counts: np.ndarray, table: ClassTable, pool: Sequenc
 
 
 def devkit_ids(table: ClassTable) -> dict[str, int]:
-    """wnid -> devkit ID: a fixed permutation of 1..1000 unrelated to sorted order (the one
-    ``imgprep make-sample`` writes)."""
-    ids = np.random.default_rng(2012).permutation(len(table)) + 1
-    return {w: int(ids[k]) for k, w in enumerate(table.wnids)}
+    """wnid -> devkit ID: the 2012 devkit's own (fixed) IDs, unrelated to sorted order (the
+    ones ``imgprep make-sample`` writes, and ``map_clsloc.txt`` must agree with)."""
+    return {w: i for i, w in devkit_map().items() if table.index(w) is not None}
 
 
 def write_val(out: Path, count: int, table: ClassTable, pool: Sequence[bytes],
