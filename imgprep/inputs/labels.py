@@ -169,21 +169,20 @@ def _refuse_unlabelled(listing: Listing, labels: np.ndarray, numbers: np.ndarray
 
 
 def _from_truth(listing: Listing, truth: dict[str, str], classes: ClassTable) -> np.ndarray:
-    """The label ``truth`` gives each listed image (keys are sorted: one binary search)."""
-    if not truth:
-        names, labels = np.zeros(0, dtype="S1"), np.zeros(0, dtype=np.int64)
-    else:
-        names = np.asarray([k.encode("utf-8") for k in truth])
-        labels = np.asarray([_index(w, classes) for w in truth.values()], dtype=np.int64)
-        order = np.argsort(names, kind="stable")
-        names, labels = names[order], labels[order]
-    pos = np.minimum(np.searchsorted(names, listing.key), max(len(names) - 1, 0))
-    found = (names[pos] == listing.key) if len(names) else np.zeros(len(listing), dtype=bool)
+    """The label ``truth`` gives each listed image: one binary search per image into the
+    sorted ground-truth names, not a dict lookup per image."""
+    names = np.asarray([k.encode("utf-8") for k in truth] or [b""])[:len(truth)]
+    labels = np.asarray([_index(w, classes) for w in truth.values()], dtype=np.int64)
+    order = np.argsort(names, kind="stable")
+    names, labels = names[order], labels[order]
+    pos = np.searchsorted(names, listing.key)
+    found = pos < len(names)
+    found[found] = names[pos[found]] == listing.key[found]
     if not found.all():
         raise LabelError(
             f"{_where(listing, int(np.flatnonzero(~found)[0]))} has no label in the ground "
             "truth; pass the ground truth that covers it, or remove the image")
-    return labels[pos] if len(names) else np.zeros(0, dtype=np.int64)
+    return labels[pos]
 
 
 def label_listing(listing: Listing, classes: ClassTable, truth: GroundTruth | None = None,
