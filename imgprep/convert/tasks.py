@@ -128,7 +128,7 @@ class TaskResult:
     resumed: bool = False
 
 
-def _val_rows(listing: Listing, prefix: str = VAL_PREFIX) -> np.ndarray:
+def _prefixed_rows(listing: Listing, prefix: str = VAL_PREFIX) -> np.ndarray:
     return np.flatnonzero(np.char.startswith(listing.key, prefix.encode()))
 
 
@@ -142,7 +142,7 @@ def infer_split(listing: Listing, has_labels: bool, source: Path | None = None) 
     if named is not None:
         return named
     for split, prefix in (("val", VAL_PREFIX), ("test", TEST_PREFIX)):
-        if len(listing) and len(_val_rows(listing, prefix)) == len(listing):
+        if len(listing) and len(_prefixed_rows(listing, prefix)) == len(listing):
             return split
     return "train"
 
@@ -165,7 +165,7 @@ def check_no_val_in_train(listing: Listing, opts: ConvertOptions,
     """Validation images (``ILSVRC2012_val_*``) never go into an inferred train split: refused,
     saying which and how many, with the commands that separate them, in order. ``origin``:
     the options given, when ``opts.input`` is one split folder of ``origin.input``."""
-    rows = _val_rows(listing)
+    rows = _prefixed_rows(listing)
     if not len(rows):
         return
     src = Path(listing.root)
