@@ -82,7 +82,8 @@ def differences(old: Manifest, new: Wanted) -> list[str]:
     diffs = []
     if old.format != new.format:
         diffs.append(f"--format: the folder holds {old.format}, this run writes {new.format}")
-    was, now = _flat(old.options), _flat(new.options)
+    was = _flat(old.options)
+    now = _flat(new.options)
     for key in sorted(set(was) | set(now)):
         if key not in ("format", "split") and was.get(key) != now.get(key):
             flag = OPTION_FLAGS.get(key, key)

@@ -45,7 +45,7 @@ from imgprep.errors import OutputError, SourceFormatError
 from imgprep.fsutil import ensure_writable_dir
 from imgprep.job.world import World
 
-__all__ = ["ConvertSummary", "convert", "convert_splits"]
+__all__ = ["convert", "convert_splits"]
 
 OnPlan = Callable[[Plan, int], None]
 
