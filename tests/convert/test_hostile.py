@@ -45,7 +45,8 @@ from click.testing import CliRunner, Result
 from PIL import Image
 
 from imgprep.cli.commands import cli
-from imgprep.convert.image import TransformOptions, convert_image
+from imgprep.convert.image import convert_image
+from imgprep.convert.options import TransformOptions
 from imgprep.errors import ImgprepError
 from imgprep.inputs.synsets import imagenet_classes
 from imgprep.job.world import World

@@ -42,7 +42,8 @@ import torch
 import webdataset as wds
 from PIL import Image
 
-from imgprep.convert.run import ConvertOptions, convert
+from imgprep.convert.options import ConvertOptions
+from imgprep.convert.run import convert
 from imgprep.errors import WorldError
 from imgprep.job.world import World
 from imgprep.shards.manifest import read_manifest, write_manifest

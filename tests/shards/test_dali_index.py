@@ -21,7 +21,8 @@ import pytest
 from click.testing import CliRunner
 
 from imgprep.cli.commands import cli
-from imgprep.convert.run import ConvertOptions, convert
+from imgprep.convert.options import ConvertOptions
+from imgprep.convert.run import convert
 from imgprep.errors import ManifestError, ShardError
 from imgprep.job.world import World
 from imgprep.shards.dali import VERSION, encode_idx, idx_name, reader_paths
@@ -235,7 +236,7 @@ def test_overwrite_with_fewer_shards_leaves_no_idx_of_a_shard_gone(sample: Path,
     assert sorted(idx_files(out)) == [f"train-00000{k}.idx" for k in range(3)]
     s = convert(ConvertOptions(input=sample / "ILSVRC2012_img_train.tar", out=out, num_shards=2,
                                workers=2, overwrite=True))
-    assert s["complete"]
+    assert s.complete
     assert sorted(idx_files(out)) == ["train-000000.idx", "train-000001.idx"]
     assert verify(out, decode=False).ok
 
