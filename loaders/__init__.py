@@ -40,36 +40,17 @@ def make_loader(data: str | Path, split: str, world: World, batch_size: int,
     Args:
         data: a folder with ``<split>.json`` (shards or a label list, full or node-local), or
             a ``path label`` list file.
-        split: ``"train"`` or ``"val"``: sets the defaults of ``transform``, ``tail`` and
-            ``shuffle`` (training: ``TrainTransform()``, ``"drop"``, shuffled; otherwise
-            ``ValTransform()``, ``"pad"``, in order).
+        split: ``"train"`` or ``"val"``, which sets the defaults of ``transform``, ``tail``
+            and ``shuffle``.
         world: this rank.
-        batch_size: per rank.
-        workers: decoding processes per rank; ``"auto"`` sizes them from the cores this rank
-            may use (``loaders.common.worker_count``); 0 decodes in the calling process.
-        seed: the epoch orders' and augmentations' seed.
+        workers: as ``LoaderOptions.workers``, or ``"auto"``: sized from the cores this rank
+            may use (``loaders.common.worker_count``).
         mode: shards only: ``"replicate"`` or ``"partition"`` (node-local manifests fix it).
-        transform: a ``TrainTransform`` or ``ValTransform`` (size, crop, flip).
-        tail: how an epoch ends: ``"drop"`` (full batches only), ``"short"`` (every sample
-            once, short last batches), ``"pad"`` (every sample once; padding slots: label
-            ``PAD_LABEL``, zero pixels) or ``"uneven"`` (every sample once, counts differ
-            between ranks).
-        shuffle: a new seeded order every epoch, or the data's own order.
-        on_error: an undecodable sample: ``"raise"``, or ``"skip"`` (a good sample of the
-            same batch takes its slot; counted in ``skipped``).
-        pin_memory: CPU batches in pinned memory; None: when torch sees a CUDA device.
-        prefetch_factor: batches made ahead (per worker with the pillow backend).
-        backend: the decoder backend, a name of ``BACKENDS``: ``"pillow"`` (worker
-            processes) or ``"dali"`` (NVIDIA DALI, the optional extra ``imgprep[dali]``):
-            the same batches, decoded another way.
-        device: where samples are decoded: ``"cpu"``, or with the dali backend ``"gpu"``
-            (GPU ``local_rank``, CUDA batches out).
         root, num_classes, mean, std: a list file only (a folder's manifest says them): the
             folder its paths are relative to (default: the list's), the class count (default:
             its ``classes.txt``, else the largest label + 1), the normalisation statistics.
-
-    ``LoaderOptions`` (``loaders.config``) owns the defaults and checks the values before
-    anything is read.
+        the others: ``LoaderOptions`` (``loaders.config``), which holds their defaults and
+            checks them before anything is read.
     """
     count = worker_count(workers, world)
     path = Path(data)

@@ -69,10 +69,33 @@ class Config:
 
 @dataclass(frozen=True, kw_only=True)
 class LoaderOptions:
-    """How a loader runs, whatever its source; each option is documented at
-    ``loaders.make_loader``. ``None`` leaves the choice to the split: training shuffles,
-    ends with ``tail="drop"`` and augments (``TrainTransform``); validation keeps the order,
-    pads (``tail="pad"``) and center-crops (``ValTransform``)."""
+    """How a loader runs, whatever its source (the keyword options of ``make_loader``,
+    ``ShardLoader`` and ``LabelListLoader``, which take their defaults from here).
+
+    Attributes:
+        batch_size: per rank.
+        workers: decoding processes per rank; 0 decodes in the calling process.
+        seed: the epoch orders' and augmentations' seed.
+        transform: a ``TrainTransform`` or ``ValTransform`` (size, crop, flip).
+        tail: how an epoch ends: ``"drop"`` (full batches only), ``"short"`` (every sample
+            once, short last batches), ``"pad"`` (every sample once; padding slots: label
+            ``PAD_LABEL``, zero pixels) or ``"uneven"`` (every sample once, counts differ
+            between ranks).
+        shuffle: a new seeded order every epoch, or the data's own order.
+        on_error: an undecodable sample: ``"raise"``, or ``"skip"`` (a good sample of the
+            same batch takes its slot; counted in ``skipped``).
+        pin_memory: CPU batches in pinned memory; None: when torch sees a CUDA device.
+        prefetch_factor: batches made ahead (per worker with the pillow backend).
+        backend: the decoder backend, a name of ``loaders.backends.BACKENDS``: ``"pillow"``
+            (worker processes) or ``"dali"`` (NVIDIA DALI, the optional extra
+            ``imgprep[dali]``): the same batches, decoded another way.
+        device: where samples are decoded: ``"cpu"``, or with the dali backend ``"gpu"``
+            (GPU ``local_rank``, CUDA batches out).
+
+    ``None`` leaves the choice to the split: training augments (``TrainTransform()``),
+    ends with ``tail="drop"`` and shuffles; validation center-crops (``ValTransform()``),
+    pads (``tail="pad"``) and keeps the order.
+    """
 
     batch_size: int
     workers: int = 4
@@ -81,9 +104,9 @@ class LoaderOptions:
     tail: str | None = None
     shuffle: bool | None = None
     on_error: str = "raise"
-    pin_memory: bool | None = None  # None: pinned when torch sees a CUDA device
+    pin_memory: bool | None = None
     prefetch_factor: int = 2
-    backend: str = "pillow"  # a name of loaders.backends.BACKENDS
+    backend: str = "pillow"
     device: str = "cpu"
 
     def __post_init__(self) -> None:

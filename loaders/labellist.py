@@ -132,8 +132,7 @@ class LabelListLoader(PlannedLoader):
         num_classes, mean, std: from the manifest of a converted list; a bare list's class
             count comes from its ``classes.txt``, else its largest label + 1.
         transform, tail, shuffle, on_error, pin_memory, prefetch_factor, backend, device:
-            as for ``loaders.make_loader``; ``loaders.config.LoaderOptions`` holds their
-            defaults.
+            documented, with their defaults, at ``loaders.config.LoaderOptions``.
 
     ``len(loader)`` and ``batches_per_epoch`` are stated before the epoch; every rank gets
     the same unless ``tail="uneven"``.

@@ -190,8 +190,7 @@ class ShardLoader(PlannedLoader):
         seed: the epoch orders' and augmentations' seed.
         mode: ``replicate`` or ``partition`` (node-local manifests fix it).
         transform, tail, shuffle, on_error, pin_memory, prefetch_factor, backend, device:
-            as for ``loaders.make_loader``; ``loaders.config.LoaderOptions`` holds their
-            defaults.
+            documented, with their defaults, at ``loaders.config.LoaderOptions``.
 
     ``len(loader)`` (batches the next pass yields) and ``batches_per_epoch`` are stated
     before the epoch from the manifest; every rank gets the same unless ``tail="uneven"``.
