@@ -1,10 +1,10 @@
 """What the shard and label-list loaders share, so that they keep the same promises.
 
-- A loader is a *source* (where samples come from: ``loaders.shards``,
-  ``loaders.labellist``) over this base: it numbers its samples (a shard set's sample ids; a
-  list's entries, as one "shard") and hands the base the ``Config`` its plans are made from
-  (``loaders.config``) and a ``Source`` that fetches samples by number. Plans, tails, resume
-  and the error rule are then one code.
+- A loader is this base over a *source*, where samples come from (a shard set:
+  ``loaders.shards``; a label list: ``loaders.labellist``): the loader numbers the samples (a
+  shard set's sample ids; a list's entries, as one "shard") and hands the base the ``Config``
+  its plans are made from (``loaders.config``) and a ``Source`` that fetches samples by
+  number. Plans, tails and resume are then one code.
 - Plans come from ``loaders.epochs``: equal step counts on every rank (``uneven`` aside),
   stated before the epoch.
 - A *decoder backend* (``loaders.backends``: ``pillow``, ``dali``) turns each pass's plan
