@@ -52,7 +52,7 @@ def make_loaders(args: argparse.Namespace, world: World, workers: int,
     """The train loader, and the val loader unless --no-validate or there is no val split."""
     train_loader = make_loader(args.data, "train", world, args.batch_size, workers,
                                args.seed, transform=TrainTransform(size=args.image_size),
-                               **backend)
+                               backend=backend["backend"], device=backend["device"])
     no_val = args.data.is_dir() and not manifest_path(args.data, "val").exists()
     if args.validate and no_val and world.rank == 0:
         logger.warning(no_val_warning(args.data, args.stage_from))
@@ -60,4 +60,5 @@ def make_loaders(args: argparse.Namespace, world: World, workers: int,
         return train_loader, None
     val = ValTransform(size=args.image_size, resize=round(args.image_size * 256 / 224))
     return train_loader, make_loader(args.data, "val", world, args.batch_size, workers,
-                                     args.seed, transform=val, **backend)
+                                     args.seed, transform=val, backend=backend["backend"],
+                                     device=backend["device"])
