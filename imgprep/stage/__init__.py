@@ -10,9 +10,9 @@ stores. ``fanout`` replicates with the file server read once (its network side
 ``fanout_net``, its disk side ``fanout_disk``), with its schedule (``schedule``) and peer
 liveness (``peers``).
 
-Inside the room, imports go one way: ``run`` -> ``fill`` -> ``fanout`` -> ``fanout_net`` ->
-``fanout_disk``, and ``fill`` -> ``copier``, ``markers`` -> ``plan`` -> ``options``, with
-``pool``, ``localdisk``, ``remote`` and ``schedule`` below them all.
+Inside the room, imports go one way, with no loop: ``run`` -> ``fill`` -> (``copier``,
+``fanout`` -> ``fanout_net`` -> ``fanout_disk``, ``markers`` -> ``nodelock``) -> ``plan`` ->
+``options``; ``pool``, ``localdisk``, ``remote``, ``schedule`` and ``peers`` sit below.
 
 May import ``inputs``, ``shards``, ``job`` and the leaf modules; not ``convert`` or ``cli``.
 """

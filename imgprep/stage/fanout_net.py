@@ -28,7 +28,7 @@ NET_CHUNK = 4 << 20  # bytes a message carries: small enough to pipeline, large 
 IN_FLIGHT = 8  # sends (and receives) a node keeps posted ahead
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Step:
     """One chunk of one transfer that this node takes part in: ``path`` is the sender then
     the chain, ``pos`` this node's place on it, ``last`` whether it is the shard's last chunk."""
@@ -59,7 +59,7 @@ def my_steps(transfers: Sequence[Transfer], shards: Sequence[Shard], me: int,
         path = (t.sender, *t.chain)
         if me in path:
             last = c == len(chunks(sizes[t.index], chunk)) - 1
-            steps.append(Step(t, size, path, path.index(me), last))
+            steps.append(Step(transfer=t, size=size, path=path, pos=path.index(me), last=last))
     return steps
 
 
