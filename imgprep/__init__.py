@@ -49,7 +49,7 @@ _LAZY = {
     "TransformOptions": "imgprep.convert.options",
     "ConvertSummary": "imgprep.convert.summary",
     "convert_splits": "imgprep.convert.run",
-    "StageOptions": "imgprep.stage.run",
+    "StageOptions": "imgprep.stage.options",
     "stage_to_node": "imgprep.stage.run",
     "verify": "imgprep.shards.verify",
     "read_manifest": "imgprep.shards.manifest",
@@ -62,7 +62,8 @@ if TYPE_CHECKING:
     from imgprep.job.world import World, detect
     from imgprep.shards.manifest import read_manifest
     from imgprep.shards.verify import verify
-    from imgprep.stage.run import StageOptions, stage_to_node
+    from imgprep.stage.options import StageOptions
+    from imgprep.stage.run import stage_to_node
 
 logging.getLogger(__name__).addHandler(logging.NullHandler())
 

@@ -104,7 +104,7 @@ def stage_to_node(src: Path | str, dst: Path, mode: str, split: str | None, seed
     when no launcher tells), the others wait for it. Reruns skip what is already staged.
     """
     from imgprep.errors import StageError
-    from imgprep.stage.run import StageOptions
+    from imgprep.stage.options import StageOptions
     from imgprep.stage.run import stage_to_node as run
 
     if fanout and mode != "replicate":
@@ -136,9 +136,11 @@ def stage_to_node(src: Path | str, dst: Path, mode: str, split: str | None, seed
     except KeyboardInterrupt:
         fail(StageError("interrupted; rerun the same command to resume"), at_once=fanout,
               code=EXIT_INTERRUPTED)
+    from dataclasses import asdict
+
     from imgprep.cli.report import stage_line
 
-    emit(summary, as_json, quiet, lambda: stage_line(summary, fanout))
+    emit(asdict(summary), as_json, quiet, lambda: stage_line(summary, fanout))
 
 
 @cli.command("make-sample")

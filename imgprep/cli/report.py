@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from imgprep.convert.summary import ConvertSummary
+    from imgprep.stage.run import StageSummary
 
 
 def convert_lines(s: ConvertSummary, max_errors: int) -> list[str]:
@@ -40,14 +41,14 @@ def convert_lines(s: ConvertSummary, max_errors: int) -> list[str]:
     return lines
 
 
-def stage_line(s: dict[str, Any], fanout: bool) -> str:
+def stage_line(s: StageSummary, fanout: bool) -> str:
     """The human-readable summary of one node's ``stage-to-node``."""
-    return (f"node {s['node_rank']}/{s['num_nodes']} ({s['role']}): {s['shards_copied']} shards "
-            f"copied, {s['shards_skipped']} already there, {s['bytes_read'] / 1e6:.1f} MB read "
+    return (f"node {s.node_rank}/{s.num_nodes} ({s.role}): {s.shards_copied} shards "
+            f"copied, {s.shards_skipped} already there, {s.bytes_read / 1e6:.1f} MB read "
             "from the source"
-            + (f", {s['bytes_received'] / 1e6:.1f} MB from other nodes" if fanout else "")
-            + f" in {s['seconds']:.1f} s ({s['mb_per_s']:.0f} MB/s); manifests: "
-            f"{', '.join(s['manifests'])}")
+            + (f", {s.bytes_received / 1e6:.1f} MB from other nodes" if fanout else "")
+            + f" in {s.seconds:.1f} s ({s.mb_per_s:.0f} MB/s); manifests: "
+            f"{', '.join(s.manifests)}")
 
 
 def info_lines(out: dict[str, Any]) -> list[str]:

@@ -26,7 +26,7 @@ def stage(args: argparse.Namespace, world: World) -> None:
     """Copy --stage-from into --data, one copier per node (the others wait for it)."""
     from imgprep import StageOptions, stage_to_node
 
-    stage_to_node(StageOptions(args.stage_from, args.data, mode=args.stage_mode,
+    stage_to_node(StageOptions(src=args.stage_from, dst=args.data, mode=args.stage_mode,
                                timeout=args.timeout, fanout=args.fanout), world)
 
 

@@ -51,7 +51,7 @@ from imgprep.errors import ImgprepError
 from imgprep.inputs.synsets import imagenet_classes
 from imgprep.job.world import World
 from imgprep.shards.writers import header_bytes
-from imgprep.stage import run as stage
+from imgprep.stage import fill as stage
 from loaders import LoaderError, ShardLoader, ValTransform, make_loader
 from tests.support import (
     convert_sample,

@@ -28,7 +28,8 @@ from imgprep.inputs.sources import split_of_name
 from imgprep.inputs.synsets import imagenet_classes, parse_class_table
 from imgprep.job.world import World
 from imgprep.shards.manifest import NodeSection, read_manifest
-from imgprep.stage.run import StageOptions, stage_to_node
+from imgprep.stage.options import StageOptions
+from imgprep.stage.run import stage_to_node
 from tests.support import REPO, one_line_error, published_label, published_val_txt
 from tests.support.cli import invoke, jpeg_tree, ok, snapshot
 
@@ -401,7 +402,8 @@ def test_the_node_section_is_typed_with_one_spelling(sample: Path, tmp_path: Pat
     world = World(0, 2, 0, 1, 0, 2, launcher="test")
     convert(ConvertOptions(input=opts.input, out=tmp_path / "part", num_shards=4, mode="partition"),
             World(1, 2, 0, 1, 1, 2, launcher="test"))
-    stage_to_node(StageOptions(tmp_path / "full", tmp_path / "staged", mode="partition"), world)
+    stage_to_node(StageOptions(src=tmp_path / "full", dst=tmp_path / "staged", mode="partition"),
+                  world)
     written = [json.loads((tmp_path / d / "train.json").read_text())["node"]
                for d in ("part", "staged")]
     assert set(written[0]) == set(written[1]) == set(NodeSection.__dataclass_fields__)
