@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import shutil
+import subprocess
 import tarfile
 import zipfile
 from pathlib import Path
@@ -19,7 +21,7 @@ from imgprep.inputs.fakes import SampleSpec, make_fake
 from imgprep.inputs.synsets import imagenet_classes
 from imgprep.inputs.ziplist import _cached
 from tests.cli.test_cli import run_and_kill, run_module, tree_bytes
-from tests.support import one_line_error, published_label, tmp_leftovers
+from tests.support import jpeg, one_line_error, published_label, tmp_leftovers
 from tests.support.cli import invoke, ok
 
 SPEC = SampleSpec(classes=4, per_class=6, val=8, test=3, seed=11)
@@ -129,6 +131,26 @@ def test_one_split_of_the_zip_with_split_option(fakes: dict[str, Path], tmp_path
     assert s["split"] == "val" and s["samples"] == SPEC.val and s["input_kind"] == "zip"
     assert s["label_check"] == "canonical"
     assert not (tmp_path / "train.json").exists()
+
+
+def test_make_sample_writes_each_form_and_names_the_command(tmp_path: Path) -> None:
+    s = ok(invoke("make-sample", tmp_path / "k", "--form", "kaggle-zip", "--classes", "2",
+                  "--per-class", "2", "--val", "2", "--test", "1", "--json"))
+    assert s["inputs"] == [str(tmp_path / "k" / ZIP)] and s["test_images"] == 1
+    human = invoke("make-sample", tmp_path / "t", "--form", "kaggle", "--classes", "2",
+                   "--per-class", "2", "--val", "2")
+    assert human.exit_code == 0 and f"imgprep convert {tmp_path / 't'} -o OUT" in human.stdout
+    r = invoke("make-sample", tmp_path / "x", "--form", "nope")
+    assert r.exit_code == 2 and "not one of ilsvrc, kaggle, kaggle-zip" in r.output
+
+
+def test_a_named_form_that_does_not_fit_is_refused(fakes: dict[str, Path],
+                                                   tmp_path: Path) -> None:
+    r = invoke("convert", fakes["kaggle-zip"] / ZIP, "-o", tmp_path / "out", "--form", "kaggle")
+    one_line_error(r, 3, ZIP, "is not in the kaggle form")
+    s = ok(invoke("convert", fakes["kaggle-zip"] / ZIP, "-o", tmp_path / "out", "--form",
+                  "kaggle-zip", "--dry-run", "--json"))
+    assert s["form"] == "kaggle-zip"
 
 
 # ---------------------------------------------------------------------------- dry run
@@ -247,6 +269,27 @@ def test_hostile_and_damaged_zip_members_are_logged_by_name(fakes: dict[str, Pat
     s = ok(invoke("convert", src, "-o", out, "--split", "train", "-j", "1", "--max-errors", "3",
                   *FAST))
     assert s["samples"] == SPEC.classes * SPEC.per_class and s["errors"] == 3
+
+
+def test_the_command_that_moves_val_images_out_of_train_leaves_other_files(
+        tmp_path: Path) -> None:
+    """Validation images in a train tree beside files named like them (Kaggle's XML boxes):
+    the move command the refusal gives moves the images only."""
+    root = tmp_path / "train"
+    w = CLASSES.wnids[0]
+    files = {f"{w}/{w}_1.JPEG": jpeg((30, 30)), f"{w}/ILSVRC2012_val_00000003.JPEG": jpeg((30, 30)),
+             f"{w}/ILSVRC2012_val_00000003.xml": b"<annotation/>"}
+    for rel, data in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes(data)
+    r = invoke("convert", root, "-o", tmp_path / "out", "-q")
+    move = re.search(r"\(cd .+?\\;\)", one_line_error(r, 3, "1 validation images"))
+    assert move is not None
+    subprocess.run(["sh", "-c", move.group(0)], cwd=tmp_path, check=True, timeout=60)
+    assert sorted(p.name for p in root.rglob("*") if p.is_file()) == [
+        "ILSVRC2012_val_00000003.xml", f"{w}_1.JPEG"]
+    assert [p.name for p in (tmp_path / "train-val-images").rglob("*.JPEG")] == [
+        "ILSVRC2012_val_00000003.JPEG"]
 
 
 # ---------------------------------------------------------------------------- kill -9
