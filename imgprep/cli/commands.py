@@ -145,29 +145,35 @@ def stage_to_node(src: Path | str, dst: Path, mode: str, split: str | None, seed
 
 @cli.command("make-sample")
 @click.argument("out", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--form", default="ilsvrc", show_default=True, help="ilsvrc (image-net.org), "
+              "kaggle, kaggle-zip, hf-parquet, hf-targz or wds: the same images in each.")
 @click.option("--classes", type=click.IntRange(1, 1000), default=10, show_default=True)
 @click.option("--per-class", type=click.IntRange(1), default=12, show_default=True)
 @click.option("--val", type=click.IntRange(0), default=50, show_default=True,
               help="Validation images.")
+@click.option("--test", type=click.IntRange(0), default=10, show_default=True,
+              help="Test images (forms with a test split).")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--bad/--no-bad", default=False, show_default=True,
               help="Add a truncated JPEG and a zero-byte file to the train set.")
 @quiet_option
 @json_option
-def make_sample_cmd(out: Path, classes: int, per_class: int, val: int, seed: int, bad: bool,
-                    quiet: bool, as_json: bool) -> None:
-    """Write a small fake ILSVRC2012 (nested train tar, val tar, ground truth) with its quirks."""
-    from imgprep.inputs.fakeset import make_sample
+def make_sample_cmd(out: Path, form: str, classes: int, per_class: int, val: int, test: int,
+                    seed: int, bad: bool, quiet: bool, as_json: bool) -> None:
+    """Write a small fake ImageNet with its quirks in a form it is downloaded in."""
+    from imgprep.cli.report import make_sample_line
+    from imgprep.inputs.fakes import FAKES, SampleSpec, make_fake
 
+    if form not in FAKES:
+        raise click.BadParameter(f"not one of {', '.join(FAKES)}", param_hint="--form")
     try:
-        s = make_sample(out, classes, per_class, val, seed, bad)
+        s = make_fake(form, out, SampleSpec(classes=classes, per_class=per_class, val=val,
+                                            seed=seed, bad=bad, test=test))
     except ImgprepError as e:
         fail(e)
-    emit(s, as_json, quiet, lambda: (
-        f"{out}: {s['train_images']} train images in {len(s['classes'])} classes "
-        f"({s['train_tar']}), {s['val_images']} val images ({s['val_tar']}) with devkit, "
-        f"Caffe and Kaggle ground truth; quirks: {', '.join(s['quirks'])}"
-        + (f"; bad: {', '.join(s['bad'])}" if s["bad"] else "")))
+    if form == "ilsvrc":  # the summary it always gave
+        s = {k: v for k, v in s.items() if k not in ("form", "test_images", "inputs")}
+    emit(s, as_json, quiet, lambda: make_sample_line(s, form))
 
 
 def main() -> None:

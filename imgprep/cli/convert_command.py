@@ -72,6 +72,8 @@ def _of_transform(name: str) -> Any:
                    "without it).")
 @click.option("--classes", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="Class list 'wnid name' per line (default: the 1000 ILSVRC2012 classes).")
+@click.option("--form", metavar="FORM", help="Read INPUT as this form (default: detected).")
+@click.option("--dry-run", is_flag=True, help="Say what it would read, skip and write; no write.")
 @click.option("--overwrite", is_flag=True,
               help="Replace a finished conversion of the split made from other input, options "
                    "or format (removed first, and said so); without it such a run is refused.")
@@ -112,17 +114,17 @@ def _of_transform(name: str) -> Any:
 @quiet_option
 @json_option
 def convert(input: Path, out: Path, fmt: str, split: str | None, labels: tuple[Path, ...],
-            label_offset: int | None, trust_labels: bool, classes: Path | None, overwrite: bool,
-            size: int, resize: str, filt: str, quality: int, max_pixels: int,
-            exif_transpose: bool, shard_size: int, num_shards: int | None, seed: int, meta: bool,
-            workers: int | None, max_errors: int, rank_mode: str, wait_timeout: float,
+            label_offset: int | None, trust_labels: bool, classes: Path | None, form: str | None,
+            dry_run: bool, overwrite: bool, size: int, resize: str, filt: str, quality: int,
+            max_pixels: int, exif_transpose: bool, shard_size: int, num_shards: int | None,
+            seed: int, meta: bool, workers: int | None, max_errors: int, rank_mode: str, wait_timeout: float,
             num_nodes: int | None, node_rank: int | None, quiet: bool, as_json: bool) -> None:
-    """Convert ILSVRC2012 images to 256 px RGB shards or a label list.
+    """Convert ImageNet as downloaded to 256 px RGB shards or a label list.
 
     INPUT is ILSVRC2012_img_train.tar (read in place), ILSVRC2012_img_val.tar, a folder of
-    per-class tars, an extracted train/<wnid>/ tree, or a flat folder of images; a folder
-    holding train/ and val/ (validation/, ILSVRC2012_img_val.tar …) converts each into its own
-    manifest. Rerunning the same command after a crash or kill resumes and gives
+    per-class tars or images, Kaggle's zip or its extracted folder; each split it holds (train/
+    and val/, validation/, ILSVRC2012_img_val.tar …) goes into its own manifest (--dry-run
+    says which). Rerunning the same command after a crash or kill resumes and gives
     byte-identical output; another input or options for a finished split needs --overwrite.
 
     Launched by mpirun, srun or torchrun, each rank converts its share and rank 0 writes the
@@ -139,9 +141,23 @@ def convert(input: Path, out: Path, fmt: str, split: str | None, labels: tuple[P
         labels=labels, classes=classes, transform=transform, shard_size=shard_size,
         num_shards=num_shards, seed=seed, workers=workers or world.cores_per_rank(),
         max_errors=max_errors, meta=meta, mode=rank_mode, wait_timeout=wait_timeout,
-        overwrite=overwrite, label_offset=label_offset, trust_labels=trust_labels,
+        overwrite=overwrite, label_offset=label_offset, trust_labels=trust_labels, form=form,
     )
+    if dry_run:
+        return _dry_run(opts, as_json, quiet)
     _report(_run(opts, world, quiet), as_json, quiet, max_errors)
+
+
+def _dry_run(opts: ConvertOptions, as_json: bool, quiet: bool) -> None:
+    """What the run would read, skip and write, as text or JSON; nothing is written."""
+    from imgprep.cli.report import dry_run_lines
+    from imgprep.convert.dryrun import dry_run
+
+    try:
+        report = dry_run(opts).to_json()
+    except ImgprepError as e:
+        fail(e)
+    emit(report, as_json, quiet, lambda: "\n".join(dry_run_lines(report)))
 
 
 def _run(opts: ConvertOptions, world: World, quiet: bool) -> list[ConvertSummary]:

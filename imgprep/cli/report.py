@@ -41,6 +41,34 @@ def convert_lines(s: ConvertSummary, max_errors: int) -> list[str]:
     return lines
 
 
+def dry_run_lines(r: dict[str, Any]) -> list[str]:
+    """``convert --dry-run``: the form, each split, what is skipped; nothing was written."""
+    lines = [f"{r['input']}: {r['description']} (form {r['form']})"]
+    for s in r["splits"]:
+        spool = f"; staging copy: {s['spool_bytes'] / 1e9:.1f} GB in {r['out']}/.imgprep" \
+            if s["spool_bytes"] else ""
+        errors = f"; {s['listing_errors']} members refused" if s["listing_errors"] else ""
+        lines += [f"{s['split']}: {s['images']} images from {s['where']}{errors}",
+                  f"  labels: {s['labels']}" + (f" ({s['label_check']} check)"
+                                                if s["label_check"] not in ("none", "") else ""),
+                  f"  writes: {s['writes']} in {r['out']} ({s['output']}){spool}"]
+    lines += [f"skips {k}" for k in r["skipped"]]
+    lines.append("dry run: nothing was written")
+    return lines
+
+
+def make_sample_line(s: dict[str, Any], form: str) -> str:
+    """``make-sample``: what was written, and (other forms) the command that converts it."""
+    if form != "ilsvrc":
+        return (f"{s['out']}: the {form} form: {s['train_images']} train images in "
+                f"{len(s['classes'])} classes, {s['val_images']} val, {s['test_images']} test; "
+                f"convert it: imgprep convert {' or '.join(s['inputs'])} -o OUT")
+    return (f"{s['out']}: {s['train_images']} train images in {len(s['classes'])} classes "
+            f"({s['train_tar']}), {s['val_images']} val images ({s['val_tar']}) with devkit, "
+            f"Caffe and Kaggle ground truth; quirks: {', '.join(s['quirks'])}"
+            + (f"; bad: {', '.join(s['bad'])}" if s["bad"] else ""))
+
+
 def stage_line(s: StageSummary, fanout: bool) -> str:
     """The human-readable summary of one node's ``stage-to-node``."""
     return (f"node {s.node_rank}/{s.num_nodes} ({s.role}): {s.shards_copied} shards "

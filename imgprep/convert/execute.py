@@ -88,13 +88,11 @@ def _convert_items(plan: Plan, piece: _Slice, tick: Tick,
         part.mean = np.zeros((size, size, 3), dtype=np.uint64)
     add = sink or part.samples.append
     items = piece.task.items[piece.lo:piece.hi]
-    rows = zip(items.tolist(), lst.container[items].tolist(), lst.offset[items].tolist(),
-               lst.size[items].tolist(), plan.labels[items].tolist(), strict=True)
+    rows = zip(items.tolist(), plan.labels[items].tolist(), strict=True)
     with SourceReader(lst.containers) as reader:
-        for i, container, offset, nbytes, label in rows:
+        for i, label in rows:
             try:
-                data = reader.read(container, offset, nbytes,
-                                   lst.member_str(i) if offset < 0 else "")
+                data = reader.read_item(lst, i)
                 conv = image.convert_image(data, opts.transform)
             except (ImageError, OSError) as e:
                 reason = str(e) if isinstance(e, ImageError) else f"cannot read: {e}"

@@ -10,9 +10,12 @@ from __future__ import annotations
 
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from imgprep.shards.manifest import FORMATS, SPLITS
+
+if TYPE_CHECKING:
+    from imgprep.inputs.forms import SplitInput
 
 OUTPUT_FORMATS = FORMATS  # the manifest's formats: webdataset shards or a label list
 RANK_MODES = ("shared", "partition")
@@ -77,6 +80,8 @@ class ConvertOptions:
     overwrite: bool = False  # replace a finished split converted from other inputs/options
     label_offset: int | None = None  # subtracted from a 'name label' ground truth's labels
     trust_labels: bool = False  # take labels that differ from the published val labels as given
+    form: str | None = None  # --form: read the input as this form (default: detected)
+    source: SplitInput | None = None  # the split of the input to convert (set by split_inputs)
 
     def __post_init__(self) -> None:
         _one_of("format", self.format, OUTPUT_FORMATS)

@@ -66,7 +66,7 @@ def convert(opts: ConvertOptions, world: World | None = None, progress: Progress
     """
     parts = split_inputs(opts)
     if len(parts) > 1:
-        names = " and ".join(str(p.input) for p in parts)
+        names = " and ".join(p.source.where if p.source else str(p.input) for p in parts)
         raise SourceFormatError(
             f"{opts.input} holds the splits {names}; convert each into its own manifest: "
             f"imgprep convert {opts.input} -o {opts.out} does both, or pass --split")

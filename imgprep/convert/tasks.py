@@ -27,6 +27,7 @@ from imgprep.convert.errorlog import ErrorRecord
 from imgprep.convert.options import ConvertOptions
 from imgprep.convert.outdir import STATE_DIR
 from imgprep.errors import LabelError, OutputError, SourceFormatError
+from imgprep.inputs.forms import ListContext, SplitInput, TextFile, detect, list_split
 from imgprep.inputs.groundtruth import (
     UNKNOWN,
     LabelCheck,
@@ -34,7 +35,13 @@ from imgprep.inputs.groundtruth import (
     resolve_labels,
     unknown_wnid_reason,
 )
-from imgprep.inputs.sources import VAL_PREFIX, Listing, list_source, split_folders, split_of_name
+from imgprep.inputs.sources import (
+    IMAGE_EXTS,
+    VAL_PREFIX,
+    Listing,
+    split_folders,
+    split_of_name,
+)
 from imgprep.inputs.synsets import ClassTable, load_class_table
 from imgprep.shards.manifest import Manifest
 
@@ -164,9 +171,10 @@ def _separate(src: Path, count: int, in_folders: bool, opts: ConvertOptions,
     root = origin.input if origin is not None and origin.input != opts.input else None
     base = root or src
     dest = base.absolute().parent / f"{base.name}-val-images"
-    move = (f"(cd {shlex.quote(str(src))} && find . -type f -name 'ILSVRC2012_val_*' -exec sh "
+    names = " -o ".join(f"-iname 'ILSVRC2012_val_*{ext}'" for ext in IMAGE_EXTS)
+    move = (f"(cd {shlex.quote(str(src))} && find . -type f \\( {names} \\) -exec sh "
             """-c 'mkdir -p "$0/${1%/*}" && mv -n "$1" "$0/$1"' """
-            f"{shlex.quote(str(dest))} {{}} \\;)")
+            f"{shlex.quote(str(dest))} {{}} \\;)")  # images only: never annotation files
     given = _label_args(origin or opts)
     labels = [] if in_folders else given or ["--labels", "GROUND_TRUTH"]
     if root is None:
@@ -232,11 +240,30 @@ def _labels(listing: Listing, classes: ClassTable) -> np.ndarray | None:
     return np.asarray(table, dtype=np.int16)[inverse].reshape(-1)
 
 
-def make_plan(opts: ConvertOptions, origin: ConvertOptions | None = None) -> Plan:
+def one_split(opts: ConvertOptions) -> SplitInput:
+    """The one split of ``opts.input`` (for options not made by ``split_inputs``)."""
+    found = detect(opts.input, opts.form)
+    if len(found.splits) != 1:
+        raise SourceFormatError(
+            f"{opts.input} holds the splits {', '.join(str(s.split) for s in found.splits)}; "
+            "convert each into its own manifest: pass --split, or convert the whole input")
+    return found.splits[0]
+
+
+def _list_context(opts: ConvertOptions, source: SplitInput, classes: ClassTable,
+                  spool: bool) -> ListContext:
+    spool_dir = opts.out / STATE_DIR / source.split / "spool" \
+        if spool and source.split is not None else None
+    return ListContext(workers=opts.workers, classes=classes, spool_dir=spool_dir)
+
+
+def make_plan(opts: ConvertOptions, origin: ConvertOptions | None = None, *,
+              spool: bool = True) -> Plan:
     """Check the ground truth, list the source (class tars on ``opts.workers`` processes),
     label every image and cut the work into tasks (no image is decoded). ``origin``: the
     options given, when ``opts`` is one split of them (``split_inputs``), for the advice of
-    errors."""
+    errors. ``spool``: a form without random access may write its staging copy (not in a
+    dry run)."""
     if opts.label_offset is not None and not opts.labels:
         raise LabelError(f"--label-offset {opts.label_offset} shifts the labels of --labels, "
                          "and none was given; pass the ground truth or drop --label-offset")
@@ -244,11 +271,13 @@ def make_plan(opts: ConvertOptions, origin: ConvertOptions | None = None) -> Pla
         raise LabelError("--trust-labels takes the labels of --labels as given, and none was "
                          "given; pass the ground truth or drop --trust-labels")
     classes = load_class_table(opts.classes)
-    gt = read_ground_truth(opts.labels, classes, opts.label_offset, opts.trust_labels) \
-        if opts.labels else None  # checked before the (longer) listing
+    source = opts.source or one_split(opts)
+    given: tuple[TextFile, ...] = opts.labels or source.truth
+    gt = read_ground_truth(given, classes, opts.label_offset, opts.trust_labels) \
+        if given else None  # checked before the (longer) listing
     truth = gt.labels if gt is not None else None
-    listing = list_source(opts.input, workers=opts.workers)  # the same for any count
-    split = opts.split or infer_split(listing, bool(opts.labels), opts.input)
+    listing = list_split(source, _list_context(opts, source, classes, spool))
+    split = opts.split or source.split or infer_split(listing, bool(given), opts.input)
     if opts.split is None and split == "train":  # before labels: loose val images have none
         check_no_val_in_train(listing, opts, origin)
     labels = _labels(listing, classes) if truth is None else None
@@ -261,34 +290,34 @@ def make_plan(opts: ConvertOptions, origin: ConvertOptions | None = None) -> Pla
 
 
 def split_inputs(opts: ConvertOptions, warn: bool = False) -> list[ConvertOptions]:
-    """One ConvertOptions per split: the input itself, or each split folder of a folder that
-    holds them (``train/``, ``val/``, ``validation/``, ``ILSVRC2012_img_val.tar`` …, any
-    case; ``--split`` picks one). ``--labels`` go to the val split. ``warn``: log a warning
-    naming the entries that are not converted (one rank does)."""
-    found, others = split_folders(opts.input)
-    if not found:
-        return [opts]
+    """One ConvertOptions per split of ``opts.input``, as its form was detected
+    (``imgprep.inputs.forms``): the input itself, each split folder of a folder that holds
+    them (``train/``, ``val/``, ``validation/``, ``ILSVRC2012_img_val.tar`` …, any case), or
+    each split of a download that holds several (Kaggle's). ``--split`` picks one; ``--labels``
+    go to the val split; ``warn``: log a warning for each thing not converted (one rank does)."""
+    found = detect(opts.input, opts.form)
+    if len(found.splits) == 1 and found.splits[0].split is None:
+        return [replace(opts, source=found.splits[0])]
+    picks = [s for s in found.splits if s.by_default]
     if opts.split is not None:
-        if opts.split not in found:
+        pick = found.split(opts.split)
+        if pick is None:
             raise SourceFormatError(
-                f"{opts.input} holds {', '.join(p.name for p in found.values())} but no "
-                f"{opts.split} folder; point INPUT at the {opts.split} images")
-        found = {opts.split: found[opts.split]}
-    if opts.labels and "val" not in found:
+                f"{opts.input} holds {', '.join(s.where for s in found.splits)} but no "
+                f"{opts.split} split; point INPUT at the {opts.split} images")
+        picks = [pick]
+    if opts.labels and not any(s.split == "val" for s in picks):
         raise LabelError(f"--labels is validation ground truth, but {opts.input} holds no val "
                          "folder; drop --labels or point INPUT at the val images")
-    skipped = [p for p in others if p.is_dir() or p.name.lower().endswith((".tar", ".jpeg",
-                                                                            ".jpg", ".png"))]
-    if skipped and warn:
-        names = ", ".join(str(p) for p in skipped[:5]) + (" …" if len(skipped) > 5 else "")
-        log.warning(f"not converted (not a train or val folder): {names}; convert them on "
-                    "their own if you need them")
+    if warn:
+        for skip in found.skipped:
+            log.warning(f"not converted: {skip}")
     # The split stays as the user gave it: a folder's name is not --split train, so
     # validation images in a train/ folder are still refused.
-    return [replace(opts, input=p, labels=opts.labels if s == "val" else (),
-                    label_offset=opts.label_offset if s == "val" else None,
-                    trust_labels=opts.trust_labels and s == "val")
-            for s, p in sorted(found.items(), key=lambda kv: kv[0] != "train")]
+    return [replace(opts, input=s.path, source=s, labels=opts.labels if s.split == "val" else (),
+                    label_offset=opts.label_offset if s.split == "val" else None,
+                    trust_labels=opts.trust_labels and s.split == "val")
+            for s in picks]
 
 
 def _wanted(plan: Plan) -> outdir.Wanted:
