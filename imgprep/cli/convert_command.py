@@ -118,7 +118,8 @@ def convert(input: Path, out: Path, fmt: str, split: str | None, labels: tuple[P
             dry_run: bool, overwrite: bool, size: int, resize: str, filt: str, quality: int,
             max_pixels: int, exif_transpose: bool, shard_size: int, num_shards: int | None,
             seed: int, meta: bool, workers: int | None, max_errors: int, rank_mode: str,
-            wait_timeout: float, num_nodes: int | None, node_rank: int | None, quiet: bool, as_json: bool) -> None:
+            wait_timeout: float, num_nodes: int | None, node_rank: int | None, quiet: bool,
+            as_json: bool) -> None:
     """Convert ImageNet as downloaded to 256 px RGB shards or a label list.
 
     INPUT is ILSVRC2012_img_train.tar (read in place), ILSVRC2012_img_val.tar, a folder of
