@@ -1,50 +1,54 @@
-"""Human-readable summaries of what a command did, built from its JSON summary."""
+"""Human-readable summaries of what a command did, built from its summary."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from imgprep.convert.summary import ConvertSummary
+    from imgprep.stage.run import StageSummary
 
 
-def convert_lines(s: dict[str, Any], max_errors: int) -> list[str]:
-    """The human-readable summary of one split's conversion (``convert``'s summary dict)."""
-    if s["role"] == "part":
-        return [f"rank {s['rank']}: {s['tasks_mine']} of {s['tasks']} shards of {s['split']} "
-                f"converted ({s['samples']} samples) in {s['seconds']:.1f} s; rank 0 writes the "
+def convert_lines(s: ConvertSummary, max_errors: int) -> list[str]:
+    """The human-readable summary of one split's conversion."""
+    if s.role == "part":
+        return [f"rank {s.rank}: {s.tasks_mine} of {s.tasks} shards of {s.split} "
+                f"converted ({s.samples} samples) in {s.seconds:.1f} s; rank 0 writes the "
                 "manifest"]
     lines = [
-        f"{s['split']}: {s['samples']} samples in {s['tasks']} "
-        f"{'shards' if s['format'] == 'shards' else 'chunks'} ({s['bytes'] / 1e6:.1f} MB) "
-        f"from {s['images_listed']} images; {s['tasks_resumed']} resumed"
-        + (" (already complete: nothing converted)" if s["complete"] and s["tasks"]
-           and s["tasks_resumed"] == s["tasks"] else ""),
-        f"{s['seconds']:.1f} s, {s['images_per_s']:.0f} images/s with {s['workers']} "
-        "workers" + (f" on rank 0 of {s['world_size']}" if s["world_size"] > 1 else ""),
+        f"{s.split}: {s.samples} samples in {s.tasks} "
+        f"{'shards' if s.format == 'shards' else 'chunks'} ({s.bytes / 1e6:.1f} MB) "
+        f"from {s.images_listed} images; {s.tasks_resumed} resumed"
+        + (" (already complete: nothing converted)" if s.complete and s.tasks
+           and s.tasks_resumed == s.tasks else ""),
+        f"{s.seconds:.1f} s, {s.images_per_s:.0f} images/s with {s.workers} "
+        "workers" + (f" on rank 0 of {s.world_size}" if s.world_size > 1 else ""),
     ]
-    if s["unknown_wnids"]:
-        n = sum(s["unknown_wnids"].values())
+    if s.unknown_wnids:
+        n = sum(s.unknown_wnids.values())
         lines.append(f"{n} images are named with wnids outside the class table "
-                     f"({', '.join(f'{w}: {k}' for w, k in s['unknown_wnids'].items())}); "
+                     f"({', '.join(f'{w}: {k}' for w, k in s.unknown_wnids.items())}); "
                      "logged as errors; pass --classes with a table that has them")
     lines += _label_lines(s)
-    if s["errors"]:
-        lines.append(f"{s['errors']} images failed; see {s['error_log']}")
-    lines.append(f"manifest: {s['manifest']}" if s["complete"] else
-                 f"FAILED: {s['errors']} errors > --max-errors {max_errors}: no manifest "
+    if s.errors:
+        lines.append(f"{s.errors} images failed; see {s.error_log}")
+    lines.append(f"manifest: {s.manifest}" if s.complete else
+                 f"FAILED: {s.errors} errors > --max-errors {max_errors}: no manifest "
                  "written; fix the inputs or raise --max-errors, then rerun to finish")
     return lines
 
 
-def _label_lines(s: dict[str, Any]) -> list[str]:
+def _label_lines(s: ConvertSummary) -> list[str]:
     """Where a split's labels came from, said when it is not what was given or carried, and
     what --trust-labels let through."""
-    source = str(s.get("label_source", ""))
+    source = s.label_source
     lines = {"published": ["labels: the published ILSVRC2012 validation labels"],
              "input+published": ["labels: from the input, and the published ILSVRC2012 "
                                  "validation labels for the ILSVRC2012_val_* images it does "
                                  "not label"],
-             "none": [f"labels: none (the {s['split']} split is converted unlabelled: no .cls; "
+             "none": [f"labels: none (the {s.split} split is converted unlabelled: no .cls; "
                       "the loaders and the trainer refuse to train on it)"]}.get(source, [])
-    differing = s.get("label_check_names", {}).get("differing", 0)
+    differing = s.label_check_names.get("differing", 0)
     if differing and source == "ground-truth":
         lines.append(f"--trust-labels: {differing} ILSVRC2012_val_* names in the ground truth "
                      "have labels other than the published ones; converted as given")
@@ -54,14 +58,42 @@ def _label_lines(s: dict[str, Any]) -> list[str]:
     return lines
 
 
-def stage_line(s: dict[str, Any], fanout: bool) -> str:
+def dry_run_lines(r: dict[str, Any]) -> list[str]:
+    """``convert --dry-run``: the form, each split, what is skipped; nothing was written."""
+    lines = [f"{r['input']}: {r['description']} (form {r['form']})"]
+    for s in r["splits"]:
+        spool = f"; staging copy: {s['spool_bytes'] / 1e9:.1f} GB in {r['out']}/.imgprep" \
+            if s["spool_bytes"] else ""
+        errors = f"; {s['listing_errors']} members refused" if s["listing_errors"] else ""
+        lines += [f"{s['split']}: {s['images']} images from {s['where']}{errors}",
+                  f"  labels: {s['labels']}" + (f" ({s['label_check']} check)"
+                                                if s["label_check"] not in ("none", "") else ""),
+                  f"  writes: {s['writes']} in {r['out']} ({s['output']}){spool}"]
+    lines += [f"skips {k}" for k in r["skipped"]]
+    lines.append("dry run: nothing was written")
+    return lines
+
+
+def make_sample_line(s: dict[str, Any], form: str) -> str:
+    """``make-sample``: what was written, and (other forms) the command that converts it."""
+    if form != "ilsvrc":
+        return (f"{s['out']}: the {form} form: {s['train_images']} train images in "
+                f"{len(s['classes'])} classes, {s['val_images']} val, {s['test_images']} test; "
+                f"convert it: imgprep convert {' or '.join(s['inputs'])} -o OUT")
+    return (f"{s['out']}: {s['train_images']} train images in {len(s['classes'])} classes "
+            f"({s['train_tar']}), {s['val_images']} val images ({s['val_tar']}) with devkit, "
+            f"Caffe and Kaggle ground truth; quirks: {', '.join(s['quirks'])}"
+            + (f"; bad: {', '.join(s['bad'])}" if s["bad"] else ""))
+
+
+def stage_line(s: StageSummary, fanout: bool) -> str:
     """The human-readable summary of one node's ``stage-to-node``."""
-    return (f"node {s['node_rank']}/{s['num_nodes']} ({s['role']}): {s['shards_copied']} shards "
-            f"copied, {s['shards_skipped']} already there, {s['bytes_read'] / 1e6:.1f} MB read "
+    return (f"node {s.node_rank}/{s.num_nodes} ({s.role}): {s.shards_copied} shards "
+            f"copied, {s.shards_skipped} already there, {s.bytes_read / 1e6:.1f} MB read "
             "from the source"
-            + (f", {s['bytes_received'] / 1e6:.1f} MB from other nodes" if fanout else "")
-            + f" in {s['seconds']:.1f} s ({s['mb_per_s']:.0f} MB/s); manifests: "
-            f"{', '.join(s['manifests'])}")
+            + (f", {s.bytes_received / 1e6:.1f} MB from other nodes" if fanout else "")
+            + f" in {s.seconds:.1f} s ({s.mb_per_s:.0f} MB/s); manifests: "
+            f"{', '.join(s.manifests)}")
 
 
 def info_lines(out: dict[str, Any]) -> list[str]:

@@ -11,63 +11,39 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import math
 import shlex
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from imgprep import __version__
 from imgprep.convert import outdir
-from imgprep.convert.image import TransformOptions
+from imgprep.convert.errorlog import ErrorRecord
+from imgprep.convert.options import ConvertOptions
 from imgprep.convert.outdir import STATE_DIR
 from imgprep.errors import LabelError, OutputError, SourceFormatError
+from imgprep.inputs.forms import ListContext, SplitInput, TextFile, detect, list_split
 from imgprep.inputs.groundtruth import UNKNOWN, LabelCheck, read_ground_truth, unknown_wnid_reason
 from imgprep.inputs.labels import label_listing
 from imgprep.inputs.sources import (
+    IMAGE_EXTS,
     TEST_PREFIX,
     VAL_PREFIX,
     Listing,
-    list_source,
     split_folders,
     split_of_name,
 )
 from imgprep.inputs.synsets import ClassTable, load_class_table
 from imgprep.shards.manifest import Manifest
 
-OUTPUT_FORMATS = ("shards", "list")
-RANK_MODES = ("shared", "partition")
 LIST_CHUNK = 1000
 RECORD_VERSION = 1  # bump when a task record's meaning changes: old records are then redone
-Notify = Callable[[str], None]
-
-
-@dataclass(frozen=True)
-class ConvertOptions:
-    """Everything ``imgprep convert`` needs; the output is a pure function of these."""
-
-    input: Path
-    out: Path
-    format: str = "shards"
-    split: str | None = None
-    labels: tuple[Path, ...] = ()
-    classes: Path | None = None
-    transform: TransformOptions = field(default_factory=TransformOptions)
-    shard_size: int = 1250
-    num_shards: int | None = None
-    seed: int = 0
-    workers: int = 1
-    max_errors: int = 0
-    meta: bool = True
-    mode: str = "shared"
-    wait_timeout: float = 3600.0
-    overwrite: bool = False  # replace a finished split converted from other inputs/options
-    label_offset: int | None = None  # subtracted from a 'name label' ground truth's labels
-    trust_labels: bool = False  # take labels that differ from the published val labels as given
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -111,7 +87,16 @@ class Plan:
         return self.opts.format == "list" and self.split == "train"
 
 
-@dataclass
+class ListedImage(NamedTuple):
+    """One image a label-list task wrote (a list in its task record's JSON)."""
+
+    path: str  # relative to the output folder: <split>/<wnid>/<key>.jpg (<split>/<key>.jpg)
+    label: int | None  # None in an unlabelled split
+    bytes: int
+    sha256: str
+
+
+@dataclass(frozen=True, kw_only=True)
 class TaskResult:
     """What a finished task produced; stored as its record so a rerun can skip it."""
 
@@ -123,8 +108,8 @@ class TaskResult:
     sha256: str = ""
     sums: list[list[int]] = field(default_factory=lambda: [[0, 0, 0]] * 3)
     stats_images: int = 0
-    errors: list[dict[str, str]] = field(default_factory=list)
-    files: list[list[Any]] = field(default_factory=list)
+    errors: tuple[ErrorRecord, ...] = ()
+    files: tuple[ListedImage, ...] = ()  # label lists only
     resumed: bool = False
 
 
@@ -190,9 +175,10 @@ def _separate(src: Path, count: int, in_folders: bool, opts: ConvertOptions,
     root = origin.input if origin is not None and origin.input != opts.input else None
     base = root or src
     dest = base.absolute().parent / f"{base.name}-val-images"
-    move = (f"(cd {shlex.quote(str(src))} && find . -type f -name 'ILSVRC2012_val_*' -exec sh "
+    names = " -o ".join(f"-iname 'ILSVRC2012_val_*{ext}'" for ext in IMAGE_EXTS)
+    move = (f"(cd {shlex.quote(str(src))} && find . -type f \\( {names} \\) -exec sh "
             """-c 'mkdir -p "$0/${1%/*}" && mv -n "$1" "$0/$1"' """
-            f"{shlex.quote(str(dest))} {{}} \\;)")
+            f"{shlex.quote(str(dest))} {{}} \\;)")  # images only: never annotation files
     given = _label_args(origin or opts)
     labels = [] if in_folders else given  # ILSVRC2012_val_* need none: the published labels
     if root is None:
@@ -257,12 +243,13 @@ def _check_test_options(opts: ConvertOptions) -> None:
                          f"drop {', '.join(given)}")
 
 
-def _unlabelled_plan(opts: ConvertOptions, listing: Listing, classes: ClassTable) -> Plan:
+def _unlabelled_plan(opts: ConvertOptions, listing: Listing, classes: ClassTable,
+                     named: bool) -> Plan:
     """The plan of the test split: every image, no labels (``Plan.labelled`` is False);
-    refused unless ``--split test`` asked for it."""
+    refused unless ``--split test`` asked for it. ``named``: the input says it is the test
+    split (else every image is named ``ILSVRC2012_test_*``)."""
     if opts.split != "test":
-        why = "named as the test split" if split_of_name(opts.input.name) == "test" else \
-            f"its images are {TEST_PREFIX}*"
+        why = "named as the test split" if named else f"its images are {TEST_PREFIX}*"
         raise SourceFormatError(
             f"{opts.input} is the ILSVRC2012 test split ({why}), which has no labels: pass "
             "--split test to convert it as an unlabelled split (its manifest says so; the "
@@ -272,24 +259,44 @@ def _unlabelled_plan(opts: ConvertOptions, listing: Listing, classes: ClassTable
                 _fingerprint(opts, "test", listing, labels, classes), LabelCheck(), "none")
 
 
-def make_plan(opts: ConvertOptions, origin: ConvertOptions | None = None) -> Plan:
+def one_split(opts: ConvertOptions) -> SplitInput:
+    """The one split of ``opts.input`` (for options not made by ``split_inputs``)."""
+    found = detect(opts.input, opts.form)
+    if len(found.splits) != 1:
+        raise SourceFormatError(
+            f"{opts.input} holds the splits {', '.join(str(s.split) for s in found.splits)}; "
+            "convert each into its own manifest: pass --split, or convert the whole input")
+    return found.splits[0]
+
+
+def _list_context(opts: ConvertOptions, source: SplitInput, classes: ClassTable,
+                  spool: bool) -> ListContext:
+    spool_dir = opts.out / STATE_DIR / source.split / "spool" \
+        if spool and source.split is not None else None
+    return ListContext(workers=opts.workers, classes=classes, spool_dir=spool_dir)
+
+
+def make_plan(opts: ConvertOptions, origin: ConvertOptions | None = None, *,
+              spool: bool = True) -> Plan:
     """Check the ground truth, list the source (class tars on ``opts.workers`` processes),
     label every image and cut the work into tasks (no image is decoded). ``origin``: the
     options given, when ``opts`` is one split of them (``split_inputs``), for the advice of
-    errors."""
-    if opts.format not in OUTPUT_FORMATS:
-        raise ValueError(f"format must be one of {OUTPUT_FORMATS}")
+    errors. ``spool``: a form without random access may write its staging copy (not in a
+    dry run)."""
     if opts.label_offset is not None and not opts.labels:
         raise LabelError(f"--label-offset {opts.label_offset} shifts the labels of --labels, "
                          "and none was given; pass the ground truth or drop --label-offset")
     _check_test_options(opts)
     classes = load_class_table(opts.classes)
-    gt = read_ground_truth(opts.labels, classes, opts.label_offset, opts.trust_labels) \
-        if opts.labels else None  # checked before the (longer) listing
-    listing = list_source(opts.input, workers=opts.workers)  # the same for any count
-    split = opts.split or infer_split(listing, bool(opts.labels), opts.input)
+    source = opts.source or one_split(opts)
+    given: tuple[TextFile, ...] = opts.labels or source.truth
+    gt = read_ground_truth(given, classes, opts.label_offset, opts.trust_labels) \
+        if given else None  # checked before the (longer) listing
+    listing = list_split(source, _list_context(opts, source, classes, spool))
+    split = opts.split or source.split or infer_split(listing, bool(given), opts.input)
     if split == "test":
-        return _unlabelled_plan(opts, listing, classes)
+        named = source.split == "test" or split_of_name(opts.input.name) == "test"
+        return _unlabelled_plan(opts, listing, classes, named=named)
     if opts.split is None and split == "train":  # before labels: loose val images have none
         check_no_val_in_train(listing, opts, origin)
     got = label_listing(listing, classes, gt, opts.trust_labels)
@@ -298,60 +305,59 @@ def make_plan(opts: ConvertOptions, origin: ConvertOptions | None = None) -> Pla
                 _fingerprint(opts, split, listing, got.labels, classes), got.check, got.source)
 
 
-def check_trust(opts: ConvertOptions, plans: list[Plan]) -> None:
+def check_trust(opts: ConvertOptions, sources: list[str]) -> None:
     """Refuse ``--trust-labels`` when no split of the run has labels it could take as given
-    (given by ``--labels`` or carried by the input): every label is the published one."""
-    if opts.trust_labels and all(p.label_source in ("published", "none") for p in plans):
+    (given by ``--labels`` or carried by the input): ``sources``, each split's label source
+    (``Plan.label_source``), are all published labels or none."""
+    if opts.trust_labels and all(s in ("published", "none") for s in sources):
         raise LabelError("--trust-labels takes the labels of --labels, or those the input "
                          f"carries, as given; {opts.input} has none (its labels are the "
                          "published ones): drop --trust-labels")
 
 
-def split_inputs(opts: ConvertOptions, notify: Notify | None = None) -> list[ConvertOptions]:
-    """One ConvertOptions per split: the input itself, or each split folder of a folder that
-    holds them (``train/``, ``val/``, ``validation/``, ``ILSVRC2012_img_val.tar`` …, any
-    case; ``--split`` picks one; the test split, which has no labels, only that way).
-    ``--labels`` go to the val split; ``notify`` hears what is not converted."""
-    found, others = split_folders(opts.input)
-    if not found:
-        return [opts]
-    if opts.split is None and "test" in found:
-        test = found.pop("test")
-        if not found:
-            raise SourceFormatError(
-                f"{opts.input} holds only the test split ({test.name}), which has no labels: "
-                "pass --split test to convert it as an unlabelled split")
-        if notify is not None:
-            notify(f"not converted: {test}: the test split has no labels; pass --split test "
-                   "to convert it as an unlabelled split")
+def split_inputs(opts: ConvertOptions, warn: bool = False) -> list[ConvertOptions]:
+    """One ConvertOptions per split of ``opts.input``, as its form was detected
+    (``imgprep.inputs.forms``): the input itself, each split folder of a folder that holds
+    them (``train/``, ``val/``, ``validation/``, ``ILSVRC2012_img_val.tar`` …, any case), or
+    each split of a download that holds several (Kaggle's). ``--split`` picks one (the test
+    split, which has no labels, is converted only that way); ``--labels`` go to the val split;
+    ``warn``: log a warning for each thing not converted (one rank does)."""
+    found = detect(opts.input, opts.form)
+    if len(found.splits) == 1 and found.splits[0].split is None:
+        return [replace(opts, source=found.splits[0])]
+    picks = [s for s in found.splits if s.by_default]
+    if opts.split is None and not picks:
+        raise SourceFormatError(
+            f"{opts.input} holds only the test split ({found.splits[0].where}), which has no "
+            "labels: pass --split test to convert it as an unlabelled split")
     if opts.split is not None:
-        if opts.split not in found:
+        pick = found.split(opts.split)
+        if pick is None:
             raise SourceFormatError(
-                f"{opts.input} holds {', '.join(p.name for p in found.values())} but no "
-                f"{opts.split} folder; point INPUT at the {opts.split} images")
-        found = {opts.split: found[opts.split]}
-    if opts.labels and "val" not in found:
+                f"{opts.input} holds {', '.join(s.where for s in found.splits)} but no "
+                f"{opts.split} split; point INPUT at the {opts.split} images")
+        picks = [pick]
+    if opts.labels and not any(s.split == "val" for s in picks):
         raise LabelError(f"--labels is validation ground truth, but {opts.input} holds no val "
                          "folder; drop --labels or point INPUT at the val images")
-    skipped = [p for p in others if p.is_dir() or p.name.lower().endswith((".tar", ".jpeg",
-                                                                            ".jpg", ".png"))]
-    if skipped and notify is not None:
-        names = ", ".join(str(p) for p in skipped[:5]) + (" …" if len(skipped) > 5 else "")
-        notify(f"not converted (not a train or val folder): {names}; convert them on their "
-               "own if you need them")
+    if warn:
+        for skip in found.skipped:
+            log.warning(f"not converted: {skip}")
     # The split stays as the user gave it: a folder's name is not --split train, so
     # validation images in a train/ folder are still refused.
-    return [replace(opts, input=p, labels=opts.labels if s == "val" else (),
-                    label_offset=opts.label_offset if s == "val" else None)
-            for s, p in sorted(found.items(), key=lambda kv: kv[0] != "train")]
+    return [replace(opts, input=s.path, source=s, labels=opts.labels if s.split == "val" else (),
+                    label_offset=opts.label_offset if s.split == "val" else None)
+            for s in picks]
 
 
 def _wanted(plan: Plan) -> outdir.Wanted:
     lst = plan.listing
     return outdir.Wanted(
-        plan.opts.out, plan.split, plan.opts.format, options_json(plan.opts, plan.split),
-        plan.fingerprint, plan.classes.to_json(),
-        {"kind": lst.kind, "name": Path(lst.root).name, "images": len(lst)}, __version__)
+        out=plan.opts.out, split=plan.split, format=plan.opts.format,
+        options=options_json(plan.opts, plan.split), fingerprint=plan.fingerprint,
+        classes=plan.classes.to_json(),
+        source={"kind": lst.kind, "name": Path(lst.root).name, "images": len(lst)},
+        tool_version=__version__)
 
 
 def check_folder(plan: Plan) -> Manifest | None:
@@ -362,11 +368,11 @@ def check_folder(plan: Plan) -> Manifest | None:
     return outdir.check_folder(want, plan.opts.overwrite)
 
 
-def unknown_errors(plan: Plan) -> list[dict[str, str]]:
+def unknown_errors(plan: Plan) -> list[ErrorRecord]:
     """Error-log entries of images named with a wnid outside the class table."""
     lst = plan.listing
-    return [{"source": f"{lst.root}/{lst.member_str(i)}", "key": lst.key_str(i),
-             "reason": unknown_wnid_reason(lst.key_str(i).partition("_")[0])}
+    return [ErrorRecord(source=f"{lst.root}/{lst.member_str(i)}", key=lst.key_str(i),
+                        reason=unknown_wnid_reason(lst.key_str(i).partition("_")[0]))
             for i in np.flatnonzero(plan.labels == UNKNOWN).tolist()]
 
 

@@ -26,6 +26,7 @@ from importlib import resources
 from pathlib import Path
 
 from imgprep.errors import InputMissingError, LabelError, UnsafeArchiveError
+from imgprep.inputs.reader import TextFile
 from imgprep.inputs.synsets import imagenet_classes
 
 # Line n: the wnid of ILSVRC2012_ID n. Made by scripts/make_val_labels.py from map_clsloc.txt.
@@ -65,7 +66,7 @@ def devkit_map() -> dict[int, str]:
     return {i: w for i, w in enumerate(devkit_wnids(), 1)}
 
 
-def check_map(path: Path, lines: list[str]) -> None:
+def check_map(path: TextFile, lines: list[str]) -> None:
     """Refuse a ``map_clsloc.txt`` (``wnid ID name`` lines) that lists an ID twice or maps one
     otherwise than the 2012 devkit does, naming the line."""
     known, seen = devkit_wnids(), set()

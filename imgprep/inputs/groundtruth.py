@@ -27,6 +27,7 @@ from pathlib import Path
 
 from imgprep.errors import InputMissingError, LabelError
 from imgprep.inputs.devkit import archive_ground_truth, check_map, devkit_map, is_archive
+from imgprep.inputs.reader import TextFile
 from imgprep.inputs.synsets import (
     WNID_RE,
     ClassTable,
@@ -108,8 +109,8 @@ def detect_form(lines: list[str]) -> str:
     return "unknown"
 
 
-def _read_lines(path: Path) -> list[str]:
-    if is_archive(path):  # the devkit archive: its ground-truth member, read as a stream
+def _read_lines(path: TextFile) -> list[str]:
+    if isinstance(path, Path) and is_archive(path):  # the devkit archive, read as a stream
         return archive_ground_truth(path)
     try:  # utf-8-sig: a byte-order mark (Excel's CSVs) is not part of the first line
         return path.read_text("utf-8-sig").splitlines()
@@ -141,7 +142,7 @@ def _published(key: str, classes: ClassTable) -> int | None:
     return classes.index(imagenet_classes().wnids[imagenet_val_labels()[n - 1]])
 
 
-def _refuse_shift(path: Path, rows: list[tuple[str, int, int]], classes: ClassTable,
+def _refuse_shift(path: TextFile, rows: list[tuple[str, int, int]], classes: ClassTable,
                   offset: int | None) -> None:
     """Refuse a 'name label' file whose published names all differ from their published
     label by one constant, naming the ``--label-offset`` that makes them agree."""
@@ -165,7 +166,7 @@ def _refuse_shift(path: Path, rows: list[tuple[str, int, int]], classes: ClassTa
         f"{fix}{instead}")
 
 
-def _name_labels(path: Path, numbered: list[tuple[int, str]], classes: ClassTable,
+def _name_labels(path: TextFile, numbered: list[tuple[int, str]], classes: ClassTable,
                  offset: int | None, compared: bool) -> list[tuple[str, int, int]]:
     """(name, label - offset, line) of a 'name label' file. Refuses published names shifted
     by a constant (``compared``: published names are compared), a label outside [0, classes)
@@ -201,7 +202,7 @@ def _name_labels(path: Path, numbered: list[tuple[int, str]], classes: ClassTabl
     return rows
 
 
-def _parse(path: Path, lines: list[str], form: str, classes: ClassTable,
+def _parse(path: TextFile, lines: list[str], form: str, classes: ClassTable,
            label_offset: int | None, compared: bool) -> list[Row]:
     """Every line of one ground-truth file as (key, wnid, file:line), in file order."""
     out: dict[str, str] = {}
@@ -271,13 +272,13 @@ def _index_text(classes: ClassTable, wnid: str) -> str:
     return "not in the class table" if i is None else str(i)
 
 
-def load_ground_truth(paths: Sequence[Path], classes: ClassTable,
+def load_ground_truth(paths: Sequence[TextFile], classes: ClassTable,
                       label_offset: int | None = None, trust: bool = False) -> dict[str, str]:
     """{key: wnid} of ``read_ground_truth``."""
     return read_ground_truth(paths, classes, label_offset, trust).labels
 
 
-def read_ground_truth(paths: Sequence[Path], classes: ClassTable,
+def read_ground_truth(paths: Sequence[TextFile], classes: ClassTable,
                       label_offset: int | None = None, trust: bool = False) -> GroundTruth:
     """Parse one ground-truth file (a ``map_clsloc.txt`` beside the devkit form is checked
     against the devkit's map) to {key: wnid} and check it (module docstring); raises

@@ -26,7 +26,7 @@ def stage(args: argparse.Namespace, world: World) -> None:
     """Copy --stage-from into --data, one copier per node (the others wait for it)."""
     from imgprep import StageOptions, stage_to_node
 
-    stage_to_node(StageOptions(args.stage_from, args.data, mode=args.stage_mode,
+    stage_to_node(StageOptions(src=args.stage_from, dst=args.data, mode=args.stage_mode,
                                timeout=args.timeout, fanout=args.fanout), world)
 
 
@@ -72,7 +72,7 @@ def make_loaders(args: argparse.Namespace, world: World, workers: int,
     refuse_unlabelled(args.data)
     train_loader = make_loader(args.data, "train", world, args.batch_size, workers,
                                args.seed, transform=TrainTransform(size=args.image_size),
-                               **backend)
+                               backend=backend["backend"], device=backend["device"])
     no_val = args.data.is_dir() and not manifest_path(args.data, "val").exists()
     if args.validate and no_val and world.rank == 0:
         logger.warning(no_val_warning(args.data, args.stage_from))
@@ -80,4 +80,5 @@ def make_loaders(args: argparse.Namespace, world: World, workers: int,
         return train_loader, None
     val = ValTransform(size=args.image_size, resize=round(args.image_size * 256 / 224))
     return train_loader, make_loader(args.data, "val", world, args.batch_size, workers,
-                                     args.seed, transform=val, **backend)
+                                     args.seed, transform=val, backend=backend["backend"],
+                                     device=backend["device"])

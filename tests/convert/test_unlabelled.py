@@ -47,8 +47,8 @@ def test_a_root_skips_its_test_split_with_a_note(root: Path, tmp_path: Path) -> 
     s = ok(r)
     assert [p["split"] for p in s["splits"]] == ["train", "val"]
     assert [p["label_source"] for p in s["splits"]] == ["input", "published"]
-    assert f"not converted: {root / 'test'}: the test split has no labels; pass --split test" \
-        in r.stderr
+    assert f"not converted: {root / 'test'}: images without labels; --split test converts them " \
+        "as an unlabelled split" in r.stderr
     assert not (out / "test.json").exists() and not list(out.glob("test-*"))
 
 

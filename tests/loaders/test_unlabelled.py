@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from imgprep.convert.run import ConvertOptions, convert
+from imgprep.convert.options import ConvertOptions
+from imgprep.convert.run import convert
 from imgprep.job.world import World
 from loaders import LoaderError, ShardLoader, make_loader
 from tests.support.cli import jpeg_tree
@@ -19,7 +20,7 @@ def unlabelled(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("unlabelled")
     src = jpeg_tree(root / "test", {f"ILSVRC2012_test_{i:08d}.JPEG": i for i in (1, 2, 3)})
     for fmt in ("shards", "list"):
-        convert(ConvertOptions(src, root / fmt, split="test", format=fmt))
+        convert(ConvertOptions(input=src, out=root / fmt, split="test", format=fmt))
     return {fmt: root / fmt for fmt in ("shards", "list")}
 
 

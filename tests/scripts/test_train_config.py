@@ -231,11 +231,15 @@ def test_a_checkpoint_from_before_the_config_still_loads(
 
 @pytest.fixture
 def restore_loggers() -> Iterator[None]:
+    """The loggers as the trainer finds them in a fresh process (an earlier test in this one
+    may have run the imgprep command, which adds its own handler), and as they were after."""
+    saved = {name: logging.getLogger(name).handlers[:] for name in LOGGERS}
+    for name in LOGGERS:
+        logging.getLogger(name).handlers.clear()
     yield
     for name in LOGGERS:
         logger = logging.getLogger(name)
-        for handler in list(logger.handlers):
-            logger.removeHandler(handler)
+        logger.handlers[:] = saved[name]
         logger.setLevel(logging.NOTSET)
         logger.propagate = True
 

@@ -17,7 +17,8 @@ from trainkit.precision import choose, cpu_flags, detect, native_cpu_bf16
 from trainkit.timing import DataWaitHint
 
 from imgprep import read_manifest
-from imgprep.convert.run import ConvertOptions, convert
+from imgprep.convert.options import ConvertOptions
+from imgprep.convert.run import convert
 from tests.support import REPO, free_port, mpirun_cmd
 
 TRAIN = REPO / "scripts" / "train_imagenet.py"
@@ -30,8 +31,8 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def data(sample: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("train-data")
-    convert(ConvertOptions(sample / "ILSVRC2012_img_train.tar", out, num_shards=4))
-    convert(ConvertOptions(sample / "ILSVRC2012_img_val.tar", out, num_shards=2,
+    convert(ConvertOptions(input=sample / "ILSVRC2012_img_train.tar", out=out, num_shards=4))
+    convert(ConvertOptions(input=sample / "ILSVRC2012_img_val.tar", out=out, num_shards=2,
                            labels=(sample / "val.txt",)))
     return out
 
@@ -227,7 +228,7 @@ def test_the_run_says_its_precision_and_why_first(data: Path, tmp_path: Path) ->
 def test_no_val_warning_names_the_folder_staged_from(sample: Path, tmp_path: Path) -> None:
     """With --stage-from the val split must be converted where the data is staged from."""
     src, dst = tmp_path / "src", tmp_path / "local"
-    convert(ConvertOptions(sample / "ILSVRC2012_img_train.tar", src, num_shards=2))
+    convert(ConvertOptions(input=sample / "ILSVRC2012_img_train.tar", out=src, num_shards=2))
     done = run([sys.executable, str(TRAIN), "--stage-from", str(src), "--data", str(dst),
                 *FLAGS, "--steps", "1"])
     warning = [line for line in done.stderr.splitlines() if "no val split" in line]

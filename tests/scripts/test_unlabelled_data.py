@@ -13,7 +13,8 @@ import pytest
 from trainkit.data import refuse_unlabelled
 
 from imgprep import ManifestError
-from imgprep.convert.run import ConvertOptions, convert
+from imgprep.convert.options import ConvertOptions
+from imgprep.convert.run import convert
 from tests.support import REPO
 from tests.support.cli import jpeg_tree
 
@@ -22,7 +23,7 @@ from tests.support.cli import jpeg_tree
 def test_only(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("test-only")
     src = jpeg_tree(root / "test", {f"ILSVRC2012_test_{i:08d}.JPEG": i for i in (1, 2)})
-    convert(ConvertOptions(src, root / "data", split="test"))
+    convert(ConvertOptions(input=src, out=root / "data", split="test"))
     return root / "data"
 
 

@@ -100,7 +100,8 @@ def test_index_command_rebuilds_it_byte_identical(indexed: Path) -> None:
 
 
 def test_convert_writes_the_index(sample: Path, tmp_path: Path) -> None:
-    from imgprep.convert.run import ConvertOptions, convert
+    from imgprep.convert.options import ConvertOptions
+    from imgprep.convert.run import convert
 
     out = tmp_path / "conv"
     convert(ConvertOptions(input=sample / "ILSVRC2012_img_train.tar", out=out, num_shards=3))
