@@ -58,7 +58,7 @@ from imgprep.errors import ImageError, OutputError, SourceFormatError
 from imgprep.fsutil import ensure_writable_dir, fsync_dir, write_bytes_atomic
 from imgprep.inputs.sources import SourceReader
 from imgprep.job.world import World
-from imgprep.shards.index import index_shards, layout_path, save_layout
+from imgprep.shards.indexing import index_shards, layout_path, save_layout
 from imgprep.shards.manifest import Manifest, NodeSection, ShardEntry, write_manifest
 from imgprep.shards.writers import ShardWriter, write_list_image
 

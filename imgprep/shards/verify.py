@@ -39,7 +39,8 @@ from imgprep.fsutil import sha256_file
 from imgprep.job.world import World
 from imgprep.shards.dali import has_dali, idx_problem
 from imgprep.shards.folder import Unfinished, folder_manifests
-from imgprep.shards.index import Layout, LayoutBuilder, fix_hint, read_index
+from imgprep.shards.index import fix_hint, read_index
+from imgprep.shards.layout import Layout, LayoutBuilder
 from imgprep.shards.manifest import (
     Manifest,
     ShardEntry,
