@@ -5,5 +5,5 @@ truth in its four forms and its check against the published labels (``groundtrut
 class table and its shipped data (``synsets``, ``data/``), and the fake data set with the real
 one's quirks (``fakeset``).
 
-May import ``shards`` (the tar header the fake set writes), ``job`` and the leaf modules.
+May import ``shards`` (the tar format, ``shards.tarfmt``), ``job`` and the leaf modules.
 """

@@ -117,9 +117,15 @@ def sync_shards(folder: Path, m: Manifest, shards: Sequence[ShardEntry], jobs: i
     return len(keep)
 
 
-def idx_problem(folder: Path, shard_name: str, layout: Layout) -> str | None:
-    """Why the DALI index of shard ``shard_name`` in ``folder`` is not the one ``layout``
-    (with its keys) gives, naming the file, the first line that differs and the fix."""
+def idx_problem(folder: Path, shard_name: str, tar: Layout,
+                index: Layout | None = None) -> str | None:
+    """Why the DALI index of shard ``shard_name`` in ``folder`` is not the one it must be,
+    naming the file, the first line that differs and the fix: the layout the sample index
+    gives (``index``) with the keys of the tar's (``tar``), or the tar's own where the sample
+    index is unusable (None, or another sample count)."""
+    layout = tar
+    if index is not None and index.samples == tar.samples:
+        layout = replace(index, keys=tar.keys)
     path = folder / idx_name(shard_name)
     try:
         got = path.read_bytes()

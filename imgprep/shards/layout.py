@@ -87,8 +87,9 @@ def scan_layout(path: Path) -> Layout:
     b = LayoutBuilder()
     fd = _open_shard(path)
     try:
-        for m in shard_members(path, functools.partial(os.pread, fd), os.fstat(fd).st_size):
-            b.add(m.name, m.offset, m.size)
+        for name, _, _, offset, size, _, _ in shard_members(
+                path, functools.partial(os.pread, fd), os.fstat(fd).st_size):
+            b.add(name, offset, size)
     finally:
         os.close(fd)
     return b.layout()
@@ -107,7 +108,7 @@ def sample_keys(path: Path, layout: Layout) -> tuple[str, ...]:
         read_at, end, pos = functools.partial(os.pread, fd), os.fstat(fd).st_size, 0
         for first, after in zip(firsts[:-1], firsts[1:], strict=True):
             found = list(shard_members(path, read_at, end, start=pos, stop=offset[first]))
-            name, body = (found[-1].name, found[-1].offset) if found else ("", -1)
+            name, body = (found[-1][0], found[-1][3]) if found else ("", -1)
             key, _, got = name.rsplit("/", 1)[-1].partition(".")
             want = layout.exts[ext[first]]
             if body != offset[first] or got != want:

@@ -27,7 +27,7 @@ import tarfile
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import NamedTuple, Protocol
+from typing import Protocol
 from zlib import adler32
 
 from imgprep.errors import SourceFormatError
@@ -141,8 +141,7 @@ def decode_header(h: bytes) -> tuple[bytes, str, int]:
     or as ``b"5"`` (a folder, its trailing slashes dropped) when the name ends with a slash;
     names UTF-8, undecodable bytes kept as surrogates (``surrogateescape``). ``HeaderError``
     when its checksum or a number is wrong."""
-    chk = h[148:156]  # checksum_ok inline (-2 + 256 = 254): this is every reader's hot path
-    if (adler32(h[:256]) & 0xFFFF) + (adler32(h[256:]) & 0xFFFF) + 254 - sum(chk) != octal(chk):
+    if not checksum_ok(h):
         raise HeaderError("tar header checksum mismatch")
     kind = h[156:157]
     raw = h[:100].split(b"\0", 1)[0]
@@ -198,22 +197,12 @@ def data_span(kind: bytes, size: int) -> int:
 # ---------------------------------------------------------------------------- walking
 
 
-class Member(NamedTuple):
-    """A member as ``walk`` finds it: its name, type and size (after any pax or GNU
-    long-name header), where its header and its data start, and the kinds of the extended
-    headers that applied to it (``b"x"`` pax, ``b"g"`` global pax, ``b"L"`` GNU long name;
-    ``b""`` none) with their pax records (None where there were none)."""
-
-    name: str
-    kind: bytes
-    header: int
-    offset: int
-    size: int
-    via: bytes = b""
-    pax: dict[str, bytes] | None = None
-
-
-_tuple_new = tuple.__new__  # Member(...) without its Python-level __new__, on walk's hot path
+Member = tuple[str, bytes, int, int, int, bytes, dict[str, bytes] | None]
+"""A member as ``walk`` finds it, ``(name, kind, header, offset, size, via, pax)``: its name,
+type flag and size (after any pax or GNU long-name header), where its header and its data
+start, the kinds of the extended headers that applied to it (``b"x"`` pax, ``b"g"`` global
+pax, ``b"L"`` GNU long name; ``b""`` none) and their pax records (None where there were
+none). A plain tuple: ``walk`` makes one per member, where a named one costs a tenth more."""
 
 
 def walk(read_at: ReadAt, end: int | None, *, start: int = 0, stop: int | None = None,
@@ -245,15 +234,16 @@ def walk(read_at: ReadAt, end: int | None, *, start: int = 0, stop: int | None =
             ext.take(kind, _extension(read_at, base + body, size, pos), pos)
             pos, active = body + padded(size), True
             continue
-        m = _tuple_new(Member, (name, kind, pos, body, size, b"", None))
         if active:
-            m = ext.apply(m, pos)
-            name, kind, size, active = m.name, m.kind, m.size, bool(ext.glob)
+            name, kind, size, via, pax = ext.apply(name, kind, size, pos)
+            active = bool(ext.glob)
+        else:
+            via, pax = b"", None
         span = 0 if kind in _NO_DATA_KINDS else -(-size // BLOCK) * BLOCK
         if span and body + size > size_end:
             raise HeaderError(f"cut short inside member {name!r}: its data ends at byte "
                               f"{body + size}, the archive at byte {end}")
-        yield m
+        yield name, kind, pos, body, size, via, pax
         last, pos = name, body + span
     if stop is None:
         raise HeaderError(f"cut short at byte {pos}{_after(last)}, before the end-of-archive "
@@ -295,10 +285,12 @@ class _Extended:
         except HeaderError as e:
             raise HeaderError(f"{e} at byte {pos}") from None
 
-    def apply(self, m: Member, pos: int) -> Member:
-        """Member ``m`` (header at byte ``pos``) as the pending extended headers make it,
-        which are then spent (the global records stay)."""
-        name, size, kind, via, pax = m.name, m.size, m.kind, b"", None
+    def apply(self, name: str, kind: bytes, size: int, pos: int
+              ) -> tuple[str, bytes, int, bytes, dict[str, bytes] | None]:
+        """``(name, kind, size, via, pax)`` of the member whose header at byte ``pos`` gives
+        ``name``, ``kind`` and ``size``, as the extended headers before it make them (see
+        ``Member``); they are then spent, but for the global records."""
+        via, pax = b"", None
         if self.local is not None or self.glob:
             pax = {**self.glob, **self.local} if self.local is not None else self.glob
             via = (b"x" if self.local is not None else b"") + (b"g" if self.glob else b"")
@@ -315,7 +307,7 @@ class _Extended:
             name = self.long_name.removesuffix("/") if kind == FOLDER else self.long_name
             via += b"L"
         self.local = self.long_name = None
-        return m._replace(name=name, kind=kind, size=size, via=via, pax=pax)
+        return name, kind, size, via, pax
 
 
 # ---------------------------------------------------------------------------- streams
@@ -348,8 +340,9 @@ class _Sequential:
         self.stream, self.pos = stream, 0
 
     def __call__(self, size: int, offset: int) -> bytes:
-        if offset > self.pos:
-            self.skip(offset - self.pos)
+        if offset < self.pos:
+            raise ValueError(f"a stream reads forward only: byte {offset} is behind it")
+        self.skip(offset - self.pos)
         parts, got = [], 0
         while got < size:
             chunk = self.stream.read(size - got)
@@ -383,24 +376,24 @@ def iter_stream(stream: Readable, archive: str, *,
     read = _Sequential(stream)
     where = "before its first member"  # for a compressed stream's own errors
     try:
-        for m in walk(read, None):
-            if m.kind not in FILE_KINDS and m.kind not in _REFUSED:
-                where = f"after member {m.name!r}"
+        for name, kind, _, offset, size, _, _ in walk(read, None):
+            if kind not in FILE_KINDS and kind not in _REFUSED:
+                where = f"after member {name!r}"
                 continue  # a folder, a volume label …: no file to read
-            why = refusal(m.kind, m.name)
-            if why is None and m.size > max_size:
-                why = f"is {m.size} bytes, over the {max_size}-byte limit"
+            why = refusal(kind, name)
+            if why is None and size > max_size:
+                why = f"is {size} bytes, over the {max_size}-byte limit"
             if why is not None:
-                where = f"after member {m.name!r}"
-                yield StreamMember(m.name, m.size, None, why)
+                where = f"after member {name!r}"
+                yield StreamMember(name, size, None, why)
                 continue
-            where = f"inside member {m.name!r}"
-            data = read(m.size, m.offset)
-            if len(data) < m.size:
-                raise HeaderError(f"cut short inside member {m.name!r} ({len(data)} of its "
-                                  f"{m.size} bytes)")
-            where = f"after member {m.name!r}"
-            yield StreamMember(m.name, m.size, data)
+            where = f"inside member {name!r}"
+            data = read(size, offset)
+            if len(data) < size:
+                raise HeaderError(f"cut short inside member {name!r} ({len(data)} of its "
+                                  f"{size} bytes)")
+            where = f"after member {name!r}"
+            yield StreamMember(name, size, data)
         read.skip(1 << 62)
     except HeaderError as e:
         raise SourceFormatError(f"{archive}: {e}; re-download it") from None

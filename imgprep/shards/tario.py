@@ -21,15 +21,17 @@ OnMember = Callable[[str, int, int], None]  # (member name, data offset, size)
 def shard_members(path: Path, read_at: ReadAt, end: int, *, start: int = 0,
                   stop: int | None = None) -> Iterator[Member]:
     """The regular members of shard ``path`` (``end`` bytes, read with ``read_at``) whose
-    header starts at ``start`` or later, up to ``stop`` (``tarfmt.walk``); ShardError when
-    it is damaged or cut short, UnsafeArchiveError at a member no shard may hold."""
+    header starts at ``start`` or later, up to ``stop`` (``tarfmt.walk``, each a
+    ``tarfmt.Member``); ShardError when it is damaged or cut short, UnsafeArchiveError at a
+    member no shard may hold."""
     try:
         for m in walk(read_at, end, start=start, stop=stop):
-            why = refusal(m.kind, m.name)
+            name, kind = m[0], m[1]
+            why = refusal(kind, name)
             if why is not None:
-                raise UnsafeArchiveError(f"{path}: member {m.name!r} {why}; refused: this is "
+                raise UnsafeArchiveError(f"{path}: member {name!r} {why}; refused: this is "
                                          "no shard imgprep wrote")
-            if m.kind in FILE_KINDS:
+            if kind in FILE_KINDS:
                 yield m
     except HeaderError as e:
         raise ShardError(f"{path}: {e}; verify or restage it") from None
@@ -48,10 +50,10 @@ def iter_members(path: Path, on_member: OnMember | None = None
     def read_at(size: int, offset: int) -> bytes:
         return data[offset:offset + size]
 
-    for m in shard_members(path, read_at, len(data)):
+    for name, _, _, offset, size, _, _ in shard_members(path, read_at, len(data)):
         if on_member is not None:
-            on_member(m.name, m.offset, m.size)
-        yield m.name, data[m.offset:m.offset + m.size]
+            on_member(name, offset, size)
+        yield name, data[offset:offset + size]
 
 
 def iter_samples(path: Path, on_member: OnMember | None = None

@@ -71,7 +71,8 @@ def walk_view(data: bytes) -> list[tuple[str, bytes, int, int]]:
     def read_at(size: int, offset: int) -> bytes:
         return data[offset:offset + size]
 
-    return [(m.name, m.kind, m.offset, m.size) for m in walk(read_at, len(data))]
+    return [(name, kind, offset, size)
+            for name, kind, _, offset, size, _, _ in walk(read_at, len(data))]
 
 
 class Trickle(io.RawIOBase):
@@ -146,7 +147,7 @@ def test_written_headers_are_tarfiles_and_read_back_as_tarfile_reads_them(
     with tarfile.open(fileobj=tar) as tf:
         assert [(m.name, m.type, m.offset_data, m.size) for m in tf] == [
             (name, b"0", len(h), size)]
-    assert [(m.name, m.kind, m.offset, m.size) for m in walk(tar.read_at, tar.len)] == [
+    assert [(m[0], m[1], m[3], m[4]) for m in walk(tar.read_at, tar.len)] == [
         (name, b"0", len(h), size)]
 
 
@@ -159,7 +160,7 @@ def test_any_name_and_size_round_trip(name: str, size: int) -> None:
     head = h[-BLOCK:]  # the member's own header, after any pax header (a long name or size)
     assert checksum_ok(head) and decode_header(head)[0] == b"0"
     tar = Sparse(h, size)
-    assert [(m.name, m.size) for m in walk(tar.read_at, tar.len)] == [(name, size)]
+    assert [(m[0], m[4]) for m in walk(tar.read_at, tar.len)] == [(name, size)]
 
 
 @pytest.mark.parametrize("fmt", FORMATS.values(), ids=FORMATS.keys())
@@ -260,17 +261,18 @@ def test_a_walk_from_a_header_to_a_stop_reads_only_that_far() -> None:
         return data[offset:offset + size]
 
     got = list(walk(read_at, len(data), start=offsets[1] - BLOCK, stop=offsets[3]))
-    assert [m.name for m in got] == ["k1.jpg", "k2.jpg", "k3.jpg"]
+    assert [m[0] for m in got] == ["k1.jpg", "k2.jpg", "k3.jpg"]
+    assert [(m[2], m[3]) for m in got] == [(o - BLOCK, o) for o in offsets[1:4]]
     assert max(reads) < offsets[3]
 
 
 def test_the_walk_tells_which_extended_headers_applied() -> None:
     data = archive([("short.jpg", b"s"), (LONG, b"l")], tarfile.PAX_FORMAT)
     got = list(walk(functools.partial(lambda d, n, o: d[o:o + n], data), len(data)))
-    assert [(m.name, m.via, m.pax) for m in got] == [
+    assert [(m[0], m[5], m[6]) for m in got] == [
         ("short.jpg", b"", None), (LONG, b"x", {"path": LONG.encode()})]
     data = archive([(LONG, b"l")], tarfile.GNU_FORMAT)
-    assert [(m.name, m.via) for m in walk(lambda n, o: data[o:o + n], len(data))] == [
+    assert [(m[0], m[5]) for m in walk(lambda n, o: data[o:o + n], len(data))] == [
         (LONG, b"L")]
 
 
