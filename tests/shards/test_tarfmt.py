@@ -276,6 +276,20 @@ def test_the_walk_tells_which_extended_headers_applied() -> None:
         (LONG, b"L")]
 
 
+def test_global_pax_records_apply_to_every_later_member_as_in_tarfile() -> None:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT,
+                      pax_headers={"comment": "made elsewhere"}) as tf:
+        for name in ("a.jpg", LONG):
+            tf.addfile(_info(name, size=2), io.BytesIO(b"xy"))
+    data = buf.getvalue()
+    assert walk_view(data) == tarfile_view(data)
+    got = list(walk(lambda n, o: data[o:o + n], len(data)))
+    assert [(m[5], m[6]) for m in got] == [
+        (b"g", {"comment": b"made elsewhere"}),
+        (b"xg", {"comment": b"made elsewhere", "path": LONG.encode()})]
+
+
 # ---------------------------------------------------------------------------- streams
 
 
