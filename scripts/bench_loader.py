@@ -97,8 +97,9 @@ from torch.utils.data import DataLoader, get_worker_info
 from imgprep.convert.options import ConvertOptions
 from imgprep.convert.run import convert
 from imgprep.job.world import World
-from imgprep.shards.index import Layout, write_index
+from imgprep.shards.index import write_index
 from imgprep.shards.info import pil_info
+from imgprep.shards.layout import Layout
 from imgprep.shards.manifest import Manifest, ShardEntry, read_manifest, write_manifest
 from imgprep.shards.writers import ShardWriter
 from loaders.shards import ShardLoader, iter_samples

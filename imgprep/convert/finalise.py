@@ -19,7 +19,7 @@ from imgprep.convert.errorlog import ErrorRecord, error_log_path, write_error_lo
 from imgprep.convert.execute import npy_bytes
 from imgprep.convert.tasks import Plan, TaskResult, options_json
 from imgprep.fsutil import fsync_dir, write_bytes_atomic
-from imgprep.shards.index import index_shards
+from imgprep.shards.indexing import index_shards
 from imgprep.shards.manifest import Manifest, NodeSection, ShardEntry, write_manifest
 
 

@@ -8,5 +8,5 @@ published labels (``groundtruth``); the class table and its shipped data (``syns
 ``data/``); and the fake data set with the real one's quirks (``fakeset``), written in each
 form (``fakes/``).
 
-May import ``shards`` (the tar header the fake set writes), ``job`` and the leaf modules.
+May import ``shards`` (the tar format, ``shards.tarfmt``), ``job`` and the leaf modules.
 """
