@@ -39,9 +39,9 @@ into a kept one (what the trainer's hook does); fp16 likewise. Linux only.
 
 Run (from the repository root, in the project's environment)::
 
-    python scripts/bench_allreduce.py                  # 2 processes, well under 3 minutes
-    python scripts/bench_allreduce.py --procs 4        # more processes (p > cores: contended)
-    python scripts/bench_allreduce.py --sizes 1 16 --iters 5 --resnet-iters 5   # a quick look
+    python -m bench.allreduce                  # 2 processes, well under 3 minutes
+    python -m bench.allreduce --procs 4        # more processes (p > cores: contended)
+    python -m bench.allreduce --sizes 1 16 --iters 5 --resnet-iters 5   # a quick look
 """
 
 from __future__ import annotations
@@ -50,7 +50,6 @@ import argparse
 import datetime
 import json
 import os
-import socket
 import statistics
 import sys
 import tempfile
@@ -64,7 +63,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-from benchlib import TICK, machine_busy_s, verdict
+
+from bench.common import TICK, free_port, machine_busy_s, verdict
 
 MB = 1e6
 GB = 1e9
@@ -81,12 +81,6 @@ Times = dict[str, list[float]]
 
 
 # ---------------------------------------------------------------------------- helpers (ranks)
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def iters_for(nbytes: int, iters: int, min_iters: int) -> int:

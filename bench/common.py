@@ -1,6 +1,8 @@
-"""What the benchmark scripts share: where the real images are, a CPU-noise probe, verdicts,
-and the run harness (check the images, work in a scratch folder, print a table then one JSON
-line). Imported by the scripts beside it; not part of the installed packages."""
+"""What the benchmarks share: where the real images are, a CPU-noise probe, process-tree
+peaks, verdicts, and the run harness (check the images, work in a scratch folder, print a
+table then one JSON line). The harnesses (``harness/``) measure with it too. Not part of the
+installed packages: the benchmarks run as modules from the repository root
+(``python -m bench.convert``)."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import contextlib
 import json
 import os
 import shutil
+import socket
 import statistics
 import subprocess
 import sys
@@ -22,6 +25,13 @@ REPO = Path(__file__).resolve().parents[1]
 DEFAULT_IMAGES = REPO.parent / "shared" / "data" / "imagenet-sample" / "images"
 TICK = os.sysconf("SC_CLK_TCK")
 QUIET_FOREIGN_CORES = 0.2  # a pass is "quiet" when other processes used less CPU than this
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nobody listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def machine_busy_s() -> float:
@@ -182,14 +192,14 @@ def repeated_shards(images: Path, scratch: Path, min_bytes: float, min_shards: i
     one when it needs it)."""
     from dataclasses import replace
 
-    from imgprep.convert.run import ConvertOptions, convert
-    from imgprep.shards.manifest import ShardEntry, read_manifest, write_manifest
+    from imgprep import ConvertOptions, ShardEntry, convert_splits, read_manifest
+    from imgprep.shards.manifest import write_manifest
 
     tar = scratch / "images.tar"
     subprocess.run(["tar", "cf", str(tar), "-C", str(images), "."], check=True, timeout=300)
     base = scratch / "base"
-    convert(ConvertOptions(input=tar, out=base, num_shards=base_shards,
-                           workers=os.cpu_count() or 1))
+    convert_splits(ConvertOptions(input=tar, out=base, num_shards=base_shards,
+                                  workers=os.cpu_count() or 1))
     tar.unlink()
     m = read_manifest(base, "train")
     src = scratch / "src"

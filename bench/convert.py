@@ -12,7 +12,7 @@ What it measures, in one run, on the 1000 real ILSVRC2012 JPEGs of
   ``resize`` LANCZOS, encode q90; one process, preloaded bytes, on this environment's
   pillow-simd; and, with ``--stock-python PY`` (``make bench`` makes one), the same loop under
   an interpreter with stock Pillow from PyPI, the library a user who writes it by hand gets.
-- convert: ``imgprep.convert.run.convert`` end to end (tar of the images -> webdataset shards +
+- convert: ``imgprep.convert_splits`` end to end (tar of the images -> webdataset shards +
   manifest) in-process with 1 and with 2 workers, a fresh output folder per pass.
 - memory: ``python -m imgprep convert ... --workers 2 --json -q`` as a subprocess while /proc
   is polled for the RSS (and PSS) sum of its whole process tree.
@@ -49,8 +49,8 @@ figure. Linux only.
 
 Run (from the repository root, in the project's environment)::
 
-    python scripts/bench_convert.py                    # the full run, a few minutes
-    python scripts/bench_convert.py --limit 200 --repeat 1  # a quick look
+    python -m bench.convert                    # the full run, a few minutes
+    python -m bench.convert --limit 200 --repeat 1  # a quick look
 
 The images are read from the shared folder and never copied into the repository: the tar that
 convert reads is built in a temporary folder (or under ``--out``) and removed afterwards.
@@ -76,7 +76,9 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from benchlib import (
+from PIL import Image
+
+from bench.common import (
     DEFAULT_IMAGES,
     QUIET_FOREIGN_CORES,
     descendants,
@@ -86,12 +88,9 @@ from benchlib import (
     run_main,
     verdict,
 )
-from PIL import Image
-
-from imgprep.convert.image import TransformOptions, convert_image
-from imgprep.convert.run import ConvertOptions, convert, make_plan
-from imgprep.inputs.synsets import load_class_table
-from imgprep.shards.info import pil_info
+from imgprep import ConvertOptions, TransformOptions, convert_splits, imagenet_classes, pil_info
+from imgprep.convert.image import convert_image
+from imgprep.convert.tasks import make_plan
 from imgprep.shards.writers import RECORD, header_bytes
 
 IMAGENET_TRAIN_IMAGES = 1_281_167
@@ -248,7 +247,7 @@ def time_convert(tar: Path, out: Path, workers: int, shards: int | None, n: int)
     if out.exists():
         shutil.rmtree(out)  # a leftover folder would resume and skip everything
     t0 = time.perf_counter()
-    summary = convert(convert_options(tar, out, workers, shards))
+    summary = convert_splits(convert_options(tar, out, workers, shards))[0]
     dt = time.perf_counter() - t0
     check_summary(summary, n, f"convert --workers {workers}")
     if summary["tasks_resumed"]:
@@ -267,7 +266,7 @@ def time_plan(tar: Path, out: Path, shards: int | None, workers: int = 1) -> tup
 
 def build_train_tar(dest: Path, images: int) -> None:
     """An ILSVRC2012-shaped train tar: 1000 class tars of tiny members (only listed)."""
-    wnids = load_class_table(None).wnids
+    wnids = imagenet_classes().wnids
     per, extra = divmod(images, LISTING_CLASSES)
     data = b"\xff" * 100 + bytes(412)
     with open(dest, "wb") as f:

@@ -19,7 +19,7 @@ is one JSON object. Linux only.
 
 Run (from the repository root)::
 
-    python scripts/bench_labellist.py --samples 2000 --repeat 3
+    python -m bench.labellist --samples 2000 --repeat 3
 """
 
 from __future__ import annotations
@@ -35,13 +35,11 @@ from typing import Any
 
 import numpy as np
 import torch
-from benchlib import DEFAULT_IMAGES, TICK, descendants, machine_busy_s, run_main, verdict
 
-from imgprep.convert.run import ConvertOptions, convert
-from imgprep.job.world import World
-from loaders.epochs import plan_epoch
-from loaders.labellist import LabelListLoader, read_label_list
-from loaders.transforms import TrainTransform, train_sample
+from bench.common import DEFAULT_IMAGES, TICK, descendants, machine_busy_s, run_main, verdict
+from imgprep import ConvertOptions, World, convert_splits
+from loaders import LabelListLoader, TrainTransform, plan_epoch, read_label_list
+from loaders.transforms import train_sample
 
 TARGET = 0.8  # loader 1 worker over floor
 WORKER_COUNTS = (1, 2)
@@ -51,8 +49,8 @@ TRAIN = TrainTransform()
 def build_list(images: Path, scratch: Path, samples: int) -> Path:
     """Convert ``images`` to a label list once; a list naming its files ``samples`` times."""
     out = scratch / "list"
-    summary = convert(ConvertOptions(input=images, out=out, format="list",
-                                     workers=os.cpu_count() or 1))
+    summary = convert_splits(ConvertOptions(input=images, out=out, format="list",
+                                            workers=os.cpu_count() or 1))[0]
     if not summary["complete"] or summary["errors"]:
         raise SystemExit(f"bench_labellist: converting {images} failed: {summary}")
     lines = (out / "train.txt").read_text().splitlines()

@@ -53,8 +53,8 @@ line of stdout is one JSON object with every figure. Linux only.
 
 Run (from the repository root, in the project's environment)::
 
-    python scripts/bench_loader.py                            # full run, ~2 min on 2 cores
-    python scripts/bench_loader.py --samples 3000 --repeat 1  # a quick look
+    python -m bench.loader                            # full run, ~2 min on 2 cores
+    python -m bench.loader --samples 3000 --repeat 1  # a quick look
 
 Exit code 2 when the image folder is missing.
 """
@@ -81,7 +81,10 @@ from typing import Any
 import numpy as np
 import torch
 import webdataset as wds
-from benchlib import (
+from PIL import Image
+from torch.utils.data import DataLoader, get_worker_info
+
+from bench.common import (
     DEFAULT_IMAGES,
     QUIET_FOREIGN_CORES,
     descendants,
@@ -91,17 +94,21 @@ from benchlib import (
     run_main,
     verdict,
 )
-from PIL import Image
-from torch.utils.data import DataLoader, get_worker_info
-
-from imgprep.convert.run import ConvertOptions, convert
-from imgprep.job.world import World
+from imgprep import (
+    ConvertOptions,
+    Manifest,
+    ShardEntry,
+    World,
+    convert_splits,
+    pil_info,
+    read_manifest,
+)
 from imgprep.shards.index import Layout, write_index
-from imgprep.shards.info import pil_info
-from imgprep.shards.manifest import Manifest, ShardEntry, read_manifest, write_manifest
+from imgprep.shards.manifest import write_manifest
+from imgprep.shards.tario import iter_samples
 from imgprep.shards.writers import ShardWriter
-from loaders.shards import ShardLoader, iter_samples
-from loaders.transforms import TrainTransform, crop_box, train_sample
+from loaders import ShardLoader, TrainTransform
+from loaders.transforms import crop_box, train_sample
 
 SPLIT = "train"
 SHARD_SAMPLES = 250  # samples per shard: 20 shards per worker at 10,000 samples and 2 workers
@@ -161,8 +168,9 @@ def build_shards(images: Path, scratch: Path, samples: int, limit: int | None
             os.symlink(p, src / p.name)
     base = scratch / "base"
     listed = sum(1 for p in src.iterdir() if p.suffix.lower() in (".jpeg", ".jpg"))
-    summary = convert(ConvertOptions(input=src, out=base, workers=os.cpu_count() or 1,
-                                     num_shards=max(1, math.ceil(listed / SHARD_SAMPLES))))
+    summary = convert_splits(ConvertOptions(
+        input=src, out=base, workers=os.cpu_count() or 1,
+        num_shards=max(1, math.ceil(listed / SHARD_SAMPLES))))[0]
     if not summary["complete"] or summary["errors"]:
         raise SystemExit(f"bench_loader: converting {images} failed: "
                          f"{json.dumps(summary, sort_keys=True)}")

@@ -1,16 +1,17 @@
 """Where ``imgprep convert``'s time per image goes, beside its floor, in CPU microseconds.
 
-Runs the floor loop of ``bench_convert`` (draft + crop/resize + encode over preloaded bytes)
+Runs the floor loop of ``bench.convert`` (draft + crop/resize + encode over preloaded bytes)
 and one ``convert --workers 1`` of a tar of the same images, each under ``cProfile`` timed by
 process CPU time, and sorts every function's own time into a few categories: the image work
 (Pillow: decode, resize, encode and their Python), listing and planning, reading the input,
 sha256, tar writing (including fsync), statistics, JSON (sample metadata, records, manifest)
 and the rest. Profiling inflates Python-heavy categories, so read it for where the time goes,
-and ``bench_convert`` for the rates. Prints a table and one JSON line.
+and ``bench.convert`` for the rates. Prints a table and one JSON line.
 
-    python scripts/profile_convert.py [--limit 1000]
+    python -m bench.profile_convert [--limit 1000]
 
-It profiles whichever ``imgprep`` is importable, so ``PYTHONPATH=<other checkout>`` profiles
+It profiles whichever ``imgprep`` comes first on the path: from another folder,
+``PYTHONPATH=<other checkout>:<this checkout> python -m bench.profile_convert`` profiles
 another version with the same script.
 """
 
@@ -28,10 +29,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bench_convert import build_tar, convert_options, floor_one, list_images
-from benchlib import DEFAULT_IMAGES
-
-from imgprep.convert.run import convert
+from bench.common import DEFAULT_IMAGES
+from bench.convert import build_tar, convert_options, floor_one, list_images
+from imgprep import convert_splits
 
 # (category, substrings of "file:function" that put a function in it), first match wins
 CATEGORIES = (
@@ -87,7 +87,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             floor_one(b)
         floor = categorise(profiled(lambda: [floor_one(b) for b in blobs]))
         out = Path(tmp) / "out"
-        conv = categorise(profiled(lambda: convert(convert_options(tar, out, 1, None))))
+        conv = categorise(profiled(lambda: convert_splits(convert_options(tar, out, 1, None))))
         shutil.rmtree(out)
     per = {k: round(v / n * 1e6, 1) for k, v in conv.items()}
     floor_us = round(sum(floor.values()) / n * 1e6, 1)

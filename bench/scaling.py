@@ -10,8 +10,8 @@ processes with ResNet-50: exposed all-reduce < 10 % of the step, efficiency >= 0
 (docs/benchmarks.md), whatever the CPU; ``auto`` is the trainer's own default.
 ``--svg FILE`` draws images/s and the split per process count.
 
-    python scripts/bench_scaling.py                               # ResNet-50, 1 and 2 processes
-    python scripts/bench_scaling.py --arch tiny --image-size 64 --steps 60 --svg scaling.svg
+    python -m bench.scaling                               # ResNet-50, 1 and 2 processes
+    python -m bench.scaling --arch tiny --image-size 64 --steps 60 --svg scaling.svg
 """
 
 from __future__ import annotations
@@ -29,13 +29,11 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from benchlib import DEFAULT_IMAGES, run_main, verdict
-from trainkit.precision import MODES
-from trainkit.report import scaling_svg
+from bench.chart import scaling_svg
+from bench.common import DEFAULT_IMAGES, REPO, run_main, verdict
+from imgprep import ConvertOptions, convert_splits
 
-from imgprep.convert.run import ConvertOptions, convert
-
-TRAIN = Path(__file__).resolve().parent / "train_imagenet.py"
+TRAIN = REPO / "scripts" / "train_imagenet.py"
 PHASES = ("data", "compute", "allreduce", "optimizer")
 TARGET_EFFICIENCY, TARGET_EXPOSED = 0.85, 0.10
 
@@ -53,8 +51,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--steps", type=int, default=16)
     ap.add_argument("--log-every", type=int, default=4)
     ap.add_argument("--allreduce-dtype", choices=["fp32", "bf16", "fp16"], default="fp32")
-    ap.add_argument("--bf16", choices=MODES, default="on",
-                    help="the trainer's --bf16 (autocast): on (default), auto or off")
+    ap.add_argument("--bf16", default="on", metavar="{on,auto,off}",
+                    help="the trainer's --bf16 (autocast), passed on for it to check: on "
+                         "(default), auto or off")
     ap.add_argument("--svg", type=Path, default=None, help="write the picture here")
     ap.add_argument("--no-targets", dest="targets", action="store_false",
                     help="show the figures only, without targets and verdicts (the demo's "
@@ -105,7 +104,7 @@ def measure(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
         tar = scratch / "images.tar"
         subprocess.run(["tar", "cf", str(tar), "-C", str(args.images), "."], check=True)
         data = scratch / "shards"
-        convert(ConvertOptions(tar, data, num_shards=8, workers=os.cpu_count() or 1))
+        convert_splits(ConvertOptions(tar, data, num_shards=8, workers=os.cpu_count() or 1))
     rows = []
     for p in args.procs:
         log = scratch / f"log-{p}.jsonl"

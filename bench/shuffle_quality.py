@@ -13,7 +13,7 @@ shards in order through a 1,000-sample shuffle buffer (the previous loader); ``n
 ``loaders.epochs.plan_epoch``. Printed per case: mean distinct classes and distinct shards per
 batch, and what uniform random batches give (the ideal). Last line: one JSON object.
 
-Run: ``python scripts/shuffle_quality.py``
+Run: ``python -m bench.shuffle_quality``
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from imgprep import World
 from imgprep.job.assign import balanced_split
-from imgprep.job.world import World
-from loaders.epochs import PAD, plan_epoch
+from loaders import PAD, plan_epoch
 
 BUFFER = 1000
 

@@ -19,7 +19,7 @@ What it measures, in one run:
   kernel counts file reads, not the network's), ``bytes_received`` from the other nodes, and
   the rate at which the nodes received. On one machine the "network" is loopback and every
   node shares the same cores and disk: this row shows correctness and bytes, not the speed a
-  cluster gets (scripts/bench_cluster.py measures that).
+  cluster gets (``harness/cluster/bench.py`` measures that).
 
 Before each timed copy the page cache is dropped when the machine allows it (root,
 /proc/sys/vm/drop_caches), so the source is read from disk, as from a file server; otherwise
@@ -29,8 +29,8 @@ stdout and the last line is one JSON object with every figure.
 
 Run from the repository root, in the project's environment::
 
-    python scripts/bench_stage.py            # >= 1 GB, a few minutes on 2 cores
-    python scripts/bench_stage.py --gb 0.2   # a quick look (below the issue's 1 GB)
+    python -m bench.stage            # >= 1 GB, a few minutes on 2 cores
+    python -m bench.stage --gb 0.2   # a quick look (below the issue's 1 GB)
 """
 
 from __future__ import annotations
@@ -48,13 +48,15 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from benchlib import DEFAULT_IMAGES, RCHAR_CLI, repeated_shards, run_main
-
-from imgprep.job.assign import node_shards
-from imgprep.job.rendezvous import free_port
-from imgprep.job.world import World
-from imgprep.shards.manifest import ShardEntry, read_manifest
-from imgprep.stage.run import StageOptions, stage_to_node
+from bench.common import DEFAULT_IMAGES, RCHAR_CLI, free_port, repeated_shards, run_main
+from imgprep import (
+    ShardEntry,
+    StageOptions,
+    World,
+    node_shards,
+    read_manifest,
+    stage_to_node,
+)
 
 TARGETS = {"size_only_over_cp": 0.9, "sha256_over_cp": 0.6}
 BASE_SHARDS = 1  # all 1000 images in one ~26 MB shard, near the ~40 MB of real shards

@@ -16,7 +16,7 @@ JSON line with every figure.
 
 Run (from the repository root, in the project's environment)::
 
-    python scripts/bench_verify.py            # about a minute and a half
+    python -m bench.verify            # about a minute and a half
 """
 
 from __future__ import annotations
@@ -31,13 +31,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from benchlib import DEFAULT_IMAGES, run_main, verdict
 from PIL import Image
 
-from imgprep.convert.run import ConvertOptions, convert
-from imgprep.shards.manifest import read_manifest
+from bench.common import DEFAULT_IMAGES, run_main, verdict
+from imgprep import ConvertOptions, convert_splits, read_manifest, verify
 from imgprep.shards.tario import iter_samples
-from imgprep.shards.verify import verify
 
 TARGET_2W_OVER_1W = 1.8
 
@@ -78,8 +76,8 @@ def run(scratch: Path, args: argparse.Namespace) -> dict[str, Any]:
     src = scratch / "input.tar"
     n = build_input(args.images, src, args.copies)
     many, one = scratch / "shards", scratch / "one"
-    convert(ConvertOptions(input=src, out=many, num_shards=8, workers=2, max_errors=n))
-    convert(ConvertOptions(input=src, out=one, num_shards=1, workers=2, max_errors=n))
+    convert_splits(ConvertOptions(input=src, out=many, num_shards=8, workers=2, max_errors=n))
+    convert_splits(ConvertOptions(input=src, out=one, num_shards=1, workers=2, max_errors=n))
     measures: dict[str, Callable[[], float]] = {
         "floor": lambda: floor_rate(many),
         "verify_1w": lambda: verify_rate(many, 1),

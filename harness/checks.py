@@ -1,6 +1,7 @@
 """What every fault, hostile-input or scale run needs around a child process: an environment
 without any launcher's variables, and the checks made afterwards (one error line naming the
-file, no temporary file left behind). The tests use the same functions (``tests.support``)."""
+file, no temporary file left behind). Every harness and the tests (``tests.support``) use
+these functions."""
 
 from __future__ import annotations
 

@@ -15,7 +15,8 @@ from imgprep.shards.manifest import read_manifest
 from loaders.backends import BACKENDS
 from loaders.common import PAD_LABEL, Loader, LoaderError, worker_count
 from loaders.device import DeviceLoader, normalize
-from loaders.labellist import LabelListLoader
+from loaders.epochs import PAD, job_summary, plan_epoch
+from loaders.labellist import LabelListLoader, read_label_list
 from loaders.shards import ShardLoader
 from loaders.transforms import TrainTransform, ValTransform
 
@@ -51,6 +52,6 @@ def make_loader(data: str | Path, split: str, world: World, batch_size: int,
     return ShardLoader(path, split, world, batch_size, workers, seed, **options)
 
 
-__all__ = ["BACKENDS", "PAD_LABEL", "DeviceLoader", "LabelListLoader", "Loader", "LoaderError",
-           "ShardLoader", "TrainTransform", "ValTransform", "make_loader", "normalize",
-           "worker_count"]
+__all__ = ["BACKENDS", "PAD", "PAD_LABEL", "DeviceLoader", "LabelListLoader", "Loader",
+           "LoaderError", "ShardLoader", "TrainTransform", "ValTransform", "job_summary",
+           "make_loader", "normalize", "plan_epoch", "read_label_list", "worker_count"]

@@ -50,11 +50,7 @@ from trainkit.timing import (
     wire_dtype,
 )
 
-from imgprep.errors import ImgprepError
-from imgprep.fsutil import atomic_open
-from imgprep.job.cpus import read_limits
-from imgprep.job.world import World, detect
-from imgprep.shards.manifest import manifest_path
+from imgprep import ImgprepError, World, atomic_open, detect, manifest_path, read_limits
 from loaders import (
     BACKENDS,
     PAD_LABEL,
@@ -239,7 +235,7 @@ def train(args: argparse.Namespace, world: World) -> dict[str, Any]:
 
 def stage(args: argparse.Namespace, world: World) -> None:
     """Copy --stage-from into --data, one copier per node (the others wait for it)."""
-    from imgprep.stage.run import StageOptions, stage_to_node
+    from imgprep import StageOptions, stage_to_node
 
     stage_to_node(StageOptions(args.stage_from, args.data, mode=args.stage_mode,
                                timeout=args.timeout, fanout=args.fanout), world)

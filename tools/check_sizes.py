@@ -1,12 +1,12 @@
 """Check the size rules of the library code: modules under a line limit, functions under another.
 
-Library code is ``imgprep/`` and ``loaders/`` (the benchmarks, the trainer and the tests are
-scripts, not held to it). A function's length counts its lines from ``def`` to its last
+Library code is ``imgprep/`` and ``loaders/`` (the trainer, the benchmarks, the harnesses and
+the tests are not held to it). A function's length counts its lines from ``def`` to its last
 statement, docstring included, decorators
 not. Prints each offender as ``path:line: what`` and exits 1 when
 there is one.
 
-    python scripts/check_sizes.py [--module-lines 450] [--function-lines 60] [PATH ...]
+    python tools/check_sizes.py [--module-lines 450] [--function-lines 60] [PATH ...]
 """
 
 from __future__ import annotations

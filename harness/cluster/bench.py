@@ -34,8 +34,8 @@ peer >= 0.9 at every N; fan-out server bytes = 1.00x the set at every N; fan-out
 at N=4 <= 0.4x replicate's; fan-out's node-to-node rate (N=2) >= 0.7x the Gloo point-to-point
 rate.
 
-With ``--slurm``, a real Slurm cluster runs on the box instead (scripts/cluster/slurm.py,
-slurmbench.py): one batch job (scripts/cluster/imagenet.sbatch) over N nodes x T tasks converts
+With ``--slurm``, a real Slurm cluster runs on the box instead (harness/cluster/slurm.py,
+slurmbench.py): one batch job (harness/cluster/imagenet.sbatch) over N nodes x T tasks converts
 the raw images onto the file server, stages them onto every node with fan-out and trains the
 tiny net from the staged copies; then, with ``--mpirun-steps``, a second job trains under
 mpirun inside the allocation. The last line is one JSON object (job, stage, train).
@@ -43,12 +43,12 @@ mpirun inside the allocation. The last line is one JSON object (job, stage, trai
 Needs root (namespaces, FUSE, tc); installs sshfs and openssh-server (with ``--slurm``: Slurm,
 munge and the PMIx library) with apt-get when missing; otherwise prints one line saying why it
 skipped (exit 0, JSON with "skipped"). The machine's own network namespace is never touched
-(see scripts/cluster/netns.py) and everything is torn down on every exit path, SIGINT and
+(see harness/cluster/netns.py) and everything is torn down on every exit path, SIGINT and
 SIGTERM included.
 
-    python scripts/bench_cluster.py --svg docs/cluster.svg        # N = 1, 2, 4 (make cluster)
-    python scripts/bench_cluster.py --nodes 1 2 4 8
-    python scripts/bench_cluster.py --slurm --nodes 2 --json       # one Slurm job, 2 x 2 tasks
+    python -m harness.cluster.bench --svg docs/cluster.svg      # N = 1, 2, 4 (make cluster)
+    python -m harness.cluster.bench --nodes 1 2 4 8
+    python -m harness.cluster.bench --slurm --nodes 2 --json     # one Slurm job, 2 x 2 tasks
 """
 
 from __future__ import annotations
@@ -66,19 +66,17 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from bench_scaling import summarise
-from benchlib import DEFAULT_IMAGES, repeated_shards, run_main, verdict
-from cluster import measure
-from cluster.box import Box
-from cluster.chart import cluster_svg
-from cluster.netns import ClusterError, Topology, run
-from cluster.packages import FILE_SERVER, SLURM, ensure
-from cluster.procs import child_env
-from cluster.s3store import S3Store
-from cluster.slurmbench import measure_slurm, print_slurm
-
-from imgprep.shards.index import index_folder
-from imgprep.shards.manifest import Manifest, read_manifest
+from bench.common import DEFAULT_IMAGES, repeated_shards, run_main, verdict
+from bench.scaling import summarise
+from harness.cluster import measure
+from harness.cluster.box import Box
+from harness.cluster.chart import cluster_svg
+from harness.cluster.netns import ClusterError, Topology, run
+from harness.cluster.packages import FILE_SERVER, SLURM, ensure
+from harness.cluster.procs import child_env
+from harness.cluster.s3store import S3Store
+from harness.cluster.slurmbench import measure_slurm, print_slurm
+from imgprep import Manifest, index_folder, read_manifest
 
 TARGETS = {"direct_4_over_1": 0.35, "staged_over_peer": 0.9, "fanout_server_over_set": 1.00,
            "fanout_over_replicate_4": 0.4, "fanout_over_p2p": 0.7}

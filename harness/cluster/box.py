@@ -26,10 +26,10 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from cluster import netns
-from cluster.netns import ClusterError, Topology
-from cluster.procs import Started
-from cluster.sshfs import (
+from harness.cluster import netns
+from harness.cluster.netns import ClusterError, Topology
+from harness.cluster.procs import Started
+from harness.cluster.sshfs import (
     FileServer,
     mount,
     mount_root,

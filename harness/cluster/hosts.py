@@ -25,8 +25,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from cluster.netns import ClusterError, in_net
-from cluster.procs import die_with_parent
+from harness.cluster.netns import ClusterError, in_net
+from harness.cluster.procs import die_with_parent
 
 
 @dataclass

@@ -25,16 +25,14 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from cluster.box import Box
-from cluster.netns import ClusterError
-from cluster.procs import Group, child_env, last_json, run_group
-from cluster.s3store import S3Store
-from imgprep.job.assign import node_shards
-from imgprep.shards.manifest import Manifest
+from harness.cluster.box import Box
+from harness.cluster.netns import ClusterError
+from harness.cluster.procs import REPO, Group, child_env, last_json, run_group
+from harness.cluster.s3store import S3Store
+from imgprep import Manifest, node_shards
 
-HERE = Path(__file__).resolve().parent
-PROBE = HERE / "probe.py"
-TRAIN = HERE.parent / "train_imagenet.py"
+PROBE = Path(__file__).resolve().parent / "probe.py"
+TRAIN = REPO / "scripts" / "train_imagenet.py"
 GLOO_ENV = {"GLOO_SOCKET_IFNAME": "eth0"}  # Gloo binds the node's own link, not a hostname
 
 

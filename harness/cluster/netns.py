@@ -25,7 +25,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from imgprep.errors import ImgprepError
+from imgprep import ImgprepError
 
 SUBNET = "127.100.0"
 NETNS_DIR = "/var/run/netns"

@@ -1,7 +1,7 @@
 """The Debian packages the cluster in a box runs on, installed with apt-get when missing.
 
 One list for both callers: the benchmark's preflight (:func:`ensure`) and ``make test`` /
-``make cluster`` (``python3 scripts/cluster/packages.py``: installs whatever is missing, as
+``make cluster`` (``python3 -m harness.cluster.packages``: installs whatever is missing, as
 root, and prints nothing when nothing is). Standard library only, so that it runs before the
 virtualenv exists.
 

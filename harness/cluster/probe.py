@@ -11,7 +11,7 @@
         Gloo send (rank 0) / recv (rank 1) of an M MB tensor, K times; rank 1 prints the median
         rate in MB/s as JSON.
 
-Started by ``scripts/bench_cluster.py`` with a timeout; each probe also dies with its parent.
+Started by ``harness.cluster.bench`` with a timeout; each probe also dies with its parent.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from datetime import timedelta
 
 
 def loader_rates(args: argparse.Namespace) -> None:
-    from imgprep.job.world import World
+    from imgprep import World
     from loaders import make_loader
 
     world = World(rank=args.rank, world_size=args.world, node_rank=args.rank,

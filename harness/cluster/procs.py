@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Self
 
-from cluster.netns import ClusterError
+from harness.cluster.netns import ClusterError
 from imgprep.procs import die_with_parent
 
 REPO = Path(__file__).resolve().parents[2]

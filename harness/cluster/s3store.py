@@ -15,10 +15,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from cluster import netns
-from cluster.box import Box
-from cluster.netns import ClusterError
-from cluster.procs import Started, child_env
+from harness.cluster import netns
+from harness.cluster.box import Box
+from harness.cluster.netns import ClusterError
+from harness.cluster.procs import Started, child_env
 from imgprep.procs import die_with_parent
 
 BUCKET, PREFIX = "imgprep-cluster", "set/"

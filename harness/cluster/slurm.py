@@ -1,6 +1,6 @@
 """A real Slurm cluster over the box's namespaces: munged, slurmctld, one slurmd per node.
 
-- **Hosts** (scripts/cluster/hosts.py). The server's namespace becomes host ``head``: the file
+- **Hosts** (harness/cluster/hosts.py). The server's namespace becomes host ``head``: the file
   server, the controller and the login host where ``sbatch`` and ``srun`` are typed. Node k's
   becomes host ``nodek``. One hosts file names them all on the box's 127.100.0.x links. Every
   host sees the same two paths with different things behind them, as on a cluster's /shared
@@ -37,11 +37,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from cluster.box import Box
-from cluster.hosts import Host, start_host, stop_host, write_hosts
-from cluster.netns import ClusterError, pids_in, run, stop_pids
-from cluster.procs import REPO, Started, die_with_parent
-from cluster.sshfs import sshfs_argv
+from harness.cluster.box import Box
+from harness.cluster.hosts import Host, start_host, stop_host, write_hosts
+from harness.cluster.netns import ClusterError, pids_in, run, stop_pids
+from harness.cluster.procs import REPO, Started, die_with_parent
+from harness.cluster.sshfs import sshfs_argv
 
 HEAD = "head"
 CPUS = 2  # per node; the nodes share the machine's cores

@@ -1,13 +1,13 @@
-"""The Slurm run of the cluster benchmark (``bench_cluster.py --slurm``): one batch job.
+"""The Slurm run of the cluster benchmark (``harness.cluster.bench --slurm``): one batch job.
 
-The box (a file server and N nodes) with a real Slurm on it (scripts/cluster/slurm.py); the raw
-images go onto the file server as one tar; ``scripts/cluster/imagenet.sbatch`` is submitted
+The box (a file server and N nodes) with a real Slurm on it (harness/cluster/slurm.py); the raw
+images go onto the file server as one tar; ``harness/cluster/imagenet.sbatch`` is submitted
 from the head over N nodes x T tasks, as a user would, and waited for (bounded). Its steps
 print a mark when they start (``step NAME EPOCH``); the harness reads the server's SFTP byte
 counters as each mark appears, so every step's server bytes are the server's own count, not
 the programs' reports. Then every node's staged copy is checked against the manifest's sha256,
 and the trainer's time split is read from its log. With ``--mpirun-steps``, a second job
-(``scripts/cluster/mpirun.sbatch``) trains again from the same copies under ``mpirun``
+(``harness/cluster/mpirun.sbatch``) trains again from the same copies under ``mpirun``
 inside the allocation.
 """
 
@@ -23,15 +23,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench_scaling import summarise
-
-from cluster.box import Box
-from cluster.measure import shards_match
-from cluster.netns import ClusterError, Topology, link_bytes
-from cluster.procs import child_env, last_json
-from cluster.slurm import BOX_ENV, Job, Slurm, node_name
-from cluster.sshfs import served_io
-from imgprep.shards.manifest import read_manifest
+from bench.scaling import summarise
+from harness.cluster.box import Box
+from harness.cluster.measure import shards_match
+from harness.cluster.netns import ClusterError, Topology, link_bytes
+from harness.cluster.procs import child_env, last_json
+from harness.cluster.slurm import BOX_ENV, Job, Slurm, node_name
+from harness.cluster.sshfs import served_io
+from imgprep import read_manifest
 
 HERE = Path(__file__).resolve().parent
 JOB = HERE / "imagenet.sbatch"

@@ -9,7 +9,7 @@ sshfs mounts of it.
   itself sits in the machine's mount namespace, where every later command sees it. Mount points
   live under a scratch folder named with the run's prefix, so a later run can find and unmount
   what a killed one left. (Under Slurm, each node host makes its own mount, read-write, in
-  its own mount namespace: ``sshfs_argv``, scripts/cluster/hosts.py.)
+  its own mount namespace: ``sshfs_argv``, harness/cluster/hosts.py.)
 - Bytes served are counted at the server: the kernel's ``rchar`` of the ``internal-sftp``
   processes (one per mount). They read the shards, plus about 0.1 % of SFTP requests; their
   ``wchar`` counts what the nodes wrote to the server.
@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from cluster.netns import ClusterError, Topology, in_net, pids_in, run
+from harness.cluster.netns import ClusterError, Topology, in_net, pids_in, run
 from imgprep.procs import die_with_parent
 
 SFTP_TITLE = b"internal-sftp"

@@ -9,8 +9,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from imgprep.job.assign import node_shards
-from imgprep.shards.manifest import index_name, read_manifest
+from imgprep import node_shards, read_manifest
+from imgprep.shards.manifest import index_name
 
 CHUNK = 4 << 20
 SPLITS = ("train", "val")

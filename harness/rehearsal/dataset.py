@@ -31,9 +31,9 @@ from typing import Any
 
 import numpy as np
 
-from imgprep.fsutil import write_bytes_atomic
+from imgprep import ClassTable, imagenet_classes, write_bytes_atomic
 from imgprep.inputs.fakeset import QUIRKS, jpeg_pool, synthetic_photo
-from imgprep.inputs.synsets import ClassTable, imagenet_classes, imagenet_val_labels
+from imgprep.inputs.synsets import imagenet_val_labels
 from imgprep.shards.writers import BLOCK, RECORD, header_bytes
 
 FULL_TRAIN = 1_281_167

@@ -1,10 +1,10 @@
 """The rehearsal's loader steps, each run in a child process of its own (so the sampler sees
 its memory and descriptors alone):
 
-    python -m rehearsalkit.loaderstep plan  FOLDER [--nodes 16 --local 8 --batch 256 --workers 8]
-    python -m rehearsalkit.loaderstep slice FOLDER --samples 100000 [--batch 256 --size 64]
+    python -m harness.rehearsal.loaderstep plan  FOLDER [--nodes 16 --local 8 --batch 256 ...]
+    python -m harness.rehearsal.loaderstep slice FOLDER --samples 100000 [--batch 256 --size 64]
 
-``plan``: from the train manifest's shard counts alone, ``loaders.epochs.job_summary`` of the
+``plan``: from the train manifest's shard counts alone, ``loaders.job_summary`` of the
 job and every rank's ``plan_epoch`` of epoch 0 in ``pad`` mode (replicate, seed 0), timed;
 checks that the ranks' plans together hold every sample exactly once. ``slice``: one rank on
 this machine (``World()``, ``workers="auto"``) iterates a ``ShardLoader`` over the folder's
@@ -29,13 +29,17 @@ from typing import Any
 
 import numpy as np
 
-from imgprep.job.world import World
-from imgprep.shards.manifest import read_manifest
-from loaders.common import PAD_LABEL, worker_count
-from loaders.epochs import PAD, job_summary, plan_epoch
-from loaders.reader import Locations
-from loaders.shards import ShardLoader, open_shards
-from loaders.transforms import TrainTransform
+from imgprep import World, read_manifest
+from loaders import (
+    PAD,
+    PAD_LABEL,
+    ShardLoader,
+    TrainTransform,
+    job_summary,
+    plan_epoch,
+    worker_count,
+)
+from loaders.shards import ShardSet, open_shards
 
 
 def plan_job(folder: Path, nodes: int, local: int, batch: int, workers: int) -> dict[str, Any]:
@@ -61,8 +65,9 @@ def plan_job(folder: Path, nodes: int, local: int, batch: int, workers: int) -> 
             "plan_all_ranks_s": sum(times), "every_sample_once": once}
 
 
-def labels_of(where: Locations, ids: np.ndarray) -> np.ndarray:
+def labels_of(shards: ShardSet, ids: np.ndarray) -> np.ndarray:
     """The ``.cls`` label of each sample id (``PAD_LABEL`` for padding), read by offset."""
+    where = shards.where
     out = np.full(len(ids), PAD_LABEL, np.int64)
     real = np.flatnonzero(ids != PAD)
     shard = where.shard_of(ids[real])
@@ -115,7 +120,7 @@ def slice_epoch(folder: Path, want: int, batch: int, size: int) -> dict[str, Any
     table = plan.table[:batches]
     ids = table[table != PAD]
     shards = open_shards(folder, "train")
-    want_labels = labels_of(shards.where, table.reshape(-1))
+    want_labels = labels_of(shards, table.reshape(-1))
     whole, total = batches == plan.batches, sum(shards.samples)
     return {"what": "slice", "workers": workers, "batch": batch, "batches": batches,
             "evicted_bytes": evicted,

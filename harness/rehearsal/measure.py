@@ -27,8 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchlib import TreePeaks, machine_busy_s
-
+from bench.common import REPO, TreePeaks, machine_busy_s
 from imgprep.procs import die_with_parent
 
 SAMPLE_EVERY_S = 0.1
@@ -73,7 +72,7 @@ def json_lines(text: str) -> list[dict[str, Any]]:
 def _start(cmd: Sequence[str], env: dict[str, str]) -> subprocess.Popen[str]:
     parent = os.getpid()
     return subprocess.Popen(list(cmd), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True,
+                            text=True, start_new_session=True, cwd=REPO,
                             preexec_fn=lambda: die_with_parent(parent))
 
 

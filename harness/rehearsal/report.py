@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rehearsalkit.dataset import FULL_TRAIN, FULL_VAL
+from harness.rehearsal.dataset import FULL_TRAIN, FULL_VAL
 
 CORES, NODES = 16, 16
 STAGED_HERE = 4  # process-nodes the staging steps ran here

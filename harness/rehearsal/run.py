@@ -2,17 +2,17 @@
 counts (1,281,167 train images in 1,000 class tars, 50,000 val images with devkit ground
 truth), small images (48-96 px, converted to 64 px) so that it fits in an hour.
 
-    python scripts/rehearsal.py                          # full size (make rehearsal)
-    python scripts/rehearsal.py --images 100000 --json-out /tmp/rehearsal-100k.json
-    python scripts/rehearsal.py --compare /tmp/rehearsal-100k.json   # the 1.3x rule
-    python scripts/rehearsal.py --record full.json --compare /tmp/rehearsal-100k.json
-    python scripts/rehearsal.py --images 20000           # a short check of the script
+    python -m harness.rehearsal.run                      # full size (make rehearsal)
+    python -m harness.rehearsal.run --images 100000 --json-out /tmp/rehearsal-100k.json
+    python -m harness.rehearsal.run --compare /tmp/rehearsal-100k.json   # the 1.3x rule
+    python -m harness.rehearsal.run --record full.json --compare /tmp/rehearsal-100k.json
+    python -m harness.rehearsal.run --images 20000       # a short check of the script
 
-The input (``rehearsalkit.dataset``) is made once per image count under ``--out`` and reused.
+The input (``harness.rehearsal.dataset``) is made once per image count under ``--out`` and reused.
 The steps, each timed in child processes whose peak RSS (``VmRSS`` summed over the process
 tree, sampled from /proc every 0.1 s), open file descriptors (summed over the tree, sampled)
 and CPU time (``RUSAGE_CHILDREN``) are recorded, with the disk the work folder holds after it
-(``rehearsalkit.measure``):
+(``harness.rehearsal.measure``):
 
 1. ``imgprep convert`` of the train tar and of the val tar with its devkit ground truth,
    ``--size 64``, ``--workers`` left at its default, which is ``auto``: the cores this
@@ -29,7 +29,7 @@ and CPU time (``RUSAGE_CHILDREN``) are recorded, with the disk the work folder h
    for byte with the source's. Fan-out nodes 1-3 and the
    partition nodes are removed once checked (node 0 feeds the next steps), so the disk holds
    at most the input, the conversion and five node folders at once;
-5. the shard loader (``rehearsalkit.loaderstep``): every rank's epoch plan for 16 nodes x 8
+5. the shard loader (``harness.rehearsal.loaderstep``): every rank's epoch plan for 16 nodes x 8
    ranks x batch 256 from the counts (one rank's time is reported), then one rank on this
    machine loading the first ``--slice`` samples of an epoch (the whole epoch when the set is
    smaller) from fan-out node 0 in ``pad`` mode, its pages dropped from the cache first (a
@@ -41,7 +41,7 @@ and CPU time (``RUSAGE_CHILDREN``) are recorded, with the disk the work folder h
 
 It prints a Markdown table (per step: time, rate, per-image cost, peak RSS, descriptors,
 disk), a projection to a 16-core node and to 16 nodes with each assumption
-(``rehearsalkit.report``), with ``--compare`` each step's per-image cost against an earlier
+(``harness.rehearsal.report``), with ``--compare`` each step's per-image cost against an earlier
 run's, and then one JSON record as the last line (also written to ``--json-out``). The run
 stops at ``--timeout`` minutes, killing the running step; the work folder is removed at the
 end unless ``--keep`` (the input stays, for the next run; ``--drop-input`` removes it too).
@@ -54,16 +54,17 @@ import argparse
 import json
 import os
 import shutil
-import socket
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rehearsalkit import checks
-from rehearsalkit.checks import SPLITS
-from rehearsalkit.dataset import (
+from bench.common import REPO, free_port
+from harness.checks import clean_env
+from harness.rehearsal import checks
+from harness.rehearsal.checks import SPLITS
+from harness.rehearsal.dataset import (
     DEVKIT_MAP,
     FULL_TRAIN,
     GROUND_TRUTH,
@@ -72,12 +73,10 @@ from rehearsalkit.dataset import (
     VAL_TAR,
     make_input,
 )
-from rehearsalkit.measure import Deadline, Proc, disk_bytes, retime, run_step
-from rehearsalkit.report import compare, compare_table, table
-from reliability.checks import clean_env
+from harness.rehearsal.measure import Deadline, Proc, disk_bytes, retime, run_step
+from harness.rehearsal.report import compare, compare_table, table
 
-SCRIPTS = Path(__file__).resolve().parent
-REPO = SCRIPTS.parent
+TRAIN = REPO / "scripts" / "train_imagenet.py"
 NODES = 4
 SIZE = 64
 
@@ -104,12 +103,6 @@ class Run:
 
 def imgprep(*args: object) -> list[str]:
     return [sys.executable, "-m", "imgprep", *(str(a) for a in args)]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def finish(run: Run, step: dict[str, Any], procs: list[Proc], check: dict[str, Any],
@@ -186,9 +179,8 @@ def stage_step(run: Run, kind: str, options: list[str]) -> bool:
 
 def loader_step(run: Run, name: str, images: int, argv: list[object]
                 ) -> tuple[dict[str, Any], list[Proc]]:
-    path = os.pathsep.join(p for p in (str(SCRIPTS), os.environ.get("PYTHONPATH", "")) if p)
-    cmd = [sys.executable, "-m", "rehearsalkit.loaderstep", *(str(a) for a in argv)]
-    step, procs = run_step(name, images, [(cmd, clean_env(PYTHONPATH=path))], run.deadline)
+    cmd = [sys.executable, "-m", "harness.rehearsal.loaderstep", *(str(a) for a in argv)]
+    step, procs = run_step(name, images, [(cmd, clean_env())], run.deadline)
     return step, procs
 
 
@@ -216,7 +208,7 @@ def loader_steps(run: Run) -> bool:
 
 def train_step(run: Run) -> bool:
     steps, batch = run.args.train_steps, 64
-    cmd = [sys.executable, str(SCRIPTS / "train_imagenet.py"), "--data", run.node("fanout", 0),
+    cmd = [sys.executable, str(TRAIN), "--data", run.node("fanout", 0),
            "--arch", "tiny", "--image-size", SIZE, "--batch-size", batch, "--steps", steps,
            "--epochs", 1, "--warmup-epochs", 0, "--no-validate", "--log-every", 10]
     step, procs = run_step("train tiny net", steps * batch,

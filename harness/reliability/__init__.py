@@ -1,6 +1,6 @@
 """The reliability harness: fault injection, hostile inputs and scale runs, each returning plain
-records that ``scripts/reliability_report.py`` tabulates and the tests assert on (the tests run
-the same functions in a reduced form). Imported from ``scripts/``; not an installed package."""
+records that ``harness.reliability.report`` tabulates and the tests assert on (the tests run
+the same functions in a reduced form). Not part of the installed packages."""
 
 from __future__ import annotations
 

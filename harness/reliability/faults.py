@@ -3,7 +3,7 @@ worker or rank, a kill during a checkpoint write. Each trial injects one fault i
 and checks what the project promises afterwards (the rerun finishes, the output is
 byte-identical to an uninterrupted run, no temporary or bad file under a final name, a one-line
 error naming the file, no process left behind). Every function returns ``Trial`` records; the
-tests run few trials, ``scripts/reliability_report.py`` runs the full count.
+tests run few trials, ``harness.reliability.report`` runs the full count.
 
 Kill points are drawn uniformly over the duration of an uninterrupted reference run (measured
 first), from a seeded generator, so a failing trial can be replayed from its seed and index.
@@ -25,13 +25,10 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchlib import REPO, descendants
-
-from imgprep.errors import ImgprepError, StageError
-from imgprep.inputs.fakeset import make_sample
-from imgprep.shards.manifest import read_manifest
-from reliability import Trial
-from reliability.checks import clean_env, one_line_problem, tmp_leftovers
+from bench.common import REPO, descendants, free_port
+from harness.checks import clean_env, one_line_problem, tmp_leftovers
+from harness.reliability import Trial
+from imgprep import ImgprepError, StageError, make_sample, read_manifest
 
 TIMEOUT = 240.0
 WAIT_S = 10  # stage-to-node --timeout: how long a waiter waits for a copier that never began
@@ -363,8 +360,7 @@ def stage_disk_full(work: Path, trials: int, seed: int = 0) -> list[Trial]:
     bad file under a final name; once the disk grows, the rerun completes."""
     from unittest import mock
 
-    from imgprep.job.world import World
-    from imgprep.stage.run import StageOptions, stage_to_node
+    from imgprep import StageOptions, World, stage_to_node
 
     src = shard_source(work)
     total = read_manifest(src, "train").total_bytes
@@ -488,9 +484,8 @@ def worker_kills(work: Path, trials: int, seed: int = 0) -> list[Trial]:
     the last batch taken gives exactly the batches an uninterrupted run gives from there."""
     import torch
 
-    from imgprep.job.world import World
-    from loaders.shards import LoaderError, ShardLoader
-    from loaders.transforms import TrainTransform
+    from imgprep import World
+    from loaders import LoaderError, ShardLoader, TrainTransform
 
     src = shard_source(work)
     rng = random.Random(seed)
@@ -544,8 +539,6 @@ def losses(log: Path) -> dict[int, float]:
 def rank_kills(work: Path, trials: int, seed: int = 0) -> list[Trial]:
     """SIGKILL one of two training ranks at a random step: the survivor exits non-zero with
     one line saying a rank failed, within the process-group timeout (20 s), never hanging."""
-    from trainkit.distributed import free_port
-
     data = shard_source(work)
     rng = random.Random(seed)
     out = []

@@ -1,14 +1,14 @@
 """Run the reliability harness and print what the project survives, as tables and one JSON line.
 
-    python scripts/reliability_report.py              # full: 20 trials per fault, full scale
-    python scripts/reliability_report.py --quick      # reduced: what CI runs, in minutes
-    python scripts/reliability_report.py --only convert,hostile --trials 5
+    python -m harness.reliability.report              # full: 20 trials per fault, full scale
+    python -m harness.reliability.report --quick      # reduced: what CI runs, in minutes
+    python -m harness.reliability.report --only convert,hostile --trials 5
 
 Three parts:
-- faults (scripts/reliability/faults.py): each fault kind x trials x survived;
+- faults (harness/reliability/faults.py): each fault kind x trials x survived;
 - hostile inputs (tests/convert/test_hostile.py and tests/inputs/test_fuzz.py, run by
   pytest): each input group x cases x handled, read back from pytest's JUnit XML;
-- scale (scripts/reliability/scale.py): convert 10k/50k/200k images, stage-to-node on 8
+- scale (harness/reliability/scale.py): convert 10k/50k/200k images, stage-to-node on 8
   nodes x 4 local ranks, loaders on 4 ranks x 2 workers over 2,000 shards, with their bounds.
 
 Exit status: 0 when every trial held and every bounded figure is within its bound, 1 if not,
@@ -30,9 +30,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from benchlib import REPO
-from reliability import Figure, Trial, scale, tally
-from reliability import faults as fault_kinds
+from bench.common import REPO
+from harness.reliability import Figure, Trial, scale, tally
+from harness.reliability import faults as fault_kinds
 
 HOSTILE_FILES = ("tests/convert/test_hostile.py", "tests/inputs/test_fuzz.py")
 FUZZ = "fuzzed ground truth and manifests (hypothesis)"

@@ -14,8 +14,9 @@ Three functions, each given a scratch folder and sizes, each returning ``(figure
 
 The data are synthetic (small JPEGs in the real nested-tar layout) and made in the scratch
 folder; nothing is read from ``../shared``. Every command runs as a subprocess with the
-launcher variables of the calling environment removed (``reliability.checks.clean_env``, which
-the tests use too), so a run inside a job is not mistaken for a rank of it.
+launcher variables of the calling environment removed (``harness.checks.clean_env``, which
+the tests use too), so a run inside a job is not mistaken for a rank of it; from the
+repository root, so that this checkout's packages are the ones imported.
 """
 
 from __future__ import annotations
@@ -33,26 +34,29 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from benchlib import TreePeaks, descendants, machine_busy_s, proc_kb
 
-from imgprep.convert.image import TransformOptions
-from imgprep.convert.run import ConvertOptions, convert
-from imgprep.errors import ImgprepError
+from bench.common import REPO, TreePeaks, descendants, machine_busy_s, proc_kb
+from harness.checks import clean_env, tmp_leftovers
+from harness.reliability import Figure, Trial
+from imgprep import (
+    ConvertOptions,
+    ImgprepError,
+    TransformOptions,
+    World,
+    convert_splits,
+    imagenet_classes,
+    manifest_path,
+    node_shards,
+    read_manifest,
+    verify,
+)
 from imgprep.inputs.fakeset import jpeg_pool, pick_classes
 from imgprep.inputs.sources import list_source
-from imgprep.inputs.synsets import imagenet_classes
-from imgprep.job.assign import node_shards
-from imgprep.job.world import World
-from imgprep.shards.manifest import manifest_path, read_manifest
-from imgprep.shards.verify import verify
 from imgprep.shards.writers import BLOCK, RECORD, header_bytes
-from reliability import Figure, Trial
-from reliability.checks import clean_env, tmp_leftovers
 
 GROUP = "scale"
 MB = 1e6
 KB = 1024
-SCRIPTS = Path(__file__).resolve().parents[1]
 SAMPLE_EVERY_S = 0.05
 POOL_SIDES = (64, 96)  # the synthetic JPEGs' sides, px
 RUN_TIMEOUT_S = 1800.0
@@ -105,8 +109,8 @@ def make_shards(work: Path, shards: int, per_shard: int, size: int) -> Path:
     tar = write_train_tar(work / "raw" / "ILSVRC2012_img_train.tar", shards * per_shard,
                           jpeg_pool(64, POOL_SIDES))
     out = work / "shards"
-    summary = convert(ConvertOptions(input=tar, out=out, num_shards=shards, workers=2,
-                                     transform=TransformOptions(size=size)))
+    summary = convert_splits(ConvertOptions(input=tar, out=out, num_shards=shards, workers=2,
+                                            transform=TransformOptions(size=size)))[0]
     shutil.rmtree(tar.parent)
     if not summary["complete"] or summary["samples"] != shards * per_shard:
         raise RuntimeError(f"making {shards} shards in {out} failed: {summary}")
@@ -122,7 +126,7 @@ def imgprep_cmd(*args: object) -> list[str]:
 
 def start(cmd: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
     return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+                            text=True, cwd=REPO)
 
 
 def json_lines(text: str) -> list[dict[str, Any]]:
@@ -189,7 +193,7 @@ def _convert_run(tar: Path, out: Path, images: int, workers: int, size: int
     if rc != 0 or summary.get("samples") != images:
         return {}, [Trial(GROUP, f"{where}: output verified", False,
                           f"exit {rc}, {summary.get('samples')} samples: {err}")]
-    check = subprocess.run(imgprep_cmd("verify", out, "-q"), env=clean_env(),
+    check = subprocess.run(imgprep_cmd("verify", out, "-q"), env=clean_env(), cwd=REPO,
                            capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
     total = read_manifest(out, "train").total_samples
     ok = check.returncode == 0 and total == images
@@ -452,8 +456,8 @@ def stage_scale(work: Path, nodes: int = 8, local_ranks: int = 4, shards: int = 
 
 # ---------------------------------------------------------------------------- loaders
 
-RANK_MAIN = ("import json, sys; "
-             "from reliability.scale import loader_rank; loader_rank(**json.loads(sys.argv[1]))")
+RANK_MAIN = ("import json, sys; from harness.reliability.scale import loader_rank; "
+             "loader_rank(**json.loads(sys.argv[1]))")
 
 
 def _memory(pid: int) -> dict[str, int]:
@@ -466,8 +470,7 @@ def loader_rank(folder: str, rank: int, ranks: int, workers: int, epochs: int,
     """One rank of ``loader_scale`` (run in its own process): a ShardLoader for an explicit
     ``World(rank, ranks)`` on one node, ``epochs`` epochs; prints one JSON line per epoch with
     the planned and yielded batches, start-up time, and the memory of itself and its workers."""
-    from loaders.shards import ShardLoader  # torch: only in the rank processes
-    from loaders.transforms import TrainTransform
+    from loaders import ShardLoader, TrainTransform  # torch: only in the rank processes
 
     t0 = time.perf_counter()
     loader = ShardLoader(Path(folder), "train", World(rank, ranks, rank, ranks, 0, 1),
@@ -575,7 +578,7 @@ BIG_JOBS = ((16, 8, 8, 256), (128, 8, 8, 32), (256, 8, 8, 32))  # nodes, local, 
 def _big_plans() -> Trial:
     """Plans of ILSVRC2012-sized jobs from counts alone: >= 99.9 % of the set per epoch in
     short mode, every worker busy and within one batch of its siblings, no refusal."""
-    from loaders.epochs import job_summary
+    from loaders import job_summary
 
     bad, seen = [], []
     for job in BIG_JOBS:
@@ -612,9 +615,8 @@ def loader_scale(work: Path, ranks: int = 4, workers: int = 2, shards: int = 200
     folder = make_shards(work / "loader-src", shards, per_shard, size)
     args = {"folder": str(folder), "ranks": ranks, "workers": workers, "epochs": epochs,
             "batch_size": batch_size, "size": size}
-    path = os.pathsep.join(p for p in (str(SCRIPTS), os.environ.get("PYTHONPATH", "")) if p)
     procs = [start([sys.executable, "-c", RANK_MAIN, json.dumps({**args, "rank": r})],
-                   clean_env(PYTHONPATH=path))  # the rank imports reliability.scale
+                   clean_env())  # the rank imports harness.reliability.scale
              for r in range(ranks)]
     results = finish(procs, 900)
     reports = [line for _, lines, _ in results for line in lines]

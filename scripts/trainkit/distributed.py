@@ -13,11 +13,10 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from imgprep.job.rendezvous import Rendezvous, RendezvousError, free_port, rendezvous
-from imgprep.job.world import World
+from imgprep import Rendezvous, RendezvousError, World, rendezvous
 
 DistError = RendezvousError  # the process group could not be opened; the message says what to set
-__all__ = ["DistError", "Rendezvous", "close", "device_for", "free_port", "init", "rendezvous"]
+__all__ = ["DistError", "Rendezvous", "close", "device_for", "init", "rendezvous"]
 
 
 def device_for(world: World) -> torch.device:

@@ -1,8 +1,8 @@
-"""scripts/bench_cluster.py, reduced: a file server and 2 nodes in network namespaces, a small
-set served over sshfs through a throttled link; and the same box running a real Slurm job
-(``--slurm``: convert, stage with fan-out, train, then mpirun in the allocation). Needs root,
-FUSE and namespaces (CI has them; ``make test`` installs the Debian packages); skips with the
-script's one-line reason elsewhere."""
+"""The cluster box (``python -m harness.cluster.bench``), reduced: a file server and 2 nodes
+in network namespaces, a small set served over sshfs through a throttled link; and the same
+box running a real Slurm job (``--slurm``: convert, stage with fan-out, train, then mpirun in
+the allocation). Needs root, FUSE and namespaces (CI has them; ``make test`` installs the
+Debian packages); skips with the script's one-line reason elsewhere."""
 
 from __future__ import annotations
 
@@ -17,16 +17,16 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import bench_cluster
 import pytest
-from cluster.box import clean_leftovers
-from cluster.measure import peer_rate
-from cluster.netns import namespaces
-from cluster.packages import missing
-from cluster.slurm import Layout, slurm_conf
-from cluster.slurmbench import job_env
-from cluster.sshfs import mount_root, sshfs_mounts
 
+from harness.cluster import bench as bench_cluster
+from harness.cluster.box import clean_leftovers
+from harness.cluster.measure import peer_rate
+from harness.cluster.netns import namespaces
+from harness.cluster.packages import missing
+from harness.cluster.slurm import Layout, slurm_conf
+from harness.cluster.slurmbench import job_env
+from harness.cluster.sshfs import mount_root, sshfs_mounts
 from tests.support import REPO, photo
 
 PREFIX = "ipct-"  # not the benchmark's own prefix, so a run of it is never touched
@@ -59,11 +59,11 @@ REDUCED = ["--server-mbit", "100", "--train-steps", "8", "--prefix", PREFIX, "--
 def _bench(images: Path, out: Path, *options: str, limit: float = 150) -> dict[str, Any]:
     """Run the benchmark reduced (bounded: SIGTERM at ``limit`` s, which tears down; then
     kill)."""
-    cmd = [sys.executable, str(REPO / "scripts" / "bench_cluster.py"), "--images", str(images),
+    cmd = [sys.executable, "-m", "harness.cluster.bench", "--images", str(images),
            "--nodes", "2", *REDUCED, "--out", str(out), *options]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=env)
+                            env=env, cwd=REPO)
     try:
         stdout, stderr = proc.communicate(timeout=limit)
     except subprocess.TimeoutExpired:

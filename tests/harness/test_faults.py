@@ -1,6 +1,6 @@
-"""The fault harness (scripts/reliability/faults.py) in its reduced form: one random kill point
+"""The fault harness (harness/reliability/faults.py) in its reduced form: one random kill point
 per convert set-up (of 480 images, the set the other kinds stage, made once) and a couple per
-other fault kind. ``scripts/reliability_report.py`` runs the same functions with 20 trials
+other fault kind. ``harness.reliability.report`` runs the same functions with 20 trials
 each (convert: of 1,200 images). IMGPREP_FAULT_TRIALS raises the count here."""
 
 from __future__ import annotations
@@ -9,7 +9,8 @@ import os
 from pathlib import Path
 
 import pytest
-from reliability import Trial, faults
+
+from harness.reliability import Trial, faults
 
 TRIALS = int(os.environ.get("IMGPREP_FAULT_TRIALS", "1"))
 SEED = 2026

@@ -1,4 +1,4 @@
-"""The full-size rehearsal (``scripts/rehearsal.py``), run at its smallest size.
+"""The full-size rehearsal (``python -m harness.rehearsal.run``), run at its smallest size.
 
 The per-class counts have the real set's shape and sum exactly at every size; the 1.3x rule
 of ``--compare`` flags a step whose per-image cost grows with the image count. The slow case
@@ -20,7 +20,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-from rehearsalkit.dataset import (
+
+from harness.rehearsal.dataset import (
     FULL_TRAIN,
     FULL_VAL,
     GROUND_TRUTH,
@@ -31,9 +32,8 @@ from rehearsalkit.dataset import (
     full_counts,
     val_count,
 )
-from rehearsalkit.report import compare
-
-from imgprep.inputs.synsets import imagenet_classes
+from harness.rehearsal.report import compare
+from imgprep import imagenet_classes
 from tests.support import REPO
 
 SMALL = 5000
@@ -77,14 +77,14 @@ def test_compare_flags_a_step_costing_more_than_13x_per_image_at_the_larger_size
 
 def test_a_saved_record_is_tabled_and_compared_without_running_anything(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    import rehearsal
+    from harness.rehearsal import run
 
     (tmp_path / "full.json").write_text(json.dumps(
         _record(FULL_TRAIN, {"convert train": 125.0, "index": 14.0})))
     (tmp_path / "small.json").write_text(json.dumps(
         _record(100_000, {"convert train": 100.0, "index": 10.0})))
-    assert rehearsal.main(["--record", str(tmp_path / "full.json"), "--compare",
-                           str(tmp_path / "small.json"), "--out", str(tmp_path / "out")]) == 0
+    assert run.main(["--record", str(tmp_path / "full.json"), "--compare",
+                     str(tmp_path / "small.json"), "--out", str(tmp_path / "out")]) == 0
     out = capsys.readouterr().out
     assert "| convert train | 1,281,167 |" in out
     assert "| index | 14.0 | 10.0 | 1.40 | 1.40 | wall > 1.3x CPU > 1.3x |" in out
@@ -95,7 +95,7 @@ def test_a_saved_record_is_tabled_and_compared_without_running_anything(
 @pytest.fixture(scope="module")
 def rehearsal(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], Path]:
     out = tmp_path_factory.mktemp("rehearsal")
-    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "rehearsal.py"), "--images",
+    proc = subprocess.run([sys.executable, "-m", "harness.rehearsal.run", "--images",
                            str(SMALL), "--out", str(out), "--train-steps", "4",
                            "--json-out", str(out / "record.json"), "--timeout", "4.5"],
                           capture_output=True, text=True, timeout=290, cwd=REPO)

@@ -1,4 +1,5 @@
-"""scripts/reliability_report.py: the tables and the JSON line it prints, and its exit status."""
+"""The reliability report (``python -m harness.reliability.report``): the tables and the JSON
+line it prints, and its exit status."""
 
 from __future__ import annotations
 
@@ -6,8 +7,9 @@ import json
 from pathlib import Path
 
 import pytest
-import reliability_report
-from reliability import Trial
+
+from harness.reliability import Trial
+from harness.reliability import report as reliability_report
 
 
 def last_json(out: str) -> dict:

@@ -1,4 +1,4 @@
-"""The scale part of the reliability suite (``scripts/reliability/scale.py``), reduced.
+"""The scale part of the reliability suite (``harness/reliability/scale.py``), reduced.
 
 The same functions the reliability report runs at full size (convert 10k/50k/200k images,
 8 x 4 stage-to-node processes over 64 shards, 4 loader ranks x 2 workers over 2000 shards),
@@ -12,8 +12,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from reliability import Figure, Trial
-from reliability.scale import convert_scale, loader_scale, stage_scale
+
+from harness.reliability import Figure, Trial
+from harness.reliability.scale import convert_scale, loader_scale, stage_scale
 
 
 def check(result: tuple[list[Figure], list[Trial]], group: str) -> None:
