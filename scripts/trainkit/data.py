@@ -15,8 +15,7 @@ from pathlib import Path
 
 import torch
 
-from imgprep import World
-from imgprep.shards.manifest import manifest_path
+from imgprep import World, manifest_path
 from loaders import Loader, TrainTransform, ValTransform, make_loader
 
 logger = logging.getLogger("train_imagenet")
