@@ -1,0 +1,1 @@
+"""Small faithful copies of ImageNet in each form a user may hold, with known labels."""
