@@ -1,0 +1,174 @@
+"""The Hugging Face Hub's parquet copy of ILSVRC2012 (``ILSVRC/imagenet-1k``).
+
+``data/{train,validation,test}-NNNNN-of-NNNNN.parquet``: the folder the copy was downloaded
+into, its ``data/`` folder, or single files. Each file is checked by its footer
+(``imgprep.inputs.parquetio``) and listed from its ``image.path`` and ``label`` columns
+alone, a row group at a time: the key is the canonical stem of ``image.path`` (the Hub's
+names end in ``_<wnid>``), the class is ``label`` in sorted-wnid order, cross-checked with
+the wnid the name carries. A row without a path is keyed ``<file stem>_<row>``.
+
+A parquet file has no per-image random access (a row group of ~100 images is the least
+that can be read), so converting it spools each file once (``imgprep.inputs.spool``) and
+reads the spool by offset; without a spool folder (``--dry-run``) nothing is written and the
+listing's items cannot be read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from imgprep.errors import LabelError, SourceFormatError
+from imgprep.inputs import parquetio
+from imgprep.inputs.hfnames import PARQUET_NAME_RE, hub_split, parse_name
+from imgprep.inputs.spool import SpoolJob, read_index, spool_all, spool_path
+from imgprep.inputs.synsets import ClassTable
+
+NAME = "hf-parquet"
+SHOWN = 3
+
+
+def parquet_files(path: Path) -> dict[str | None, list[Path]]:
+    """{split: its parquet files, sorted} in ``path`` (a parquet file, the ``data/`` folder
+    or the folder holding it); a file not named as on the Hub has split None. Empty when
+    there is no parquet file. A folder whose numbered set is incomplete is refused."""
+    if path.is_file():
+        return {hub_split(path.name): [path]} if parquetio.is_parquet(path) else {}
+    folder = path / "data" if (path / "data").is_dir() else path
+    if not folder.is_dir():
+        return {}
+    found: dict[str | None, list[Path]] = {}
+    for p in sorted(folder.iterdir()):
+        if p.name.endswith(".parquet") and p.is_file():
+            found.setdefault(hub_split(p.name), []).append(p)
+    for files in found.values():
+        _check_complete(folder, files)
+    return found
+
+
+def _check_complete(folder: Path, files: list[Path]) -> None:
+    """Refuse a Hub set missing some of its numbered files (an unfinished download)."""
+    counts: dict[tuple[str, str], set[int]] = {}
+    for p in files:
+        m = PARQUET_NAME_RE.match(p.name)
+        if m is not None:
+            counts.setdefault((m.group("split"), m.group("count")), set()).add(
+                int(m.group("index")))
+    for (split, count), have in sorted(counts.items()):
+        missing = [f"{split}-{i:05d}-of-{count}.parquet" for i in range(int(count))
+                   if i not in have]
+        if missing:
+            raise SourceFormatError(
+                f"{folder} holds {len(have)} of the {int(count)} {split} parquet files (missing: "
+                f"{', '.join(missing[:SHOWN])}{' …' if len(missing) > SHOWN else ''}): the "
+                "download is unfinished; download the rest, or pass single files to convert "
+                "them alone")
+
+
+@dataclass
+class FileListing:
+    """The rows of one parquet file: member names (``<file>/<path>``), keys and wnids."""
+
+    path: Path
+    member: np.ndarray
+    key: np.ndarray
+    wnid: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.key)
+
+
+def _row_names(path: Path, groups: Iterator[parquetio.RowGroup],
+               classes: ClassTable) -> FileListing:
+    table = np.asarray([w.encode("ascii") for w in classes.wnids] + [b""], dtype="S9")
+    member: list[bytes] = []
+    key: list[bytes] = []
+    wnids: list[np.ndarray] = []
+    mismatch: list[str] = []
+    for group in groups:
+        named: list[bytes] = []
+        for row, name in enumerate(group.paths, group.first_row):
+            hub = parse_name(name) if name else parse_name(f"{path.stem}_{row:06d}")
+            if hub.conflict:
+                raise LabelError(f"{path}: row {row}: {hub.conflict}; the file is damaged or "
+                                 "not the Hub's copy")
+            member.append(f"{path.name}/{name or row}".encode())
+            key.append(hub.key.encode())
+            named.append(hub.wnid.encode("ascii"))
+        label_wnid = table[group.labels]  # -1 (test) picks the empty last entry
+        differ = np.flatnonzero((np.asarray(named, dtype="S9") != b"")
+                                & (np.asarray(named, dtype="S9") != label_wnid))
+        mismatch += [f"row {group.first_row + i} ({group.paths[i]}: label "
+                     f"{int(group.labels[i])} = {label_wnid[i].decode()})" for i in differ]
+        wnids.append(label_wnid)
+    if mismatch:
+        raise LabelError(
+            f"{path}: {len(mismatch)} rows whose label is another class than the wnid their "
+            f"image.path ends in (first: {'; '.join(mismatch[:SHOWN])}); the file is damaged "
+            "or its labels are not in sorted-wnid order: download it again")
+    return FileListing(path, np.asarray(member, dtype=bytes), np.asarray(key, dtype=bytes),
+                       np.concatenate(wnids) if wnids else np.zeros(0, dtype="S9"))
+
+
+def list_file(path: Path, classes: ClassTable, allow_test: bool) -> FileListing:
+    """Check ``path``'s footer, then list its rows from ``image.path`` and ``label``."""
+    parquetio.read_meta(path, classes)
+    return _row_names(path, parquetio.iter_labels(path, classes, allow_test), classes)
+
+
+def spool_items(source: Path) -> Iterator[tuple[str, bytes]]:
+    """A parquet file's images for the spool, named by row."""
+    for row, data in enumerate(parquetio.iter_images(source)):
+        yield str(row), data
+
+
+def spool_jobs(files: list[Path], spool_dir: Path) -> list[SpoolJob]:
+    """One spool job per parquet file, in ``files`` order."""
+    return [SpoolJob(source=p, spool=spool_path(spool_dir, i, p), read=spool_items)
+            for i, p in enumerate(files)]
+
+
+def columns(files: list[FileListing], spool_dir: Path | None, workers: int | None,
+            start: int = 0) -> tuple[tuple[str, ...], dict[str, np.ndarray]]:
+    """(containers, listing columns) of ``files``: with ``spool_dir``, every file is
+    spooled (missing ones on ``workers`` processes, beginning at file ``start``) and items
+    are read from the spool; without, the containers are the parquet files and the items
+    are rows (offset = row, size 0), for counting only."""
+    n = sum(len(f) for f in files)
+    container = np.repeat(np.arange(len(files), dtype=np.int32), [len(f) for f in files])
+    offset = np.concatenate([np.arange(len(f), dtype=np.int64) for f in files]) if files \
+        else np.zeros(0, dtype=np.int64)
+    size = np.zeros(n, dtype=np.int64)
+    containers = tuple(str(f.path) for f in files)
+    if spool_dir is not None:
+        jobs = spool_jobs([f.path for f in files], spool_dir)
+        spool_all(jobs, workers, start)
+        offset, size = _spool_offsets(files, jobs)
+        containers = tuple(str(j.spool) for j in jobs)
+    return containers, {
+        "container": container, "offset": offset, "size": size,
+        **{name: np.concatenate([getattr(f, name) for f in files]) if files
+           else np.zeros(0, dtype="S9" if name == "wnid" else "S1")
+           for name in ("member", "key", "wnid")},
+    }
+
+
+def _spool_offsets(files: list[FileListing],
+                   jobs: list[SpoolJob]) -> tuple[np.ndarray, np.ndarray]:
+    offsets, sizes = [], []
+    for f, job in zip(files, jobs, strict=True):
+        index = read_index(job.spool)
+        if len(index) != len(f):
+            raise SourceFormatError(
+                f"{job.spool} holds {len(index)} images but {f.path} lists {len(f)}: the file "
+                "changed since it was spooled; remove the spool folder "
+                f"{job.spool.parent} and rerun")
+        offsets.append(index.offset)
+        sizes.append(index.size)
+    empty = np.zeros(0, dtype=np.int64)
+    return (np.concatenate(offsets) if offsets else empty,
+            np.concatenate(sizes) if sizes else empty)
+
