@@ -110,13 +110,11 @@ def _convert_items(plan: Plan, task: Task, lo: int, hi: int, tick: Callable[[], 
         part.mean = np.zeros((size, size, 3), dtype=np.uint64)
     add = sink or part.samples.append
     items = task.items[lo:hi]
-    rows = zip(items.tolist(), lst.container[items].tolist(), lst.offset[items].tolist(),
-               lst.size[items].tolist(), plan.labels[items].tolist(), strict=True)
+    rows = zip(items.tolist(), plan.labels[items].tolist(), strict=True)
     with SourceReader(lst.containers) as reader:
-        for i, container, offset, nbytes, label in rows:
+        for i, label in rows:
             try:
-                data = reader.read(container, offset, nbytes,
-                                   lst.member_str(i) if offset < 0 else "")
+                data = reader.read_item(lst, i)
                 conv = image.convert_image(data, opts.transform)
             except (ImageError, OSError) as e:
                 reason = str(e) if isinstance(e, ImageError) else f"cannot read: {e}"
@@ -331,7 +329,7 @@ def convert(opts: ConvertOptions, world: World | None = None, progress: Progress
     """
     parts = split_inputs(opts)
     if len(parts) > 1:
-        names = " and ".join(str(p.input) for p in parts)
+        names = " and ".join(p.source.where if p.source else str(p.input) for p in parts)
         raise SourceFormatError(
             f"{opts.input} holds the splits {names}; convert each into its own manifest: "
             f"imgprep convert {opts.input} -o {opts.out} does both, or pass --split")

@@ -26,6 +26,7 @@ from imgprep.convert import outdir
 from imgprep.convert.image import TransformOptions
 from imgprep.convert.outdir import STATE_DIR
 from imgprep.errors import LabelError, OutputError, SourceFormatError
+from imgprep.inputs.forms import ListContext, SplitInput, TextFile, detect, list_split
 from imgprep.inputs.groundtruth import (
     UNKNOWN,
     LabelCheck,
@@ -33,7 +34,7 @@ from imgprep.inputs.groundtruth import (
     resolve_labels,
     unknown_wnid_reason,
 )
-from imgprep.inputs.sources import VAL_PREFIX, Listing, list_source, split_folders, split_of_name
+from imgprep.inputs.sources import VAL_PREFIX, Listing, split_folders, split_of_name
 from imgprep.inputs.synsets import ClassTable, load_class_table
 from imgprep.shards.manifest import Manifest
 
@@ -66,6 +67,8 @@ class ConvertOptions:
     overwrite: bool = False  # replace a finished split converted from other inputs/options
     label_offset: int | None = None  # subtracted from a 'name label' ground truth's labels
     trust_labels: bool = False  # take labels that differ from the published val labels as given
+    form: str | None = None  # --form: read the input as this form (default: detected)
+    source: SplitInput | None = None  # the split of the input to convert (set by split_inputs)
 
 
 @dataclass(frozen=True)
@@ -248,11 +251,30 @@ def _labels(listing: Listing, classes: ClassTable) -> np.ndarray | None:
     return np.asarray(table, dtype=np.int16)[inverse].reshape(-1)
 
 
-def make_plan(opts: ConvertOptions, origin: ConvertOptions | None = None) -> Plan:
+def one_split(opts: ConvertOptions) -> SplitInput:
+    """The one split of ``opts.input`` (for options not made by ``split_inputs``)."""
+    found = detect(opts.input, opts.form)
+    if len(found.splits) != 1:
+        raise SourceFormatError(
+            f"{opts.input} holds the splits {', '.join(str(s.split) for s in found.splits)}; "
+            "convert each into its own manifest: pass --split, or convert the whole input")
+    return found.splits[0]
+
+
+def _list_context(opts: ConvertOptions, source: SplitInput, classes: ClassTable,
+                  spool: bool) -> ListContext:
+    spool_dir = opts.out / STATE_DIR / source.split / "spool" \
+        if spool and source.split is not None else None
+    return ListContext(workers=opts.workers, classes=classes, spool_dir=spool_dir)
+
+
+def make_plan(opts: ConvertOptions, origin: ConvertOptions | None = None, *,
+              spool: bool = True) -> Plan:
     """Check the ground truth, list the source (class tars on ``opts.workers`` processes),
     label every image and cut the work into tasks (no image is decoded). ``origin``: the
     options given, when ``opts`` is one split of them (``split_inputs``), for the advice of
-    errors."""
+    errors. ``spool``: a form without random access may write its staging copy (not in a
+    dry run)."""
     if opts.format not in OUTPUT_FORMATS:
         raise ValueError(f"format must be one of {OUTPUT_FORMATS}")
     if opts.label_offset is not None and not opts.labels:
@@ -262,11 +284,13 @@ def make_plan(opts: ConvertOptions, origin: ConvertOptions | None = None) -> Pla
         raise LabelError("--trust-labels takes the labels of --labels as given, and none was "
                          "given; pass the ground truth or drop --trust-labels")
     classes = load_class_table(opts.classes)
-    gt = read_ground_truth(opts.labels, classes, opts.label_offset, opts.trust_labels) \
-        if opts.labels else None  # checked before the (longer) listing
+    source = opts.source or one_split(opts)
+    given: tuple[TextFile, ...] = opts.labels or source.truth
+    gt = read_ground_truth(given, classes, opts.label_offset, opts.trust_labels) \
+        if given else None  # checked before the (longer) listing
     truth = gt.labels if gt is not None else None
-    listing = list_source(opts.input, workers=opts.workers)  # the same for any count
-    split = opts.split or infer_split(listing, bool(opts.labels), opts.input)
+    listing = list_split(source, _list_context(opts, source, classes, spool))
+    split = opts.split or source.split or infer_split(listing, bool(given), opts.input)
     if opts.split is None and split == "train":  # before labels: loose val images have none
         check_no_val_in_train(listing, opts, origin)
     labels = _labels(listing, classes) if truth is None else None
@@ -279,33 +303,34 @@ def make_plan(opts: ConvertOptions, origin: ConvertOptions | None = None) -> Pla
 
 
 def split_inputs(opts: ConvertOptions, notify: Notify | None = None) -> list[ConvertOptions]:
-    """One ConvertOptions per split: the input itself, or each split folder of a folder that
-    holds them (``train/``, ``val/``, ``validation/``, ``ILSVRC2012_img_val.tar`` …, any
-    case; ``--split`` picks one). ``--labels`` go to the val split."""
-    found, others = split_folders(opts.input)
-    if not found:
-        return [opts]
+    """One ConvertOptions per split of ``opts.input``, as its form was detected
+    (``imgprep.inputs.forms``): the input itself, each split folder of a folder that holds
+    them (``train/``, ``val/``, ``validation/``, ``ILSVRC2012_img_val.tar`` …, any case), or
+    each split of a download that holds several (Kaggle's). ``--split`` picks one; ``--labels``
+    go to the val split; ``notify`` hears what is not converted, one line each."""
+    found = detect(opts.input, opts.form)
+    if len(found.splits) == 1 and found.splits[0].split is None:
+        return [replace(opts, source=found.splits[0])]
+    picks = [s for s in found.splits if s.by_default]
     if opts.split is not None:
-        if opts.split not in found:
+        pick = found.split(opts.split)
+        if pick is None:
             raise SourceFormatError(
-                f"{opts.input} holds {', '.join(p.name for p in found.values())} but no "
-                f"{opts.split} folder; point INPUT at the {opts.split} images")
-        found = {opts.split: found[opts.split]}
-    if opts.labels and "val" not in found:
+                f"{opts.input} holds {', '.join(s.where for s in found.splits)} but no "
+                f"{opts.split} split; point INPUT at the {opts.split} images")
+        picks = [pick]
+    if opts.labels and not any(s.split == "val" for s in picks):
         raise LabelError(f"--labels is validation ground truth, but {opts.input} holds no val "
                          "folder; drop --labels or point INPUT at the val images")
-    skipped = [p for p in others if p.is_dir() or p.name.lower().endswith((".tar", ".jpeg",
-                                                                            ".jpg", ".png"))]
-    if skipped and notify is not None:
-        names = ", ".join(str(p) for p in skipped[:5]) + (" …" if len(skipped) > 5 else "")
-        notify(f"not converted (not a train or val folder): {names}; convert them on their "
-               "own if you need them")
+    if notify is not None:
+        for skip in found.skipped:
+            notify(f"not converted: {skip}")
     # The split stays as the user gave it: a folder's name is not --split train, so
     # validation images in a train/ folder are still refused.
-    return [replace(opts, input=p, labels=opts.labels if s == "val" else (),
-                    label_offset=opts.label_offset if s == "val" else None,
-                    trust_labels=opts.trust_labels and s == "val")
-            for s, p in sorted(found.items(), key=lambda kv: kv[0] != "train")]
+    return [replace(opts, input=s.path, source=s, labels=opts.labels if s.split == "val" else (),
+                    label_offset=opts.label_offset if s.split == "val" else None,
+                    trust_labels=opts.trust_labels and s.split == "val")
+            for s in picks]
 
 
 def _wanted(plan: Plan) -> outdir.Wanted:

@@ -16,8 +16,10 @@ adds a truncated JPEG and a zero-byte file to the train set.
 from __future__ import annotations
 
 import io
+import itertools
 import tarfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -153,59 +155,139 @@ def _write_ground_truth(out: Path, table: ClassTable, published: np.ndarray,
         f"{devkit[table.wnids[c]]}\n" for c in published[:last].tolist()).encode())
     write_bytes_atomic(out / "val.txt", "".join(
         f"ILSVRC2012_val_{n:08d}.JPEG {table.index(w)}\n" for n, w in truth).encode())
-    write_bytes_atomic(out / "LOC_val_solution.csv", ("ImageId,PredictionString\n" + "".join(
-        f"ILSVRC2012_val_{n:08d},{w} 1 2 3 4\n" for n, w in truth)).encode())
+    write_bytes_atomic(out / "LOC_val_solution.csv", kaggle_val_csv(truth))
+
+
+def kaggle_val_csv(truth: list[tuple[int, str]]) -> bytes:
+    """Kaggle's ``LOC_val_solution.csv`` of (number, wnid) pairs: a box per image."""
+    return ("ImageId,PredictionString\n" + "".join(
+        f"ILSVRC2012_val_{n:08d},{w} 1 2 3 4\n" for n, w in truth)).encode()
+
+
+@dataclass(frozen=True, kw_only=True)
+class SampleSpec:
+    """How big a fake set to make: ``classes`` × ``per_class`` train images, ``val``
+    validation images, ``test`` unlabelled test images (0 for the image-net.org form);
+    ``bad`` adds a truncated JPEG and a zero-byte file to the train set."""
+
+    classes: int = 10
+    per_class: int = 12
+    val: int = 50
+    seed: int = 0
+    bad: bool = False
+    test: int = 0
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.classes <= 1000 or self.per_class < 1 or self.val < 0 or self.test < 0:
+            raise ValueError("classes must be 1..1000, per_class >= 1, val and test >= 0")
+
+
+@dataclass(frozen=True)
+class SampleItem:
+    """One image of the fake set: its split, key (the stem every form names it by), class
+    (empty for test), bytes, and the quirk or fault it carries (None: a plain JPEG)."""
+
+    split: str
+    key: str
+    wnid: str
+    data: bytes
+    kind: str | None = None
+
+
+@dataclass(frozen=True)
+class SampleSet:
+    """What a fake set holds, known before any image is made; ``items()`` makes the images
+    (the same bytes for the same spec), train (class by class), then val, then test."""
+
+    spec: SampleSpec
+    wnids: tuple[str, ...]
+    truth: tuple[tuple[int, str], ...]  # (validation image number, its published wnid)
+    train_kinds: tuple[tuple[str | None, ...], ...]  # per class, per image
+
+    def items(self) -> Iterator[SampleItem]:
+        rng = np.random.default_rng(self.spec.seed)
+        makers = {**QUIRKS, **BAD}
+
+        def image(kind: str | None, ci: int) -> bytes:
+            size = SIZES[int(rng.integers(0, len(SIZES)))]
+            img = synthetic_photo(rng, size, class_tint(ci, len(self.wnids)))
+            return _jpeg(img) if kind is None else makers[kind](img)
+
+        for ci, (wnid, kinds) in enumerate(zip(self.wnids, self.train_kinds, strict=True)):
+            for j, kind in enumerate(kinds):
+                yield SampleItem("train", f"{wnid}_{1000 + j}", wnid, image(kind, ci), kind)
+        # Every quirk appears in the validation set too; each image is named after a
+        # published validation image of its class.
+        val_quirks = list(QUIRKS)
+        for i, (number, wnid) in enumerate(self.truth):
+            kind = val_quirks[i] if i < len(val_quirks) else None
+            yield SampleItem("val", f"ILSVRC2012_val_{number:08d}", wnid,
+                             image(kind, self.wnids.index(wnid)), kind)
+        for k in range(self.spec.test):
+            ci = int(rng.integers(0, len(self.wnids)))
+            yield SampleItem("test", f"ILSVRC2012_test_{k + 1:08d}", "", image(None, ci))
+
+    def quirks(self) -> list[str]:
+        train = [k for kinds in self.train_kinds for k in kinds if k in QUIRKS]
+        return train + [f"val:{k}" for k in list(QUIRKS)[:self.spec.val]]
+
+    def bad(self) -> list[str]:
+        return [f"{w}_{1000 + j}.JPEG: {k}" for w, kinds in zip(self.wnids, self.train_kinds,
+                                                                 strict=True)
+                for j, k in enumerate(kinds) if k in BAD]
+
+
+def sample_set(spec: SampleSpec) -> SampleSet:
+    """The fake set ``spec`` describes (refused when its classes have too few published
+    validation images for ``spec.val``)."""
+    table = imagenet_classes()
+    wnids = pick_classes(table, spec.classes)
+    quirk_cycle = list(QUIRKS)
+    kinds: list[tuple[str | None, ...]] = []
+    for ci in range(len(wnids)):
+        row: list[str | None] = []
+        for j in range(spec.per_class):
+            if spec.bad and ci == len(wnids) - 1 and j < len(BAD):
+                row.append(list(BAD)[j])
+            elif j == 1 and ci < len(quirk_cycle):
+                row.append(quirk_cycle[ci])
+            else:
+                row.append(None)
+        kinds.append(tuple(row))
+    published = imagenet_val_labels()
+    truth = tuple((n, table.wnids[published[n - 1]])
+                  for n in val_numbers(table, wnids, spec.val))
+    return SampleSet(spec, tuple(wnids), truth, tuple(kinds))
+
+
+def write_ground_truth(out: Path, ss: SampleSet) -> None:
+    """The validation ground truth of ``ss`` in the forms image-net.org, Caffe and Kaggle
+    give it, in ``out``."""
+    table = imagenet_classes()
+    last = ss.truth[-1][0] if ss.truth else 0
+    _write_ground_truth(out, table, imagenet_val_labels(), list(ss.truth), last)
 
 
 def make_sample(out: Path, classes: int = 10, per_class: int = 12, val: int = 50,
                 seed: int = 0, bad: bool = False) -> dict[str, Any]:
-    """Write the fake data set into ``out``; returns what was written."""
+    """Write the fake data set in the image-net.org form into ``out``; returns what was
+    written."""
+    ss = sample_set(SampleSpec(classes=classes, per_class=per_class, val=val, seed=seed,
+                               bad=bad))
     ensure_writable_dir(out)
-    rng = np.random.default_rng(seed)
-    table = imagenet_classes()
-    wnids = pick_classes(table, classes)
-    quirk_cycle = list(QUIRKS.items())
-    quirks_used: list[str] = []
-    bad_used: list[str] = []
-
-    def image(kind: str | None, ci: int) -> bytes:
-        size = SIZES[int(rng.integers(0, len(SIZES)))]
-        img = synthetic_photo(rng, size, class_tint(ci, len(wnids)))
-        return _jpeg(img) if kind is None else {**QUIRKS, **BAD}[kind](img)
-
-    n = 0
+    items = ss.items()
     train_path = out / "ILSVRC2012_img_train.tar"
     with atomic_open(train_path) as f, tarfile.open(fileobj=f, mode="w",
                                                     format=tarfile.USTAR_FORMAT) as outer:
-        for ci, wnid in enumerate(wnids):
-            members = []
-            for j in range(per_class):
-                kind = None
-                if bad and ci == len(wnids) - 1 and j < len(BAD):
-                    kind = list(BAD)[j]
-                    bad_used.append(f"{wnid}_{1000 + j}.JPEG: {kind}")
-                elif j == 1 and ci < len(quirk_cycle):
-                    kind = quirk_cycle[ci][0]
-                    quirks_used.append(kind)
-                members.append((f"{wnid}_{1000 + j}.JPEG", image(kind, ci)))
-                n += 1
-            inner = _tar_bytes(members)
+        for wnid in ss.wnids:
+            inner = _tar_bytes([(f"{it.key}.JPEG", it.data)
+                                for it in itertools.islice(items, per_class)])
             outer.addfile(tar_header(f"{wnid}.tar", len(inner)), io.BytesIO(inner))
-    # Every quirk appears in the validation set too (and in train when there are enough classes).
-    # Each image is named after a published validation image of its class.
-    val_quirks = [k for k, _ in quirk_cycle]
-    numbers = val_numbers(table, wnids, val)
-    published = imagenet_val_labels()
-    val_members, truth = [], []
-    for i, number in enumerate(numbers):
-        kind = val_quirks[i] if i < len(val_quirks) else None
-        wnid = table.wnids[published[number - 1]]
-        val_members.append((f"ILSVRC2012_val_{number:08d}.JPEG", image(kind, wnids.index(wnid))))
-        truth.append((number, wnid))
+    val_members = [(f"{it.key}.JPEG", it.data) for it in itertools.islice(items, len(ss.truth))]
     write_bytes_atomic(out / "ILSVRC2012_img_val.tar", _tar_bytes(val_members))
-    _write_ground_truth(out, table, published, truth, numbers[-1] if numbers else 0)
+    write_ground_truth(out, ss)
     return {
-        "out": str(out), "classes": wnids, "train_images": n, "val_images": val,
-        "quirks": quirks_used + [f"val:{k}" for k in val_quirks[:val]], "bad": bad_used,
+        "out": str(out), "classes": list(ss.wnids), "train_images": classes * per_class,
+        "val_images": val, "quirks": ss.quirks(), "bad": ss.bad(),
         "train_tar": str(train_path), "val_tar": str(out / "ILSVRC2012_img_val.tar"),
     }

@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from imgprep.errors import InputMissingError, LabelError
+from imgprep.inputs.reader import TextFile
 from imgprep.inputs.sources import Listing
 from imgprep.inputs.synsets import (
     WNID_RE,
@@ -105,7 +106,7 @@ def detect_form(lines: list[str]) -> str:
     return "unknown"
 
 
-def _read_lines(path: Path) -> list[str]:
+def _read_lines(path: TextFile) -> list[str]:
     try:  # utf-8-sig: a byte-order mark (Excel's CSVs) is not part of the first line
         return path.read_text("utf-8-sig").splitlines()
     except OSError as e:
@@ -136,7 +137,7 @@ def _published(key: str, classes: ClassTable) -> int | None:
     return classes.index(imagenet_classes().wnids[imagenet_val_labels()[n - 1]])
 
 
-def _refuse_shift(path: Path, rows: list[tuple[str, int, int]], classes: ClassTable,
+def _refuse_shift(path: TextFile, rows: list[tuple[str, int, int]], classes: ClassTable,
                   offset: int | None) -> None:
     """Refuse a 'name label' file whose published names all differ from their published
     label by one constant, naming the ``--label-offset`` that makes them agree."""
@@ -160,7 +161,7 @@ def _refuse_shift(path: Path, rows: list[tuple[str, int, int]], classes: ClassTa
         f"{fix}{instead}")
 
 
-def _name_labels(path: Path, numbered: list[tuple[int, str]], classes: ClassTable,
+def _name_labels(path: TextFile, numbered: list[tuple[int, str]], classes: ClassTable,
                  offset: int | None, compared: bool) -> list[tuple[str, int, int]]:
     """(name, label - offset, line) of a 'name label' file. Refuses published names shifted
     by a constant (``compared``: published names are compared), a label outside [0, classes)
@@ -196,7 +197,7 @@ def _name_labels(path: Path, numbered: list[tuple[int, str]], classes: ClassTabl
     return rows
 
 
-def _parse(path: Path, lines: list[str], form: str, classes: ClassTable,
+def _parse(path: TextFile, lines: list[str], form: str, classes: ClassTable,
            devkit_map: dict[int, str] | None, label_offset: int | None, compared: bool
            ) -> list[Row]:
     """Every line of one ground-truth file as (key, wnid, file:line), in file order."""
@@ -270,13 +271,13 @@ def _index_text(classes: ClassTable, wnid: str) -> str:
     return "not in the class table" if i is None else str(i)
 
 
-def load_ground_truth(paths: Sequence[Path], classes: ClassTable,
+def load_ground_truth(paths: Sequence[TextFile], classes: ClassTable,
                       label_offset: int | None = None, trust: bool = False) -> dict[str, str]:
     """{key: wnid} of ``read_ground_truth``."""
     return read_ground_truth(paths, classes, label_offset, trust).labels
 
 
-def read_ground_truth(paths: Sequence[Path], classes: ClassTable,
+def read_ground_truth(paths: Sequence[TextFile], classes: ClassTable,
                       label_offset: int | None = None, trust: bool = False) -> GroundTruth:
     """Parse one ground-truth file (plus ``map_clsloc.txt`` for the devkit form) to {key: wnid}
     and check it (module docstring); raises LabelError naming the file and the fix.
@@ -299,8 +300,8 @@ def read_ground_truth(paths: Sequence[Path], classes: ClassTable,
     maps = [(p, lines) for p, lines, f in forms if f == "map_clsloc"]
     if not maps and any(f == "devkit" for _, _, f in forms):
         for p, _, f in forms:
-            sibling = p.with_name("map_clsloc.txt")
-            if f == "devkit" and sibling.is_file():
+            sibling = p.with_name("map_clsloc.txt") if isinstance(p, Path) else None
+            if f == "devkit" and sibling is not None and sibling.is_file():
                 maps = [(sibling, _read_lines(sibling))]
     if maps:
         devkit_map = {}

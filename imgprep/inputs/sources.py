@@ -16,12 +16,14 @@ is ever extracted by member name.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from imgprep.errors import InputMissingError, SourceFormatError
+from imgprep.inputs.reader import Codecs, SourceReader
 from imgprep.inputs.synsets import WNID_RE
 from imgprep.inputs.tarlist import (
     IMAGE_EXTS,
@@ -34,8 +36,8 @@ from imgprep.inputs.tarlist import (
     sanitize_key,
 )
 
-__all__ = ["IMAGE_EXTS", "VAL_PREFIX", "Listing", "ListingError", "SourceReader", "list_source",
-           "sanitize_key", "split_folders", "split_of_name"]
+__all__ = ["IMAGE_EXTS", "VAL_PREFIX", "Listing", "ListingError", "SourceReader", "build_listing",
+           "list_source", "sanitize_key", "split_folders", "split_of_name"]
 VAL_PREFIX = "ILSVRC2012_val_"  # validation image names: never in a train split by accident
 # Folder (or tar) names that say which split their images are, compared case-insensitively.
 SPLIT_NAMES = {
@@ -92,7 +94,9 @@ class Listing:
     Item i is read from ``containers[container[i]]``: at byte ``offset[i]`` for ``size[i]`` bytes
     when the container is a tar, or as the file ``member[i]`` below it when ``offset[i] < 0``.
     ``member`` is the item's path relative to the source root (for messages and metadata);
-    ``wnid`` is the class its folder or inner tar names, or empty.
+    ``wnid`` is the class its form carries (folder, inner tar, name, label), or empty.
+    ``codecs``: None when every item is raw bytes as above (tars, folders); else how each
+    item is stored (``imgprep.inputs.reader.Codecs``: zip members).
     """
 
     root: str
@@ -106,6 +110,7 @@ class Listing:
     wnid: np.ndarray
     errors: tuple[ListingError, ...] = ()
     skipped: int = 0
+    codecs: Codecs | None = None
 
     def __len__(self) -> int:
         return len(self.key)
@@ -157,8 +162,8 @@ def list_source(path: Path, workers: int | None = None) -> Listing:
     """
     if not path.exists():
         raise InputMissingError(
-            f"input {path} does not exist; point --input at ILSVRC2012_img_train.tar, "
-            "ILSVRC2012_img_val.tar or an extracted folder"
+            f"input {path} does not exist; pass ImageNet as downloaded as INPUT "
+            "(ILSVRC2012_img_train.tar, ILSVRC2012_img_val.tar, the Kaggle zip or a folder)"
         )
     cols = Columns()
     jobs: list[TarJob] = []
@@ -179,16 +184,25 @@ def list_source(path: Path, workers: int | None = None) -> Listing:
         kind = "tar"
     if not len(cols) and not cols.errors:
         raise SourceFormatError(
-            f"no images (.JPEG/.jpg/.png) found in {path}; point --input at ImageNet data"
+            f"no images (.JPEG/.jpg/.png) found in {path}; pass the folder or archive that "
+            "holds them as INPUT (imgprep convert PATH -o OUT)"
         )
     return _build(path, kind, cols)
 
 
 def _build(path: Path, kind: str, cols: Columns) -> Listing:
-    col = cols.arrays()
+    return build_listing(str(path), kind, tuple(cols.containers), cols.arrays(), cols.errors,
+                         cols.skipped)
+
+
+def build_listing(root: str, kind: str, containers: tuple[str, ...], col: dict[str, np.ndarray],
+                  errors: Sequence[ListingError], skipped: int,
+                  codecs: Codecs | None = None) -> Listing:
+    """The listing of the items in ``col`` (``COLUMN_TYPES`` arrays, in the order found),
+    sorted by key; duplicate keys after the first are refused as errors."""
     member, key = col["member"], col["key"]
     order = np.lexsort((member, key)) if len(key) else np.zeros(0, dtype=np.int64)
-    errors = list(cols.errors)
+    errors = list(errors)
     # Duplicate keys would collide in shards and lists: keep the first, refuse the rest.
     if len(order):
         sk = key[order]
@@ -202,9 +216,9 @@ def _build(path: Path, kind: str, cols: Columns) -> Listing:
             ))
         order = order[~dup]
     return Listing(
-        root=str(path),
+        root=root,
         kind=kind,
-        containers=tuple(cols.containers),
+        containers=containers,
         container=col["container"][order],
         offset=col["offset"][order],
         size=col["size"][order],
@@ -212,39 +226,6 @@ def _build(path: Path, kind: str, cols: Columns) -> Listing:
         key=key[order],
         wnid=col["wnid"][order],
         errors=tuple(errors),
-        skipped=cols.skipped,
+        skipped=skipped,
+        codecs=codecs.take(order) if codecs is not None else None,
     )
-
-
-class SourceReader:
-    """Reads item bytes with ``pread`` from a handful of cached file descriptors."""
-
-    def __init__(self, containers: tuple[str, ...]) -> None:
-        self._containers = containers
-        self._fds: dict[int, int] = {}
-
-    def read(self, container: int, offset: int, size: int, member: str) -> bytes:
-        """``size`` bytes at ``offset`` of a tar container, or the file ``member`` below a
-        folder container (``offset < 0``; ``member`` is not used otherwise)."""
-        root = self._containers[container]
-        if offset < 0:
-            with open(os.path.join(root, member), "rb") as f:
-                return f.read()
-        fd = self._fds.get(container)
-        if fd is None:
-            fd = self._fds[container] = os.open(root, os.O_RDONLY)
-        data = os.pread(fd, size, offset)
-        if len(data) != size:
-            raise OSError(f"short read from {root} at {offset}: source changed or truncated")
-        return data
-
-    def close(self) -> None:
-        for fd in self._fds.values():
-            os.close(fd)
-        self._fds.clear()
-
-    def __enter__(self) -> SourceReader:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

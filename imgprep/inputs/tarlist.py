@@ -14,7 +14,6 @@ import io
 import multiprocessing as mp
 import os
 import posixpath
-import re
 import tarfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -24,6 +23,8 @@ import numpy as np
 
 from imgprep.errors import SourceFormatError, UnsafeArchiveError
 from imgprep.inputs import tarscan
+from imgprep.inputs.keys import member_key
+from imgprep.inputs.keys import sanitize_key as sanitize_key  # re-exported
 from imgprep.inputs.synsets import WNID_RE
 from imgprep.job.cpus import rank_cores, read_limits
 from imgprep.procs import die_with_parent
@@ -32,14 +33,6 @@ IMAGE_EXTS = (".jpeg", ".jpg", ".png")
 COLUMN_TYPES: dict[str, Any] = {"container": np.int32, "offset": np.int64, "size": np.int64,
                                 "member": bytes, "key": bytes, "wnid": "S9"}
 GZIP_MAGIC = b"\x1f\x8b"
-
-
-_UNSAFE_KEY = re.compile(r"[.\s/]")  # \s: exactly the characters str.isspace() accepts
-
-
-def sanitize_key(stem: str) -> str:
-    """A webdataset- and label-list-safe key: no dots (webdataset splits on them), no spaces."""
-    return _UNSAFE_KEY.sub("_", stem)
 
 
 @dataclass(frozen=True)
@@ -74,11 +67,7 @@ class Columns:
         self.offset.append(offset)
         self.size.append(size)
         self.member.append(member.encode("utf-8"))
-        stem = stem if stem is not None else member.rpartition("/")[2]
-        dot = stem.rfind(".")
-        if dot > 0 and stem[:dot].strip("."):  # posixpath.splitext: leading dots stay
-            stem = stem[:dot]
-        self.key.append(sanitize_key(stem).encode("utf-8"))
+        self.key.append(member_key(stem if stem is not None else member).encode("utf-8"))
         if wnid != self._last_wnid[0]:
             self._last_wnid = (wnid, wnid.encode("ascii") if WNID_RE.match(wnid) else b"")
         self.wnid.append(self._last_wnid[1])

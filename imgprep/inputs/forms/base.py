@@ -1,0 +1,92 @@
+"""The source protocol: what a form's probe finds and what its lister is given.
+
+A form is one module with ``probe(path) -> Detected | None`` (cheap: names, magic bytes, a
+zip's central directory at most; None: not this form; a SourceFormatError: this form, but
+unreadable as it stands, saying what was seen and what works) and
+``list_split(split, ctx) -> Listing`` (every image of one split, with the class its form
+carries in the ``wnid`` column, so one downstream path labels and checks every form).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from imgprep.inputs.reader import TextFile
+from imgprep.inputs.synsets import ClassTable, imagenet_classes
+
+SPLITS = ("train", "val", "test")
+__all__ = ["SPLITS", "Detected", "ListContext", "Skip", "SplitInput", "TextFile"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class SplitInput:
+    """One split of a detected input: which form lists it, where its images and labels are.
+
+    ``split``: train, val or test; None when only the listing tells (a flat tar or folder:
+    ``val`` when every name is ``ILSVRC2012_val_*``, else train). ``path``: the file or
+    folder holding the images; ``prefix``: the member-name prefix inside an archive.
+    ``where`` and ``labels`` say it for people. ``truth``: ground-truth files the form found
+    (used when no ``--labels`` is given). ``by_default``: converted when no ``--split`` is
+    given (a test split without labels is not). ``spool_bytes``: disk the one staging copy
+    takes, for a form without random access (0: read in place). ``images``: the count, when
+    it is cheap to know before listing.
+    """
+
+    form: str
+    split: str | None
+    path: Path
+    prefix: str = ""
+    where: str
+    labels: str
+    labelled: bool = True
+    truth: tuple[TextFile, ...] = ()
+    by_default: bool = True
+    spool_bytes: int = 0
+    images: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.split is not None and self.split not in SPLITS:
+            raise ValueError(f"split must be one of {SPLITS} or None, not {self.split!r}")
+        if self.spool_bytes < 0 or (self.images is not None and self.images < 0):
+            raise ValueError("spool_bytes and images are counts (>= 0)")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Skip:
+    """Something the input holds that is not converted, and why (said in one line)."""
+
+    what: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.what}: {self.reason}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Detected:
+    """What ``detect`` recognised at ``root``: the form, its splits in conversion order
+    (train first), and what it holds that is not converted."""
+
+    form: str
+    root: Path
+    description: str
+    splits: tuple[SplitInput, ...]
+    skipped: tuple[Skip, ...] = ()
+
+    def split(self, name: str) -> SplitInput | None:
+        """The split called ``name``, or None."""
+        return next((s for s in self.splits if s.split == name), None)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ListContext:
+    """What ``list_split`` is given besides the split: ``workers`` (processes it may use to
+    list; the listing must not depend on it), ``classes`` (the class table, for forms that
+    carry class indices: map index -> wnid through it), ``spool_dir`` (an empty-or-resumable
+    folder under the output's state folder for the one staging copy of a form without random
+    access; None: write nothing, as in ``--dry-run``)."""
+
+    workers: int | None = None
+    classes: ClassTable = field(default_factory=imagenet_classes)
+    spool_dir: Path | None = None

@@ -1,0 +1,87 @@
+"""Downloads that are not (yet) in a form imgprep reads, named for what they are.
+
+Probed before the forms that would misread them: another compression or container (told by
+its magic bytes, whatever the file is called), one part of a split archive (told by its
+name), or a web page saved under an archive's name. Each is refused saying what was seen and
+the command that makes a form imgprep reads in place; nothing here converts anything.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+from imgprep.errors import SourceFormatError
+from imgprep.inputs.forms.base import Detected
+
+NAME = "other-archive"
+# magic bytes -> (what it is, how to make a readable form of FILE, what that gives)
+MAGIC: tuple[tuple[bytes, str, str, str], ...] = (
+    (b"\x28\xb5\x2f\xfd", "zstd-compressed", "zstd -d {f} -o {s}", "{s}"),
+    (b"BZh", "bzip2-compressed", "bunzip2 -k {f}", "{s}"),
+    (b"\xfd7zXZ\x00", "xz-compressed", "unxz -k {f}", "{s}"),
+    (b"\x04\x22\x4d\x18", "lz4-compressed", "lz4 -d {f} {s}", "{s}"),
+    (b"7z\xbc\xaf\x27\x1c", "a 7-Zip archive", "7z x {f} -oDIR", "DIR"),
+    (b"Rar!\x1a\x07", "a RAR archive", "unrar x {f} DIR/", "DIR"),
+)
+COMPRESSED_EXTS = (".zst", ".zstd", ".bz2", ".xz", ".lz4")
+PAGE = re.compile(rb"^\s*(<!doctype html|<html|<\?xml|\{)", re.IGNORECASE)
+NUMBERED_PART = re.compile(r"^(?P<whole>.+\.(?:zip|tar|7z|tgz|tar\.gz))\.(?P<n>\d{3})$",
+                           re.IGNORECASE)
+ZIP_PART = re.compile(r"^(?P<stem>.+)\.z(?P<n>\d{2})$", re.IGNORECASE)
+HEAD = 64
+
+
+def _stem(path: Path) -> str:
+    name = path.name
+    for ext in COMPRESSED_EXTS:
+        if name.lower().endswith(ext):
+            return name[: -len(ext)]
+    return f"{name}.out"
+
+
+def _split_part(path: Path) -> None:
+    """Refuse one part of a split archive, naming how its parts are joined."""
+    m = NUMBERED_PART.match(path.name)
+    if m:
+        whole, q = m.group("whole"), shlex.quote
+        join = (f"7z x {q(path.name)} (7-Zip reads the parts in turn)"
+                if whole.lower().endswith(".7z") else
+                f"cat {q(whole)}.[0-9][0-9][0-9] > {q(whole)} (the parts in order)")
+        raise SourceFormatError(
+            f"{path} is part {int(m.group('n'))} of a split archive ({whole}.001, "
+            f"{whole}.002 …): join the parts first: {join}, then convert {whole}")
+    m = ZIP_PART.match(path.name)
+    if m:
+        whole = f"{m.group('stem')}.zip"
+        raise SourceFormatError(
+            f"{path} is part {int(m.group('n'))} of a split zip archive (zip -s; the last part "
+            f"is {whole}): join the parts first (zip -s 0 {shlex.quote(whole)} --out "
+            "joined.zip) and convert joined.zip")
+
+
+def probe(path: Path) -> Detected | None:
+    """None for anything not refused here; else a SourceFormatError saying what it is."""
+    if not path.is_file():
+        return None
+    _split_part(path)
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(HEAD)
+    except OSError:
+        return None  # the form that lists it says why it cannot be read
+    for magic, what, command, gives in MAGIC:
+        if head.startswith(magic):
+            src, out = shlex.quote(str(path)), shlex.quote(str(path.with_name(_stem(path))))
+            result = gives.format(s=out)
+            raise SourceFormatError(
+                f"{path} is {what}, which imgprep does not read in place: "
+                f"`{command.format(f=src, s=out)}` gives {result}, which it reads "
+                f"(imgprep convert {result} -o OUT)")
+    if head and PAGE.match(head) and path.suffix.lower() in (".zip", ".tar", ".gz", ".tgz"):
+        raise SourceFormatError(
+            f"{path} is a text or web page (it starts {head[:24]!r}), not an archive: the "
+            "download link returned a page (a login, an expired link or a quota message); "
+            "download the archive again from the page it came from")
+    return None

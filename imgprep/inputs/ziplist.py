@@ -1,0 +1,203 @@
+"""Listing a zip archive in place: its central directory, read once, into columns.
+
+``read_index`` parses the central directory with ``zipfile`` (zip64 included) and keeps, per
+image member, only what a worker needs to read it by offset (``imgprep.inputs.reader``):
+the local header's offset and guessed length, the stored and image sizes, the codec and the
+CRC-32, as numpy columns; the ``ZipInfo`` objects are dropped as soon as they are read. Small
+non-image files near the top (ground truth, class maps) are kept as ``ArchiveMember``s, and
+other files are counted by folder, for what is skipped. Members that must not be read are
+refused and recorded, never extracted: absolute or ``..`` names, encryption, symlinks and
+devices, a name seen twice, a compression other than stored or deflated.
+
+An archive that is not a whole readable zip is refused saying what it is: cut short (no
+end-of-central-directory record), one part of a split archive, or made with zip features
+this reader does not have.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import stat
+import struct
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from imgprep.errors import SourceFormatError, UnsafeArchiveError
+from imgprep.inputs.reader import LOCAL_HEADER, ZIP_DEFLATED, ZIP_STORED, ArchiveMember
+from imgprep.inputs.tarlist import ListingError, check_name, is_image_name
+
+ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")  # a first local header, or an empty archive
+METHODS = {zipfile.ZIP_STORED: ZIP_STORED, zipfile.ZIP_DEFLATED: ZIP_DEFLATED}
+METHOD_NAMES = {9: "deflate64", 12: "bzip2", 14: "lzma", 93: "zstandard", 95: "xz",
+                98: "ppmd", 99: "AES encryption"}
+END_MAGIC, END_RECORD = b"PK\x05\x06", 22  # end-of-central-directory signature, length
+END_SEARCH = END_RECORD + 65535  # the record is followed by at most a 64 KiB comment
+TOP_DEPTH = 2  # non-image files this deep or less are kept (LOC_*.csv, a top folder's)
+OTHERS_DEPTH = 3  # other files are counted per folder, this many names deep
+REPACK = "extract it and convert the folder, or re-pack it with stored or deflated members " \
+         "(zip -r -Z deflate NEW.zip FOLDER)"
+
+
+@dataclass(frozen=True)
+class ZipIndex:
+    """The image members of a zip (``names`` and their columns, in central-directory
+    order), its small files near the top, other files counted per folder, and the members
+    refused (name, reason)."""
+
+    path: Path
+    names: list[str]
+    offset: np.ndarray
+    size: np.ndarray
+    stored: np.ndarray
+    codec: np.ndarray
+    crc: np.ndarray
+    head: np.ndarray
+    small: dict[str, ArchiveMember]
+    others: dict[str, int]
+    refused: tuple[ListingError, ...]
+
+
+def is_zip(path: Path) -> bool:
+    """Whether ``path`` is a file that starts as a zip does."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(4) in ZIP_MAGIC
+    except OSError:
+        return False
+
+
+def _refusal(info: zipfile.ZipInfo, archive: str) -> str | None:
+    """Why the member ``info`` must not be read, or None."""
+    try:
+        check_name(info.orig_filename, archive)
+    except UnsafeArchiveError as e:
+        return str(e)
+    where = f"{archive}: member {info.orig_filename!r}"
+    if info.flag_bits & 0x1:
+        return f"{where} is encrypted; imgprep reads no encrypted members: {REPACK}"
+    mode = info.external_attr >> 16
+    if info.create_system == 3 and mode and not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+        what = "a symlink" if stat.S_ISLNK(mode) else "a device, fifo or socket"
+        return f"{where} is {what}; refused"
+    if info.compress_type not in METHODS and not info.is_dir():
+        name = METHOD_NAMES.get(info.compress_type, f"method {info.compress_type}")
+        return f"{where} is compressed with {name}, which imgprep does not read: {REPACK}"
+    return None
+
+
+def _damaged(path: Path, why: str) -> SourceFormatError:
+    return SourceFormatError(
+        f"{path} starts as a zip archive but its central directory cannot be read ({why}): "
+        "the download stopped early or was damaged; re-download it, or let `zip -FF "
+        f"{path.name} --out fixed.zip` recover what it can and convert fixed.zip")
+
+
+def check_end(path: Path) -> None:
+    """Refuse a zip without an end-of-central-directory record (cut short) or one that
+    says it is one part of several (a split archive), before ``zipfile`` reads it."""
+    with open(path, "rb") as f:
+        size = f.seek(0, os.SEEK_END)
+        f.seek(max(0, size - END_SEARCH))
+        tail = f.read()
+    at = tail.rfind(END_MAGIC)
+    if at < 0 or len(tail) - at < END_RECORD:
+        raise SourceFormatError(
+            f"{path} starts as a zip archive but has no end-of-central-directory record: "
+            "the download stopped early; re-download it (or resume it), or let "
+            f"`zip -FF {path.name} --out fixed.zip` recover what it can")
+    disk, cd_disk = struct.unpack_from("<HH", tail, at + 4)
+    if disk not in (0, 0xFFFF) or cd_disk not in (0, 0xFFFF):
+        raise SourceFormatError(
+            f"{path} is the last part of a split zip archive (part {disk + 1}): join the "
+            f"parts first (zip -s 0 {path.name} --out joined.zip) and convert joined.zip")
+
+
+def _open(path: Path) -> zipfile.ZipFile:
+    check_end(path)
+    try:
+        return zipfile.ZipFile(path)
+    except zipfile.BadZipFile as e:
+        raise _damaged(path, str(e)) from e
+    except NotImplementedError as e:
+        raise SourceFormatError(f"{path} uses zip features imgprep does not read ({e}): "
+                                f"{REPACK}") from e
+    except OSError as e:
+        raise SourceFormatError(f"cannot read {path}: {e.strerror or e}") from e
+
+
+def _member(path: Path, info: zipfile.ZipInfo, head: int) -> ArchiveMember:
+    return ArchiveMember(archive=path, member=info.orig_filename, offset=info.header_offset,
+                         size=info.file_size, stored=info.compress_size,
+                         codec=METHODS[info.compress_type], crc=info.CRC, head=head)
+
+
+@functools.lru_cache(maxsize=2)
+def _cached(path: str, size: int, mtime_ns: int) -> ZipIndex:
+    return _read(Path(path))
+
+
+def read_index(path: Path) -> ZipIndex:
+    """The index of the zip at ``path`` (parsed once per file version in a process)."""
+    st = path.stat()
+    return _cached(str(path), st.st_size, st.st_mtime_ns)
+
+
+def _read(path: Path) -> ZipIndex:
+    with _open(path) as zf:
+        return _scan(path, zf.infolist())
+
+
+def _scan(path: Path, infos: list[zipfile.ZipInfo]) -> ZipIndex:
+    archive = str(path)
+    names: list[str] = []
+    offset: list[int] = []
+    size: list[int] = []
+    stored: list[int] = []
+    codec: list[int] = []
+    crc: list[int] = []
+    head: list[int] = []
+    small: dict[str, ArchiveMember] = {}
+    others: dict[str, int] = {}
+    refused: list[ListingError] = []
+    seen: set[str] = set()
+    for info in infos:
+        name = info.orig_filename
+        why = _refusal(info, archive)
+        if why is None and name in seen:
+            why = f"{archive}: member {name!r} appears twice; the second copy is refused"
+        seen.add(name)
+        if why is not None:
+            refused.append(ListingError(name, why))
+            continue
+        if name.endswith("/"):
+            continue
+        length = LOCAL_HEADER + len(info.extra) + len(
+            name.encode("utf-8" if info.flag_bits & 0x800 else "cp437"))
+        if is_image_name(name):
+            names.append(name)
+            offset.append(info.header_offset)
+            size.append(info.file_size)
+            stored.append(info.compress_size)
+            codec.append(METHODS[info.compress_type])
+            crc.append(info.CRC)
+            head.append(length)
+        elif name.count("/") < TOP_DEPTH:
+            small[name] = _member(path, info, length)
+        else:
+            folder = "/".join(name.split("/")[:-1][:OTHERS_DEPTH])
+            others[folder] = others.get(folder, 0) + 1
+    return ZipIndex(path, names, np.asarray(offset, np.int64), np.asarray(size, np.int64),
+                    np.asarray(stored, np.int64), np.asarray(codec, np.uint8),
+                    np.asarray(crc, np.uint32), np.asarray(head, np.int32), small, others,
+                    tuple(refused))
+
+
+def check_not_past_end(index: ZipIndex) -> None:
+    """Refuse an index whose members lie past the end of the file (a damaged archive)."""
+    size = os.stat(index.path).st_size
+    if len(index.offset) and int((index.offset + index.stored).max()) > size:
+        raise _damaged(index.path, "members lie past the end of the file")
