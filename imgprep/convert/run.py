@@ -57,6 +57,7 @@ from imgprep.convert.tasks import (
 from imgprep.errors import ImageError, OutputError, SourceFormatError
 from imgprep.fsutil import ensure_writable_dir, fsync_dir, write_bytes_atomic
 from imgprep.inputs.sources import SourceReader
+from imgprep.inputs.spool import remove_spool
 from imgprep.job.world import World
 from imgprep.shards.index import index_shards, layout_path, save_layout
 from imgprep.shards.manifest import Manifest, NodeSection, ShardEntry, write_manifest
@@ -356,7 +357,7 @@ def convert_splits(opts: ConvertOptions, world: World | None = None,
     try:
         parts = split_inputs(opts, say if is_finaliser(opts, world) else None)
         ensure_writable_dir(opts.out)
-        plans = [make_plan(o, origin=opts) for o in parts]
+        plans = [make_plan(o, origin=opts, rank=world.rank) for o in parts]
         created[:0] = [p.state_dir for p in plans if not p.state_dir.exists()]
         if len({p.split for p in plans}) < len(plans):
             raise SourceFormatError(f"{opts.input}: two inputs give the same split; "
@@ -405,6 +406,8 @@ def _convert_plan(plan: Plan, world: World, progress: Progress | None,
             listing_errors = []  # reported once, by node 0
         manifest, log, n_errors = _finalise(plan, results, listing_errors,
                                             node_info(plan, world))
+        if manifest is not None:
+            remove_spool(plan.spool_dir)  # the staging copy is not needed any more
     return _summary(plan, world, finaliser, results, fresh, done, (mine, held),
                     (manifest, log, n_errors), time.perf_counter() - t0)
 

@@ -4,8 +4,8 @@ the class each name carries.
 One image has one key in every form: its canonical stem (``n01440764_10026``,
 ``ILSVRC2012_val_00000001``, ``ILSVRC2012_test_00000001``). The Hub's copies append the
 class to a name (``n01440764_10026_n01440764.JPEG``,
-``ILSVRC2012_val_00000001_n01751748.JPEG``): ``parse_name`` strips that suffix into the
-key and returns the wnid it names. A train name's own prefix is a wnid too; when both are
+``ILSVRC2012_val_00000001_n01751748.JPEG``): ``parse_name`` strips that suffix
+(``imgprep.inputs.keys``, the one home of keys) and returns the wnid it names. A train name's own prefix is a wnid too; when both are
 there and differ, the name contradicts itself, and ``parse_name`` says so.
 
 Which split a Hub file holds is in its name (``train-00000-of-00294.parquet``,
@@ -18,10 +18,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from imgprep.inputs.tarlist import sanitize_key
+from imgprep.inputs.keys import sanitize_key, split_wnid_suffix, stem_of
 
 CANONICAL_RE = re.compile(r"^(n\d{8}_\d+|ILSVRC2012_(val|test)_\d{8})$")
-_WNID_SUFFIX_RE = re.compile(r"^(?P<stem>.+)_(?P<wnid>n\d{8})$")
 _TRAIN_PREFIX_RE = re.compile(r"^(?P<wnid>n\d{8})_")
 # File names of the Hub's copy: parquet shards and the older tar.gz archives.
 PARQUET_NAME_RE = re.compile(
@@ -41,20 +40,9 @@ class HubName:
     conflict: str = ""
 
 
-def file_stem(name: str) -> str:
-    """The name's last path part without its extension (leading dots stay)."""
-    base = name.rpartition("/")[2]
-    dot = base.rfind(".")
-    return base[:dot] if dot > 0 and base[:dot].strip(".") else base
-
-
 def parse_name(name: str) -> HubName:
     """The key and class of an image named ``name`` (a member name or ``image.path``)."""
-    stem = file_stem(name)
-    wnid = ""
-    suffix = _WNID_SUFFIX_RE.match(stem)
-    if suffix is not None:
-        stem, wnid = suffix.group("stem"), suffix.group("wnid")
+    stem, wnid = split_wnid_suffix(stem_of(name.rpartition("/")[2]))
     prefix = _TRAIN_PREFIX_RE.match(stem)
     conflict = ""
     if prefix is not None:

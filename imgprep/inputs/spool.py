@@ -9,8 +9,10 @@ is the one copy of the input a conversion makes; it costs about the size of the 
 on disk and is removed when the split's manifest is written.
 
 A spool file holds the images back to back, then its index (per image: size as ``<u8``,
-name length as ``<u4``, then the names, UTF-8) and a 32-byte footer (``MAGIC``, image count,
-data length, names length, each ``<u8``). The same source gives the same bytes.
+name length as ``<u4``, then the names, UTF-8), the stamp of its source (name, size and
+modification time: a spool is reused only for the very file it was made from) and a 40-byte
+footer (``MAGIC``, image count, data length, names length, stamp length, each ``<u8``).
+The same source gives the same bytes.
 
 Crash safety and sharing: a spool file is written under an ``flock`` on its lock file (which
 dies with its holder) to a temporary name, fsynced and renamed; a file whose footer checks is
@@ -40,7 +42,8 @@ from imgprep.job.cpus import rank_cores, read_limits
 from imgprep.procs import die_with_parent
 
 MAGIC = b"IMGSPOOL"
-FOOTER = struct.Struct("<8sQQQ")
+FOOTER = struct.Struct("<8sQQQQ")
+SPOOL_DIR = "spool"  # the spool folder's name in a split's state folder
 SUFFIX = ".spool"
 LOCK_PREFIX = ".lock-"
 POLL_S = 0.5
@@ -77,9 +80,15 @@ def spool_path(folder: Path, index: int, source: Path) -> Path:
     return folder / f"{index:05d}-{source.name}{SUFFIX}"
 
 
-def write_spool(path: Path, items: Iterator[tuple[str, bytes]]) -> int:
-    """Write ``items`` as the spool file ``path`` (temporary name, fsync, rename); returns
-    how many images it holds."""
+def source_stamp(source: Path) -> bytes:
+    """What identifies a source file for its spool: name, size, modification time."""
+    st = source.stat()
+    return f"{source.name}\0{st.st_size}\0{st.st_mtime_ns}".encode()
+
+
+def write_spool(path: Path, items: Iterator[tuple[str, bytes]], stamp: bytes = b"") -> int:
+    """Write ``items`` as the spool file ``path`` (temporary name, fsync, rename) of the
+    source ``stamp`` names; returns how many images it holds."""
     sizes: list[int] = []
     names: list[bytes] = []
     with atomic_open(path) as f:
@@ -90,30 +99,35 @@ def write_spool(path: Path, items: Iterator[tuple[str, bytes]]) -> int:
         f.write(np.asarray(sizes, dtype="<u8").tobytes())
         f.write(np.asarray([len(n) for n in names], dtype="<u4").tobytes())
         f.write(b"".join(names))
-        f.write(FOOTER.pack(MAGIC, len(sizes), sum(sizes), sum(len(n) for n in names)))
+        f.write(stamp)
+        f.write(FOOTER.pack(MAGIC, len(sizes), sum(sizes), sum(len(n) for n in names),
+                            len(stamp)))
     return len(sizes)
 
 
-def _footer(fd: int, total: int) -> tuple[int, int, int] | None:
-    """(count, data length, names length) when the file's footer and length agree."""
+def _footer(fd: int, total: int) -> tuple[int, int, int, bytes] | None:
+    """(count, data length, names length, stamp) when the file's footer and length agree."""
     if total < FOOTER.size:
         return None
-    magic, count, data, names = FOOTER.unpack(os.pread(fd, FOOTER.size, total - FOOTER.size))
-    if magic != MAGIC or data + 12 * count + names + FOOTER.size != total:
+    magic, count, data, names, stamp = FOOTER.unpack(
+        os.pread(fd, FOOTER.size, total - FOOTER.size))
+    if magic != MAGIC or data + 12 * count + names + stamp + FOOTER.size != total:
         return None
-    return count, data, names
+    return count, data, names, os.pread(fd, stamp, total - FOOTER.size - stamp)
 
 
-def is_finished(path: Path) -> bool:
-    """Whether ``path`` is a complete spool file."""
+def is_finished(path: Path, stamp: bytes | None = None) -> bool:
+    """Whether ``path`` is a complete spool file (of the source ``stamp`` names, when
+    given)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     except OSError:
         return False
     try:
-        return _footer(fd, os.fstat(fd).st_size) is not None
+        found = _footer(fd, os.fstat(fd).st_size)
     finally:
         os.close(fd)
+    return found is not None and (stamp is None or found[3] == stamp)
 
 
 def read_index(path: Path) -> SpoolIndex:
@@ -123,7 +137,7 @@ def read_index(path: Path) -> SpoolIndex:
         found = _footer(fd, os.fstat(fd).st_size)
         if found is None:
             raise OSError(f"{path} is not a finished spool file; rerun the same command")
-        count, data, names_len = found
+        count, data, names_len, _ = found
         raw = os.pread(fd, 12 * count + names_len, data)
     finally:
         os.close(fd)
@@ -159,13 +173,14 @@ def _locked(path: Path, wait: bool) -> Iterator[bool]:
 def spool_one(job: SpoolJob, wait: bool = False) -> bool:
     """Spool ``job`` unless it is finished; False when another process is writing it (and
     ``wait`` is off). Raises what reading the source raises (the spool is left unwritten)."""
-    if is_finished(job.spool):
+    stamp = source_stamp(job.source)
+    if is_finished(job.spool, stamp):
         return True
     with _locked(job.spool, wait) as held:
         if not held:
             return False
-        if not is_finished(job.spool):  # finished by the holder we waited for
-            write_spool(job.spool, job.read(job.source))
+        if not is_finished(job.spool, stamp):  # finished by the holder we waited for
+            write_spool(job.spool, job.read(job.source), stamp)
     return True
 
 
@@ -194,7 +209,7 @@ def spool_all(jobs: list[SpoolJob], workers: int | None = None, start: int = 0,
         return 0
     ensure_writable_dir(jobs[0].spool.parent)
     k = start % len(jobs)
-    todo = [j for j in jobs[k:] + jobs[:k] if not is_finished(j.spool)]
+    todo = [j for j in jobs[k:] + jobs[:k] if not is_finished(j.spool, source_stamp(j.source))]
     n = workers or rank_cores(read_limits(), 1)
     done = _map(_first_pass, todo, n)
     held = [j for j, ok in zip(todo, done, strict=True) if not ok]
@@ -213,7 +228,8 @@ def spool_all(jobs: list[SpoolJob], workers: int | None = None, start: int = 0,
 def spool_bytes(jobs: list[SpoolJob]) -> int:
     """About how many bytes the unfinished spool files will take: their sources' sizes (JPEG
     bytes do not compress, so a tar.gz or parquet file is about as big as its images)."""
-    return sum(j.source.stat().st_size for j in jobs if not is_finished(j.spool))
+    return sum(j.source.stat().st_size for j in jobs
+               if not is_finished(j.spool, source_stamp(j.source)))
 
 
 def remove_spool(folder: Path) -> int:

@@ -78,8 +78,9 @@ def test_a_spool_file_cut_short_is_not_finished(tmp_path: Path) -> None:
 
 
 def test_spooling_is_the_same_for_any_worker_count(tmp_path: Path) -> None:
-    one = _sources(tmp_path / "one", 4)
-    two = _sources(tmp_path / "two", 4)
+    one = _sources(tmp_path, 4)
+    two = [SpoolJob(source=j.source, spool=tmp_path / "two" / j.spool.name, read=_items)
+           for j in one]
     assert spool_all(one, workers=1) == 4
     assert spool_all(two, workers=2, start=3) == 4
     for a, b in zip(one, two, strict=True):
@@ -165,3 +166,11 @@ def test_the_spool_cost_and_its_removal(tmp_path: Path) -> None:
     (folder / "link").symlink_to(outside)
     assert remove_spool(folder) == 3  # the spool file, its lock file, the link
     assert not folder.exists() and outside.read_text() == "keep"
+
+
+def test_a_spool_of_another_source_file_is_not_reused(tmp_path: Path) -> None:
+    jobs = _sources(tmp_path, 2)
+    assert spool_all(jobs, workers=1) == 2
+    jobs[1].source.write_text("other_0 3\n")  # another download under the same name
+    assert spool_all(jobs, workers=1) == 1
+    assert read_index(jobs[1].spool).names == ("other_0",)

@@ -16,12 +16,15 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from imgprep.fsutil import atomic_open, ensure_writable_dir
-from imgprep.inputs.parquetio import pyarrow_parquet
-from imgprep.inputs.synsets import ClassTable
+from imgprep.inputs.fakeset import SampleSpec, sample_set
+from imgprep.inputs.parquetio import TEST_LABEL, pyarrow_parquet
+from imgprep.inputs.synsets import ClassTable, imagenet_classes
 
 ROWS_PER_GROUP = 4
+FILES = {"train": 3, "val": 2, "test": 1}
 SPLIT_FILE_NAMES = {"train": "train", "val": "validation", "test": "test"}
 Row = tuple[str, bytes, int]  # image.path, image.bytes, label
 
@@ -80,3 +83,22 @@ def write_split(data: Path, split: str, rows: Sequence[Row], names: Sequence[str
         out.append(path)
     return out
 
+
+def write(out: Path, spec: SampleSpec) -> dict[str, Any]:
+    """The fake set ``spec`` as the Hub's parquet copy, downloaded into ``out``
+    (``out/data/*.parquet``)."""
+    ss = sample_set(spec)
+    table = imagenet_classes()
+    rows: dict[str, list[Row]] = {"train": [], "val": [], "test": []}
+    for it in ss.items():
+        label = TEST_LABEL if it.split == "test" else table.index(it.wnid)
+        rows[it.split].append((hub_path(it.key, it.wnid, it.split), it.data,
+                               TEST_LABEL if label is None else label))
+    names = hub_class_names(table)
+    for split, split_rows in rows.items():
+        if split_rows:
+            write_split(out / "data", split, split_rows, names, FILES[split])
+    return {"form": "hf-parquet", "out": str(out), "classes": list(ss.wnids),
+            "train_images": len(rows["train"]), "val_images": len(rows["val"]),
+            "test_images": len(rows["test"]), "quirks": ss.quirks(), "bad": ss.bad(),
+            "inputs": [str(out)]}

@@ -27,6 +27,7 @@ FORMS: tuple[tuple[str, str], ...] = (
     ("other-archive", "imgprep.inputs.forms.refusals"),
     ("kaggle-zip", "imgprep.inputs.forms.kagglezip"),
     ("kaggle", "imgprep.inputs.forms.kaggle"),
+    ("hf-parquet", "imgprep.inputs.forms.parquet"),
     ("ilsvrc", "imgprep.inputs.forms.ilsvrc"),
 )
 

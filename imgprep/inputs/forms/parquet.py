@@ -1,7 +1,9 @@
 """The Hugging Face Hub's parquet copy of ILSVRC2012 (``ILSVRC/imagenet-1k``).
 
 ``data/{train,validation,test}-NNNNN-of-NNNNN.parquet``: the folder the copy was downloaded
-into, its ``data/`` folder, or single files. Each file is checked by its footer
+into, its ``data/`` folder, or single files (a file not named as on the Hub is the split its
+name mentions: ``test``, ``val``, else train). The test split (label -1) is not converted
+unless asked for. Each file is checked by its footer
 (``imgprep.inputs.parquetio``) and listed from its ``image.path`` and ``label`` columns
 alone, a row group at a time: the key is the canonical stem of ``image.path`` (the Hub's
 names end in ``_<wnid>``), the class is ``label`` in sorted-wnid order, cross-checked with
@@ -10,7 +12,8 @@ the wnid the name carries. A row without a path is keyed ``<file stem>_<row>``.
 A parquet file has no per-image random access (a row group of ~100 images is the least
 that can be read), so converting it spools each file once (``imgprep.inputs.spool``) and
 reads the spool by offset; without a spool folder (``--dry-run``) nothing is written and the
-listing's items cannot be read.
+listing's items cannot be read. The probe reads the footers for the image counts (when
+pyarrow is there) and states the spool's disk cost: the files' size.
 """
 
 from __future__ import annotations
@@ -23,27 +26,40 @@ import numpy as np
 
 from imgprep.errors import LabelError, SourceFormatError
 from imgprep.inputs import parquetio
+from imgprep.inputs.forms.base import Detected, ListContext, Skip, SplitInput
 from imgprep.inputs.hfnames import PARQUET_NAME_RE, hub_split, parse_name
+from imgprep.inputs.sources import Listing, build_listing
 from imgprep.inputs.spool import SpoolJob, read_index, spool_all, spool_path
 from imgprep.inputs.synsets import ClassTable
 
 NAME = "hf-parquet"
 SHOWN = 3
+LABELS = "the 'label' column (sorted-wnid order), checked against the wnid in image.path"
+TEST_REASON = "test images without labels (label -1); not converted (--split test does)"
 
 
-def parquet_files(path: Path) -> dict[str | None, list[Path]]:
+def _split_of(path: Path) -> str:
+    """A parquet file's split: from its Hub name, else from the words in its name."""
+    named = hub_split(path.name)
+    if named is not None:
+        return named
+    words = path.stem.lower()
+    return "test" if "test" in words else "val" if "val" in words else "train"
+
+
+def parquet_files(path: Path) -> dict[str, list[Path]]:
     """{split: its parquet files, sorted} in ``path`` (a parquet file, the ``data/`` folder
-    or the folder holding it); a file not named as on the Hub has split None. Empty when
-    there is no parquet file. A folder whose numbered set is incomplete is refused."""
+    or the folder holding it). Empty when there is no parquet file. A folder whose
+    numbered set is incomplete is refused."""
     if path.is_file():
-        return {hub_split(path.name): [path]} if parquetio.is_parquet(path) else {}
+        return {_split_of(path): [path]} if parquetio.is_parquet(path) else {}
     folder = path / "data" if (path / "data").is_dir() else path
     if not folder.is_dir():
         return {}
-    found: dict[str | None, list[Path]] = {}
+    found: dict[str, list[Path]] = {}
     for p in sorted(folder.iterdir()):
         if p.name.endswith(".parquet") and p.is_file():
-            found.setdefault(hub_split(p.name), []).append(p)
+            found.setdefault(_split_of(p), []).append(p)
     for files in found.values():
         _check_complete(folder, files)
     return found
@@ -172,3 +188,48 @@ def _spool_offsets(files: list[FileListing],
     return (np.concatenate(offsets) if offsets else empty,
             np.concatenate(sizes) if sizes else empty)
 
+
+def _images(files: list[Path]) -> int | None:
+    """The files' row count from their footers; None without pyarrow or a readable footer."""
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        return None
+    try:
+        return sum(pq.ParquetFile(p).metadata.num_rows for p in files)
+    except (OSError, ValueError):
+        return None  # refused, saying why, when it is listed
+
+
+def probe(path: Path) -> Detected | None:
+    """The parquet files of the Hub's copy in ``path``, one split per split they hold."""
+    found = parquet_files(path)
+    if not found:
+        return None
+    splits: list[SplitInput] = []
+    skipped: list[Skip] = []
+    for name in sorted(found, key=("train", "val", "test").index):
+        files = found[name]
+        where = (f"{len(files)} {name} parquet files in {files[0].parent}" if len(files) > 1
+                 else f"{files[0]} (parquet)")
+        images = _images(files)
+        test = name == "test"
+        splits.append(SplitInput(
+            form=NAME, split=name, path=path, where=where, labels="none" if test else LABELS,
+            labelled=not test, by_default=not test, images=images,
+            spool_bytes=sum(p.stat().st_size for p in files)))
+        if test:
+            count = f"{images:,} " if images is not None else ""
+            skipped.append(Skip(what=where, reason=f"{count}{TEST_REASON}"))
+    return Detected(form=NAME, root=path, splits=tuple(splits), skipped=tuple(skipped),
+                    description="the Hugging Face Hub's parquet copy of ImageNet "
+                                "(ILSVRC/imagenet-1k)")
+
+
+def list_split(split: SplitInput, ctx: ListContext) -> Listing:
+    """Every image of ``split``: listed from the files' names and labels, then spooled
+    into ``ctx.spool_dir`` and read from there (``--dry-run``: not spooled)."""
+    files = parquet_files(split.path).get(split.split or "train", [])
+    listed = [list_file(p, ctx.classes, allow_test=split.split == "test") for p in files]
+    containers, cols = columns(listed, ctx.spool_dir, ctx.workers, ctx.spool_start)
+    return build_listing(str(split.path), NAME, containers, cols, (), 0)
