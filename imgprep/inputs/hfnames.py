@@ -5,8 +5,9 @@ One image has one key in every form: its canonical stem (``n01440764_10026``,
 ``ILSVRC2012_val_00000001``, ``ILSVRC2012_test_00000001``). The Hub's copies append the
 class to a name (``n01440764_10026_n01440764.JPEG``,
 ``ILSVRC2012_val_00000001_n01751748.JPEG``): ``parse_name`` strips that suffix
-(``imgprep.inputs.keys``, the one home of keys) and returns the wnid it names. A train name's own prefix is a wnid too; when both are
-there and differ, the name contradicts itself, and ``parse_name`` says so.
+(``imgprep.inputs.keys``, the one home of keys) and returns the wnid it names. A train
+name's own prefix is a wnid too; when both are there and differ, the name contradicts
+itself, and ``parse_name`` says so.
 
 Which split a Hub file holds is in its name (``train-00000-of-00294.parquet``,
 ``validation-…``, ``test-…``; ``train_images_0.tar.gz``, ``val_images.tar.gz``,

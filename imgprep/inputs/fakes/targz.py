@@ -15,8 +15,10 @@ import io
 import tarfile
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from imgprep.fsutil import atomic_open, ensure_writable_dir
+from imgprep.inputs.fakeset import SampleSpec, sample_set
 from imgprep.shards.writers import tar_header
 
 TRAIN_ARCHIVES = 5
@@ -49,9 +51,9 @@ def targz_bytes(members: Sequence[Member]) -> bytes:
 
 def write_split(data: Path, split: str, members: Sequence[Member]) -> list[Path]:
     """``members`` of ``split`` as the Hub's archives in the folder ``data`` (train spread
-    over up to five archives); returns their paths."""
+    over five archives); returns their paths."""
     ensure_writable_dir(data)
-    count = max(1, min(TRAIN_ARCHIVES, len(members))) if split == "train" else 1
+    count = TRAIN_ARCHIVES if split == "train" else 1
     out = []
     for i, name in enumerate(archive_names(split, count)):
         path = data / name
@@ -59,3 +61,19 @@ def write_split(data: Path, split: str, members: Sequence[Member]) -> list[Path]
             f.write(targz_bytes(members[i::count]))
         out.append(path)
     return out
+
+
+def write(out: Path, spec: SampleSpec) -> dict[str, Any]:
+    """The fake set ``spec`` as the Hub's tar.gz archives, downloaded into ``out``
+    (``out/data/*.tar.gz``)."""
+    ss = sample_set(spec)
+    members: dict[str, list[Member]] = {"train": [], "val": [], "test": []}
+    for it in ss.items():
+        members[it.split].append((member_name(it.key, it.wnid, it.split), it.data))
+    for split, split_members in members.items():
+        if split_members:
+            write_split(out / "data", split, split_members)
+    return {"form": "hf-targz", "out": str(out), "classes": list(ss.wnids),
+            "train_images": len(members["train"]), "val_images": len(members["val"]),
+            "test_images": len(members["test"]), "quirks": ss.quirks(), "bad": ss.bad(),
+            "inputs": [str(out)]}

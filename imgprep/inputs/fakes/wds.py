@@ -15,14 +15,18 @@ import json
 import tarfile
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from imgprep.fsutil import atomic_open, ensure_writable_dir
+from imgprep.inputs.fakeset import SampleSpec, sample_set
+from imgprep.inputs.synsets import imagenet_classes
 from imgprep.shards.writers import tar_header
 
 PREFIX = "imagenet1k"
 SPLIT_NAMES = {"train": "train", "val": "validation"}
+SHARDS = {"train": 3, "val": 2}
 
 
 Sample = tuple[str, bytes, int, str, str]  # key, JPEG, label, original file name, class name
@@ -66,3 +70,22 @@ def write_split(folder: Path, split: str, samples: Sequence[Sample], shards: int
             f.write(shard_bytes(shuffled[i::shards]))
         out.append(path)
     return out
+
+
+def write(out: Path, spec: SampleSpec) -> dict[str, Any]:
+    """The fake set ``spec`` as a timm shard set in ``out`` (train and validation; a shard
+    set has no test split)."""
+    ss = sample_set(spec)
+    table = imagenet_classes()
+    samples: dict[str, list[Sample]] = {"train": [], "val": []}
+    for it in ss.items():
+        label = table.index(it.wnid)
+        if it.split in samples and label is not None:
+            samples[it.split].append((it.key, it.data, label, f"{it.key}.JPEG",
+                                      table.names[label]))
+    for split, split_samples in samples.items():
+        if split_samples:
+            write_split(out, split, split_samples, SHARDS[split], spec.seed)
+    return {"form": "wds", "out": str(out), "classes": list(ss.wnids),
+            "train_images": len(samples["train"]), "val_images": len(samples["val"]),
+            "test_images": 0, "quirks": ss.quirks(), "bad": ss.bad(), "inputs": [str(out)]}
