@@ -269,8 +269,9 @@ def one_split(opts: ConvertOptions) -> SplitInput:
 
 def _list_context(opts: ConvertOptions, source: SplitInput, classes: ClassTable,
                   spool: bool, rank: int) -> ListContext:
-    spool_dir = opts.out / STATE_DIR / source.split / SPOOL_DIR \
-        if spool and source.split is not None else None
+    split = opts.split or source.split  # the split the run writes, which --split may set
+    spool_dir = opts.out / STATE_DIR / split / SPOOL_DIR if spool and split is not None \
+        else None
     return ListContext(workers=opts.workers, classes=classes, spool_dir=spool_dir,
                        spool_start=rank)
 

@@ -202,12 +202,13 @@ def test_a_kill_while_spooling_keeps_the_finished_spool_files(
     child = subprocess.Popen([sys.executable, "-c", _SLOW_SPOOL, str(src), str(out)], env=env)
     folder = out / ".imgprep" / "train" / SPOOL_DIR
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and not list(folder.glob(".tmp-*")):
+    while time.monotonic() < deadline and not (list(folder.glob(".tmp-*"))
+                                               and list(folder.glob("0*.spool"))):
         assert child.poll() is None, "the conversion ended before it was killed"
         time.sleep(0.05)
     os.kill(child.pid, signal.SIGKILL)
     child.wait()
-    finished = [p for p in folder.glob("*.spool") if is_finished(p)]
+    finished = [p for p in folder.glob("0*.spool") if is_finished(p)]
     assert len(finished) == 1 and list(folder.glob(".tmp-*"))
     seen: list[Path] = []
     from imgprep.inputs import spool
@@ -254,10 +255,9 @@ def test_a_wds_sample_whose_cls_and_json_disagree_is_refused(
     from imgprep.inputs.fakes.wds import shard_bytes
 
     sample = ("n01440764_7", b"\xff\xd8x", 0, "n01440764_7.JPEG", "tench")
-    (tmp_path / "imagenet1k-train-0000.tar").write_bytes(shard_bytes([sample]))
-    bad = tmp_path / "imagenet1k-train-0000.tar"
-    data = bad.read_bytes().replace(b'"label": 0', b'"label": 5')
-    bad.write_bytes(data)
+    bad = tmp_path / "in" / "imagenet1k-train-0000.tar"
+    bad.parent.mkdir()
+    bad.write_bytes(shard_bytes([sample]).replace(b'"label": 0', b'"label": 5'))
     with pytest.raises(ImgprepError, match=r"1 samples whose .cls and .json name other classes "
                        r"\(first: imagenet1k-train-0000.tar/n01440764_7: .cls 0, .json label 5"):
-        convert_splits(ConvertOptions(input=tmp_path, out=tmp_path / "out"))
+        convert_splits(ConvertOptions(input=tmp_path / "in", out=tmp_path / "out"))

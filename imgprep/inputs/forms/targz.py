@@ -25,18 +25,20 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
-import numpy as np
-
 from imgprep.errors import LabelError, SourceFormatError, UnsafeArchiveError
+from imgprep.inputs.forms.base import Detected, ListContext, Skip, SplitInput
 from imgprep.inputs.hfnames import TARGZ_NAME_RE, hub_split, parse_name
+from imgprep.inputs.sources import Listing, build_listing
 from imgprep.inputs.spool import SpoolJob, read_index, spool_all, spool_path
-from imgprep.inputs.tarlist import GZIP_MAGIC, is_image_name
+from imgprep.inputs.tarlist import GZIP_MAGIC, Columns, is_image_name
 from imgprep.job.cpus import rank_cores, read_limits
 from imgprep.procs import die_with_parent
 from imgprep.shards.tarfmt import iter_stream
 
 NAME = "hf-targz"
 SHOWN = 3
+LABELS = "the wnid each member's name ends in (<stem>_<wnid>.JPEG)"
+TEST_REASON = "test images without labels; not converted (--split test does)"
 _NUMBERED = re.compile(r"^train_images_(\d+)\.tar\.gz$")
 
 
@@ -51,20 +53,20 @@ def is_targz(path: Path) -> bool:
         return False
 
 
-def targz_files(path: Path) -> dict[str | None, list[Path]]:
+def targz_files(path: Path) -> dict[str, list[Path]]:
     """{split: its archives, sorted} in ``path`` (an archive, the ``data/`` folder or the
-    folder holding it): the Hub's names in a folder; any ``.tar.gz`` given as a file (its
-    split None unless its name says). Empty when there is none. Train archives with a gap in
-    their numbers are refused (an unfinished download)."""
+    folder holding it): the Hub's names in a folder; any ``.tar.gz`` given as a file (the
+    split its name mentions: ``test``, ``val``, else train). Empty when there is none.
+    Train archives with a gap in their numbers are refused (an unfinished download)."""
     if path.is_file():
-        return {hub_split(path.name): [path]} if is_targz(path) else {}
+        return {_split_of(path): [path]} if is_targz(path) else {}
     folder = path / "data" if (path / "data").is_dir() else path
     if not folder.is_dir():
         return {}
-    found: dict[str | None, list[Path]] = {}
+    found: dict[str, list[Path]] = {}
     for p in sorted(folder.iterdir()):
         if TARGZ_NAME_RE.match(p.name) and is_targz(p):
-            found.setdefault(hub_split(p.name), []).append(p)
+            found.setdefault(_split_of(p), []).append(p)
     numbers = sorted(int(m.group(1)) for p in found.get("train", [])
                      if (m := _NUMBERED.match(p.name)))
     missing = [f"train_images_{i}.tar.gz" for i in range(numbers[-1] if numbers else 0)
@@ -107,46 +109,75 @@ def _stream_all(files: list[Path], workers: int | None) -> list[tuple[list[str],
 
 
 def columns(files: list[Path], spool_dir: Path | None, workers: int | None,
-            start: int = 0) -> tuple[tuple[str, ...], dict[str, np.ndarray], int]:
-    """(containers, listing columns, members that are not images) of the archives
-    ``files``: spooled into ``spool_dir`` (the missing ones on ``workers`` processes,
-    beginning at archive ``start``) and read from there; without ``spool_dir``, streamed for
-    their names only (containers: the archives, items not readable)."""
+            start: int = 0) -> Columns:
+    """The listing columns of the archives ``files``: spooled into ``spool_dir`` (the
+    missing ones on ``workers`` processes, beginning at archive ``start``) and read from
+    there; without ``spool_dir``, streamed for their names only (containers: the archives,
+    items not readable)."""
     if spool_dir is not None:
         jobs = [SpoolJob(source=p, spool=spool_path(spool_dir, i, p), read=stream_members)
                 for i, p in enumerate(files)]
         spool_all(jobs, workers, start)
         indexes = [read_index(j.spool) for j in jobs]
-        parts = [(list(x.names), x.offset, x.size) for x in indexes]
-        containers = tuple(str(j.spool) for j in jobs)
+        parts = [(str(j.spool), list(x.names), x.offset.tolist(), x.size.tolist())
+                 for j, x in zip(jobs, indexes, strict=True)]
     else:
-        parts = [(names, np.zeros(len(sizes), dtype=np.int64), np.asarray(sizes, np.int64))
-                 for names, sizes in _stream_all(files, workers)]
-        containers = tuple(str(p) for p in files)
-    return containers, *_columns(files, parts)
-
-
-def _columns(files: list[Path], parts: list[tuple[list[str], np.ndarray, np.ndarray]]
-             ) -> tuple[dict[str, np.ndarray], int]:
-    cols: dict[str, list[object]] = {k: [] for k in ("container", "offset", "size", "member",
-                                                      "key", "wnid")}
-    skipped = 0
-    for c, (path, (names, offsets, sizes)) in enumerate(zip(files, parts, strict=True)):
-        for name, offset, size in zip(names, offsets.tolist(), sizes.tolist(), strict=True):
+        parts = [(str(p), names, [0] * len(sizes), sizes)
+                 for p, (names, sizes) in zip(files, _stream_all(files, workers), strict=True)]
+    cols = Columns()
+    for path, (container, names, offsets, sizes) in zip(files, parts, strict=True):
+        cid = cols.container_id(container)
+        for name, offset, size in zip(names, offsets, sizes, strict=True):
             if not is_image_name(name):
-                skipped += 1
+                cols.skipped += 1
                 continue
             hub = parse_name(name)
             if hub.conflict:
                 raise LabelError(f"{path}: {hub.conflict}; the archive is damaged or not the "
                                  "Hub's copy")
-            for k, v in (("container", c), ("offset", offset), ("size", size),
-                         ("member", f"{path.name}/{name}".encode()),
-                         ("key", hub.key.encode()), ("wnid", hub.wnid.encode("ascii"))):
-                cols[k].append(v)
-    types = {"container": np.int32, "offset": np.int64, "size": np.int64, "member": bytes,
-             "key": bytes, "wnid": "S9"}
-    return {k: np.asarray(v, dtype=types[k]) if v else np.zeros(0, dtype=types[k]
-                                                               if types[k] is not bytes
-                                                               else "S1")
-            for k, v in cols.items()}, skipped
+            cols.add(cid, offset, size, f"{path.name}/{name}", hub.wnid, stem=hub.key)
+    return cols
+
+
+def _split_of(path: Path) -> str:
+    """An archive's split: from its Hub name, else from the words in its name."""
+    named = hub_split(path.name)
+    if named is not None:
+        return named
+    words = path.name.lower()
+    return "test" if "test" in words else "val" if "val" in words else "train"
+
+
+def probe(path: Path) -> Detected | None:
+    """The Hub's tar.gz archives in ``path`` (or one ``.tar.gz``), one split each kind."""
+    found = targz_files(path)
+    if not found:
+        return None
+    splits: list[SplitInput] = []
+    skipped: list[Skip] = []
+    for name in sorted(found, key=("train", "val", "test").index):
+        files = found[name]
+        where = (f"{len(files)} {name} archives in {files[0].parent}" if len(files) > 1
+                 else f"{files[0]} (tar.gz)")
+        test = name == "test"
+        splits.append(SplitInput(
+            form=NAME, split=name, path=path, where=where, labels="none" if test else LABELS,
+            labelled=not test, by_default=not test,
+            spool_bytes=sum(p.stat().st_size for p in files)))
+        if test:
+            skipped.append(Skip(what=where, reason=TEST_REASON))
+    return Detected(form=NAME, root=path, splits=tuple(splits), skipped=tuple(skipped),
+                    description="the Hugging Face Hub's tar.gz copy of ImageNet "
+                                "(ILSVRC/imagenet-1k, data/*_images*.tar.gz)")
+
+
+def list_split(split: SplitInput, ctx: ListContext) -> Listing:
+    """Every image of ``split``, spooled into ``ctx.spool_dir`` as its archives are read."""
+    files = targz_files(split.path).get(split.split or "train", [])
+    cols = columns(files, ctx.spool_dir, ctx.workers, ctx.spool_start)
+    if not len(cols):
+        raise SourceFormatError(
+            f"{split.where} holds no images (.JPEG/.jpg/.png; {cols.skipped} other members): "
+            "it is not the Hub's copy of ImageNet; pass the archives of its images")
+    return build_listing(str(split.path), NAME, tuple(cols.containers), cols.arrays(),
+                         cols.errors, cols.skipped)

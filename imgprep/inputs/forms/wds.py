@@ -24,12 +24,12 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
-
 from imgprep.errors import LabelError, SourceFormatError
+from imgprep.inputs.forms.base import Detected, ListContext, SplitInput
 from imgprep.inputs.hfnames import is_canonical, parse_name
+from imgprep.inputs.sources import Listing, build_listing
 from imgprep.inputs.synsets import WNID_RE, ClassTable
-from imgprep.inputs.tarlist import IMAGE_EXTS, ListingError
+from imgprep.inputs.tarlist import IMAGE_EXTS, Columns, ListingError
 from imgprep.job.cpus import rank_cores, read_limits
 from imgprep.procs import die_with_parent
 from imgprep.shards import tarfmt
@@ -41,6 +41,7 @@ SPLITS = {"train": "train", "training": "train", "validation": "val", "val": "va
 IMAGE_FIELDS = tuple(e.lstrip(".") for e in IMAGE_EXTS)
 MAX_SMALL = 1 << 16  # a .cls or .json bigger than this is not one
 SHOWN = 3
+LABELS = "each sample's .cls (sorted-wnid order), checked against its .json"
 
 
 def shard_sets(path: Path) -> dict[str, list[Path]]:
@@ -81,19 +82,14 @@ class _Sample:
 
 @dataclass
 class ShardListing:
-    """One shard's samples: columns in shard order, errors, disagreements, non-images."""
+    """One shard's samples (``cols``: container ``cid``), and the samples whose ``.cls`` and
+    ``.json`` disagree."""
 
-    member: list[bytes] = field(default_factory=list)
-    key: list[bytes] = field(default_factory=list)
-    offset: list[int] = field(default_factory=list)
-    size: list[int] = field(default_factory=list)
-    label: list[int] = field(default_factory=list)
-    errors: list[ListingError] = field(default_factory=list)
+    cols: Columns
     disagree: list[str] = field(default_factory=list)
-    skipped: int = 0
 
 
-def _samples(path: Path, fd: int, out: ShardListing) -> dict[str, _Sample]:
+def _samples(path: Path, fd: int, out: Columns) -> dict[str, _Sample]:
     samples: dict[str, _Sample] = {}
     read_at = functools.partial(os.pread, fd)
     try:
@@ -133,27 +129,25 @@ def _meta(raw: bytes | None) -> dict[str, object]:
     return meta if isinstance(meta, dict) else {}
 
 
-def list_shard(path: Path, classes: ClassTable) -> ShardListing:
-    """Every sample of the shard ``path``: its key, image and label (-1: none carried)."""
-    out = ShardListing()
+def list_shard(path: Path, cid: int, classes: ClassTable) -> ShardListing:
+    """Every sample of the shard ``path`` (container ``cid``): key, image and class."""
+    out = ShardListing(Columns())
+    cols = out.cols
     fd = os.open(path, os.O_RDONLY)
     try:
-        for key, s in _samples(path, fd, out).items():
+        for key, s in _samples(path, fd, cols).items():
             where = f"{path.name}/{key}"
             if s.image is None:
-                out.errors.append(ListingError(where, "sample without an image; skipped"))
+                cols.errors.append(ListingError(where, "sample without an image; skipped"))
                 continue
             label, final = _label(where, key, _small(fd, s.cls), _meta(_small(fd, s.json)),
                                   classes, out)
-            if label is None:
-                continue
-            out.member.append(f"{path.name}/{s.image_name}".encode())
-            out.key.append(final.encode())
-            out.offset.append(s.image[0])
-            out.size.append(s.image[1])
-            out.label.append(label)
+            if label is not None:
+                cols.add(cid, s.image[0], s.image[1], f"{path.name}/{s.image_name}",
+                         classes.wnids[label] if label >= 0 else "", stem=final)
     finally:
         os.close(fd)
+    out.cols.freeze()
     return out
 
 
@@ -163,20 +157,20 @@ def _label(where: str, key: str, cls: bytes | None, meta: dict[str, object],
     filename = meta.get("filename") or meta.get("file_name") or meta.get("fname")
     hub = parse_name(filename if isinstance(filename, str) and not is_canonical(key)
                      else key)
-    label: int | None = -1
+    label = -1
     if cls is not None:
         text = cls.decode("ascii", "replace").strip()
         if not text.lstrip("-").isdigit():
-            out.errors.append(ListingError(where, f".cls holds {text[:20]!r}, not a class "
-                                                  "index; skipped"))
+            out.cols.errors.append(ListingError(where, f".cls holds {text[:20]!r}, not a "
+                                                       "class index; skipped"))
             return None, hub.key
         label = int(text)
     given = meta.get("label", meta.get("cls"))
     if isinstance(given, int) and label == -1:
         label = given
-    if label is not None and not (label == -1 or 0 <= label < len(classes)):
-        out.errors.append(ListingError(where, f"class index {label} is outside "
-                                              f"0..{len(classes) - 1}; skipped"))
+    if not (label == -1 or 0 <= label < len(classes)):
+        out.cols.errors.append(ListingError(where, f"class index {label} is outside "
+                                                   f"0..{len(classes) - 1}; skipped"))
         return None, hub.key
     wnid = classes.wnids[label] if label >= 0 else ""
     named = meta.get("wnid") or meta.get("synset") or hub.wnid
@@ -187,16 +181,16 @@ def _label(where: str, key: str, cls: bytes | None, meta: dict[str, object],
     return label, hub.key
 
 
-def _list_one(args: tuple[Path, ClassTable]) -> ShardListing:
+def _list_one(args: tuple[Path, int, ClassTable]) -> ShardListing:
     return list_shard(*args)
 
 
-def list_shards(shards: list[Path], classes: ClassTable,
-                workers: int | None) -> list[ShardListing]:
-    """``list_shard`` of every shard, in order, on forked processes when there are several;
-    a disagreement between ``.cls`` and ``.json`` anywhere refuses the set."""
+def list_shards(shards: list[Path], classes: ClassTable, workers: int | None) -> Columns:
+    """The samples of every shard (shard i is container i), listed on forked processes
+    when there are several; a disagreement between ``.cls`` and ``.json`` anywhere refuses
+    the set."""
     n = min(len(shards), workers or rank_cores(read_limits(), 1))
-    jobs = [(p, classes) for p in shards]
+    jobs = [(p, i, classes) for i, p in enumerate(shards)]
     if n <= 1 or mp.current_process().daemon:
         parts = [_list_one(j) for j in jobs]
     else:
@@ -208,20 +202,30 @@ def list_shards(shards: list[Path], classes: ClassTable,
             f"{len(disagree)} samples whose .cls and .json name other classes (first: "
             f"{'; '.join(disagree[:SHOWN])}); the shard set is damaged or was written with "
             "another class order: fix or re-download it")
-    return parts
+    cols = Columns(containers=[str(p) for p in shards])
+    for part in parts:
+        cols.merge(part.cols, len(cols.errors), 0)
+    return cols
 
 
-def columns(parts: list[ShardListing], classes: ClassTable) -> dict[str, np.ndarray]:
-    """The listing columns of ``parts`` (shard i is container i)."""
-    table = np.asarray([w.encode("ascii") for w in classes.wnids] + [b""], dtype="S9")
-    label = np.asarray([x for p in parts for x in p.label], dtype=np.int64)
-    return {
-        "container": np.repeat(np.arange(len(parts), dtype=np.int32),
-                               [len(p.key) for p in parts]),
-        "offset": np.asarray([x for p in parts for x in p.offset], dtype=np.int64),
-        "size": np.asarray([x for p in parts for x in p.size], dtype=np.int64),
-        "member": np.asarray([x for p in parts for x in p.member] or [b""], dtype=bytes)
-        [:len(label)],
-        "key": np.asarray([x for p in parts for x in p.key] or [b""], dtype=bytes)[:len(label)],
-        "wnid": table[label],
-    }
+def probe(path: Path) -> Detected | None:
+    """webdataset shard sets in ``path`` (a shard, or a folder): one split per set."""
+    found = shard_sets(path)
+    if not found:
+        return None
+    splits = tuple(
+        SplitInput(form=NAME, split=name, path=path, labels=LABELS, images=None,
+                   where=(f"{len(files)} {name} shards in {files[0].parent}" if len(files) > 1
+                          else f"{files[0]} (webdataset shard)"))
+        for name, files in sorted(found.items(), key=lambda kv: kv[0] != "train"))
+    return Detected(form=NAME, root=path, splits=splits,
+                    description="a webdataset shard set of ImageNet (.jpg + .cls samples, "
+                                "as timm's imagenet-1k-wds)")
+
+
+def list_split(split: SplitInput, ctx: ListContext) -> Listing:
+    """Every sample of ``split``, read in place from its shards by offset."""
+    shards = shard_sets(split.path).get(split.split or "train", [])
+    cols = list_shards(shards, ctx.classes, ctx.workers)
+    return build_listing(str(split.path), NAME, tuple(cols.containers), cols.arrays(),
+                         cols.errors, cols.skipped)
