@@ -9,8 +9,8 @@ import pytest
 pytest.importorskip("pyarrow")
 
 from imgprep.errors import LabelError, SourceFormatError  # noqa: E402
-from imgprep.inputs.forms import parquet as hfparquet  # noqa: E402
 from imgprep.inputs.fakes.parquet import hub_class_names, hub_path, write_split  # noqa: E402
+from imgprep.inputs.forms import parquet as hfparquet  # noqa: E402
 from imgprep.inputs.synsets import imagenet_classes  # noqa: E402
 
 CLASSES = imagenet_classes()

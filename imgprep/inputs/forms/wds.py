@@ -142,9 +142,10 @@ def list_shard(path: Path, cid: int, classes: ClassTable) -> ShardListing:
                 continue
             label, final = _label(where, key, _small(fd, s.cls), _meta(_small(fd, s.json)),
                                   classes, out)
-            if label is not None:
-                cols.add(cid, s.image[0], s.image[1], f"{path.name}/{s.image_name}",
-                         classes.wnids[label] if label >= 0 else "", stem=final)
+            if label is not None:  # no label carried: the class the key names, if any
+                wnid = classes.wnids[label] if label >= 0 else parse_name(final).wnid
+                cols.add(cid, s.image[0], s.image[1], f"{path.name}/{s.image_name}", wnid,
+                         stem=final)
     finally:
         os.close(fd)
     out.cols.freeze()
