@@ -74,6 +74,12 @@ def cli() -> None:
                    "without it).")
 @click.option("--classes", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="Class list 'wnid name' per line (default: the 1000 ILSVRC2012 classes).")
+@click.option("--form", default=None, metavar="FORM",
+              help="Read INPUT as this form (default: detected from what it holds; the forms: "
+                   "docs/convert.md, \"Forms\").")
+@click.option("--dry-run", is_flag=True,
+              help="Say the form recognised, the splits, their images and labels, what is "
+                   "skipped and what would be written; write nothing.")
 @click.option("--overwrite", is_flag=True,
               help="Replace a finished conversion of the split made from other input, options "
                    "or format (removed first, and said so); without it such a run is refused.")
@@ -110,7 +116,8 @@ def cli() -> None:
 @quiet_option
 @json_option
 def convert(input: Path, out: Path, fmt: str, split: str | None, labels: tuple[Path, ...],
-            label_offset: int | None, trust_labels: bool, classes: Path | None, overwrite: bool,
+            label_offset: int | None, trust_labels: bool, classes: Path | None, form: str | None,
+            dry_run: bool, overwrite: bool,
             size: int, resize: str,
             filt: str, quality: int,
             max_pixels: int, exif_transpose: bool, shard_size: int, num_shards: int | None,
@@ -146,8 +153,11 @@ def convert(input: Path, out: Path, fmt: str, split: str | None, labels: tuple[P
         shard_size=shard_size, num_shards=num_shards, seed=seed,
         workers=workers or world.cores_per_rank(),
         max_errors=max_errors, meta=meta, mode=rank_mode, wait_timeout=wait_timeout,
-        overwrite=overwrite, label_offset=label_offset, trust_labels=trust_labels,
+        overwrite=overwrite, label_offset=label_offset, trust_labels=trust_labels, form=form,
     )
+    if dry_run:
+        _dry_run(opts, as_json, quiet)
+        return
     bars: list[Any] = []
 
     def on_plan(plan: Any, remaining: int) -> None:
@@ -167,6 +177,17 @@ def convert(input: Path, out: Path, fmt: str, split: str | None, labels: tuple[P
             b.close()
 
     _convert_report(summaries, as_json, quiet, max_errors)
+
+
+def _dry_run(opts: Any, as_json: bool, quiet: bool) -> None:
+    from imgprep.cli.report import dry_run_lines
+    from imgprep.convert.dryrun import dry_run
+
+    try:
+        report = dry_run(opts)
+    except ImgprepError as e:
+        fail(e)
+    emit(report.to_json(), as_json, quiet, lambda: "\n".join(dry_run_lines(report.to_json())))
 
 
 def _convert_report(summaries: list[dict[str, Any]], as_json: bool, quiet: bool,
@@ -369,24 +390,41 @@ def preview(path: Path, output: Path, count: int, seed: int, split: str | None, 
 
 @cli.command("make-sample")
 @click.argument("out", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--form", default="ilsvrc", show_default=True, metavar="FORM",
+              help="The form to write: ilsvrc (image-net.org tars), kaggle (extracted), "
+                   "kaggle-zip, hf-parquet, hf-targz or wds; the same images in each.")
 @click.option("--classes", type=click.IntRange(1, 1000), default=10, show_default=True)
 @click.option("--per-class", type=click.IntRange(1), default=12, show_default=True)
 @click.option("--val", type=click.IntRange(0), default=50, show_default=True,
               help="Validation images.")
+@click.option("--test", type=click.IntRange(0), default=10, show_default=True,
+              help="Test images, for the forms that ship a test split.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--bad/--no-bad", default=False, show_default=True,
               help="Add a truncated JPEG and a zero-byte file to the train set.")
 @quiet_option
 @json_option
-def make_sample_cmd(out: Path, classes: int, per_class: int, val: int, seed: int, bad: bool,
-                    quiet: bool, as_json: bool) -> None:
-    """Write a small fake ILSVRC2012 (nested train tar, val tar, ground truth) with its quirks."""
-    from imgprep.inputs.fakeset import make_sample
+def make_sample_cmd(out: Path, form: str, classes: int, per_class: int, val: int, test: int,
+                    seed: int, bad: bool, quiet: bool, as_json: bool) -> None:
+    """Write a small fake ImageNet with its quirks in one of the forms it is downloaded in
+    (default: image-net.org's nested train tar, val tar and ground truth)."""
+    from imgprep.inputs.fakes import FAKES, SampleSpec, make_fake
 
+    if form not in FAKES:
+        raise click.BadParameter(f"{form!r} is not one of {', '.join(FAKES)}",
+                                 param_hint="--form")
     try:
-        s = make_sample(out, classes, per_class, val, seed, bad)
+        s = make_fake(form, out, SampleSpec(classes=classes, per_class=per_class, val=val,
+                                            seed=seed, bad=bad, test=test))
     except ImgprepError as e:
         fail(e)
+    if form != "ilsvrc":
+        emit(s, as_json, quiet, lambda: (
+            f"{out}: the {form} form: {s['train_images']} train images in "
+            f"{len(s['classes'])} classes, {s['val_images']} val, {s['test_images']} test; "
+            f"convert it: imgprep convert {' or '.join(s['inputs'])} -o OUT"))
+        return
+    s = {k: v for k, v in s.items() if k not in ("form", "test_images", "inputs")}
     emit(s, as_json, quiet, lambda: (
         f"{out}: {s['train_images']} train images in {len(s['classes'])} classes "
         f"({s['train_tar']}), {s['val_images']} val images ({s['val_tar']}) with devkit, "

@@ -37,6 +37,22 @@ def convert_lines(s: dict[str, Any], max_errors: int) -> list[str]:
     return lines
 
 
+def dry_run_lines(r: dict[str, Any]) -> list[str]:
+    """``convert --dry-run``: the form, each split, what is skipped; nothing was written."""
+    lines = [f"{r['input']}: {r['description']} (form {r['form']})"]
+    for s in r["splits"]:
+        spool = f"; staging copy: {s['spool_bytes'] / 1e9:.1f} GB in {r['out']}/.imgprep" \
+            if s["spool_bytes"] else ""
+        errors = f"; {s['listing_errors']} members refused" if s["listing_errors"] else ""
+        lines += [f"{s['split']}: {s['images']} images from {s['where']}{errors}",
+                  f"  labels: {s['labels']}" + (f" ({s['label_check']} check)"
+                                                if s["label_check"] not in ("none", "") else ""),
+                  f"  writes: {s['writes']} in {r['out']} ({s['output']}){spool}"]
+    lines += [f"skips {k}" for k in r["skipped"]]
+    lines.append("dry run: nothing was written")
+    return lines
+
+
 def stage_line(s: dict[str, Any], fanout: bool) -> str:
     """The human-readable summary of one node's ``stage-to-node``."""
     return (f"node {s['node_rank']}/{s['num_nodes']} ({s['role']}): {s['shards_copied']} shards "

@@ -28,7 +28,7 @@ import numpy as np
 
 from imgprep.errors import SourceFormatError, UnsafeArchiveError
 from imgprep.inputs.reader import LOCAL_HEADER, ZIP_DEFLATED, ZIP_STORED, ArchiveMember
-from imgprep.inputs.tarlist import ListingError, check_name, is_image_name
+from imgprep.inputs.tarlist import IMAGE_EXTS, ListingError, check_name
 
 ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")  # a first local header, or an empty archive
 METHODS = {zipfile.ZIP_STORED: ZIP_STORED, zipfile.ZIP_DEFLATED: ZIP_DEFLATED}
@@ -72,21 +72,26 @@ def is_zip(path: Path) -> bool:
 
 def _refusal(info: zipfile.ZipInfo, archive: str) -> str | None:
     """Why the member ``info`` must not be read, or None."""
+    name = info.orig_filename
     try:
-        check_name(info.orig_filename, archive)
+        check_name(name, archive)
     except UnsafeArchiveError as e:
         return str(e)
-    where = f"{archive}: member {info.orig_filename!r}"
+    kind = stat.S_IFMT(info.external_attr >> 16)  # 0: no type recorded (a file)
+    usual = info.compress_type in METHODS and not info.flag_bits & 0x1 and (
+        info.create_system != 3 or kind in (0, stat.S_IFREG, stat.S_IFDIR))
+    if usual:
+        return None
+    where = f"{archive}: member {name!r}"
     if info.flag_bits & 0x1:
         return f"{where} is encrypted; imgprep reads no encrypted members: {REPACK}"
-    mode = info.external_attr >> 16
-    if info.create_system == 3 and mode and not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
-        what = "a symlink" if stat.S_ISLNK(mode) else "a device, fifo or socket"
+    if info.create_system == 3 and kind not in (0, stat.S_IFREG, stat.S_IFDIR):
+        what = "a symlink" if kind == stat.S_IFLNK else "a device, fifo or socket"
         return f"{where} is {what}; refused"
-    if info.compress_type not in METHODS and not info.is_dir():
-        name = METHOD_NAMES.get(info.compress_type, f"method {info.compress_type}")
-        return f"{where} is compressed with {name}, which imgprep does not read: {REPACK}"
-    return None
+    if name.endswith("/"):
+        return None
+    method = METHOD_NAMES.get(info.compress_type, f"method {info.compress_type}")
+    return f"{where} is compressed with {method}, which imgprep does not read: {REPACK}"
 
 
 def _damaged(path: Path, why: str) -> SourceFormatError:
@@ -175,9 +180,9 @@ def _scan(path: Path, infos: list[zipfile.ZipInfo]) -> ZipIndex:
             continue
         if name.endswith("/"):
             continue
-        length = LOCAL_HEADER + len(info.extra) + len(
-            name.encode("utf-8" if info.flag_bits & 0x800 else "cp437"))
-        if is_image_name(name):
+        length = LOCAL_HEADER + len(info.extra) + (len(name) if name.isascii() else len(
+            name.encode("utf-8" if info.flag_bits & 0x800 else "cp437")))
+        if name.lower().endswith(IMAGE_EXTS):
             names.append(name)
             offset.append(info.header_offset)
             size.append(info.file_size)

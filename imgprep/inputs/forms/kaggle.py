@@ -27,18 +27,18 @@ VAL_TRUTH = "LOC_val_solution.csv"
 CLASS_MAP = "LOC_synset_mapping.txt"
 SPLIT_FOLDERS = ("train", "val", "test")
 TRAIN_LABELS = "the wnid of each class folder (train/<wnid>/)"
-TEST_REASON = "images without labels; not converted"
-NOT_IMAGES = {"ILSVRC/Annotations": "bounding boxes (XML), not images; not read",
-              "ILSVRC/ImageSets": "image lists, not images; not read"}
+TEST_REASON = "images without labels"
+NOT_IMAGES = {"ILSVRC/Annotations": "bounding boxes (XML), not images",
+              "ILSVRC/ImageSets": "image lists, not images"}
 OTHER_LOC = ("LOC_train_solution.csv", "LOC_sample_submission.csv")
-OTHER_LOC_REASON = "bounding boxes and a sample submission, not labels; not read"
+OTHER_LOC_REASON = "bounding boxes and a sample submission, not labels"
 SHOW_DIFFERENT = 3
 
 
 def val_labels(truth: TextFile | None, origin: str) -> tuple[str, bool]:
     """(where the val labels come from, whether there are any) for people."""
     if truth is not None:
-        return f"{truth} (checked against the published labels)", True
+        return str(truth), True
     return (f"no {VAL_TRUTH} found beside {origin}; pass --labels with the validation "
             "ground truth", False)
 

@@ -12,6 +12,7 @@ one that is cut short, split, or not Kaggle's is refused saying what it is and w
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -49,6 +50,10 @@ def _prefix(index: ZipIndex) -> str:
         at = name.find(MARKER)
         if at >= 0 and name[:at].count("/") <= 1:
             return name[:at]
+    if index.refused and not index.names:
+        raise SourceFormatError(
+            f"{index.path}: every image member is refused ({len(index.refused)} members; "
+            f"first: {index.refused[0].reason}); nothing in it can be read")
     shown = ", ".join(index.names[:SHOW_NAMES] or list(index.small)[:SHOW_NAMES]) or "none"
     raise SourceFormatError(
         f"{index.path} is a zip archive, but not Kaggle's ImageNet: no image is under "
@@ -69,11 +74,11 @@ def _skips(index: ZipIndex, top: str, outside: int, counts: dict[str, int]) -> l
         out.append(Skip(what=", ".join(other), reason=OTHER_LOC_REASON))
     if outside:
         out.append(Skip(what=f"{outside:,} images outside {top}{CLS_LOC}/{{train,val,test}}",
-                        reason="not converted"))
+                        reason="not in a split folder"))
     stray = [e for e in index.refused if not e.source.startswith(f"{top}{MARKER}")]
     if stray:
         out.append(Skip(what=f"{len(stray)} members outside the splits",
-                        reason=f"refused and not read (first: {stray[0].reason})"))
+                        reason=f"refused, never read (first: {stray[0].reason})"))
     return out
 
 
@@ -97,14 +102,11 @@ def probe(path: Path) -> Detected | None:
     check_not_past_end(index)
     top = _prefix(index)
     starts = {s: f"{top}{MARKER}{s}/" for s in SPLIT_FOLDERS}
-    counts: dict[str, int] = {}
-    outside = 0
-    for name in index.names:
-        split = next((s for s, p in starts.items() if name.startswith(p)), None)
-        if split is None:
-            outside += 1
-        else:
-            counts[split] = counts.get(split, 0) + 1
+    base = f"{top}{MARKER}"
+    cut = len(base)
+    found = Counter(n[cut:n.find("/", cut)] if n.startswith(base) else "" for n in index.names)
+    counts = {s: found[s] for s in SPLIT_FOLDERS if found[s]}
+    outside = len(index.names) - sum(counts.values())
     truth = index.small.get(f"{top}{VAL_TRUTH}")
     splits = [_split_input(path, s, starts[s], counts[s], truth, top)
               for s in SPLIT_FOLDERS if s in counts]
