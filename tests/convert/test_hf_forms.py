@@ -261,3 +261,22 @@ def test_a_wds_sample_whose_cls_and_json_disagree_is_refused(
     with pytest.raises(ImgprepError, match=r"1 samples whose .cls and .json name other classes "
                        r"\(first: imagenet1k-train-0000.tar/n01440764_7: .cls 0, .json label 5"):
         convert_splits(ConvertOptions(input=tmp_path / "in", out=tmp_path / "out"))
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_a_dry_run_names_the_form_and_the_staging_copys_cost(
+        form: str, fakes: dict[str, dict[str, Any]], tmp_path: Path) -> None:
+    _needs(form)
+    from imgprep.convert.dryrun import dry_run
+
+    root = Path(fakes[form]["inputs"][0])
+    report = dry_run(ConvertOptions(input=root, out=tmp_path / "out"))
+    assert report.form == form and not (tmp_path / "out").exists()
+    by_split = {s.split: s for s in report.splits}
+    assert sorted(by_split) == ["train", "val"]
+    files = {"train": "train*", "val": "val*"}
+    for split, pattern in files.items():
+        size = sum(p.stat().st_size for p in root.rglob(pattern) if p.is_file())
+        assert by_split[split].spool_bytes == (size if form in SPOOLED else 0), split
+    if form == "hf-parquet":  # the footers give the counts without reading a row
+        assert by_split["train"].images == SPEC.classes * SPEC.per_class
