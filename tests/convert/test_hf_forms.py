@@ -280,3 +280,14 @@ def test_a_dry_run_names_the_form_and_the_staging_copys_cost(
         assert by_split[split].spool_bytes == (size if form in SPOOLED else 0), split
     if form == "hf-parquet":  # the footers give the counts without reading a row
         assert by_split["train"].images == SPEC.classes * SPEC.per_class
+
+
+def test_overwrite_removes_a_staging_copy_left_by_a_killed_run(
+        fakes: dict[str, dict[str, Any]], tmp_path: Path) -> None:
+    src = Path(fakes["wds"]["inputs"][0])
+    _convert(src, tmp_path, split="train")
+    spool = tmp_path / ".imgprep" / "train" / SPOOL_DIR
+    spool.mkdir()
+    (spool / "00000-x.spool").write_bytes(b"left by a run killed while spooling")
+    _convert(src, tmp_path, split="train", seed=1, overwrite=True)
+    assert not spool.exists()
