@@ -19,25 +19,30 @@ dies with its holder) to a temporary name, fsynced and renamed; a file whose foo
 finished. A rerun after ``kill -9`` keeps the finished files and redoes only the one cut
 short. Several processes (the workers of one rank, the ranks of a job) share the work:
 each starts at its own file (``start``), skips files that are finished or being written,
-then waits for those (redoing one whose writer died), so every file is written once.
+then waits for those (redoing one whose writer died), so every file is written once. Where
+the file system has no ``flock``, each writer uses a temporary name of its own: writers
+that race write the same bytes, and the last rename wins.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import multiprocessing as mp
 import os
+import socket
 import struct
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 import numpy as np
 
 from imgprep.errors import WaitTimeout
-from imgprep.fsutil import atomic_open, ensure_writable_dir
+from imgprep.fsutil import TMP_PREFIX, atomic_open, ensure_writable_dir, fsync_dir
 from imgprep.job.cpus import rank_cores, read_limits
 from imgprep.procs import die_with_parent
 
@@ -47,6 +52,7 @@ SPOOL_DIR = "spool"  # the spool folder's name in a split's state folder
 SUFFIX = ".spool"
 LOCK_PREFIX = ".lock-"
 POLL_S = 0.5
+NO_LOCKS = {errno.ENOLCK, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP}  # flock unsupported
 CHUNK = 1 << 20
 Items = Callable[[Path], Iterator[tuple[str, bytes]]]  # a source file's (name, bytes), in order
 
@@ -86,12 +92,32 @@ def source_stamp(source: Path) -> bytes:
     return f"{source.name}\0{st.st_size}\0{st.st_mtime_ns}".encode()
 
 
-def write_spool(path: Path, items: Iterator[tuple[str, bytes]], stamp: bytes = b"") -> int:
+@contextlib.contextmanager
+def _private_open(final: Path) -> Iterator[IO[bytes]]:
+    """``atomic_open`` with a temporary name of this process's own, for file systems without
+    ``flock``: writers that race each write their own file and rename the same bytes."""
+    tmp = final.with_name(f"{TMP_PREFIX}{final.name}.{socket.gethostname()}-{os.getpid()}")
+    try:
+        with open(tmp, "wb", opener=lambda p, fl: os.open(p, fl | os.O_NOFOLLOW, 0o644)) as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, final)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    fsync_dir(final.parent)
+
+
+def write_spool(path: Path, items: Iterator[tuple[str, bytes]], stamp: bytes = b"",
+                private: bool = False) -> int:
     """Write ``items`` as the spool file ``path`` (temporary name, fsync, rename) of the
-    source ``stamp`` names; returns how many images it holds."""
+    source ``stamp`` names; returns how many images it holds. ``private``: under a
+    temporary name of this process's own (no lock guards the shared one)."""
     sizes: list[int] = []
     names: list[bytes] = []
-    with atomic_open(path) as f:
+    with (_private_open(path) if private else atomic_open(path)) as f:
         for name, data in items:
             f.write(data)
             sizes.append(len(data))
@@ -154,9 +180,10 @@ def read_index(path: Path) -> SpoolIndex:
 
 
 @contextlib.contextmanager
-def _locked(path: Path, wait: bool) -> Iterator[bool]:
+def _locked(path: Path, wait: bool) -> Iterator[bool | None]:
     """Hold the lock of the spool file ``path``; yields False (at once) when another
-    process holds it and ``wait`` is off."""
+    process holds it and ``wait`` is off, None where the file system has no ``flock``
+    (Lustre mounted without it, some NFS set-ups)."""
     fd = os.open(path.with_name(f"{LOCK_PREFIX}{path.name}"),
                  os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
     try:
@@ -164,6 +191,11 @@ def _locked(path: Path, wait: bool) -> Iterator[bool]:
             fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
         except BlockingIOError:
             yield False
+            return
+        except OSError as e:
+            if e.errno not in NO_LOCKS:
+                raise
+            yield None
             return
         yield True
     finally:
@@ -177,10 +209,10 @@ def spool_one(job: SpoolJob, wait: bool = False) -> bool:
     if is_finished(job.spool, stamp):
         return True
     with _locked(job.spool, wait) as held:
-        if not held:
+        if held is False:
             return False
         if not is_finished(job.spool, stamp):  # finished by the holder we waited for
-            write_spool(job.spool, job.read(job.source), stamp)
+            write_spool(job.spool, job.read(job.source), stamp, private=held is None)
     return True
 
 

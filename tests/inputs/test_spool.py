@@ -174,3 +174,28 @@ def test_a_spool_of_another_source_file_is_not_reused(tmp_path: Path) -> None:
     jobs[1].source.write_text("other_0 3\n")  # another download under the same name
     assert spool_all(jobs, workers=1) == 1
     assert read_index(jobs[1].spool).names == ("other_0",)
+
+
+def test_without_flock_each_writer_uses_a_temporary_name_of_its_own(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import errno
+
+    from imgprep.inputs import spool
+
+    def no_flock(fd: int, op: int) -> None:
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(spool.fcntl, "flock", no_flock)
+    opened: list[str] = []
+    real_open = spool._private_open
+
+    def spy(final: Path) -> Any:
+        opened.append(final.name)
+        return real_open(final)
+
+    monkeypatch.setattr(spool, "_private_open", spy)
+    jobs = _sources(tmp_path, 2)
+    assert spool_all(jobs, workers=1) == 2
+    assert opened == [j.spool.name for j in jobs]
+    assert all(is_finished(j.spool) for j in jobs)
+    assert not [p for p in jobs[0].spool.parent.iterdir() if p.name.startswith(".tmp-")]
