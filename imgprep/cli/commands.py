@@ -36,6 +36,7 @@ from imgprep.cli.options import (
     workers_option,
     world_of,
 )
+from imgprep.cli.report import dry_run_lines, make_sample_line
 from imgprep.errors import ImgprepError
 from imgprep.stage.remote import STALL_S
 
@@ -74,12 +75,8 @@ def cli() -> None:
                    "without it).")
 @click.option("--classes", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="Class list 'wnid name' per line (default: the 1000 ILSVRC2012 classes).")
-@click.option("--form", default=None, metavar="FORM",
-              help="Read INPUT as this form (default: detected from what it holds; the forms: "
-                   "docs/convert.md, \"Forms\").")
-@click.option("--dry-run", is_flag=True,
-              help="Say the form recognised, the splits, their images and labels, what is "
-                   "skipped and what would be written; write nothing.")
+@click.option("--form", metavar="FORM", help="Read INPUT as this form (default: detected).")
+@click.option("--dry-run", is_flag=True, help="Say what it would read, skip and write; no write.")
 @click.option("--overwrite", is_flag=True,
               help="Replace a finished conversion of the split made from other input, options "
                    "or format (removed first, and said so); without it such a run is refused.")
@@ -117,19 +114,17 @@ def cli() -> None:
 @json_option
 def convert(input: Path, out: Path, fmt: str, split: str | None, labels: tuple[Path, ...],
             label_offset: int | None, trust_labels: bool, classes: Path | None, form: str | None,
-            dry_run: bool, overwrite: bool,
-            size: int, resize: str,
-            filt: str, quality: int,
+            dry_run: bool, overwrite: bool, size: int, resize: str, filt: str, quality: int,
             max_pixels: int, exif_transpose: bool, shard_size: int, num_shards: int | None,
             seed: int, meta: bool, workers: int | None, max_errors: int, rank_mode: str,
             wait_timeout: float, num_nodes: int | None, node_rank: int | None, quiet: bool,
             as_json: bool) -> None:
-    """Convert ILSVRC2012 images to 256 px RGB shards or a label list.
+    """Convert ImageNet as downloaded to 256 px RGB shards or a label list.
 
     INPUT is ILSVRC2012_img_train.tar (read in place), ILSVRC2012_img_val.tar, a folder of
-    per-class tars, an extracted train/<wnid>/ tree, or a flat folder of images; a folder
-    holding train/ and val/ (validation/, ILSVRC2012_img_val.tar …) converts each into its own
-    manifest. Rerunning the same command after a crash or kill resumes and gives
+    per-class tars or images, Kaggle's zip or its extracted folder; each split it holds (train/
+    and val/, validation/, ILSVRC2012_img_val.tar …) goes into its own manifest (--dry-run
+    says which). Rerunning the same command after a crash or kill resumes and gives
     byte-identical output; another input or options for a finished split needs --overwrite.
 
     Launched by mpirun, srun or torchrun, each rank converts its share and rank 0 writes the
@@ -156,8 +151,7 @@ def convert(input: Path, out: Path, fmt: str, split: str | None, labels: tuple[P
         overwrite=overwrite, label_offset=label_offset, trust_labels=trust_labels, form=form,
     )
     if dry_run:
-        _dry_run(opts, as_json, quiet)
-        return
+        return _dry_run(opts, as_json, quiet)
     bars: list[Any] = []
 
     def on_plan(plan: Any, remaining: int) -> None:
@@ -180,14 +174,13 @@ def convert(input: Path, out: Path, fmt: str, split: str | None, labels: tuple[P
 
 
 def _dry_run(opts: Any, as_json: bool, quiet: bool) -> None:
-    from imgprep.cli.report import dry_run_lines
     from imgprep.convert.dryrun import dry_run
 
     try:
-        report = dry_run(opts)
+        report = dry_run(opts).to_json()
     except ImgprepError as e:
         fail(e)
-    emit(report.to_json(), as_json, quiet, lambda: "\n".join(dry_run_lines(report.to_json())))
+    emit(report, as_json, quiet, lambda: "\n".join(dry_run_lines(report)))
 
 
 def _convert_report(summaries: list[dict[str, Any]], as_json: bool, quiet: bool,
@@ -390,15 +383,14 @@ def preview(path: Path, output: Path, count: int, seed: int, split: str | None, 
 
 @cli.command("make-sample")
 @click.argument("out", type=click.Path(file_okay=False, path_type=Path))
-@click.option("--form", default="ilsvrc", show_default=True, metavar="FORM",
-              help="The form to write: ilsvrc (image-net.org tars), kaggle (extracted), "
-                   "kaggle-zip, hf-parquet, hf-targz or wds; the same images in each.")
+@click.option("--form", default="ilsvrc", show_default=True, help="ilsvrc (image-net.org), "
+              "kaggle, kaggle-zip, hf-parquet, hf-targz or wds: the same images in each.")
 @click.option("--classes", type=click.IntRange(1, 1000), default=10, show_default=True)
 @click.option("--per-class", type=click.IntRange(1), default=12, show_default=True)
 @click.option("--val", type=click.IntRange(0), default=50, show_default=True,
               help="Validation images.")
 @click.option("--test", type=click.IntRange(0), default=10, show_default=True,
-              help="Test images, for the forms that ship a test split.")
+              help="Test images (forms with a test split).")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--bad/--no-bad", default=False, show_default=True,
               help="Add a truncated JPEG and a zero-byte file to the train set.")
@@ -406,30 +398,19 @@ def preview(path: Path, output: Path, count: int, seed: int, split: str | None, 
 @json_option
 def make_sample_cmd(out: Path, form: str, classes: int, per_class: int, val: int, test: int,
                     seed: int, bad: bool, quiet: bool, as_json: bool) -> None:
-    """Write a small fake ImageNet with its quirks in one of the forms it is downloaded in
-    (default: image-net.org's nested train tar, val tar and ground truth)."""
+    """Write a small fake ImageNet with its quirks in a form it is downloaded in."""
     from imgprep.inputs.fakes import FAKES, SampleSpec, make_fake
 
     if form not in FAKES:
-        raise click.BadParameter(f"{form!r} is not one of {', '.join(FAKES)}",
-                                 param_hint="--form")
+        raise click.BadParameter(f"not one of {', '.join(FAKES)}", param_hint="--form")
     try:
         s = make_fake(form, out, SampleSpec(classes=classes, per_class=per_class, val=val,
                                             seed=seed, bad=bad, test=test))
     except ImgprepError as e:
         fail(e)
-    if form != "ilsvrc":
-        emit(s, as_json, quiet, lambda: (
-            f"{out}: the {form} form: {s['train_images']} train images in "
-            f"{len(s['classes'])} classes, {s['val_images']} val, {s['test_images']} test; "
-            f"convert it: imgprep convert {' or '.join(s['inputs'])} -o OUT"))
-        return
-    s = {k: v for k, v in s.items() if k not in ("form", "test_images", "inputs")}
-    emit(s, as_json, quiet, lambda: (
-        f"{out}: {s['train_images']} train images in {len(s['classes'])} classes "
-        f"({s['train_tar']}), {s['val_images']} val images ({s['val_tar']}) with devkit, "
-        f"Caffe and Kaggle ground truth; quirks: {', '.join(s['quirks'])}"
-        + (f"; bad: {', '.join(s['bad'])}" if s["bad"] else "")))
+    if form == "ilsvrc":  # the summary it always gave
+        s = {k: v for k, v in s.items() if k not in ("form", "test_images", "inputs")}
+    emit(s, as_json, quiet, lambda: make_sample_line(s, form))
 
 
 @cli.command("index")

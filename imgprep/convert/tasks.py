@@ -34,7 +34,13 @@ from imgprep.inputs.groundtruth import (
     resolve_labels,
     unknown_wnid_reason,
 )
-from imgprep.inputs.sources import VAL_PREFIX, Listing, split_folders, split_of_name
+from imgprep.inputs.sources import (
+    IMAGE_EXTS,
+    VAL_PREFIX,
+    Listing,
+    split_folders,
+    split_of_name,
+)
 from imgprep.inputs.spool import SPOOL_DIR
 from imgprep.inputs.synsets import ClassTable, load_class_table
 from imgprep.shards.manifest import Manifest
@@ -189,9 +195,10 @@ def _separate(src: Path, count: int, in_folders: bool, opts: ConvertOptions,
     root = origin.input if origin is not None and origin.input != opts.input else None
     base = root or src
     dest = base.absolute().parent / f"{base.name}-val-images"
-    move = (f"(cd {shlex.quote(str(src))} && find . -type f -name 'ILSVRC2012_val_*' -exec sh "
+    names = " -o ".join(f"-iname 'ILSVRC2012_val_*{ext}'" for ext in IMAGE_EXTS)
+    move = (f"(cd {shlex.quote(str(src))} && find . -type f \\( {names} \\) -exec sh "
             """-c 'mkdir -p "$0/${1%/*}" && mv -n "$1" "$0/$1"' """
-            f"{shlex.quote(str(dest))} {{}} \\;)")
+            f"{shlex.quote(str(dest))} {{}} \\;)")  # images only: never annotation files
     given = _label_args(origin or opts)
     labels = [] if in_folders else given or ["--labels", "GROUND_TRUTH"]
     if root is None:

@@ -12,6 +12,7 @@ one that is cut short, split, or not Kaggle's is refused saying what it is and w
 
 from __future__ import annotations
 
+import posixpath
 from collections import Counter
 from pathlib import Path
 
@@ -61,6 +62,12 @@ def _prefix(index: ZipIndex) -> str:
         "convert DIR")
 
 
+def _under(name: str, prefix: str) -> bool:
+    """Whether a member, refused or not, is in the folder ``prefix`` (an absolute name or one
+    with ``..`` counts where it points)."""
+    return name.startswith(prefix) or posixpath.normpath(name.lstrip("/")).startswith(prefix)
+
+
 def _skips(index: ZipIndex, top: str, outside: int, counts: dict[str, int]) -> list[Skip]:
     out = []
     if "test" in counts:
@@ -75,7 +82,7 @@ def _skips(index: ZipIndex, top: str, outside: int, counts: dict[str, int]) -> l
     if outside:
         out.append(Skip(what=f"{outside:,} images outside {top}{CLS_LOC}/{{train,val,test}}",
                         reason="not in a split folder"))
-    stray = [e for e in index.refused if not e.source.startswith(f"{top}{MARKER}")]
+    stray = [e for e in index.refused if not _under(e.source, f"{top}{MARKER}")]
     if stray:
         out.append(Skip(what=f"{len(stray)} members outside the splits",
                         reason=f"refused, never read (first: {stray[0].reason})"))
@@ -138,6 +145,6 @@ def list_split(split: SplitInput, ctx: ListContext) -> Listing:
     if not len(rows):
         col["member"], col["key"] = np.zeros(0, dtype="S1"), np.zeros(0, dtype="S1")
     errors = [ListingError(e.source, e.reason) for e in index.refused
-              if e.source.startswith(split.prefix)]
+              if _under(e.source, split.prefix)]
     codecs = Codecs(index.codec[rows], index.crc[rows], index.stored[rows], index.head[rows])
     return build_listing(str(split.path), "zip", (str(split.path),), col, errors, 0, codecs)
