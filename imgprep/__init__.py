@@ -9,6 +9,10 @@ names load on first use, so ``import imgprep`` stays cheap for the command line:
 
     from imgprep import ConvertOptions, World, convert_splits, detect, stage_to_node, verify
 
+Warnings and notes go to the ``imgprep`` logger (``logging.getLogger("imgprep")`` and its
+children, one a module); the library adds no handler but a ``NullHandler``, so an application
+decides where they go (the ``imgprep`` command prints them on stderr).
+
 Inside the package, rooms by concern, each importing only the rooms below it:
 ``cli`` -> ``convert``, ``stage`` -> ``inputs`` -> ``shards`` -> ``job`` -> the leaf modules
 at the top (``errors``, ``fsutil``, ``procs``).
@@ -17,6 +21,7 @@ at the top (``errors``, ``fsutil``, ``procs``).
 from __future__ import annotations
 
 import importlib
+import logging
 from typing import TYPE_CHECKING, Any
 
 from imgprep.errors import (
@@ -40,21 +45,27 @@ __version__ = "0.1.0"
 _LAZY = {
     "World": "imgprep.job.world",
     "detect": "imgprep.job.world",
-    "ConvertOptions": "imgprep.convert.tasks",
+    "ConvertOptions": "imgprep.convert.options",
+    "TransformOptions": "imgprep.convert.options",
+    "ConvertSummary": "imgprep.convert.summary",
     "convert_splits": "imgprep.convert.run",
-    "StageOptions": "imgprep.stage.run",
+    "StageOptions": "imgprep.stage.options",
     "stage_to_node": "imgprep.stage.run",
     "verify": "imgprep.shards.verify",
     "read_manifest": "imgprep.shards.manifest",
 }
 
 if TYPE_CHECKING:
+    from imgprep.convert.options import ConvertOptions, TransformOptions
     from imgprep.convert.run import convert_splits
-    from imgprep.convert.tasks import ConvertOptions
+    from imgprep.convert.summary import ConvertSummary
     from imgprep.job.world import World, detect
     from imgprep.shards.manifest import read_manifest
     from imgprep.shards.verify import verify
-    from imgprep.stage.run import StageOptions, stage_to_node
+    from imgprep.stage.options import StageOptions
+    from imgprep.stage.run import stage_to_node
+
+logging.getLogger(__name__).addHandler(logging.NullHandler())
 
 
 def __getattr__(name: str) -> Any:
@@ -64,8 +75,9 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
-    "ConvertOptions", "ImageError", "ImgprepError", "InputMissingError", "LabelError",
-    "ManifestError", "OutputError", "OutputExistsError", "ShardError", "SourceFormatError",
-    "StageError", "StageOptions", "UnsafeArchiveError", "WaitTimeout", "World", "WorldError",
-    "__version__", "convert_splits", "detect", "read_manifest", "stage_to_node", "verify",
+    "ConvertOptions", "ConvertSummary", "ImageError", "ImgprepError", "InputMissingError",
+    "LabelError", "ManifestError", "OutputError", "OutputExistsError", "ShardError",
+    "SourceFormatError", "StageError", "StageOptions", "TransformOptions", "UnsafeArchiveError",
+    "WaitTimeout", "World", "WorldError", "__version__", "convert_splits", "detect",
+    "read_manifest", "stage_to_node", "verify",
 ]

@@ -2,55 +2,82 @@
 
 Every rank yields exactly the same number of batches per epoch (stated from the manifest
 before the epoch starts); epoch order is a pure function of (seed, epoch, World) and can be
-resumed at any batch; batches leave as uint8 NCHW and are normalised on the device. Two
-decoding backends make the same batches: ``pillow`` (the default) and ``dali`` (NVIDIA DALI,
+resumed at any batch; batches leave as uint8 NCHW and are normalised on the device. Samples
+come from a *source* (a shard set or a label list); two decoder *backends* make the same
+batches from them: ``pillow`` (the default) and ``dali`` (NVIDIA DALI,
 ``pip install 'imgprep[dali]'``; imported only when asked for).
 """
 
 from pathlib import Path
-from typing import Any
 
 from imgprep.job.world import World
 from imgprep.shards.manifest import read_manifest
 from loaders.backends import BACKENDS
 from loaders.common import PAD_LABEL, Loader, LoaderError, worker_count
+from loaders.config import LoaderOptions
 from loaders.device import DeviceLoader, normalize
 from loaders.labellist import LabelListLoader
 from loaders.shards import ShardLoader
-from loaders.transforms import TrainTransform, ValTransform
+from loaders.transforms import TrainTransform, Transform, ValTransform
 
 
 def make_loader(data: str | Path, split: str, world: World, batch_size: int,
-                workers: int | str = "auto", seed: int = 0, **options: Any) -> Loader:
-    """The loader for ``data``.
+                workers: int | str = "auto", seed: int = LoaderOptions.seed, *,
+                mode: str | None = None,
+                transform: Transform | None = LoaderOptions.transform,
+                tail: str | None = LoaderOptions.tail,
+                shuffle: bool | None = LoaderOptions.shuffle,
+                on_error: str = LoaderOptions.on_error,
+                pin_memory: bool | None = LoaderOptions.pin_memory,
+                prefetch_factor: int = LoaderOptions.prefetch_factor,
+                backend: str = LoaderOptions.backend,
+                device: str = LoaderOptions.device,
+                root: Path | None = None, num_classes: int | None = None,
+                mean: tuple[float, ...] | None = None, std: tuple[float, ...] | None = None
+                ) -> Loader:
+    """The loader for ``data``: a ``ShardLoader`` or a ``LabelListLoader``.
 
     Args:
         data: a folder with ``<split>.json`` (shards or a label list, full or node-local), or
             a ``path label`` list file.
-        split: ``"train"`` or ``"val"`` (which sets shuffling, tail and transform defaults).
+        split: ``"train"`` or ``"val"``, which sets the defaults of ``transform``, ``tail``
+            and ``shuffle``.
         world: this rank.
-        batch_size: per rank.
-        workers: decoding processes per rank; ``"auto"`` sizes them from the cores this rank
-            may use (``loaders.common.worker_count``); 0 decodes in the calling process.
-        seed: the epoch orders' and augmentations' seed.
-        options: go to the loader (``tail``, ``mode``, ``transform``, ``on_error``,
-            ``shuffle``, ``backend`` (``"pillow"`` or ``"dali"``), ``device`` (``"cpu"``, or
-            ``"gpu"`` with the dali backend) …).
+        workers: as ``LoaderOptions.workers``, or ``"auto"``: sized from the cores this rank
+            may use (``loaders.common.worker_count``).
+        mode: shards only: ``"replicate"`` or ``"partition"`` (node-local manifests fix it).
+        root, num_classes, mean, std: a list file only (a folder's manifest says them): the
+            folder its paths are relative to (default: the list's), the class count (default:
+            its ``classes.txt``, else the largest label + 1), the normalisation statistics.
+        the others: ``LoaderOptions`` (``loaders.config``), which holds their defaults and
+            checks them before anything is read.
     """
-    workers = worker_count(workers, world)
+    count = worker_count(workers, world)
     path = Path(data)
-    if path.is_file():
-        return LabelListLoader(path, world, batch_size, workers, seed,
-                               train=split == "train", **options)
-    m = read_manifest(path, split)
-    if m.format == "list":
-        return LabelListLoader(path / (m.list_file or f"{split}.txt"), world, batch_size,
-                               workers, seed, root=path, train=split == "train",
-                               num_classes=len(m.classes), mean=tuple(m.mean),
-                               std=tuple(m.std), **options)
-    return ShardLoader(path, split, world, batch_size, workers, seed, **options)
+    train = split == "train"
+    if not path.is_file():
+        m = read_manifest(path, split)
+        given = {"root": root, "num_classes": num_classes, "mean": mean, "std": std}
+        if named := [k for k, v in given.items() if v is not None]:
+            raise ValueError(f"{', '.join(named)}: {path}/{split}.json says them; pass them "
+                             "only with a list file")
+        if m.format != "list":
+            return ShardLoader(path, split, world, batch_size, count, seed, mode=mode,
+                               transform=transform, tail=tail, shuffle=shuffle,
+                               on_error=on_error, pin_memory=pin_memory,
+                               prefetch_factor=prefetch_factor, backend=backend, device=device)
+        path, root = path / (m.list_file or f"{split}.txt"), path
+        num_classes, mean, std = len(m.classes), tuple(m.mean), tuple(m.std)
+    if mode not in (None, "replicate"):
+        raise ValueError(f"mode={mode!r}: every rank loads a label list whole (replicate); "
+                         "leave mode unset")
+    return LabelListLoader(path, world, batch_size, count, seed, root=root, train=train,
+                           num_classes=num_classes, mean=mean or (), std=std or (),
+                           transform=transform, tail=tail, shuffle=shuffle, on_error=on_error,
+                           pin_memory=pin_memory, prefetch_factor=prefetch_factor,
+                           backend=backend, device=device)
 
 
 __all__ = ["BACKENDS", "PAD_LABEL", "DeviceLoader", "LabelListLoader", "Loader", "LoaderError",
-           "ShardLoader", "TrainTransform", "ValTransform", "make_loader", "normalize",
-           "worker_count"]
+           "LoaderOptions", "ShardLoader", "TrainTransform", "Transform", "ValTransform",
+           "make_loader", "normalize", "worker_count"]

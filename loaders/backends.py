@@ -1,36 +1,89 @@
-"""Decoding backends by name: what turns a rank's plan into batches.
+"""Decoder backends: how a rank's batches are decoded, one contract and the backends by name.
 
-Every backend makes the same plan's batches (``loaders.base``: plans, tails, resume and the
-error rule are shared); they differ only in how samples are decoded:
+A *source* says where samples come from (a shard set: ``loaders.shards``; a label list:
+``loaders.labellist``): it numbers its samples and fetches them by number (``Source``). A
+*decoder backend* (a *backend*) turns a rank's plan into batches, reading the plan's samples
+through the source (``Backend``). Every backend makes the same plan's batches (plans, tails
+and resume are the base's, ``loaders.base``); they differ only in how samples are decoded:
 
-- ``pillow``: pillow-simd in persistent worker processes (``loaders.base.WorkerBatches``);
+- ``pillow``: pillow-simd in persistent worker processes (``loaders.pillow``);
 - ``dali``: NVIDIA DALI in threads of the loader's process, on the CPU or, with
-  ``device="gpu"``, with nvJPEG on this rank's GPU (``loaders.dali.DaliBatches``); an
-  optional extra, ``pip install 'imgprep[dali]'``.
+  ``device="gpu"``, with nvJPEG on this rank's GPU (``loaders.dali``); an optional extra,
+  ``pip install 'imgprep[dali]'``.
 
-A backend's module is imported when the backend is first asked for, so ``import loaders``
-never imports DALI.
+Both keep one error rule: an undecodable sample raises a ``LoaderError`` naming it, or with
+``on_error="skip"`` its slot takes a good sample of the same batch (``stand_ins``; a batch of
+none: padding) and is counted. A backend's module is imported when the backend is first
+asked for, so ``import loaders`` never imports DALI.
 """
 
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+import torch
 
 from loaders.common import LoaderError
+from loaders.config import BackendOptions, Config
+from loaders.epochs import EpochPlan
 
-if TYPE_CHECKING:
-    from loaders.base import Batches, Config, Options, Source
-
-BACKENDS = {"pillow": "loaders.base:WorkerBatches", "dali": "loaders.dali:DaliBatches"}
+BACKENDS = {"pillow": "loaders.pillow:PillowBackend", "dali": "loaders.dali:DaliBackend"}
 EXTRAS = {"dali": ("nvidia.dali", "NVIDIA DALI", "imgprep[dali]")}  # what a backend needs
 
-
-class MakeBatches(Protocol):
-    def __call__(self, cfg: Config, source: Source, options: Options) -> Batches: ...
+Batch = tuple[torch.Tensor, torch.Tensor]  # uint8 NCHW images, int64 labels
 
 
-def backend_class(name: str) -> MakeBatches:
+@dataclass(frozen=True, slots=True)
+class EncodedSample:
+    """One sample as a source fetches it, before decoding."""
+
+    where: str  # the sample, for messages (shard and key, or list line and path)
+    data: bytes  # the encoded image
+    label: int
+
+
+class Source(Protocol):
+    """Where a backend reads samples (a worker: through its own open files, made after the
+    fork)."""
+
+    fix: str  # what to do about an undecodable sample, for the error message
+
+    def fetch(self, ids: np.ndarray) -> list[EncodedSample]: ...
+
+
+class Backend(Protocol):
+    """How a decoder backend makes a rank's batches: ``run(plan, skip)`` yields the plan's
+    batches from ``skip`` on, in order."""
+
+    @property
+    def skipped(self) -> int: ...  # samples replaced this pass (on_error="skip")
+
+    @property
+    def pids(self) -> tuple[int, ...]: ...  # decoding processes (0: not started)
+
+    def run(self, plan: EpochPlan, skip: int) -> Iterator[Batch]: ...
+
+    def dead(self, plan: EpochPlan, describe: Callable[[EpochPlan, int], str]) -> str: ...
+
+
+class MakeBackend(Protocol):
+    """A backend's class: made once per loader, before anything is read."""
+
+    def __call__(self, cfg: Config, source: Source, options: BackendOptions) -> Backend: ...
+
+
+def stand_ins(count: int, bad: list[int]) -> dict[int, int]:
+    """on_error="skip": the good sample of the same batch (of ``count``) that takes each bad
+    slot, in turn; -1 where the batch has none (the slot becomes padding)."""
+    good = sorted(set(range(count)) - set(bad))
+    return {b: good[n % len(good)] if good else -1 for n, b in enumerate(bad)}
+
+
+def backend_class(name: str) -> MakeBackend:
     """The class of backend ``name``; a ``LoaderError`` naming the extra to install when its
     library cannot be imported, a ``ValueError`` for a name no backend has."""
     if name not in BACKENDS:
@@ -44,5 +97,5 @@ def backend_class(name: str) -> MakeBatches:
             raise LoaderError(f"backend={name!r} needs {what}, which cannot be imported "
                               f"({reason}); install it with pip install '{extra}'") from None
     path, _, attr = BACKENDS[name].partition(":")
-    made: MakeBatches = getattr(importlib.import_module(path), attr)
+    made: MakeBackend = getattr(importlib.import_module(path), attr)
     return made

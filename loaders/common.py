@@ -23,11 +23,12 @@ class LoaderError(ImgprepError, RuntimeError):
     """The loader cannot go on; the message names the rank, shard (or file) and key."""
 
 
-def check_policies(batch_size: int, workers: int, tail: str, on_error: str) -> None:
-    """Refuse option values no loader understands (programming errors: ValueError)."""
+def check_policies(batch_size: int, workers: int, tail: str | None, on_error: str) -> None:
+    """Refuse option values no loader understands (programming errors: ValueError); a
+    ``tail`` of None is left to the split."""
     if batch_size < 1 or workers < 0:
         raise ValueError("batch_size must be >= 1 and workers >= 0")
-    if tail not in TAILS:
+    if tail is not None and tail not in TAILS:
         raise ValueError(f"tail must be one of {TAILS}")
     if on_error not in ON_ERROR:
         raise ValueError(f"on_error must be one of {ON_ERROR}")

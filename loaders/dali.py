@@ -30,7 +30,7 @@
   The batches handed to DALI and not yet yielded are then decoded sample by sample with the
   Pillow backend's own transform (``loaders.transforms.apply``), which finds the bad samples
   by the Pillow backend's rule, and a new pipeline starts at the first batch not yielded.
-  Each bad slot is fed a good sample of its batch (``loaders.base.stand_ins``, the Pillow
+  Each bad slot is fed a good sample of its batch (``loaders.backends.stand_ins``, the Pillow
   backend's choice), whose row then takes the slot: ``on_error="skip"`` yields it, counted
   in ``skipped``; ``"raise"`` raises the Pillow backend's error, naming the first bad sample,
   when its batch is reached. One case DALI does not fail on: a JPEG whose last bytes are
@@ -53,8 +53,9 @@ import numpy as np
 import torch
 
 from imgprep.errors import ImgprepError
-from loaders.base import Batch, Config, Item, Options, Source, stand_ins
+from loaders.backends import Batch, EncodedSample, Source, stand_ins
 from loaders.common import PAD_LABEL, LoaderError
+from loaders.config import BackendOptions, Config
 from loaders.epochs import PAD, EpochPlan
 from loaders.transforms import SampleError, TrainTransform, Transform, apply
 
@@ -121,8 +122,8 @@ class _Feed:
     source: Source
     rows: list[tuple[int, np.ndarray]]  # (plan batch, real sample ids) this pipeline makes
     fixes: _Fixes
-    screen: Callable[[int, list[Item]], None]
-    fed: deque[tuple[int, list[Item]]] = field(default_factory=deque)  # not yet yielded
+    screen: Callable[[int, list[EncodedSample]], None]
+    fed: deque[tuple[int, list[EncodedSample]]] = field(default_factory=deque)  # not yet yielded
 
     def __call__(self, info: Any) -> list[np.ndarray]:
         if info.iteration >= len(self.rows):
@@ -131,16 +132,16 @@ class _Feed:
         items = self.source.fetch(ids)
         self.screen(b, items)
         self.fed.append((b, items))
-        data = [d for _, d, _ in items]
+        data = [s.data for s in items]
         for slot, good in self.fixes.swap.get(b, {}).items():
             data[slot] = data[good] if good >= 0 else placeholder()
         return [np.frombuffer(d, np.uint8) for d in data]
 
 
-class DaliBatches:
+class DaliBackend:
     """The ``dali`` backend (module docstring): a DALI pipeline per pass of the plan."""
 
-    def __init__(self, cfg: Config, source: Source, options: Options) -> None:
+    def __init__(self, cfg: Config, source: Source, options: BackendOptions) -> None:
         if options.device not in DECODER:
             raise ValueError(f"device must be one of {tuple(DECODER)}, not {options.device!r}")
         rank = cfg.world.rank
@@ -232,14 +233,14 @@ class DaliBatches:
         images.zero_()
         return images, torch.full((n,), PAD_LABEL, dtype=torch.int64, device=self.device)
 
-    def _batch(self, out: Any, n: int, items: list[Item], swap: dict[int, int]) -> Batch:
+    def _batch(self, out: Any, n: int, items: list[EncodedSample], swap: dict[int, int]) -> Batch:
         """DALI's output for ``items`` as ``n`` rows (padding after them), each bad slot
         taking its stand-in's row and label."""
         images = self._empty(n)
         images[len(items):] = 0
         self._copy(out.as_tensor(), images[:len(items)])
         labels = torch.full((n,), PAD_LABEL, dtype=torch.int64)
-        labels[:len(items)] = torch.tensor([label for _, _, label in items], dtype=torch.int64)
+        labels[:len(items)] = torch.tensor([s.label for s in items], dtype=torch.int64)
         for slot, good in swap.items():
             images[slot] = images[good] if good >= 0 else 0
             labels[slot] = labels[good] if good >= 0 else PAD_LABEL
@@ -258,13 +259,13 @@ class DaliBatches:
             feed_ndarray(tensor, into)
 
     # -- errors
-    def _screen(self, fixes: _Fixes, b: int, items: list[Item]) -> None:
+    def _screen(self, fixes: _Fixes, b: int, items: list[EncodedSample]) -> None:
         """Before DALI sees batch ``b``: a sample that does not end as a JPEG does (its EOI
         marker) is decoded by the Pillow backend's rule first. DALI's libjpeg-turbo decodes
         a JPEG whose last bytes are missing (the rest grey), which Pillow refuses."""
         if b in fixes.checked:
             return
-        suspects = [slot for slot, (_, data, _) in enumerate(items) if not data.endswith(EOI)]
+        suspects = [slot for slot, s in enumerate(items) if not s.data.endswith(EOI)]
         bad = self._bad([items[k] for k in suspects])
         self._settle(fixes, b, items, [(suspects[k], e) for k, e in bad])
 
@@ -286,7 +287,7 @@ class DaliBatches:
                 f"{plan.epoch} ({why}), yet Pillow decodes every sample of it; load with "
                 "backend='pillow'") from error
 
-    def _settle(self, fixes: _Fixes, b: int, items: list[Item],
+    def _settle(self, fixes: _Fixes, b: int, items: list[EncodedSample],
                 bad: list[tuple[int, SampleError]]) -> bool:
         """Record what batch ``b``'s bad samples get: stand-ins (DALI must decode something
         in their slots), and with on_error="raise" the error the Pillow backend raises, for
@@ -299,15 +300,15 @@ class DaliBatches:
                                           f"{self.source.fix}, or load with on_error='skip'")
         return True
 
-    def _bad(self, items: list[Item]) -> list[tuple[int, SampleError]]:
+    def _bad(self, items: list[EncodedSample]) -> list[tuple[int, SampleError]]:
         """The slots of ``items`` the Pillow backend cannot decode, with its errors."""
         size = self.cfg.transform.size
         scratch = np.empty((3, size, size), np.uint8)
         rng = np.random.default_rng(0)
         bad = []
-        for slot, (where, data, _) in enumerate(items):
+        for slot, s in enumerate(items):
             try:
-                apply(data, self.cfg.transform, rng, scratch, where=where)
+                apply(s.data, self.cfg.transform, rng, scratch, where=s.where)
             except SampleError as e:
                 bad.append((slot, e))
         return bad

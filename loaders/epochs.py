@@ -86,7 +86,7 @@ def pool_order(ids: np.ndarray, seed: int, epoch: int, pool: int, shuffle: bool)
     return ids if at is None else ids[at]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Cut:
     """How the rest of an epoch is cut into the steps every rank takes: ``steps`` steps of
     ``group`` runs (one a rank, in slot order). Pool p's runs take ``batch`` positions of its
@@ -98,6 +98,10 @@ class Cut:
     batch: int
     full: tuple[int, ...]
     rest: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        if len(self.full) != len(self.rest) or self.steps < 0 or self.group < 1:
+            raise ValueError(f"not a cut: {self}")
 
     def taken(self, pool: int, runs: np.ndarray) -> np.ndarray:
         """Positions of pool ``pool``'s order that its first ``runs`` runs take."""
@@ -148,7 +152,8 @@ def cut(remaining: Sequence[int], group: int, batch: int, tail: str) -> Cut:
     else:
         n = max(-(-r // per_step) for r in left)
     if tail != "short":
-        return Cut(n, group, batch, (n,) * len(left), (0,) * len(left))
+        return Cut(steps=n, group=group, batch=batch, full=(n,) * len(left),
+                   rest=(0,) * len(left))
     full = [_short_full(r, n, group, batch) for r in left]
     if min(full) < 0:
         r = left[full.index(min(full))]
@@ -156,8 +161,8 @@ def cut(remaining: Sequence[int], group: int, batch: int, tail: str) -> Cut:
             f"tail='short' cannot give each of {group} ranks {n} batches of at least one "
             f"sample from the {r} samples left (batch size {batch}); load with tail='pad' "
             "(every sample once, padding slots) or tail='drop'")
-    return Cut(n, group, batch, tuple(full),
-               tuple(r - f * per_step for r, f in zip(left, full, strict=True)))
+    return Cut(steps=n, group=group, batch=batch, full=tuple(full),
+               rest=tuple(r - f * per_step for r, f in zip(left, full, strict=True)))
 
 
 def pool_starts(start: int | Sequence[int], sizes: Sequence[int]) -> tuple[int, ...]:
@@ -179,7 +184,7 @@ def as_samples(done: Sequence[int], sizes: Sequence[int]) -> int | list[int]:
     return [int(d) for d in done]
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, kw_only=True)
 class EpochPlan:
     """One rank's epoch from ``starts`` on: its batches (rows of ``table``, global sample
     ids, ``PAD`` for padding or past a short batch's end) and which worker makes each (batch
@@ -195,6 +200,13 @@ class EpochPlan:
     done: np.ndarray  # (pools, batches): positions of each pool's order done after a batch
     sizes: tuple[int, ...]  # samples in each pool
     shard_first: np.ndarray  # first sample id of each shard (+ total)
+
+    def __post_init__(self) -> None:
+        rows = len(self.table)
+        if (self.table.shape != (rows, self.batch_size) or self.first.shape != (rows,)
+                or self.done.shape != (len(self.sizes), rows) or self.workers < 1):
+            raise ValueError(f"epoch {self.epoch}: a plan's table, first positions and done "
+                             "counts must agree on its batches")
 
     @property
     def batches(self) -> int:
@@ -274,8 +286,9 @@ def plan_epoch(samples: Sequence[int], world: World, mode: str, seed: int, epoch
         keep = real.any(axis=1)
         table, first, done = table[keep], first[keep], done[:, keep]
     shard_first = np.concatenate([[0], np.cumsum(np.asarray(samples, np.int64))])
-    return EpochPlan(epoch, starts, group, batch_size, max(1, workers), table, first, done,
-                     sizes, shard_first)
+    return EpochPlan(epoch=epoch, starts=starts, group=group, batch_size=batch_size,
+                     workers=max(1, workers), table=table, first=first, done=done, sizes=sizes,
+                     shard_first=shard_first)
 
 
 def job_summary(samples: Sequence[int], nodes: int, local: int, workers: int, batch: int,

@@ -1,10 +1,11 @@
 """The label-list loader: Chainer/Caffe ``path label`` files, ours or anyone's.
 
-The list's entries are planned as the shard loader's samples are (``loaders.epochs``, one
-pool: every rank shares the whole list), through the same base (``loaders.base``): the same
-tails, equal batch counts, worker split, exact and elastic resume and error rule. Only the
-reading differs: a worker reads each entry's file (relative to the list's root, which no
-entry may leave) and decodes it into its ring slot.
+A label list is a source, as a shard set is: its entries are planned as the shard loader's
+samples are (``loaders.epochs``, one pool: every rank shares the whole list), through the
+same base (``loaders.base``) and decoder backends (``loaders.backends``): the same tails,
+equal batch counts, worker split, exact and elastic resume and error rule. Only the reading
+differs: each entry's file is read whole (relative to the list's root, which no entry may
+leave).
 """
 
 from __future__ import annotations
@@ -17,21 +18,28 @@ import numpy as np
 from imgprep.errors import InputMissingError, ManifestError
 from imgprep.inputs.synsets import load_class_table
 from imgprep.job.world import World
-from loaders.base import Config, Item, PlannedLoader
-from loaders.common import LoaderError, check_policies
+from loaders.backends import EncodedSample
+from loaders.base import PlannedLoader
+from loaders.common import LoaderError
+from loaders.config import LoaderOptions
 from loaders.epochs import PAD, EpochPlan
-from loaders.transforms import TrainTransform, Transform, ValTransform
+from loaders.transforms import Transform
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class LabelList:
     """Parsed entries: paths (relative to ``root``) and labels, with their line numbers."""
 
-    source: Path
+    list_file: Path
     root: Path
     paths: tuple[str, ...]
     labels: np.ndarray
     lines: np.ndarray
+
+    def __post_init__(self) -> None:
+        if not len(self.paths) == len(self.labels) == len(self.lines):
+            raise ValueError(f"{self.list_file}: {len(self.paths)} paths, "
+                             f"{len(self.labels)} labels, {len(self.lines)} line numbers")
 
 
 def read_label_list(path: Path, root: Path | None = None, num_classes: int | None = None
@@ -68,8 +76,9 @@ def read_label_list(path: Path, root: Path | None = None, num_classes: int | Non
         lines.append(n)
     if not paths:
         raise ManifestError(f"{path} lists no images")
-    return LabelList(path, root, tuple(paths), np.asarray(labels, dtype=np.int64),
-                     np.asarray(lines, dtype=np.int64))
+    return LabelList(list_file=path, root=root, paths=tuple(paths),
+                     labels=np.asarray(labels, dtype=np.int64),
+                     lines=np.asarray(lines, dtype=np.int64))
 
 
 def list_classes(entries: LabelList) -> int:
@@ -79,7 +88,7 @@ def list_classes(entries: LabelList) -> int:
     if table.is_file():
         n = len(load_class_table(table))
         if int(entries.labels.max()) >= n:
-            raise ManifestError(f"{entries.source}: label {int(entries.labels.max())} is "
+            raise ManifestError(f"{entries.list_file}: label {int(entries.labels.max())} is "
                                 f"outside the {n} classes of {table}; fix the list")
         return n
     return int(entries.labels.max()) + 1
@@ -95,9 +104,9 @@ class _ListSource:
 
     def where(self, idx: int) -> str:
         e = self.entries
-        return f"{e.source}:{e.lines[idx]}: {e.paths[idx]}"
+        return f"{e.list_file}:{e.lines[idx]}: {e.paths[idx]}"
 
-    def fetch(self, ids: np.ndarray) -> list[Item]:
+    def fetch(self, ids: np.ndarray) -> list[EncodedSample]:
         e, out = self.entries, []
         for idx in ids.tolist():
             try:
@@ -105,7 +114,7 @@ class _ListSource:
             except OSError as err:
                 raise LoaderError(f"rank {self.rank}: {self.where(idx)} cannot be read "
                                   f"({err.strerror}); fix the list or restore the file") from err
-            out.append((self.where(idx), data, int(e.labels[idx])))
+            out.append(EncodedSample(self.where(idx), data, int(e.labels[idx])))
         return out
 
 
@@ -120,36 +129,39 @@ class LabelListLoader(PlannedLoader):
         seed: the epoch orders' and augmentations' seed.
         train: defaults for training (shuffle, ``tail="drop"``, train transform) or
             validation (in order, ``tail="pad"``, center crop).
-        tail: ``drop``, ``short``, ``pad`` or ``uneven``, as for the shard loader.
-        on_error: ``raise`` on an undecodable image, or ``skip`` (a good image of the same
-            batch takes its slot; counted in ``skipped``).
         num_classes, mean, std: from the manifest of a converted list; a bare list's class
             count comes from its ``classes.txt``, else its largest label + 1.
-        backend, device: as for the shard loader (``pillow`` or ``dali``; ``cpu`` or
-            ``gpu``).
+        transform, tail, shuffle, on_error, pin_memory, prefetch_factor, backend, device:
+            documented, with their defaults, at ``loaders.config.LoaderOptions``.
 
     ``len(loader)`` and ``batches_per_epoch`` are stated before the epoch; every rank gets
     the same unless ``tail="uneven"``.
     """
 
-    def __init__(self, list_file: Path, world: World, batch_size: int, workers: int = 4,
-                 seed: int = 0, root: Path | None = None, train: bool = True,
-                 transform: Transform | None = None, tail: str | None = None,
-                 shuffle: bool | None = None, on_error: str = "raise",
+    def __init__(self, list_file: Path, world: World, batch_size: int,
+                 workers: int = LoaderOptions.workers, seed: int = LoaderOptions.seed, *,
+                 root: Path | None = None, train: bool = True,
                  num_classes: int | None = None, mean: tuple[float, ...] = (),
-                 std: tuple[float, ...] = (), pin_memory: bool | None = None,
-                 prefetch_factor: int = 2, backend: str = "pillow", device: str = "cpu"
-                 ) -> None:
-        tail = tail or ("drop" if train else "pad")
-        check_policies(batch_size, workers, tail, on_error)
+                 std: tuple[float, ...] = (),
+                 transform: Transform | None = LoaderOptions.transform,
+                 tail: str | None = LoaderOptions.tail,
+                 shuffle: bool | None = LoaderOptions.shuffle,
+                 on_error: str = LoaderOptions.on_error,
+                 pin_memory: bool | None = LoaderOptions.pin_memory,
+                 prefetch_factor: int = LoaderOptions.prefetch_factor,
+                 backend: str = LoaderOptions.backend,
+                 device: str = LoaderOptions.device) -> None:
+        options = LoaderOptions(batch_size=batch_size, workers=workers, seed=seed,
+                                transform=transform, tail=tail, shuffle=shuffle,
+                                on_error=on_error, pin_memory=pin_memory,
+                                prefetch_factor=prefetch_factor, backend=backend, device=device)
         self.entries = read_label_list(Path(list_file), root, num_classes)
         self.num_classes = num_classes or list_classes(self.entries)
         self.mean, self.std = mean, std
         self._source = _ListSource(self.entries, world.rank)
-        cfg = Config((len(self.entries.paths),), world, "replicate", seed, seed, batch_size,
-                     workers, transform or (TrainTransform() if train else ValTransform()),
-                     tail, train if shuffle is None else shuffle, on_error)
-        super().__init__(cfg, self._source, pin_memory, prefetch_factor, backend, device)
+        cfg = options.config(train=train, samples=(len(self.entries.paths),), world=world,
+                             mode="replicate", layout_seed=seed)
+        super().__init__(cfg, self._source, options)
 
     def describe(self, plan: EpochPlan, batch: int) -> str:
         first = [int(i) for i in plan.table[batch] if i != PAD][:1]

@@ -7,8 +7,9 @@
 - Workers read samples by offset through the split's sample index (``imgprep.shards.index``), one
   ``pread`` per run of neighbouring samples (``loaders.reader``), and decode them into
   shared-memory slots (``loaders.ring``).
-- Epochs, tails, resume (elastic too) and the error rule are the base's
-  (``loaders.base``), shared with the label-list loader.
+- Epochs, tails, resume (elastic too) are the base's (``loaders.base``), shared with the
+  label-list loader; decoding and the error rule are the decoder backend's
+  (``loaders.backends``: ``pillow`` or ``dali``).
 - Node-local data (a manifest with a ``node`` section, from stage-to-node or a partitioned
   convert): a partition copy holds one node's share of a layout for a node count, so only
   that node of a job with that node count may load it; a replicate copy holds every shard
@@ -31,11 +32,13 @@ from imgprep.job.world import World
 from imgprep.shards.index import read_index
 from imgprep.shards.manifest import Manifest, read_manifest
 from imgprep.shards.tario import iter_members, iter_samples
-from loaders.base import Config, Item, PlannedLoader
-from loaders.common import PAD_LABEL, LoaderError, check_policies
+from loaders.backends import EncodedSample
+from loaders.base import PlannedLoader
+from loaders.common import PAD_LABEL, LoaderError
+from loaders.config import LoaderOptions
 from loaders.epochs import EpochPlan
 from loaders.reader import Locations, Reader
-from loaders.transforms import TrainTransform, Transform, ValTransform
+from loaders.transforms import Transform
 
 __all__ = ["PAD_LABEL", "EpochPlan", "LoaderError", "ShardLoader", "ShardSet", "iter_members",
            "iter_samples", "open_shards"]
@@ -44,7 +47,7 @@ __all__ = ["PAD_LABEL", "EpochPlan", "LoaderError", "ShardLoader", "ShardSet", "
 # ---------------------------------------------------------------------------- the shard set
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, kw_only=True)
 class ShardSet:
     """The whole set's shards (plans are computed from these), which are in ``folder``, and
     where every present sample lies (from the index)."""
@@ -62,6 +65,12 @@ class ShardSet:
     std: tuple[float, ...]
     num_classes: int
     where: Locations
+
+    def __post_init__(self) -> None:
+        if len(self.names) != len(self.samples):
+            raise ValueError(f"{len(self.names)} shard names for {len(self.samples)} counts")
+        if self.mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, not {self.mode!r}")
 
 
 def _whole_set(folder: Path, split: str, m: Manifest, mode: str | None
@@ -88,7 +97,7 @@ def open_shards(folder: Path, split: str, mode: str | None = None, seed: int = 0
                             "label-list loader (loaders.make_loader picks it)")
     names, samples, mode, laid_seed, nodes, node_rank = _whole_set(folder, split, m, mode)
     if mode not in MODES:
-        raise ValueError(f"mode must be one of {MODES}")
+        raise ValueError(f"mode must be one of {MODES}")  # before the index is read
     pos = {n: i for i, n in enumerate(names)}
     for s in m.shards:
         i = pos.get(s.name)
@@ -98,10 +107,11 @@ def open_shards(folder: Path, split: str, mode: str | None = None, seed: int = 0
                 f"whole set's plan says {samples[i] if i is not None else 'none'}: every "
                 "rank must plan from the same counts; reconvert with --max-errors 0 or "
                 "stage from the full manifest")
-    return ShardSet(folder, split, names, samples, frozenset(pos[s.name] for s in m.shards),
-                    mode, laid_seed if laid_seed >= 0 else seed, nodes, node_rank,
-                    tuple(m.mean), tuple(m.std), len(m.classes),
-                    _locations(folder, m, names, samples))
+    return ShardSet(folder=folder, split=split, names=names, samples=samples,
+                    present=frozenset(pos[s.name] for s in m.shards), mode=mode,
+                    seed=laid_seed if laid_seed >= 0 else seed, num_nodes=nodes,
+                    node_rank=node_rank, mean=tuple(m.mean), std=tuple(m.std),
+                    num_classes=len(m.classes), where=_locations(folder, m, names, samples))
 
 
 def _locations(folder: Path, m: Manifest, names: tuple[str, ...], samples: tuple[int, ...]
@@ -161,10 +171,10 @@ class _ShardSource:
     fix: str = "verify or restage the shard"
     _reader: Reader | None = None
 
-    def fetch(self, ids: np.ndarray) -> list[Item]:
+    def fetch(self, ids: np.ndarray) -> list[EncodedSample]:
         if self._reader is None:
             self._reader = Reader(self.where, self.rank)
-        return [(f"{shard}: sample {key}", jpg, label)
+        return [EncodedSample(f"{shard}: sample {key}", jpg, label)
                 for shard, key, jpg, label in self._reader.read(ids)]
 
 
@@ -179,36 +189,34 @@ class ShardLoader(PlannedLoader):
         batch_size, workers: per rank; ``workers=0`` decodes in the calling process.
         seed: the epoch orders' and augmentations' seed.
         mode: ``replicate`` or ``partition`` (node-local manifests fix it).
-        tail: ``drop`` (full batches only), ``short`` (every sample once, short last
-            batches), ``pad`` (every sample once; padding slots: label PAD_LABEL, zero
-            pixels) or ``uneven`` (every sample once, counts differ between ranks).
-        on_error: ``raise`` on an undecodable sample, or ``skip`` (replace and count it).
-        backend: ``pillow`` (worker processes) or ``dali`` (NVIDIA DALI, the optional extra
-            ``imgprep[dali]``): the same batches, decoded another way (``loaders.backends``).
-        device: ``cpu``, or with the dali backend ``gpu`` (decoded on GPU ``local_rank``,
-            CUDA batches out).
+        transform, tail, shuffle, on_error, pin_memory, prefetch_factor, backend, device:
+            documented, with their defaults, at ``loaders.config.LoaderOptions``.
 
     ``len(loader)`` (batches the next pass yields) and ``batches_per_epoch`` are stated
     before the epoch from the manifest; every rank gets the same unless ``tail="uneven"``.
     """
 
     def __init__(self, folder: Path, split: str, world: World, batch_size: int,
-                 workers: int = 4, seed: int = 0, mode: str | None = None,
-                 transform: Transform | None = None, tail: str | None = None,
-                 shuffle: bool | None = None, on_error: str = "raise",
-                 pin_memory: bool | None = None, prefetch_factor: int = 2,
-                 backend: str = "pillow", device: str = "cpu") -> None:
-        train = split == "train"
-        tail = tail or ("drop" if train else "pad")
-        check_policies(batch_size, workers, tail, on_error)
+                 workers: int = LoaderOptions.workers, seed: int = LoaderOptions.seed, *,
+                 mode: str | None = None,
+                 transform: Transform | None = LoaderOptions.transform,
+                 tail: str | None = LoaderOptions.tail,
+                 shuffle: bool | None = LoaderOptions.shuffle,
+                 on_error: str = LoaderOptions.on_error,
+                 pin_memory: bool | None = LoaderOptions.pin_memory,
+                 prefetch_factor: int = LoaderOptions.prefetch_factor,
+                 backend: str = LoaderOptions.backend,
+                 device: str = LoaderOptions.device) -> None:
+        options = LoaderOptions(batch_size=batch_size, workers=workers, seed=seed,
+                                transform=transform, tail=tail, shuffle=shuffle,
+                                on_error=on_error, pin_memory=pin_memory,
+                                prefetch_factor=prefetch_factor, backend=backend, device=device)
         self.shards = open_shards(Path(folder), split, mode, seed)
-        check_world(self.shards, world)
         s = self.shards
-        cfg = Config(s.samples, world, s.mode, s.seed, seed, batch_size, workers,
-                     transform or (TrainTransform() if train else ValTransform()), tail,
-                     train if shuffle is None else shuffle, on_error)
-        super().__init__(cfg, _ShardSource(s.where, world.rank), pin_memory, prefetch_factor,
-                         backend, device)
+        check_world(s, world)
+        cfg = options.config(train=split == "train", samples=s.samples, world=world,
+                             mode=s.mode, layout_seed=s.seed)
+        super().__init__(cfg, _ShardSource(s.where, world.rank), options)
 
     @property
     def mean(self) -> tuple[float, ...]:

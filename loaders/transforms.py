@@ -26,22 +26,32 @@ class SampleError(ImgprepError, ValueError):
     """A sample that cannot be decoded; the message names its shard (or file) and key."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TrainTransform:
     """Random-resized-crop + horizontal flip (the ResNet-50 training recipe)."""
 
     size: int = 224
-    scale: tuple[float, float] = (0.08, 1.0)
-    ratio: tuple[float, float] = (3 / 4, 4 / 3)
+    scale: tuple[float, float] = (0.08, 1.0)  # of the image's area
+    ratio: tuple[float, float] = (3 / 4, 4 / 3)  # width / height
     flip: bool = True
 
+    def __post_init__(self) -> None:
+        lo, hi = self.scale
+        if self.size < 1 or not 0 < lo <= hi <= 1 or not 0 < self.ratio[0] <= self.ratio[1]:
+            raise ValueError(f"{self}: size must be >= 1, 0 < scale[0] <= scale[1] <= 1 "
+                             "and 0 < ratio[0] <= ratio[1]")
 
-@dataclass(frozen=True)
+
+@dataclass(frozen=True, kw_only=True)
 class ValTransform:
     """Short side to ``resize``, then the center ``size`` crop."""
 
     size: int = 224
     resize: int = 256
+
+    def __post_init__(self) -> None:
+        if self.size < 1 or self.resize < 1:
+            raise ValueError(f"{self}: size and resize must be >= 1")
 
 
 Transform = TrainTransform | ValTransform

@@ -77,7 +77,7 @@ from cluster.procs import child_env
 from cluster.s3store import S3Store
 from cluster.slurmbench import measure_slurm, print_slurm
 
-from imgprep.shards.index import index_folder
+from imgprep.shards.indexing import index_folder
 from imgprep.shards.manifest import Manifest, read_manifest
 
 TARGETS = {"direct_4_over_1": 0.35, "staged_over_peer": 0.9, "fanout_server_over_set": 1.00,

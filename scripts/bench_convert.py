@@ -78,6 +78,7 @@ import tarfile
 import tempfile
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import asdict
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -95,8 +96,10 @@ from benchlib import (
 )
 from PIL import Image
 
-from imgprep.convert.image import TransformOptions, convert_image
-from imgprep.convert.run import ConvertOptions, convert, make_plan
+from imgprep.convert.image import convert_image
+from imgprep.convert.options import ConvertOptions, TransformOptions
+from imgprep.convert.run import convert
+from imgprep.convert.tasks import make_plan
 from imgprep.inputs.synsets import load_class_table
 from imgprep.shards.info import pil_info
 from imgprep.shards.writers import RECORD, header_bytes
@@ -255,7 +258,7 @@ def time_convert(tar: Path, out: Path, workers: int, shards: int | None, n: int)
     if out.exists():
         shutil.rmtree(out)  # a leftover folder would resume and skip everything
     t0 = time.perf_counter()
-    summary = convert(convert_options(tar, out, workers, shards))
+    summary = asdict(convert(convert_options(tar, out, workers, shards)))
     dt = time.perf_counter() - t0
     check_summary(summary, n, f"convert --workers {workers}")
     if summary["tasks_resumed"]:

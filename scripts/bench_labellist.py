@@ -37,7 +37,8 @@ import numpy as np
 import torch
 from benchlib import DEFAULT_IMAGES, TICK, descendants, machine_busy_s, run_main, verdict
 
-from imgprep.convert.run import ConvertOptions, convert
+from imgprep.convert.options import ConvertOptions
+from imgprep.convert.run import convert
 from imgprep.job.world import World
 from loaders.epochs import plan_epoch
 from loaders.labellist import LabelListLoader, read_label_list
@@ -53,7 +54,7 @@ def build_list(images: Path, scratch: Path, samples: int) -> Path:
     out = scratch / "list"
     summary = convert(ConvertOptions(input=images, out=out, format="list",
                                      workers=os.cpu_count() or 1))
-    if not summary["complete"] or summary["errors"]:
+    if not summary.complete or summary.errors:
         raise SystemExit(f"bench_labellist: converting {images} failed: {summary}")
     lines = (out / "train.txt").read_text().splitlines()
     big = out / "bench.txt"

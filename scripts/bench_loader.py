@@ -73,7 +73,7 @@ import sys
 import time
 import warnings
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import replace
+from dataclasses import asdict, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -94,10 +94,12 @@ from benchlib import (
 from PIL import Image
 from torch.utils.data import DataLoader, get_worker_info
 
-from imgprep.convert.run import ConvertOptions, convert
+from imgprep.convert.options import ConvertOptions
+from imgprep.convert.run import convert
 from imgprep.job.world import World
-from imgprep.shards.index import Layout, write_index
+from imgprep.shards.index import write_index
 from imgprep.shards.info import pil_info
+from imgprep.shards.layout import Layout
 from imgprep.shards.manifest import Manifest, ShardEntry, read_manifest, write_manifest
 from imgprep.shards.writers import ShardWriter
 from loaders.shards import ShardLoader, iter_samples
@@ -163,9 +165,9 @@ def build_shards(images: Path, scratch: Path, samples: int, limit: int | None
     listed = sum(1 for p in src.iterdir() if p.suffix.lower() in (".jpeg", ".jpg"))
     summary = convert(ConvertOptions(input=src, out=base, workers=os.cpu_count() or 1,
                                      num_shards=max(1, math.ceil(listed / SHARD_SAMPLES))))
-    if not summary["complete"] or summary["errors"]:
+    if not summary.complete or summary.errors:
         raise SystemExit(f"bench_loader: converting {images} failed: "
-                         f"{json.dumps(summary, sort_keys=True)}")
+                         f"{json.dumps(asdict(summary), sort_keys=True)}")
     m = read_manifest(base, SPLIT)
     data = scratch / "shards"
     data.mkdir()

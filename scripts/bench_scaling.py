@@ -33,7 +33,8 @@ from benchlib import DEFAULT_IMAGES, run_main, verdict
 from trainkit.precision import MODES
 from trainkit.report import scaling_svg
 
-from imgprep.convert.run import ConvertOptions, convert
+from imgprep.convert.options import ConvertOptions
+from imgprep.convert.run import convert
 
 TRAIN = Path(__file__).resolve().parent / "train_imagenet.py"
 PHASES = ("data", "compute", "allreduce", "optimizer")
@@ -105,7 +106,7 @@ def measure(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
         tar = scratch / "images.tar"
         subprocess.run(["tar", "cf", str(tar), "-C", str(args.images), "."], check=True)
         data = scratch / "shards"
-        convert(ConvertOptions(tar, data, num_shards=8, workers=os.cpu_count() or 1))
+        convert(ConvertOptions(input=tar, out=data, num_shards=8, workers=os.cpu_count() or 1))
     rows = []
     for p in args.procs:
         log = scratch / f"log-{p}.jsonl"

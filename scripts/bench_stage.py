@@ -44,6 +44,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import asdict
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -54,7 +55,8 @@ from imgprep.job.assign import node_shards
 from imgprep.job.rendezvous import free_port
 from imgprep.job.world import World
 from imgprep.shards.manifest import ShardEntry, read_manifest
-from imgprep.stage.run import StageOptions, stage_to_node
+from imgprep.stage.options import StageOptions
+from imgprep.stage.run import stage_to_node
 
 TARGETS = {"size_only_over_cp": 0.9, "sha256_over_cp": 0.6}
 BASE_SHARDS = 1  # all 1000 images in one ~26 MB shard, near the ~40 MB of real shards
@@ -94,8 +96,8 @@ def cp_peer(src: Path, dst: Path, sync: bool) -> None:
 def stage_once(src: Path, dst: Path, world: World, mode: str, verify: str,
                jobs: int) -> dict[str, Any]:
     before = rchar()
-    summary = stage_to_node(StageOptions(src=src, dst=dst, mode=mode, verify=verify, jobs=jobs),
-                            world)
+    summary = asdict(stage_to_node(StageOptions(src=src, dst=dst, mode=mode, verify=verify,
+                                                jobs=jobs), world))
     summary["rchar"] = rchar() - before
     return summary
 
@@ -104,7 +106,7 @@ def stage_once(src: Path, dst: Path, world: World, mode: str, verify: str,
 # rank 0 sends MB megabytes to rank 1, which prints the rate it received at.
 P2P = """
 import sys, time, datetime, torch, torch.distributed as dist
-from imgprep.stage.fanout import IN_FLIGHT, NET_CHUNK
+from imgprep.stage.fanout_net import IN_FLIGHT, NET_CHUNK
 rank, port, mb = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
 store = dist.TCPStore("127.0.0.1", port, 2, rank == 0, datetime.timedelta(seconds=60))
 g = dist.ProcessGroupGloo(store, rank, 2, datetime.timedelta(seconds=60))

@@ -34,7 +34,8 @@ from typing import Any
 from benchlib import DEFAULT_IMAGES, run_main, verdict
 from PIL import Image
 
-from imgprep.convert.run import ConvertOptions, convert
+from imgprep.convert.options import ConvertOptions
+from imgprep.convert.run import convert
 from imgprep.shards.manifest import read_manifest
 from imgprep.shards.tario import iter_samples
 from imgprep.shards.verify import verify

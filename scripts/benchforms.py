@@ -88,7 +88,7 @@ def time_form_convert(src: Path, out: Path, workers: int, shards: int | None, n:
     (summary,) = convert_splits(ConvertOptions(input=src, out=out, workers=workers,
                                                num_shards=shards, split="train"))
     dt = time.perf_counter() - t0
-    if not summary["complete"] or summary["samples"] != n or summary["errors"]:
+    if not summary.complete or summary.samples != n or summary.errors:
         raise SystemExit(f"bench_convert: {src} did not convert all {n} images: {summary}")
     shutil.rmtree(out)
     return n / dt

@@ -182,7 +182,8 @@ def repeated_shards(images: Path, scratch: Path, min_bytes: float, min_shards: i
     one when it needs it)."""
     from dataclasses import replace
 
-    from imgprep.convert.run import ConvertOptions, convert
+    from imgprep.convert.options import ConvertOptions
+    from imgprep.convert.run import convert
     from imgprep.shards.manifest import ShardEntry, read_manifest, write_manifest
 
     tar = scratch / "images.tar"

@@ -11,8 +11,11 @@ NCCL with CUDA (one GPU per local rank), Gloo on CPU; under mpirun rank 0's addr
 free port go out over mpi4py. Every ``--log-every`` steps rank 0 prints images/s (global and
 per rank) and the iteration's time split — data wait, forward+backward, exposed all-reduce,
 optimizer — as the mean and max over ranks, and appends a JSON line to ``--log-json``.
-Checkpoints are written atomically by rank 0; ``--resume`` restores model, optimizer, step,
-loader position and RNG, so a resumed CPU run gives the same losses as an uninterrupted one.
+Every split is normalised with the training split's mean and std (``--normalize train``, the
+default) or constants you choose (``imagenet``, or ``R,G,B/R,G,B``), never a split's own.
+Checkpoints are written atomically by rank 0 and carry the run's config; ``--resume`` restores
+model, optimizer, step, loader position and RNG, so a resumed CPU run gives the same losses as
+an uninterrupted one, and refuses a checkpoint of another model, data or optimisation.
 ``--bf16 auto`` (the default) runs forward and backward under bf16 autocast only where the
 device computes bf16 natively; the first line says which precision runs, and why.
 ``--loader-backend dali`` decodes with NVIDIA DALI (``pip install 'imgprep[dali]'``) instead
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import math
 import os
 import sys
@@ -38,37 +42,34 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
-from trainkit import distributed
+from trainkit import TrainError, distributed
+from trainkit.checkpoint import load_checkpoint, resume_config, save_checkpoint
+from trainkit.data import loader_backend, make_loaders, stage
+from trainkit.logs import configure_logging
 from trainkit.models import model_by_name, param_groups
 from trainkit.precision import MODES, Precision
 from trainkit.precision import detect as detect_precision
+from trainkit.runconfig import RunConfig, normalize_arg, run_config
 from trainkit.timing import (
     BucketClock,
     DataWaitHint,
     Split,
-    reduce_split,
+    report,
     wire_dtype,
 )
 
 from imgprep.errors import ImgprepError
-from imgprep.fsutil import atomic_open
 from imgprep.job.cpus import read_limits
 from imgprep.job.world import World, detect
-from imgprep.shards.manifest import manifest_path
 from loaders import (
     BACKENDS,
     PAD_LABEL,
     DeviceLoader,
     Loader,
-    TrainTransform,
-    ValTransform,
-    make_loader,
     worker_count,
 )
 
-
-class TrainError(ImgprepError, RuntimeError):
-    """Training cannot go on (a non-finite loss, a bad checkpoint); the message says why."""
+logger = logging.getLogger("train_imagenet")  # notes from rank 0 (trainkit.logs)
 
 
 def workers_arg(text: str) -> int | str:
@@ -100,6 +101,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                     help="decode with pillow-simd worker processes (default) or NVIDIA DALI "
                          "(on the GPU when training on CUDA; pip install 'imgprep[dali]')")
     ap.add_argument("--image-size", type=int, default=224, help="train crop (val: center)")
+    ap.add_argument("--normalize", type=normalize_arg, default="train", metavar="STATS",
+                    help="mean/std for every split: train (the train manifest's, the default), "
+                         "imagenet (0.485,0.456,0.406/0.229,0.224,0.225) or R,G,B/R,G,B")
     ap.add_argument("--lr", type=float, default=0.1, help="per 256 images (Goyal et al.)")
     ap.add_argument("--momentum", type=float, default=0.9)
     ap.add_argument("--weight-decay", type=float, default=1e-4)
@@ -129,13 +133,16 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
-def learning_rate(step: int, steps_per_epoch: int, args: argparse.Namespace,
+def learning_rate(samples: int, steps_per_epoch: int, args: argparse.Namespace,
                   world: World) -> float:
-    """Linear scaling (base x global batch / 256), linear warm-up, then step or cosine."""
-    peak = args.lr * args.batch_size * world.world_size / 256
-    epoch = step / max(steps_per_epoch, 1)
+    """Linear scaling (base x global batch / 256), linear warm-up, then step or cosine; where
+    the schedule stands is the images trained on (all ranks), so a resume on another global
+    batch goes on from there."""
+    batch = args.batch_size * world.world_size
+    peak, per_epoch = args.lr * batch / 256, max(steps_per_epoch, 1) * batch
+    epoch = samples / per_epoch
     if epoch < args.warmup_epochs:
-        return peak * (epoch + 1 / max(steps_per_epoch, 1)) / args.warmup_epochs
+        return peak * (epoch + batch / per_epoch) / args.warmup_epochs
     if args.schedule == "cosine":
         span = max(args.epochs - args.warmup_epochs, 1e-9)
         return peak * 0.5 * (1 + math.cos(math.pi * min(1.0, (epoch - args.warmup_epochs)
@@ -143,29 +150,13 @@ def learning_rate(step: int, steps_per_epoch: int, args: argparse.Namespace,
     return peak * 0.1 ** sum(epoch >= args.epochs * f for f in (1 / 3, 2 / 3, 8 / 9))
 
 
-def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
-    """Atomic: a kill during the write leaves the previous checkpoint loadable."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_open(path) as f:
-        torch.save(state, f)
-
-
-def load_checkpoint(path: Path) -> dict[str, Any]:
-    try:
-        state: dict[str, Any] = torch.load(path, map_location="cpu", weights_only=True)
-    except (OSError, RuntimeError, ValueError) as e:
-        raise TrainError(f"cannot load checkpoint {path}: {e}; delete it or start without "
-                         "--resume") from e
-    return state
-
-
 @torch.no_grad()
-def validate(model: nn.Module, loader: Loader, device: torch.device, world: World,
+def validate(model: nn.Module, batches: DeviceLoader, device: torch.device, world: World,
              bf16: bool) -> dict[str, float]:
     """Exact top-1/top-5: every sample once across ranks (padding masked), counts summed."""
     model.eval()
     counts = torch.zeros(3, dtype=torch.float64, device=device)
-    for images, labels in DeviceLoader(loader, device, loader.mean, loader.std):
+    for images, labels in batches:
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
             logits = model(images)
         real = labels != PAD_LABEL
@@ -202,6 +193,7 @@ class Run:
     optimizer: torch.optim.Optimizer
     clock: BucketClock
     hint: DataWaitHint
+    config: RunConfig  # what defines the run; its mean/std normalise every split
     result: dict[str, Any]
     steps_per_epoch: int  # a whole epoch's, also after a resume (the LR schedule's)
     ckpt: Path | None = None
@@ -218,6 +210,10 @@ class Run:
         if self.device.type == "cuda":
             torch.cuda.synchronize()
 
+    def batches(self, loader: Loader) -> DeviceLoader:
+        """``loader``'s batches on the device, normalised with the run's one mean and std."""
+        return DeviceLoader(loader, self.device, self.config.mean, self.config.std)
+
 
 def train(args: argparse.Namespace, world: World) -> dict[str, Any]:
     """Set up, resume, train epoch after epoch (or to --steps), validate, checkpoint."""
@@ -233,49 +229,9 @@ def train(args: argparse.Namespace, world: World) -> dict[str, Any]:
     save(run)
     run.result.update(step=run.step, losses=run.losses,
                       wire_dtypes=sorted(run.clock.wire_dtypes), buckets=run.clock.buckets,
-                      replicas_identical=replicas_identical(run.model, world))
+                      replicas_identical=distributed.replicas_identical(run.model, world),
+                      config=run.config.record())
     return run.result
-
-
-def stage(args: argparse.Namespace, world: World) -> None:
-    """Copy --stage-from into --data, one copier per node (the others wait for it)."""
-    from imgprep.stage.run import StageOptions, stage_to_node
-
-    stage_to_node(StageOptions(args.stage_from, args.data, mode=args.stage_mode,
-                               timeout=args.timeout, fanout=args.fanout), world)
-
-
-def no_val_warning(data: Path, stage_from: Path | None) -> str:
-    """Training goes on without validation; val is to be converted where the data comes
-    from: --stage-from (staging copies every split it holds), else --data."""
-    head = f"train_imagenet: warning: {data} has no val split (no val.json"
-    fix = "training without validation; make one with imgprep convert ILSVRC2012_img_val.tar"
-    if stage_from is None:
-        return f"{head}): {fix} -o {data} --labels <ground truth>"
-    return (f"{head}; it is staged from {stage_from}, which has none): {fix} -o {stage_from} "
-            "--labels <ground truth>, and the next run stages it")
-
-
-def loader_backend(args: argparse.Namespace, device: torch.device) -> dict[str, str]:
-    """--loader-backend and where it decodes: DALI on the training GPU, else the CPU."""
-    gpu = args.loader_backend == "dali" and device.type == "cuda"
-    return {"backend": args.loader_backend, "device": "gpu" if gpu else "cpu"}
-
-
-def make_loaders(args: argparse.Namespace, world: World, workers: int,
-                 backend: dict[str, str]) -> tuple[Loader, Loader | None]:
-    """The train loader, and the val loader unless --no-validate or there is no val split."""
-    train_loader = make_loader(args.data, "train", world, args.batch_size, workers,
-                               args.seed, transform=TrainTransform(size=args.image_size),
-                               **backend)
-    no_val = args.data.is_dir() and not manifest_path(args.data, "val").exists()
-    if args.validate and no_val and world.rank == 0:
-        print(no_val_warning(args.data, args.stage_from), file=sys.stderr, flush=True)
-    if not args.validate or no_val:
-        return train_loader, None
-    val = ValTransform(size=args.image_size, resize=round(args.image_size * 256 / 224))
-    return train_loader, make_loader(args.data, "val", world, args.batch_size, workers,
-                                     args.seed, transform=val, **backend)
 
 
 def set_up(args: argparse.Namespace, world: World) -> Run:
@@ -299,7 +255,8 @@ def set_up(args: argparse.Namespace, world: World) -> Run:
               f"{workers} {unit}{'' if workers == 1 else 's'} per rank", flush=True)
         log({"loader": backend}, args.log_json)
     train_loader, val_loader = make_loaders(args, world, workers, backend)
-    model = model_by_name(args.arch, train_loader.num_classes).to(device)
+    config = run_config(args, world, workers=workers, bf16=precision.bf16)
+    model = model_by_name(args.arch, config.num_classes).to(device)
     model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
     if args.sync_bn and world.is_distributed:
         model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
@@ -309,7 +266,7 @@ def set_up(args: argparse.Namespace, world: World) -> Run:
                         staged=args.stage_from is not None,
                         one_cpu=read_limits().affinity == 1 < (os.cpu_count() or 1))
     return Run(args, world, device, precision, train_loader, val_loader, model, model,
-               optimizer, BucketClock(wire_dtype(args.allreduce_dtype)), hint,
+               optimizer, BucketClock(wire_dtype(args.allreduce_dtype)), hint, config,
                {"backend": dist_backend, "world_size": world.world_size,
                 "precision": precision.record(), "loader": backend},
                train_loader.batches_per_epoch,
@@ -317,11 +274,15 @@ def set_up(args: argparse.Namespace, world: World) -> Run:
 
 
 def resume(run: Run) -> None:
-    """With --resume and a checkpoint: model, optimizer, step, loader position and RNG;
-    rank 0 says where the run goes on."""
+    """With --resume and a checkpoint of this run (``resume_config`` refuses another's):
+    model, optimizer, step, loader position, RNG and normalisation statistics; rank 0 says
+    where the run goes on."""
     if not (run.args.resume and run.ckpt is not None and run.ckpt.exists()):
         return
     state = load_checkpoint(run.ckpt)
+    run.config, notes = resume_config(state, run.config, run.ckpt)
+    for note in notes:
+        logger.info(note)
     run.model.load_state_dict(state["model"])
     run.optimizer.load_state_dict(state["optimizer"])
     run.step, run.start_epoch = int(state["step"]), int(state["loader"]["epoch"])
@@ -356,7 +317,7 @@ def train_epoch(run: Run, epoch: int) -> bool:
     args, loader = run.args, run.train_loader
     if not (run.resumed and epoch == run.start_epoch):  # a resumed epoch goes on
         loader.set_epoch(epoch)
-    batches = iter(DeviceLoader(loader, run.device, loader.mean, loader.std))
+    batches = iter(run.batches(loader))
     while True:
         t0 = time.perf_counter()
         try:
@@ -381,7 +342,7 @@ def optimise(run: Run, images: torch.Tensor, labels: torch.Tensor, t0: float) ->
     args, net = run.args, run.net
     t1 = time.perf_counter()
     for group in run.optimizer.param_groups:
-        group["lr"] = learning_rate(run.step, run.steps_per_epoch, args, run.world)
+        group["lr"] = learning_rate(run.samples, run.steps_per_epoch, args, run.world)
     with torch.autocast(run.device.type, dtype=torch.bfloat16, enabled=run.precision.bf16):
         loss = F.cross_entropy(net(images).float(), labels,
                                label_smoothing=args.label_smoothing)
@@ -403,8 +364,8 @@ def optimise(run: Run, images: torch.Tensor, labels: torch.Tensor, t0: float) ->
 
 def log_interval(run: Run, epoch: int) -> None:
     """Reduce and print the interval's split (rank 0), and the data-wait hint once."""
-    rec = report(run.split, run.seen, run.t_log, run.world, run.device, run.step, epoch,
-                 run.losses[-1])
+    rec = report(run.split, run.seen, run.t_log, run.world.world_size, run.world.rank,
+                 run.device, run.step, epoch, run.losses[-1])
     run.result["last_log"] = rec
     hint = run.hint.update(rec["data_wait_fraction"])
     if hint is not None:
@@ -420,8 +381,8 @@ def evaluate(run: Run) -> None:
     """Exact top-1/top-5 on the val split, printed and logged by rank 0."""
     if run.val_loader is None:
         return
-    val = run.result["val"] = validate(run.model, run.val_loader, run.device, run.world,
-                                       run.precision.bf16)
+    val = run.result["val"] = validate(run.model, run.batches(run.val_loader), run.device,
+                                       run.world, run.precision.bf16)
     if run.world.rank == 0:
         log({"step": run.step, "val": val}, run.args.log_json)
         print(f"val: top-1 {val['top1']:.3f} top-5 {val['top5']:.3f} on {val['samples']} "
@@ -430,60 +391,22 @@ def evaluate(run: Run) -> None:
 
 def save(run: Run) -> None:
     """A checkpoint when --checkpoint is given (rank 0 writes, every rank waits)."""
-    if run.ckpt is not None:
-        checkpoint(run.ckpt, run.model, run.optimizer, run.step, run.samples,
-                   run.train_loader, run.world, run.args)
-
-
-def replicas_identical(model: nn.Module, world: World) -> bool:
-    """Whether every rank holds the same parameters (what DDP's all-reduce guarantees)."""
-    if not world.is_distributed:
-        return True
-    flat = torch.cat([p.detach().float().flatten().cpu() for p in model.parameters()])
-    digest = torch.tensor([flat.double().sum().item(), (flat.double() ** 2).sum().item()],
-                          dtype=torch.float64, device=next(model.parameters()).device)
-    peak, low = digest.clone(), digest.clone()
-    dist.all_reduce(peak, op=dist.ReduceOp.MAX)
-    dist.all_reduce(low, op=dist.ReduceOp.MIN)
-    if not torch.equal(peak, low):
-        raise TrainError(f"rank {world.rank}: model replicas differ after training "
-                         f"({digest.tolist()} vs {peak.tolist()}); gradients were not synced")
-    return True
-
-
-def checkpoint(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer, step: int,
-               samples: int, loader: Loader, world: World, args: argparse.Namespace) -> None:
-    if world.rank == 0:
-        save_checkpoint(path, {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                               "step": step, "samples": samples, "loader": loader.state_dict(),
-                               "rng": torch.get_rng_state(), "arch": args.arch})
-    if world.is_distributed:
+    if run.ckpt is None:
+        return
+    if run.world.rank == 0:
+        save_checkpoint(run.ckpt, {
+            "model": run.model.state_dict(), "optimizer": run.optimizer.state_dict(),
+            "step": run.step, "samples": run.samples, "loader": run.train_loader.state_dict(),
+            "rng": torch.get_rng_state(), "config": run.config.record()})
+    if run.world.is_distributed:
         dist.barrier()
-
-
-def report(split: Split, seen: int, t_log: float, world: World, device: torch.device,
-           step: int, epoch: int, loss: float) -> dict[str, Any]:
-    """Reduce the interval's split over ranks; rank 0 prints one compact line per phase."""
-    times = reduce_split(split, world.world_size, device)
-    elapsed = time.perf_counter() - t_log
-    per_rank = seen / elapsed if elapsed > 0 else 0.0
-    rec = {"step": step, "epoch": epoch, "loss": loss, "images_per_s": per_rank * world.world_size,
-           "images_per_s_per_rank": per_rank, **times}
-    if world.rank == 0:
-        m, x = times["mean"], times["max"]
-        print(f"step {step} loss {loss:.3f} | {rec['images_per_s']:.1f} img/s "
-              f"({per_rank:.1f}/rank) | ms mean/max: data {m['data'] * 1e3:.1f}/"
-              f"{x['data'] * 1e3:.1f} fwd+bwd {m['compute'] * 1e3:.1f}/{x['compute'] * 1e3:.1f}"
-              f" allreduce {m['allreduce'] * 1e3:.1f}/{x['allreduce'] * 1e3:.1f} optim "
-              f"{m['optimizer'] * 1e3:.1f}/{x['optimizer'] * 1e3:.1f} | data wait "
-              f"{times['data_wait_fraction']:.1%}", flush=True)
-    return rec
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         world = detect()
+        configure_logging(world)
         result = train(args, world)
         if world.rank == 0:
             print(json.dumps({k: v for k, v in result.items() if k != "losses"},

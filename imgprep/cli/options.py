@@ -1,5 +1,6 @@
 """What every ``imgprep`` command shares: its options (each defined once), the node a
-process stands for, progress bars, summaries and the one-line error exit."""
+process stands for, progress bars, summaries, the one-line error exit, and where the
+library's warnings go (``--quiet`` sets it up: ``imgprep.cli.logs``)."""
 
 from __future__ import annotations
 
@@ -8,19 +9,27 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import click
 
+from imgprep.cli.logs import configure_logging
 from imgprep.errors import ImgprepError
+from imgprep.job.assign import MODES
 from imgprep.job.world import World
+from imgprep.shards.manifest import SPLITS
 
 F = TypeVar("F", bound=Callable[..., Any])
 EXIT_FAILED, EXIT_FATAL, EXIT_INTERRUPTED = 1, 3, 130
 
 
+def _quiet_logs(ctx: click.Context, param: click.Parameter, quiet: bool) -> bool:
+    configure_logging(quiet)  # every command has --quiet: one place sets up the logger
+    return quiet
+
+
 def quiet_option(f: F) -> F:
-    return click.option("--quiet", "-q", is_flag=True,
+    return click.option("--quiet", "-q", is_flag=True, callback=_quiet_logs,
                         help="No progress bar and no human-readable summary.")(f)
 
 
@@ -30,7 +39,7 @@ def json_option(f: F) -> F:
 
 
 def split_option(f: F) -> F:
-    return click.option("--split", type=click.Choice(["train", "val"]), default=None,
+    return click.option("--split", type=click.Choice(SPLITS), default=None,
                         help="Which split (default: inferred from the input or the folder).")(f)
 
 
@@ -74,7 +83,7 @@ def emit(summary: dict[str, Any], as_json: bool, quiet: bool, human: Callable[[]
         click.echo(human())
 
 
-def fail(e: ImgprepError, at_once: bool = False, code: int | None = None) -> None:
+def fail(e: ImgprepError, at_once: bool = False, code: int | None = None) -> NoReturn:
     """Print the error on one line and exit with its code; ``at_once``: without running
     finalizers (threads may still wait on the network, which finalizers would abort on)."""
     click.echo(f"imgprep: {'error: ' if code is None else ''}{e}", err=True)
@@ -87,7 +96,7 @@ def fail(e: ImgprepError, at_once: bool = False, code: int | None = None) -> Non
 
 
 def mode_option(f: F) -> F:
-    return click.option("--mode", type=click.Choice(["replicate", "partition"]),
+    return click.option("--mode", type=click.Choice(MODES),
                         default="replicate", show_default=True,
                         help="replicate: every node holds every shard; partition: each node "
                              "holds only the shards its ranks read.")(f)

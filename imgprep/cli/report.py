@@ -1,38 +1,42 @@
-"""Human-readable summaries of what a command did, built from its JSON summary."""
+"""Human-readable summaries of what a command did, built from its summary."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from imgprep.convert.summary import ConvertSummary
+    from imgprep.stage.run import StageSummary
 
 
-def convert_lines(s: dict[str, Any], max_errors: int) -> list[str]:
-    """The human-readable summary of one split's conversion (``convert``'s summary dict)."""
-    if s["role"] == "part":
-        return [f"rank {s['rank']}: {s['tasks_mine']} of {s['tasks']} shards of {s['split']} "
-                f"converted ({s['samples']} samples) in {s['seconds']:.1f} s; rank 0 writes the "
+def convert_lines(s: ConvertSummary, max_errors: int) -> list[str]:
+    """The human-readable summary of one split's conversion."""
+    if s.role == "part":
+        return [f"rank {s.rank}: {s.tasks_mine} of {s.tasks} shards of {s.split} "
+                f"converted ({s.samples} samples) in {s.seconds:.1f} s; rank 0 writes the "
                 "manifest"]
     lines = [
-        f"{s['split']}: {s['samples']} samples in {s['tasks']} "
-        f"{'shards' if s['format'] == 'shards' else 'chunks'} ({s['bytes'] / 1e6:.1f} MB) "
-        f"from {s['images_listed']} images; {s['tasks_resumed']} resumed"
-        + (" (already complete: nothing converted)" if s["complete"] and s["tasks"]
-           and s["tasks_resumed"] == s["tasks"] else ""),
-        f"{s['seconds']:.1f} s, {s['images_per_s']:.0f} images/s with {s['workers']} "
-        "workers" + (f" on rank 0 of {s['world_size']}" if s["world_size"] > 1 else ""),
+        f"{s.split}: {s.samples} samples in {s.tasks} "
+        f"{'shards' if s.format == 'shards' else 'chunks'} ({s.bytes / 1e6:.1f} MB) "
+        f"from {s.images_listed} images; {s.tasks_resumed} resumed"
+        + (" (already complete: nothing converted)" if s.complete and s.tasks
+           and s.tasks_resumed == s.tasks else ""),
+        f"{s.seconds:.1f} s, {s.images_per_s:.0f} images/s with {s.workers} "
+        "workers" + (f" on rank 0 of {s.world_size}" if s.world_size > 1 else ""),
     ]
-    if s["unknown_wnids"]:
-        n = sum(s["unknown_wnids"].values())
+    if s.unknown_wnids:
+        n = sum(s.unknown_wnids.values())
         lines.append(f"{n} images are named with wnids outside the class table "
-                     f"({', '.join(f'{w}: {k}' for w, k in s['unknown_wnids'].items())}); "
+                     f"({', '.join(f'{w}: {k}' for w, k in s.unknown_wnids.items())}); "
                      "logged as errors; pass --classes with a table that has them")
-    differing = s.get("label_check_names", {}).get("differing", 0)
+    differing = s.label_check_names.get("differing", 0)
     if differing:
         lines.append(f"--trust-labels: {differing} ILSVRC2012_val_* names in the ground truth "
                      "have labels other than the published ones; converted as given")
-    if s["errors"]:
-        lines.append(f"{s['errors']} images failed; see {s['error_log']}")
-    lines.append(f"manifest: {s['manifest']}" if s["complete"] else
-                 f"FAILED: {s['errors']} errors > --max-errors {max_errors}: no manifest "
+    if s.errors:
+        lines.append(f"{s.errors} images failed; see {s.error_log}")
+    lines.append(f"manifest: {s.manifest}" if s.complete else
+                 f"FAILED: {s.errors} errors > --max-errors {max_errors}: no manifest "
                  "written; fix the inputs or raise --max-errors, then rerun to finish")
     return lines
 
@@ -65,14 +69,14 @@ def make_sample_line(s: dict[str, Any], form: str) -> str:
             + (f"; bad: {', '.join(s['bad'])}" if s["bad"] else ""))
 
 
-def stage_line(s: dict[str, Any], fanout: bool) -> str:
+def stage_line(s: StageSummary, fanout: bool) -> str:
     """The human-readable summary of one node's ``stage-to-node``."""
-    return (f"node {s['node_rank']}/{s['num_nodes']} ({s['role']}): {s['shards_copied']} shards "
-            f"copied, {s['shards_skipped']} already there, {s['bytes_read'] / 1e6:.1f} MB read "
+    return (f"node {s.node_rank}/{s.num_nodes} ({s.role}): {s.shards_copied} shards "
+            f"copied, {s.shards_skipped} already there, {s.bytes_read / 1e6:.1f} MB read "
             "from the source"
-            + (f", {s['bytes_received'] / 1e6:.1f} MB from other nodes" if fanout else "")
-            + f" in {s['seconds']:.1f} s ({s['mb_per_s']:.0f} MB/s); manifests: "
-            f"{', '.join(s['manifests'])}")
+            + (f", {s.bytes_received / 1e6:.1f} MB from other nodes" if fanout else "")
+            + f" in {s.seconds:.1f} s ({s.mb_per_s:.0f} MB/s); manifests: "
+            f"{', '.join(s.manifests)}")
 
 
 def info_lines(out: dict[str, Any]) -> list[str]:

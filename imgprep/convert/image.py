@@ -16,32 +16,13 @@ from dataclasses import dataclass
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
+from imgprep.convert.options import FILTER_NAMES, TransformOptions
 from imgprep.errors import ImageError
 
-RESIZE_MODES = ("center-crop", "short-side")
-FILTERS = {
-    "lanczos": Image.Resampling.LANCZOS,
-    "bicubic": Image.Resampling.BICUBIC,
-    "bilinear": Image.Resampling.BILINEAR,
-    "hamming": Image.Resampling.HAMMING,
-    "box": Image.Resampling.BOX,
-}
+FILTERS = {name: Image.Resampling[name.upper()] for name in FILTER_NAMES}
 # MPO (multi-picture JPEG) has no opener of its own: the JPEG opener returns it.
 ACCEPTED_FORMATS = ("JPEG", "PNG", "GIF", "BMP", "TIFF", "WEBP")
-DEFAULT_MAX_PIXELS = 89_478_485  # Pillow's own bomb threshold (~0.25 GB of RGB pixels)
 _SIXTEEN_BIT = ("I;16", "I;16B", "I;16L", "I;16N")
-
-
-@dataclass(frozen=True)
-class TransformOptions:
-    """How every image is converted; part of the manifest so a conversion is reproducible."""
-
-    size: int = 256
-    resize: str = "center-crop"
-    filter: str = "lanczos"
-    quality: int = 90
-    max_pixels: int = DEFAULT_MAX_PIXELS
-    exif_transpose: bool = False
 
 
 @dataclass(frozen=True)

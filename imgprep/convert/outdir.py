@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from imgprep.convert.errorlog import error_log_path
 from imgprep.errors import ImgprepError, OutputExistsError
 from imgprep.fsutil import TMP_PREFIX
 from imgprep.inputs.spool import SPOOL_DIR, remove_spool
@@ -35,10 +36,9 @@ OPTION_FLAGS = {
     "resize": "--resize", "filter": "--filter", "quality": "--quality",
     "max_pixels": "--max-pixels", "exif_transpose": "--exif-transpose",
 }
-Notify = Callable[[str], None]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Wanted:
     """What this run would write for a split, in the terms a manifest records."""
 
@@ -83,7 +83,8 @@ def differences(old: Manifest, new: Wanted) -> list[str]:
     diffs = []
     if old.format != new.format:
         diffs.append(f"--format: the folder holds {old.format}, this run writes {new.format}")
-    was, now = _flat(old.options), _flat(new.options)
+    was = _flat(old.options)
+    now = _flat(new.options)
     for key in sorted(set(was) | set(now)):
         if key not in ("format", "split") and was.get(key) != now.get(key):
             flag = OPTION_FLAGS.get(key, key)
@@ -203,7 +204,7 @@ def remove_split(out: Path, old: Manifest, split: str) -> str:
     """Remove a finished split that ``--overwrite`` replaces, manifest first; returns the
     line that says so."""
     manifest_path(out, split).unlink(missing_ok=True)
-    (out / f"{split}-errors.jsonl").unlink(missing_ok=True)
+    error_log_path(out, split).unlink(missing_ok=True)
     n = remove_format(out, split, old.format, set())
     state = out / STATE_DIR / split
     remove_spool(state / SPOOL_DIR)

@@ -75,7 +75,8 @@ def part_cuts(sizes: Sequence[int], workers: int, minimum: int) -> list[list[int
     """Where tasks of ``sizes`` items are cut into parts (each task's cuts, from 0 to its
     size): each part is a share of all the items left, at least ``minimum``, so the first
     parts are big (little to ship) and the last small (the workers finish together)."""
-    left, out = sum(sizes), []
+    left = sum(sizes)
+    out = []
     for n in sizes:
         cuts = [0]
         while cuts[-1] < n or len(cuts) == 1:  # an empty task is one empty part
@@ -102,7 +103,8 @@ def run_pool(job: Job[R], indices: Sequence[int], workers: int,
         return done
     ctx = mp.get_context("fork")
     counts = ctx.Array("q", max(1, workers), lock=False)
-    tasks_q, results_q = ctx.Queue(), ctx.Queue()
+    tasks_q = ctx.Queue()
+    results_q = ctx.Queue()
     for i in indices:
         tasks_q.put(i)
     n_procs = min(workers, len(indices))

@@ -17,26 +17,59 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import logging
 import time
-from dataclasses import fields
+from dataclasses import dataclass
+from typing import Any
 
 from imgprep.convert import outdir
-from imgprep.convert.tasks import ConvertOptions, Notify, Plan, Task, TaskResult, check_folder
+from imgprep.convert.errorlog import ErrorRecord, error_log_path
+from imgprep.convert.options import ConvertOptions
+from imgprep.convert.tasks import ListedImage, Plan, Task, TaskResult, check_folder
 from imgprep.errors import WaitTimeout
 from imgprep.fsutil import sha256_file, sweep_tmp, write_json_atomic
 from imgprep.job.assign import balanced_split, node_shards
 from imgprep.job.world import World
-from imgprep.shards.index import layout_path
+from imgprep.shards.indexing import layout_path
 from imgprep.shards.manifest import SHARD_NAME_RE, NodeSection
 
 WAIT_POLL_S = 0.5
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Assignment:
+    """A rank's tasks: those it converts (``mine``) and those its output folder must end up
+    holding (``held``: every task in shared mode, its node's in partition mode)."""
+
+    mine: list[Task]
+    held: list[Task]
+
+
+def _record_json(res: TaskResult) -> dict[str, Any]:
+    return {"index": res.index, "name": res.name, "fingerprint": res.fingerprint,
+            "samples": res.samples, "bytes": res.bytes, "sha256": res.sha256, "sums": res.sums,
+            "stats_images": res.stats_images, "errors": [e.to_json() for e in res.errors],
+            "files": [list(f) for f in res.files]}
+
+
+def _result_of(rec: dict[str, Any]) -> TaskResult | None:
+    """The result a decoded record holds, or None when it is not a whole record."""
+    try:
+        return TaskResult(
+            index=rec["index"], name=rec["name"], fingerprint=rec["fingerprint"],
+            samples=rec["samples"], bytes=rec["bytes"], sha256=rec["sha256"], sums=rec["sums"],
+            stats_images=rec["stats_images"],
+            errors=tuple(ErrorRecord.from_json(e) for e in rec["errors"]),
+            files=tuple(ListedImage(*f) for f in rec["files"]), resumed=True)
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def write_record(plan: Plan, res: TaskResult) -> None:
     """The record of a task whose output is in place (what a rerun may skip)."""
-    record = {f.name: getattr(res, f.name) for f in fields(res) if f.name != "resumed"}
     # Records are verified against the files before any reuse, so they need no fsync.
-    write_json_atomic(plan.record_path(plan.tasks[res.index]), record, durable=False)
+    write_json_atomic(plan.record_path(plan.tasks[res.index]), _record_json(res), durable=False)
 
 
 def load_done(plan: Plan, task: Task, checksum: bool = True) -> TaskResult | None:
@@ -53,7 +86,9 @@ def load_done(plan: Plan, task: Task, checksum: bool = True) -> TaskResult | Non
         return None
     if rec.get("index") != task.index or rec.get("name") != task.name:
         return None
-    res = TaskResult(**rec, resumed=True)
+    res = _result_of(rec)
+    if res is None:
+        return None
     out = plan.opts.out
     try:
         if plan.opts.format == "shards":
@@ -76,8 +111,8 @@ def load_done(plan: Plan, task: Task, checksum: bool = True) -> TaskResult | Non
     return res
 
 
-def assigned_tasks(plan: Plan, world: World) -> tuple[list[Task], list[Task]]:
-    """(the tasks ``world.rank`` converts, the tasks its output folder must end up holding).
+def assigned_tasks(plan: Plan, world: World) -> Assignment:
+    """The tasks ``world.rank`` converts and those its output folder must end up holding.
 
     shared: all ranks split all tasks, balanced by samples, into one shared folder.
     partition: node k converts exactly the shards ``assign.node_shards`` gives it (the ones
@@ -85,14 +120,14 @@ def assigned_tasks(plan: Plan, world: World) -> tuple[list[Task], list[Task]]:
     """
     tasks = list(plan.tasks)
     if not world.is_distributed:
-        return tasks, tasks
+        return Assignment(mine=tasks, held=tasks)
     weights = [len(t.items) for t in tasks]
     if plan.opts.mode == "partition":
         node = node_shards(weights, world.num_nodes, "partition", plan.opts.seed)[world.node_rank]
         mine = balanced_split(weights, world.local_world_size, node)[world.local_rank]
-        return [tasks[i] for i in mine], [tasks[i] for i in node]
+        return Assignment(mine=[tasks[i] for i in mine], held=[tasks[i] for i in node])
     mine = balanced_split(weights, world.world_size, range(len(tasks)))[world.rank]
-    return [tasks[i] for i in mine], tasks
+    return Assignment(mine=[tasks[i] for i in mine], held=tasks)
 
 
 def is_finaliser(opts: ConvertOptions, world: World) -> bool:
@@ -131,21 +166,21 @@ def node_info(plan: Plan, world: World) -> NodeSection | None:
                        tuple((t.name, len(t.items)) for t in plan.tasks))
 
 
-def prepare_folder(plan: Plan, world: World, held: list[Task], notify: Notify) -> None:
-    """The finaliser's clean-up before converting: a split that ``--overwrite`` replaces,
-    leftovers of this split (temporary files, shards no longer planned, another format's
-    files); other splits' files are never touched."""
+def prepare_folder(plan: Plan, world: World, held: list[Task]) -> None:
+    """The finaliser's clean-up before converting: a split that ``--overwrite`` replaces
+    (logged as a warning), leftovers of this split (temporary files, shards no longer
+    planned, another format's files); other splits' files are never touched."""
     opts = plan.opts
     replaced = check_folder(plan)
     if replaced is not None:
-        notify(outdir.remove_split(opts.out, replaced, plan.split))
+        log.warning(outdir.remove_split(opts.out, replaced, plan.split))
     # Other ranks may be writing their tasks' temporary files right now: keep those.
     busy = {t.name for t in plan.tasks} if world.is_distributed else set()
     sweep_tmp(opts.out, busy | outdir.other_tmp_files(opts.out, plan.split))
     sweep_tmp(plan.state_dir, {f"{n}.json" for n in busy} | {f"{n}.mean.npy" for n in busy}
               | {layout_path(plan.state_dir, n).name for n in busy})
     other = "list" if opts.format == "shards" else "shards"
-    keep = {f"{plan.split}-errors.jsonl", f"{plan.split}.json"}
+    keep = {error_log_path(opts.out, plan.split).name, f"{plan.split}.json"}
     outdir.remove_format(opts.out, plan.split, other, keep)
     drop_stale_outputs(plan, {t.name for t in held})
 

@@ -11,19 +11,20 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import math
 import shlex
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from imgprep import __version__
 from imgprep.convert import outdir
-from imgprep.convert.image import TransformOptions
+from imgprep.convert.errorlog import ErrorRecord
+from imgprep.convert.options import ConvertOptions
 from imgprep.convert.outdir import STATE_DIR
 from imgprep.errors import LabelError, OutputError, SourceFormatError
 from imgprep.inputs.forms import ListContext, SplitInput, TextFile, detect, list_split
@@ -45,37 +46,9 @@ from imgprep.inputs.spool import SPOOL_DIR
 from imgprep.inputs.synsets import ClassTable, load_class_table
 from imgprep.shards.manifest import Manifest
 
-OUTPUT_FORMATS = ("shards", "list")
-RANK_MODES = ("shared", "partition")
 LIST_CHUNK = 1000
 RECORD_VERSION = 1  # bump when a task record's meaning changes: old records are then redone
-Notify = Callable[[str], None]
-
-
-@dataclass(frozen=True)
-class ConvertOptions:
-    """Everything ``imgprep convert`` needs; the output is a pure function of these."""
-
-    input: Path
-    out: Path
-    format: str = "shards"
-    split: str | None = None
-    labels: tuple[Path, ...] = ()
-    classes: Path | None = None
-    transform: TransformOptions = field(default_factory=TransformOptions)
-    shard_size: int = 1250
-    num_shards: int | None = None
-    seed: int = 0
-    workers: int = 1
-    max_errors: int = 0
-    meta: bool = True
-    mode: str = "shared"
-    wait_timeout: float = 3600.0
-    overwrite: bool = False  # replace a finished split converted from other inputs/options
-    label_offset: int | None = None  # subtracted from a 'name label' ground truth's labels
-    trust_labels: bool = False  # take labels that differ from the published val labels as given
-    form: str | None = None  # --form: read the input as this form (default: detected)
-    source: SplitInput | None = None  # the split of the input to convert (set by split_inputs)
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -118,7 +91,16 @@ class Plan:
         return self.opts.format == "list" and self.split == "train"
 
 
-@dataclass
+class ListedImage(NamedTuple):
+    """One image a label-list task wrote (a list in its task record's JSON)."""
+
+    path: str  # relative to the output folder: <split>/<wnid>/<key>.jpg
+    label: int
+    bytes: int
+    sha256: str
+
+
+@dataclass(frozen=True, kw_only=True)
 class TaskResult:
     """What a finished task produced; stored as its record so a rerun can skip it."""
 
@@ -130,8 +112,8 @@ class TaskResult:
     sha256: str = ""
     sums: list[list[int]] = field(default_factory=lambda: [[0, 0, 0]] * 3)
     stats_images: int = 0
-    errors: list[dict[str, str]] = field(default_factory=list)
-    files: list[list[Any]] = field(default_factory=list)
+    errors: tuple[ErrorRecord, ...] = ()
+    files: tuple[ListedImage, ...] = ()  # label lists only
     resumed: bool = False
 
 
@@ -290,8 +272,6 @@ def make_plan(opts: ConvertOptions, origin: ConvertOptions | None = None, *,
     options given, when ``opts`` is one split of them (``split_inputs``), for the advice of
     errors. ``spool``: a form without random access may write its staging copy (not in a
     dry run), beginning at its ``rank``-th source file so that ranks share the work."""
-    if opts.format not in OUTPUT_FORMATS:
-        raise ValueError(f"format must be one of {OUTPUT_FORMATS}")
     if opts.label_offset is not None and not opts.labels:
         raise LabelError(f"--label-offset {opts.label_offset} shifts the labels of --labels, "
                          "and none was given; pass the ground truth or drop --label-offset")
@@ -317,12 +297,12 @@ def make_plan(opts: ConvertOptions, origin: ConvertOptions | None = None, *,
                 gt.check if gt is not None else LabelCheck())
 
 
-def split_inputs(opts: ConvertOptions, notify: Notify | None = None) -> list[ConvertOptions]:
+def split_inputs(opts: ConvertOptions, warn: bool = False) -> list[ConvertOptions]:
     """One ConvertOptions per split of ``opts.input``, as its form was detected
     (``imgprep.inputs.forms``): the input itself, each split folder of a folder that holds
     them (``train/``, ``val/``, ``validation/``, ``ILSVRC2012_img_val.tar`` …, any case), or
     each split of a download that holds several (Kaggle's). ``--split`` picks one; ``--labels``
-    go to the val split; ``notify`` hears what is not converted, one line each."""
+    go to the val split; ``warn``: log a warning for each thing not converted (one rank does)."""
     found = detect(opts.input, opts.form)
     if len(found.splits) == 1 and found.splits[0].split is None:
         return [replace(opts, source=found.splits[0])]
@@ -337,9 +317,9 @@ def split_inputs(opts: ConvertOptions, notify: Notify | None = None) -> list[Con
     if opts.labels and not any(s.split == "val" for s in picks):
         raise LabelError(f"--labels is validation ground truth, but {opts.input} holds no val "
                          "folder; drop --labels or point INPUT at the val images")
-    if notify is not None:
+    if warn:
         for skip in found.skipped:
-            notify(f"not converted: {skip}")
+            log.warning(f"not converted: {skip}")
     # The split stays as the user gave it: a folder's name is not --split train, so
     # validation images in a train/ folder are still refused.
     return [replace(opts, input=s.path, source=s, labels=opts.labels if s.split == "val" else (),
@@ -351,9 +331,11 @@ def split_inputs(opts: ConvertOptions, notify: Notify | None = None) -> list[Con
 def _wanted(plan: Plan) -> outdir.Wanted:
     lst = plan.listing
     return outdir.Wanted(
-        plan.opts.out, plan.split, plan.opts.format, options_json(plan.opts, plan.split),
-        plan.fingerprint, plan.classes.to_json(),
-        {"kind": lst.kind, "name": Path(lst.root).name, "images": len(lst)}, __version__)
+        out=plan.opts.out, split=plan.split, format=plan.opts.format,
+        options=options_json(plan.opts, plan.split), fingerprint=plan.fingerprint,
+        classes=plan.classes.to_json(),
+        source={"kind": lst.kind, "name": Path(lst.root).name, "images": len(lst)},
+        tool_version=__version__)
 
 
 def check_folder(plan: Plan) -> Manifest | None:
@@ -364,11 +346,11 @@ def check_folder(plan: Plan) -> Manifest | None:
     return outdir.check_folder(want, plan.opts.overwrite)
 
 
-def unknown_errors(plan: Plan) -> list[dict[str, str]]:
+def unknown_errors(plan: Plan) -> list[ErrorRecord]:
     """Error-log entries of images named with a wnid outside the class table."""
     lst = plan.listing
-    return [{"source": f"{lst.root}/{lst.member_str(i)}", "key": lst.key_str(i),
-             "reason": unknown_wnid_reason(lst.key_str(i).partition("_")[0])}
+    return [ErrorRecord(source=f"{lst.root}/{lst.member_str(i)}", key=lst.key_str(i),
+                        reason=unknown_wnid_reason(lst.key_str(i).partition("_")[0]))
             for i in np.flatnonzero(plan.labels == UNKNOWN).tolist()]
 
 

@@ -10,5 +10,5 @@ form (``fakes/``); and what the Hugging Face and shard-set forms lean on: the Hu
 (``hfnames``), parquet reading with pyarrow (``parquetio``) and the one staging copy of a
 form without random access (``spool``).
 
-May import ``shards`` (the tar header the fake set writes), ``job`` and the leaf modules.
+May import ``shards`` (the tar format, ``shards.tarfmt``), ``job`` and the leaf modules.
 """

@@ -32,7 +32,7 @@ from typing import Any
 from imgprep.errors import StageError, WaitTimeout
 from imgprep.job.world import World
 from imgprep.shards.folder import STAGE_STATE
-from imgprep.stage.copier import write_small
+from imgprep.stage.localdisk import write_small
 
 STATE_DIR = STAGE_STATE
 DEAD_GRACE = 3.0  # seconds a copier must look dead before a waiter gives up on it

@@ -37,11 +37,12 @@ class Transfer:
 
 @dataclass
 class Counts:
+    """One node's running counters during fan-out (bumped by its threads as they go)."""
+
     read: int = 0  # bytes read from the file server
     received: int = 0  # bytes received from peers
     sent: int = 0  # bytes sent to peers
     written: int = 0  # shards renamed into place here
-    seconds: float = 0.0  # from the moment every node had joined until all had finished
 
 
 def plan_transfers(have: Sequence[Sequence[bool]], owners: Sequence[int]) -> list[Transfer]:

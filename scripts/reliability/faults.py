@@ -364,7 +364,8 @@ def stage_disk_full(work: Path, trials: int, seed: int = 0) -> list[Trial]:
     from unittest import mock
 
     from imgprep.job.world import World
-    from imgprep.stage.run import StageOptions, stage_to_node
+    from imgprep.stage.options import StageOptions
+    from imgprep.stage.run import stage_to_node
 
     src = shard_source(work)
     total = read_manifest(src, "train").total_bytes
@@ -378,7 +379,7 @@ def stage_disk_full(work: Path, trials: int, seed: int = 0) -> list[Trial]:
                 return [Trial("stage-to-node", "ENOSPC mid-copy", False,
                               "cannot mount a tmpfs here (needs root and mount(8))")]
             dst = disk / "dst"
-            opts = StageOptions(src, dst, split="train", jobs=2)
+            opts = StageOptions(src=src, dst=dst, split="train", jobs=2)
             try:
                 with mock.patch("shutil.disk_usage",
                                 lambda p: real(p)._replace(free=1 << 40)):

@@ -35,8 +35,8 @@ from typing import Any
 import numpy as np
 from benchlib import TreePeaks, descendants, machine_busy_s, proc_kb
 
-from imgprep.convert.image import TransformOptions
-from imgprep.convert.run import ConvertOptions, convert
+from imgprep.convert.options import ConvertOptions, TransformOptions
+from imgprep.convert.run import convert
 from imgprep.errors import ImgprepError
 from imgprep.inputs.fakeset import jpeg_pool, pick_classes
 from imgprep.inputs.sources import list_source
@@ -108,7 +108,7 @@ def make_shards(work: Path, shards: int, per_shard: int, size: int) -> Path:
     summary = convert(ConvertOptions(input=tar, out=out, num_shards=shards, workers=2,
                                      transform=TransformOptions(size=size)))
     shutil.rmtree(tar.parent)
-    if not summary["complete"] or summary["samples"] != shards * per_shard:
+    if not summary.complete or summary.samples != shards * per_shard:
         raise RuntimeError(f"making {shards} shards in {out} failed: {summary}")
     return out
 

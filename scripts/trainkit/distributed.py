@@ -3,7 +3,8 @@
 Where the ranks meet comes from imgprep.job.rendezvous (torchrun's variables, or rank 0's address
 broadcast over mpi4py: MPI bootstraps, NCCL (GPUs) or Gloo (CPU) carries gradients), which
 fan-out staging shares. A process-group timeout makes a dead rank fail the others with a clear
-message instead of a hang.
+message instead of a hang. At the end, ``replicas_identical`` checks that DDP kept every rank's
+weights equal.
 """
 
 from __future__ import annotations
@@ -12,12 +13,15 @@ from datetime import timedelta
 
 import torch
 import torch.distributed as dist
+import torch.nn as nn
 
 from imgprep.job.rendezvous import Rendezvous, RendezvousError, free_port, rendezvous
 from imgprep.job.world import World
+from trainkit import TrainError
 
 DistError = RendezvousError  # the process group could not be opened; the message says what to set
-__all__ = ["DistError", "Rendezvous", "close", "device_for", "free_port", "init", "rendezvous"]
+__all__ = ["DistError", "Rendezvous", "close", "device_for", "free_port", "init", "rendezvous",
+           "replicas_identical"]
 
 
 def device_for(world: World) -> torch.device:
@@ -53,3 +57,20 @@ def init(world: World, timeout_s: float = 300.0, backend: str | None = None) -> 
 def close() -> None:
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
+
+
+def replicas_identical(model: nn.Module, world: World) -> bool:
+    """Whether every rank holds the same parameters (what DDP's all-reduce guarantees);
+    raises TrainError naming the rank where they differ."""
+    if not world.is_distributed:
+        return True
+    flat = torch.cat([p.detach().float().flatten().cpu() for p in model.parameters()])
+    digest = torch.tensor([flat.double().sum().item(), (flat.double() ** 2).sum().item()],
+                          dtype=torch.float64, device=next(model.parameters()).device)
+    peak, low = digest.clone(), digest.clone()
+    dist.all_reduce(peak, op=dist.ReduceOp.MAX)
+    dist.all_reduce(low, op=dist.ReduceOp.MIN)
+    if not torch.equal(peak, low):
+        raise TrainError(f"rank {world.rank}: model replicas differ after training "
+                         f"({digest.tolist()} vs {peak.tolist()}); gradients were not synced")
+    return True

@@ -165,3 +165,23 @@ class DataWaitHint:
             tips.append("stage the data to node-local disk (--stage-from) if --data is on "
                         "shared storage")
         return "; ".join(tips)
+
+
+def report(split: Split, seen: int, t_log: float, world_size: int, rank: int,
+           device: torch.device, step: int, epoch: int, loss: float) -> dict[str, Any]:
+    """Reduce a log interval's split over ranks (collective); rank 0 prints one compact line
+    per phase. Returns the interval's record (images/s, mean and max per phase)."""
+    times = reduce_split(split, world_size, device)
+    elapsed = time.perf_counter() - t_log
+    per_rank = seen / elapsed if elapsed > 0 else 0.0
+    rec = {"step": step, "epoch": epoch, "loss": loss, "images_per_s": per_rank * world_size,
+           "images_per_s_per_rank": per_rank, **times}
+    if rank == 0:
+        m, x = times["mean"], times["max"]
+        print(f"step {step} loss {loss:.3f} | {rec['images_per_s']:.1f} img/s "
+              f"({per_rank:.1f}/rank) | ms mean/max: data {m['data'] * 1e3:.1f}/"
+              f"{x['data'] * 1e3:.1f} fwd+bwd {m['compute'] * 1e3:.1f}/{x['compute'] * 1e3:.1f}"
+              f" allreduce {m['allreduce'] * 1e3:.1f}/{x['allreduce'] * 1e3:.1f} optim "
+              f"{m['optimizer'] * 1e3:.1f}/{x['optimizer'] * 1e3:.1f} | data wait "
+              f"{times['data_wait_fraction']:.1%}", flush=True)
+    return rec

@@ -11,7 +11,8 @@ import click
 import pytest
 
 from imgprep.cli.commands import cli
-from imgprep.convert.run import ConvertOptions, convert
+from imgprep.convert.options import ConvertOptions
+from imgprep.convert.run import convert
 from tests.support.cli import invoke
 
 

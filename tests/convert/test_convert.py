@@ -27,7 +27,7 @@ from click.testing import CliRunner
 from PIL import Image
 
 import imgprep
-import imgprep.convert.run as convert_module
+import imgprep.convert.execute as execute
 from imgprep.cli.commands import cli
 from imgprep.convert.pool import PART_SHARE, part_cuts
 from imgprep.inputs.synsets import imagenet_classes, imagenet_val_labels
@@ -606,7 +606,7 @@ def test_one_task_split_over_workers_gives_the_same_bytes(
     src = bad_sample / "ILSVRC2012_img_train.tar"
     args = ("--format", fmt, "--max-errors", "5", "--size", "64")
     one = convert(src, tmp_path / "one", *args, workers=1)
-    monkeypatch.setattr(convert_module, "PART_MIN", 1)  # many small parts, out of order
+    monkeypatch.setattr(execute, "PART_MIN", 1)  # many small parts, out of order
     many = convert(src, tmp_path / "many", *args, workers=3)
     assert one["tasks"] == many["tasks"] == 1
     assert one["errors"] == many["errors"] >= 1
@@ -618,18 +618,18 @@ def test_one_task_split_over_workers_gives_the_same_bytes(
     ([1000], 2), ([300, 5, 700], 4), ([0, 3], 2), ([17], 16), ([1250] * 3, 8)])
 def test_part_cuts_cover_each_task_and_shrink_towards_the_end(sizes: list[int],
                                                               workers: int) -> None:
-    cuts = part_cuts(sizes, workers, convert_module.PART_MIN)
+    cuts = part_cuts(sizes, workers, execute.PART_MIN)
     steps = []
     for n, c in zip(sizes, cuts, strict=True):
         assert c[0] == 0 and c[-1] == n and len(c) >= 2
         parts = [b - a for a, b in itertools.pairwise(c)]
-        assert all(p >= convert_module.PART_MIN for p in parts[:-1])  # all but the remainder
+        assert all(p >= execute.PART_MIN for p in parts[:-1])  # all but the remainder
         assert all(a >= b for a, b in itertools.pairwise(parts[:-1]))  # never growing
         steps += parts
     share = PART_SHARE * workers
-    assert max(steps) <= max(convert_module.PART_MIN, math.ceil(sum(sizes) / share))
+    assert max(steps) <= max(execute.PART_MIN, math.ceil(sum(sizes) / share))
     if sum(sizes) >= 1000:  # the last parts are small, so the workers end together
-        assert steps[-2] == convert_module.PART_MIN and steps[0] > 4 * convert_module.PART_MIN
+        assert steps[-2] == execute.PART_MIN and steps[0] > 4 * execute.PART_MIN
 
 
 def test_a_failed_part_leaves_no_partial_shard_and_a_rerun_matches(
@@ -648,14 +648,14 @@ def test_a_failed_part_leaves_no_partial_shard_and_a_rerun_matches(
             raise RuntimeError("boom")
         return convert_image(data, opts)
 
-    monkeypatch.setattr(convert_module, "PART_MIN", 1)
-    monkeypatch.setattr(convert_module.image, "convert_image", flaky)
+    monkeypatch.setattr(execute, "PART_MIN", 1)
+    monkeypatch.setattr(execute.image, "convert_image", flaky)
     r = CliRunner().invoke(cli, ["convert", str(src), "-o", str(tmp_path / "many"), "-j", "3",
                                  "-q", "--json", *args])
     assert r.exit_code != 0 and "boom" in str(r.exception) + r.output
     assert not [p for p in (tmp_path / "many").rglob(f"{TMP_PREFIX}*")]
     monkeypatch.undo()
-    monkeypatch.setattr(convert_module, "PART_MIN", 1)
+    monkeypatch.setattr(execute, "PART_MIN", 1)
     again = convert(src, tmp_path / "many", *args, workers=3)
     assert again["samples"] == one["samples"]
     assert tree_bytes(tmp_path / "one") == tree_bytes(tmp_path / "many")
@@ -771,8 +771,9 @@ def test_sample_metadata_bytes_are_json_dumps_sorted(layouts: dict[str, Path]) -
     """The directly formatted ``.json`` member is byte for byte json.dumps(sort_keys=True)."""
     from types import SimpleNamespace
 
-    from imgprep.convert.run import _sample_meta
-    from imgprep.convert.tasks import ConvertOptions, make_plan
+    from imgprep.convert.execute import _sample_meta
+    from imgprep.convert.options import ConvertOptions
+    from imgprep.convert.tasks import make_plan
 
     plan = make_plan(ConvertOptions(input=layouts["nested-tar"], out=layouts["nested-tar"].parent))
     for source in ("a/b.JPEG", 'q"uo\\te\u00e9\u2028\U0001f600.jpg'):

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from imgprep.convert.run import ConvertOptions, convert_splits
+from imgprep.convert.summary import ConvertSummary
 from imgprep.errors import ImgprepError, LabelError, SourceFormatError
 from imgprep.inputs.fakes import SampleSpec, make_fake
 from imgprep.inputs.spool import SPOOL_DIR, is_finished
@@ -37,9 +38,9 @@ def _needs(form: str) -> None:
         pytest.importorskip("pyarrow")
 
 
-def _convert(inp: Path, out: Path, **kw: Any) -> list[dict[str, Any]]:
+def _convert(inp: Path, out: Path, **kw: Any) -> list[ConvertSummary]:
     summaries = convert_splits(ConvertOptions(input=inp, out=out, num_shards=2, **kw))
-    assert all(s["complete"] and not s["errors"] for s in summaries), summaries
+    assert all(s.complete and not s.errors for s in summaries), summaries
     return summaries
 
 
@@ -134,7 +135,7 @@ def test_data_folder_and_single_files_convert_too(form: str, fakes: dict[str, di
     assert len(_samples(tmp_path / "data", "val")) == SPEC.val
     one = sorted(p for p in inner.iterdir() if "val" in p.name)[0]
     (summary,) = _convert(one, tmp_path / "one")
-    assert summary["split"] == "val" and summary["samples"] > 0
+    assert summary.split == "val" and summary.samples > 0
     for key, fields in _samples(tmp_path / "one", "val").items():
         assert int(fields["cls"]) == _published(key)
 
@@ -162,7 +163,7 @@ def test_partition_ranks_share_the_spool_and_give_the_single_process_bytes(
     for rank in (1, 0):
         world = World(rank, 2, 0, 1, rank, 2, launcher="test")
         (summary,) = convert_splits(replace(opts, out=tmp_path / f"node{rank}"), world)
-        assert summary["complete"]
+        assert summary.complete
         folder = tmp_path / f"node{rank}"
         for shard in read_manifest(folder, "train").shards:
             assert (folder / shard.name).read_bytes() == \
@@ -175,15 +176,16 @@ import sys, time
 from pathlib import Path
 from imgprep.inputs import spool
 from imgprep.convert.run import ConvertOptions, convert_splits
+from imgprep.convert.summary import ConvertSummary
 real, seen = spool.write_spool, []
-def slow(path, items, stamp=b""):
+def slow(path, items, stamp=b"", private=False):
     seen.append(path)
     if len(seen) == 2:
         def stalled():
             yield from items
             time.sleep(60)
-        return real(path, stalled(), stamp)
-    return real(path, items, stamp)
+        return real(path, stalled(), stamp, private)
+    return real(path, items, stamp, private)
 spool.write_spool = slow
 convert_splits(ConvertOptions(input=Path(sys.argv[1]), out=Path(sys.argv[2]), num_shards=2,
                               workers=1, split="train"))
@@ -215,8 +217,8 @@ def test_a_kill_while_spooling_keeps_the_finished_spool_files(
 
     real = spool.write_spool
     try:
-        spool.write_spool = lambda path, items, stamp=b"": seen.append(path) or \
-            real(path, items, stamp)  # type: ignore[assignment, func-returns-value]
+        spool.write_spool = lambda path, items, stamp=b"", private=False: seen.append(path) or \
+            real(path, items, stamp, private)  # type: ignore[assignment, func-returns-value]
         _convert(src, out, split="train")
     finally:
         spool.write_spool = real

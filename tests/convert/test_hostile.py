@@ -45,12 +45,13 @@ from click.testing import CliRunner, Result
 from PIL import Image
 
 from imgprep.cli.commands import cli
-from imgprep.convert.image import TransformOptions, convert_image
+from imgprep.convert.image import convert_image
+from imgprep.convert.options import TransformOptions
 from imgprep.errors import ImgprepError
 from imgprep.inputs.synsets import imagenet_classes
 from imgprep.job.world import World
 from imgprep.shards.writers import header_bytes
-from imgprep.stage import run as stage
+from imgprep.stage import fill as stage
 from loaders import LoaderError, ShardLoader, ValTransform, make_loader
 from tests.support import (
     convert_sample,

@@ -50,9 +50,10 @@ def wanted_like(folder: Path, split: str = "train") -> Wanted:
     """What a rerun identical to the finished ``split`` in ``folder`` would write."""
     m = read_manifest(folder, split)
     options = {k: v for k, v in m.options.items() if k != "fingerprint"}
-    return Wanted(folder, split, m.format, options, m.options["fingerprint"], m.classes,
-                  {"kind": "tar", "name": m.source["name"], "images": m.source["images"]},
-                  m.tool_version)
+    return Wanted(out=folder, split=split, format=m.format, options=options,
+                  fingerprint=m.options["fingerprint"], classes=m.classes,
+                  source={"kind": "tar", "name": m.source["name"], "images": m.source["images"]},
+                  tool_version=m.tool_version)
 
 
 @pytest.fixture
@@ -109,7 +110,8 @@ def test_an_unreadable_manifest_is_refused_or_replaced_whole(shards: Path) -> No
 
 
 def wanted_like_unread(folder: Path) -> Wanted:
-    return Wanted(folder, "train", "shards", {}, "0" * 64, [], {"name": "x", "images": 1}, "0")
+    return Wanted(out=folder, split="train", format="shards", options={}, fingerprint="0" * 64,
+                  classes=[], source={"name": "x", "images": 1}, tool_version="0")
 
 
 def test_remove_split_takes_that_split_alone_manifest_first(shards: Path) -> None:

@@ -12,7 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from imgprep.convert.run import ConvertOptions, assigned_tasks, convert, make_plan
+from imgprep.convert.options import ConvertOptions
+from imgprep.convert.records import assigned_tasks
+from imgprep.convert.run import convert
+from imgprep.convert.tasks import make_plan
 from imgprep.errors import WaitTimeout
 from imgprep.job.assign import node_shards
 from imgprep.job.world import World
@@ -39,7 +42,7 @@ def opts(bad_sample: Path, tmp_path_factory: pytest.TempPathFactory) -> ConvertO
 @pytest.fixture(scope="module")
 def single(opts: ConvertOptions) -> dict[str, bytes]:
     summary = convert(opts)
-    assert summary["complete"] and summary["errors"] == 2
+    assert summary.complete and summary.errors == 2
     return _files(opts.out)
 
 
@@ -55,18 +58,18 @@ def test_shared_mode_equals_single_process(opts: ConvertOptions, single: dict[st
     o = replace(opts, out=tmp_path)
     worlds = _worlds(nodes, per_node)
     summaries = [convert(o, w) for w in reversed(worlds)]  # rank 0 last: the others are done
-    by_rank = {s["rank"]: s for s in summaries}
-    assert [by_rank[r]["role"] for r in range(len(worlds))] == ["finaliser"] + ["part"] * (
+    by_rank = {s.rank: s for s in summaries}
+    assert [by_rank[r].role for r in range(len(worlds))] == ["finaliser"] + ["part"] * (
         len(worlds) - 1)
-    assert sum(s["tasks_mine"] for s in summaries) == SHARDS
-    assert all(s["manifest"] is None for s in summaries if s["role"] == "part")
+    assert sum(s.tasks_mine for s in summaries) == SHARDS
+    assert all(s.manifest is None for s in summaries if s.role == "part")
     assert _files(tmp_path) == single
 
 
 def test_shares_are_disjoint_complete_and_balanced(opts: ConvertOptions) -> None:
     plan = make_plan(opts)
     worlds = _worlds(2, 2)
-    shares = [assigned_tasks(plan, w)[0] for w in worlds]
+    shares = [assigned_tasks(plan, w).mine for w in worlds]
     names = [t.name for share in shares for t in share]
     assert sorted(names) == sorted(t.name for t in plan.tasks)
     loads = [sum(len(t.items) for t in share) for share in shares]

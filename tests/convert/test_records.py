@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from imgprep.convert.options import ConvertOptions
 from imgprep.convert.records import load_done, write_record
-from imgprep.convert.run import ConvertOptions, make_plan
-from imgprep.convert.tasks import Plan
+from imgprep.convert.tasks import Plan, make_plan
 from imgprep.fsutil import sha256_file
 
 

@@ -19,14 +19,17 @@ from typing import Any
 
 import pytest
 
-from imgprep.convert.run import ConvertOptions, convert, make_plan
+from imgprep.convert.options import ConvertOptions
+from imgprep.convert.run import convert
+from imgprep.convert.tasks import make_plan
 from imgprep.errors import LabelError, ManifestError, SourceFormatError
 from imgprep.inputs.groundtruth import load_ground_truth
 from imgprep.inputs.sources import split_of_name
 from imgprep.inputs.synsets import imagenet_classes, parse_class_table
 from imgprep.job.world import World
 from imgprep.shards.manifest import NodeSection, read_manifest
-from imgprep.stage.run import StageOptions, stage_to_node
+from imgprep.stage.options import StageOptions
+from imgprep.stage.run import stage_to_node
 from tests.support import REPO, one_line_error, published_label, published_val_txt
 from tests.support.cli import invoke, jpeg_tree, ok, snapshot
 
@@ -173,7 +176,7 @@ def test_split_root_other_folders_are_named_and_split_option_picks_one(tmp_path:
 def test_the_library_refuses_a_root_naming_both_splits(tmp_path: Path) -> None:
     root = jpeg_tree(tmp_path / "imagenet", {**train_files("train/"), **val_tree_files("val/")})
     with pytest.raises(SourceFormatError, match=r"imagenet/train and .*imagenet/val"):
-        convert(ConvertOptions(root, tmp_path / "out"))
+        convert(ConvertOptions(input=root, out=tmp_path / "out"))
 
 
 # ---------------------------------------------------------------------------- 2. overwrite
@@ -393,12 +396,14 @@ def test_a_failed_run_leaves_no_output_folder_it_created(tmp_path: Path, why: st
 def test_the_node_section_is_typed_with_one_spelling(sample: Path, tmp_path: Path) -> None:
     """Partitioned convert and stage-to-node write the same node keys; both read back as a
     NodeSection."""
-    opts = ConvertOptions(sample / "ILSVRC2012_img_train.tar", tmp_path / "full", num_shards=4)
+    opts = ConvertOptions(input=sample / "ILSVRC2012_img_train.tar", out=tmp_path / "full",
+                          num_shards=4)
     convert(opts)
     world = World(0, 2, 0, 1, 0, 2, launcher="test")
-    convert(ConvertOptions(opts.input, tmp_path / "part", num_shards=4, mode="partition"),
+    convert(ConvertOptions(input=opts.input, out=tmp_path / "part", num_shards=4, mode="partition"),
             World(1, 2, 0, 1, 1, 2, launcher="test"))
-    stage_to_node(StageOptions(tmp_path / "full", tmp_path / "staged", mode="partition"), world)
+    stage_to_node(StageOptions(src=tmp_path / "full", dst=tmp_path / "staged", mode="partition"),
+                  world)
     written = [json.loads((tmp_path / d / "train.json").read_text())["node"]
                for d in ("part", "staged")]
     assert set(written[0]) == set(written[1]) == set(NodeSection.__dataclass_fields__)
@@ -415,7 +420,7 @@ def test_the_node_section_is_typed_with_one_spelling(sample: Path, tmp_path: Pat
     ({"total_samples": None}, "total_samples")])
 def test_a_bad_node_section_is_a_manifest_error_naming_the_file(
         sample: Path, tmp_path: Path, patch: dict[str, Any], field: str) -> None:
-    convert(ConvertOptions(sample / "ILSVRC2012_img_train.tar", tmp_path, num_shards=2,
+    convert(ConvertOptions(input=sample / "ILSVRC2012_img_train.tar", out=tmp_path, num_shards=2,
                            mode="partition"), World(0, 2, 0, 1, 0, 2, launcher="test"))
     path = tmp_path / "train.json"
     doc = json.loads(path.read_text())
@@ -431,7 +436,7 @@ def test_a_bad_node_section_is_a_manifest_error_naming_the_file(
 
 @pytest.mark.slow
 def test_the_trainer_without_a_val_split_warns_and_trains(sample: Path, tmp_path: Path) -> None:
-    convert(ConvertOptions(sample / "ILSVRC2012_img_train.tar", tmp_path, num_shards=2))
+    convert(ConvertOptions(input=sample / "ILSVRC2012_img_train.tar", out=tmp_path, num_shards=2))
     done = subprocess.run(
         [sys.executable, str(REPO / "scripts" / "train_imagenet.py"), "--data", str(tmp_path),
          "--arch", "tiny", "--batch-size", "8", "--workers", "1", "--image-size", "32",

@@ -12,13 +12,8 @@ import numpy as np
 import pytest
 from PIL import Image, JpegImagePlugin
 
-from imgprep.convert.image import (
-    Converted,
-    TransformOptions,
-    center_pixels,
-    channel_sums,
-    convert_image,
-)
+from imgprep.convert.image import Converted, center_pixels, channel_sums, convert_image
+from imgprep.convert.options import TransformOptions
 from imgprep.errors import ImageError
 from tests.support import encode, jpeg, photo
 

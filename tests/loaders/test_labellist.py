@@ -17,7 +17,8 @@ import pytest
 import torch
 from PIL import Image
 
-from imgprep.convert.run import ConvertOptions, convert
+from imgprep.convert.options import ConvertOptions
+from imgprep.convert.run import convert
 from imgprep.errors import ManifestError
 from imgprep.job.world import World
 from loaders import (
@@ -36,7 +37,7 @@ from loaders.labellist import read_label_list
 @pytest.fixture(scope="module")
 def listed(bad_sample: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("list")
-    convert(ConvertOptions(bad_sample / "ILSVRC2012_img_train.tar", out, format="list",
+    convert(ConvertOptions(input=bad_sample / "ILSVRC2012_img_train.tar", out=out, format="list",
                            max_errors=2))
     return out
 

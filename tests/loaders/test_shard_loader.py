@@ -42,12 +42,14 @@ import torch
 import webdataset as wds
 from PIL import Image
 
-from imgprep.convert.run import ConvertOptions, convert
+from imgprep.convert.options import ConvertOptions
+from imgprep.convert.run import convert
 from imgprep.errors import WorldError
 from imgprep.job.world import World
 from imgprep.shards.manifest import read_manifest, write_manifest
 from imgprep.shards.writers import ShardWriter
-from imgprep.stage.run import StageOptions, stage_to_node
+from imgprep.stage.options import StageOptions
+from imgprep.stage.run import stage_to_node
 from loaders.common import TAILS
 from loaders.epochs import pools
 from loaders.labellist import LabelListLoader
@@ -120,7 +122,7 @@ def nodes(data: ShardData, tmp_path_factory: pytest.TempPathFactory) -> list[Pat
     root = tmp_path_factory.mktemp("nodes")
     dirs = [root / f"node{k}" for k in range(2)]
     for k, dst in enumerate(dirs):
-        stage_to_node(StageOptions(data.folder, dst, mode="partition", jobs=1),
+        stage_to_node(StageOptions(src=data.folder, dst=dst, mode="partition", jobs=1),
                       World().with_nodes(2, k))
         for split in ("train", "val"):  # the index travels with the shards
             index = read_manifest(dst, split).index
@@ -639,7 +641,7 @@ def test_world_must_match_node_local_manifest(nodes: list[Path], world: World) -
 
 def stage_node0(data: ShardData, dst: Path, mode: str, nodes: int) -> Path:
     """Node 0's copy of ``data`` staged in ``mode`` for a job of ``nodes`` nodes."""
-    stage_to_node(StageOptions(data.folder, dst, mode=mode, jobs=1, split="train"),
+    stage_to_node(StageOptions(src=data.folder, dst=dst, mode=mode, jobs=1, split="train"),
                   World().with_nodes(nodes, 0))
     return dst
 

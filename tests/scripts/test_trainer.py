@@ -16,7 +16,9 @@ import train_imagenet
 from trainkit.precision import choose, cpu_flags, detect, native_cpu_bf16
 from trainkit.timing import DataWaitHint
 
-from imgprep.convert.run import ConvertOptions, convert
+from imgprep import read_manifest
+from imgprep.convert.options import ConvertOptions
+from imgprep.convert.run import convert
 from tests.support import REPO, free_port, mpirun_cmd
 
 TRAIN = REPO / "scripts" / "train_imagenet.py"
@@ -29,8 +31,8 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def data(sample: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("train-data")
-    convert(ConvertOptions(sample / "ILSVRC2012_img_train.tar", out, num_shards=4))
-    convert(ConvertOptions(sample / "ILSVRC2012_img_val.tar", out, num_shards=2,
+    convert(ConvertOptions(input=sample / "ILSVRC2012_img_train.tar", out=out, num_shards=4))
+    convert(ConvertOptions(input=sample / "ILSVRC2012_img_val.tar", out=out, num_shards=2,
                            labels=(sample / "val.txt",)))
     return out
 
@@ -72,8 +74,10 @@ def test_torchrun_trains_validates_and_resumes_with_identical_losses(data: Path,
     run(torchrun(2, "--data", data, *FLAGS, "--steps", "6", "--checkpoint", ckpt,
                  "--log-json", part))
     assert (ckpt / "last.pt").is_file()
-    out = run(torchrun(2, "--data", data, *FLAGS, "--steps", "12", "--checkpoint", ckpt,
-                       "--resume", "--log-json", part)).stdout
+    done = run(torchrun(2, "--data", data, *FLAGS, "--steps", "12", "--checkpoint", ckpt,
+                        "--resume", "--log-json", part))
+    out = done.stdout
+    assert "resume:" not in done.stderr  # the same run: nothing to say about its options
     assert losses(part) == losses(whole)
     assert len(losses(whole)) == 12
     # where it went on: 6 steps of 2 ranks x 8 images, i.e. 2 whole epochs of 3 steps
@@ -85,6 +89,15 @@ def test_torchrun_trains_validates_and_resumes_with_identical_losses(data: Path,
     assert {"resumed": summary(out)["resumed"]} in map(json.loads, part.read_text().splitlines())
     state = torch.load(ckpt / "last.pt", map_location="cpu", weights_only=True)
     assert (state["step"], state["samples"]) == (12, 192)  # the count goes on after a resume
+    train = read_manifest(data, "train")
+    assert (state["config"]["mean"], state["config"]["std"]) == (train.mean, train.std)
+    assert summary(out)["config"] == state["config"]
+    refused = subprocess.run([sys.executable, str(TRAIN), "--data", str(data), *FLAGS,
+                              "--checkpoint", str(ckpt), "--resume", "--arch", "resnet18"],
+                             capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 3, refused.stderr[-3000:]
+    assert "--arch was tiny, now resnet18" in refused.stderr
+    assert "world size" not in refused.stderr and "Traceback" not in refused.stderr
 
 
 @pytest.mark.parametrize(("dtype", "wire"), [("bf16", "bfloat16"), ("fp16", "float16"),
@@ -215,7 +228,7 @@ def test_the_run_says_its_precision_and_why_first(data: Path, tmp_path: Path) ->
 def test_no_val_warning_names_the_folder_staged_from(sample: Path, tmp_path: Path) -> None:
     """With --stage-from the val split must be converted where the data is staged from."""
     src, dst = tmp_path / "src", tmp_path / "local"
-    convert(ConvertOptions(sample / "ILSVRC2012_img_train.tar", src, num_shards=2))
+    convert(ConvertOptions(input=sample / "ILSVRC2012_img_train.tar", out=src, num_shards=2))
     done = run([sys.executable, str(TRAIN), "--stage-from", str(src), "--data", str(dst),
                 *FLAGS, "--steps", "1"])
     warning = [line for line in done.stderr.splitlines() if "no val split" in line]

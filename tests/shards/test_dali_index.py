@@ -21,16 +21,18 @@ import pytest
 from click.testing import CliRunner
 
 from imgprep.cli.commands import cli
-from imgprep.convert.run import ConvertOptions, convert
+from imgprep.convert.options import ConvertOptions
+from imgprep.convert.run import convert
 from imgprep.errors import ManifestError, ShardError
 from imgprep.job.world import World
 from imgprep.shards.dali import VERSION, encode_idx, idx_name, reader_paths
 from imgprep.shards.folder import split_owns, unfinished_split
-from imgprep.shards.index import Layout, sample_keys, scan_layout
+from imgprep.shards.layout import Layout, sample_keys, scan_layout
 from imgprep.shards.manifest import read_manifest, write_manifest
 from imgprep.shards.verify import verify
 from imgprep.shards.writers import ShardWriter
-from imgprep.stage.run import StageOptions, stage_to_node
+from imgprep.stage.options import StageOptions
+from imgprep.stage.run import stage_to_node
 from tests.support import clean_env, convert_sample, fanout_nodes, is_launcher_var
 from tests.support.shards import tar_samples
 
@@ -235,7 +237,7 @@ def test_overwrite_with_fewer_shards_leaves_no_idx_of_a_shard_gone(sample: Path,
     assert sorted(idx_files(out)) == [f"train-00000{k}.idx" for k in range(3)]
     s = convert(ConvertOptions(input=sample / "ILSVRC2012_img_train.tar", out=out, num_shards=2,
                                workers=2, overwrite=True))
-    assert s["complete"]
+    assert s.complete
     assert sorted(idx_files(out)) == ["train-000000.idx", "train-000001.idx"]
     assert verify(out, decode=False).ok
 
@@ -251,7 +253,7 @@ def test_staged_nodes_hold_the_idx_files_of_their_shards(converted: dict[str, Pa
     src = converted["shards"]
     for k in range(nodes):
         dst = tmp_path / f"node{k}"
-        stage_to_node(StageOptions(src, dst, mode=mode), World().with_nodes(nodes, k))
+        stage_to_node(StageOptions(src=src, dst=dst, mode=mode), World().with_nodes(nodes, k))
         m = read_manifest(dst, "train")
         assert m.index is not None and m.index.dali == VERSION
         names = [idx_name(s.name) for s in m.shards]
@@ -263,11 +265,11 @@ def test_staged_nodes_hold_the_idx_files_of_their_shards(converted: dict[str, Pa
 def test_restaging_another_plan_keeps_only_the_idx_files_of_its_shards(
         converted: dict[str, Path], tmp_path: Path) -> None:
     src, dst = converted["shards"], tmp_path / "node"
-    part = StageOptions(src, dst, mode="partition")
+    part = StageOptions(src=src, dst=dst, mode="partition")
     stage_to_node(part, World().with_nodes(2, 1))
     mine = sorted(idx_files(dst))
     assert 0 < len(mine) < 3
-    stage_to_node(StageOptions(src, dst), World())
+    stage_to_node(StageOptions(src=src, dst=dst), World())
     assert len(idx_files(dst)) == 3
     stage_to_node(part, World().with_nodes(2, 1))
     assert sorted(idx_files(dst)) == mine
@@ -275,7 +277,7 @@ def test_restaging_another_plan_keeps_only_the_idx_files_of_its_shards(
     m = read_manifest(bare, "train")
     assert m.index is not None
     write_manifest(bare, replace(m, index=replace(m.index, dali=None)))
-    stage_to_node(StageOptions(bare, dst), World())
+    stage_to_node(StageOptions(src=bare, dst=dst), World())
     assert idx_files(dst) == {}  # a source without them: the node holds none either
 
 

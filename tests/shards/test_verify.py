@@ -20,10 +20,13 @@ from click.testing import CliRunner, Result
 
 import imgprep.shards.verify as verify_mod
 from imgprep.cli.commands import cli
-from imgprep.convert.run import ConvertOptions, convert
+from imgprep.convert.options import ConvertOptions
+from imgprep.convert.run import convert
 from imgprep.errors import ManifestError
 from imgprep.job.world import World
-from imgprep.shards.index import Layout, index_folder, scan_layout, write_index
+from imgprep.shards.index import write_index
+from imgprep.shards.indexing import index_folder
+from imgprep.shards.layout import Layout, scan_layout
 from imgprep.shards.manifest import read_manifest, write_manifest
 from imgprep.shards.verify import VerifyError, verify
 from imgprep.shards.writers import ShardWriter
@@ -305,7 +308,7 @@ def test_info_and_preview_say_the_same_of_a_foreign_folder(tmp_path: Path) -> No
 def test_a_split_stopped_by_bad_images_says_so(bad_sample: Path, tmp_path: Path) -> None:
     s = convert(ConvertOptions(input=bad_sample / "ILSVRC2012_img_train.tar", out=tmp_path,
                                workers=1))
-    assert not s["complete"] and not (tmp_path / "train.json").exists()
+    assert not s.complete and not (tmp_path / "train.json").exists()
     with pytest.raises(ManifestError, match="unfinished") as e:
         verify(tmp_path)
     assert "more bad images than --max-errors" in str(e.value)

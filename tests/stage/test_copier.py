@@ -1,4 +1,4 @@
-"""The copier's thread pool (imgprep.stage.copier.parallel) and its stall watch: results in
+"""The copier's thread pool (imgprep.stage.pool.parallel) and its stall watch: results in
 order, the first real error raised and no item started after it, and a call stuck for good
 (a hung read) ends the wait with a StageError instead of holding it, whether or not another
 call failed."""
@@ -12,7 +12,7 @@ import time
 import pytest
 
 from imgprep.errors import StageError
-from imgprep.stage.copier import CopyWatch, Stopped, parallel
+from imgprep.stage.pool import CopyWatch, Stopped, parallel
 
 
 def test_results_come_in_item_order() -> None:

@@ -27,8 +27,8 @@ from imgprep.job.rendezvous import Rendezvous, RendezvousError, copier_rendezvou
 from imgprep.job.world import World
 from imgprep.shards.manifest import read_manifest
 from imgprep.shards.verify import verify
-from imgprep.stage.copier import StallClock
 from imgprep.stage.peers import HEARTBEAT
+from imgprep.stage.pool import StallClock
 from imgprep.stage.schedule import chunks, plan_transfers, walk
 from tests.support import clean_env, feed_pipe, free_port, mpirun_cmd, outcomes
 

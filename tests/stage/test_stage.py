@@ -31,12 +31,15 @@ from imgprep.cli.commands import cli
 from imgprep.errors import StageError, WaitTimeout
 from imgprep.job.assign import node_shards
 from imgprep.job.world import World
-from imgprep.shards.index import index_folder
+from imgprep.shards.indexing import index_folder
 from imgprep.shards.manifest import Manifest, index_name, read_manifest, write_manifest
 from imgprep.shards.verify import verify
 from imgprep.stage import copier, nodelock
-from imgprep.stage import run as stage
-from imgprep.stage.run import StageOptions, is_staged, plan_node, stage_to_node
+from imgprep.stage import fill as stage
+from imgprep.stage.markers import is_staged
+from imgprep.stage.options import StageOptions
+from imgprep.stage.plan import plan_node
+from imgprep.stage.run import stage_to_node
 from tests.support import (
     clean_env,
     feed_pipe,
@@ -192,15 +195,15 @@ def test_partition_and_replicate_with_explicit_worlds(src: Path, tmp_path: Path,
             starts: list[int] = []
             ticks: list[int] = []
             world = World().with_nodes(nodes, k)
-            s = stage_to_node(StageOptions(src, dst, mode=mode), world, progress=ticks.append,
-                              on_start=starts.append)
+            s = stage_to_node(StageOptions(src=src, dst=dst, mode=mode), world,
+                              progress=ticks.append, on_start=starts.append)
             expected = share_bytes(src, nodes, mode, k)
-            assert s["role"] == "copier" and (s["node_rank"], s["num_nodes"]) == (k, nodes)
-            assert s["bytes_read"] == s["bytes_written"] == expected  # the node's share exactly
+            assert s.role == "copier" and (s.node_rank, s.num_nodes) == (k, nodes)
+            assert s.bytes_read == s.bytes_written == expected  # the node's share exactly
             shard_bytes = share_bytes(src, nodes, mode, k, index=False)  # what the bar counts
             assert starts == [shard_bytes] and sum(ticks) == shard_bytes
-            assert s["shards_skipped"] == 0 and s["shards_copied"] == s["shards_needed"]
-            assert s["manifests"] == [str(dst / "train.json"), str(dst / "val.json")]
+            assert s.shards_skipped == 0 and s.shards_copied == s.shards_needed
+            assert s.manifests == (str(dst / "train.json"), str(dst / "val.json"))
             for split, m in full.items():
                 names = share(src, split, nodes, mode, k)
                 held[split] += names
@@ -227,42 +230,42 @@ def test_partition_and_replicate_with_explicit_worlds(src: Path, tmp_path: Path,
 
     # a rerun has nothing to do, and trusts its done-marker (no source read, no re-hash)
     starts = []
-    s = stage_to_node(StageOptions(src, tmp_path / "partition-0", mode="partition"),
+    s = stage_to_node(StageOptions(src=src, dst=tmp_path / "partition-0", mode="partition"),
                       World().with_nodes(nodes, 0), on_start=starts.append)
-    assert (s["shards_copied"], s["bytes_read"], starts) == (0, 0, [0])
-    assert s["shards_skipped"] == s["shards_needed"]
+    assert (s.shards_copied, s.bytes_read, starts) == (0, 0, [0])
+    assert s.shards_skipped == s.shards_needed
 
 
 def test_other_plan_voids_the_marker_and_drops_stale_shards(src: Path, tmp_path: Path) -> None:
     dst = tmp_path / "dst"
-    part = StageOptions(src, dst, mode="partition", split="train")
+    part = StageOptions(src=src, dst=dst, mode="partition", split="train")
     stage_to_node(part, World().with_nodes(2, 1))
     mine = share(src, "train", 2, "partition", 1)
-    rep = StageOptions(src, dst, mode="replicate", split="train")
+    rep = StageOptions(src=src, dst=dst, mode="replicate", split="train")
     assert is_staged(plan_node(part, World().with_nodes(2, 1)), dst)
     assert not is_staged(plan_node(rep, World()), dst)  # a marker from another plan is void
     assert not is_staged(plan_node(part, World().with_nodes(2, 0)), dst)
 
     s = stage_to_node(rep, World())
-    assert s["role"] == "copier" and s["shards_skipped"] == len(mine)  # re-hashed, then kept
+    assert s.role == "copier" and s.shards_skipped == len(mine)  # re-hashed, then kept
     assert len(final_shards(dst)) == 12
     s = stage_to_node(part, World().with_nodes(2, 1))
-    assert s["shards_skipped"] == len(mine) and s["bytes_read"] == 0
+    assert s.shards_skipped == len(mine) and s.bytes_read == 0
     assert final_shards(dst) == sorted(mine)  # the other node's shards are gone
     assert_verifies(dst)
 
 
 def test_rerun_repairs_a_damaged_dst(src: Path, tmp_path: Path) -> None:
     dst = tmp_path / "dst"
-    opts = StageOptions(src, dst, split="train", jobs=3)
+    opts = StageOptions(src=src, dst=dst, split="train", jobs=3)
     stage_to_node(opts, World().with_nodes(1, 0))
     names = final_shards(dst)
     (dst / names[0]).unlink()
     (dst / names[1]).write_bytes(b"junk")
     (dst / f".tmp-{names[2]}").write_bytes(b"left by a killed copier")
     s = stage_to_node(opts, World().with_nodes(1, 0))
-    assert (s["shards_copied"], s["shards_skipped"]) == (2, 10)
-    assert s["bytes_read"] == sum(e.bytes for e in read_manifest(src, "train").shards[:2])
+    assert (s.shards_copied, s.shards_skipped) == (2, 10)
+    assert s.bytes_read == sum(e.bytes for e in read_manifest(src, "train").shards[:2])
     assert not tmp_leftovers(dst)
     assert_verifies(dst)
 
@@ -273,18 +276,20 @@ def test_error_log_is_staged(src: Path, tmp_path: Path) -> None:
     (s / "train-errors.jsonl").write_text('{"key": "x", "reason": "truncated"}\n')
     write_manifest(s, replace(m, errors=1, error_log="train-errors.jsonl"))
     dst = tmp_path / "dst"
-    stage_to_node(StageOptions(s, dst, mode="partition", split="train"), World().with_nodes(2, 0))
+    stage_to_node(StageOptions(src=s, dst=dst, mode="partition", split="train"),
+                  World().with_nodes(2, 0))
     assert (dst / "train-errors.jsonl").read_bytes() == (s / "train-errors.jsonl").read_bytes()
     assert read_manifest(dst, "train").error_log == "train-errors.jsonl"
     assert_verifies(dst)
 
 
 def test_refuses_odd_sources(src: Path, tmp_path: Path) -> None:
-    stage_fails(StageOptions(src, src), None, "source folder")
+    stage_fails(StageOptions(src=src, dst=src), None, "source folder")
     dst = tmp_path / "dst"
-    stage_to_node(StageOptions(src, dst, mode="partition", split="val"), World().with_nodes(2, 0))
-    stage_fails(StageOptions(dst, tmp_path / "again", split="val"), None, "node 0's manifest",
-                str(dst / "val.json"))
+    stage_to_node(StageOptions(src=src, dst=dst, mode="partition", split="val"),
+                  World().with_nodes(2, 0))
+    stage_fails(StageOptions(src=dst, dst=tmp_path / "again", split="val"), None,
+                "node 0's manifest", str(dst / "val.json"))
 
 
 # ---------------------------------------------------------------------------- launchers
@@ -491,14 +496,14 @@ def test_waiter_reports_its_copiers_failure(src: Path, tmp_path: Path) -> None:
 
 def test_waiter_returns_once_staged(src: Path, tmp_path: Path) -> None:
     dst = tmp_path / "dst"
-    stage_to_node(StageOptions(src, dst), World(0, 2, 0, 2, 0, 1, launcher="torchrun"))
-    s = stage_to_node(StageOptions(src, dst, timeout=5),
+    stage_to_node(StageOptions(src=src, dst=dst), World(0, 2, 0, 2, 0, 1, launcher="torchrun"))
+    s = stage_to_node(StageOptions(src=src, dst=dst, timeout=5),
                       World(1, 2, 1, 2, 0, 1, launcher="torchrun"),
                       progress=lambda n: pytest.fail("a waiter reports no progress"),
                       on_start=lambda n: pytest.fail("a waiter reports no start"))
-    assert (s["role"], s["bytes_read"], s["shards_copied"]) == ("waiter", 0, 0)
+    assert (s.role, s.bytes_read, s.shards_copied) == ("waiter", 0, 0)
     with pytest.raises(WaitTimeout, match="node 0: waited 1 s"):  # another plan's marker
-        stage_to_node(StageOptions(src, dst, verify="size", timeout=1),
+        stage_to_node(StageOptions(src=src, dst=dst, verify="size", timeout=1),
                       World(1, 2, 1, 2, 0, 1, launcher="torchrun"))
 
 
@@ -532,14 +537,14 @@ def test_disk_full_while_writing(src: Path, tmp_path: Path, monkeypatch: pytest.
     monkeypatch.setattr(os, "copy_file_range", full_copy)
     monkeypatch.setattr(copier, "_write_all", full_write)
     dst = tmp_path / "dst"
-    stage_fails(StageOptions(src, dst, split="train", jobs=1), None, "node 0", "disk full",
+    stage_fails(StageOptions(src=src, dst=dst, split="train", jobs=1), None, "node 0", "disk full",
                 name, str(dst), "rerun")
     assert final_shards(dst) == [shard(src, i).name for i in range(3)]
     assert not tmp_leftovers(dst) and not (dst / "train.json").exists()
     assert json.loads((dst / ".imgprep-stage" / "copier.json").read_text())["state"] == "failed"
     monkeypatch.undo()
-    s = stage_to_node(StageOptions(src, dst, split="train", jobs=1), World())
-    assert (s["shards_skipped"], s["shards_copied"]) == (3, 9)
+    s = stage_to_node(StageOptions(src=src, dst=dst, split="train", jobs=1), World())
+    assert (s.shards_skipped, s.shards_copied) == (3, 9)
     assert_verifies(dst)
 
 
@@ -562,7 +567,7 @@ def tiny_disk(tmp_path: Path) -> Iterator[Path]:
 
 def test_real_full_disk(src: Path, tiny_disk: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     dst = tiny_disk / "dst"
-    opts = StageOptions(src, dst, split="train", jobs=1)
+    opts = StageOptions(src=src, dst=dst, split="train", jobs=1)
     stage_fails(opts, None, "node 0", "kB free but", "12 shards", "another --dst")
     assert final_shards(dst) == []  # the check comes before any copy
 
@@ -580,7 +585,7 @@ def test_free_space_check(src: Path, tmp_path: Path, monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(shutil, "disk_usage", lambda p: real(p)._replace(free=123_000))
     dst = tmp_path / "dst"
     need = read_manifest(src, "train").total_bytes
-    stage_fails(StageOptions(src, dst, split="train"), None, "123.00 kB free",
+    stage_fails(StageOptions(src=src, dst=dst, split="train"), None, "123.00 kB free",
                 f"{need / 1e3:.2f} kB (12 shards) still to copy", str(dst))
     assert final_shards(dst) == []
 
@@ -590,7 +595,7 @@ def test_corrupt_source_shard(src: Path, tmp_path: Path) -> None:
     bad = shard(s, 3)
     flip_byte(bad)
     dst = tmp_path / "dst"
-    stage_fails(StageOptions(s, dst, split="train", jobs=2), None, "node 0", str(bad),
+    stage_fails(StageOptions(src=s, dst=dst, split="train", jobs=2), None, "node 0", str(bad),
                 "sha256", "reconvert")
     assert not (dst / bad.name).exists() and not (dst / "train.json").exists()
     assert_no_bad_final(dst, src)
@@ -602,7 +607,7 @@ def test_vanished_source_shard(src: Path, tmp_path: Path) -> None:
     gone = shard(s, 7)
     gone.unlink()
     dst = tmp_path / "dst"
-    stage_fails(StageOptions(s, dst, split="train"), None, "node 0", str(gone), "vanished",
+    stage_fails(StageOptions(src=s, dst=dst, split="train"), None, "node 0", str(gone), "vanished",
                 "train.json")
     assert not (dst / gone.name).exists()
     assert_no_bad_final(dst, src)
@@ -616,7 +621,7 @@ def test_other_os_errors_are_one_line(src: Path, tmp_path: Path,
 
     monkeypatch.setattr(stage, "fsync_dir", eio)
     dst = tmp_path / "dst"
-    stage_fails(StageOptions(src, dst, split="val"), None, "node 0", os.strerror(errno.EIO),
+    stage_fails(StageOptions(src=src, dst=dst, split="val"), None, "node 0", os.strerror(errno.EIO),
                 str(dst), "rerun")
 
 
@@ -626,14 +631,14 @@ def test_size_only_verification(src: Path, tmp_path: Path) -> None:
     s = copy_src(src, tmp_path / "src")
     flip_byte(shard(s, 4))
     dst = tmp_path / "size"
-    stage_to_node(StageOptions(s, dst, split="train", verify="size"), World())
+    stage_to_node(StageOptions(src=s, dst=dst, split="train", verify="size"), World())
     problems = verify(dst, decode=False).problems
     assert problems and all(shard(s, 4).name in p for p in problems)
-    stage_fails(StageOptions(s, tmp_path / "sha", split="train"), None, shard(s, 4).name)
+    stage_fails(StageOptions(src=s, dst=tmp_path / "sha", split="train"), None, shard(s, 4).name)
 
     longer = shard(s, 5)
     longer.write_bytes(longer.read_bytes() + b"\0")
-    stage_fails(StageOptions(s, tmp_path / "size2", split="train", verify="size"), None,
+    stage_fails(StageOptions(src=s, dst=tmp_path / "size2", split="train", verify="size"), None,
                 str(longer), "over", "bytes", "reconvert")
     assert not (tmp_path / "size2" / longer.name).exists()
 
@@ -686,7 +691,7 @@ def test_node_manifest_is_a_valid_manifest(src: Path, tmp_path: Path) -> None:
     there (the source folder can go away)."""
     dst = tmp_path / "dst"
     s = copy_src(src, tmp_path / "src")
-    stage_to_node(StageOptions(s, dst, mode="partition"), World().with_nodes(3, 2))
+    stage_to_node(StageOptions(src=s, dst=dst, mode="partition"), World().with_nodes(3, 2))
     shutil.rmtree(s)
     for split in ("train", "val"):
         m: Manifest = read_manifest(dst, split)
@@ -704,17 +709,17 @@ def test_sample_index_is_staged_and_checked(src: Path, tmp_path: Path) -> None:
     assert entry is not None and entry.name == index_name("train")
     data = (s / entry.name).read_bytes()
     dst = tmp_path / "dst"
-    got = stage_to_node(StageOptions(s, dst, mode="partition", split="train"),
+    got = stage_to_node(StageOptions(src=s, dst=dst, mode="partition", split="train"),
                         World().with_nodes(2, 1))
     assert (dst / entry.name).read_bytes() == data
     assert read_manifest(dst, "train").index == entry
-    assert got["bytes_read"] == share_bytes(s, 2, "partition", 1, ["train"])  # index included
+    assert got.bytes_read == share_bytes(s, 2, "partition", 1, ["train"])  # index included
     assert_verifies(dst)
-    again = stage_to_node(StageOptions(s, dst, mode="partition", split="train"),
+    again = stage_to_node(StageOptions(src=s, dst=dst, mode="partition", split="train"),
                           World().with_nodes(2, 1))
-    assert again["bytes_read"] == 0
+    assert again.bytes_read == 0
 
     flip_byte(s / entry.name, 10)
-    stage_fails(StageOptions(s, tmp_path / "d2", split="train"), None, str(s / entry.name),
+    stage_fails(StageOptions(src=s, dst=tmp_path / "d2", split="train"), None, str(s / entry.name),
                 "sha256", "reconvert")
     assert not (tmp_path / "d2" / entry.name).exists()

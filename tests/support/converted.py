@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from imgprep.convert.run import ConvertOptions, convert
+from imgprep.convert.options import ConvertOptions
+from imgprep.convert.run import convert
 
 TRAIN_TAR = "ILSVRC2012_img_train.tar"
 VAL_TAR = "ILSVRC2012_img_val.tar"
@@ -27,5 +28,5 @@ def convert_sample(source: Path, out: Path, *, train_shards: int | None = None,
                                    labels=(source / VAL_TRUTH,)))
     for opts in runs:
         summary = convert(opts)
-        assert summary["complete"] and not summary["errors"], summary
+        assert summary.complete and not summary.errors, summary
     return out

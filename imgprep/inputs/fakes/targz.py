@@ -19,7 +19,7 @@ from typing import Any
 
 from imgprep.fsutil import atomic_open, ensure_writable_dir
 from imgprep.inputs.fakeset import SampleSpec, sample_set
-from imgprep.shards.writers import tar_header
+from imgprep.shards.tarfmt import tar_header
 
 TRAIN_ARCHIVES = 5
 Member = tuple[str, bytes]  # member name, bytes

@@ -22,7 +22,7 @@ import numpy as np
 from imgprep.fsutil import atomic_open, ensure_writable_dir
 from imgprep.inputs.fakeset import SampleSpec, sample_set
 from imgprep.inputs.synsets import imagenet_classes
-from imgprep.shards.writers import tar_header
+from imgprep.shards.tarfmt import tar_header
 
 PREFIX = "imagenet1k"
 SPLIT_NAMES = {"train": "train", "val": "validation"}

@@ -93,21 +93,21 @@ def _samples(path: Path, fd: int, out: Columns) -> dict[str, _Sample]:
     samples: dict[str, _Sample] = {}
     read_at = functools.partial(os.pread, fd)
     try:
-        for m in tarfmt.walk(read_at, os.fstat(fd).st_size):
-            if m.kind not in tarfmt.FILE_KINDS:
+        for name, kind, _, offset, size, _, _ in tarfmt.walk(read_at, os.fstat(fd).st_size):
+            if kind not in tarfmt.FILE_KINDS:
                 continue
-            why = tarfmt.refusal(m.kind, m.name)
+            why = tarfmt.refusal(kind, name)
             if why is not None:
-                out.errors.append(ListingError(f"{path.name}/{m.name}", f"{why}; refused"))
+                out.errors.append(ListingError(f"{path.name}/{name}", f"{why}; refused"))
                 continue
-            key, ext = sample_key(m.name)
+            key, ext = sample_key(name)
             s = samples.setdefault(key, _Sample())
             if ext in IMAGE_FIELDS and s.image is None:
-                s.image, s.image_name = (m.offset, m.size), m.name
+                s.image, s.image_name = (offset, size), name
             elif ext == "cls":
-                s.cls = (m.offset, m.size)
+                s.cls = (offset, size)
             elif ext == "json":
-                s.json = (m.offset, m.size)
+                s.json = (offset, size)
             else:
                 out.skipped += 1
     except tarfmt.HeaderError as e:

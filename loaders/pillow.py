@@ -1,0 +1,143 @@
+"""The ``pillow`` decoder backend: pillow-simd in persistent DataLoader worker processes.
+
+- Workers (persistent DataLoader processes, ``WorkerStream``) compute their rank's plan
+  themselves from the epoch, the plan's starting positions and the batches to skip, which the
+  backend writes into the ring's counters (``loaders.ring``), and decode their batches (batch
+  b of the pass: the worker of ``(b - skip) % workers``) straight into ring slots; the
+  loader's process copies them out in order (``PillowBackend``).
+- Augmentation draws come from a generator seeded by (seed, epoch, pool, the batch's first
+  position in the epoch's order): any worker count gives the same batches, and resuming at
+  batch k reads and decodes nothing before it.
+- An undecodable sample raises a ``LoaderError`` naming it, or with ``on_error="skip"`` its
+  slot takes a good sample of the same batch (``loaders.backends.stand_ins``) and is counted.
+- ``workers=0`` decodes in the loader's process, batch by batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, IterableDataset, get_worker_info
+
+from loaders.backends import Batch, EncodedSample, Source, stand_ins
+from loaders.common import PAD_LABEL, LoaderError
+from loaders.config import BackendOptions, Config
+from loaders.epochs import PAD, EpochPlan
+from loaders.ring import Ring, is_dead
+from loaders.transforms import SampleError, apply
+
+
+class WorkerStream(IterableDataset):
+    """What each DataLoader worker runs: its batches of the rank's plan, as tagged batches
+    (decoded into its ring slots; yielded whole when running in the main process)."""
+
+    def __init__(self, cfg: Config, ring: Ring, source: Source) -> None:
+        self.cfg, self.ring, self.source = cfg, ring, source
+        self._plan: EpochPlan | None = None
+
+    def _plan_for(self, epoch: int, starts: tuple[int, ...]) -> EpochPlan:
+        p = self._plan
+        if p is None or (p.epoch, p.starts) != (epoch, starts):
+            p = self._plan = self.cfg.plan(epoch, starts)
+        return p
+
+    def __iter__(self) -> Iterator[tuple[int, Any, Any]]:
+        cfg, ring = self.cfg, self.ring
+        info = get_worker_info()
+        w = info.id if info is not None else 0
+        if ring.data is not None:
+            ring.begin(w)
+        generation = ring.generation
+        epoch, starts, skip = ring.epoch()
+        plan = self._plan_for(epoch, starts)
+        made = 0
+        for b in range(skip + w, plan.batches, max(1, cfg.workers)):
+            ring.note(w, b)
+            ids = cfg.slots(plan, b)
+            samples = self.source.fetch(ids[ids != PAD])
+            rng = np.random.default_rng([cfg.seed, plan.epoch, plan.group.pool,
+                                         int(plan.first[b])])
+            if ring.data is None:
+                images = np.empty((len(ids), 3, cfg.transform.size, cfg.transform.size),
+                                  np.uint8)
+                labels = self._decode(samples, rng, images, w)
+                yield b, torch.from_numpy(images), torch.from_numpy(labels)
+                continue
+            if not ring.acquire(w, generation):
+                return  # the main process started over: this iteration is abandoned
+            slot = made % ring.slots
+            labels = self._decode(samples, rng, ring.slot_array(w, slot, len(ids)), w)
+            made += 1
+            yield b, (generation, w, slot, len(ids)), labels.tobytes()  # by value: no fd
+
+    def _decode(self, samples: list[EncodedSample], rng: np.random.Generator,
+                images: np.ndarray, w: int) -> np.ndarray:
+        """Decode and augment ``samples`` into ``images`` (n x 3 x size x size); rows past
+        the samples (``tail="pad"``) are zeroed. Returns the labels, PAD_LABEL for padding."""
+        cfg = self.cfg
+        images[len(samples):] = 0
+        labels = np.full(len(images), PAD_LABEL, dtype=np.int64)
+        bad: list[int] = []
+        for i, sample in enumerate(samples):
+            try:
+                apply(sample.data, cfg.transform, rng, images[i], where=sample.where)
+                labels[i] = sample.label
+            except SampleError as e:
+                if cfg.on_error == "raise":
+                    raise LoaderError(f"rank {cfg.world.rank}: {e}; {self.source.fix}, or "
+                                      "load with on_error='skip'") from e
+                bad.append(i)
+        if bad:
+            self.ring.add_skipped(w, len(bad))
+            for b, g in stand_ins(len(samples), bad).items():  # a good sample takes the slot
+                images[b] = images[g] if g >= 0 else 0
+                labels[b] = labels[g] if g >= 0 else PAD_LABEL
+        return labels
+
+
+class PillowBackend:
+    """The ``pillow`` backend: persistent DataLoader workers decode their batches
+    (``WorkerStream``) into the ring's shared-memory slots; the loader's process copies them
+    out in order."""
+
+    def __init__(self, cfg: Config, source: Source, options: BackendOptions) -> None:
+        if options.device != "cpu":
+            raise ValueError(f"device={options.device!r}: the pillow backend decodes on the "
+                             "CPU (DeviceLoader moves its batches); device='gpu' needs "
+                             "backend='dali'")
+        self.pin, prefetch_factor = options.pin, options.prefetch_factor
+        # prefetch_factor batches in flight per worker, one being decoded, one spare
+        self.ring = Ring(cfg.workers, prefetch_factor + 2, cfg.batch_size,
+                         cfg.transform.size, pools=options.pools)
+        self.loader = DataLoader(
+            WorkerStream(cfg, self.ring, source), batch_size=None, num_workers=cfg.workers,
+            persistent_workers=cfg.workers > 0, pin_memory=self.pin and cfg.workers == 0,
+            prefetch_factor=prefetch_factor if cfg.workers > 0 else None)
+        self.workers = cfg.workers
+
+    @property
+    def skipped(self) -> int:
+        return self.ring.skipped()
+
+    @property
+    def pids(self) -> tuple[int, ...]:
+        return tuple(self.ring.pid(w) for w in range(self.workers))
+
+    def run(self, plan: EpochPlan, skip: int) -> Iterator[Batch]:
+        self.ring.set_epoch(plan.epoch, plan.starts, skip)
+        generation = self.ring.new_iteration()  # workers of an abandoned iteration stop
+        return self.ring.in_order(self.loader, generation, self.pin, skip)
+
+    def dead(self, plan: EpochPlan, describe: Callable[[EpochPlan, int], str]) -> str:
+        """'worker 1 (pid 123, making batch 4 …)' for the workers whose recorded pids have
+        exited."""
+        dead = []
+        for w in range(self.workers):
+            pid = self.ring.pid(w)
+            if is_dead(pid):
+                b = self.ring.making(w)
+                dead.append(f"worker {w} (pid {pid}, making batch {b}{describe(plan, b)})")
+        return "; ".join(dead)

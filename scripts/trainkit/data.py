@@ -1,0 +1,64 @@
+"""The trainer's data: staging into ``--data``, the train and val loaders, and the warning
+when there is no val split to validate on.
+
+Both loaders decode with the same backend; the val one center-crops ``--image-size`` from the
+image resized by 256/224, as the usual ImageNet evaluation does. Normalisation is not theirs:
+the trainer normalises every split on the device with the run's one mean and std
+(``trainkit.runconfig``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+
+import torch
+
+from imgprep import World
+from imgprep.shards.manifest import manifest_path
+from loaders import Loader, TrainTransform, ValTransform, make_loader
+
+logger = logging.getLogger("train_imagenet")
+
+
+def stage(args: argparse.Namespace, world: World) -> None:
+    """Copy --stage-from into --data, one copier per node (the others wait for it)."""
+    from imgprep import StageOptions, stage_to_node
+
+    stage_to_node(StageOptions(src=args.stage_from, dst=args.data, mode=args.stage_mode,
+                               timeout=args.timeout, fanout=args.fanout), world)
+
+
+def no_val_warning(data: Path, stage_from: Path | None) -> str:
+    """Training goes on without validation; val is to be converted where the data comes
+    from: --stage-from (staging copies every split it holds), else --data."""
+    head = f"{data} has no val split (no val.json"
+    fix = "training without validation; make one with imgprep convert ILSVRC2012_img_val.tar"
+    if stage_from is None:
+        return f"{head}): {fix} -o {data} --labels <ground truth>"
+    return (f"{head}; it is staged from {stage_from}, which has none): {fix} -o {stage_from} "
+            "--labels <ground truth>, and the next run stages it")
+
+
+def loader_backend(args: argparse.Namespace, device: torch.device) -> dict[str, str]:
+    """--loader-backend and where it decodes: DALI on the training GPU, else the CPU."""
+    gpu = args.loader_backend == "dali" and device.type == "cuda"
+    return {"backend": args.loader_backend, "device": "gpu" if gpu else "cpu"}
+
+
+def make_loaders(args: argparse.Namespace, world: World, workers: int,
+                 backend: dict[str, str]) -> tuple[Loader, Loader | None]:
+    """The train loader, and the val loader unless --no-validate or there is no val split."""
+    train_loader = make_loader(args.data, "train", world, args.batch_size, workers,
+                               args.seed, transform=TrainTransform(size=args.image_size),
+                               backend=backend["backend"], device=backend["device"])
+    no_val = args.data.is_dir() and not manifest_path(args.data, "val").exists()
+    if args.validate and no_val and world.rank == 0:
+        logger.warning(no_val_warning(args.data, args.stage_from))
+    if not args.validate or no_val:
+        return train_loader, None
+    val = ValTransform(size=args.image_size, resize=round(args.image_size * 256 / 224))
+    return train_loader, make_loader(args.data, "val", world, args.batch_size, workers,
+                                     args.seed, transform=val, backend=backend["backend"],
+                                     device=backend["device"])
