@@ -11,6 +11,7 @@ from imgprep.errors import SourceFormatError
 from imgprep.inputs.fakes.wds import shard_bytes, shard_name
 from imgprep.inputs.forms import ListContext, detect, list_split
 from imgprep.inputs.forms import wds as form
+from imgprep.inputs.sources import Listing
 from tests.support import tar_bytes
 
 
@@ -20,7 +21,7 @@ def _shard(folder: Path, name: str, members: list[tuple[str, bytes]]) -> Path:
     return folder / name
 
 
-def _listing(path: Path, split: str | None = None):  # type: ignore[no-untyped-def]
+def _listing(path: Path, split: str | None = None) -> Listing:
     found = detect(path)
     assert found.form == "wds"
     s = found.split(split) if split else found.splits[0]
