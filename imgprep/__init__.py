@@ -45,22 +45,45 @@ __version__ = "0.1.0"
 _LAZY = {
     "World": "imgprep.job.world",
     "detect": "imgprep.job.world",
+    "node_shards": "imgprep.job.assign",
+    "read_limits": "imgprep.job.cpus",
+    "Rendezvous": "imgprep.job.rendezvous",
+    "RendezvousError": "imgprep.job.rendezvous",
+    "rendezvous": "imgprep.job.rendezvous",
     "ConvertOptions": "imgprep.convert.options",
     "TransformOptions": "imgprep.convert.options",
     "ConvertSummary": "imgprep.convert.summary",
     "convert_splits": "imgprep.convert.run",
     "StageOptions": "imgprep.stage.options",
     "stage_to_node": "imgprep.stage.run",
-    "verify": "imgprep.shards.verify",
+    "ClassTable": "imgprep.inputs.synsets",
+    "imagenet_classes": "imgprep.inputs.synsets",
+    "make_sample": "imgprep.inputs.fakeset",
+    "Manifest": "imgprep.shards.manifest",
+    "ShardEntry": "imgprep.shards.manifest",
+    "manifest_path": "imgprep.shards.manifest",
     "read_manifest": "imgprep.shards.manifest",
+    "index_folder": "imgprep.shards.indexing",
+    "pil_info": "imgprep.shards.info",
+    "verify": "imgprep.shards.verify",
+    "atomic_open": "imgprep.fsutil",
+    "write_bytes_atomic": "imgprep.fsutil",
 }
 
 if TYPE_CHECKING:
     from imgprep.convert.options import ConvertOptions, TransformOptions
     from imgprep.convert.run import convert_splits
     from imgprep.convert.summary import ConvertSummary
+    from imgprep.fsutil import atomic_open, write_bytes_atomic
+    from imgprep.inputs.fakeset import make_sample
+    from imgprep.inputs.synsets import ClassTable, imagenet_classes
+    from imgprep.job.assign import node_shards
+    from imgprep.job.cpus import read_limits
+    from imgprep.job.rendezvous import Rendezvous, RendezvousError, rendezvous
     from imgprep.job.world import World, detect
-    from imgprep.shards.manifest import read_manifest
+    from imgprep.shards.indexing import index_folder
+    from imgprep.shards.info import pil_info
+    from imgprep.shards.manifest import Manifest, ShardEntry, manifest_path, read_manifest
     from imgprep.shards.verify import verify
     from imgprep.stage.options import StageOptions
     from imgprep.stage.run import stage_to_node
@@ -75,9 +98,12 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
-    "ConvertOptions", "ConvertSummary", "ImageError", "ImgprepError", "InputMissingError",
-    "LabelError", "ManifestError", "OutputError", "OutputExistsError", "ShardError",
+    "ClassTable", "ConvertOptions", "ConvertSummary", "ImageError", "ImgprepError",
+    "InputMissingError", "LabelError", "Manifest", "ManifestError", "OutputError",
+    "OutputExistsError", "Rendezvous", "RendezvousError", "ShardEntry", "ShardError",
     "SourceFormatError", "StageError", "StageOptions", "TransformOptions", "UnsafeArchiveError",
-    "WaitTimeout", "World", "WorldError", "__version__", "convert_splits", "detect",
-    "read_manifest", "stage_to_node", "verify",
+    "WaitTimeout", "World", "WorldError", "__version__", "atomic_open", "convert_splits",
+    "detect", "imagenet_classes", "index_folder", "make_sample", "manifest_path", "node_shards",
+    "pil_info", "read_limits", "read_manifest", "rendezvous", "stage_to_node", "verify",
+    "write_bytes_atomic",
 ]

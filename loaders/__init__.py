@@ -16,7 +16,8 @@ from loaders.backends import BACKENDS
 from loaders.common import PAD_LABEL, Loader, LoaderError, refuse_unlabelled, worker_count
 from loaders.config import LoaderOptions
 from loaders.device import DeviceLoader, normalize
-from loaders.labellist import LabelListLoader
+from loaders.epochs import PAD, job_summary, plan_epoch
+from loaders.labellist import LabelListLoader, read_label_list
 from loaders.shards import ShardLoader
 from loaders.transforms import TrainTransform, Transform, ValTransform
 
@@ -79,6 +80,7 @@ def make_loader(data: str | Path, split: str, world: World, batch_size: int,
                            backend=backend, device=device)
 
 
-__all__ = ["BACKENDS", "PAD_LABEL", "DeviceLoader", "LabelListLoader", "Loader", "LoaderError",
-           "LoaderOptions", "ShardLoader", "TrainTransform", "Transform", "ValTransform",
-           "make_loader", "normalize", "worker_count"]
+__all__ = ["BACKENDS", "PAD", "PAD_LABEL", "DeviceLoader", "LabelListLoader", "Loader",
+           "LoaderError", "LoaderOptions", "ShardLoader", "TrainTransform", "Transform",
+           "ValTransform", "job_summary", "make_loader", "normalize", "plan_epoch",
+           "read_label_list", "worker_count"]

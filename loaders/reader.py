@@ -19,10 +19,9 @@ from pathlib import Path
 
 import numpy as np
 
-from imgprep.shards.writers import header_bytes
+from imgprep.shards.tarfmt import BLOCK, HeaderError, checksum_ok, header_bytes, octal
 from loaders.common import LoaderError
 
-BLOCK = 512
 GAP = 64 << 10  # read across a gap this small rather than make another call
 MAX_READ = 8 << 20
 MAX_OPEN = 64  # shard files a reader keeps open
@@ -136,8 +135,11 @@ class Reader:
         named = len(raw) >= 100 or raw.endswith(b"." + ext.encode())  # 100: a pax name
         if named and raw.isascii() and h == header_bytes(raw.decode("ascii"), size):
             return key  # byte for byte the header imgprep writes for this name and size
-        ok = sum(h[:148]) + 256 + sum(h[156:]) == _octal(h[148:156])
-        if not ok or _octal(h[124:136]) != size or not named:
+        try:
+            ok = named and checksum_ok(h) and octal(h[124:136]) == size
+        except HeaderError:
+            ok = False
+        if not ok:
             raise LoaderError(
                 f"rank {self.rank}: {shard}: the tar header at byte {base + at - BLOCK} is not the "
                 f"{ext} member of {size} bytes the sample index names: the shard changed "
@@ -166,12 +168,3 @@ def _runs(shard: np.ndarray, lo: np.ndarray, hi: np.ndarray
         runs.append((run, start, end))
     return runs
 
-
-def _octal(field: bytes) -> int:
-    if field[:1] and field[0] & 0x80:
-        return int.from_bytes(field[1:], "big")
-    text = field.split(b"\0", 1)[0].strip()
-    try:
-        return int(text, 8) if text else 0
-    except ValueError:
-        return -1

@@ -2,7 +2,7 @@
 labels, and ``imgprep/inputs/data/ilsvrc2012_devkit_ids.txt``, the 2012 devkit's ID -> wnid map.
 
 The file holds 50,000 little-endian uint16: item n-1 is the class of ``ILSVRC2012_val_%08d``
-n, as its index in the sorted list of the 1000 wnids (``imgprep/data/synset_words.txt``).
+n, as its index in the sorted list of the 1000 wnids (``imgprep/inputs/data/synset_words.txt``).
 It is made from Caffe's ``val.txt`` (``caffe_ilsvrc12.tar.gz``, ``name index`` a line,
 0-based sorted-wnid index) and refused unless it agrees line for line with the devkit form
 (``ILSVRC2012_validation_ground_truth.txt``, devkit IDs mapped to wnids by
@@ -28,11 +28,14 @@ from pathlib import Path
 
 import numpy as np
 
-from imgprep.fsutil import write_bytes_atomic
+from imgprep import imagenet_classes, write_bytes_atomic
+from imgprep.inputs import devkit, synsets
 from imgprep.inputs.devkit import DEVKIT_IDS_FILE
-from imgprep.inputs.synsets import VAL_IMAGES, VAL_LABELS_FILE, imagenet_classes
+from imgprep.inputs.synsets import VAL_IMAGES, VAL_LABELS_FILE
 
 REPO = Path(__file__).resolve().parents[1]
+OUT = Path(synsets.__file__).resolve().parent / VAL_LABELS_FILE  # beside the module reading it
+DEVKIT_OUT = Path(devkit.__file__).resolve().parent / DEVKIT_IDS_FILE
 NAME = re.compile(r"^ILSVRC2012_val_(\d{8})(?:\.JPEG)?$")
 
 
@@ -80,9 +83,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--meta", type=Path,
                     default=REPO.parent / "shared" / "data" / "imagenet-sample" / "meta")
-    ap.add_argument("--out", type=Path, default=REPO / "imgprep" / "inputs" / VAL_LABELS_FILE)
-    ap.add_argument("--devkit-out", type=Path,
-                    default=REPO / "imgprep" / "inputs" / DEVKIT_IDS_FILE)
+    ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--devkit-out", type=Path, default=DEVKIT_OUT)
     args = ap.parse_args(argv)
     classes = imagenet_classes()
     index = {w: i for i, w in enumerate(classes.wnids)}

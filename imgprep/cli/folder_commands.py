@@ -136,7 +136,7 @@ def index_cmd(folder: Path, split: str | None, dali: bool, quiet: bool, as_json:
     with it when the manifest names them, and written with --dali. convert writes both
     already: this is for older conversions or after an index was lost or damaged.
     """
-    from imgprep.shards.index import index_folder
+    from imgprep.shards.indexing import index_folder
 
     try:
         done = index_folder(folder, split, dali)

@@ -25,7 +25,7 @@ from imgprep.convert.tasks import ListedImage, Plan, Task, TaskResult
 from imgprep.errors import ImageError
 from imgprep.fsutil import write_bytes_atomic
 from imgprep.inputs.sources import SourceReader
-from imgprep.shards.index import layout_path, save_layout
+from imgprep.shards.indexing import layout_path, save_layout
 from imgprep.shards.manifest import ShardEntry
 from imgprep.shards.writers import ShardWriter, write_list_image
 

@@ -30,7 +30,7 @@ from imgprep.errors import WaitTimeout
 from imgprep.fsutil import sha256_file, sweep_tmp, write_json_atomic
 from imgprep.job.assign import balanced_split, node_shards
 from imgprep.job.world import World
-from imgprep.shards.index import layout_path
+from imgprep.shards.indexing import layout_path
 from imgprep.shards.manifest import SHARD_NAME_RE, NodeSection
 
 WAIT_POLL_S = 0.5

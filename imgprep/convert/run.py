@@ -90,7 +90,7 @@ def convert_splits(opts: ConvertOptions, world: World | None = None,
     try:
         parts = split_inputs(opts, warn=is_finaliser(opts, world))
         ensure_writable_dir(opts.out)
-        plans = [make_plan(o, origin=opts) for o in parts]
+        plans = [make_plan(o, origin=opts, rank=world.rank) for o in parts]
         check_trust(opts, [p.label_source for p in plans])
         created[:0] = [p.state_dir for p in plans if not p.state_dir.exists()]
         if len({p.split for p in plans}) < len(plans):

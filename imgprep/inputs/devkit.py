@@ -9,33 +9,40 @@ order); ``data/meta.mat`` maps them to wnids. That map never changes, and the 20
 truth alone needs neither file, and nothing reads ``meta.mat``. A ``map_clsloc.txt`` given
 anyway must agree with it line for line.
 
-The archive is read as a stream through its decompressor (``tarfile`` stream mode): nothing is
+The archive is read as a stream through its decompressor (``gzip``, also ``bz2`` or ``lzma``,
+or none) by the tar format's stream walk (``imgprep.shards.tarfmt.iter_stream``): nothing is
 extracted and no member is opened by a name it gives; only the ground-truth member's bytes are
-kept. A member named absolutely or with ``..``, or a ground-truth member that is a link or
-device, refuses the archive.
+kept. A member that must not be read (a link, a device, a name that is absolute or holds
+``..``) refuses the archive, naming it.
 """
 
 from __future__ import annotations
 
+import bz2
 import functools
+import gzip
 import hashlib
+import lzma
 import posixpath
-import tarfile
-import zlib
+from collections.abc import Callable, Iterable
 from importlib import resources
 from pathlib import Path
+from typing import IO, Any
 
 from imgprep.errors import InputMissingError, LabelError, UnsafeArchiveError
 from imgprep.inputs.reader import TextFile
 from imgprep.inputs.synsets import imagenet_classes
+from imgprep.shards.tarfmt import StreamMember, iter_stream
 
 # Line n: the wnid of ILSVRC2012_ID n. Made by scripts/make_val_labels.py from map_clsloc.txt.
 DEVKIT_IDS_FILE = "data/ilsvrc2012_devkit_ids.txt"
 DEVKIT_IDS_SHA256 = "e85e4969a881deb8a8ba329357d033f7a664de8f1e099f593ad723bcf79bbfe5"
 GROUND_TRUTH = "ILSVRC2012_validation_ground_truth.txt"  # the devkit's ground-truth member
 MAX_GROUND_TRUTH = 1 << 20  # bytes; the real member is 50,000 short lines (~190 KB)
-# Magic bytes of the archives --labels may name: gzip, bzip2, xz, and a tar's "ustar" at 257.
-COMPRESSED_MAGIC = (b"\x1f\x8b", b"BZh", b"\xfd7zXZ\x00")
+MAX_MEMBER = 64 << 20  # a member read into memory on the way; larger ones are skipped unread
+# The decompressor of each archive --labels may name, by its magic bytes; a tar's "ustar" at 257.
+OPENERS: dict[bytes, Callable[..., Any]] = {  # gzip.open … (overloaded: typed loosely)
+    b"\x1f\x8b": gzip.open, b"BZh": bz2.open, b"\xfd7zXZ\x00": lzma.open}
 USTAR = (257, b"ustar")
 
 
@@ -94,58 +101,57 @@ def is_archive(path: Path) -> bool:
             head = f.read(USTAR[0] + len(USTAR[1]))
     except OSError:
         return False  # the reader names the error
-    return head.startswith(COMPRESSED_MAGIC) or head[USTAR[0]:] == USTAR[1]
+    return head.startswith(tuple(OPENERS)) or head[USTAR[0]:] == USTAR[1]
 
 
-def _checked(path: Path, member: tarfile.TarInfo) -> bool:
-    """Whether ``member`` is the ground truth; refuses names that escape the archive."""
-    name = member.name
-    if name.startswith("/") or ".." in name.split("/"):
-        raise UnsafeArchiveError(f"{path}: member {name!r} is named outside the archive; it is "
-                                 "not the ILSVRC2012 devkit: re-download it from image-net.org")
-    if posixpath.basename(name.rstrip("/")) != GROUND_TRUTH:
-        return False
-    if not member.isfile():
-        raise UnsafeArchiveError(f"{path}: member {name} is a link or device, not the ground "
-                                 "truth; re-download the devkit from image-net.org")
-    if member.size > MAX_GROUND_TRUTH:
-        raise LabelError(f"{path}: member {name} is {member.size} bytes, far more than the "
-                         f"devkit's ground truth; pass the {GROUND_TRUTH} you mean instead")
-    return True
+def _open(path: Path) -> IO[bytes]:
+    """``path`` opened through its decompressor (none for a plain tar)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(8)
+        opener = next((o for magic, o in OPENERS.items() if head.startswith(magic)), open)
+        return opener(path, "rb")
+    except OSError as e:
+        raise InputMissingError(f"cannot read ground truth {path}: {e.strerror}") from e
+
+
+def _ground_truths(path: Path, members: Iterable[StreamMember]) -> tuple[list[StreamMember], int]:
+    """The members named ``GROUND_TRUTH``, and how many members there are; refuses a member
+    that must not be read, and a ground truth too large to be the devkit's."""
+    found, count = [], 0
+    for m in members:
+        count += 1
+        truth = posixpath.basename(m.name) == GROUND_TRUTH
+        if m.data is None and (truth or m.size <= MAX_MEMBER):  # not merely too large to keep
+            raise UnsafeArchiveError(f"{path}: member {m.name} {m.refused}; it is not the "
+                                     "ILSVRC2012 devkit as image-net.org ships it: re-download it")
+        if truth and m.size > MAX_GROUND_TRUTH:
+            raise LabelError(f"{path}: member {m.name} is {m.size} bytes, far more than the "
+                             f"devkit's ground truth; pass the {GROUND_TRUTH} you mean instead")
+        if truth:
+            found.append(m)
+    return found, count
 
 
 def archive_ground_truth(path: Path) -> list[str]:
     """The lines of the devkit ground truth inside the archive ``path``
-    (``ILSVRC2012_devkit_t12.tar.gz``, or the tar uncompressed), read as a stream."""
-    try:
-        f = open(path, "rb")
-    except OSError as e:
-        raise InputMissingError(f"cannot read ground truth {path}: {e.strerror}") from e
-    found: list[tuple[str, bytes]] = []
-    names = 0
-    try:
-        with f, tarfile.open(fileobj=f, mode="r|*") as tf:
-            for member in tf:
-                names += 1
-                if _checked(path, member):
-                    data = tf.extractfile(member)
-                    found.append((member.name, data.read() if data is not None else b""))
-    except (tarfile.TarError, EOFError, zlib.error, OSError) as e:
-        raise LabelError(f"{path} is an archive that cannot be read to its end ({e}): it is "
-                         "truncated or damaged; re-download it") from e
+    (``ILSVRC2012_devkit_t12.tar.gz``, or the tar uncompressed), read as a stream. A damaged
+    or truncated archive is a SourceFormatError naming it (``iter_stream``)."""
+    with _open(path) as f:
+        found, count = _ground_truths(path, iter_stream(f, str(path), max_size=MAX_MEMBER))
     if len(found) != 1:
-        what = f"{len(found)} members named {GROUND_TRUTH} ({', '.join(n for n, _ in found)})" \
-            if found else f"no {GROUND_TRUTH} among its {names} members"
+        what = f"{len(found)} members named {GROUND_TRUTH} ({', '.join(m.name for m in found)})" \
+            if found else f"no {GROUND_TRUTH} among its {count} members"
         raise LabelError(f"{path} holds {what}; pass ILSVRC2012_devkit_t12.tar.gz as "
                          f"image-net.org ships it, or the ground-truth file itself")
+    member = found[0]
     try:
-        text = found[0][1].decode("utf-8-sig")
+        text = (member.data or b"").decode("utf-8-sig")
     except UnicodeDecodeError as e:
-        raise LabelError(f"{path}: member {found[0][0]} is not text; re-download the "
+        raise LabelError(f"{path}: member {member.name} is not text; re-download the "
                          "devkit") from e
     lines = text.splitlines()
     if not all(ln.strip().isdigit() for ln in lines if ln.strip()):
-        raise LabelError(f"{path}: member {found[0][0]} does not hold one devkit ID a line; "
+        raise LabelError(f"{path}: member {member.name} does not hold one devkit ID a line; "
                          "re-download the devkit")
     return lines
-

@@ -30,7 +30,7 @@ from imgprep.errors import SourceFormatError
 from imgprep.fsutil import atomic_open, ensure_writable_dir, write_bytes_atomic
 from imgprep.inputs.devkit import devkit_map
 from imgprep.inputs.synsets import ClassTable, imagenet_classes, imagenet_val_labels
-from imgprep.shards.writers import tar_header
+from imgprep.shards.tarfmt import tar_header
 
 SIZES = ((500, 375), (375, 500), (500, 333), (500, 500), (640, 480), (1600, 1200), (120, 90))
 

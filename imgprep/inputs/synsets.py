@@ -134,7 +134,7 @@ def imagenet_val_labels() -> np.ndarray:
     """The published label of every ILSVRC2012 validation image: item n-1 is the class index
     (in ``imagenet_classes()``) of ``ILSVRC2012_val_%08d`` n. Refused (LabelError) when the
     packaged file is not the one recorded here."""
-    where = f"imgprep/{VAL_LABELS_FILE}"
+    where = f"imgprep/inputs/{VAL_LABELS_FILE}"
     try:
         data = resources.files("imgprep.inputs").joinpath(VAL_LABELS_FILE).read_bytes()
     except OSError as e:

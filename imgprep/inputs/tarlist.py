@@ -1,11 +1,11 @@
 """Listing one tar in place: every member's name, data offset and size, nothing extracted.
 
-A tar is listed with ``imgprep.inputs.tarscan`` (a few microseconds a member) and, when that leaves
-it to ``tarfile`` (links, long names, damage …), with ``tarfile`` itself, whose answer is the
-reference. The class tars inside an outer train tar, or in a folder, are separate ``TarJob``s
+A tar is listed with ``imgprep.inputs.tarscan`` (a few microseconds a member) and, when that
+leaves it to ``tarfile`` (links, long names, damage …), with ``tarfile`` itself, whose answer is
+the reference. The class tars inside an outer train tar, or in a folder, are separate ``TarJob``s
 that ``run_jobs`` lists on forked processes and returns in order, so the listing is the same
 for any number of processes. Members that must not be read (links, devices, names escaping
-the archive) are refused and recorded as errors.
+the archive: ``imgprep.shards.tarfmt.refusal``) are refused and recorded as errors.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from __future__ import annotations
 import io
 import multiprocessing as mp
 import os
-import posixpath
 import tarfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -21,13 +20,14 @@ from typing import Any
 
 import numpy as np
 
-from imgprep.errors import SourceFormatError, UnsafeArchiveError
+from imgprep.errors import SourceFormatError
 from imgprep.inputs import tarscan
 from imgprep.inputs.keys import member_key
 from imgprep.inputs.keys import sanitize_key as sanitize_key  # re-exported
 from imgprep.inputs.synsets import WNID_RE
 from imgprep.job.cpus import rank_cores, read_limits
 from imgprep.procs import die_with_parent
+from imgprep.shards.tarfmt import FOLDER, REGULAR, refusal
 
 IMAGE_EXTS = (".jpeg", ".jpg", ".png")
 COLUMN_TYPES: dict[str, Any] = {"container": np.int32, "offset": np.int64, "size": np.int64,
@@ -139,25 +139,12 @@ def is_image_name(name: str) -> bool:
     return name.lower().endswith(IMAGE_EXTS)
 
 
-def check_name(name: str, archive: str) -> None:
-    """Refuse member names that a careless extractor would write outside the archive."""
-    if ".." not in name and name[:1] != "/" and name[1:2] != ":":
-        return  # the usual case, decided without normpath
-    where = f"{archive}: member {name!r}"
-    if name.startswith("/") or (len(name) > 1 and name[1] == ":"):
-        raise UnsafeArchiveError(f"{where} has an absolute name; refused")
-    if ".." in posixpath.normpath(name).split("/"):
-        raise UnsafeArchiveError(f"{where} escapes the archive with '..'; refused")
-
-
-def check_member(m: tarfile.TarInfo, archive: str) -> None:
-    """Refuse members that a careless extractor would turn into an attack."""
-    check_name(m.name, archive)
-    where = f"{archive}: member {m.name!r}"
-    if m.issym() or m.islnk():
-        raise UnsafeArchiveError(f"{where} is a link (to {m.linkname!r}); refused")
-    if m.ischr() or m.isblk() or m.isfifo():
-        raise UnsafeArchiveError(f"{where} is a device or fifo; refused")
+def refused(kind: bytes, name: str, archive: str) -> str | None:
+    """What is recorded for member ``name`` (tar type ``kind``) of ``archive`` when it must
+    not be read (``tarfmt.refusal``: links, devices, fifos, sparse files, names escaping the
+    archive), or None."""
+    why = refusal(kind, name)
+    return None if why is None else f"{archive}: member {name!r} {why}; refused"
 
 
 def _iter_members(tf: tarfile.TarFile) -> Iterator[tarfile.TarInfo]:
@@ -240,11 +227,10 @@ class _Tar:
         count = 0
         member = self.member
         for name, offset_data, size, is_file in entries:
-            if ".." in name or name[:1] == "/" or name[1:2] == ":":
-                try:
-                    check_name(name, self.job.label)
-                except UnsafeArchiveError as e:
-                    self.cols.errors.append(ListingError(f"{self.job.prefix}{name}", str(e)))
+            if ".." in name or name[:1] == "/" or name[1:2] == ":":  # decided without a call
+                why = refused(REGULAR if is_file else FOLDER, name, self.job.label)
+                if why is not None:
+                    self.cols.errors.append(ListingError(f"{self.job.prefix}{name}", why))
                     continue
             if is_file:
                 member(name, offset_data, size)
@@ -259,10 +245,9 @@ class _Tar:
         count = 0
         try:
             for m in _iter_members(tf):
-                try:
-                    check_member(m, job.label)
-                except UnsafeArchiveError as e:
-                    cols.errors.append(ListingError(f"{job.prefix}{m.name}", str(e)))
+                why = refused(b"S" if m.issparse() else m.type, m.name, job.label)
+                if why is not None:
+                    cols.errors.append(ListingError(f"{job.prefix}{m.name}", why))
                     continue
                 if not m.isfile():
                     continue

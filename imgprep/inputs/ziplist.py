@@ -26,9 +26,10 @@ from pathlib import Path
 
 import numpy as np
 
-from imgprep.errors import SourceFormatError, UnsafeArchiveError
+from imgprep.errors import SourceFormatError
 from imgprep.inputs.reader import LOCAL_HEADER, ZIP_DEFLATED, ZIP_STORED, ArchiveMember
-from imgprep.inputs.tarlist import IMAGE_EXTS, ListingError, check_name
+from imgprep.inputs.tarlist import IMAGE_EXTS, ListingError, refused
+from imgprep.shards.tarfmt import REGULAR
 
 ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")  # a first local header, or an empty archive
 METHODS = {zipfile.ZIP_STORED: ZIP_STORED, zipfile.ZIP_DEFLATED: ZIP_DEFLATED}
@@ -73,10 +74,9 @@ def is_zip(path: Path) -> bool:
 def _refusal(info: zipfile.ZipInfo, archive: str) -> str | None:
     """Why the member ``info`` must not be read, or None."""
     name = info.orig_filename
-    try:
-        check_name(name, archive)
-    except UnsafeArchiveError as e:
-        return str(e)
+    unsafe = refused(REGULAR, name, archive)
+    if unsafe is not None:
+        return unsafe
     kind = stat.S_IFMT(info.external_attr >> 16)  # 0: no type recorded (a file)
     usual = info.compress_type in METHODS and not info.flag_bits & 0x1 and (
         info.create_system != 3 or kind in (0, stat.S_IFREG, stat.S_IFDIR))

@@ -1,5 +1,7 @@
-"""DALI index files: one per shard, so that ``nvidia.dali.fn.readers.webdataset`` opens a
-conversion without scanning every tar first.
+"""DALI index files, an adapter over the sample index: one per shard, so that
+``nvidia.dali.fn.readers.webdataset`` opens a conversion without scanning every tar first.
+Everything about them is here: their format, names, writing, checking and the paths DALI's
+reader takes; the rest of imgprep asks this module.
 
 DALI's reader takes one index file per tar (``index_paths=``, in the order of ``paths=``);
 without them it warns ("Index file not provided, it may take some time to infer it") and
@@ -13,10 +15,11 @@ size in bytes, the member's file name), all separated by single spaces::
     cls 17920 3 n02_7.cls jpg 18944 16370 n02_7.jpg json 35840 166 n02_7.json
 
 The file is named like the shard up to its first dot, plus ``.idx`` (``train-000000.idx``),
-the name ``wds2idx`` picks by default. It is a function of the sample index
-(``imgprep.shards.index``: offsets, sizes, extensions) and the samples' keys, which the shard
-writer and the tar headers know: ``convert`` writes it from the layouts it kept (no tar is
-read again), ``imgprep index --dali`` from the tar headers, and stage-to-node makes it on the
+the name ``wds2idx`` picks by default. It is a function of a shard's layout in the sample
+index (``imgprep.shards.layout``, ``imgprep.shards.index``: offsets, sizes, extensions) and the
+samples' keys, which the shard writer and the tar headers know: ``convert`` writes it from the
+layouts it kept (no tar is read again), ``imgprep index --dali`` from the tar headers (both
+through ``imgprep.shards.indexing``), and stage-to-node makes it on the
 node from the copied sample index and one header a sample of the copied shard (the file
 server is not read for it, fan-out or not). The manifest's ``index`` says ``"dali": "v1.2"``
 when the shards have theirs; verify then checks each against the sample index and the keys.
@@ -36,7 +39,8 @@ from pathlib import Path
 
 from imgprep.errors import ManifestError
 from imgprep.fsutil import fsync_dir, write_bytes_atomic
-from imgprep.shards.index import Layout, read_index, sample_keys
+from imgprep.shards.index import read_index
+from imgprep.shards.layout import Layout, sample_keys
 from imgprep.shards.manifest import Manifest, ShardEntry, read_manifest
 
 VERSION = "v1.2"
@@ -113,9 +117,15 @@ def sync_shards(folder: Path, m: Manifest, shards: Sequence[ShardEntry], jobs: i
     return len(keep)
 
 
-def idx_problem(folder: Path, shard_name: str, layout: Layout) -> str | None:
-    """Why the DALI index of shard ``shard_name`` in ``folder`` is not the one ``layout``
-    (with its keys) gives, naming the file, the first line that differs and the fix."""
+def idx_problem(folder: Path, shard_name: str, tar: Layout,
+                index: Layout | None = None) -> str | None:
+    """Why the DALI index of shard ``shard_name`` in ``folder`` is not the one it must be,
+    naming the file, the first line that differs and the fix: the layout the sample index
+    gives (``index``) with the keys of the tar's (``tar``), or the tar's own where the sample
+    index is unusable (None, or another sample count)."""
+    layout = tar
+    if index is not None and index.samples == tar.samples:
+        layout = replace(index, keys=tar.keys)
     path = folder / idx_name(shard_name)
     try:
         got = path.read_bytes()

@@ -2,7 +2,8 @@
 
 Loaders read samples by offset (``os.pread``), so they plan at sample granularity from counts
 and need no tar scan. ``convert`` writes the index (its shard writer knows the offsets);
-``imgprep index DIR`` builds it for an existing conversion by reading tar headers only. The
+``imgprep index DIR`` builds it for an existing conversion by reading tar headers only (both
+through ``imgprep.shards.indexing``, from each shard's ``imgprep.shards.layout``). The
 manifest names the file (``manifest.index_name(split)``) with its size and sha256, so a
 damaged, truncated or foreign index is refused before anything is read through it.
 
@@ -20,211 +21,28 @@ Samples are numbered in shard order; a sample's members are contiguous in the me
 from __future__ import annotations
 
 import hashlib
-import io
 import json
-import os
 import struct
-from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from imgprep.errors import ManifestError, ShardError, UnsafeArchiveError
+from imgprep.errors import ManifestError, ShardError
 from imgprep.fsutil import write_bytes_atomic
-from imgprep.shards.manifest import (
-    IndexEntry,
-    Manifest,
-    ShardEntry,
-    find_manifests,
-    index_name,
-    read_manifest,
-    write_manifest,
-)
-from imgprep.shards.tario import _REFUSED, _header_name, _octal
+from imgprep.shards.layout import Layout
+from imgprep.shards.manifest import IndexEntry, Manifest, ShardEntry, index_name
 
 MAGIC = b"IMGPIDX\0"
 VERSION = 1
-BLOCK = 512
 _HEAD = struct.Struct("<8sII")
 
 
 def fix_hint(folder: Path) -> str:
     """The command that (re)builds a folder's index: every index error ends with it."""
     return f"rebuild it with: imgprep index {folder}"
-
-
-@dataclass(frozen=True)
-class Layout:
-    """One shard's members: per sample its member count; per member data offset, size, and
-    extension (an index into ``exts``); per sample its key where it is known (the shard
-    writer and the tar headers know it, the sample index does not keep it)."""
-
-    exts: tuple[str, ...]
-    counts: np.ndarray  # u8[samples]
-    offset: np.ndarray  # u64[members]
-    size: np.ndarray  # u32[members]
-    ext: np.ndarray  # u8[members]
-    keys: tuple[str, ...] | None = None  # [samples]
-
-    @property
-    def samples(self) -> int:
-        return len(self.counts)
-
-
-class LayoutBuilder:
-    """Collects a shard's layout member by member, in tar order (used by the shard writer)."""
-
-    def __init__(self) -> None:
-        self._exts: dict[str, int] = {}
-        self._counts: list[int] = []
-        self._offset: list[int] = []
-        self._size: list[int] = []
-        self._ext: list[int] = []
-        self._keys: list[str] = []
-        self._key: str | None = None
-
-    def add(self, name: str, offset: int, size: int) -> None:
-        """A regular member ``name`` whose data starts at ``offset``."""
-        key, _, ext = name.rsplit("/", 1)[-1].partition(".")
-        self.add_member(key, ext, offset, size)
-
-    def add_member(self, key: str, ext: str, offset: int, size: int) -> None:
-        """A member of sample ``key`` with extension ``ext`` (``add`` with the name split)."""
-        counts = self._counts
-        if key != self._key or not counts:
-            counts.append(0)
-            self._keys.append(key)
-            self._key = key
-        e = self._exts.get(ext)
-        if e is None:
-            if len(self._exts) == 255:
-                raise ShardError(f"sample {key}: too many members for the index")
-            e = self._exts[ext] = len(self._exts)
-        if counts[-1] == 255:
-            raise ShardError(f"sample {key}: too many members for the index")
-        counts[-1] += 1
-        self._offset.append(offset)
-        self._size.append(size)
-        self._ext.append(e)
-
-    def layout(self) -> Layout:
-        return Layout(tuple(self._exts), np.asarray(self._counts, np.uint8),
-                      np.asarray(self._offset, np.uint64), np.asarray(self._size, np.uint32),
-                      np.asarray(self._ext, np.uint8), tuple(self._keys))
-
-
-def scan_layout(path: Path) -> Layout:
-    """A shard's layout from its tar headers alone (pread of each header, never the data)."""
-    b = LayoutBuilder()
-    fd = _open_shard(path)
-    try:
-        end = os.fstat(fd).st_size
-        for name, body, size in _walk(fd, path, 0, end, end):
-            b.add(name, body, size)
-    finally:
-        os.close(fd)
-    return b.layout()
-
-
-def sample_keys(path: Path, layout: Layout) -> tuple[str, ...]:
-    """The key of each sample of shard ``path`` whose ``layout`` (from the sample index) is
-    known: the name in the header of its first member, read from the end of the sample
-    before it to that member's data (one 512-byte block, more for a long or non-ASCII name).
-    ShardError where the tar has no member there or one of another extension."""
-    offset, size, ext = layout.offset.tolist(), layout.size.tolist(), layout.ext.tolist()
-    firsts = np.concatenate([[0], np.cumsum(layout.counts, dtype=np.int64)]).tolist()
-    keys: list[str] = []
-    fd = _open_shard(path)
-    try:
-        end, pos = os.fstat(fd).st_size, 0
-        for first, after in zip(firsts[:-1], firsts[1:], strict=True):
-            found = list(_walk(fd, path, pos, offset[first], end))
-            name, body = found[-1][:2] if found else ("", -1)
-            key, _, got = name.rsplit("/", 1)[-1].partition(".")
-            want = layout.exts[ext[first]]
-            if body != offset[first] or got != want:
-                raise ShardError(f"{path}: no .{want} member's data at byte {offset[first]}, "
-                                 "where the sample index puts one; verify or restage it")
-            keys.append(key)
-            pos = offset[after - 1] + -(-size[after - 1] // BLOCK) * BLOCK
-    finally:
-        os.close(fd)
-    return tuple(keys)
-
-
-def _open_shard(path: Path) -> int:
-    try:
-        return os.open(path, os.O_RDONLY)
-    except OSError as e:
-        raise ShardError(f"cannot read shard {path}: {e.strerror}; restage it") from e
-
-
-def _walk(fd: int, path: Path, pos: int, stop: int, end: int) -> Iterator[tuple[str, int, int]]:
-    """``(name, data offset, size)`` of each regular member whose header starts at ``pos``
-    or later and before ``stop`` (tar headers only; ``end``: the file's size)."""
-    long_name = None
-    while pos + BLOCK <= stop:
-        h = os.pread(fd, BLOCK, pos)
-        if not h.strip(b"\0"):
-            break
-        where = f"{path} at byte {pos}"
-        if sum(h[:148]) + 256 + sum(h[156:]) != _octal(h[148:156], where):
-            raise ShardError(f"{where}: tar header checksum mismatch; verify or restage it")
-        size, kind, body = _octal(h[124:136], where), h[156:157], pos + BLOCK
-        if body + size > end:
-            raise ShardError(f"{path}: truncated inside a member; verify or restage it")
-        if kind in (b"x", b"L"):
-            text = os.pread(fd, size, body)
-            long_name = text.rstrip(b"\0").decode("utf-8", "replace") if kind == b"L" \
-                else _pax_path(text, long_name)
-        elif kind in (b"0", b"\0", b"7"):
-            yield long_name if long_name is not None else _header_name(h), body, size
-            long_name = None
-        elif kind in _REFUSED:
-            raise UnsafeArchiveError(f"{path}: member at byte {pos} is a {_REFUSED[kind]}; "
-                                     "refused: this is no shard imgprep wrote")
-        else:
-            long_name = None
-        pos = body + -(-size // BLOCK) * BLOCK
-
-
-def _pax_path(data: bytes, default: str | None) -> str | None:
-    for rec in data.decode("utf-8", "replace").split("\n"):
-        key, _, value = rec.partition(" ")[2].partition("=")
-        if key == "path":
-            return value
-    return default
-
-
-# ---------------------------------------------------------------------------- layouts on disk
-
-
-def save_layout(path: Path, layout: Layout, shard: ShardEntry) -> None:
-    """Keep a shard's layout beside its task record, tied to the shard's size and sha256."""
-    buf = io.BytesIO()
-    np.savez(buf, counts=layout.counts, offset=layout.offset, size=layout.size,
-             ext=layout.ext, exts=np.asarray(layout.exts, dtype=str),
-             keys=np.asarray(layout.keys or (), dtype=str),
-             shard=np.asarray([shard.name, str(shard.bytes), shard.sha256], dtype=str))
-    write_bytes_atomic(path, buf.getvalue(), durable=False)
-
-
-def load_layout(path: Path, shard: ShardEntry) -> Layout | None:
-    """The saved layout of ``shard``, or None when absent, unreadable or of other bytes."""
-    try:
-        with np.load(path, allow_pickle=False) as z:
-            if z["shard"].tolist() != [shard.name, str(shard.bytes), shard.sha256]:
-                return None
-            keys = tuple(z["keys"].tolist()) if "keys" in z.files else ()
-            return Layout(tuple(z["exts"].tolist()), z["counts"], z["offset"], z["size"],
-                          z["ext"], keys if len(keys) == len(z["counts"]) else None)
-    except (OSError, ValueError, KeyError):
-        return None
-
-
-# ---------------------------------------------------------------------------- the index file
 
 
 def encode_index(split: str, shards: Sequence[ShardEntry], layouts: Sequence[Layout]) -> bytes:
@@ -257,32 +75,6 @@ def write_index(folder: Path, split: str, shards: Sequence[ShardEntry],
     name = index_name(split)
     write_bytes_atomic(folder / name, data)
     return IndexEntry(name, len(data), hashlib.sha256(data).hexdigest())
-
-
-def index_shards(folder: Path, split: str, shards: Sequence[ShardEntry],
-                 saved: Path | None = None, dali: bool = False) -> IndexEntry:
-    """Index ``shards`` of ``folder``: from layouts saved under ``saved`` (by convert) where
-    they match the shard, else by scanning the shard's tar headers. With ``dali``, each
-    shard's DALI index is written beside it from the same layout (``imgprep.shards.dali``)."""
-    from imgprep.shards.dali import VERSION, drop_stale, write_idx  # it builds on this module
-
-    def layout(s: ShardEntry) -> Layout:
-        got = load_layout(layout_path(saved, s.name), s) if saved is not None else None
-        if got is None or (dali and got.keys is None):
-            got = scan_layout(folder / s.name)
-        if dali:
-            write_idx(folder, s.name, got)
-        return replace(got, keys=None)  # the sample index keeps no keys
-
-    entry = write_index(folder, split, shards, (layout(s) for s in shards))
-    if not dali:
-        return entry
-    drop_stale(folder, split, [s.name for s in shards])
-    return replace(entry, dali=VERSION)
-
-
-def layout_path(state: Path, shard_name: str) -> Path:
-    return state / f"{shard_name}.layout.npz"
 
 
 @dataclass(frozen=True)
@@ -402,30 +194,3 @@ def _check(path: Path, folder: Path, m: Manifest, head: dict[str, Any], offset: 
                             f"({len(past)} members); {fix_hint(folder)}")
     return SampleIndex(path, names, samples, nbytes, tuple(head["exts"]), member_first,
                        offset, size, ext)
-
-
-
-def index_folder(folder: Path, split: str | None = None,
-                 dali: bool = False) -> list[dict[str, Any]]:
-    """``imgprep index``: (re)build the sample index of each shard split in ``folder`` (or of
-    ``split``) from tar headers, then rewrite its manifest atomically to name the index. The
-    DALI indexes beside the shards are rebuilt too where the manifest names them, and
-    written where it does not with ``dali``."""
-    paths = [folder / f"{split}.json"] if split is not None else find_manifests(folder)
-    if not paths:
-        raise ManifestError(f"no manifest in {folder}: the conversion did not finish; rerun "
-                            "imgprep convert")
-    done = []
-    for p in paths:
-        m = read_manifest(p)
-        if m.format != "shards":
-            continue
-        with_dali = dali or (m.index is not None and m.index.dali is not None)
-        entry = index_shards(folder, m.split, m.shards, dali=with_dali)
-        write_manifest(folder, replace(m, index=entry))
-        done.append({"split": m.split, "index": entry.name, "bytes": entry.bytes,
-                     "shards": len(m.shards), "samples": m.total_samples,
-                     "dali": entry.dali})
-    if not done:
-        raise ManifestError(f"{folder} holds no shards to index (label lists need none)")
-    return done

@@ -39,7 +39,8 @@ from imgprep.fsutil import sha256_file
 from imgprep.job.world import World
 from imgprep.shards.dali import has_dali, idx_problem
 from imgprep.shards.folder import Unfinished, folder_manifests
-from imgprep.shards.index import Layout, LayoutBuilder, fix_hint, read_index
+from imgprep.shards.index import fix_hint, read_index
+from imgprep.shards.layout import Layout, LayoutBuilder
 from imgprep.shards.manifest import (
     Manifest,
     ShardEntry,
@@ -193,7 +194,8 @@ def _check_shard(job: _ShardJob) -> _ShardResult:
         if built is not None and job.layout is not None and (why := _layout_problem(
                 job.entry.name, built.layout(), job.layout, job.folder)):
             res.problems.append((END, 2, why))
-        if built is not None and job.dali and (why := _dali_problem(job, built.layout())):
+        if built is not None and job.dali and (why := idx_problem(
+                job.folder, job.entry.name, built.layout(), job.layout)):
             res.problems.append((END, 3, why))
     if job.part == 0 and res.count != job.entry.samples:
         res.problems.append((END, 1, f"{job.entry.name}: {res.count} samples, manifest says "
@@ -221,15 +223,6 @@ def _layout_problem(name: str, got: Layout, want: Layout, folder: Path) -> str |
             f"{int(want.offset[k])} ({int(want.size[k])} bytes), the tar at byte "
             f"{int(got.offset[k])} ({int(got.size[k])} bytes, .{got_ext[k]}); loaders would "
             f"read the wrong bytes; {fix_hint(folder)}")
-
-
-def _dali_problem(job: _ShardJob, tar: Layout) -> str | None:
-    """What is wrong with the shard's DALI index: it must be what the sample index gives,
-    with the keys of the tar (or the tar's own layout where the sample index is unusable)."""
-    want = tar
-    if job.layout is not None and job.layout.samples == tar.samples:
-        want = replace(job.layout, keys=tar.keys)
-    return idx_problem(job.folder, job.entry.name, want)
 
 
 def _index_layouts(folder: Path, m: Manifest) -> tuple[dict[str, Layout], str | None]:

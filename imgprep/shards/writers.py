@@ -1,58 +1,24 @@
 """Output writers: deterministic webdataset tar shards and label-list image files.
 
-Tar headers are fixed (mtime 0, uid/gid 0, no user names, mode 0644), so the same samples give
-byte-identical shards on any machine. Shards stream to a temporary file while a sha256 is kept
-up to date, then are fsynced and renamed: memory holds one sample, never a shard.
+Tar headers are fixed (mtime 0, uid/gid 0, no user names, mode 0644: ``tarfmt.header_bytes``),
+so the same samples give byte-identical shards on any machine. Shards stream to a temporary
+file while a sha256 is kept up to date, then are fsynced and renamed: memory holds one sample,
+never a shard.
 """
 
 from __future__ import annotations
 
 import hashlib
-import tarfile
 from pathlib import Path
 from types import TracebackType
 
 from imgprep.fsutil import atomic_open, write_bytes_atomic
 from imgprep.shards.directio import AppendWriter
-from imgprep.shards.index import Layout, LayoutBuilder
+from imgprep.shards.layout import Layout, LayoutBuilder
+from imgprep.shards.tarfmt import BLOCK, ZERO_BLOCK, end_of_archive, header_bytes
+from imgprep.shards.tarfmt import RECORD as RECORD  # as before, for the scripts
 
-BLOCK = 512
-RECORD = 20 * BLOCK  # tar pads the archive to whole 10 KiB records, as tarfile does
 FLUSH_BYTES = 1 << 20  # members are gathered into writes (and sha256 updates) this large
-
-
-def tar_header(name: str, size: int) -> tarfile.TarInfo:
-    """A member header with every machine-dependent field fixed."""
-    ti = tarfile.TarInfo(name)
-    ti.size, ti.mtime, ti.mode = size, 0, 0o644
-    ti.uid = ti.gid = 0
-    ti.uname = ti.gname = ""
-    ti.type = tarfile.REGTYPE
-    return ti
-
-
-_USTAR_MODE_IDS = b"0000644\x000000000\x000000000\x00"  # bytes 100-124: mode, uid, gid
-_USTAR_MTIME = b"00000000000\x00"  # bytes 136-148
-_USTAR_MAGIC = b"ustar\x0000"  # bytes 257-265
-# Sum of every fixed header byte, the checksum field counted as 8 spaces (as POSIX says).
-_USTAR_FIXED_SUM = sum(_USTAR_MODE_IDS) + sum(_USTAR_MTIME) + 8 * 32 + ord("0") + sum(_USTAR_MAGIC)
-_ZEROS = bytes(BLOCK)
-
-
-def header_bytes(name: str, size: int) -> bytes:
-    """The header block(s) of a regular member ``name`` of ``size`` bytes.
-
-    Short ASCII names (every ImageNet key) get a ustar header assembled here from fixed parts,
-    its checksum the fixed parts' sum plus the name's and size's, byte for byte what
-    ``tarfile`` writes but ~20x cheaper; anything else goes through ``tarfile``'s PAX encoder.
-    """
-    if len(name) <= 100 and name.isascii() and size < 8**11:
-        n = name.encode("ascii")
-        sz = b"%011o\x00" % size
-        chk = b"%06o\x00 " % (_USTAR_FIXED_SUM + sum(n) + sum(sz))
-        return b"".join((n, _ZEROS[len(n):100], _USTAR_MODE_IDS, sz, _USTAR_MTIME, chk, b"0",
-                         _ZEROS[:100], _USTAR_MAGIC, _ZEROS[265:]))
-    return tar_header(name, size).tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape")
 
 
 class ShardWriter:
@@ -110,7 +76,7 @@ class ShardWriter:
             pending += (header, data)
             pos += n
             if pad := -n % BLOCK:
-                pending.append(_ZEROS[:pad])
+                pending.append(ZERO_BLOCK[:pad])
                 pos += pad
         self._pending_bytes += pos - self.bytes
         self.bytes = pos
@@ -122,8 +88,7 @@ class ShardWriter:
                  tb: TracebackType | None) -> None:
         if et is None:
             try:
-                self._write(bytes(2 * BLOCK))
-                self._write(bytes(-self.bytes % RECORD))
+                self._write(end_of_archive(self.bytes))
                 self._flush()
                 self._out.close()
             except BaseException as e:

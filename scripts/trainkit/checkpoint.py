@@ -18,9 +18,10 @@ from typing import Any
 
 import torch
 
-from imgprep.fsutil import atomic_open
-from trainkit import TrainError
-from trainkit.runconfig import RunConfig, differences
+from imgprep import atomic_open
+
+from . import TrainError
+from .runconfig import RunConfig, differences
 
 
 def save_checkpoint(path: Path, state: dict[str, Any]) -> None:

@@ -15,8 +15,7 @@ from pathlib import Path
 
 import torch
 
-from imgprep import ManifestError, World, read_manifest
-from imgprep.shards.manifest import manifest_path
+from imgprep import ManifestError, World, manifest_path, read_manifest
 from loaders import Loader, TrainTransform, ValTransform, make_loader
 
 logger = logging.getLogger("train_imagenet")

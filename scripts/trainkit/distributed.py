@@ -15,12 +15,12 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-from imgprep.job.rendezvous import Rendezvous, RendezvousError, free_port, rendezvous
-from imgprep.job.world import World
-from trainkit import TrainError
+from imgprep import Rendezvous, RendezvousError, World, rendezvous
+
+from . import TrainError
 
 DistError = RendezvousError  # the process group could not be opened; the message says what to set
-__all__ = ["DistError", "Rendezvous", "close", "device_for", "free_port", "init", "rendezvous",
+__all__ = ["DistError", "Rendezvous", "close", "device_for", "init", "rendezvous",
            "replicas_identical"]
 
 

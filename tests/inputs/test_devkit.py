@@ -1,18 +1,19 @@
 """The ILSVRC2012 devkit: its ID -> wnid map ships with the package (checked by sha256 and
 against the class table, equal to the real map_clsloc.txt), and its archive is read as ground
-truth through a stream, refusing members that escape it, a linked ground truth and a truncated
-download."""
+truth through a stream (the tar format's stream walk), refusing members that escape it, a
+linked ground truth and a truncated download."""
 
 from __future__ import annotations
 
 import gzip
 import io
+import lzma
 import tarfile
 from pathlib import Path
 
 import pytest
 
-from imgprep.errors import LabelError, UnsafeArchiveError
+from imgprep.errors import LabelError, SourceFormatError, UnsafeArchiveError
 from imgprep.inputs import devkit
 from imgprep.inputs.devkit import archive_ground_truth, devkit_wnids, is_archive
 from imgprep.inputs.groundtruth import LabelCheck, read_ground_truth
@@ -47,11 +48,13 @@ def test_a_damaged_devkit_map_is_refused(monkeypatch: pytest.MonkeyPatch) -> Non
         devkit_wnids.cache_clear()
 
 
-@pytest.mark.parametrize("compress", [True, False], ids=["tar.gz", "tar"])
+@pytest.mark.parametrize("form", ["tar.gz", "tar", "tar.xz"])
 def test_the_devkit_archive_reads_as_its_ground_truth(sample: Path, tmp_path: Path,
-                                                      compress: bool) -> None:
-    archive = devkit_archive(tmp_path / f"{TOP}.tar.gz", (sample / GT).read_bytes(),
-                             compress=compress)
+                                                      form: str) -> None:
+    archive = devkit_archive(tmp_path / f"{TOP}.{form}", (sample / GT).read_bytes(),
+                             compress=form == "tar.gz")
+    if form == "tar.xz":
+        archive.write_bytes(lzma.compress(archive.read_bytes()))
     assert is_archive(archive) and not is_archive(sample / GT)
     got = read_ground_truth([archive], CLASSES)
     want = read_ground_truth([sample / GT], CLASSES)
@@ -64,7 +67,8 @@ def test_a_member_named_outside_the_archive_is_refused(sample: Path, tmp_path: P
     evil = tarfile.TarInfo("../../etc/evil.txt")
     evil.size = 3
     archive = devkit_archive(tmp_path / f"{TOP}.tar.gz", (sample / GT).read_bytes(), [evil])
-    with pytest.raises(UnsafeArchiveError, match=r"member '../../etc/evil.txt' is named outside"):
+    with pytest.raises(UnsafeArchiveError, match=r"member ../../etc/evil.txt escapes the "
+                                                 r"archive with '..'; it is not the ILSVRC2012"):
         archive_ground_truth(archive)
 
 
@@ -72,7 +76,7 @@ def test_a_linked_ground_truth_member_is_refused(tmp_path: Path) -> None:
     link = tarfile.TarInfo(f"{TOP}/other/{GT}")
     link.type, link.linkname = tarfile.SYMTYPE, "/etc/passwd"
     archive = devkit_archive(tmp_path / f"{TOP}.tar.gz", b"1\n", [link])
-    with pytest.raises(UnsafeArchiveError, match=rf"member {TOP}/other/{GT} is a link"):
+    with pytest.raises(UnsafeArchiveError, match=rf"member {TOP}/other/{GT} is a symbolic link"):
         archive_ground_truth(archive)
 
 
@@ -80,8 +84,8 @@ def test_a_truncated_archive_is_refused(sample: Path, tmp_path: Path) -> None:
     whole = devkit_archive(tmp_path / "whole.tar.gz", (sample / GT).read_bytes()).read_bytes()
     cut = tmp_path / f"{TOP}.tar.gz"
     cut.write_bytes(whole[:len(whole) // 2])
-    with pytest.raises(LabelError, match=rf"{cut.name} is an archive that cannot be read to its "
-                                         r"end .*truncated or damaged; re-download it"):
+    with pytest.raises(SourceFormatError, match=rf"{cut.name}: the compressed stream is damaged "
+                                                r"or cut short .*; re-download it"):
         read_ground_truth([cut], CLASSES)
 
 

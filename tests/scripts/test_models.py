@@ -8,7 +8,8 @@ from typing import cast
 import pytest
 import torch
 from torch import nn
-from trainkit.models import (
+
+from scripts.trainkit.models import (
     MODEL_NAMES,
     BasicBlock,
     Bottleneck,

@@ -15,14 +15,14 @@ from typing import Any
 
 import pytest
 import torch
-import train_imagenet
-from trainkit import TrainError
-from trainkit.checkpoint import load_checkpoint, resume_config, save_checkpoint
-from trainkit.logs import LOGGERS, configure_logging
-from trainkit.runconfig import IMAGENET, RunConfig, normalize_arg, stats_for
 
 from imgprep import World, read_manifest
 from loaders import normalize
+from scripts.trainkit import TrainError
+from scripts.trainkit import train as train_imagenet
+from scripts.trainkit.checkpoint import load_checkpoint, resume_config, save_checkpoint
+from scripts.trainkit.logs import LOGGERS, configure_logging
+from scripts.trainkit.runconfig import IMAGENET, RunConfig, normalize_arg, stats_for
 from tests.support import convert_sample
 
 FLAGS = ["--arch", "tiny", "--batch-size", "8", "--workers", "0", "--image-size", "32",

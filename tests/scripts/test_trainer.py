@@ -1,4 +1,7 @@
-"""The embedded trainer with real processes: torchrun, mpirun and plain launches on Gloo."""
+"""The embedded trainer with real processes: torchrun, mpirun and plain launches on Gloo.
+
+The trainer runs as a script, so its own module is imported in a child process started in
+its folder, as the script sees itself; its kit imports here as ``scripts.trainkit``."""
 
 from __future__ import annotations
 
@@ -12,13 +15,12 @@ from pathlib import Path
 
 import pytest
 import torch
-import train_imagenet
-from trainkit.precision import choose, cpu_flags, detect, native_cpu_bf16
-from trainkit.timing import DataWaitHint
 
 from imgprep import read_manifest
 from imgprep.convert.options import ConvertOptions
 from imgprep.convert.run import convert
+from scripts.trainkit.precision import choose, cpu_flags, detect, native_cpu_bf16
+from scripts.trainkit.timing import DataWaitHint
 from tests.support import REPO, free_port, mpirun_cmd
 
 TRAIN = REPO / "scripts" / "train_imagenet.py"
@@ -47,6 +49,17 @@ def run(cmd: list[str], timeout: float = 240) -> subprocess.CompletedProcess[str
                           env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert done.returncode == 0, done.stderr[-3000:]
     return done
+
+
+def parsed(attr: str, *argvs: list[str]) -> list[object]:
+    """``attr`` of what the trainer's own ``parse_args`` makes of each argv (in a child
+    process started in the script's folder, which imports it as running it does)."""
+    code = ("import json, sys, train_imagenet; print(json.dumps([getattr("
+            "train_imagenet.parse_args(a), sys.argv[1]) for a in json.loads(sys.argv[2])]))")
+    done = subprocess.run([sys.executable, "-c", code, attr, json.dumps(argvs)],
+                          cwd=TRAIN.parent, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return list(json.loads(done.stdout))
 
 
 def summary(out: str) -> dict:
@@ -220,9 +233,10 @@ def test_the_run_says_its_precision_and_why_first(data: Path, tmp_path: Path) ->
         assert json.loads(log.read_text().splitlines()[0]) == {"precision": want.record()}
         assert summary(out)["precision"] == want.record()
     assert detect("on", "cpu").bf16 is True
-    for flags, mode in (((), "auto"), (("--bf16",), "on"), (("--no-bf16",), "off"),
-                        (("--bf16", "off"), "off"), (("--bf16", "auto"), "auto")):
-        assert train_imagenet.parse_args(["--data", "d", *flags]).bf16 == mode
+    cases = (((), "auto"), (("--bf16",), "on"), (("--no-bf16",), "off"),
+             (("--bf16", "off"), "off"), (("--bf16", "auto"), "auto"))
+    assert parsed("bf16", *(["--data", "d", *flags] for flags, _ in cases)) == [
+        mode for _, mode in cases]
 
 
 def test_no_val_warning_names_the_folder_staged_from(sample: Path, tmp_path: Path) -> None:

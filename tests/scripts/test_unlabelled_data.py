@@ -10,11 +10,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from trainkit.data import refuse_unlabelled
 
 from imgprep import ManifestError
 from imgprep.convert.options import ConvertOptions
 from imgprep.convert.run import convert
+from scripts.trainkit.data import refuse_unlabelled
 from tests.support import REPO
 from tests.support.cli import jpeg_tree
 

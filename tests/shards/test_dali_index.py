@@ -27,7 +27,7 @@ from imgprep.errors import ManifestError, ShardError
 from imgprep.job.world import World
 from imgprep.shards.dali import VERSION, encode_idx, idx_name, reader_paths
 from imgprep.shards.folder import split_owns, unfinished_split
-from imgprep.shards.index import Layout, sample_keys, scan_layout
+from imgprep.shards.layout import Layout, sample_keys, scan_layout
 from imgprep.shards.manifest import read_manifest, write_manifest
 from imgprep.shards.verify import verify
 from imgprep.shards.writers import ShardWriter

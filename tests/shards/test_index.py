@@ -21,7 +21,8 @@ from imgprep.cli.commands import cli
 from imgprep.errors import ManifestError, ShardError
 from imgprep.inputs.synsets import imagenet_classes
 from imgprep.job.world import World
-from imgprep.shards.index import LayoutBuilder, encode_index, read_index, scan_layout, write_index
+from imgprep.shards.index import encode_index, read_index, write_index
+from imgprep.shards.layout import LayoutBuilder, scan_layout
 from imgprep.shards.manifest import Manifest, ShardEntry, read_manifest, write_manifest
 from imgprep.shards.writers import ShardWriter
 from loaders.common import LoaderError

@@ -24,7 +24,9 @@ from imgprep.convert.options import ConvertOptions
 from imgprep.convert.run import convert
 from imgprep.errors import ManifestError
 from imgprep.job.world import World
-from imgprep.shards.index import Layout, index_folder, scan_layout, write_index
+from imgprep.shards.index import write_index
+from imgprep.shards.indexing import index_folder
+from imgprep.shards.layout import Layout, scan_layout
 from imgprep.shards.manifest import read_manifest, write_manifest
 from imgprep.shards.verify import VerifyError, verify
 from imgprep.shards.writers import ShardWriter

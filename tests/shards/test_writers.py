@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from imgprep.shards.writers import RECORD, ShardWriter, header_bytes, tar_header
+from imgprep.shards.tarfmt import RECORD, header_bytes, tar_header
+from imgprep.shards.writers import ShardWriter
 
 
 @pytest.mark.parametrize(("name", "size"), [

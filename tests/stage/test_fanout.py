@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from benchlib import RCHAR_CLI
 
+from bench.common import RCHAR_CLI
 from imgprep.job.assign import node_shards
 from imgprep.job.rendezvous import Rendezvous, RendezvousError, copier_rendezvous
 from imgprep.job.world import World

@@ -31,7 +31,7 @@ from imgprep.cli.commands import cli
 from imgprep.errors import StageError, WaitTimeout
 from imgprep.job.assign import node_shards
 from imgprep.job.world import World
-from imgprep.shards.index import index_folder
+from imgprep.shards.indexing import index_folder
 from imgprep.shards.manifest import Manifest, index_name, read_manifest, write_manifest
 from imgprep.shards.verify import verify
 from imgprep.stage import copier, nodelock

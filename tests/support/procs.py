@@ -1,6 +1,6 @@
 """Child processes and what they print: ports, launcher-free environments, mpirun, and the
 checks every hostile or fault case makes (one error line naming the file, no temporary file
-left behind; shared with the reliability harness, ``scripts/reliability/checks.py``)."""
+left behind; shared with the harnesses, ``harness/checks.py``)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from reliability.checks import (
+
+from harness.checks import (
     LAUNCHER_PREFIXES,
     LAUNCHER_VARS,
     clean_env,

@@ -1,0 +1,10 @@
+"""The benchmarks: each module measures one part of the product against its own floor or peer
+in the same run, prints a table of ratios against its targets and ends with one JSON line.
+Run from the repository root as modules (``python -m bench.convert``; ``make bench`` runs
+them all); not part of the installed packages.
+
+``common`` is what they share (where the real images are, CPU-noise and process-tree
+measures, verdicts, the run harness), ``chart`` draws the scaling picture. They import the
+library through its public API or the white-box list in docs/development.md, and never the
+trainer's modules (``scripts/``): the scaling benchmark runs the trainer as users do.
+"""

@@ -1,0 +1,15 @@
+"""Harnesses that hold the product to its promises at scale and under faults; not part of the
+installed packages. Each room runs as a module from the repository root:
+
+- ``cluster``: a file server and N nodes in network namespaces on one machine, and a real
+  Slurm on them (``python -m harness.cluster.bench``; root);
+- ``reliability``: fault injection, hostile inputs and scale runs
+  (``python -m harness.reliability.report``);
+- ``rehearsal``: the whole pipeline at ILSVRC2012's real counts
+  (``python -m harness.rehearsal.run``).
+
+``checks`` (the environment a child process gets and the checks made after it) is shared by
+every room and by the tests. The rooms do not import each other; they may import ``bench``
+(``bench.common``'s process-tree and CPU-noise measures) and the library through its public
+API or the white-box list in docs/development.md.
+"""

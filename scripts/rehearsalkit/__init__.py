@@ -1,5 +1,0 @@
-"""What ``scripts/rehearsal.py`` is made of: the input at the real counts (``dataset``), each
-step run as child processes under a sampler (``measure``), the checks made after the steps
-(``checks``), the loader's plan and epoch slice in a child of their own (``loaderstep``), and
-the table, projection and comparison (``report``). Imported by the script; not part of the
-installed packages."""

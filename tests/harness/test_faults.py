@@ -1,0 +1,64 @@
+"""The fault harness (harness/reliability/faults.py) in its reduced form: one random kill point
+per convert set-up (of 480 images, the set the other kinds stage, made once) and a couple per
+other fault kind. ``harness.reliability.report`` runs the same functions with 20 trials
+each (convert: of 1,200 images). IMGPREP_FAULT_TRIALS raises the count here."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from harness.reliability import Trial, faults
+
+TRIALS = int(os.environ.get("IMGPREP_FAULT_TRIALS", "1"))
+SEED = 2026
+SMALL = faults.STAGE_PER_CLASS  # images per class converted here: the set the stage kinds use
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One scratch folder for the module: the sources are made once and shared."""
+    return tmp_path_factory.mktemp("faults")
+
+
+def assert_survived(trials: list[Trial], expected: int) -> None:
+    assert len(trials) == expected, trials
+    failed = [f"{t.kind}: {t.detail}" for t in trials if not t.ok]
+    assert not failed, "\n".join(failed)
+
+
+@pytest.mark.parametrize("case", faults.CONVERT_CASES, ids=lambda c: f"{c.fmt}-"
+                         f"{c.workers}w-{c.ranks}r")
+def test_convert_survives_sigkill(work: Path, case: faults.ConvertCase) -> None:
+    trials = faults.convert_kills(work / "convert", TRIALS, SEED, [case], SMALL)
+    assert_survived(trials, TRIALS)
+    assert {t.kind for t in trials} == {case.kind}
+
+
+@pytest.mark.parametrize("name", [n for n in faults.FAULTS if n != "convert"])
+def test_fault(work: Path, name: str) -> None:
+    trials = faults.run_faults(work, TRIALS + 1, SEED, [name])
+    if name == "stage-enospc" and trials and "cannot mount" in trials[0].detail:
+        pytest.skip(trials[0].detail)
+    assert_survived(trials, TRIALS + 1)
+
+
+def test_a_broken_guarantee_is_reported(work: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The harness can fail: a rerun that leaves output unlike the reference is caught."""
+    real = faults.digests
+    calls = {"n": 0}
+
+    def skewed(root: Path, skip: tuple[str, ...] = (".imgprep", ".imgprep-stage")
+               ) -> dict[str, str]:
+        calls["n"] += 1
+        got = real(root, skip)
+        return got if calls["n"] == 1 else {**got, "extra": "0"}
+
+    monkeypatch.setattr(faults, "digests", skewed)
+    trials = faults.convert_kills(work / "convert", 1, SEED, faults.CONVERT_CASES[:1], SMALL)
+    assert [t.ok for t in trials] == [False]
+    assert "differs from the uninterrupted run" in trials[0].detail

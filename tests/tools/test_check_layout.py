@@ -1,0 +1,94 @@
+"""The layout check (tools/check_layout.py): the import rules between folders and rooms, the
+public face and the white-box list, and import cycles, on small trees made here; and the
+repository itself."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.support import REPO
+from tools.check_layout import WHITE_BOX, problems
+
+TREE = {
+    "imgprep/__init__.py": '__all__ = ["World", "convert_splits"]\n',
+    "imgprep/errors.py": "",
+    "imgprep/job/__init__.py": "",
+    "imgprep/job/world.py": "from imgprep.errors import *\n",
+    "imgprep/shards/__init__.py": "",
+    "imgprep/shards/writers.py": "",
+    "imgprep/shards/index.py": "from imgprep.shards import dali\n",
+    "imgprep/shards/dali.py": "def f():\n    from imgprep.shards.index import g\n",
+    "imgprep/convert/__init__.py": "",
+    "imgprep/convert/run.py": "from typing import TYPE_CHECKING\n",
+    "loaders/__init__.py": '__all__ = ["ShardLoader"]\n',
+    "loaders/base.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                       "    from loaders.backends import B\n",
+    "loaders/backends.py": "from loaders.base import A\n",
+    "scripts/train.py": "from trainkit import models\nfrom imgprep import World\n",
+    "scripts/trainkit/__init__.py": "",
+    "scripts/trainkit/models.py": "from .timing import Clock\nfrom loaders import ShardLoader\n",
+    "scripts/trainkit/timing.py": "",
+    "bench/__init__.py": "",
+    "bench/common.py": "",
+    "harness/__init__.py": "",
+    "harness/checks.py": "",
+    "harness/cluster/__init__.py": "",
+    "harness/cluster/box.py": "from harness.checks import x\nfrom bench.common import y\n",
+    "harness/rehearsal/__init__.py": "",
+    "tools/check.py": "import ast\n",
+}
+
+
+def found(root: Path, extra: dict[str, str] | None = None) -> list[str]:
+    """``problems`` of ``TREE`` plus ``extra`` (path -> text) written under ``root``."""
+    for rel, text in {**TREE, **(extra or {})}.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    return problems(root)
+
+
+def test_imports_with_the_grain_pass_and_a_deferred_loop_is_a_cycle(tmp_path: Path) -> None:
+    """scripts' own kit (absolute from the script, relative inside it), the public face, the
+    white-box list, a harness's shared modules and bench; a typing-only back edge is no loop;
+    the one loop closed inside a function is reported with its path."""
+    assert found(tmp_path) == [
+        "imgprep/shards/dali.py:2: import cycle: imgprep.shards.dali -> imgprep.shards.index"
+        " -> imgprep.shards.dali"]
+
+
+def test_against_the_grain_is_named_with_its_line(tmp_path: Path) -> None:
+    out = found(tmp_path, {
+        "bench/stage.py": "import os\nfrom imgprep.job.world import World\n",
+        "bench/loader.py": "from imgprep import World, Hidden\n",
+        "bench/scaling.py": "from scripts.trainkit import models\n",
+        "harness/rehearsal/run.py": "from harness.cluster.box import Box\n",
+        "loaders/device.py": "from bench.common import x\n",
+        "imgprep/job/assign.py": "from imgprep.shards.writers import w\n",
+        "scripts/make.py": "from imgprep.shards.writers import w\n",  # white-box: fine
+        "tools/more.py": "from imgprep import World\n"})
+    cycle = [p for p in out if "import cycle" in p]
+    assert len(cycle) == 1
+    by_file = {p.split(":")[0]: p for p in out if p not in cycle}
+    assert set(by_file) == {"bench/stage.py", "bench/loader.py", "bench/scaling.py",
+                            "harness/rehearsal/run.py", "loaders/device.py",
+                            "imgprep/job/assign.py", "tools/more.py"}
+    assert by_file["bench/stage.py"].startswith("bench/stage.py:2: bench imports "
+                                                "imgprep.job.world: use imgprep.__all__")
+    assert "Hidden from imgprep, which are not in imgprep.__all__" in by_file["bench/loader.py"]
+    assert "bench imports scripts.trainkit" in by_file["bench/scaling.py"]
+    assert "harness room rehearsal imports harness.cluster.box" in by_file[
+        "harness/rehearsal/run.py"]
+    assert "loaders imports bench.common" in by_file["loaders/device.py"]
+    assert "room job imports imgprep.shards.writers (room shards)" in by_file[
+        "imgprep/job/assign.py"]
+    assert "tools may import nothing of the project" in by_file["tools/more.py"]
+
+
+def test_the_repository_imports_with_the_grain() -> None:
+    """No import against the grain (cycles are listed by the check, and are to go)."""
+    assert [p for p in problems(REPO) if "import cycle" not in p] == []
+
+
+def test_every_white_box_module_is_documented_with_its_reason() -> None:
+    doc = (REPO / "docs" / "development.md").read_text()
+    assert [m for m in WHITE_BOX if f"`{m}`" not in doc] == []

@@ -1,0 +1,312 @@
+"""Check that imports run with the grain, and that there are no import cycles.
+
+Between the top-level folders (tests may import anything; nothing imports ``scripts``)::
+
+    scripts  ->  loaders  ->  imgprep
+    harness  ->  bench  ->  loaders, imgprep
+    tools: nothing of the project
+
+``scripts``, ``bench`` and ``harness`` reach the library only through its public face, the
+names in ``imgprep.__all__`` and ``loaders.__all__``, or through the white-box modules named
+in ``WHITE_BOX`` below (docs/development.md says why each is needed). Inside ``imgprep``,
+each room (subpackage) imports only rooms below it:
+
+    cli  ->  convert, stage  ->  inputs  ->  shards  ->  job  ->  leaf modules
+
+(``convert`` and ``stage`` do not import each other; the leaf modules at the top of the
+package import no room, except the package's public face, ``__init__`` and ``__main__``).
+Inside ``harness``, a room (``cluster``, ``reliability``, ``rehearsal``) imports no other
+room, only the modules at the top of ``harness`` (``checks``).
+
+Every import is checked, those inside functions too, since a deferred import is still a
+dependency; and every import cycle between modules of the project is reported, deferred
+imports included (imports under ``if TYPE_CHECKING:`` never run: they are checked for
+direction only). Prints one line per problem and exits 1 if there is any.
+
+    python tools/check_layout.py
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+FOLDERS = ("imgprep", "loaders", "scripts", "bench", "harness", "tools")
+MAY_IMPORT = {  # top-level folder -> the folders it may import besides itself
+    "imgprep": (),
+    "loaders": ("imgprep",),
+    "scripts": ("loaders", "imgprep"),
+    "bench": ("loaders", "imgprep"),
+    "harness": ("bench", "loaders", "imgprep"),
+    "tools": (),
+}
+LIBRARY = ("imgprep", "loaders")
+OUTSIDE = ("scripts", "bench", "harness")  # held to the public face and the white-box list
+WHITE_BOX = {  # module -> why benchmarks and harnesses need it (docs/development.md)
+    "imgprep.shards.writers": "tar records and the shard writer, for inputs and shard sets "
+                              "written at memory speed",
+    "imgprep.shards.tario": "a shard's samples read back, for the loaders' and verify's floors",
+    "imgprep.shards.manifest": "write_manifest and index_name, for shard sets assembled from "
+                               "repeated shards",
+    "imgprep.shards.index": "write_index, the sample index of an assembled shard set",
+    "imgprep.shards.layout": "Layout, where each sample of an assembled shard lies",
+    "imgprep.inputs.keys": "member_key, the key every input form gives an image",
+    "imgprep.inputs.spool": "the staging copy of a form without random access, timed alone",
+    "imgprep.inputs.fakes.parquet": "the Hub's parquet layout, from the benchmark's images",
+    "imgprep.inputs.fakes.targz": "the Hub's tar.gz layout, from the benchmark's images",
+    "imgprep.inputs.fakes.wds": "a webdataset shard set, written from the benchmark's own images",
+    "imgprep.inputs.parquetio": "a parquet file's images read alone (the container's own cost)",
+    "imgprep.inputs.forms.parquet": "the parquet form's staging copy, timed alone",
+    "imgprep.inputs.forms.targz": "the tar.gz form's staging copy, timed alone",
+    "imgprep.inputs.fakeset": "synthetic photos and JPEG pools for inputs of any size",
+    "imgprep.inputs.synsets": "the published validation labels and the file that holds them",
+    "imgprep.inputs.devkit": "the 2012 devkit's ID map and the file that holds it",
+    "imgprep.inputs.sources": "list_source, convert's listing timed alone",
+    "imgprep.convert.tasks": "make_plan, convert's planning timed alone",
+    "imgprep.convert.image": "convert_image, convert's per-image work timed alone",
+    "imgprep.job.assign": "balanced_split, the whole-shard plans the shuffle study compares",
+    "imgprep.procs": "die_with_parent, for the harnesses' own children",
+    "loaders.transforms": "train_sample and crop_box, the loader's per-sample work as a floor",
+    "loaders.shards": "open_shards, where each sample's bytes lie, to check batch labels",
+}
+LEAF = "leaf"
+RANK = {"cli": 5, "convert": 4, "stage": 4, "inputs": 3, "shards": 2, "job": 1, LEAF: 0}
+FACE = {"imgprep/__init__.py", "imgprep/__main__.py"}  # the package's public face
+
+
+@dataclass(frozen=True)
+class Import:
+    """One imported module (``names``: what ``from module import`` took from it)."""
+
+    line: int
+    module: str
+    names: tuple[str, ...] = ()
+    typing_only: bool = False
+
+
+@dataclass(frozen=True)
+class Module:
+    name: str  # dotted, from the repository root (scripts' own modules under ``scripts.``)
+    path: Path
+    rel: str  # the path from the repository root
+    is_package: bool
+
+    @property
+    def folder(self) -> str:
+        return self.name.split(".")[0]
+
+
+def find_modules(repo: Path) -> dict[str, Module]:
+    """Every module of the checked folders, by dotted name."""
+    out = {}
+    for top in FOLDERS:
+        for path in sorted((repo / top).rglob("*.py")):
+            parts = path.relative_to(repo).with_suffix("").parts
+            package = parts[-1] == "__init__"
+            name = ".".join(parts[:-1] if package else parts)
+            out[name] = Module(name, path, path.relative_to(repo).as_posix(), package)
+    return out
+
+
+def _typing_lines(tree: ast.AST) -> set[int]:
+    """Line numbers of the statements under ``if TYPE_CHECKING:``."""
+    lines: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and ast.unparse(node.test).endswith("TYPE_CHECKING"):
+            for stmt in node.body:
+                lines.update(range(stmt.lineno, (stmt.end_lineno or stmt.lineno) + 1))
+    return lines
+
+
+def imports(mod: Module, known: dict[str, Module]) -> Iterator[Import]:
+    """Every import in ``mod``: relative ones resolved, ``from a import b`` named ``a.b`` when
+    that is a module, a script's own modules named as the folder it runs from sees them."""
+    tree = ast.parse(mod.path.read_text(), str(mod.path))
+    typing = _typing_lines(tree)
+    package = mod.name.split(".") if mod.is_package else mod.name.split(".")[:-1]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield Import(node.lineno, _own(alias.name, mod, known), (),
+                             node.lineno in typing)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package[: len(package) - node.level + 1] + ([base] if base
+                                                                           else []))
+            base = _own(base, mod, known)
+            plain = []
+            for alias in node.names:
+                if f"{base}.{alias.name}" in known:
+                    yield Import(node.lineno, f"{base}.{alias.name}", (), node.lineno in typing)
+                else:
+                    plain.append(alias.name)
+            if plain:
+                yield Import(node.lineno, base, tuple(plain), node.lineno in typing)
+
+
+def _own(name: str, mod: Module, known: dict[str, Module]) -> str:
+    """``trainkit.x`` imported by a script is ``scripts.trainkit.x``: a script's folder is
+    first on the path of the process that runs it."""
+    if mod.folder == "scripts" and f"scripts.{name}" in known:
+        return f"scripts.{name}"
+    return name
+
+
+def public_names(repo: Path, package: str) -> set[str]:
+    """The names in ``package/__init__.py``'s ``__all__``."""
+    tree = ast.parse((repo / package / "__init__.py").read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
+            return set(ast.literal_eval(node.value))
+    return set()
+
+
+def room_of(module: str) -> str:
+    """The room of an ``imgprep`` module: its subpackage, or ``leaf`` for top-level ones."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 2 or (len(parts) == 2 and parts[1] in RANK) else LEAF
+
+
+def direction(mod: Module, imp: Import, public: dict[str, set[str]],
+              known: dict[str, Module]) -> str | None:
+    """What is wrong with ``imp`` in ``mod`` (None: it runs with the grain)."""
+    mine, head = mod.folder, imp.module.split(".")[0]
+    if head not in FOLDERS or head == mine:
+        return _inside(mod, imp, known)
+    if head not in MAY_IMPORT[mine]:
+        return (f"{mine} imports {imp.module}, which it may not: {mine} may import "
+                f"{', '.join(MAY_IMPORT[mine]) or 'nothing of the project'}")
+    if mine in OUTSIDE and head in LIBRARY:
+        if imp.module == head:
+            hidden = sorted(set(imp.names) - public[head])
+            if hidden:
+                return (f"{mine} imports {', '.join(hidden)} from {head}, which are not in "
+                        f"{head}.__all__")
+        elif imp.module not in WHITE_BOX:
+            return (f"{mine} imports {imp.module}: use {head}.__all__ or a white-box module "
+                    "(tools/check_layout.py WHITE_BOX, docs/development.md)")
+    return None
+
+
+def _inside(mod: Module, imp: Import, known: dict[str, Module]) -> str | None:
+    """The rules between rooms of one folder: imgprep's ranks, harness's separate rooms."""
+    if mod.folder == "imgprep" and imp.module.startswith("imgprep") and mod.rel not in FACE:
+        mine, theirs = room_of(mod.name), room_of(imp.module)
+        if mine != theirs and RANK[theirs] >= RANK[mine]:
+            return (f"room {mine} imports {imp.module} (room {theirs}); rooms import only "
+                    "rooms below them: cli -> convert, stage -> inputs -> shards -> job -> leaf")
+    if mod.folder == "harness":
+        here, there = harness_room(mod.name, known), harness_room(imp.module, known)
+        if here and there and here != there:
+            return (f"harness room {here} imports {imp.module} (room {there}); the "
+                    "harness rooms share only the modules at the top of harness/")
+    return None
+
+
+def harness_room(module: str, known: dict[str, Module]) -> str | None:
+    """The room (subpackage) of a ``harness`` module; None for the modules at its top."""
+    parts = module.split(".")
+    if parts[0] != "harness" or len(parts) < 2:
+        return None
+    room = known.get(f"harness.{parts[1]}")
+    return parts[1] if room is not None and room.is_package else None
+
+
+def cycles(graph: dict[str, dict[str, int]]) -> list[list[str]]:
+    """One shortest cycle through each strongly connected group of modules (Tarjan's
+    algorithm, iterative), as ``[a, b, ..., a]``; ``graph``: module -> {imported: line}."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    groups: list[set[str]] = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on.add(root)
+        while work:
+            node, edges = work[-1]
+            nxt = next(edges, None)
+            if nxt is None:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    group = set()
+                    while True:
+                        top = stack.pop()
+                        on.discard(top)
+                        group.add(top)
+                        if top == node:
+                            break
+                    if len(group) > 1 or node in graph[node]:
+                        groups.append(group)
+            elif nxt not in index:
+                index[nxt] = low[nxt] = len(index)
+                stack.append(nxt)
+                on.add(nxt)
+                work.append((nxt, iter(sorted(graph[nxt]))))
+            elif nxt in on:
+                low[node] = min(low[node], index[nxt])
+    return sorted(_shortest(graph, group) for group in groups)
+
+
+def _shortest(graph: dict[str, dict[str, int]], group: set[str]) -> list[str]:
+    """The shortest cycle inside ``group`` through its first module (breadth first)."""
+    start = min(group)
+    came: dict[str, str] = {}
+    todo = [start]
+    while todo:
+        node = todo.pop(0)
+        for nxt in sorted(graph[node]):
+            if nxt == start:
+                path = [node]
+                while path[-1] != start:
+                    path.append(came[path[-1]])
+                return [*reversed(path), start]
+            if nxt in group and nxt not in came:
+                came[nxt] = node
+                todo.append(nxt)
+    return [start, start]
+
+
+def problems(repo: Path = REPO) -> list[str]:
+    """Every import against the grain and every import cycle, as ``path:line: what``."""
+    known = find_modules(repo)
+    public = {p: public_names(repo, p) for p in LIBRARY}
+    out: list[str] = []
+    graph: dict[str, dict[str, int]] = {name: {} for name in known}
+    for mod in known.values():
+        for imp in imports(mod, known):
+            wrong = direction(mod, imp, public, known)
+            if wrong:
+                out.append(f"{mod.rel}:{imp.line}: {wrong}")
+            if imp.module in known and not imp.typing_only:
+                graph[mod.name].setdefault(imp.module, imp.line)
+    for cycle in cycles(graph):
+        first = known[cycle[0]]
+        out.append(f"{first.rel}:{graph[cycle[0]][cycle[1]]}: import cycle: "
+                   + " -> ".join(cycle))
+    return out
+
+
+def main() -> int:
+    found = problems()
+    for line in found:
+        print(line)
+    print(f"check_layout: {len(found)} problem(s): imports against the grain or cycles",
+          file=sys.stderr)
+    return 1 if found else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
