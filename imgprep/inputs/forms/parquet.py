@@ -26,7 +26,7 @@ import numpy as np
 
 from imgprep.errors import LabelError, SourceFormatError
 from imgprep.inputs import parquetio
-from imgprep.inputs.forms.base import Detected, ListContext, Skip, SplitInput
+from imgprep.inputs.forms.base import TEST_REASON, Detected, ListContext, Skip, SplitInput
 from imgprep.inputs.hfnames import PARQUET_NAME_RE, hub_split, parse_name
 from imgprep.inputs.sources import Listing, build_listing
 from imgprep.inputs.spool import SpoolJob, read_index, spool_all, spool_path
@@ -35,7 +35,6 @@ from imgprep.inputs.synsets import ClassTable
 NAME = "hf-parquet"
 SHOWN = 3
 LABELS = "the 'label' column (sorted-wnid order), checked against the wnid in image.path"
-TEST_REASON = "test images without labels (label -1); not converted (--split test does)"
 
 
 def _split_of(path: Path) -> str:

@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from imgprep.errors import LabelError, SourceFormatError, UnsafeArchiveError
-from imgprep.inputs.forms.base import Detected, ListContext, Skip, SplitInput
+from imgprep.inputs.forms.base import TEST_REASON, Detected, ListContext, Skip, SplitInput
 from imgprep.inputs.hfnames import TARGZ_NAME_RE, hub_split, parse_name
 from imgprep.inputs.sources import Listing, build_listing
 from imgprep.inputs.spool import SpoolJob, read_index, spool_all, spool_path
@@ -38,7 +38,6 @@ from imgprep.shards.tarfmt import iter_stream
 NAME = "hf-targz"
 SHOWN = 3
 LABELS = "the wnid each member's name ends in (<stem>_<wnid>.JPEG)"
-TEST_REASON = "test images without labels; not converted (--split test does)"
 _NUMBERED = re.compile(r"^train_images_(\d+)\.tar\.gz$")
 
 
