@@ -109,3 +109,18 @@ def test_label_options_with_split_test_are_refused(root: Path, tmp_path: Path) -
     for extra in (["--labels", gt], ["--trust-labels"]):
         one_line_error(invoke("convert", root / "test", "-o", tmp_path / "out", "--split",
                               "test", *extra, *SMALL), 3, "--split test", f"drop {extra[0]}")
+
+
+def test_the_dry_run_names_each_splits_label_source(root: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    rep = ok(invoke("convert", root, "-o", out, "--dry-run", "--json"))
+    splits = {s["split"]: s for s in rep["splits"]}
+    assert [splits[s]["label_source"] for s in ("train", "val")] == ["input", "published"]
+    assert splits["val"]["labels"] == "the published ILSVRC2012 validation labels"
+    assert any(k.startswith(f"{root / 'test'}: images without labels") for k in rep["skipped"])
+    rep = ok(invoke("convert", root, "-o", out, "--split", "test", "--format", "list",
+                    "--dry-run", "--json"))
+    (test,) = rep["splits"]
+    assert (test["split"], test["label_source"], test["images"]) == ("test", "none", 3)
+    assert test["labels"].startswith("none") and "test/<key>.jpg" in test["writes"]
+    assert not out.exists()
