@@ -329,8 +329,8 @@ def test_a_damaged_val_labels_file_is_refused(monkeypatch: pytest.MonkeyPatch) -
     imagenet_val_labels.cache_clear()
     monkeypatch.setattr(synsets, "VAL_LABELS_SHA256", "0" * 64)
     try:
-        with pytest.raises(LabelError, match=r"imgprep/data/ilsvrc2012_val_labels.bin has sha256 "
-                                             r"f5350687.*not 0{64}.*reinstall imgprep"):
+        with pytest.raises(LabelError, match=r"imgprep/inputs/data/ilsvrc2012_val_labels.bin has "
+                                             r"sha256 f5350687.*not 0{64}.*reinstall imgprep"):
             imagenet_val_labels()
     finally:
         imagenet_val_labels.cache_clear()
