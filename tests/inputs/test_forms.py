@@ -66,6 +66,19 @@ def test_kaggle_zip_is_detected_with_its_splits_labels_and_skips(fakes: dict[str
     assert test.split == "test"
 
 
+def test_the_folder_the_kaggle_zip_was_downloaded_into_reads_the_zip(
+        fakes: dict[str, Path], tmp_path: Path) -> None:
+    folder = fakes["kaggle-zip"].parent
+    found = detect(folder)
+    assert found.form == "kaggle-zip" and found.root == fakes["kaggle-zip"]
+    assert [s.path for s in found.splits] == [fakes["kaggle-zip"]] * 3
+    both = tmp_path / "both"  # the zip and the tree it was extracted to: the tree is read
+    both.mkdir()
+    (both / fakes["kaggle-zip"].name).symlink_to(fakes["kaggle-zip"])
+    (both / "ILSVRC").symlink_to(fakes["kaggle"] / "ILSVRC")
+    assert detect(both).form == "kaggle"
+
+
 @pytest.mark.parametrize("where", ["", "ILSVRC", "ILSVRC/Data", "ILSVRC/Data/CLS-LOC"])
 def test_the_extracted_kaggle_tree_is_detected_from_any_level(fakes: dict[str, Path],
                                                               where: str) -> None:

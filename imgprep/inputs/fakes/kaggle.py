@@ -18,9 +18,9 @@ from typing import Any
 
 from imgprep.fsutil import atomic_open, ensure_writable_dir, write_bytes_atomic
 from imgprep.inputs.fakeset import SampleSet, SampleSpec, kaggle_val_csv, sample_set
+from imgprep.inputs.forms.kagglezip import ZIP_NAME
 from imgprep.inputs.synsets import imagenet_classes
 
-ZIP_NAME = "imagenet-object-localization-challenge.zip"
 DATA, BOXES, LISTS = "ILSVRC/Data/CLS-LOC", "ILSVRC/Annotations/CLS-LOC", "ILSVRC/ImageSets/CLS-LOC"
 WHEN = (2019, 1, 1, 0, 0, 0)
 STORED_EVERY = 3
