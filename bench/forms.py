@@ -3,8 +3,8 @@ plain tar in the same rounds, and time F's container cost alone beside it.
 
 Forms: ``kaggle`` (Kaggle's extracted tree: files read in place), ``kaggle-zip`` (Kaggle's
 zip with stored members: read in place by offset), ``kaggle-zip-deflated`` (the same zip with
-deflated members: each inflated in the worker), ``hf-parquet`` (the Hub's parquet copy: row groups of 100 images, spooled before
-converting), ``hf-targz`` (the Hub's tar.gz archives: one gzip stream each, spooled),
+deflated members: each inflated in the worker), ``hf-parquet`` (the Hub's parquet copy: row
+groups of 100 images, spooled before converting), ``hf-targz`` (the Hub's tar.gz archives: one gzip stream each, spooled),
 ``wds`` (a timm shard set: read in place by offset). Each is built from the benchmark's images
 with the fakes' layout writers (``imgprep.inputs.fakes``) in 4 files, with names whose keys
 equal the plain tar's, so both conversions give the same samples. Each round converts the
