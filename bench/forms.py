@@ -1,19 +1,19 @@
 """``python -m bench.convert --form F``: convert the same images from input form F and from the
 plain tar in the same rounds, and time F's container cost alone beside it.
 
-Forms: ``kaggle`` (Kaggle's extracted tree: files read in place), ``kaggle-zip`` (Kaggle's
-zip with stored members: read in place by offset), ``kaggle-zip-deflated`` (the same zip with
+Forms: ``kaggle`` (Kaggle's extracted tree: files read in place), ``kaggle-zip`` (Kaggle's zip
+with stored members: read in place by offset), ``kaggle-zip-deflated`` (the same zip with
 deflated members: each inflated in the worker), ``hf-parquet`` (the Hub's parquet copy: row
-groups of 100 images, spooled before converting), ``hf-targz`` (the Hub's tar.gz archives: one gzip stream each, spooled),
-``wds`` (a timm shard set: read in place by offset). Each is built from the benchmark's images
-with the fakes' layout writers (``imgprep.inputs.fakes``) in 4 files, with names whose keys
-equal the plain tar's, so both conversions give the same samples. Each round converts the
-plain tar and every form with ``--workers 1`` then ``--workers 2``; a form's ratio is the
-median over rounds of its rate over the plain tar's rate in that round. The container's own
-cost, timed alone each round: the deflated zip, inflating every member (``zipfile``, CRC
-checked); parquet, reading ``image.bytes`` row group by row group, and
-the spool (that read plus writing the staging files); tar.gz, gzip decompression of the
-archives, and the spool. Imported by ``bench.convert``; not part of the installed
+groups of 100 images, spooled before converting), ``hf-targz`` (the Hub's tar.gz archives: one
+gzip stream each, spooled), ``wds`` (a timm shard set: read in place by offset). Each is built
+from the benchmark's images with the fakes' layout writers (``imgprep.inputs.fakes``) in 4
+files, with names whose keys equal the plain tar's, so both conversions give the same samples.
+Each round converts the plain tar and every form with ``--workers 1`` then ``--workers 2``; a
+form's ratio is the median over rounds of its rate over the plain tar's rate in that round. The
+container's own cost, timed alone each round: the deflated zip, inflating every member
+(``zipfile``, CRC checked); parquet, reading ``image.bytes`` row group by row group, and the
+spool (that read plus writing the staging files); tar.gz, gzip decompression of the archives,
+and the spool. Imported by ``bench.convert``; not part of the installed
 packages.
 """
 
