@@ -64,6 +64,7 @@ _LAZY = {
     "manifest_path": "imgprep.shards.manifest",
     "read_manifest": "imgprep.shards.manifest",
     "index_folder": "imgprep.shards.indexing",
+    "PilInfo": "imgprep.shards.info",
     "pil_info": "imgprep.shards.info",
     "verify": "imgprep.shards.verify",
     "atomic_open": "imgprep.fsutil",
@@ -82,7 +83,7 @@ if TYPE_CHECKING:
     from imgprep.job.rendezvous import Rendezvous, RendezvousError, rendezvous
     from imgprep.job.world import World, detect
     from imgprep.shards.indexing import index_folder
-    from imgprep.shards.info import pil_info
+    from imgprep.shards.info import PilInfo, pil_info
     from imgprep.shards.manifest import Manifest, ShardEntry, manifest_path, read_manifest
     from imgprep.shards.verify import verify
     from imgprep.stage.options import StageOptions
@@ -100,7 +101,7 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "ClassTable", "ConvertOptions", "ConvertSummary", "ImageError", "ImgprepError",
     "InputMissingError", "LabelError", "Manifest", "ManifestError", "OutputError",
-    "OutputExistsError", "Rendezvous", "RendezvousError", "ShardEntry", "ShardError",
+    "OutputExistsError", "PilInfo", "Rendezvous", "RendezvousError", "ShardEntry", "ShardError",
     "SourceFormatError", "StageError", "StageOptions", "TransformOptions", "UnsafeArchiveError",
     "WaitTimeout", "World", "WorldError", "__version__", "atomic_open", "convert_splits",
     "detect", "imagenet_classes", "index_folder", "make_sample", "manifest_path", "node_shards",
