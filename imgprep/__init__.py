@@ -63,6 +63,7 @@ _LAZY = {
     "ShardEntry": "imgprep.shards.manifest",
     "manifest_path": "imgprep.shards.manifest",
     "read_manifest": "imgprep.shards.manifest",
+    "IndexedSplit": "imgprep.shards.indexing",
     "index_folder": "imgprep.shards.indexing",
     "PilInfo": "imgprep.shards.info",
     "pil_info": "imgprep.shards.info",
@@ -82,7 +83,7 @@ if TYPE_CHECKING:
     from imgprep.job.cpus import read_limits
     from imgprep.job.rendezvous import Rendezvous, RendezvousError, rendezvous
     from imgprep.job.world import World, detect
-    from imgprep.shards.indexing import index_folder
+    from imgprep.shards.indexing import IndexedSplit, index_folder
     from imgprep.shards.info import PilInfo, pil_info
     from imgprep.shards.manifest import Manifest, ShardEntry, manifest_path, read_manifest
     from imgprep.shards.verify import verify
@@ -100,7 +101,7 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "ClassTable", "ConvertOptions", "ConvertSummary", "ImageError", "ImgprepError",
-    "InputMissingError", "LabelError", "Manifest", "ManifestError", "OutputError",
+    "IndexedSplit", "InputMissingError", "LabelError", "Manifest", "ManifestError", "OutputError",
     "OutputExistsError", "PilInfo", "Rendezvous", "RendezvousError", "ShardEntry", "ShardError",
     "SourceFormatError", "StageError", "StageOptions", "TransformOptions", "UnsafeArchiveError",
     "WaitTimeout", "World", "WorldError", "__version__", "atomic_open", "convert_splits",

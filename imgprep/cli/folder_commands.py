@@ -152,7 +152,8 @@ def index_cmd(folder: Path, split: str | None, dali: bool, quiet: bool, as_json:
         done = index_folder(folder, split, dali)
     except ImgprepError as e:
         fail(e)
-    emit({"folder": str(folder), "splits": done}, as_json, quiet, lambda: "\n".join(
-        f"{folder}/{d['index']}: {d['samples']} samples in {d['shards']} shards, "
-        f"{d['bytes']} bytes" + (f"; a DALI index ({d['dali']}) beside each shard"
-                                 if d["dali"] else "") for d in done))
+    emit({"folder": str(folder), "splits": [asdict(d) for d in done]}, as_json, quiet,
+         lambda: "\n".join(
+             f"{folder}/{d.index}: {d.samples} samples in {d.shards} shards, {d.bytes} bytes"
+             + (f"; a DALI index ({d.dali}) beside each shard" if d.dali else "")
+             for d in done))
