@@ -16,7 +16,7 @@ $(VENV)/.ready: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q "$(TORCH_PIN)"
 	CC="cc -mavx2" $(BIN)/python -m pip install -q --no-cache-dir --no-binary pillow-simd "$(PILLOW_SIMD_PIN)"
-	$(BIN)/python -m pip install -q -e ".[dev,s3,dali]"
+	$(BIN)/python -m pip install -q -e ".[dev,s3,dali,parquet]"
 	$(BIN)/imgprep info --strict
 	touch $@
 

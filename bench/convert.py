@@ -47,10 +47,16 @@ over rounds of that round's own ratio.
 A compact table goes to stdout and the last line of stdout is one JSON object with every
 figure. Linux only.
 
+``--form F`` (repeatable: ``hf-parquet``, ``hf-targz``, ``wds``) measures input forms
+instead: the same images in form F and in the plain tar, converted in the same rounds, with
+F's rate over the plain tar's and F's container cost (reading, spooling) timed alone beside
+it (``bench/forms.py``).
+
 Run (from the repository root, in the project's environment)::
 
     python -m bench.convert                    # the full run, a few minutes
     python -m bench.convert --limit 200 --repeat 1  # a quick look
+    python -m bench.convert --form hf-parquet --form hf-targz --form wds --repeat 3
 
 The images are read from the shared folder and never copied into the repository: the tar that
 convert reads is built in a temporary folder (or under ``--out``) and removed afterwards.
@@ -89,6 +95,7 @@ from bench.common import (
     run_main,
     verdict,
 )
+from bench.forms import FORMS, print_forms, run_forms
 from imgprep import ConvertOptions, TransformOptions, convert_splits, imagenet_classes, pil_info
 from imgprep.convert.image import convert_image
 from imgprep.convert.tasks import make_plan
@@ -483,6 +490,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--listing-images", type=int, default=200_000,
                     help="images in the synthetic train tar whose listing is timed (default "
                          "%(default)s)")
+    ap.add_argument("--form", action="append", choices=FORMS, default=[],
+                    help="measure this input form against the plain tar instead (repeatable)")
     ap.add_argument("--listing-only", action="store_true",
                     help="time only the listing of the synthetic train tar and print its JSON")
     ap.add_argument("--disk-gbps", type=float, default=2.0,
@@ -639,8 +648,27 @@ def run(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
     }
 
 
+def run_form_rounds(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
+    """``--form``: the forms against the plain tar of the same images."""
+    paths = list_images(args.images, args.limit)
+    if not paths:
+        print(f"bench_convert: no .JPEG files in {args.images}", file=sys.stderr)
+        raise SystemExit(2)
+    tar = scratch / "imagenet-sample.tar"
+    build_tar(paths, tar)
+    load0 = os.getloadavg()
+    res = run_forms(args.form, paths, tar, scratch, args.repeat,
+                    min(args.shards, len(paths)) if args.shards else None)
+    return {"benchmark": "convert-forms", "images_dir": str(args.images),
+            "loadavg_start": [round(x, 2) for x in load0],
+            "loadavg_end": [round(x, 2) for x in os.getloadavg()], **res}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.form:
+        return run_main("bench_convert", args.images, args.out,
+                        partial(run_form_rounds, args), print_forms)
     if args.listing_only:
         with tempfile.TemporaryDirectory(prefix="bench-convert-", dir=args.out) as tmp:
             print(json.dumps({"benchmark": "convert-listing", "loadavg": os.getloadavg(),

@@ -19,6 +19,7 @@ from imgprep.convert.errorlog import ErrorRecord, error_log_path, write_error_lo
 from imgprep.convert.execute import npy_bytes
 from imgprep.convert.tasks import Plan, TaskResult, options_json
 from imgprep.fsutil import fsync_dir, write_bytes_atomic
+from imgprep.inputs.spool import remove_spool
 from imgprep.shards.indexing import index_shards
 from imgprep.shards.manifest import Manifest, NodeSection, ShardEntry, write_manifest
 
@@ -100,7 +101,8 @@ def _manifest(plan: Plan, results: list[TaskResult], errors: int, log: Path | No
 def finalise(plan: Plan, results: list[TaskResult], extra_errors: list[ErrorRecord],
              node: NodeSection | None = None) -> Finalised:
     """Write the error log (``extra_errors`` first, then each task's in task order) and, when
-    the errors are within ``--max-errors``, the split's remaining files and its manifest."""
+    the errors are within ``--max-errors``, the split's remaining files and its manifest,
+    then remove the staging copy of a form without random access."""
     results = sorted(results, key=lambda r: r.index)
     errors = extra_errors + [e for r in results for e in r.errors]
     log = write_error_log(error_log_path(plan.opts.out, plan.split), errors)
@@ -108,5 +110,6 @@ def finalise(plan: Plan, results: list[TaskResult], extra_errors: list[ErrorReco
         return Finalised(manifest=None, error_log=log, errors=len(errors))
     manifest = _manifest(plan, results, len(errors), log, node)
     fsync_dir(plan.opts.out)  # every shard's rename is on disk before the manifest names it
-    return Finalised(manifest=write_manifest(plan.opts.out, manifest), error_log=log,
-                     errors=len(errors))
+    written = write_manifest(plan.opts.out, manifest)
+    remove_spool(plan.spool_dir)  # a form's staging copy is not needed any more
+    return Finalised(manifest=written, error_log=log, errors=len(errors))

@@ -89,7 +89,7 @@ def convert_splits(opts: ConvertOptions, world: World | None = None,
     try:
         parts = split_inputs(opts, warn=is_finaliser(opts, world))
         ensure_writable_dir(opts.out)
-        plans = [make_plan(o, origin=opts) for o in parts]
+        plans = [make_plan(o, origin=opts, rank=world.rank) for o in parts]
         created[:0] = [p.state_dir for p in plans if not p.state_dir.exists()]
         if len({p.split for p in plans}) < len(plans):
             raise SourceFormatError(f"{opts.input}: two inputs give the same split; "

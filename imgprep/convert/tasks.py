@@ -42,6 +42,7 @@ from imgprep.inputs.sources import (
     split_folders,
     split_of_name,
 )
+from imgprep.inputs.spool import SPOOL_DIR
 from imgprep.inputs.synsets import ClassTable, load_class_table
 from imgprep.shards.manifest import Manifest
 
@@ -73,6 +74,11 @@ class Plan:
     @property
     def state_dir(self) -> Path:
         return self.opts.out / STATE_DIR / self.split
+
+    @property
+    def spool_dir(self) -> Path:
+        """Where a form without random access keeps its staging copy until the manifest."""
+        return self.state_dir / SPOOL_DIR
 
     def record_path(self, task: Task) -> Path:
         return self.state_dir / f"{task.name}.json"
@@ -251,19 +257,21 @@ def one_split(opts: ConvertOptions) -> SplitInput:
 
 
 def _list_context(opts: ConvertOptions, source: SplitInput, classes: ClassTable,
-                  spool: bool) -> ListContext:
-    spool_dir = opts.out / STATE_DIR / source.split / "spool" \
-        if spool and source.split is not None else None
-    return ListContext(workers=opts.workers, classes=classes, spool_dir=spool_dir)
+                  spool: bool, rank: int) -> ListContext:
+    split = opts.split or source.split  # the split the run writes, which --split may set
+    spool_dir = opts.out / STATE_DIR / split / SPOOL_DIR if spool and split is not None \
+        else None
+    return ListContext(workers=opts.workers, classes=classes, spool_dir=spool_dir,
+                       spool_start=rank)
 
 
 def make_plan(opts: ConvertOptions, origin: ConvertOptions | None = None, *,
-              spool: bool = True) -> Plan:
+              spool: bool = True, rank: int = 0) -> Plan:
     """Check the ground truth, list the source (class tars on ``opts.workers`` processes),
     label every image and cut the work into tasks (no image is decoded). ``origin``: the
     options given, when ``opts`` is one split of them (``split_inputs``), for the advice of
     errors. ``spool``: a form without random access may write its staging copy (not in a
-    dry run)."""
+    dry run), beginning at its ``rank``-th source file so that ranks share the work."""
     if opts.label_offset is not None and not opts.labels:
         raise LabelError(f"--label-offset {opts.label_offset} shifts the labels of --labels, "
                          "and none was given; pass the ground truth or drop --label-offset")
@@ -276,7 +284,7 @@ def make_plan(opts: ConvertOptions, origin: ConvertOptions | None = None, *,
     gt = read_ground_truth(given, classes, opts.label_offset, opts.trust_labels) \
         if given else None  # checked before the (longer) listing
     truth = gt.labels if gt is not None else None
-    listing = list_split(source, _list_context(opts, source, classes, spool))
+    listing = list_split(source, _list_context(opts, source, classes, spool, rank))
     split = opts.split or source.split or infer_split(listing, bool(given), opts.input)
     if opts.split is None and split == "train":  # before labels: loose val images have none
         check_no_val_in_train(listing, opts, origin)

@@ -27,6 +27,9 @@ FORMS: tuple[tuple[str, str], ...] = (
     ("other-archive", "imgprep.inputs.forms.refusals"),
     ("kaggle-zip", "imgprep.inputs.forms.kagglezip"),
     ("kaggle", "imgprep.inputs.forms.kaggle"),
+    ("hf-parquet", "imgprep.inputs.forms.parquet"),
+    ("hf-targz", "imgprep.inputs.forms.targz"),
+    ("wds", "imgprep.inputs.forms.wds"),
     ("ilsvrc", "imgprep.inputs.forms.ilsvrc"),
 )
 

@@ -85,8 +85,10 @@ class ListContext:
     list; the listing must not depend on it), ``classes`` (the class table, for forms that
     carry class indices: map index -> wnid through it), ``spool_dir`` (an empty-or-resumable
     folder under the output's state folder for the one staging copy of a form without random
-    access; None: write nothing, as in ``--dry-run``)."""
+    access; None: write nothing, as in ``--dry-run``), ``spool_start`` (which of its source
+    files this process spools first: its rank, so that the ranks of a job share the work)."""
 
     workers: int | None = None
     classes: ClassTable = field(default_factory=imagenet_classes)
     spool_dir: Path | None = None
+    spool_start: int = 0

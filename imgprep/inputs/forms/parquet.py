@@ -1,0 +1,235 @@
+"""The Hugging Face Hub's parquet copy of ILSVRC2012 (``ILSVRC/imagenet-1k``).
+
+``data/{train,validation,test}-NNNNN-of-NNNNN.parquet``: the folder the copy was downloaded
+into, its ``data/`` folder, or single files (a file not named as on the Hub is the split its
+name mentions: ``test``, ``val``, else train). The test split (label -1) is not converted
+unless asked for. Each file is checked by its footer
+(``imgprep.inputs.parquetio``) and listed from its ``image.path`` and ``label`` columns
+alone, a row group at a time: the key is the canonical stem of ``image.path`` (the Hub's
+names end in ``_<wnid>``), the class is ``label`` in sorted-wnid order, cross-checked with
+the wnid the name carries. A row without a path is keyed ``<file stem>_<row>``.
+
+A parquet file has no per-image random access (a row group of ~100 images is the least
+that can be read), so converting it spools each file once (``imgprep.inputs.spool``) and
+reads the spool by offset; without a spool folder (``--dry-run``) nothing is written and the
+listing's items cannot be read. The probe reads the footers for the image counts (when
+pyarrow is there) and states the spool's disk cost: the files' size.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from imgprep.errors import LabelError, SourceFormatError
+from imgprep.inputs import parquetio
+from imgprep.inputs.forms.base import Detected, ListContext, Skip, SplitInput
+from imgprep.inputs.hfnames import PARQUET_NAME_RE, hub_split, parse_name
+from imgprep.inputs.sources import Listing, build_listing
+from imgprep.inputs.spool import SpoolJob, read_index, spool_all, spool_path
+from imgprep.inputs.synsets import ClassTable
+
+NAME = "hf-parquet"
+SHOWN = 3
+LABELS = "the 'label' column (sorted-wnid order), checked against the wnid in image.path"
+TEST_REASON = "test images without labels (label -1); not converted (--split test does)"
+
+
+def _split_of(path: Path) -> str:
+    """A parquet file's split: from its Hub name, else from the words in its name."""
+    named = hub_split(path.name)
+    if named is not None:
+        return named
+    words = path.stem.lower()
+    return "test" if "test" in words else "val" if "val" in words else "train"
+
+
+def parquet_files(path: Path) -> dict[str, list[Path]]:
+    """{split: its parquet files, sorted} in ``path`` (a parquet file, the ``data/`` folder
+    or the folder holding it). Empty when there is no parquet file. A folder whose
+    numbered set is incomplete is refused."""
+    if path.is_file():
+        return {_split_of(path): [path]} if parquetio.is_parquet(path) else {}
+    folder = path / "data" if (path / "data").is_dir() else path
+    if not folder.is_dir():
+        return {}
+    found: dict[str, list[Path]] = {}
+    for p in sorted(folder.iterdir()):
+        if p.name.endswith(".parquet") and p.is_file():
+            found.setdefault(_split_of(p), []).append(p)
+    for files in found.values():
+        _check_complete(folder, files)
+    return found
+
+
+def _check_complete(folder: Path, files: list[Path]) -> None:
+    """Refuse a Hub set missing some of its numbered files (an unfinished download)."""
+    counts: dict[tuple[str, str], set[int]] = {}
+    for p in files:
+        m = PARQUET_NAME_RE.match(p.name)
+        if m is not None:
+            counts.setdefault((m.group("split"), m.group("count")), set()).add(
+                int(m.group("index")))
+    for (split, count), have in sorted(counts.items()):
+        missing = [f"{split}-{i:05d}-of-{count}.parquet" for i in range(int(count))
+                   if i not in have]
+        if missing:
+            raise SourceFormatError(
+                f"{folder} holds {len(have)} of the {int(count)} {split} parquet files (missing: "
+                f"{', '.join(missing[:SHOWN])}{' …' if len(missing) > SHOWN else ''}): the "
+                "download is unfinished; download the rest, or pass single files to convert "
+                "them alone")
+
+
+@dataclass
+class FileListing:
+    """The rows of one parquet file: member names (``<file>/<path>``), keys and wnids."""
+
+    path: Path
+    member: np.ndarray
+    key: np.ndarray
+    wnid: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.key)
+
+
+def _row_names(path: Path, groups: Iterator[parquetio.RowGroup],
+               classes: ClassTable) -> FileListing:
+    table = np.asarray([w.encode("ascii") for w in classes.wnids] + [b""], dtype="S9")
+    member: list[bytes] = []
+    key: list[bytes] = []
+    wnids: list[np.ndarray] = []
+    mismatch: list[str] = []
+    for group in groups:
+        named: list[bytes] = []
+        for row, name in enumerate(group.paths, group.first_row):
+            hub = parse_name(name) if name else parse_name(f"{path.stem}_{row:06d}")
+            if hub.conflict:
+                raise LabelError(f"{path}: row {row}: {hub.conflict}; the file is damaged or "
+                                 "not the Hub's copy")
+            member.append(f"{path.name}/{name or row}".encode())
+            key.append(hub.key.encode())
+            named.append(hub.wnid.encode("ascii"))
+        label_wnid = table[group.labels]  # -1 (test) picks the empty last entry
+        differ = np.flatnonzero((np.asarray(named, dtype="S9") != b"")
+                                & (np.asarray(named, dtype="S9") != label_wnid))
+        mismatch += [f"row {group.first_row + i} ({group.paths[i]}: label "
+                     f"{int(group.labels[i])} = {label_wnid[i].decode()})" for i in differ]
+        wnids.append(label_wnid)
+    if mismatch:
+        raise LabelError(
+            f"{path}: {len(mismatch)} rows whose label is another class than the wnid their "
+            f"image.path ends in (first: {'; '.join(mismatch[:SHOWN])}); the file is damaged "
+            "or its labels are not in sorted-wnid order: download it again")
+    return FileListing(path, np.asarray(member, dtype=bytes), np.asarray(key, dtype=bytes),
+                       np.concatenate(wnids) if wnids else np.zeros(0, dtype="S9"))
+
+
+def list_file(path: Path, classes: ClassTable, allow_test: bool) -> FileListing:
+    """Check ``path``'s footer, then list its rows from ``image.path`` and ``label``."""
+    parquetio.read_meta(path, classes)
+    return _row_names(path, parquetio.iter_labels(path, classes, allow_test), classes)
+
+
+def spool_items(source: Path) -> Iterator[tuple[str, bytes]]:
+    """A parquet file's images for the spool, named by row."""
+    for row, data in enumerate(parquetio.iter_images(source)):
+        yield str(row), data
+
+
+def spool_jobs(files: list[Path], spool_dir: Path) -> list[SpoolJob]:
+    """One spool job per parquet file, in ``files`` order."""
+    return [SpoolJob(source=p, spool=spool_path(spool_dir, i, p), read=spool_items)
+            for i, p in enumerate(files)]
+
+
+def columns(files: list[FileListing], spool_dir: Path | None, workers: int | None,
+            start: int = 0) -> tuple[tuple[str, ...], dict[str, np.ndarray]]:
+    """(containers, listing columns) of ``files``: with ``spool_dir``, every file is
+    spooled (missing ones on ``workers`` processes, beginning at file ``start``) and items
+    are read from the spool; without, the containers are the parquet files and the items
+    are rows (offset = row, size 0), for counting only."""
+    n = sum(len(f) for f in files)
+    container = np.repeat(np.arange(len(files), dtype=np.int32), [len(f) for f in files])
+    offset = np.concatenate([np.arange(len(f), dtype=np.int64) for f in files]) if files \
+        else np.zeros(0, dtype=np.int64)
+    size = np.zeros(n, dtype=np.int64)
+    containers = tuple(str(f.path) for f in files)
+    if spool_dir is not None:
+        jobs = spool_jobs([f.path for f in files], spool_dir)
+        spool_all(jobs, workers, start)
+        offset, size = _spool_offsets(files, jobs)
+        containers = tuple(str(j.spool) for j in jobs)
+    return containers, {
+        "container": container, "offset": offset, "size": size,
+        **{name: np.concatenate([getattr(f, name) for f in files]) if files
+           else np.zeros(0, dtype="S9" if name == "wnid" else "S1")
+           for name in ("member", "key", "wnid")},
+    }
+
+
+def _spool_offsets(files: list[FileListing],
+                   jobs: list[SpoolJob]) -> tuple[np.ndarray, np.ndarray]:
+    offsets, sizes = [], []
+    for f, job in zip(files, jobs, strict=True):
+        index = read_index(job.spool)
+        if len(index) != len(f):
+            raise SourceFormatError(
+                f"{job.spool} holds {len(index)} images but {f.path} lists {len(f)}: the file "
+                "changed since it was spooled; remove the spool folder "
+                f"{job.spool.parent} and rerun")
+        offsets.append(index.offset)
+        sizes.append(index.size)
+    empty = np.zeros(0, dtype=np.int64)
+    return (np.concatenate(offsets) if offsets else empty,
+            np.concatenate(sizes) if sizes else empty)
+
+
+def _images(files: list[Path]) -> int | None:
+    """The files' row count from their footers; None without pyarrow or a readable footer."""
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        return None
+    try:
+        return sum(pq.ParquetFile(p).metadata.num_rows for p in files)
+    except (OSError, ValueError):
+        return None  # refused, saying why, when it is listed
+
+
+def probe(path: Path) -> Detected | None:
+    """The parquet files of the Hub's copy in ``path``, one split per split they hold."""
+    found = parquet_files(path)
+    if not found:
+        return None
+    splits: list[SplitInput] = []
+    skipped: list[Skip] = []
+    for name in sorted(found, key=("train", "val", "test").index):
+        files = found[name]
+        where = (f"{len(files)} {name} parquet files in {files[0].parent}" if len(files) > 1
+                 else f"{files[0]} (parquet)")
+        images = _images(files)
+        test = name == "test"
+        splits.append(SplitInput(
+            form=NAME, split=name, path=path, where=where, labels="none" if test else LABELS,
+            labelled=not test, by_default=not test, images=images,
+            spool_bytes=sum(p.stat().st_size for p in files)))
+        if test:
+            count = f"{images:,} " if images is not None else ""
+            skipped.append(Skip(what=where, reason=f"{count}{TEST_REASON}"))
+    return Detected(form=NAME, root=path, splits=tuple(splits), skipped=tuple(skipped),
+                    description="the Hugging Face Hub's parquet copy of ImageNet "
+                                "(ILSVRC/imagenet-1k)")
+
+
+def list_split(split: SplitInput, ctx: ListContext) -> Listing:
+    """Every image of ``split``: listed from the files' names and labels, then spooled
+    into ``ctx.spool_dir`` and read from there (``--dry-run``: not spooled)."""
+    files = parquet_files(split.path).get(split.split or "train", [])
+    listed = [list_file(p, ctx.classes, allow_test=split.split == "test") for p in files]
+    containers, cols = columns(listed, ctx.spool_dir, ctx.workers, ctx.spool_start)
+    return build_listing(str(split.path), NAME, containers, cols, (), 0)

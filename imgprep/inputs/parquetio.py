@@ -1,0 +1,269 @@
+"""Reading the Hugging Face Hub's parquet copy of ILSVRC2012 with pyarrow, a row group at a
+time, and refusing what is not that copy.
+
+A file of the copy (``data/train-00000-of-00294.parquet``) has two columns: ``image``, a
+struct of ``bytes`` (the JPEG) and ``path`` (its original name), and ``label``, the class
+index in sorted-wnid order (-1 in the test split). Its schema metadata ``huggingface``
+names the classes (``info.features.label.names``). Before anything is listed the footer
+alone is checked: the schema, the class names (another data set's parquet, e.g. Imagenette
+with 10 classes, must never be read as ImageNet labels 0-9) and, where the writer kept
+statistics, the null counts of ``image.bytes`` and ``label``.
+
+Reading is column-projected and bounded: ``iter_labels`` reads only ``image.path`` and
+``label``; ``iter_images`` reads ``image.bytes``; both one row group (~100 images) at a time,
+never a whole file. pyarrow is an optional extra (``imgprep[parquet]``), imported only when
+a parquet is read; ``is_parquet`` needs only the file's magic bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+from imgprep.errors import LabelError, SourceFormatError
+from imgprep.inputs.synsets import ClassTable
+
+MAGIC = b"PAR1"
+INSTALL = "pip install 'imgprep[parquet]'"
+MAX_NAME_DIFFS = 10  # class names that may be spelled otherwise (e.g. 'crane' twice)
+TEST_LABEL = -1  # the label of every test image in the Hub's copy
+
+
+def is_parquet(path: Path) -> bool:
+    """Whether ``path`` is a parquet file (``PAR1`` at both ends): no pyarrow needed."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4)
+            f.seek(max(0, os.fstat(f.fileno()).st_size - 4))
+            return head == MAGIC and f.read(4) == MAGIC
+    except OSError:
+        return False
+
+
+def pyarrow_parquet(path: Path) -> ModuleType:
+    """``pyarrow.parquet``, or a refusal naming the extra that provides it."""
+    try:
+        import pyarrow.parquet as pq
+    except ImportError as e:
+        raise SourceFormatError(
+            f"{path} is a parquet file (the Hugging Face Hub's copy of ImageNet); reading it "
+            f"needs pyarrow, which is not installed: {INSTALL}") from e
+    return pq
+
+
+@dataclass(frozen=True)
+class ParquetMeta:
+    """What a parquet file's footer says: rows per row group and the class names of its
+    Hugging Face metadata (None when it has none)."""
+
+    path: Path
+    row_groups: tuple[int, ...]
+    class_names: tuple[str, ...] | None
+
+    @property
+    def rows(self) -> int:
+        return sum(self.row_groups)
+
+
+def _field(schema: Any, name: str) -> Any:
+    index = schema.get_field_index(name)
+    return schema.field(index) if index >= 0 else None
+
+
+def check_schema(schema: Any, where: str) -> None:
+    """Refuse a schema that is not ``image: struct<bytes: binary, path: string>`` and an
+    integer ``label`` (large and view variants accepted)."""
+    import pyarrow as pa
+
+    image, label = _field(schema, "image"), _field(schema, "label")
+    fields = {f.name: f.type for f in image.type} if image is not None and \
+        pa.types.is_struct(image.type) else {}
+    problems = []
+    if not fields or not _is_binary(fields.get("bytes")):
+        problems.append("an 'image' column of struct<bytes: binary, path: string>")
+    elif "path" in fields and not _is_string(fields["path"]):
+        problems.append("'image.path' as a string")
+    if label is None or not pa.types.is_integer(label.type):
+        problems.append("an integer 'label' column")
+    if problems:
+        found = ", ".join(f"{f.name}: {f.type}" for f in schema) or "no columns"
+        raise SourceFormatError(
+            f"{where} is a parquet file but not the Hugging Face copy of ImageNet: it lacks "
+            f"{' and '.join(problems)} (it has {found}); point imgprep at the "
+            "'data/' folder of ILSVRC/imagenet-1k or at one of its files")
+
+
+def _is_binary(t: Any) -> bool:
+    import pyarrow as pa
+
+    return t is not None and (pa.types.is_binary(t) or pa.types.is_large_binary(t)
+                              or pa.types.is_binary_view(t))
+
+
+def _is_string(t: Any) -> bool:
+    import pyarrow as pa
+
+    return pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t)
+
+
+def hub_class_names(schema: Any, where: str) -> tuple[str, ...] | None:
+    """The class names in the schema's ``huggingface`` metadata, or None without it."""
+    raw = (schema.metadata or {}).get(b"huggingface")
+    if raw is None:
+        return None
+    try:
+        info = json.loads(raw)
+        label = (info.get("info") or info)["features"]["label"]
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return None  # metadata of another shape: the labels are still range-checked
+    names = label.get("names") if isinstance(label, dict) else None
+    if names is None:
+        return None
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise SourceFormatError(f"{where}: its Hugging Face metadata names classes that are "
+                                "not strings; this is not the ImageNet copy")
+    return tuple(names)
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"\d+$", "", " ".join(name.replace("_", " ").split()).casefold())
+
+
+def _same_class(theirs: str, ours: str, wnid: str) -> bool:
+    t, o = _norm(theirs), _norm(ours)
+    return t in (o, wnid, _norm(ours.split(",")[0])) or \
+        _norm(theirs.split(",")[0]) == _norm(ours.split(",")[0])
+
+
+def check_class_names(names: tuple[str, ...], classes: ClassTable, where: str) -> None:
+    """Refuse class names that are not those of ``classes`` in its order (a few spelled
+    otherwise are fine: the Hub's copy renames one of its two 'crane' classes)."""
+    sample = ", ".join(names[:4]) + (" …" if len(names) > 4 else "")
+    if len(names) != len(classes):
+        raise LabelError(
+            f"{where}: its Hugging Face metadata names {len(names)} classes ({sample}), not "
+            f"the {len(classes)} of ILSVRC2012: it is another data set, and its labels "
+            f"0-{len(names) - 1} are not ImageNet's; imgprep converts copies of ILSVRC2012 "
+            "only")
+    diffs = [i for i, (t, o) in enumerate(zip(names, classes.names, strict=True))
+             if not _same_class(t, o, classes.wnids[i])]
+    if len(diffs) > MAX_NAME_DIFFS:
+        first = "; ".join(f"label {i}: {names[i]!r} where ILSVRC2012 has "
+                          f"{classes.wnids[i]} {classes.names[i]!r}" for i in diffs[:3])
+        raise LabelError(
+            f"{where}: its Hugging Face metadata names {len(diffs)} of its {len(names)} "
+            f"classes otherwise than ILSVRC2012 in sorted-wnid order (first: {first}): its "
+            "labels would be read as the wrong classes; imgprep converts copies of "
+            "ILSVRC2012 only")
+
+
+def _null_count(meta: Any, group: int, column: str) -> int:
+    """Nulls in ``column`` of a row group by its statistics (0 when none were kept)."""
+    rg = meta.row_group(group)
+    for c in range(rg.num_columns):
+        col = rg.column(c)
+        if col.path_in_schema == column and col.is_stats_set:
+            return int(col.statistics.null_count or 0) if col.statistics.has_null_count else 0
+    return 0
+
+
+def read_meta(path: Path, classes: ClassTable) -> ParquetMeta:
+    """Check a file's footer (schema, class names, null counts in the statistics) and say
+    how its rows fall into row groups; nothing else is read."""
+    pq = pyarrow_parquet(path)
+    try:
+        pf = pq.ParquetFile(path)
+    except (OSError, ValueError) as e:  # pyarrow.ArrowInvalid is a ValueError
+        raise SourceFormatError(f"{path} is not a readable parquet file ({e}); it is damaged "
+                                "or cut short: download it again") from e
+    with pf:
+        schema = pf.schema_arrow
+        check_schema(schema, str(path))
+        names = hub_class_names(schema, str(path))
+        if names is not None:
+            check_class_names(names, classes, str(path))
+        meta = pf.metadata
+        for g in range(meta.num_row_groups):
+            for column in ("image.bytes", "label"):
+                if _null_count(meta, g, column):
+                    raise SourceFormatError(
+                        f"{path}: row group {g} holds {_null_count(meta, g, column)} null "
+                        f"'{column}' values; every image needs its bytes and label: download "
+                        "the file again")
+        groups = tuple(meta.row_group(g).num_rows for g in range(meta.num_row_groups))
+    return ParquetMeta(path, groups, names)
+
+
+@dataclass(frozen=True)
+class RowGroup:
+    """The names and labels of one row group (``path`` is None where a row has none)."""
+
+    index: int
+    first_row: int
+    paths: list[str | None]
+    labels: np.ndarray
+
+
+def iter_labels(path: Path, classes: ClassTable, allow_test: bool) -> Iterator[RowGroup]:
+    """Each row group's ``image.path`` and ``label`` (nothing else is read), refusing null
+    labels and labels outside ``classes`` (-1 only where ``allow_test``)."""
+    pq = pyarrow_parquet(path)
+    first = 0
+    with pq.ParquetFile(path) as pf:
+        has_path = "path" in {f.name for f in pf.schema_arrow.field("image").type}
+        columns = ["image.path", "label"] if has_path else ["label"]
+        for g in range(pf.metadata.num_row_groups):
+            table = pf.read_row_group(g, columns=columns)
+            label = table.column("label").combine_chunks()
+            _check_labels(f"{path}: row group {g}", first, label, len(classes), allow_test)
+            paths = table.column("image").combine_chunks().field("path").to_pylist() \
+                if has_path else [None] * len(label)
+            yield RowGroup(g, first, paths, label.to_numpy(zero_copy_only=False)
+                           .astype(np.int64))
+            first += len(label)
+
+
+def _check_labels(where: str, first: int, label: Any, count: int, allow_test: bool) -> None:
+    if label.null_count:
+        row = int(np.flatnonzero(np.asarray(label.is_null()))[0])
+        raise SourceFormatError(f"{where}, row {row} (row {first + row} of the file): 'label' "
+                                "is null; every image of the copy has a label: download the "
+                                "file again")
+    values = label.to_numpy(zero_copy_only=False)
+    low = TEST_LABEL if allow_test else 0
+    bad = np.flatnonzero((values < low) | (values >= count))
+    if len(bad):
+        row = int(bad[0])
+        allowed = f"{low}..{count - 1}" if allow_test else f"0..{count - 1}"
+        what = "the test split's -1 outside the test split" \
+            if values[row] == TEST_LABEL else f"outside {allowed}"
+        raise LabelError(f"{where}, row {row} (row {first + row} of the file): label "
+                         f"{int(values[row])} is {what} "
+                         f"({len(bad)} such rows in the group); this file is not the "
+                         "ImageNet copy it claims to be, or it is damaged: download it again")
+
+
+def iter_images(path: Path) -> Iterator[bytes]:
+    """The ``image.bytes`` of every row in order, one row group in memory at a time;
+    a null is refused naming its row group and row."""
+    pq = pyarrow_parquet(path)
+    with pq.ParquetFile(path) as pf:
+        for g in range(pf.metadata.num_row_groups):
+            image = pf.read_row_group(g, columns=["image.bytes"]).column("image")
+            data = image.combine_chunks()
+            column = data.field("bytes")
+            nulls = np.flatnonzero(np.asarray(data.is_null()) | np.asarray(column.is_null()))
+            if len(nulls):
+                raise SourceFormatError(
+                    f"{path}: row group {g}, row {int(nulls[0])}: 'image.bytes' is null; "
+                    "every image of the copy has its bytes: download the file again")
+            for value in column:
+                yield value.as_py()
