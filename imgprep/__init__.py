@@ -58,6 +58,7 @@ _LAZY = {
     "stage_to_node": "imgprep.stage.run",
     "ClassTable": "imgprep.inputs.synsets",
     "imagenet_classes": "imgprep.inputs.synsets",
+    "FakeSummary": "imgprep.inputs.fakeset",
     "make_sample": "imgprep.inputs.fakeset",
     "Manifest": "imgprep.shards.manifest",
     "ShardEntry": "imgprep.shards.manifest",
@@ -77,7 +78,7 @@ if TYPE_CHECKING:
     from imgprep.convert.run import convert_splits
     from imgprep.convert.summary import ConvertSummary
     from imgprep.fsutil import atomic_open, write_bytes_atomic
-    from imgprep.inputs.fakeset import make_sample
+    from imgprep.inputs.fakeset import FakeSummary, make_sample
     from imgprep.inputs.synsets import ClassTable, imagenet_classes
     from imgprep.job.assign import node_shards
     from imgprep.job.cpus import read_limits
@@ -100,7 +101,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
-    "ClassTable", "ConvertOptions", "ConvertSummary", "ImageError", "ImgprepError",
+    "ClassTable", "ConvertOptions", "ConvertSummary", "FakeSummary", "ImageError", "ImgprepError",
     "IndexedSplit", "InputMissingError", "LabelError", "Manifest", "ManifestError", "OutputError",
     "OutputExistsError", "PilInfo", "Rendezvous", "RendezvousError", "ShardEntry", "ShardError",
     "SourceFormatError", "StageError", "StageOptions", "TransformOptions", "UnsafeArchiveError",

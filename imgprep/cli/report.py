@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from imgprep.convert.summary import ConvertSummary
+    from imgprep.inputs.fakeset import FakeSummary
     from imgprep.shards.info import ManifestSummary, PilInfo, Versions
     from imgprep.stage.run import StageSummary
 
@@ -59,16 +60,16 @@ def dry_run_lines(r: dict[str, Any]) -> list[str]:
     return lines
 
 
-def make_sample_line(s: dict[str, Any], form: str) -> str:
+def make_sample_line(s: FakeSummary) -> str:
     """``make-sample``: what was written, and (other forms) the command that converts it."""
-    if form != "ilsvrc":
-        return (f"{s['out']}: the {form} form: {s['train_images']} train images in "
-                f"{len(s['classes'])} classes, {s['val_images']} val, {s['test_images']} test; "
-                f"convert it: imgprep convert {' or '.join(s['inputs'])} -o OUT")
-    return (f"{s['out']}: {s['train_images']} train images in {len(s['classes'])} classes "
-            f"({s['train_tar']}), {s['val_images']} val images ({s['val_tar']}) with devkit, "
-            f"Caffe and Kaggle ground truth; quirks: {', '.join(s['quirks'])}"
-            + (f"; bad: {', '.join(s['bad'])}" if s["bad"] else ""))
+    if s.form != "ilsvrc":
+        return (f"{s.out}: the {s.form} form: {s.train_images} train images in "
+                f"{len(s.classes)} classes, {s.val_images} val, {s.test_images} test; "
+                f"convert it: imgprep convert {' or '.join(s.inputs)} -o OUT")
+    return (f"{s.out}: {s.train_images} train images in {len(s.classes)} classes "
+            f"({s.train_tar}), {s.val_images} val images ({s.val_tar}) with devkit, "
+            f"Caffe and Kaggle ground truth; quirks: {', '.join(s.quirks)}"
+            + (f"; bad: {', '.join(s.bad)}" if s.bad else ""))
 
 
 def stage_line(s: StageSummary, fanout: bool) -> str:

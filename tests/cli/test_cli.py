@@ -834,7 +834,10 @@ def test_make_sample_writes_tars_and_ground_truth(tmp_path: Path) -> None:
     r = invoke("make-sample", out, "--classes", 3, "--per-class", 2, "--val", 5, "--json")
     assert r.exit_code == 0, r.output
     s = summary_of(r)
+    assert set(s) == {"out", "classes", "train_images", "val_images", "quirks", "bad",
+                      "train_tar", "val_tar"}  # the summary it always gave
     assert (s["train_images"], s["val_images"], len(s["classes"])) == (6, 5, 3)
+    assert (s["out"], s["train_tar"]) == (str(out), str(out / "ILSVRC2012_img_train.tar"))
     with tarfile.open(out / "ILSVRC2012_img_train.tar") as outer:
         inner_names = [m.name for m in outer]
         assert inner_names == [f"{w}.tar" for w in s["classes"]]
