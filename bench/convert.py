@@ -514,7 +514,7 @@ def run(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
     n = len(paths)
     shards = min(args.shards, n) if args.shards else None
     load0 = os.getloadavg()
-    pil = pil_info(check_avx2=False)
+    pil = asdict(pil_info(check_avx2=False))
     tar = scratch / "imagenet-sample.tar"
     build_tar(paths, tar)
 

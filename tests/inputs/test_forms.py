@@ -28,7 +28,7 @@ ZIP = "imagenet-object-localization-challenge.zip"
 @pytest.fixture(scope="module")
 def fakes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("forms")
-    return {form: Path(make_fake(form, root / form, SPEC)["inputs"][0])
+    return {form: Path(make_fake(form, root / form, SPEC).inputs[0])
             for form in ("ilsvrc", "kaggle", "kaggle-zip")}
 
 
