@@ -127,7 +127,7 @@ def preview(path: Path, output: Path, count: int, seed: int, split: str | None, 
         s = make_sheet(path, output, n=count, split=split, seed=seed)
     except ImgprepError as e:
         fail(e)
-    emit(s, as_json, quiet, lambda: f"{output}: {s['samples']} samples")
+    emit(asdict(s), as_json, quiet, lambda: f"{output}: {s.samples} samples")
 
 
 @click.command("index")
