@@ -49,8 +49,9 @@ class Sheet:
 
 def make_sheet(folder: Path, out: Path, n: int = 32, split: str | None = None, seed: int = 0,
                cols: int = 8, thumb: int = 128) -> Sheet:
-    """Write a PNG grid of ``n`` random samples with their class names; returns what it wrote. A folder without the manifest is
-    refused with what it is and what to do (``verify.folder_manifests``)."""
+    """Write a PNG grid of ``n`` random samples with their class names; returns what it
+    wrote. A folder without the manifest is refused with what it is and what to do
+    (``verify.folder_manifests``)."""
     folder_manifests(folder, split, "preview")
     m = read_manifest(folder, split)
     items = _pick(m, folder, n, seed)
