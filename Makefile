@@ -28,6 +28,11 @@ demo: setup
 	$(BIN)/imgprep convert $(DEMO)/raw/ILSVRC2012_img_val.tar -o $(DEMO)/shards --shards 2 \
 		--labels $(DEMO)/raw/ILSVRC2012_validation_ground_truth.txt
 	$(BIN)/imgprep convert $(DEMO)/raw/ILSVRC2012_img_train.tar -o $(DEMO)/list --format list --max-errors 2 -q
+	# the same kind of set as Kaggle ships it: the zip, read in place, both splits in one command
+	$(BIN)/imgprep make-sample $(DEMO)/kaggle --form kaggle-zip -q
+	$(BIN)/imgprep convert $(DEMO)/kaggle -o $(DEMO)/kaggle-shards --dry-run
+	$(BIN)/imgprep convert $(DEMO)/kaggle -o $(DEMO)/kaggle-shards -q
+	$(BIN)/imgprep verify $(DEMO)/kaggle-shards -q
 	$(BIN)/imgprep verify $(DEMO)/shards -q
 	$(BIN)/imgprep verify $(DEMO)/list
 	$(BIN)/imgprep info $(DEMO)/shards

@@ -47,16 +47,17 @@ over rounds of that round's own ratio.
 A compact table goes to stdout and the last line of stdout is one JSON object with every
 figure. Linux only.
 
-``--form F`` (repeatable: ``hf-parquet``, ``hf-targz``, ``wds``) measures input forms
-instead: the same images in form F and in the plain tar, converted in the same rounds, with
-F's rate over the plain tar's and F's container cost (reading, spooling) timed alone beside
-it (``bench/forms.py``).
+``--form F`` (repeatable: ``kaggle``, ``kaggle-zip``, ``kaggle-zip-deflated``,
+``hf-parquet``, ``hf-targz``, ``wds``, or ``all``) measures input forms instead: the same
+images in form F and in the plain tar, converted in the same rounds, with F's rate over the
+plain tar's and F's container cost (inflating, reading, spooling) timed alone beside it
+(``bench/forms.py``).
 
 Run (from the repository root, in the project's environment)::
 
     python -m bench.convert                    # the full run, a few minutes
     python -m bench.convert --limit 200 --repeat 1  # a quick look
-    python -m bench.convert --form hf-parquet --form hf-targz --form wds --repeat 3
+    python -m bench.convert --form all --repeat 3
 
 The images are read from the shared folder and never copied into the repository: the tar that
 convert reads is built in a temporary folder (or under ``--out``) and removed afterwards.
@@ -490,8 +491,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--listing-images", type=int, default=200_000,
                     help="images in the synthetic train tar whose listing is timed (default "
                          "%(default)s)")
-    ap.add_argument("--form", action="append", choices=FORMS, default=[],
-                    help="measure this input form against the plain tar instead (repeatable)")
+    ap.add_argument("--form", action="append", choices=(*FORMS, "all"), default=[],
+                    help="measure this input form against the plain tar instead (repeatable; "
+                         "all: every form)")
     ap.add_argument("--listing-only", action="store_true",
                     help="time only the listing of the synthetic train tar and print its JSON")
     ap.add_argument("--disk-gbps", type=float, default=2.0,
@@ -512,7 +514,7 @@ def run(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
     n = len(paths)
     shards = min(args.shards, n) if args.shards else None
     load0 = os.getloadavg()
-    pil = pil_info(check_avx2=False)
+    pil = asdict(pil_info(check_avx2=False))
     tar = scratch / "imagenet-sample.tar"
     build_tar(paths, tar)
 
@@ -657,7 +659,8 @@ def run_form_rounds(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
     tar = scratch / "imagenet-sample.tar"
     build_tar(paths, tar)
     load0 = os.getloadavg()
-    res = run_forms(args.form, paths, tar, scratch, args.repeat,
+    forms = FORMS if "all" in args.form else tuple(dict.fromkeys(args.form))
+    res = run_forms(forms, paths, tar, scratch, args.repeat,
                     min(args.shards, len(paths)) if args.shards else None)
     return {"benchmark": "convert-forms", "images_dir": str(args.images),
             "loadavg_start": [round(x, 2) for x in load0],

@@ -1,16 +1,19 @@
 """``python -m bench.convert --form F``: convert the same images from input form F and from the
 plain tar in the same rounds, and time F's container cost alone beside it.
 
-Forms: ``hf-parquet`` (the Hub's parquet copy: row groups of 100 images, spooled before
-converting), ``hf-targz`` (the Hub's tar.gz archives: one gzip stream each, spooled),
-``wds`` (a timm shard set: read in place by offset). Each is built from the benchmark's images
-with the fakes' layout writers (``imgprep.inputs.fakes``) in 4 files, with names whose keys
-equal the plain tar's, so both conversions give the same samples. Each round converts the
-plain tar and every form with ``--workers 1`` then ``--workers 2``; a form's ratio is the
-median over rounds of its rate over the plain tar's rate in that round. The container's own
-cost, timed alone each round: parquet, reading ``image.bytes`` row group by row group, and
-the spool (that read plus writing the staging files); tar.gz, gzip decompression of the
-archives, and the spool. Imported by ``bench.convert``; not part of the installed
+Forms: ``kaggle`` (Kaggle's extracted tree: files read in place), ``kaggle-zip`` (Kaggle's zip
+with stored members: read in place by offset), ``kaggle-zip-deflated`` (the same zip with
+deflated members: each inflated in the worker), ``hf-parquet`` (the Hub's parquet copy: row
+groups of 100 images, spooled before converting), ``hf-targz`` (the Hub's tar.gz archives: one
+gzip stream each, spooled), ``wds`` (a timm shard set: read in place by offset). Each is built
+from the benchmark's images with the fakes' layout writers (``imgprep.inputs.fakes``) in 4
+files, with names whose keys equal the plain tar's, so both conversions give the same samples.
+Each round converts the plain tar and every form with ``--workers 1`` then ``--workers 2``; a
+form's ratio is the median over rounds of its rate over the plain tar's rate in that round. The
+container's own cost, timed alone each round: the deflated zip, inflating every member
+(``zipfile``, CRC checked); parquet, reading ``image.bytes`` row group by row group, and the
+spool (that read plus writing the staging files); tar.gz, gzip decompression of the archives,
+and the spool. Imported by ``bench.convert``; not part of the installed
 packages.
 """
 
@@ -20,6 +23,7 @@ import gzip
 import shutil
 import statistics
 import time
+import zipfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -28,7 +32,8 @@ from imgprep import ConvertOptions, convert_splits, imagenet_classes
 from imgprep.inputs.keys import member_key
 from imgprep.inputs.spool import SpoolJob, spool_all, spool_path
 
-FORMS = ("hf-parquet", "hf-targz", "wds")
+FORMS = ("kaggle", "kaggle-zip", "kaggle-zip-deflated", "hf-parquet", "hf-targz", "wds")
+KAGGLE_TRAIN = "ILSVRC/Data/CLS-LOC/train"
 FILES = 4  # parquet files, tar.gz archives or shards the images are spread over
 ROWS_PER_GROUP = 100  # about the Hub's parquet row groups
 CHUNK = 1 << 20
@@ -66,6 +71,8 @@ def build_form(form: str, paths: Sequence[Path], dest: Path) -> Path:
         members = [(targz.member_name(k, w, "train"), data) for k, w, _, data in items]
         for i in range(FILES):
             (dest / f"train_images_{i}.tar.gz").write_bytes(targz.targz_bytes(members[i::FILES]))
+    elif form.startswith("kaggle"):
+        _write_kaggle(form, items, dest)
     elif form == "wds":
         from imgprep.inputs.fakes import wds
 
@@ -77,6 +84,31 @@ def build_form(form: str, paths: Sequence[Path], dest: Path) -> Path:
     else:
         raise SystemExit(f"bench_convert: --form {form}: one of {', '.join(FORMS)}")
     return dest
+
+
+def _write_kaggle(form: str, items: list[tuple[str, str, int, bytes]], dest: Path) -> None:
+    """Kaggle's layout of the train images: the extracted tree, or its zip (members stored, or
+    deflated as zip does by default)."""
+    mapping = imagenet_classes().to_text().encode()
+    if form == "kaggle":
+        (dest / "LOC_synset_mapping.txt").write_bytes(mapping)
+        for key, wnid, _, data in items:
+            folder = dest / KAGGLE_TRAIN / wnid
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / f"{key}.JPEG").write_bytes(data)
+        return
+    method = zipfile.ZIP_DEFLATED if form == "kaggle-zip-deflated" else zipfile.ZIP_STORED
+    with zipfile.ZipFile(dest / "imagenet-object-localization-challenge.zip", "w") as zf:
+        zf.writestr("LOC_synset_mapping.txt", mapping)
+        for key, wnid, _, data in items:
+            zf.writestr(f"{KAGGLE_TRAIN}/{wnid}/{key}.JPEG", data, compress_type=method)
+
+
+def _inflate(files: list[Path]) -> None:
+    for p in files:
+        with zipfile.ZipFile(p) as zf:
+            for info in zf.infolist():
+                zf.read(info)
 
 
 def time_form_convert(src: Path, out: Path, workers: int, shards: int | None, n: int) -> float:
@@ -123,6 +155,8 @@ def _spool(form: str, files: list[Path], folder: Path, workers: int) -> None:
 def container_costs(form: str, src: Path, scratch: Path) -> dict[str, Callable[[], None]]:
     """The container's own work, each timed alone: what it costs to get the bytes out."""
     files = sorted(p for p in src.iterdir() if p.is_file())
+    if form == "kaggle-zip-deflated":
+        return {"inflate": lambda: _inflate(files)}
     if form == "hf-parquet":
         return {"read": lambda: _read_parquet(files),
                 "spool_1w": lambda: _spool(form, files, scratch / "spool", 1),
@@ -176,7 +210,8 @@ def run_forms(forms: Sequence[str], paths: Sequence[Path], tar: Path, scratch: P
             "2w_over_1w": round(scaling, 3),
             "container_s": {k: round(statistics.median(v), 3)
                             for k, v in costs.get(f, {}).items()},
-            "input_mb": round(sum(p.stat().st_size for p in sources[f].iterdir()) / 1e6, 1),
+            "input_mb": round(sum(p.stat().st_size for p in sources[f].rglob("*")
+                                  if p.is_file()) / 1e6, 1),
         }
     return out
 

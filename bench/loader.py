@@ -525,7 +525,7 @@ def run(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
         info["dali_2w_over_1w"] = paired_ratio(r["dali_2w"], r["dali_1w"])
     for k, v in info.items():
         ratios[k] = {"value": round(v, 3), "target": None, "result": "info"}
-    pil = pil_info(check_avx2=False)
+    pil = asdict(pil_info(check_avx2=False))
     return {
         "benchmark": "loader",
         "images_dir": str(args.images),

@@ -58,12 +58,15 @@ _LAZY = {
     "stage_to_node": "imgprep.stage.run",
     "ClassTable": "imgprep.inputs.synsets",
     "imagenet_classes": "imgprep.inputs.synsets",
+    "FakeSummary": "imgprep.inputs.fakeset",
     "make_sample": "imgprep.inputs.fakeset",
     "Manifest": "imgprep.shards.manifest",
     "ShardEntry": "imgprep.shards.manifest",
     "manifest_path": "imgprep.shards.manifest",
     "read_manifest": "imgprep.shards.manifest",
+    "IndexedSplit": "imgprep.shards.indexing",
     "index_folder": "imgprep.shards.indexing",
+    "PilInfo": "imgprep.shards.info",
     "pil_info": "imgprep.shards.info",
     "verify": "imgprep.shards.verify",
     "atomic_open": "imgprep.fsutil",
@@ -75,14 +78,14 @@ if TYPE_CHECKING:
     from imgprep.convert.run import convert_splits
     from imgprep.convert.summary import ConvertSummary
     from imgprep.fsutil import atomic_open, write_bytes_atomic
-    from imgprep.inputs.fakeset import make_sample
+    from imgprep.inputs.fakeset import FakeSummary, make_sample
     from imgprep.inputs.synsets import ClassTable, imagenet_classes
     from imgprep.job.assign import node_shards
     from imgprep.job.cpus import read_limits
     from imgprep.job.rendezvous import Rendezvous, RendezvousError, rendezvous
     from imgprep.job.world import World, detect
-    from imgprep.shards.indexing import index_folder
-    from imgprep.shards.info import pil_info
+    from imgprep.shards.indexing import IndexedSplit, index_folder
+    from imgprep.shards.info import PilInfo, pil_info
     from imgprep.shards.manifest import Manifest, ShardEntry, manifest_path, read_manifest
     from imgprep.shards.verify import verify
     from imgprep.stage.options import StageOptions
@@ -98,9 +101,9 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
-    "ClassTable", "ConvertOptions", "ConvertSummary", "ImageError", "ImgprepError",
-    "InputMissingError", "LabelError", "Manifest", "ManifestError", "OutputError",
-    "OutputExistsError", "Rendezvous", "RendezvousError", "ShardEntry", "ShardError",
+    "ClassTable", "ConvertOptions", "ConvertSummary", "FakeSummary", "ImageError", "ImgprepError",
+    "IndexedSplit", "InputMissingError", "LabelError", "Manifest", "ManifestError", "OutputError",
+    "OutputExistsError", "PilInfo", "Rendezvous", "RendezvousError", "ShardEntry", "ShardError",
     "SourceFormatError", "StageError", "StageOptions", "TransformOptions", "UnsafeArchiveError",
     "WaitTimeout", "World", "WorldError", "__version__", "atomic_open", "convert_splits",
     "detect", "imagenet_classes", "index_folder", "make_sample", "manifest_path", "node_shards",

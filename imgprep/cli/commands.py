@@ -161,6 +161,8 @@ def stage_to_node(src: Path | str, dst: Path, mode: str, split: str | None, seed
 def make_sample_cmd(out: Path, form: str, classes: int, per_class: int, val: int, test: int,
                     seed: int, bad: bool, quiet: bool, as_json: bool) -> None:
     """Write a small fake ImageNet with its quirks in a form it is downloaded in."""
+    from dataclasses import asdict
+
     from imgprep.cli.report import make_sample_line
     from imgprep.inputs.fakes import FAKES, SampleSpec, make_fake
 
@@ -171,9 +173,10 @@ def make_sample_cmd(out: Path, form: str, classes: int, per_class: int, val: int
                                             seed=seed, bad=bad, test=test))
     except ImgprepError as e:
         fail(e)
-    if form == "ilsvrc":  # the summary it always gave
-        s = {k: v for k, v in s.items() if k not in ("form", "test_images", "inputs")}
-    emit(s, as_json, quiet, lambda: make_sample_line(s, form))
+    # the image-net.org form's summary is the one it always gave; the others name no archives
+    left_out = ("form", "test_images", "inputs") if form == "ilsvrc" else ("train_tar", "val_tar")
+    emit({k: v for k, v in asdict(s).items() if k not in left_out}, as_json, quiet,
+         lambda: make_sample_line(s))
 
 
 def main() -> None:

@@ -4,6 +4,7 @@ and ``index``, which rebuilds the sample index from the shards' tar headers."""
 from __future__ import annotations
 
 import sys
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -79,17 +80,26 @@ def info(path: Path | None, split: str | None, strict: bool, quiet: bool,
     --strict makes it a failure.
     """
     from imgprep.cli.report import info_lines
-    from imgprep.shards.info import manifest_summaries, pil_info, pil_warning, versions
+    from imgprep.shards.info import (
+        ManifestSummary,
+        manifest_summaries,
+        pil_info,
+        pil_warning,
+        versions,
+    )
 
-    out: dict[str, Any] = {"versions": versions(), "pil": pil_info()}
+    ver, pil = versions(), pil_info()
+    out: dict[str, Any] = {"versions": asdict(ver), "pil": asdict(pil)}
+    manifests: list[ManifestSummary] = []
     if path is not None:
         try:
-            out["manifests"] = manifest_summaries(path, split)
+            manifests = manifest_summaries(path, split)
         except ImgprepError as e:
             fail(e)
-    warning = pil_warning(out["pil"])
+        out["manifests"] = [asdict(m) for m in manifests]
+    warning = pil_warning(pil)
     out["warning"] = warning
-    emit(out, as_json, quiet, lambda: "\n".join(info_lines(out)))
+    emit(out, as_json, quiet, lambda: "\n".join(info_lines(ver, pil, manifests)))
     if warning and not (quiet or as_json):
         click.echo(f"WARNING: {warning}", err=True)
     if strict and warning:
@@ -117,7 +127,7 @@ def preview(path: Path, output: Path, count: int, seed: int, split: str | None, 
         s = make_sheet(path, output, n=count, split=split, seed=seed)
     except ImgprepError as e:
         fail(e)
-    emit(s, as_json, quiet, lambda: f"{output}: {s['samples']} samples")
+    emit(asdict(s), as_json, quiet, lambda: f"{output}: {s.samples} samples")
 
 
 @click.command("index")
@@ -142,7 +152,8 @@ def index_cmd(folder: Path, split: str | None, dali: bool, quiet: bool, as_json:
         done = index_folder(folder, split, dali)
     except ImgprepError as e:
         fail(e)
-    emit({"folder": str(folder), "splits": done}, as_json, quiet, lambda: "\n".join(
-        f"{folder}/{d['index']}: {d['samples']} samples in {d['shards']} shards, "
-        f"{d['bytes']} bytes" + (f"; a DALI index ({d['dali']}) beside each shard"
-                                 if d["dali"] else "") for d in done))
+    emit({"folder": str(folder), "splits": [asdict(d) for d in done]}, as_json, quiet,
+         lambda: "\n".join(
+             f"{folder}/{d.index}: {d.samples} samples in {d.shards} shards, {d.bytes} bytes"
+             + (f"; a DALI index ({d.dali}) beside each shard" if d.dali else "")
+             for d in done))

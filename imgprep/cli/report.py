@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from imgprep.convert.summary import ConvertSummary
+    from imgprep.inputs.fakeset import FakeSummary
+    from imgprep.shards.info import ManifestSummary, PilInfo, Versions
     from imgprep.stage.run import StageSummary
 
 
@@ -74,16 +77,16 @@ def dry_run_lines(r: dict[str, Any]) -> list[str]:
     return lines
 
 
-def make_sample_line(s: dict[str, Any], form: str) -> str:
+def make_sample_line(s: FakeSummary) -> str:
     """``make-sample``: what was written, and (other forms) the command that converts it."""
-    if form != "ilsvrc":
-        return (f"{s['out']}: the {form} form: {s['train_images']} train images in "
-                f"{len(s['classes'])} classes, {s['val_images']} val, {s['test_images']} test; "
-                f"convert it: imgprep convert {' or '.join(s['inputs'])} -o OUT")
-    return (f"{s['out']}: {s['train_images']} train images in {len(s['classes'])} classes "
-            f"({s['train_tar']}), {s['val_images']} val images ({s['val_tar']}) with devkit, "
-            f"Caffe and Kaggle ground truth; quirks: {', '.join(s['quirks'])}"
-            + (f"; bad: {', '.join(s['bad'])}" if s["bad"] else ""))
+    if s.form != "ilsvrc":
+        return (f"{s.out}: the {s.form} form: {s.train_images} train images in "
+                f"{len(s.classes)} classes, {s.val_images} val, {s.test_images} test; "
+                f"convert it: imgprep convert {' or '.join(s.inputs)} -o OUT")
+    return (f"{s.out}: {s.train_images} train images in {len(s.classes)} classes "
+            f"({s.train_tar}), {s.val_images} val images ({s.val_tar}) with devkit, "
+            f"Caffe and Kaggle ground truth; quirks: {', '.join(s.quirks)}"
+            + (f"; bad: {', '.join(s.bad)}" if s.bad else ""))
 
 
 def stage_line(s: StageSummary, fanout: bool) -> str:
@@ -96,15 +99,13 @@ def stage_line(s: StageSummary, fanout: bool) -> str:
             f"{', '.join(s.manifests)}")
 
 
-def info_lines(out: dict[str, Any]) -> list[str]:
+def info_lines(versions: Versions, pil: PilInfo, manifests: list[ManifestSummary]) -> list[str]:
     """``imgprep info``: versions, which PIL, and one line per manifest."""
-    lines = [f"{k:12s} {v}" for k, v in out["versions"].items()]
-    p = out["pil"]
-    lines.append(f"{'PIL':12s} {p['pil_version']} ({'pillow-simd' if p['pillow_simd'] else 'stock'}"
-                 f", AVX2 build: {p.get('avx2_build')}, libjpeg-turbo: {p['libjpeg_turbo']} "
-                 f"{p['jpeg_version']})")
-    lines += [f"{m['path']}: {m['split']} {m['format']}, {m['samples']} samples, "
-              f"{m['shards']} shards, {m['bytes'] / 1e6:.1f} MB, {m['classes']} classes, "
-              f"{m['errors']} errors; mean {m['mean']} std {m['std']}"
-              for m in out.get("manifests", [])]
+    lines = [f"{k:12s} {v}" for k, v in asdict(versions).items()]
+    lines.append(f"{'PIL':12s} {pil.pil_version} ({'pillow-simd' if pil.pillow_simd else 'stock'}"
+                 f", AVX2 build: {pil.avx2_build}, libjpeg-turbo: {pil.libjpeg_turbo} "
+                 f"{pil.jpeg_version})")
+    lines += [f"{m.path}: {m.split} {m.format}, {m.samples} samples, {m.shards} shards, "
+              f"{m.bytes / 1e6:.1f} MB, {m.classes} classes, {m.errors} errors; "
+              f"mean {m.mean} std {m.std}" for m in manifests]
     return lines

@@ -182,6 +182,26 @@ class SampleSpec:
             raise ValueError("classes must be 1..1000, per_class >= 1, val and test >= 0")
 
 
+@dataclass(frozen=True, kw_only=True)
+class FakeSummary:
+    """What a fake-set writer wrote (``imgprep make-sample --json`` prints its ``asdict``):
+    the form, the folder, the classes (wnids), the image counts, the quirks and faults the
+    train and val images carry, and the paths a user would convert (``inputs``); the
+    image-net.org form also names its two archives (``train_tar``, ``val_tar``)."""
+
+    form: str
+    out: str
+    classes: list[str]
+    train_images: int
+    val_images: int
+    test_images: int
+    quirks: list[str]
+    bad: list[str]
+    inputs: list[str]
+    train_tar: str | None = None
+    val_tar: str | None = None
+
+
 @dataclass(frozen=True)
 class SampleItem:
     """One image of the fake set: its split, key (the stem every form names it by), class
@@ -269,7 +289,7 @@ def write_ground_truth(out: Path, ss: SampleSet) -> None:
 
 
 def make_sample(out: Path, classes: int = 10, per_class: int = 12, val: int = 50,
-                seed: int = 0, bad: bool = False) -> dict[str, Any]:
+                seed: int = 0, bad: bool = False) -> FakeSummary:
     """Write the fake data set in the image-net.org form into ``out``; returns what was
     written."""
     ss = sample_set(SampleSpec(classes=classes, per_class=per_class, val=val, seed=seed,
@@ -284,10 +304,11 @@ def make_sample(out: Path, classes: int = 10, per_class: int = 12, val: int = 50
                                 for it in itertools.islice(items, per_class)])
             outer.addfile(tar_header(f"{wnid}.tar", len(inner)), io.BytesIO(inner))
     val_members = [(f"{it.key}.JPEG", it.data) for it in itertools.islice(items, len(ss.truth))]
-    write_bytes_atomic(out / "ILSVRC2012_img_val.tar", _tar_bytes(val_members))
+    val_path = out / "ILSVRC2012_img_val.tar"
+    write_bytes_atomic(val_path, _tar_bytes(val_members))
     write_ground_truth(out, ss)
-    return {
-        "out": str(out), "classes": list(ss.wnids), "train_images": classes * per_class,
-        "val_images": val, "quirks": ss.quirks(), "bad": ss.bad(),
-        "train_tar": str(train_path), "val_tar": str(out / "ILSVRC2012_img_val.tar"),
-    }
+    return FakeSummary(
+        form="ilsvrc", out=str(out), classes=list(ss.wnids), train_images=classes * per_class,
+        val_images=val, test_images=0, quirks=ss.quirks(), bad=ss.bad(),
+        inputs=[str(train_path), str(val_path)], train_tar=str(train_path),
+        val_tar=str(val_path))

@@ -7,9 +7,8 @@ from __future__ import annotations
 
 import io
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -78,8 +77,22 @@ def index_shards(folder: Path, split: str, shards: Sequence[ShardEntry],
     return replace(entry, dali=DALI_VERSION)
 
 
+@dataclass(frozen=True, kw_only=True)
+class IndexedSplit:
+    """What ``imgprep index`` built for one split: its sample index file (``index``, of
+    ``bytes`` bytes) over ``shards`` shards and ``samples`` samples, and the version of the
+    DALI indexes beside the shards (None when there are none)."""
+
+    split: str
+    index: str
+    bytes: int
+    shards: int
+    samples: int
+    dali: str | None
+
+
 def index_folder(folder: Path, split: str | None = None,
-                 dali: bool = False) -> list[dict[str, Any]]:
+                 dali: bool = False) -> list[IndexedSplit]:
     """``imgprep index``: (re)build the sample index of each shard split in ``folder`` (or of
     ``split``) from tar headers, then rewrite its manifest atomically to name the index. The
     DALI indexes beside the shards are rebuilt too where the manifest names them, and
@@ -96,9 +109,9 @@ def index_folder(folder: Path, split: str | None = None,
         with_dali = dali or (m.index is not None and m.index.dali is not None)
         entry = index_shards(folder, m.split, m.shards, dali=with_dali)
         write_manifest(folder, replace(m, index=entry))
-        done.append({"split": m.split, "index": entry.name, "bytes": entry.bytes,
-                     "shards": len(m.shards), "samples": m.total_samples,
-                     "dali": entry.dali})
+        done.append(IndexedSplit(split=m.split, index=entry.name, bytes=entry.bytes,
+                                 shards=len(m.shards), samples=m.total_samples,
+                                 dali=entry.dali))
     if not done:
         raise ManifestError(f"{folder} holds no shards to index (label lists need none)")
     return done

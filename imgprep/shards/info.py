@@ -1,4 +1,6 @@
-"""What is installed and how fast it can be: PIL flavour, libjpeg-turbo, SIMD build, versions."""
+"""What is installed and how fast it can be: PIL flavour, libjpeg-turbo, SIMD build, versions;
+and what ``imgprep info`` shows of a manifest. Each is a record (``PilInfo``, ``Versions``,
+``ManifestSummary``) whose ``dataclasses.asdict`` is what ``imgprep info --json`` prints."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ import platform
 import shutil
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,53 +37,99 @@ def _avx2_build(so_path: str) -> bool | None:
     return out.count("%ymm") > 200
 
 
-def pil_info(check_avx2: bool = True) -> dict[str, Any]:
-    """Which PIL is imported, and whether it is the fast one (pillow-simd + libjpeg-turbo)."""
+@dataclass(frozen=True, kw_only=True)
+class PilInfo:
+    """Which PIL is imported, and what makes it fast or slow."""
+
+    pil_version: str
+    pillow_simd: bool  # the imported PIL is pillow-simd
+    stock_pillow_installed: str | None  # the version of a stock Pillow also installed
+    libjpeg_turbo: bool
+    jpeg_version: str | None
+    core: str | None  # the path of PIL's compiled core
+    cpu_avx2: bool | None  # this CPU has AVX2; None where /proc/cpuinfo is not readable
+    avx2_build: bool | None = None  # the core was compiled with AVX2; None if not checked
+
+
+def pil_info(check_avx2: bool = True) -> PilInfo:
+    """Which PIL is imported, and whether it is the fast one (pillow-simd + libjpeg-turbo);
+    ``check_avx2``: also disassemble its core to tell whether it was built with AVX2."""
     import PIL
     import PIL._imaging as core
     from PIL import features
 
     simd = _dist_version("pillow-simd")
-    stock = _dist_version("pillow")
-    info: dict[str, Any] = {
-        "pil_version": PIL.__version__,
-        "pillow_simd": simd is not None and simd == PIL.__version__,
-        "stock_pillow_installed": stock,
-        "libjpeg_turbo": bool(features.check_feature("libjpeg_turbo")),
-        "jpeg_version": features.version("jpg"),
-        "core": core.__file__,
-        "cpu_avx2": "avx2" in Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists()
-        else None,
-    }
-    if check_avx2 and core.__file__:
-        info["avx2_build"] = _avx2_build(core.__file__)
-    return info
+    cpuinfo = Path("/proc/cpuinfo")
+    return PilInfo(
+        pil_version=PIL.__version__,
+        pillow_simd=simd is not None and simd == PIL.__version__,
+        stock_pillow_installed=_dist_version("pillow"),
+        libjpeg_turbo=bool(features.check_feature("libjpeg_turbo")),
+        jpeg_version=features.version("jpg"),
+        core=core.__file__,
+        cpu_avx2="avx2" in cpuinfo.read_text() if cpuinfo.exists() else None,
+        avx2_build=_avx2_build(core.__file__) if check_avx2 and core.__file__ else None,
+    )
 
 
-def pil_warning(info: dict[str, Any]) -> str | None:
+def pil_warning(info: PilInfo) -> str | None:
     """One line saying why decoding will be slow, or None when PIL is pillow-simd."""
-    if not info["pillow_simd"]:
-        extra = " (stock Pillow is installed and replaced it)" if info["stock_pillow_installed"] \
+    if not info.pillow_simd:
+        extra = " (stock Pillow is installed and replaced it)" if info.stock_pillow_installed \
             else ""
-        return (f"PIL {info['pil_version']} is not pillow-simd{extra}: convert and loaders run "
+        return (f"PIL {info.pil_version} is not pillow-simd{extra}: convert and loaders run "
                 "~2x slower; reinstall with `make setup` (builds pillow-simd with AVX2)")
-    if info.get("avx2_build") is False:
+    if info.avx2_build is False:
         return "pillow-simd was built without AVX2; rebuild with CC='cc -mavx2' (make setup)"
-    if not info["libjpeg_turbo"]:
+    if not info.libjpeg_turbo:
         return "PIL is not linked against libjpeg-turbo: JPEG decoding will be slow"
     return None
 
 
-def versions() -> dict[str, Any]:
-    return {
-        "imgprep": __version__,
-        "python": sys.version.split()[0],
-        "platform": platform.platform(),
-        **{name: _dist_version(name) for name in ("numpy", "torch", "webdataset", "tqdm", "click")},
-    }
+@dataclass(frozen=True, kw_only=True)
+class Versions:
+    """The versions of imgprep, Python, the platform and the packages it runs with (None:
+    not installed); ``imgprep info`` prints them in this order."""
+
+    imgprep: str
+    python: str
+    platform: str
+    numpy: str | None
+    torch: str | None
+    webdataset: str | None
+    tqdm: str | None
+    click: str | None
 
 
-def manifest_summaries(path: Path, split: str | None = None) -> list[dict[str, Any]]:
+def versions() -> Versions:
+    """What this process runs with."""
+    return Versions(
+        imgprep=__version__, python=sys.version.split()[0], platform=platform.platform(),
+        numpy=_dist_version("numpy"), torch=_dist_version("torch"),
+        webdataset=_dist_version("webdataset"), tqdm=_dist_version("tqdm"),
+        click=_dist_version("click"))
+
+
+@dataclass(frozen=True, kw_only=True)
+class ManifestSummary:
+    """What ``imgprep info`` shows of one manifest."""
+
+    path: str
+    split: str
+    format: str
+    samples: int
+    shards: int
+    bytes: int
+    classes: int
+    errors: int
+    mean: list[float]
+    std: list[float]
+    tool_version: str
+    options: dict[str, Any]
+    index: bool  # the manifest names a sample index
+
+
+def manifest_summaries(path: Path, split: str | None = None) -> list[ManifestSummary]:
     """What ``imgprep info`` shows of each manifest in ``path`` (a manifest or a folder)."""
     from imgprep.shards.verify import folder_manifests  # names what a folder without one is
 
@@ -88,10 +137,9 @@ def manifest_summaries(path: Path, split: str | None = None) -> list[dict[str, A
     out = []
     for p in paths:
         m = read_manifest(p)
-        out.append({
-            "path": str(p), "split": m.split, "format": m.format, "samples": m.total_samples,
-            "shards": len(m.shards), "bytes": m.total_bytes, "classes": len(m.classes),
-            "errors": m.errors, "mean": m.mean, "std": m.std, "tool_version": m.tool_version,
-            "options": m.options, "index": m.index is not None,
-        })
+        out.append(ManifestSummary(
+            path=str(p), split=m.split, format=m.format, samples=m.total_samples,
+            shards=len(m.shards), bytes=m.total_bytes, classes=len(m.classes),
+            errors=m.errors, mean=m.mean, std=m.std, tool_version=m.tool_version,
+            options=m.options, index=m.index is not None))
     return out

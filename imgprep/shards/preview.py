@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import io
 import random
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from PIL import Image, ImageDraw
 
@@ -39,11 +39,21 @@ def _pick(m: Manifest, folder: Path, n: int, seed: int) -> list[tuple[bytes, int
             for jpg, label, key in picked[:n]]
 
 
+@dataclass(frozen=True, kw_only=True)
+class Sheet:
+    """What ``make_sheet`` wrote: the PNG ``output`` showing ``samples`` samples of ``split``."""
+
+    folder: str
+    split: str
+    output: str
+    samples: int
+
+
 def make_sheet(folder: Path, out: Path, n: int = 32, split: str | None = None, seed: int = 0,
-               cols: int = 8, thumb: int = 128) -> dict[str, Any]:
-    """Write a PNG grid of ``n`` random samples with their class names; returns the summary
-    (folder, split, output, samples: how many it shows). A folder without the manifest is
-    refused with what it is and what to do (``verify.folder_manifests``)."""
+               cols: int = 8, thumb: int = 128) -> Sheet:
+    """Write a PNG grid of ``n`` random samples with their class names; returns what it
+    wrote. A folder without the manifest is refused with what it is and what to do
+    (``verify.folder_manifests``)."""
     folder_manifests(folder, split, "preview")
     m = read_manifest(folder, split)
     items = _pick(m, folder, n, seed)
@@ -62,4 +72,4 @@ def make_sheet(folder: Path, out: Path, n: int = 32, split: str | None = None, s
     sheet.save(buf, "PNG")
     out.parent.mkdir(parents=True, exist_ok=True)
     write_bytes_atomic(out, buf.getvalue())
-    return {"folder": str(folder), "split": m.split, "output": str(out), "samples": len(items)}
+    return Sheet(folder=str(folder), split=m.split, output=str(out), samples=len(items))

@@ -778,9 +778,18 @@ def test_info_json_reports_the_manifest_and_pil(converted: dict[str, Path]) -> N
     r = invoke("info", converted["shards"], "--json")
     assert r.exit_code == 0, r.output
     info = summary_of(r)
+    assert set(info) == {"versions", "pil", "manifests", "warning"}
+    assert set(info["versions"]) == {"imgprep", "python", "platform", "numpy", "torch",
+                                     "webdataset", "tqdm", "click"}
+    assert set(info["pil"]) == {"pil_version", "pillow_simd", "stock_pillow_installed",
+                                "libjpeg_turbo", "jpeg_version", "core", "cpu_avx2",
+                                "avx2_build"}
     (m,) = info["manifests"]
+    assert set(m) == {"path", "split", "format", "samples", "shards", "bytes", "classes",
+                      "errors", "mean", "std", "tool_version", "options", "index"}
     assert (m["split"], m["format"], m["samples"], m["shards"], m["classes"], m["errors"]) == \
         ("train", "shards", 48, 3, 1000, 0)
+    assert (m["path"], m["index"]) == (str(converted["shards"] / "train.json"), True)
     assert m["bytes"] == sum(p.stat().st_size for p in converted["shards"].glob("train-*.tar"))
     assert info["pil"]["pillow_simd"] is True  # the project's venv has pillow-simd
     assert info["warning"] is None
@@ -789,7 +798,10 @@ def test_info_json_reports_the_manifest_and_pil(converted: dict[str, Path]) -> N
     r = invoke("info", converted["list"], "--json")
     assert r.exit_code == 0, r.output
     (m,) = summary_of(r)["manifests"]
-    assert (m["format"], m["samples"], m["shards"]) == ("list", 48, 0)
+    assert (m["format"], m["samples"], m["shards"], m["index"]) == ("list", 48, 0, False)
+    r = invoke("info", "--json")  # no manifest asked for: no "manifests" key
+    assert r.exit_code == 0, r.output
+    assert set(summary_of(r)) == {"versions", "pil", "warning"}
 
 
 def test_info_human_and_strict(converted: dict[str, Path]) -> None:
@@ -829,7 +841,10 @@ def test_make_sample_writes_tars_and_ground_truth(tmp_path: Path) -> None:
     r = invoke("make-sample", out, "--classes", 3, "--per-class", 2, "--val", 5, "--json")
     assert r.exit_code == 0, r.output
     s = summary_of(r)
+    assert set(s) == {"out", "classes", "train_images", "val_images", "quirks", "bad",
+                      "train_tar", "val_tar"}  # the summary it always gave
     assert (s["train_images"], s["val_images"], len(s["classes"])) == (6, 5, 3)
+    assert (s["out"], s["train_tar"]) == (str(out), str(out / "ILSVRC2012_img_train.tar"))
     with tarfile.open(out / "ILSVRC2012_img_train.tar") as outer:
         inner_names = [m.name for m in outer]
         assert inner_names == [f"{w}.tar" for w in s["classes"]]

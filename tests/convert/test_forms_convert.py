@@ -138,6 +138,8 @@ def test_make_sample_writes_each_form_and_names_the_command(tmp_path: Path) -> N
     s = ok(invoke("make-sample", tmp_path / "k", "--form", "kaggle-zip", "--classes", "2",
                   "--per-class", "2", "--val", "2", "--test", "1", "--json"))
     assert s["inputs"] == [str(tmp_path / "k" / ZIP)] and s["test_images"] == 1
+    assert set(s) == {"form", "out", "classes", "train_images", "val_images", "test_images",
+                      "quirks", "bad", "inputs"}  # no archives named: the image-net.org form's
     human = invoke("make-sample", tmp_path / "t", "--form", "kaggle", "--classes", "2",
                    "--per-class", "2", "--val", "2")
     assert human.exit_code == 0 and f"imgprep convert {tmp_path / 't'} -o OUT" in human.stdout
@@ -300,7 +302,7 @@ def test_the_command_that_moves_val_images_out_of_train_leaves_other_files(
 @pytest.mark.slow
 def test_a_killed_zip_conversion_resumes_to_the_same_bytes(tmp_path: Path) -> None:
     src = Path(make_fake("kaggle-zip", tmp_path / "src",
-                         SampleSpec(classes=10, per_class=30, val=0, seed=3))["inputs"][0])
+                         SampleSpec(classes=10, per_class=30, val=0, seed=3)).inputs[0])
     args = ("convert", src, "-o", tmp_path / "out", "-j", "2", "-q", "--json",
             "--shard-size", "10", "--size", "64")
     reference = run_module("convert", src, "-o", tmp_path / "ref", *args[4:])

@@ -19,7 +19,7 @@ import pytest
 from imgprep.convert.run import ConvertOptions, convert_splits
 from imgprep.convert.summary import ConvertSummary
 from imgprep.errors import ImgprepError, LabelError, SourceFormatError
-from imgprep.inputs.fakes import SampleSpec, make_fake
+from imgprep.inputs.fakes import FakeSummary, SampleSpec, make_fake
 from imgprep.inputs.spool import SPOOL_DIR, is_finished
 from imgprep.inputs.synsets import imagenet_classes
 from imgprep.job.world import World
@@ -70,16 +70,16 @@ class _Lazy(dict):  # type: ignore[type-arg]
 
 
 @pytest.fixture(scope="module")
-def fakes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+def fakes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, FakeSummary]:
     root = tmp_path_factory.mktemp("forms")
     return _Lazy(lambda form: make_fake(form, root / form, SPEC))
 
 
 @pytest.fixture(scope="module")
-def reference(fakes: dict[str, dict[str, Any]],
+def reference(fakes: dict[str, FakeSummary],
               tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The image-net.org form of the same fake set, converted."""
-    src = Path(fakes["ilsvrc"]["out"])
+    src = Path(fakes["ilsvrc"].out)
     out = tmp_path_factory.mktemp("reference")
     _convert(src / "ILSVRC2012_img_train.tar", out)
     _convert(src / "ILSVRC2012_img_val.tar", out, labels=(src / "LOC_val_solution.csv",))
@@ -87,12 +87,12 @@ def reference(fakes: dict[str, dict[str, Any]],
 
 
 @pytest.fixture(scope="module")
-def converted(fakes: dict[str, dict[str, Any]],
+def converted(fakes: dict[str, FakeSummary],
               tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Each form converted once from the folder it was downloaded into, on 2 workers."""
     def make(form: str) -> Path:
         out = tmp_path_factory.mktemp(form)
-        _convert(Path(fakes[form]["inputs"][0]), out, workers=2)
+        _convert(Path(fakes[form].inputs[0]), out, workers=2)
         return out
 
     return _Lazy(make)
@@ -100,7 +100,7 @@ def converted(fakes: dict[str, dict[str, Any]],
 
 @pytest.mark.parametrize("form", FORMS)
 def test_the_download_folder_converts_train_and_val_with_the_published_labels(
-        form: str, fakes: dict[str, dict[str, Any]], converted: dict[str, Path]) -> None:
+        form: str, fakes: dict[str, FakeSummary], converted: dict[str, Path]) -> None:
     _needs(form)
     out = converted[form]
     train, val = _samples(out, "train"), _samples(out, "val")
@@ -125,10 +125,10 @@ def test_one_key_gives_the_image_net_org_forms_jpg_and_cls(
 
 
 @pytest.mark.parametrize("form", FORMS)
-def test_data_folder_and_single_files_convert_too(form: str, fakes: dict[str, dict[str, Any]],
+def test_data_folder_and_single_files_convert_too(form: str, fakes: dict[str, FakeSummary],
                                                   tmp_path: Path) -> None:
     _needs(form)
-    root = Path(fakes[form]["inputs"][0])
+    root = Path(fakes[form].inputs[0])
     inner = root / "data" if (root / "data").is_dir() else root
     _convert(inner, tmp_path / "data")
     assert len(_samples(tmp_path / "data", "train")) == SPEC.classes * SPEC.per_class
@@ -142,11 +142,11 @@ def test_data_folder_and_single_files_convert_too(form: str, fakes: dict[str, di
 
 @pytest.mark.slow
 @pytest.mark.parametrize("form", SPOOLED)
-def test_one_or_two_workers_give_the_same_bytes(form: str, fakes: dict[str, dict[str, Any]],
+def test_one_or_two_workers_give_the_same_bytes(form: str, fakes: dict[str, FakeSummary],
                                                 converted: dict[str, Path],
                                                 tmp_path: Path) -> None:
     _needs(form)
-    _convert(Path(fakes[form]["inputs"][0]), tmp_path, workers=1)
+    _convert(Path(fakes[form].inputs[0]), tmp_path, workers=1)
     for name in sorted(p.name for p in converted[form].glob("*")
                        if p.is_file() and p.name != "val-errors.jsonl"):
         assert (tmp_path / name).read_bytes() == (converted[form] / name).read_bytes(), name
@@ -155,10 +155,10 @@ def test_one_or_two_workers_give_the_same_bytes(form: str, fakes: dict[str, dict
 @pytest.mark.slow
 @pytest.mark.parametrize("form", SPOOLED)
 def test_partition_ranks_share_the_spool_and_give_the_single_process_bytes(
-        form: str, fakes: dict[str, dict[str, Any]], converted: dict[str, Path],
+        form: str, fakes: dict[str, FakeSummary], converted: dict[str, Path],
         tmp_path: Path) -> None:
     _needs(form)
-    opts = ConvertOptions(input=Path(fakes[form]["inputs"][0]), out=tmp_path, num_shards=2,
+    opts = ConvertOptions(input=Path(fakes[form].inputs[0]), out=tmp_path, num_shards=2,
                           mode="partition", split="train")
     for rank in (1, 0):
         world = World(rank, 2, 0, 1, rank, 2, launcher="test")
@@ -196,10 +196,10 @@ convert_splits(ConvertOptions(input=Path(sys.argv[1]), out=Path(sys.argv[2]), nu
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("form", SPOOLED)
 def test_a_kill_while_spooling_keeps_the_finished_spool_files(
-        form: str, fakes: dict[str, dict[str, Any]], converted: dict[str, Path],
+        form: str, fakes: dict[str, FakeSummary], converted: dict[str, Path],
         tmp_path: Path) -> None:
     _needs(form)
-    src, out = Path(fakes[form]["inputs"][0]), tmp_path / "out"
+    src, out = Path(fakes[form].inputs[0]), tmp_path / "out"
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     child = subprocess.Popen([sys.executable, "-c", _SLOW_SPOOL, str(src), str(out)], env=env)
     folder = out / ".imgprep" / "train" / SPOOL_DIR
@@ -241,9 +241,9 @@ def test_an_imagenette_parquet_is_refused_not_read_as_imagenet(tmp_path: Path) -
     assert not (tmp_path / "out" / "train.json").exists()
 
 
-def test_a_truncated_tar_gz_is_refused_naming_the_member(fakes: dict[str, dict[str, Any]],
+def test_a_truncated_tar_gz_is_refused_naming_the_member(fakes: dict[str, FakeSummary],
                                                         tmp_path: Path) -> None:
-    archive = Path(fakes["hf-targz"]["out"]) / "data" / "val_images.tar.gz"
+    archive = Path(fakes["hf-targz"].out) / "data" / "val_images.tar.gz"
     cut = tmp_path / "val_images.tar.gz"
     cut.write_bytes(archive.read_bytes()[: archive.stat().st_size * 2 // 3])
     with pytest.raises(SourceFormatError, match=r"val_images.tar.gz: .*(cut short|damaged).*"
@@ -253,7 +253,7 @@ def test_a_truncated_tar_gz_is_refused_naming_the_member(fakes: dict[str, dict[s
 
 
 def test_a_wds_sample_whose_cls_and_json_disagree_is_refused(
-        fakes: dict[str, dict[str, Any]], tmp_path: Path) -> None:
+        fakes: dict[str, FakeSummary], tmp_path: Path) -> None:
     from imgprep.inputs.fakes.wds import shard_bytes
 
     sample = ("n01440764_7", b"\xff\xd8x", 0, "n01440764_7.JPEG", "tench")
@@ -267,11 +267,11 @@ def test_a_wds_sample_whose_cls_and_json_disagree_is_refused(
 
 @pytest.mark.parametrize("form", FORMS)
 def test_a_dry_run_names_the_form_and_the_staging_copys_cost(
-        form: str, fakes: dict[str, dict[str, Any]], tmp_path: Path) -> None:
+        form: str, fakes: dict[str, FakeSummary], tmp_path: Path) -> None:
     _needs(form)
     from imgprep.convert.dryrun import dry_run
 
-    root = Path(fakes[form]["inputs"][0])
+    root = Path(fakes[form].inputs[0])
     report = dry_run(ConvertOptions(input=root, out=tmp_path / "out"))
     assert report.form == form and not (tmp_path / "out").exists()
     by_split = {s.split: s for s in report.splits}
@@ -285,8 +285,8 @@ def test_a_dry_run_names_the_form_and_the_staging_copys_cost(
 
 
 def test_overwrite_removes_a_staging_copy_left_by_a_killed_run(
-        fakes: dict[str, dict[str, Any]], tmp_path: Path) -> None:
-    src = Path(fakes["wds"]["inputs"][0])
+        fakes: dict[str, FakeSummary], tmp_path: Path) -> None:
+    src = Path(fakes["wds"].inputs[0])
     _convert(src, tmp_path, split="train")
     spool = tmp_path / ".imgprep" / "train" / SPOOL_DIR
     spool.mkdir()

@@ -29,7 +29,7 @@ ZIP = "imagenet-object-localization-challenge.zip"
 @pytest.fixture(scope="module")
 def fakes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("forms")
-    return {form: Path(make_fake(form, root / form, SPEC)["inputs"][0])
+    return {form: Path(make_fake(form, root / form, SPEC).inputs[0])
             for form in ("ilsvrc", "kaggle", "kaggle-zip")}
 
 
@@ -66,6 +66,19 @@ def test_kaggle_zip_is_detected_with_its_splits_labels_and_skips(fakes: dict[str
         "LOC_train_solution.csv, LOC_sample_submission.csv: bounding boxes and a sample "
         "submission, not labels"]
     assert test.split == "test"
+
+
+def test_the_folder_the_kaggle_zip_was_downloaded_into_reads_the_zip(
+        fakes: dict[str, Path], tmp_path: Path) -> None:
+    folder = fakes["kaggle-zip"].parent
+    found = detect(folder)
+    assert found.form == "kaggle-zip" and found.root == fakes["kaggle-zip"]
+    assert [s.path for s in found.splits] == [fakes["kaggle-zip"]] * 3
+    both = tmp_path / "both"  # the zip and the tree it was extracted to: the tree is read
+    both.mkdir()
+    (both / fakes["kaggle-zip"].name).symlink_to(fakes["kaggle-zip"])
+    (both / "ILSVRC").symlink_to(fakes["kaggle"] / "ILSVRC")
+    assert detect(both).form == "kaggle"
 
 
 @pytest.mark.parametrize("where", ["", "ILSVRC", "ILSVRC/Data", "ILSVRC/Data/CLS-LOC"])

@@ -3,17 +3,16 @@
 Every form is written from the one fake set of ``imgprep.inputs.fakeset`` (``sample_set``:
 the same keys, classes and image bytes for the same ``SampleSpec``), so converting any two
 forms of one spec gives the same samples. ``FAKES`` maps a form name to the
-``"module:function"`` that writes it, ``write(out, spec) -> dict`` (what was written),
-imported only when that form is asked for.
+``"module:function"`` that writes it, ``write(out, spec) -> FakeSummary`` (what was
+written), imported only when that form is asked for.
 """
 
 from __future__ import annotations
 
 import importlib
 from pathlib import Path
-from typing import Any
 
-from imgprep.inputs.fakeset import SampleSpec
+from imgprep.inputs.fakeset import FakeSummary, SampleSpec
 
 FAKES: dict[str, str] = {
     "ilsvrc": "imgprep.inputs.fakes.ilsvrc:write",
@@ -24,16 +23,14 @@ FAKES: dict[str, str] = {
     "wds": "imgprep.inputs.fakes.wds:write",
 }
 
-__all__ = ["FAKES", "SampleSpec", "make_fake"]
+__all__ = ["FAKES", "FakeSummary", "SampleSpec", "make_fake"]
 
 
-def make_fake(form: str, out: Path, spec: SampleSpec) -> dict[str, Any]:
-    """Write the fake set ``spec`` in ``form`` into ``out``; returns what was written
-    (``form``, ``out``, ``classes``, ``train_images``, ``val_images``, ``test_images`` and
-    the paths a user would convert, ``inputs``)."""
+def make_fake(form: str, out: Path, spec: SampleSpec) -> FakeSummary:
+    """Write the fake set ``spec`` in ``form`` into ``out``; returns what was written."""
     target = FAKES.get(form)
     if target is None:
         raise ValueError(f"unknown form {form!r}; known: {', '.join(FAKES)}")
     module, _, name = target.partition(":")
-    summary: dict[str, Any] = getattr(importlib.import_module(module), name)(out, spec)
+    summary: FakeSummary = getattr(importlib.import_module(module), name)(out, spec)
     return summary

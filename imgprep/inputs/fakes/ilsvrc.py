@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
-from imgprep.inputs.fakeset import SampleSpec, make_sample
+from imgprep.inputs.fakeset import FakeSummary, SampleSpec, make_sample
 
 
-def write(out: Path, spec: SampleSpec) -> dict[str, Any]:
-    s = make_sample(out, spec.classes, spec.per_class, spec.val, spec.seed, spec.bad)
-    return {**s, "form": "ilsvrc", "test_images": 0, "inputs": [s["train_tar"], s["val_tar"]]}
+def write(out: Path, spec: SampleSpec) -> FakeSummary:
+    return make_sample(out, spec.classes, spec.per_class, spec.val, spec.seed, spec.bad)

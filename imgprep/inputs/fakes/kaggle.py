@@ -14,13 +14,18 @@ from __future__ import annotations
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 from imgprep.fsutil import atomic_open, ensure_writable_dir, write_bytes_atomic
-from imgprep.inputs.fakeset import SampleSet, SampleSpec, kaggle_val_csv, sample_set
+from imgprep.inputs.fakeset import (
+    FakeSummary,
+    SampleSet,
+    SampleSpec,
+    kaggle_val_csv,
+    sample_set,
+)
+from imgprep.inputs.forms.kagglezip import ZIP_NAME
 from imgprep.inputs.synsets import imagenet_classes
 
-ZIP_NAME = "imagenet-object-localization-challenge.zip"
 DATA, BOXES, LISTS = "ILSVRC/Data/CLS-LOC", "ILSVRC/Annotations/CLS-LOC", "ILSVRC/ImageSets/CLS-LOC"
 WHEN = (2019, 1, 1, 0, 0, 0)
 STORED_EVERY = 3
@@ -70,14 +75,14 @@ def entries(ss: SampleSet) -> Iterator[tuple[str, bytes, bool]]:
             yield f"{DATA}/test/{it.key}.JPEG", it.data, True
 
 
-def _summary(ss: SampleSet, out: Path, form: str, inputs: list[Path]) -> dict[str, Any]:
-    return {"form": form, "out": str(out), "classes": list(ss.wnids),
-            "train_images": ss.spec.classes * ss.spec.per_class, "val_images": len(ss.truth),
-            "test_images": ss.spec.test, "quirks": ss.quirks(), "bad": ss.bad(),
-            "inputs": [str(p) for p in inputs]}
+def _summary(ss: SampleSet, out: Path, form: str, inputs: list[Path]) -> FakeSummary:
+    return FakeSummary(form=form, out=str(out), classes=list(ss.wnids),
+                       train_images=ss.spec.classes * ss.spec.per_class,
+                       val_images=len(ss.truth), test_images=ss.spec.test, quirks=ss.quirks(),
+                       bad=ss.bad(), inputs=[str(p) for p in inputs])
 
 
-def write_tree(out: Path, spec: SampleSpec) -> dict[str, Any]:
+def write_tree(out: Path, spec: SampleSpec) -> FakeSummary:
     """The extracted download, in ``out``."""
     ss = sample_set(spec)
     ensure_writable_dir(out)
@@ -87,7 +92,7 @@ def write_tree(out: Path, spec: SampleSpec) -> dict[str, Any]:
     return _summary(ss, out, "kaggle", [out])
 
 
-def write_zip(out: Path, spec: SampleSpec) -> dict[str, Any]:
+def write_zip(out: Path, spec: SampleSpec) -> FakeSummary:
     """The download as it comes: ``out/imagenet-object-localization-challenge.zip``."""
     ss = sample_set(spec)
     ensure_writable_dir(out)

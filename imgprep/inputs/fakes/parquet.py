@@ -16,10 +16,9 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from imgprep.fsutil import atomic_open, ensure_writable_dir
-from imgprep.inputs.fakeset import SampleSpec, sample_set
+from imgprep.inputs.fakeset import FakeSummary, SampleSpec, sample_set
 from imgprep.inputs.parquetio import TEST_LABEL, pyarrow_parquet
 from imgprep.inputs.synsets import ClassTable, imagenet_classes
 
@@ -84,7 +83,7 @@ def write_split(data: Path, split: str, rows: Sequence[Row], names: Sequence[str
     return out
 
 
-def write(out: Path, spec: SampleSpec) -> dict[str, Any]:
+def write(out: Path, spec: SampleSpec) -> FakeSummary:
     """The fake set ``spec`` as the Hub's parquet copy, downloaded into ``out``
     (``out/data/*.parquet``)."""
     ss = sample_set(spec)
@@ -98,7 +97,7 @@ def write(out: Path, spec: SampleSpec) -> dict[str, Any]:
     for split, split_rows in rows.items():
         if split_rows:
             write_split(out / "data", split, split_rows, names, FILES[split])
-    return {"form": "hf-parquet", "out": str(out), "classes": list(ss.wnids),
-            "train_images": len(rows["train"]), "val_images": len(rows["val"]),
-            "test_images": len(rows["test"]), "quirks": ss.quirks(), "bad": ss.bad(),
-            "inputs": [str(out)]}
+    return FakeSummary(form="hf-parquet", out=str(out), classes=list(ss.wnids),
+                       train_images=len(rows["train"]), val_images=len(rows["val"]),
+                       test_images=len(rows["test"]), quirks=ss.quirks(), bad=ss.bad(),
+                       inputs=[str(out)])

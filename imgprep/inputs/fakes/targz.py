@@ -15,10 +15,9 @@ import io
 import tarfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from imgprep.fsutil import atomic_open, ensure_writable_dir
-from imgprep.inputs.fakeset import SampleSpec, sample_set
+from imgprep.inputs.fakeset import FakeSummary, SampleSpec, sample_set
 from imgprep.shards.tarfmt import tar_header
 
 TRAIN_ARCHIVES = 5
@@ -63,7 +62,7 @@ def write_split(data: Path, split: str, members: Sequence[Member]) -> list[Path]
     return out
 
 
-def write(out: Path, spec: SampleSpec) -> dict[str, Any]:
+def write(out: Path, spec: SampleSpec) -> FakeSummary:
     """The fake set ``spec`` as the Hub's tar.gz archives, downloaded into ``out``
     (``out/data/*.tar.gz``)."""
     ss = sample_set(spec)
@@ -73,7 +72,7 @@ def write(out: Path, spec: SampleSpec) -> dict[str, Any]:
     for split, split_members in members.items():
         if split_members:
             write_split(out / "data", split, split_members)
-    return {"form": "hf-targz", "out": str(out), "classes": list(ss.wnids),
-            "train_images": len(members["train"]), "val_images": len(members["val"]),
-            "test_images": len(members["test"]), "quirks": ss.quirks(), "bad": ss.bad(),
-            "inputs": [str(out)]}
+    return FakeSummary(form="hf-targz", out=str(out), classes=list(ss.wnids),
+                       train_images=len(members["train"]), val_images=len(members["val"]),
+                       test_images=len(members["test"]), quirks=ss.quirks(), bad=ss.bad(),
+                       inputs=[str(out)])

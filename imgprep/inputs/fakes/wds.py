@@ -15,12 +15,11 @@ import json
 import tarfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from imgprep.fsutil import atomic_open, ensure_writable_dir
-from imgprep.inputs.fakeset import SampleSpec, sample_set
+from imgprep.inputs.fakeset import FakeSummary, SampleSpec, sample_set
 from imgprep.inputs.synsets import imagenet_classes
 from imgprep.shards.tarfmt import tar_header
 
@@ -72,7 +71,7 @@ def write_split(folder: Path, split: str, samples: Sequence[Sample], shards: int
     return out
 
 
-def write(out: Path, spec: SampleSpec) -> dict[str, Any]:
+def write(out: Path, spec: SampleSpec) -> FakeSummary:
     """The fake set ``spec`` as a timm shard set in ``out`` (train and validation; a shard
     set has no test split)."""
     ss = sample_set(spec)
@@ -86,6 +85,6 @@ def write(out: Path, spec: SampleSpec) -> dict[str, Any]:
     for split, split_samples in samples.items():
         if split_samples:
             write_split(out, split, split_samples, SHARDS[split], spec.seed)
-    return {"form": "wds", "out": str(out), "classes": list(ss.wnids),
-            "train_images": len(samples["train"]), "val_images": len(samples["val"]),
-            "test_images": 0, "quirks": ss.quirks(), "bad": ss.bad(), "inputs": [str(out)]}
+    return FakeSummary(form="wds", out=str(out), classes=list(ss.wnids),
+                       train_images=len(samples["train"]), val_images=len(samples["val"]),
+                       test_images=0, quirks=ss.quirks(), bad=ss.bad(), inputs=[str(out)])

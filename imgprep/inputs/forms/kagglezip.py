@@ -40,6 +40,7 @@ from imgprep.inputs.tarlist import ListingError
 from imgprep.inputs.ziplist import ZipIndex, check_not_past_end, is_zip, read_index
 
 NAME = "kaggle-zip"
+ZIP_NAME = "imagenet-object-localization-challenge.zip"  # the download's own name
 MARKER = f"{CLS_LOC}/"
 SHOW_NAMES = 3
 
@@ -102,6 +103,10 @@ def _split_input(path: Path, split: str, prefix: str, count: int, truth: Archive
 
 
 def probe(path: Path) -> Detected | None:
+    if path.is_dir():  # the folder the zip was downloaded into, unless it holds the tree too
+        if not (path / ZIP_NAME).is_file() or (path / CLS_LOC).is_dir():
+            return None
+        path = path / ZIP_NAME
     if not path.is_file() or not is_zip(path):
         return None
     index = read_index(path)

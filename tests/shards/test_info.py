@@ -1,0 +1,49 @@
+"""What ``imgprep info`` reports (``imgprep.shards.info``): records whose ``asdict`` is the
+JSON the command prints, and the one-line warning when PIL is not the fast build."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, replace
+from typing import Any
+
+import pytest
+
+from imgprep import PilInfo, __version__, pil_info
+from imgprep.shards.info import Versions, pil_warning, versions
+
+FAST = PilInfo(pil_version="9.5.0.post1", pillow_simd=True, stock_pillow_installed=None,
+               libjpeg_turbo=True, jpeg_version="8.0", core="/x/_imaging.so", cpu_avx2=True,
+               avx2_build=True)
+
+
+def test_pil_info_checks_the_avx2_build_only_when_asked() -> None:
+    info = pil_info(check_avx2=False)
+    assert info.avx2_build is None
+    assert list(asdict(info)) == ["pil_version", "pillow_simd", "stock_pillow_installed",
+                                  "libjpeg_turbo", "jpeg_version", "core", "cpu_avx2",
+                                  "avx2_build"]
+
+
+@pytest.mark.parametrize(("change", "says"), [
+    ({}, None),
+    ({"avx2_build": None}, None),  # not checked: no warning
+    ({"pillow_simd": False}, "PIL 9.5.0.post1 is not pillow-simd: "),
+    ({"pillow_simd": False, "stock_pillow_installed": "10.0"},
+     "(stock Pillow is installed and replaced it)"),
+    ({"avx2_build": False}, "built without AVX2"),
+    ({"libjpeg_turbo": False}, "not linked against libjpeg-turbo"),
+])
+def test_pil_warning_names_what_makes_decoding_slow(change: dict[str, Any],
+                                                    says: str | None) -> None:
+    warning = pil_warning(replace(FAST, **change))
+    if says is None:
+        assert warning is None
+    else:
+        assert warning is not None and says in warning
+
+
+def test_versions_lists_imgprep_python_and_the_packages_in_order() -> None:
+    v = versions()
+    assert isinstance(v, Versions) and v.imgprep == __version__
+    assert list(asdict(v)) == ["imgprep", "python", "platform", "numpy", "torch", "webdataset",
+                               "tqdm", "click"]
