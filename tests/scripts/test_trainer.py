@@ -19,6 +19,7 @@ import torch
 from imgprep import read_manifest
 from imgprep.convert.options import ConvertOptions
 from imgprep.convert.run import convert
+from scripts.trainkit import train
 from scripts.trainkit.precision import choose, cpu_flags, detect, native_cpu_bf16
 from scripts.trainkit.timing import DataWaitHint
 from tests.support import REPO, free_port, mpirun_cmd
@@ -52,14 +53,8 @@ def run(cmd: list[str], timeout: float = 240) -> subprocess.CompletedProcess[str
 
 
 def parsed(attr: str, *argvs: list[str]) -> list[object]:
-    """``attr`` of what the trainer's own ``parse_args`` makes of each argv (in a child
-    process started in the script's folder, which imports it as running it does)."""
-    code = ("import json, sys, train_imagenet; print(json.dumps([getattr("
-            "train_imagenet.parse_args(a), sys.argv[1]) for a in json.loads(sys.argv[2])]))")
-    done = subprocess.run([sys.executable, "-c", code, attr, json.dumps(argvs)],
-                          cwd=TRAIN.parent, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return list(json.loads(done.stdout))
+    """``attr`` of what the trainer's own ``parse_args`` makes of each argv."""
+    return [getattr(train.parse_args(a), attr) for a in argvs]
 
 
 def summary(out: str) -> dict:
