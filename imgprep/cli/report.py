@@ -61,16 +61,27 @@ def _label_lines(s: ConvertSummary) -> list[str]:
     return lines
 
 
+def _size(n: int) -> str:
+    return f"{n / 1e9:.1f} GB" if n >= 1e9 else f"{n / 1e6:.1f} MB"
+
+
+def _check(mode: str) -> str:
+    if mode in ("none", ""):
+        return ""
+    return " (checked at conversion)" if mode == "at conversion" else f" ({mode} check)"
+
+
 def dry_run_lines(r: dict[str, Any]) -> list[str]:
     """``convert --dry-run``: the form, each split, what is skipped; nothing was written."""
     lines = [f"{r['input']}: {r['description']} (form {r['form']})"]
     for s in r["splits"]:
-        spool = f"; staging copy: {s['spool_bytes'] / 1e9:.1f} GB in {r['out']}/.imgprep" \
+        spool = f"; staging copy: {_size(s['spool_bytes'])} in {r['out']}/.imgprep" \
             if s["spool_bytes"] else ""
         errors = f"; {s['listing_errors']} members refused" if s["listing_errors"] else ""
-        lines += [f"{s['split']}: {s['images']} images from {s['where']}{errors}",
-                  f"  labels: {s['labels']}" + (f" ({s['label_check']} check)"
-                                                if s["label_check"] not in ("none", "") else ""),
+        count = f"{s['images']} images" if s["images"] is not None else \
+            "images counted while decompressing"
+        lines += [f"{s['split']}: {count} from {s['where']}{errors}",
+                  f"  labels: {s['labels']}{_check(s['label_check'])}",
                   f"  writes: {s['writes']} in {r['out']} ({s['output']}){spool}"]
     lines += [f"skips {k}" for k in r["skipped"]]
     lines.append("dry run: nothing was written")

@@ -36,11 +36,11 @@ class SplitReport:
 
     split: str
     where: str
-    images: int
+    images: int | None  # None: not known before the stream is read (a gzip stream)
     labels: str
     label_source: str  # as a run's summary says it (inputs.labels.SOURCES), or "at conversion"
     label_check: str
-    tasks: int
+    tasks: int | None  # None with images
     writes: str
     output: str
     spool_bytes: int
@@ -64,7 +64,10 @@ class DryRunReport:
                 "skipped": list(self.skipped)}
 
 
-def _writes(opts: ConvertOptions, split: str, images: int, tasks: int) -> str:
+def _writes(opts: ConvertOptions, split: str, images: int | None, tasks: int | None) -> str:
+    if images is None or tasks is None:
+        kind = "chunks" if opts.format == "list" else "shards"
+        return f"{split} {kind} (as many as the images need), {split}.json"
     if opts.format == "list":
         mean = ", mean.npy" if split == "train" else ""
         folder = "" if split == "test" else "<wnid>/"  # the test split has no labels
@@ -98,9 +101,11 @@ def _labels(part: ConvertOptions, src: SplitInput, source: str = "") -> str:
 
 
 def _spooled(part: ConvertOptions, src: SplitInput) -> SplitReport:
-    images = src.images or 0
-    tasks = math.ceil(images / LIST_CHUNK) if part.format == "list" else \
-        min(part.num_shards or max(1, math.ceil(images / part.shard_size)), max(images, 1))
+    images = src.images
+    tasks: int | None = None
+    if images is not None:
+        tasks = math.ceil(images / LIST_CHUNK) if part.format == "list" else \
+            min(part.num_shards or max(1, math.ceil(images / part.shard_size)), max(images, 1))
     split = src.split or "train"
     return SplitReport(split=split, where=src.where, images=images, labels=_labels(part, src),
                        label_source="at conversion", label_check="at conversion", tasks=tasks,
