@@ -43,7 +43,7 @@ from imgprep.stage.remote import STALL_S, FetchFailed, Source
 
 PART = 8 << 20  # bytes a ranged GET asks for
 AHEAD = 4  # parts of one object fetched at once
-BLOCK = 1 << 20  # bytes a part's thread reads from its response at a time
+READ_CHUNK = 1 << 20  # bytes a part's thread reads from its response at a time
 ATTEMPTS = 3  # botocore's attempts a request (standard retry mode)
 POOL = 64  # HTTP connections kept to the store
 POLL = 0.2  # seconds between two looks at a stalled read
@@ -177,7 +177,7 @@ class S3Stream(io.RawIOBase):
             with self.cond:
                 p.data = bytearray(length)
             while p.filled < length and not self.closed:
-                block = body.read(min(BLOCK, length - p.filled))
+                block = body.read(min(READ_CHUNK, length - p.filled))
                 if not block:
                     raise FetchFailed(errno.EIO, "the store sent fewer bytes than it said",
                                       "check the network and the store, then rerun to resume")
