@@ -1,26 +1,8 @@
-"""Train a ResNet data-parallel on imgprep shards, and show where each iteration's time goes.
+"""The embedded trainer, top to bottom: arguments, set-up (process group, device, staging,
+loaders, model, optimizer), the training loop with its time split, evaluation, checkpoints.
 
-Launch it any of these ways (the same flags everywhere):
-
-    python scripts/train_imagenet.py --data DIR --arch tiny --steps 200         # one process
-    torchrun --nproc-per-node 2 scripts/train_imagenet.py --data DIR ...         # torchrun
-    mpirun -np 2 python scripts/train_imagenet.py --data DIR ...                 # Open MPI
-    srun -N 2 --ntasks-per-node 4 python scripts/train_imagenet.py --data DIR ...
-
-NCCL with CUDA (one GPU per local rank), Gloo on CPU; under mpirun rank 0's address and a
-free port go out over mpi4py. Every ``--log-every`` steps rank 0 prints images/s (global and
-per rank) and the iteration's time split — data wait, forward+backward, exposed all-reduce,
-optimizer — as the mean and max over ranks, and appends a JSON line to ``--log-json``.
-Every split is normalised with the training split's mean and std (``--normalize train``, the
-default) or constants you choose (``imagenet``, or ``R,G,B/R,G,B``), never a split's own.
-Checkpoints are written atomically by rank 0 and carry the run's config; ``--resume`` restores
-model, optimizer, step, loader position and RNG, so a resumed CPU run gives the same losses as
-an uninterrupted one, and refuses a checkpoint of another model, data or optimisation.
-``--bf16 auto`` (the default) runs forward and backward under bf16 autocast only where the
-device computes bf16 natively; the first line says which precision runs, and why.
-``--loader-backend dali`` decodes with NVIDIA DALI (``pip install 'imgprep[dali]'``) instead
-of pillow-simd workers: the same batches, decoded on the GPU (nvJPEG) when training on CUDA,
-in DALI's CPU threads otherwise (``--workers`` of them); the second line says which.
+``scripts/train_imagenet.py`` runs ``main``; its docstring says how to launch it and what each
+line it prints means.
 """
 
 from __future__ import annotations

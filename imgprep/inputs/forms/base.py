@@ -9,6 +9,7 @@ carries in the ``wnid`` column, so one downstream path labels and checks every f
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -94,3 +95,30 @@ class ListContext:
     classes: ClassTable = field(default_factory=imagenet_classes)
     spool_dir: Path | None = None
     spool_start: int = 0
+
+
+def hub_splits(*, form: str, path: Path, found: dict[str, list[Path]], files_are: str, one: str,
+               labels: str, description: str,
+               count: Callable[[list[Path]], int | None] | None = None) -> Detected:
+    """The splits of a copy whose files name their split (the Hub's parquet files or tar.gz
+    archives): one staged split each, its staging copy as large as its files; the test split
+    skipped, saying so, unless ``--split test``. ``files_are``: what several files are called
+    ("parquet files"), ``one``: what one is ("parquet"); ``count``: the images, where the files
+    tell them cheaply."""
+    splits: list[SplitInput] = []
+    skipped: list[Skip] = []
+    for name in sorted(found, key=("train", "val", "test").index):
+        files = found[name]
+        where = (f"{len(files)} {name} {files_are} in {files[0].parent}" if len(files) > 1
+                 else f"{files[0]} ({one})")
+        images = count(files) if count is not None else None
+        test = name == "test"
+        splits.append(SplitInput(
+            form=form, split=name, path=path, where=where, labels="none" if test else labels,
+            labelled=not test, by_default=not test, images=images,
+            spool_bytes=sum(p.stat().st_size for p in files)))
+        if test:
+            counted = f"{images:,} " if images is not None else ""
+            skipped.append(Skip(what=where, reason=f"{counted}{TEST_REASON}"))
+    return Detected(form=form, root=path, splits=tuple(splits), skipped=tuple(skipped),
+                    description=description)

@@ -26,7 +26,7 @@ import numpy as np
 
 from imgprep.errors import LabelError, SourceFormatError
 from imgprep.inputs import parquetio
-from imgprep.inputs.forms.base import TEST_REASON, Detected, ListContext, Skip, SplitInput
+from imgprep.inputs.forms.base import Detected, ListContext, SplitInput, hub_splits
 from imgprep.inputs.hfnames import PARQUET_NAME_RE, hub_split, parse_name
 from imgprep.inputs.sources import Listing, build_listing
 from imgprep.inputs.spool import SpoolJob, read_index, spool_all, spool_path
@@ -205,24 +205,10 @@ def probe(path: Path) -> Detected | None:
     found = parquet_files(path)
     if not found:
         return None
-    splits: list[SplitInput] = []
-    skipped: list[Skip] = []
-    for name in sorted(found, key=("train", "val", "test").index):
-        files = found[name]
-        where = (f"{len(files)} {name} parquet files in {files[0].parent}" if len(files) > 1
-                 else f"{files[0]} (parquet)")
-        images = _images(files)
-        test = name == "test"
-        splits.append(SplitInput(
-            form=NAME, split=name, path=path, where=where, labels="none" if test else LABELS,
-            labelled=not test, by_default=not test, images=images,
-            spool_bytes=sum(p.stat().st_size for p in files)))
-        if test:
-            count = f"{images:,} " if images is not None else ""
-            skipped.append(Skip(what=where, reason=f"{count}{TEST_REASON}"))
-    return Detected(form=NAME, root=path, splits=tuple(splits), skipped=tuple(skipped),
-                    description="the Hugging Face Hub's parquet copy of ImageNet "
-                                "(ILSVRC/imagenet-1k)")
+    return hub_splits(form=NAME, path=path, found=found, files_are="parquet files",
+                      one="parquet", labels=LABELS, count=_images,
+                      description="the Hugging Face Hub's parquet copy of ImageNet "
+                                  "(ILSVRC/imagenet-1k)")
 
 
 def list_split(split: SplitInput, ctx: ListContext) -> Listing:

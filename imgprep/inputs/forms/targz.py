@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from imgprep.errors import LabelError, SourceFormatError, UnsafeArchiveError
-from imgprep.inputs.forms.base import TEST_REASON, Detected, ListContext, Skip, SplitInput
+from imgprep.inputs.forms.base import Detected, ListContext, SplitInput, hub_splits
 from imgprep.inputs.hfnames import TARGZ_NAME_RE, hub_split, parse_name
 from imgprep.inputs.sources import Listing, build_listing
 from imgprep.inputs.spool import SpoolJob, read_index, spool_all, spool_path
@@ -152,22 +152,10 @@ def probe(path: Path) -> Detected | None:
     found = targz_files(path)
     if not found:
         return None
-    splits: list[SplitInput] = []
-    skipped: list[Skip] = []
-    for name in sorted(found, key=("train", "val", "test").index):
-        files = found[name]
-        where = (f"{len(files)} {name} archives in {files[0].parent}" if len(files) > 1
-                 else f"{files[0]} (tar.gz)")
-        test = name == "test"
-        splits.append(SplitInput(
-            form=NAME, split=name, path=path, where=where, labels="none" if test else LABELS,
-            labelled=not test, by_default=not test,
-            spool_bytes=sum(p.stat().st_size for p in files)))
-        if test:
-            skipped.append(Skip(what=where, reason=TEST_REASON))
-    return Detected(form=NAME, root=path, splits=tuple(splits), skipped=tuple(skipped),
-                    description="the Hugging Face Hub's tar.gz copy of ImageNet "
-                                "(ILSVRC/imagenet-1k, data/*_images*.tar.gz)")
+    return hub_splits(form=NAME, path=path, found=found, files_are="archives", one="tar.gz",
+                      labels=LABELS, description="the Hugging Face Hub's tar.gz copy of "
+                                                 "ImageNet (ILSVRC/imagenet-1k, "
+                                                 "data/*_images*.tar.gz)")
 
 
 def list_split(split: SplitInput, ctx: ListContext) -> Listing:
