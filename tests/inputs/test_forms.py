@@ -6,6 +6,7 @@ same key in every form."""
 from __future__ import annotations
 
 import bz2
+import gzip
 import lzma
 import os
 import zipfile
@@ -196,6 +197,14 @@ def test_parts_of_split_archives_are_refused_naming_the_join(tmp_path: Path, nam
     path = _other(tmp_path / name, b"PK\x03\x04" + bytes(100))
     with pytest.raises(SourceFormatError, match=expected):
         detect(path)
+
+
+def test_the_devkit_given_as_input_points_to_labels(tmp_path: Path) -> None:
+    devkit = tmp_path / "ILSVRC2012_devkit_t12.tar.gz"
+    devkit.write_bytes(gzip.compress(b"not read"))
+    with pytest.raises(SourceFormatError, match=r"is the ILSVRC2012 devkit: validation ground "
+                                                r"truth, not images; .*--labels .*devkit_t12"):
+        detect(devkit)
 
 
 def test_a_web_page_saved_as_the_archive_is_named(tmp_path: Path) -> None:

@@ -30,6 +30,7 @@ PAGE = re.compile(rb"^\s*(<!doctype html|<html|<\?xml|\{)", re.IGNORECASE)
 NUMBERED_PART = re.compile(r"^(?P<whole>.+\.(?:zip|tar|7z|tgz|tar\.gz))\.(?P<n>\d{3})$",
                            re.IGNORECASE)
 ZIP_PART = re.compile(r"^(?P<stem>.+)\.z(?P<n>\d{2})$", re.IGNORECASE)
+DEVKIT = re.compile(r"^ILSVRC2012_devkit_t12\.(?:tar\.gz|tgz|tar)$", re.IGNORECASE)
 HEAD = 64
 
 
@@ -66,6 +67,12 @@ def probe(path: Path) -> Detected | None:
     if not path.is_file():
         return None
     _split_part(path)
+    if DEVKIT.match(path.name):
+        raise SourceFormatError(
+            f"{path} is the ILSVRC2012 devkit: validation ground truth, not images; pass it "
+            "with the validation images: imgprep convert ILSVRC2012_img_val.tar -o OUT "
+            f"--labels {shlex.quote(str(path))} (canonical val names need no labels: the "
+            "published ones are built in)")
     try:
         with open(path, "rb") as fh:
             head = fh.read(HEAD)
