@@ -109,7 +109,7 @@ def test_a_name_with_two_classes_is_refused(tmp_path: Path) -> None:
 
 
 def test_an_archive_without_images_is_refused_saying_so(tmp_path: Path) -> None:
-    archive = _archive(tmp_path / "ILSVRC2012_devkit_t12.tar.gz", [("data/meta.mat", b"m")])
+    archive = _archive(tmp_path / "bounding_boxes.tar.gz", [("data/meta.mat", b"m")])
     (split,) = detect(archive).splits
     with pytest.raises(SourceFormatError, match=r"holds no images .*1 other members"):
         list_split(split, ListContext(spool_dir=tmp_path / "spool", workers=1))
