@@ -21,17 +21,15 @@ from __future__ import annotations
 import bz2
 import functools
 import gzip
-import hashlib
 import lzma
 import posixpath
 from collections.abc import Callable, Iterable
-from importlib import resources
 from pathlib import Path
 from typing import IO, Any
 
 from imgprep.errors import InputMissingError, LabelError, UnsafeArchiveError
 from imgprep.inputs.reader import TextFile
-from imgprep.inputs.synsets import imagenet_classes
+from imgprep.inputs.synsets import imagenet_classes, packaged_data
 from imgprep.shards.tarfmt import StreamMember, iter_stream
 
 # Line n: the wnid of ILSVRC2012_ID n. Made by scripts/make_val_labels.py from map_clsloc.txt.
@@ -51,16 +49,7 @@ def devkit_wnids() -> tuple[str, ...]:
     """Item n-1: the wnid of ILSVRC2012_ID n. Refused (LabelError) when the packaged file is
     not the one recorded here or does not hold the 1000 classes of the class table."""
     where = f"imgprep/inputs/{DEVKIT_IDS_FILE}"
-    try:
-        data = resources.files("imgprep.inputs").joinpath(DEVKIT_IDS_FILE).read_bytes()
-    except OSError as e:
-        raise InputMissingError(f"cannot read {where} ({e.strerror}): the installation is "
-                                "incomplete; reinstall imgprep") from e
-    digest = hashlib.sha256(data).hexdigest()
-    if digest != DEVKIT_IDS_SHA256:
-        raise LabelError(f"{where} has sha256 {digest}, not {DEVKIT_IDS_SHA256}: the "
-                         "installation is damaged; reinstall imgprep, or rebuild the file "
-                         "with scripts/make_val_labels.py")
+    data = packaged_data(DEVKIT_IDS_FILE, DEVKIT_IDS_SHA256)
     wnids = tuple(data.decode("ascii").split())
     if sorted(wnids) != list(imagenet_classes().wnids):
         raise LabelError(f"{where} does not hold each class of imgprep/inputs/data/"

@@ -129,22 +129,30 @@ def name_wnids(keys: np.ndarray) -> np.ndarray:
     return np.where(ok, np.asarray(keys).astype("S9"), b"")
 
 
+def packaged_data(name: str, sha256: str) -> bytes:
+    """The bytes of the package data file ``name`` (below ``imgprep/inputs/``), refused when
+    missing (InputMissingError) or when its sha256 is not ``sha256`` (LabelError): a damaged
+    installation must not label a single image."""
+    where = f"imgprep/inputs/{name}"
+    try:
+        data = resources.files("imgprep.inputs").joinpath(name).read_bytes()
+    except OSError as e:
+        raise InputMissingError(f"cannot read {where} ({e.strerror}): the installation is "
+                                "incomplete; reinstall imgprep") from e
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != sha256:
+        raise LabelError(f"{where} has sha256 {digest}, not {sha256}: the installation is "
+                         "damaged; reinstall imgprep, or rebuild the file with "
+                         "scripts/make_val_labels.py")
+    return data
+
+
 @functools.cache
 def imagenet_val_labels() -> np.ndarray:
     """The published label of every ILSVRC2012 validation image: item n-1 is the class index
     (in ``imagenet_classes()``) of ``ILSVRC2012_val_%08d`` n. Refused (LabelError) when the
     packaged file is not the one recorded here."""
-    where = f"imgprep/inputs/{VAL_LABELS_FILE}"
-    try:
-        data = resources.files("imgprep.inputs").joinpath(VAL_LABELS_FILE).read_bytes()
-    except OSError as e:
-        raise InputMissingError(f"cannot read {where} ({e.strerror}): the installation is "
-                                "incomplete; reinstall imgprep") from e
-    digest = hashlib.sha256(data).hexdigest()
-    if digest != VAL_LABELS_SHA256:
-        raise LabelError(f"{where} has sha256 {digest}, not {VAL_LABELS_SHA256}: the "
-                         "installation is damaged; reinstall imgprep, or rebuild the file "
-                         "with scripts/make_val_labels.py")
+    data = packaged_data(VAL_LABELS_FILE, VAL_LABELS_SHA256)
     labels = np.frombuffer(data, dtype="<u2")
     labels.flags.writeable = False
     return labels
