@@ -27,7 +27,8 @@ from loaders.common import PAD_LABEL, LoaderError
 from loaders.config import BackendOptions, Config
 from loaders.epochs import PAD, EpochPlan
 from loaders.ring import Ring, is_dead
-from loaders.transforms import SampleError, apply
+from loaders.decode import SampleDecoder
+from loaders.transforms import SampleError
 
 
 class WorkerStream(IterableDataset):
@@ -37,6 +38,7 @@ class WorkerStream(IterableDataset):
     def __init__(self, cfg: Config, ring: Ring, source: Source) -> None:
         self.cfg, self.ring, self.source = cfg, ring, source
         self._plan: EpochPlan | None = None
+        self._decoder: SampleDecoder | None = None  # made in the worker, after the fork
 
     def _plan_for(self, epoch: int, starts: tuple[int, ...]) -> EpochPlan:
         p = self._plan
@@ -78,12 +80,15 @@ class WorkerStream(IterableDataset):
         """Decode and augment ``samples`` into ``images`` (n x 3 x size x size); rows past
         the samples (``tail="pad"``) are zeroed. Returns the labels, PAD_LABEL for padding."""
         cfg = self.cfg
+        if self._decoder is None:
+            self._decoder = SampleDecoder(cfg.transform)
+        decode = self._decoder
         images[len(samples):] = 0
         labels = np.full(len(images), PAD_LABEL, dtype=np.int64)
         bad: list[int] = []
         for i, sample in enumerate(samples):
             try:
-                apply(sample.data, cfg.transform, rng, images[i], where=sample.where)
+                decode(sample.data, rng, images[i], where=sample.where)
                 labels[i] = sample.label
             except SampleError as e:
                 if cfg.on_error == "raise":

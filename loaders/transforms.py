@@ -91,6 +91,14 @@ def into_chw(img: Image.Image, out: np.ndarray) -> None:
         plane[...] = np.frombuffer(channel.tobytes(), np.uint8).reshape(plane.shape)
 
 
+def into(img: Image.Image, out: np.ndarray, planar: bool) -> None:
+    """Copy an RGB image into ``out``: 3 x H x W when ``planar``, else H x W x 3."""
+    if planar:
+        into_chw(img, out)
+    else:
+        out[...] = np.frombuffer(img.tobytes(), np.uint8).reshape(out.shape)
+
+
 def _open(data: bytes, where: str) -> Image.Image:
     try:
         return Image.open(io.BytesIO(data))
@@ -98,19 +106,32 @@ def _open(data: bytes, where: str) -> Image.Image:
         raise SampleError(f"{where}: not a decodable image ({e})") from e
 
 
+def draw(w: int, h: int, t: TrainTransform, rng: np.random.Generator
+         ) -> tuple[tuple[float, float, float, float], bool]:
+    """A sample's random draws, always in this order: its crop box, then its flip."""
+    box = crop_box(w, h, t, rng)
+    return box, t.flip and bool(rng.random() < 0.5)
+
+
+def draft_request(w: int, h: int, t: TrainTransform, box: tuple[float, float, float, float]
+                  ) -> tuple[int, int]:
+    """The size to ``draft`` a JPEG to: libjpeg scales by 1/2..1/8 while the crop stays at
+    least ``t.size``, so no full decode of pixels that are thrown away."""
+    left, top, right, bottom = box
+    return math.ceil(w * t.size / (right - left)), math.ceil(h * t.size / (bottom - top))
+
+
 def train_sample(data: bytes, t: TrainTransform, rng: np.random.Generator, out: np.ndarray,
-                 where: str = "sample") -> None:
-    """Decode ``data``, random-resized-crop and maybe flip it into ``out`` (3×size×size uint8)."""
+                 where: str = "sample", *, planar: bool = True,
+                 drawn: tuple[tuple[float, float, float, float], bool] | None = None) -> None:
+    """Decode ``data``, random-resized-crop and maybe flip it into ``out`` (3×size×size
+    uint8, or size×size×3 unless ``planar``); ``drawn``: the box and flip already drawn."""
     img = _open(data, where)
     try:
         w, h = img.size
-        left, top, right, bottom = crop_box(w, h, t, rng)
-        flip = t.flip and rng.random() < 0.5
+        (left, top, right, bottom), flip = drawn or draw(w, h, t, rng)
         if img.format == "JPEG":
-            # Let libjpeg scale by 1/2..1/8 while the crop stays >= size: never a full decode
-            # of pixels that are thrown away.
-            req = (math.ceil(w * t.size / (right - left)), math.ceil(h * t.size / (bottom - top)))
-            img.draft("RGB", req)
+            img.draft("RGB", draft_request(w, h, t, (left, top, right, bottom)))
         sx, sy = img.width / w, img.height / h
         box = (left * sx, top * sy, right * sx, bottom * sy)
         if img.mode != "RGB":
@@ -118,12 +139,13 @@ def train_sample(data: bytes, t: TrainTransform, rng: np.random.Generator, out: 
         img = img.resize((t.size, t.size), _BILINEAR, box=box)
         if flip:
             img = img.transpose(_FLIP)
-        into_chw(img, out)
+        into(img, out, planar)
     except (OSError, SyntaxError, ValueError) as e:
         raise SampleError(f"{where}: cannot decode ({e})") from e
 
 
-def val_sample(data: bytes, t: ValTransform, out: np.ndarray, where: str = "sample") -> None:
+def val_sample(data: bytes, t: ValTransform, out: np.ndarray, where: str = "sample", *,
+               planar: bool = True) -> None:
     """Decode ``data``, short side to ``t.resize`` if needed, center-crop into ``out``."""
     img = _open(data, where)
     try:
@@ -138,15 +160,16 @@ def val_sample(data: bytes, t: ValTransform, out: np.ndarray, where: str = "samp
         left, top = (w - t.size) // 2, (h - t.size) // 2
         if img.mode != "RGB":
             img = img.convert("RGB")
-        into_chw(img.crop((left, top, left + t.size, top + t.size)), out)
+        into(img.crop((left, top, left + t.size, top + t.size)), out, planar)
     except (OSError, SyntaxError, ValueError) as e:
         raise SampleError(f"{where}: cannot decode ({e})") from e
 
 
 def apply(data: bytes, t: Transform, rng: np.random.Generator, out: np.ndarray,
-          where: str = "sample") -> None:
-    """Run ``t`` on one encoded image, writing ``out`` (3×size×size uint8)."""
+          where: str = "sample", *, planar: bool = True) -> None:
+    """Run ``t`` on one encoded image the Pillow way, writing ``out`` (3×size×size uint8, or
+    size×size×3 unless ``planar``)."""
     if isinstance(t, TrainTransform):
-        train_sample(data, t, rng, out, where)
+        train_sample(data, t, rng, out, where, planar=planar)
     else:
-        val_sample(data, t, out, where)
+        val_sample(data, t, out, where, planar=planar)

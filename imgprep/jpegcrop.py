@@ -1,0 +1,133 @@
+"""Crop-aware JPEG decoding: only the rows and iMCU columns a crop needs, in a reusable frame.
+
+libjpeg-turbo's partial decompression (``jpeg_crop_scanline``, ``jpeg_skip_scanlines``,
+stopping after the last needed row) through the small C extension ``imgprep._jpegcrop``,
+built by ``pip install`` when a compiler and the libjpeg headers are there (the install never
+fails for it). It links the libjpeg that pillow-simd uses, with the same DCT and upsampling,
+and leaves an iMCU of margin around the region, so the decoded pixels are exactly those of a
+full decode; a caller that then resamples the same box with Pillow gets the same bytes as
+decoding the whole image would give.
+
+The fast path declines what it cannot decode the same way (``Probe.reason``): progressive or
+arithmetic-coded JPEGs, CMYK and other colour spaces, data after the scan other than restart
+markers and the final EOI (so that stopping early never hides a truncation or an error a full
+decode would raise), corrupt data that makes libjpeg warn, and anything that is not a JPEG.
+Those go to the caller's Pillow path.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from PIL import Image
+
+try:
+    from imgprep import _jpegcrop  # type: ignore[attr-defined]
+except ImportError as e:  # built optionally: the Pillow path serves without it
+    _jpegcrop = None
+    _MISSING = str(e)
+else:
+    _MISSING = ""
+
+AVAILABLE = _jpegcrop is not None
+REASONS = {  # probe codes of the extension -> why the fast path declines
+    1: "progressive or arithmetic-coded",
+    2: "not YCbCr or grayscale (CMYK, Adobe RGB, ...)",
+    3: "data after the scan (several scans, a marker, or truncated: no EOI)",
+    4: "not a JPEG libjpeg reads",
+}
+Box = tuple[float, float, float, float]
+
+
+def status() -> str:
+    """One line for ``imgprep info``: whether the crop-aware decoder is built, and why not."""
+    if _jpegcrop is None:
+        return (f"unavailable ({_MISSING}); every image takes the Pillow path. Reinstall with "
+                "a C compiler and the libjpeg-turbo headers (libjpeg-dev) to build it")
+    return f"available (libjpeg API {_jpegcrop.LIBJPEG_VERSION}, libjpeg-turbo partial decode)"
+
+
+@dataclass(frozen=True)
+class Probe:
+    """A JPEG's size, and why the fast path declines it (None: it takes it)."""
+
+    width: int
+    height: int
+    reason: str | None
+
+
+def probe(data: bytes) -> Probe:
+    """Read ``data``'s headers (a few microseconds); ``reason`` is None for the fast path."""
+    if _jpegcrop is None:
+        return Probe(0, 0, f"the crop-aware decoder is not built ({_MISSING})")
+    w, h, code = _jpegcrop.probe(data)
+    return Probe(w, h, REASONS.get(code) if code else None)
+
+
+def draft_scale(width: int, height: int, request: tuple[int, int]) -> int:
+    """The DCT scale (1, 2, 4 or 8) Pillow's ``draft`` picks for ``request``: the largest
+    that keeps the image at least that size."""
+    scale = min(width // request[0], height // request[1])
+    return next((s for s in (8, 4, 2) if scale >= s), 1)
+
+
+def reach(lo: float, hi: float, out: int, limit: int) -> tuple[int, int]:
+    """The input pixels a bilinear resample of ``[lo, hi)`` to ``out`` pixels reads: the box
+    widened by the filter's support (wider when shrinking), plus a pixel, within
+    ``[0, limit)``."""
+    support = max(1.0, (hi - lo) / out)
+    return max(0, math.floor(lo - support) - 1), min(limit, math.ceil(hi + support) + 1)
+
+
+class Frame:
+    """A decoder's scratch: one RGBX buffer for the largest image yet, and Pillow images that
+    share its memory (made once per size), so decoding allocates nothing."""
+
+    def __init__(self) -> None:
+        self._buf = np.empty(0, np.uint8)
+        self._images: dict[tuple[int, int], Image.Image] = {}
+
+    def view(self, width: int, height: int) -> tuple[np.ndarray, Image.Image]:
+        """The buffer for a ``width`` x ``height`` RGBX image, and the image over it."""
+        need = width * height * 4
+        if need > self._buf.size:
+            self._buf = np.empty(need, np.uint8)
+            self._images.clear()  # they map the old buffer
+        buf = self._buf[:need]
+        img = self._images.get((width, height))
+        if img is None:
+            img = Image.frombuffer("RGBX", (width, height), buf, "raw", "RGBX", 0, 1)
+            self._images[(width, height)] = img
+        return buf, img
+
+    def decode(self, data: bytes, p: Probe, scale: int,
+               region: tuple[int, int, int, int]) -> Image.Image | None:
+        """Decode ``region`` (left, top, right, bottom, in pixels at 1/``scale``) of the JPEG
+        ``data`` into the frame; the RGBX image of the whole scaled size, whose pixels are
+        the full decode's in ``region`` (and undefined outside), or None when libjpeg warned
+        about corrupt data (decode it the Pillow way)."""
+        if _jpegcrop is None or p.reason is not None:
+            raise ValueError(f"the crop-aware decoder declines this image: {p.reason}")
+        w, h = -(-p.width // scale), -(-p.height // scale)
+        buf, img = self.view(w, h)
+        *_, warnings = _jpegcrop.decode(data, buf, scale, *region)
+        return None if warnings else img
+
+
+def pack(src: Image.Image | np.ndarray, src_width: int, box: tuple[int, int, int, int],
+         out: np.ndarray, *, flip: bool, planar: bool) -> None:
+    """Copy ``box`` (left, top, right, bottom) of an RGBX/RGB Pillow image, or of a frame
+    buffer ``src_width`` pixels wide, into ``out`` (uint8, C-contiguous): 3 x H x W when
+    ``planar``, else H x W x 3; mirrored left-right when ``flip``. One pass in C."""
+    if _jpegcrop is None:
+        raise ValueError(f"the crop-aware decoder is not built ({_MISSING})")
+    left, top, right, bottom = box
+    if isinstance(src, Image.Image):
+        if src.mode not in ("RGB", "RGBX"):
+            raise ValueError(f"pack takes RGB or RGBX images, not {src.mode}")
+        source: object = src.im.__arrow_c_array__()
+    else:
+        source = src
+    _jpegcrop.pack(source, src_width, left, top, right - left, bottom - top, out, flip, planar)

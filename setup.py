@@ -1,0 +1,20 @@
+"""The optional C extension: crop-aware JPEG decoding (``imgprep.jpegcrop``).
+
+Built for the stable ABI (Python 3.11 and later share one build) against the system's
+libjpeg(-turbo), the one pillow-simd links. The install never fails for it: without a
+compiler or the libjpeg headers the extension is left out and every image takes the Pillow
+path (``imgprep info`` says which).
+"""
+
+import sys
+
+from setuptools import Extension, setup
+
+LIMITED = sys.version_info >= (3, 11)  # the buffer protocol joined the stable ABI in 3.11
+
+setup(
+    ext_modules=[Extension("imgprep._jpegcrop", ["imgprep/_jpegcrop.c"], libraries=["jpeg"],
+                           extra_compile_args=["-O3"], py_limited_api=True,
+                           optional=True)] if LIMITED else [],
+    options={"bdist_wheel": {"py_limited_api": "cp311"}} if LIMITED else {},
+)
