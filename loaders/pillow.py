@@ -25,9 +25,9 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 from loaders.backends import Batch, EncodedSample, Source, stand_ins
 from loaders.common import PAD_LABEL, LoaderError
 from loaders.config import BackendOptions, Config
+from loaders.decode import SampleDecoder
 from loaders.epochs import PAD, EpochPlan
 from loaders.ring import Ring, is_dead
-from loaders.decode import SampleDecoder
 from loaders.transforms import SampleError
 
 
