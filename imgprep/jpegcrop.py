@@ -19,15 +19,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from types import ModuleType
 
 import numpy as np
 from PIL import Image
 
+_jpegcrop: ModuleType | None
 try:
-    from imgprep import _jpegcrop  # type: ignore[attr-defined]
+    from imgprep import _jpegcrop
 except ImportError as e:  # built optionally: the Pillow path serves without it
-    _jpegcrop = None
-    _MISSING = str(e)
+    _jpegcrop, _MISSING = None, str(e)
 else:
     _MISSING = ""
 
