@@ -28,6 +28,8 @@
 #include <Python.h>
 
 #include <setjmp.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -210,35 +212,34 @@ static const unsigned char *arrow_pixels(PyObject *capsule, Py_ssize_t *len) {
     return (const unsigned char *)values->buffers[1] + values->offset + a->offset * 4;
 }
 
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+enum { SHIFT_R = 24, SHIFT_G = 16, SHIFT_B = 8 };
+#else
+enum { SHIFT_R = 0, SHIFT_G = 8, SHIFT_B = 16 };
+#endif
+
 static void pack_rows(const unsigned char *src, size_t stride, unsigned w, unsigned h,
                       unsigned char *out, int flip, int planar) {
     size_t plane = (size_t)w * h;
+    ptrdiff_t step = flip ? -4 : 4;
     for (unsigned y = 0; y < h; y++) {
-        const unsigned char *s = src + y * stride;
+        const unsigned char *p = src + y * stride + (flip ? (size_t)(w - 1) * 4 : 0);
+        uint32_t v;
         if (planar) {
             unsigned char *r = out + (size_t)y * w, *g = r + plane, *b = g + plane;
-            if (flip)
-                for (unsigned x = 0; x < w; x++) {
-                    const unsigned char *p = s + (size_t)(w - 1 - x) * 4;
-                    r[x] = p[0]; g[x] = p[1]; b[x] = p[2];
-                }
-            else
-                for (unsigned x = 0; x < w; x++) {
-                    const unsigned char *p = s + (size_t)x * 4;
-                    r[x] = p[0]; g[x] = p[1]; b[x] = p[2];
-                }
+            for (unsigned x = 0; x < w; x++, p += step) {
+                memcpy(&v, p, 4);  /* one load; the bytes R, G, B, X in memory order */
+                r[x] = (unsigned char)(v >> SHIFT_R);
+                g[x] = (unsigned char)(v >> SHIFT_G);
+                b[x] = (unsigned char)(v >> SHIFT_B);
+            }
         } else {
             unsigned char *d = out + (size_t)y * w * 3;
-            if (flip)
-                for (unsigned x = 0; x < w; x++) {
-                    const unsigned char *p = s + (size_t)(w - 1 - x) * 4;
-                    d[3 * x] = p[0]; d[3 * x + 1] = p[1]; d[3 * x + 2] = p[2];
-                }
-            else
-                for (unsigned x = 0; x < w; x++) {
-                    const unsigned char *p = s + (size_t)x * 4;
-                    d[3 * x] = p[0]; d[3 * x + 1] = p[1]; d[3 * x + 2] = p[2];
-                }
+            for (unsigned x = 0; x + 1 < w; x++, p += step, d += 3) {
+                memcpy(&v, p, 4);
+                memcpy(d, &v, 4);  /* the 4th byte is overwritten by the next pixel */
+            }
+            memcpy(d, p, 3);
         }
     }
 }
