@@ -116,7 +116,14 @@ def info_lines(versions: Versions, pil: PilInfo, manifests: list[ManifestSummary
     lines.append(f"{'PIL':12s} {pil.pil_version} ({'pillow-simd' if pil.pillow_simd else 'stock'}"
                  f", AVX2 build: {pil.avx2_build}, libjpeg-turbo: {pil.libjpeg_turbo} "
                  f"{pil.jpeg_version})")
-    lines += [f"{m.path}: {m.split} {m.format}, {m.samples} samples, {m.shards} shards, "
-              f"{m.bytes / 1e6:.1f} MB, {m.classes} classes, {m.errors} errors; "
-              f"mean {m.mean} std {m.std}" for m in manifests]
+    lines.append(f"{'crop decode':12s} {pil.crop_decode}")
+    for m in manifests:
+        lines.append(f"{m.path}: {m.split} {m.format}, {m.samples} samples, {m.shards} shards, "
+                     f"{m.bytes / 1e6:.1f} MB, {m.classes} classes, {m.errors} errors; "
+                     f"mean {m.mean} std {m.std}")
+        if m.fast_decode:
+            d = m.fast_decode
+            why = "; ".join(f"{n} {r}" for r, n in d["declined"].items())
+            lines.append(f"  crop-aware decode: {d['fast']} of the first {d['probed']} images"
+                         + (f" (Pillow path: {why})" if why else ""))
     return lines

@@ -13,8 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from imgprep import __version__
-from imgprep.shards.manifest import read_manifest
+from imgprep import __version__, jpegcrop
+from imgprep.shards.manifest import Manifest, read_manifest
+from imgprep.shards.tario import iter_samples
+
+PROBED = 256  # images of a shard set ``imgprep info`` probes for the crop-aware decode
 
 
 def _dist_version(name: str) -> str | None:
@@ -49,6 +52,7 @@ class PilInfo:
     core: str | None  # the path of PIL's compiled core
     cpu_avx2: bool | None  # this CPU has AVX2; None where /proc/cpuinfo is not readable
     avx2_build: bool | None = None  # the core was compiled with AVX2; None if not checked
+    crop_decode: str = ""  # whether the crop-aware JPEG decoder is built (imgprep.jpegcrop)
 
 
 def pil_info(check_avx2: bool = True) -> PilInfo:
@@ -69,6 +73,7 @@ def pil_info(check_avx2: bool = True) -> PilInfo:
         core=core.__file__,
         cpu_avx2="avx2" in cpuinfo.read_text() if cpuinfo.exists() else None,
         avx2_build=_avx2_build(core.__file__) if check_avx2 and core.__file__ else None,
+        crop_decode=jpegcrop.status(),
     )
 
 
@@ -127,6 +132,9 @@ class ManifestSummary:
     tool_version: str
     options: dict[str, Any]
     index: bool  # the manifest names a sample index
+    # of the first PROBED images of the first shard: how many the crop-aware decoder takes,
+    # and why it declines the others (they take the Pillow path); empty for a label list
+    fast_decode: dict[str, Any]
 
 
 def manifest_summaries(path: Path, split: str | None = None) -> list[ManifestSummary]:
@@ -141,5 +149,28 @@ def manifest_summaries(path: Path, split: str | None = None) -> list[ManifestSum
             path=str(p), split=m.split, format=m.format, samples=m.total_samples,
             shards=len(m.shards), bytes=m.total_bytes, classes=len(m.classes),
             errors=m.errors, mean=m.mean, std=m.std, tool_version=m.tool_version,
-            options=m.options, index=m.index is not None))
+            options=m.options, index=m.index is not None,
+            fast_decode=probe_decode(p.parent, m)))
     return out
+
+
+def probe_decode(folder: Path, m: Manifest, limit: int = PROBED) -> dict[str, Any]:
+    """Which of the first ``limit`` JPEGs of ``m``'s first shard the crop-aware decoder takes
+    (``fast``), and why it declines the others (``declined``: reason -> count). A shard set
+    written elsewhere (progressive or CMYK JPEGs) is seen to take the slower path."""
+    if m.format != "shards" or not m.shards or not (folder / m.shards[0].name).is_file():
+        return {}
+    declined: dict[str, int] = {}
+    probed = fast = 0
+    for _, fields in iter_samples(folder / m.shards[0].name):
+        data = fields.get("jpg")
+        if data is None:
+            continue
+        reason = jpegcrop.probe(data).reason
+        probed += 1
+        fast += reason is None
+        if reason is not None:
+            declined[reason] = declined.get(reason, 0) + 1
+        if probed >= limit:
+            break
+    return {"probed": probed, "fast": fast, "declined": declined}

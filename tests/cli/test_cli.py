@@ -30,8 +30,9 @@ import pytest
 from click.testing import Result
 from PIL import Image
 
-from imgprep import __version__
+from imgprep import __version__, jpegcrop
 from imgprep.inputs.synsets import imagenet_classes
+from imgprep.shards.manifest import read_manifest
 from tests.support import (
     encode,
     interruptible,
@@ -783,10 +784,17 @@ def test_info_json_reports_the_manifest_and_pil(converted: dict[str, Path]) -> N
                                      "webdataset", "tqdm", "click"}
     assert set(info["pil"]) == {"pil_version", "pillow_simd", "stock_pillow_installed",
                                 "libjpeg_turbo", "jpeg_version", "core", "cpu_avx2",
-                                "avx2_build"}
+                                "avx2_build", "crop_decode"}
     (m,) = info["manifests"]
     assert set(m) == {"path", "split", "format", "samples", "shards", "bytes", "classes",
-                      "errors", "mean", "std", "tool_version", "options", "index"}
+                      "errors", "mean", "std", "tool_version", "options", "index",
+                      "fast_decode"}
+    first = read_manifest(converted["shards"] / "train.json").shards[0].samples
+    assert m["fast_decode"] == ({"probed": first, "fast": first, "declined": {}}
+                                if jpegcrop.AVAILABLE else
+                                {"probed": first, "fast": 0, "declined": {
+                                    f"the crop-aware decoder is not built ({jpegcrop._MISSING})":
+                                    first}})
     assert (m["split"], m["format"], m["samples"], m["shards"], m["classes"], m["errors"]) == \
         ("train", "shards", 48, 3, 1000, 0)
     assert (m["path"], m["index"]) == (str(converted["shards"] / "train.json"), True)
@@ -799,6 +807,7 @@ def test_info_json_reports_the_manifest_and_pil(converted: dict[str, Path]) -> N
     assert r.exit_code == 0, r.output
     (m,) = summary_of(r)["manifests"]
     assert (m["format"], m["samples"], m["shards"], m["index"]) == ("list", 48, 0, False)
+    assert m["fast_decode"] == {}
     r = invoke("info", "--json")  # no manifest asked for: no "manifests" key
     assert r.exit_code == 0, r.output
     assert set(summary_of(r)) == {"versions", "pil", "warning"}
@@ -808,6 +817,8 @@ def test_info_human_and_strict(converted: dict[str, Path]) -> None:
     r = invoke("info", converted["shards"], "--strict")
     assert r.exit_code == 0, r.output
     assert "pillow-simd" in r.stdout and "48 samples" in r.stdout
+    assert f"crop decode  {jpegcrop.status()}" in r.stdout
+    assert "crop-aware decode: " in r.stdout
 
 
 def test_info_on_a_folder_without_manifest_exits_3(tmp_path: Path) -> None:

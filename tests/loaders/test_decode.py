@@ -27,7 +27,7 @@ SAMPLE_IMAGES = REAL_DATA / "images"
 pytestmark = pytest.mark.skipif(not jpegcrop.AVAILABLE,
                                 reason=f"crop-aware decoder: {jpegcrop.status()}")
 
-TRANSFORMS = {
+TRANSFORMS: dict[str, Transform] = {
     "train224": TrainTransform(),
     "train64-dct-scaled": TrainTransform(size=64),  # crops >= 2x the output: draft at 1/2..1/8
     "train-noflip": TrainTransform(size=48, scale=(0.5, 1.0), flip=False),

@@ -4,12 +4,17 @@ JSON the command prints, and the one-line warning when PIL is not the fast build
 from __future__ import annotations
 
 from dataclasses import asdict, replace
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from imgprep import PilInfo, __version__, pil_info
-from imgprep.shards.info import Versions, pil_warning, versions
+from imgprep import PilInfo, __version__, jpegcrop, pil_info
+from imgprep.shards.info import Versions, pil_warning, probe_decode, versions
+from imgprep.shards.manifest import read_manifest
+from tests.support import jpeg
+from tests.support.images import encode, photo
+from tests.support.shards import write_split
 
 FAST = PilInfo(pil_version="9.5.0.post1", pillow_simd=True, stock_pillow_installed=None,
                libjpeg_turbo=True, jpeg_version="8.0", core="/x/_imaging.so", cpu_avx2=True,
@@ -21,7 +26,7 @@ def test_pil_info_checks_the_avx2_build_only_when_asked() -> None:
     assert info.avx2_build is None
     assert list(asdict(info)) == ["pil_version", "pillow_simd", "stock_pillow_installed",
                                   "libjpeg_turbo", "jpeg_version", "core", "cpu_avx2",
-                                  "avx2_build"]
+                                  "avx2_build", "crop_decode"]
 
 
 @pytest.mark.parametrize(("change", "says"), [
@@ -47,3 +52,17 @@ def test_versions_lists_imgprep_python_and_the_packages_in_order() -> None:
     assert isinstance(v, Versions) and v.imgprep == __version__
     assert list(asdict(v)) == ["imgprep", "python", "platform", "numpy", "torch", "webdataset",
                                "tqdm", "click"]
+
+
+@pytest.mark.skipif(not jpegcrop.AVAILABLE, reason=f"crop decode: {jpegcrop.status()}")
+def test_probe_decode_counts_what_takes_the_pillow_path(tmp_path: Path) -> None:
+    """A shard set written elsewhere, half of it progressive JPEGs: info says so."""
+    progressive = encode(photo((64, 48), 1), "JPEG", progressive=True)
+    write_split(tmp_path, "train", (6, 2),
+                lambda i: progressive if i % 2 else jpeg((64, 48), seed=i))
+    m = read_manifest(tmp_path, "train")
+    assert probe_decode(tmp_path, m) == {
+        "probed": 6, "fast": 3, "declined": {"progressive or arithmetic-coded": 3}}
+    assert probe_decode(tmp_path, m, limit=2)["probed"] == 2
+    (tmp_path / m.shards[0].name).unlink()
+    assert probe_decode(tmp_path, m) == {}
