@@ -11,7 +11,7 @@
  *     pixels) into ``frame``, a writable RGBX buffer of the whole scaled image (4 bytes a
  *     pixel, rows of scaled-width pixels), at their place in the image. The same library,
  *     DCT and upsampling as a full decode, so the pixels of that region are the full
- *     decode's. Returns the region actually written and the count of libjpeg warnings
+ *     decode's (tested on every region shape, subsampling and scale). Returns the region actually written and the count of libjpeg warnings
  *     (corrupt data); the caller decodes the whole image instead when it is not zero.
  *
  * pack(src, src_width, x0, y0, width, height, out, flip, planar)
@@ -135,14 +135,20 @@ static int decode_region(const unsigned char *data, size_t len, unsigned char *f
         jpeg_destroy_decompress(&cinfo);
         return -1;
     }
-    /* One iMCU of margin on every side that is not the image's edge. */
-    JDIMENSION mw = (JDIMENSION)(cinfo.max_h_samp_factor * cinfo.min_DCT_scaled_size);
-    JDIMENSION mh = (JDIMENSION)(cinfo.max_v_samp_factor * cinfo.min_DCT_scaled_size);
-    JDIMENSION left = r->left > mw ? r->left - mw : 0;
-    JDIMENSION right = r->right + mw < w ? r->right + mw : w;
-    JDIMENSION top = r->top > mh ? r->top - mh : 0;
-    JDIMENSION bottom = r->bottom + mh < h ? r->bottom + mh : h;
+    /* libjpeg-turbo rounds the columns out to iMCU boundaries, and fancy upsampling treats
+     * the cropped columns' outer edges as the image's edges: one more column on each side
+     * keeps them out of the region. Skipped rows keep their context (libjpeg reads what
+     * the upsampler needs), and rows past ``bottom`` only feed the rows above them. */
+    JDIMENSION left = r->left > 0 ? r->left - 1 : 0;
+    JDIMENSION right = r->right + 1 < w ? r->right + 1 : w;
+    JDIMENSION top = r->top, bottom = r->bottom < h ? r->bottom : h;
     JDIMENSION width = right - left;
+    if (top >= bottom || left >= right) {
+        snprintf(err->message, JMSG_LENGTH_MAX, "the region lies outside the %ux%u image",
+                 (unsigned)w, (unsigned)h);
+        jpeg_destroy_decompress(&cinfo);
+        return -1;
+    }
     if (left > 0 || right < w) jpeg_crop_scanline(&cinfo, &left, &width);
     if (top > 0) jpeg_skip_scanlines(&cinfo, top);
     while (cinfo.output_scanline < bottom) {

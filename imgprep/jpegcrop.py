@@ -4,8 +4,9 @@ libjpeg-turbo's partial decompression (``jpeg_crop_scanline``, ``jpeg_skip_scanl
 stopping after the last needed row) through the small C extension ``imgprep._jpegcrop``,
 built by ``pip install`` when a compiler and the libjpeg headers are there (the install never
 fails for it). It links the libjpeg that pillow-simd uses, with the same DCT and upsampling,
-and leaves an iMCU of margin around the region, so the decoded pixels are exactly those of a
-full decode; a caller that then resamples the same box with Pillow gets the same bytes as
+and widens the region by a column on each side (fancy upsampling treats a crop's outer
+columns as the image's edge), so the decoded pixels are exactly those of a full decode; a
+caller that then resamples the same box with Pillow gets the same bytes as
 decoding the whole image would give.
 
 The fast path declines what it cannot decode the same way (``Probe.reason``): progressive or

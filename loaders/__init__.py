@@ -15,6 +15,7 @@ from imgprep.shards.manifest import read_manifest
 from loaders.backends import BACKENDS
 from loaders.common import PAD_LABEL, Loader, LoaderError, refuse_unlabelled, worker_count
 from loaders.config import LoaderOptions
+from loaders.decode import SampleDecoder
 from loaders.device import DeviceLoader, normalize
 from loaders.epochs import PAD, job_summary, plan_epoch
 from loaders.labellist import LabelListLoader, read_label_list
@@ -81,6 +82,7 @@ def make_loader(data: str | Path, split: str, world: World, batch_size: int,
 
 
 __all__ = ["BACKENDS", "PAD", "PAD_LABEL", "DeviceLoader", "LabelListLoader", "Loader",
-           "LoaderError", "LoaderOptions", "ShardLoader", "TrainTransform", "Transform",
+           "LoaderError", "LoaderOptions", "SampleDecoder", "ShardLoader", "TrainTransform",
+           "Transform",
            "ValTransform", "job_summary", "make_loader", "normalize", "plan_epoch",
            "read_label_list", "worker_count"]

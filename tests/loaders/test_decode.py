@@ -115,24 +115,30 @@ def test_probe_names_why_it_declines() -> None:
 
 @pytest.mark.parametrize("scale", [1, 2, 4, 8])
 def test_any_region_holds_the_full_decode(scale: int) -> None:
-    """Random regions, at every DCT scale, against Pillow's full decode at that scale."""
+    """Random regions, at every DCT scale and chroma subsampling, grayscale too, against
+    Pillow's full decode at that scale: the crop's edge columns and the rows after a skip
+    keep the full decode's upsampling context."""
     rng = np.random.default_rng(scale)
     frame = jpegcrop.Frame()
-    for seed, size in enumerate([(256, 256), (500, 375), (333, 517), (64, 48)]):
-        data = jpeg(size, seed=seed)
+    images = [(size, sub, mode) for size in [(256, 256), (500, 375), (333, 517), (64, 48)]
+              for sub, mode in [(2, "RGB"), (1, "RGB"), (0, "RGB"), (2, "L")]]
+    for seed, (size, subsampling, mode) in enumerate(images):
+        data = encode(photo(size, seed).convert(mode), "JPEG", quality=90,
+                      subsampling=subsampling)
         img = Image.open(io.BytesIO(data))
         img.draft("RGB", (size[0] // scale, size[1] // scale))
         full = np.asarray(img.convert("RGB"))
         p = jpegcrop.probe(data)
         h, w = full.shape[:2]
         assert jpegcrop.draft_scale(*size, (size[0] // scale, size[1] // scale)) * w >= size[0]
-        for _ in range(12):
+        for _ in range(8):
             x0, y0 = int(rng.integers(0, w)), int(rng.integers(0, h))
             x1, y1 = int(rng.integers(x0 + 1, w + 1)), int(rng.integers(y0 + 1, h + 1))
             got = frame.decode(data, p, -(-size[0] // w), (x0, y0, x1, y1))
             assert got is not None and got.size == (w, h)
             region = np.asarray(got)[y0:y1, x0:x1, :3]
-            assert np.array_equal(region, full[y0:y1, x0:x1]), (size, (x0, y0, x1, y1))
+            assert np.array_equal(region, full[y0:y1, x0:x1]), (size, subsampling, mode,
+                                                                (x0, y0, x1, y1))
 
 
 def test_draft_scale_is_pillows() -> None:
