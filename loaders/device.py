@@ -10,8 +10,9 @@ transposed; contiguous batches are made channels_last after the conversion, as b
 On the CPU a shard or label-list loader's batches are taken in place
 (``PlannedLoader.in_place``: no copy out of the workers' shared memory): the conversion makes
 the batch's own tensor before the next batch is asked for, which gives the slot back. On CUDA
-they are taken with ``iter(loader)``, copied into pinned memory, so that the non-blocking copy
-to the GPU, which runs after the next batch was asked for, reads memory no worker rewrites.
+they are taken with ``iter(loader)``: each is its own memory (pinned by default), so the
+non-blocking copy to the GPU, which may still run after the next batch was asked for, reads
+memory no worker rewrites.
 """
 
 from __future__ import annotations
