@@ -2,7 +2,9 @@
 
 Every rank yields exactly the same number of batches per epoch (stated from the manifest
 before the epoch starts); epoch order is a pure function of (seed, epoch, World) and can be
-resumed at any batch; batches leave as uint8 NCHW and are normalised on the device. Samples
+resumed at any batch; batches leave as uint8 NCHW (contiguous, or with channels_last strides:
+``memory_format``), copied out of the workers' shared memory or handed over in place
+(``loader.in_place()``), and are normalised on the device. Samples
 come from a *source* (a shard set or a label list); two decoder *backends* make the same
 batches from them: ``pillow`` (the default) and ``dali`` (NVIDIA DALI,
 ``pip install 'imgprep[dali]'``; imported only when asked for).
@@ -34,6 +36,7 @@ def make_loader(data: str | Path, split: str, world: World, batch_size: int,
                 prefetch_factor: int = LoaderOptions.prefetch_factor,
                 backend: str = LoaderOptions.backend,
                 device: str = LoaderOptions.device,
+                memory_format: str = LoaderOptions.memory_format,
                 root: Path | None = None, num_classes: int | None = None,
                 mean: tuple[float, ...] | None = None, std: tuple[float, ...] | None = None
                 ) -> Loader:
@@ -68,7 +71,8 @@ def make_loader(data: str | Path, split: str, world: World, batch_size: int,
             return ShardLoader(path, split, world, batch_size, count, seed, mode=mode,
                                transform=transform, tail=tail, shuffle=shuffle,
                                on_error=on_error, pin_memory=pin_memory,
-                               prefetch_factor=prefetch_factor, backend=backend, device=device)
+                               prefetch_factor=prefetch_factor, backend=backend, device=device,
+                               memory_format=memory_format)
         path, root = path / (m.list_file or f"{split}.txt"), path
         num_classes, mean, std = len(m.classes), tuple(m.mean), tuple(m.std)
     if mode not in (None, "replicate"):
@@ -78,7 +82,7 @@ def make_loader(data: str | Path, split: str, world: World, batch_size: int,
                            num_classes=num_classes, mean=mean or (), std=std or (),
                            transform=transform, tail=tail, shuffle=shuffle, on_error=on_error,
                            pin_memory=pin_memory, prefetch_factor=prefetch_factor,
-                           backend=backend, device=device)
+                           backend=backend, device=device, memory_format=memory_format)
 
 
 __all__ = ["BACKENDS", "PAD", "PAD_LABEL", "DeviceLoader", "LabelListLoader", "Loader",

@@ -34,7 +34,7 @@ from loaders.epochs import EpochPlan
 BACKENDS = {"pillow": "loaders.pillow:PillowBackend", "dali": "loaders.dali:DaliBackend"}
 EXTRAS = {"dali": ("nvidia.dali", "NVIDIA DALI", "imgprep[dali]")}  # what a backend needs
 
-Batch = tuple[torch.Tensor, torch.Tensor]  # uint8 NCHW images, int64 labels
+Batch = tuple[torch.Tensor, torch.Tensor]  # uint8 NCHW-shaped images, int64 labels
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +57,9 @@ class Source(Protocol):
 
 class Backend(Protocol):
     """How a decoder backend makes a rank's batches: ``run(plan, skip)`` yields the plan's
-    batches from ``skip`` on, in order."""
+    batches from ``skip`` on, in order, laid out as ``Config.memory_format`` says; with
+    ``in_place`` a batch may be a view of the backend's own memory, valid until the next
+    one is asked for."""
 
     @property
     def skipped(self) -> int: ...  # samples replaced this pass (on_error="skip")
@@ -65,7 +67,7 @@ class Backend(Protocol):
     @property
     def pids(self) -> tuple[int, ...]: ...  # decoding processes (0: not started)
 
-    def run(self, plan: EpochPlan, skip: int) -> Iterator[Batch]: ...
+    def run(self, plan: EpochPlan, skip: int, in_place: bool = False) -> Iterator[Batch]: ...
 
     def dead(self, plan: EpochPlan, describe: Callable[[EpochPlan, int], str]) -> str: ...
 

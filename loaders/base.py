@@ -164,10 +164,25 @@ class PlannedLoader:
 
     # -- iteration
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        return self._batches(in_place=False)
+
+    def in_place(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """The next pass's batches as ``iter(loader)`` gives them, handed over without the
+        copy out of the workers' shared memory: each batch's images are a view of the slot
+        its worker decoded them into, valid only until the next batch is asked for from
+        this iterator (or another pass of the loader starts); then the slot goes back to its
+        worker, which decodes a later batch into it. Use each batch before asking for the
+        next (a normalised or device copy is the batch's own), or ``.clone()`` what must
+        outlive it. Never pinned; labels are the batch's own. Every other promise is
+        ``iter(loader)``'s: the same batches, ``state_dict``, resume, ``on_error`` and a
+        dead worker's error."""
+        return self._batches(in_place=True)
+
+    def _batches(self, in_place: bool) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         plan, skip = self.plan(), self._skip
         self._yielded = 0
         try:
-            for batch in self._decoder.run(plan, skip):
+            for batch in self._decoder.run(plan, skip, in_place):
                 self._yielded += 1
                 yield batch
         except (RuntimeError, ConnectionError, EOFError) as e:

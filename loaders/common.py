@@ -19,6 +19,10 @@ from imgprep.shards.manifest import Manifest, manifest_path
 TAILS = ("drop", "short", "pad", "uneven")
 ON_ERROR = ("raise", "skip")  # an undecodable sample: fail the epoch, or replace and count it
 PAD_LABEL = -1  # the label of a padding slot (its pixels are zero)
+# How a batch's pixels lie in memory (docs/loaders.md "Memory format"): NCHW contiguous, or
+# NCHW-shaped with torch.channels_last strides (the rows stored H x W x 3, as convolutions
+# that run channels_last read them).
+MEMORY_FORMATS = ("contiguous", "channels_last")
 
 
 class LoaderError(ImgprepError, RuntimeError):
@@ -36,7 +40,8 @@ def refuse_unlabelled(m: Manifest, folder: Path) -> None:
             "with the published labels, no --labels needed)")
 
 
-def check_policies(batch_size: int, workers: int, tail: str | None, on_error: str) -> None:
+def check_policies(batch_size: int, workers: int, tail: str | None, on_error: str,
+                   memory_format: str) -> None:
     """Refuse option values no loader understands (programming errors: ValueError); a
     ``tail`` of None is left to the split."""
     if batch_size < 1 or workers < 0:
@@ -45,6 +50,22 @@ def check_policies(batch_size: int, workers: int, tail: str | None, on_error: st
         raise ValueError(f"tail must be one of {TAILS}")
     if on_error not in ON_ERROR:
         raise ValueError(f"on_error must be one of {ON_ERROR}")
+    if memory_format not in MEMORY_FORMATS:
+        raise ValueError(f"memory_format must be one of {MEMORY_FORMATS}, not "
+                         f"{memory_format!r}")
+
+
+def row_shape(size: int, channels_last: bool) -> tuple[int, int, int]:
+    """One image of a batch as it is stored: 3 x size x size, or size x size x 3 when the
+    batch is channels_last."""
+    return (size, size, 3) if channels_last else (3, size, size)
+
+
+def as_nchw(rows: torch.Tensor, channels_last: bool) -> torch.Tensor:
+    """A batch of rows stored as ``row_shape`` says, shaped NCHW: the rows themselves, or a
+    permuted view of channels_last rows (its strides are torch.channels_last; nothing is
+    copied)."""
+    return rows.permute(0, 3, 1, 2) if channels_last else rows
 
 
 def worker_count(workers: int | str, world: World) -> int:
@@ -61,7 +82,8 @@ def worker_count(workers: int | str, world: World) -> int:
 
 
 class Loader(Protocol):
-    """A rank's loader: ``(uint8 NCHW images, int64 labels)`` batches of one epoch at a time.
+    """A rank's loader: ``(uint8 NCHW images, int64 labels)`` batches of one epoch at a time
+    (``memory_format="channels_last"``: NCHW-shaped, channels_last strides).
 
     ``batches_per_epoch`` is a whole epoch's count for this World, stated before the epoch
     and unchanged by ``load_state_dict`` (a schedule's steps per epoch); ``len()`` is what the
@@ -86,6 +108,8 @@ class Loader(Protocol):
     def __len__(self) -> int: ...
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]: ...
+
+    def in_place(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]: ...
 
     def set_epoch(self, epoch: int) -> None: ...
 

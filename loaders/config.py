@@ -47,9 +47,11 @@ class Config:
     tail: str
     shuffle: bool
     on_error: str
+    memory_format: str
 
     def __post_init__(self) -> None:
-        check_policies(self.batch_size, self.workers, self.tail, self.on_error)
+        check_policies(self.batch_size, self.workers, self.tail, self.on_error,
+                       self.memory_format)
         if self.mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, not {self.mode!r}")
         if not self.samples or min(self.samples) < 0:
@@ -59,6 +61,11 @@ class Config:
     def plan(self, epoch: int, starts: tuple[int, ...]) -> EpochPlan:
         return plan_epoch(self.samples, self.world, self.mode, self.layout_seed, epoch,
                           self.batch_size, self.workers, self.tail, self.shuffle, starts)
+
+    @property
+    def channels_last(self) -> bool:
+        """Whether batch rows are stored H x W x 3 (``memory_format="channels_last"``)."""
+        return self.memory_format == "channels_last"
 
     def slots(self, plan: EpochPlan, b: int) -> np.ndarray:
         """Batch ``b``'s slots: sample ids, and PAD for padding (tail="pad"; the others'
@@ -91,6 +98,11 @@ class LoaderOptions:
             ``imgprep[dali]``): the same batches, decoded another way.
         device: where samples are decoded: ``"cpu"``, or with the dali backend ``"gpu"``
             (GPU ``local_rank``, CUDA batches out).
+        memory_format: how the images of a batch lie in memory, a name of
+            ``loaders.common.MEMORY_FORMATS``: ``"contiguous"`` (NCHW) or
+            ``"channels_last"`` (decoded as H x W x 3 rows and handed over NCHW-shaped with
+            ``torch.channels_last`` strides: the same values, no transpose anywhere on the CPU
+            for a model that runs channels_last).
 
     ``None`` leaves the choice to the split: training augments (``TrainTransform()``),
     ends with ``tail="drop"`` and shuffles; validation center-crops (``ValTransform()``),
@@ -108,9 +120,11 @@ class LoaderOptions:
     prefetch_factor: int = 2
     backend: str = "pillow"
     device: str = "cpu"
+    memory_format: str = "contiguous"
 
     def __post_init__(self) -> None:
-        check_policies(self.batch_size, self.workers, self.tail, self.on_error)
+        check_policies(self.batch_size, self.workers, self.tail, self.on_error,
+                       self.memory_format)
         if self.transform is not None:
             _check_transform(self.transform)
         if self.prefetch_factor < 1:
@@ -128,7 +142,7 @@ class LoaderOptions:
                       transform=self.transform or (TrainTransform() if train else ValTransform()),
                       tail=self.tail or ("drop" if train else "pad"),
                       shuffle=train if self.shuffle is None else self.shuffle,
-                      on_error=self.on_error)
+                      on_error=self.on_error, memory_format=self.memory_format)
 
 
 @dataclass(frozen=True, kw_only=True)

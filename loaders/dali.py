@@ -14,8 +14,10 @@
   serial source costs less.
 - Train: ``fn.decoders.image_random_crop`` (torchvision's random-resized-crop sampling:
   ``scale`` of the area, ``ratio`` aspect, 10 tries) decodes only the crop, ``fn.resize`` to
-  ``size`` x ``size``, then ``fn.crop_mirror_normalize`` (uint8, CHW, no normalisation)
-  mirrors where ``fn.random.coin_flip(probability=0.5)`` says. Val: ``fn.decoders.image``,
+  ``size`` x ``size``, then ``fn.crop_mirror_normalize`` (uint8, no normalisation; its
+  output layout CHW, or HWC for ``memory_format="channels_last"``, whose batches are handed
+  over as the Pillow backend's: NCHW-shaped views with channels_last strides) mirrors where
+  ``fn.random.coin_flip(probability=0.5)`` says. Val: ``fn.decoders.image``,
   the short side to ``resize``, the center crop in ``crop_mirror_normalize``. With
   ``device="gpu"`` the decoders run ``"mixed"`` (nvJPEG on GPU ``local_rank``; DALI falls back
   to the CPU for what it refuses) and the rest on that GPU, and batches come out as CUDA
@@ -54,7 +56,7 @@ import torch
 
 from imgprep.errors import ImgprepError
 from loaders.backends import Batch, EncodedSample, Source, stand_ins
-from loaders.common import PAD_LABEL, LoaderError
+from loaders.common import PAD_LABEL, LoaderError, as_nchw, row_shape
 from loaders.config import BackendOptions, Config
 from loaders.epochs import PAD, EpochPlan
 from loaders.transforms import SampleError, TrainTransform, Transform, apply
@@ -71,9 +73,10 @@ def pass_seed(seed: int, epoch: int, rank: int, position: int) -> int:
     return int(np.random.default_rng(words).integers(1 << 31))
 
 
-def decode_graph(jpegs: Any, t: Transform, device: str) -> Any:
-    """DALI ops from encoded images to uint8 CHW ``t.size`` x ``t.size`` images; the decoder
-    runs as ``DECODER[device]`` says, the later ops where its output is."""
+def decode_graph(jpegs: Any, t: Transform, device: str, layout: str = "CHW") -> Any:
+    """DALI ops from encoded images to uint8 ``t.size`` x ``t.size`` images laid out as
+    ``layout`` (``"CHW"`` or ``"HWC"``); the decoder runs as ``DECODER[device]`` says, the
+    later ops where its output is."""
     from nvidia.dali import fn, types
 
     images: Any
@@ -84,10 +87,11 @@ def decode_graph(jpegs: Any, t: Transform, device: str) -> Any:
             random_aspect_ratio=list(t.ratio), num_attempts=RANDOM_CROP_TRIES)
         images = fn.resize(images, resize_x=t.size, resize_y=t.size)
         mirror = fn.random.coin_flip(probability=0.5) if t.flip else 0
-        return fn.crop_mirror_normalize(images, dtype=uint8, output_layout="CHW", mirror=mirror)
+        return fn.crop_mirror_normalize(images, dtype=uint8, output_layout=layout,
+                                        mirror=mirror)
     images = fn.decoders.image(jpegs, device=DECODER[device], output_type=rgb)
     images = fn.resize(images, resize_shorter=t.resize)
-    return fn.crop_mirror_normalize(images, dtype=uint8, output_layout="CHW",
+    return fn.crop_mirror_normalize(images, dtype=uint8, output_layout=layout,
                                     crop=(t.size, t.size), crop_pos_x=0.5, crop_pos_y=0.5)
 
 
@@ -167,8 +171,8 @@ class DaliBackend:
         return ""
 
     # -- a pass
-    def run(self, plan: EpochPlan, skip: int) -> Iterator[Batch]:
-        """The plan's batches from ``skip`` on."""
+    def run(self, plan: EpochPlan, skip: int, in_place: bool = False) -> Iterator[Batch]:
+        """The plan's batches from ``skip`` on (each its own memory, ``in_place`` or not)."""
         self._skipped = 0
         fixes = _Fixes()
         b = skip
@@ -217,28 +221,33 @@ class DaliBackend:
         with pipe:
             jpegs = fn.external_source(source=feed, batch=True, batch_info=True,
                                        dtype=types.DALIDataType.UINT8, ndim=1)
-            pipe.set_outputs(decode_graph(jpegs, self.cfg.transform, self.options.device))
+            layout = "HWC" if self.cfg.channels_last else "CHW"
+            pipe.set_outputs(decode_graph(jpegs, self.cfg.transform, self.options.device,
+                                          layout))
         pipe.build()
         return pipe
 
     # -- batches out
     def _empty(self, n: int) -> torch.Tensor:
+        """``n`` rows as DALI lays them out (``loaders.common.row_shape``)."""
         size = self.cfg.transform.size
         pin = self.options.pin and self.device.type == "cpu"
-        return torch.empty((n, 3, size, size), dtype=torch.uint8, device=self.device,
-                           pin_memory=pin)
+        return torch.empty((n, *row_shape(size, self.cfg.channels_last)), dtype=torch.uint8,
+                           device=self.device, pin_memory=pin)
 
     def _padding(self, n: int) -> Batch:
-        images = self._empty(n)
-        images.zero_()
-        return images, torch.full((n,), PAD_LABEL, dtype=torch.int64, device=self.device)
+        rows = self._empty(n)
+        rows.zero_()
+        return (as_nchw(rows, self.cfg.channels_last),
+                torch.full((n,), PAD_LABEL, dtype=torch.int64, device=self.device))
 
     def _batch(self, out: Any, n: int, items: list[EncodedSample], swap: dict[int, int]) -> Batch:
         """DALI's output for ``items`` as ``n`` rows (padding after them), each bad slot
         taking its stand-in's row and label."""
-        images = self._empty(n)
-        images[len(items):] = 0
-        self._copy(out.as_tensor(), images[:len(items)])
+        rows = self._empty(n)
+        rows[len(items):] = 0
+        self._copy(out.as_tensor(), rows[:len(items)])
+        images = as_nchw(rows, self.cfg.channels_last)
         labels = torch.full((n,), PAD_LABEL, dtype=torch.int64)
         labels[:len(items)] = torch.tensor([s.label for s in items], dtype=torch.int64)
         for slot, good in swap.items():

@@ -3,6 +3,16 @@
 Batches leave the loader as uint8 (4x less to copy than float32); here they are copied to the
 device on a side CUDA stream one batch ahead of use, converted to float, normalised with the
 manifest's mean and std, and laid out channels_last, the layout convolutions run fastest in.
+A loader asked for ``memory_format="channels_last"`` hands them over laid out so already:
+the copy to the device keeps their strides and the conversion is elementwise, so nothing is
+transposed; contiguous batches are made channels_last after the conversion, as before.
+
+On the CPU a shard or label-list loader's batches are taken in place
+(``PlannedLoader.in_place``: no copy out of the workers' shared memory): the conversion makes
+the batch's own tensor before the next batch is asked for, which gives the slot back. On CUDA
+they are taken with ``iter(loader)``: each is its own memory (pinned by default), so the
+non-blocking copy to the GPU, which may still run after the next batch was asked for, reads
+memory no worker rewrites.
 """
 
 from __future__ import annotations
@@ -12,25 +22,34 @@ from typing import Any
 
 import torch
 
+from loaders.base import PlannedLoader
+
 
 def normalize(images: torch.Tensor, mean: torch.Tensor, std: torch.Tensor,
               dtype: torch.dtype = torch.float32, channels_last: bool = True) -> torch.Tensor:
-    """uint8 NCHW -> ``(x/255 - mean) / std`` in ``dtype``; ``mean``/``std`` are 0..1 scale,
-    shaped (1, 3, 1, 1) on the images' device."""
-    x = images.to(dtype)
+    """uint8 NCHW -> ``(x/255 - mean) / std`` in ``dtype`` (a new tensor); ``mean``/``std``
+    are 0..1 scale, shaped (1, 3, 1, 1) on the images' device. Out channels_last (input that
+    is channels_last already is converted in its own layout, not transposed), else
+    contiguous NCHW."""
+    if not dtype.is_floating_point:
+        raise ValueError(f"dtype must be a floating point type, not {dtype}")
+    x = images.to(dtype, copy=True)  # keeps the input's strides
     x = x.sub_(mean * 255).div_(std * 255)
-    return x.contiguous(memory_format=torch.channels_last) if channels_last else x
+    return x.contiguous(memory_format=torch.channels_last if channels_last
+                        else torch.contiguous_format)
 
 
 class DeviceLoader:
     """Wrap a loader of ``(uint8 images, labels)``: yields them normalised on ``device``.
 
     On CUDA the next batch is copied (non-blocking, from pinned memory) and converted on a
-    side stream while the current one is in use; on CPU it is a plain conversion.
+    side stream while the current one is in use; on CPU it is a plain conversion of each
+    batch in place in the loader's shared memory (module docstring).
 
     Args:
         loader: any iterable of ``(uint8 NCHW images, labels)`` (a ``ShardLoader`` or
-            ``LabelListLoader``); its length is passed through.
+            ``LabelListLoader``, contiguous or channels_last); its length is passed
+            through.
         device: where the batches go (``"cuda"``, ``"cuda:1"``, ``"cpu"``).
         mean, std: per channel on the 0-1 scale (the loader's ``mean``/``std``, from the
             manifest).
@@ -43,6 +62,8 @@ class DeviceLoader:
                  dtype: torch.dtype = torch.float32, channels_last: bool = True) -> None:
         if len(mean) != 3 or len(std) != 3 or not all(s > 0 for s in std):
             raise ValueError("mean and std need three values each, std > 0 (from the manifest)")
+        if not dtype.is_floating_point:
+            raise ValueError(f"dtype must be a floating point type, not {dtype}")
         self.loader, self.device = loader, torch.device(device)
         self.dtype, self.channels_last = dtype, channels_last
         self.mean = torch.tensor(mean, dtype=dtype, device=self.device).view(1, 3, 1, 1)
@@ -59,8 +80,11 @@ class DeviceLoader:
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         if self.device.type != "cuda":
-            for images, labels in self.loader:
-                yield self._convert(images, labels)
+            batches = self.loader
+            if self.device.type == "cpu" and isinstance(self.loader, PlannedLoader):
+                batches = self.loader.in_place()
+            for images, labels in batches:
+                yield self._convert(images, labels)  # a new tensor: the slot may go back
             return
         stream = torch.cuda.Stream(self.device)
         ahead: Any = None

@@ -131,11 +131,19 @@ class LabelListLoader(PlannedLoader):
             validation (in order, ``tail="pad"``, center crop).
         num_classes, mean, std: from the manifest of a converted list; a bare list's class
             count comes from its ``classes.txt``, else its largest label + 1.
-        transform, tail, shuffle, on_error, pin_memory, prefetch_factor, backend, device:
-            documented, with their defaults, at ``loaders.config.LoaderOptions``.
+        transform, tail, shuffle, on_error, pin_memory, prefetch_factor, backend, device,
+            memory_format: documented, with their defaults, at
+            ``loaders.config.LoaderOptions``.
 
     ``len(loader)`` and ``batches_per_epoch`` are stated before the epoch; every rank gets
     the same unless ``tail="uneven"``.
+
+    Iteration: ``iter(loader)`` gives batches of their own (copied out of the workers' shared
+    memory; pinned with ``pin_memory``); ``loader.in_place()`` gives the same batches without
+    that copy, each a view of the memory its worker decoded it into and valid only until the
+    next batch is asked for from that iterator (or another pass starts): use it, or
+    ``.clone()`` it, before ``next()`` (``PlannedLoader.in_place``; ``DeviceLoader`` on the
+    CPU takes batches so).
     """
 
     def __init__(self, list_file: Path, world: World, batch_size: int,
@@ -150,11 +158,13 @@ class LabelListLoader(PlannedLoader):
                  pin_memory: bool | None = LoaderOptions.pin_memory,
                  prefetch_factor: int = LoaderOptions.prefetch_factor,
                  backend: str = LoaderOptions.backend,
-                 device: str = LoaderOptions.device) -> None:
+                 device: str = LoaderOptions.device,
+                 memory_format: str = LoaderOptions.memory_format) -> None:
         options = LoaderOptions(batch_size=batch_size, workers=workers, seed=seed,
                                 transform=transform, tail=tail, shuffle=shuffle,
                                 on_error=on_error, pin_memory=pin_memory,
-                                prefetch_factor=prefetch_factor, backend=backend, device=device)
+                                prefetch_factor=prefetch_factor, backend=backend, device=device,
+                                memory_format=memory_format)
         self.entries = read_label_list(Path(list_file), root, num_classes)
         self.num_classes = num_classes or list_classes(self.entries)
         self.mean, self.std = mean, std

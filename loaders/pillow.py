@@ -4,7 +4,9 @@
   themselves from the epoch, the plan's starting positions and the batches to skip, which the
   backend writes into the ring's counters (``loaders.ring``), and decode their batches (batch
   b of the pass: the worker of ``(b - skip) % workers``) straight into ring slots; the
-  loader's process copies them out in order (``PillowBackend``).
+  loader's process copies them out in order, or hands them over in place (``PillowBackend``).
+- Rows are written as the loader's ``memory_format`` says: 3 x size x size, or size x size x
+  3 (``channels_last``); either way the batch leaves NCHW-shaped with the same values.
 - Augmentation draws come from a generator seeded by (seed, epoch, pool, the batch's first
   position in the epoch's order): any worker count gives the same batches, and resuming at
   batch k reads and decodes nothing before it.
@@ -23,7 +25,7 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from loaders.backends import Batch, EncodedSample, Source, stand_ins
-from loaders.common import PAD_LABEL, LoaderError
+from loaders.common import PAD_LABEL, LoaderError, as_nchw, row_shape
 from loaders.config import BackendOptions, Config
 from loaders.decode import SampleDecoder
 from loaders.epochs import PAD, EpochPlan
@@ -63,10 +65,11 @@ class WorkerStream(IterableDataset):
             rng = np.random.default_rng([cfg.seed, plan.epoch, plan.group.pool,
                                          int(plan.first[b])])
             if ring.data is None:
-                images = np.empty((len(ids), 3, cfg.transform.size, cfg.transform.size),
-                                  np.uint8)
+                images = np.empty((len(ids), *row_shape(cfg.transform.size,
+                                                        cfg.channels_last)), np.uint8)
                 labels = self._decode(samples, rng, images, w)
-                yield b, torch.from_numpy(images), torch.from_numpy(labels)
+                yield (b, as_nchw(torch.from_numpy(images), cfg.channels_last),
+                       torch.from_numpy(labels))
                 continue
             if not ring.acquire(w, generation):
                 return  # the main process started over: this iteration is abandoned
@@ -77,11 +80,11 @@ class WorkerStream(IterableDataset):
 
     def _decode(self, samples: list[EncodedSample], rng: np.random.Generator,
                 images: np.ndarray, w: int) -> np.ndarray:
-        """Decode and augment ``samples`` into ``images`` (n x 3 x size x size); rows past
+        """Decode and augment ``samples`` into ``images`` (n rows, ``row_shape``); rows past
         the samples (``tail="pad"``) are zeroed. Returns the labels, PAD_LABEL for padding."""
         cfg = self.cfg
         if self._decoder is None:
-            self._decoder = SampleDecoder(cfg.transform)
+            self._decoder = SampleDecoder(cfg.transform, channels_last=cfg.channels_last)
         decode = self._decoder
         images[len(samples):] = 0
         labels = np.full(len(images), PAD_LABEL, dtype=np.int64)
@@ -106,7 +109,7 @@ class WorkerStream(IterableDataset):
 class PillowBackend:
     """The ``pillow`` backend: persistent DataLoader workers decode their batches
     (``WorkerStream``) into the ring's shared-memory slots; the loader's process copies them
-    out in order."""
+    out in order (or hands them over in place)."""
 
     def __init__(self, cfg: Config, source: Source, options: BackendOptions) -> None:
         if options.device != "cpu":
@@ -116,7 +119,8 @@ class PillowBackend:
         self.pin, prefetch_factor = options.pin, options.prefetch_factor
         # prefetch_factor batches in flight per worker, one being decoded, one spare
         self.ring = Ring(cfg.workers, prefetch_factor + 2, cfg.batch_size,
-                         cfg.transform.size, pools=options.pools)
+                         cfg.transform.size, pools=options.pools,
+                         channels_last=cfg.channels_last)
         self.loader = DataLoader(
             WorkerStream(cfg, self.ring, source), batch_size=None, num_workers=cfg.workers,
             persistent_workers=cfg.workers > 0, pin_memory=self.pin and cfg.workers == 0,
@@ -131,10 +135,10 @@ class PillowBackend:
     def pids(self) -> tuple[int, ...]:
         return tuple(self.ring.pid(w) for w in range(self.workers))
 
-    def run(self, plan: EpochPlan, skip: int) -> Iterator[Batch]:
+    def run(self, plan: EpochPlan, skip: int, in_place: bool = False) -> Iterator[Batch]:
         self.ring.set_epoch(plan.epoch, plan.starts, skip)
         generation = self.ring.new_iteration()  # workers of an abandoned iteration stop
-        return self.ring.in_order(self.loader, generation, self.pin, skip)
+        return self.ring.in_order(self.loader, generation, self.pin, skip, in_place)
 
     def dead(self, plan: EpochPlan, describe: Callable[[EpochPlan, int], str]) -> str:
         """'worker 1 (pid 123, making batch 4 …)' for the workers whose recorded pids have

@@ -6,12 +6,15 @@ into a fresh shared-memory segment, a copy and thousands of page faults per batc
 
 Protocol, chosen so that a killed worker can leave nothing held:
 - each worker has a semaphore counting its free slots; the worker takes one before decoding,
-  the main process gives it back once it has copied the batch out. The main process never
-  waits on a semaphore, so a dead worker cannot stall it;
+  the main process gives it back once it has copied the batch out, or (batches handed over
+  in place) once the batch's consumer asks for the next one. The main process never waits
+  on a semaphore, so a dead worker cannot stall it. Slots are given back in the order each
+  worker filled them, which is the order it takes them in (``made % slots``);
 - a new iteration bumps the shared *generation* and posts one token to every worker's
   semaphore: a worker blocked on a slot of the abandoned iteration wakes, sees the new
   generation and stops; a worker resets its own semaphore to "all slots free" when it starts
-  an iteration (the main process ignores batches of older generations);
+  an iteration (the main process ignores batches of older generations, and gives back no
+  slot of an iteration that is no longer the current one);
 - counters (epoch, batches to skip, generation, each pool's starting position; per worker
   its pid, the batch it is making and the samples it skipped) have one writer each: no lock.
 """
@@ -26,23 +29,28 @@ from typing import Any
 import numpy as np
 import torch
 
+from loaders.common import as_nchw, row_shape
+
 _EPOCH, _SKIP, _GENERATION, _HEAD = range(4)  # then the pools' starts, then the workers
 _PER_WORKER = 3  # pid, batch in the making, skipped samples
 _PARENT_CHECK_S = 5.0  # a worker blocked on a slot checks this often that its parent lives
 
 
 class Ring:
-    """``workers`` rings of ``slots`` batches (``batch`` x 3 x ``size`` x ``size`` uint8),
-    with the counters both sides read (``pools`` starting positions of an epoch's plan);
-    see the module docstring for the protocol."""
+    """``workers`` rings of ``slots`` batches (``batch`` rows of uint8 pixels, each 3 x
+    ``size`` x ``size``, or ``size`` x ``size`` x 3 when ``channels_last``), with the counters
+    both sides read (``pools`` starting positions of an epoch's plan); see the module
+    docstring for the protocol. Batches come out NCHW-shaped (``loaders.common.as_nchw``)."""
 
-    def __init__(self, workers: int, slots: int, batch: int, size: int, pools: int = 1
-                 ) -> None:
+    def __init__(self, workers: int, slots: int, batch: int, size: int, pools: int = 1, *,
+                 channels_last: bool = False) -> None:
         self.workers, self.slots, self.pools = max(1, workers), slots, pools
+        self.channels_last = channels_last
         self.state: Any = mp.Array("q", [0] * (_HEAD + pools + _PER_WORKER * self.workers),
                                    lock=False)
-        self.data = torch.empty((workers, slots, batch, 3, size, size),
-                                dtype=torch.uint8).share_memory_() if workers > 0 else None
+        shape = (workers, slots, batch, *row_shape(size, channels_last))
+        self.data = torch.empty(shape, dtype=torch.uint8).share_memory_() if workers > 0 \
+            else None
         self._free = [mp.Semaphore(slots) for _ in range(workers)]
         self._parent = os.getpid()
 
@@ -92,22 +100,31 @@ class Ring:
         return self.generation
 
     def in_order(self, items: Iterable[tuple[Any, Any, Any]], generation: int, pin: bool,
-                 first: int = 0) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+                 first: int = 0, in_place: bool = False
+                 ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """The DataLoader's ``(batch number, ring ticket, label bytes)`` items (or, with no
         workers, ``(number, images, labels)``) as batches in batch-number order from
-        ``first``: each ticket's slot is copied out, tickets of an abandoned iteration are
-        dropped, and batches that arrive early wait for their turn."""
-        pending: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        ``first``: each ticket's slot is copied out (``in_place``: handed over as a view of
+        the slot, given back when the next batch is asked for), tickets of an abandoned
+        iteration are dropped, and batches that arrive early wait for their turn."""
+        pending: dict[int, tuple[torch.Tensor, torch.Tensor, int]] = {}
         for number, images, labels in items:
+            held = -1  # the worker whose slot holds the batch (in place), else -1
             if not isinstance(images, torch.Tensor):
                 gen, w, slot, n = (int(x) for x in images)
                 if gen != generation:
                     continue  # a batch of an abandoned iteration
-                images = self.take(w, slot, n, pin)
+                if in_place:
+                    images, held = self.view(w, slot, n), w
+                else:
+                    images = self.take(w, slot, n, pin)
                 labels = torch.frombuffer(bytearray(labels), dtype=torch.int64)
-            pending[int(number)] = (images, labels)
+            pending[int(number)] = (images, labels, held)
             while first in pending:
-                yield pending.pop(first)
+                images, labels, held = pending.pop(first)
+                yield images, labels
+                if held >= 0 and self.generation == generation:
+                    self._free[held].release()  # its consumer asked for the next batch
                 first += 1
 
     def take(self, w: int, slot: int, rows: int, pin: bool) -> torch.Tensor:
@@ -116,7 +133,13 @@ class Ring:
         out = torch.empty((rows, *self.data.shape[3:]), dtype=torch.uint8, pin_memory=pin)
         np.copyto(out.numpy(), self.data[w, slot, :rows].numpy())  # one memcpy, no OpenMP
         self._free[w].release()
-        return out
+        return as_nchw(out, self.channels_last)
+
+    def view(self, w: int, slot: int, rows: int) -> torch.Tensor:
+        """A batch in its slot, NCHW-shaped, not copied; the slot stays taken (``in_order``
+        gives it back)."""
+        assert self.data is not None
+        return as_nchw(self.data[w, slot, :rows], self.channels_last)
 
     # -- worker side
     def begin(self, w: int) -> None:
@@ -137,6 +160,7 @@ class Ring:
         return self.generation == generation
 
     def slot_array(self, w: int, slot: int, rows: int) -> np.ndarray:
+        """The first ``rows`` rows of a slot, as the worker writes them (``row_shape``)."""
         assert self.data is not None
         return self.data[w, slot, :rows].numpy()
 

@@ -190,11 +190,19 @@ class ShardLoader(PlannedLoader):
         batch_size, workers: per rank; ``workers=0`` decodes in the calling process.
         seed: the epoch orders' and augmentations' seed.
         mode: ``replicate`` or ``partition`` (node-local manifests fix it).
-        transform, tail, shuffle, on_error, pin_memory, prefetch_factor, backend, device:
-            documented, with their defaults, at ``loaders.config.LoaderOptions``.
+        transform, tail, shuffle, on_error, pin_memory, prefetch_factor, backend, device,
+            memory_format: documented, with their defaults, at
+            ``loaders.config.LoaderOptions``.
 
     ``len(loader)`` (batches the next pass yields) and ``batches_per_epoch`` are stated
     before the epoch from the manifest; every rank gets the same unless ``tail="uneven"``.
+
+    Iteration: ``iter(loader)`` gives batches of their own (copied out of the workers' shared
+    memory; pinned with ``pin_memory``); ``loader.in_place()`` gives the same batches without
+    that copy, each a view of the memory its worker decoded it into and valid only until the
+    next batch is asked for from that iterator (or another pass starts): use it, or
+    ``.clone()`` it, before ``next()`` (``PlannedLoader.in_place``; ``DeviceLoader`` on the
+    CPU takes batches so).
     """
 
     def __init__(self, folder: Path, split: str, world: World, batch_size: int,
@@ -207,11 +215,13 @@ class ShardLoader(PlannedLoader):
                  pin_memory: bool | None = LoaderOptions.pin_memory,
                  prefetch_factor: int = LoaderOptions.prefetch_factor,
                  backend: str = LoaderOptions.backend,
-                 device: str = LoaderOptions.device) -> None:
+                 device: str = LoaderOptions.device,
+                 memory_format: str = LoaderOptions.memory_format) -> None:
         options = LoaderOptions(batch_size=batch_size, workers=workers, seed=seed,
                                 transform=transform, tail=tail, shuffle=shuffle,
                                 on_error=on_error, pin_memory=pin_memory,
-                                prefetch_factor=prefetch_factor, backend=backend, device=device)
+                                prefetch_factor=prefetch_factor, backend=backend, device=device,
+                                memory_format=memory_format)
         self.shards = open_shards(Path(folder), split, mode, seed)
         s = self.shards
         check_world(s, world)

@@ -2,7 +2,9 @@
 when there is no val split to validate on.
 
 Both loaders decode with the same backend; the val one center-crops ``--image-size`` from the
-image resized by 256/224, as the usual ImageNet evaluation does. Normalisation is not theirs:
+image resized by 256/224, as the usual ImageNet evaluation does. The model runs channels_last
+(``train.set_up``), so both ask for channels_last batches (``MEMORY_FORMAT``): the workers
+decode rows in that layout and no batch is transposed on the CPU. Normalisation is not theirs:
 the trainer normalises every split on the device with the run's one mean and std
 (``trainkit.runconfig``).
 """
@@ -19,6 +21,7 @@ from imgprep import ManifestError, World, manifest_path, read_manifest
 from loaders import Loader, TrainTransform, ValTransform, make_loader
 
 logger = logging.getLogger("train_imagenet")
+MEMORY_FORMAT = "channels_last"  # the model's layout (train.set_up), so the batches'
 
 
 def stage(args: argparse.Namespace, world: World) -> None:
@@ -71,7 +74,8 @@ def make_loaders(args: argparse.Namespace, world: World, workers: int,
     refuse_unlabelled(args.data)
     train_loader = make_loader(args.data, "train", world, args.batch_size, workers,
                                args.seed, transform=TrainTransform(size=args.image_size),
-                               backend=backend["backend"], device=backend["device"])
+                               backend=backend["backend"], device=backend["device"],
+                               memory_format=MEMORY_FORMAT)
     no_val = args.data.is_dir() and not manifest_path(args.data, "val").exists()
     if args.validate and no_val and world.rank == 0:
         logger.warning(no_val_warning(args.data, args.stage_from))
@@ -80,4 +84,4 @@ def make_loaders(args: argparse.Namespace, world: World, workers: int,
     val = ValTransform(size=args.image_size, resize=round(args.image_size * 256 / 224))
     return train_loader, make_loader(args.data, "val", world, args.batch_size, workers,
                                      args.seed, transform=val, backend=backend["backend"],
-                                     device=backend["device"])
+                                     device=backend["device"], memory_format=MEMORY_FORMAT)

@@ -239,6 +239,7 @@ def set_up(args: argparse.Namespace, world: World) -> Run:
     config = run_config(args, world, workers=workers, bf16=precision.bf16)
     model = model_by_name(args.arch, config.num_classes).to(device)
     model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
+    # (the loaders' batches come channels_last too: data.MEMORY_FORMAT)
     if args.sync_bn and world.is_distributed:
         model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
     optimizer = torch.optim.SGD(param_groups(model, args.weight_decay), lr=args.lr,

@@ -163,6 +163,20 @@ def test_a_label_list_gets_the_pillow_backends_batches(converted: dict[str, Path
         assert steps(got) == steps(want) and len(got) > 0
 
 
+@needs_dali
+@pytest.mark.parametrize("split", ["train", "val"])
+def test_channels_last_batches_are_the_contiguous_ones(data: Path, split: str) -> None:
+    """memory_format="channels_last": DALI lays the rows out HWC; the batches are the
+    contiguous ones, NCHW-shaped with channels_last strides (padding rows zero)."""
+    want, got = (run_epoch(loader(data, split, World(), "dali", tail="pad",
+                                  memory_format=f), 0)
+                 for f in ("contiguous", "channels_last"))
+    assert len(got) == len(want) > 0
+    for (a, la), (b, lb) in zip(want, got, strict=True):
+        assert b.shape == a.shape and b.is_contiguous(memory_format=torch.channels_last)
+        assert torch.equal(a, b) and torch.equal(la, lb)
+
+
 # ---------------------------------------------------------------------------- seeds, resume
 
 

@@ -1,7 +1,9 @@
 """The loader's shared ring (``loaders.ring``): a worker holds at most its slots until the main
-process copies a batch out, a new iteration releases a worker blocked on the old one, tickets
-of an abandoned iteration are dropped, batches come out in order, and a dead worker is seen as
-dead (a zombie too). Workers are forked processes, as the DataLoader's are."""
+process copies a batch out (or, handed over in place, until the next batch is asked for), a
+new iteration releases a worker blocked on the old one, tickets of an abandoned iteration are
+dropped, batches come out in order (NCHW-shaped, from channels_last slots too), and a dead
+worker is seen as dead (a zombie too). Workers are forked processes, as the DataLoader's
+are."""
 
 from __future__ import annotations
 
@@ -174,3 +176,56 @@ def _state(pid: int) -> str:
             return f.read().rsplit(b")", 1)[-1].split()[0].decode()
     except FileNotFoundError:
         return "gone"
+
+
+def test_a_batch_handed_over_in_place_keeps_its_slot_until_the_next_is_asked_for(
+        worker: Callable[..., tuple[Any, Any]]) -> None:
+    """In place: the batch is a view of its slot; the worker cannot rewrite the slot while
+    the batch is held (it waits for a free one), and does once the next batch is asked for."""
+    ring = Ring(1, SLOTS, BATCH, SIZE)
+    generation = ring.new_iteration()
+    proc, tickets = worker(ring, generation, SLOTS + 2)
+    items = ((b, tickets.get(timeout=TIMEOUT), _labels(b, b)) for b in range(SLOTS + 2))
+    batches = ring.in_order(items, generation, pin=False, in_place=True)
+    images, labels = next(batches)
+    assert images.shape == (BATCH, 3, SIZE, SIZE) and labels.tolist() == [0, 0]
+    assert images.data_ptr() == ring.data[0, 0].data_ptr()  # not copied
+    wait_until("the worker waits for a free slot", lambda: ring.making(0) == SLOTS)
+    time.sleep(0.3)
+    assert bool((images == 1).all())  # held: slot 0 is not given back
+    second, _ = next(batches)  # slot 0 goes back: the worker decodes batch SLOTS into it
+    assert bool((second == 2).all())
+    wait_until("the worker rewrites slot 0", lambda: bool((images == SLOTS + 1).all()))
+    assert [int(b[0, 0, 0, 0]) for b, _ in batches] == [3, SLOTS + 1, SLOTS + 2]
+    assert tickets.get(timeout=TIMEOUT) == ("done", SLOTS + 2)
+
+
+def test_a_slot_held_in_place_by_an_abandoned_iteration_is_not_given_back_later() -> None:
+    """A new iteration resets the workers' slots; an old in-place iterator resumed after it
+    must not give one back on top (a worker could then rewrite a slot still held)."""
+    ring = Ring(1, SLOTS, BATCH, SIZE)
+    old = ring.new_iteration()
+    ring.begin(0)
+    assert ring.acquire(0, old) and ring.acquire(0, old)
+    items = [(0, (old, 0, 0, BATCH), _labels(0, 0)), (1, (old, 0, 1, BATCH), _labels(1, 1))]
+    batches = ring.in_order(items, old, pin=False, in_place=True)
+    next(batches)
+    ring.new_iteration()  # posts one token, as for a worker blocked in the old iteration
+    free = ring._free[0].get_value()
+    next(batches)  # the old iterator goes on: it gives nothing back
+    assert ring._free[0].get_value() == free
+
+
+def test_channels_last_slots_hold_rows_as_h_w_3_and_batches_leave_nchw_shaped() -> None:
+    ring = Ring(1, SLOTS, BATCH, SIZE, channels_last=True)
+    generation = ring.new_iteration()
+    rows = ring.slot_array(0, 0, BATCH)
+    assert rows.shape == (BATCH, SIZE, SIZE, 3)
+    rows[...] = np.arange(3, dtype=np.uint8)  # channel c holds c everywhere
+    for in_place in (False, True):
+        items = [(0, (generation, 0, 0, BATCH), _labels(0, 1))]
+        images, _ = next(ring.in_order(items, generation, pin=False, in_place=in_place))
+        assert images.shape == (BATCH, 3, SIZE, SIZE)
+        assert images.is_contiguous(memory_format=torch.channels_last)
+        assert [int(images[:, c].min()) for c in range(3)] == [0, 1, 2]
+        assert [int(images[:, c].max()) for c in range(3)] == [0, 1, 2]

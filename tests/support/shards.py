@@ -1,6 +1,7 @@
 """Shard folders written directly with ``ShardWriter``, for the loader tests (unequal shards
-whose every sample's label is its id, so coverage can be checked from labels alone), and
-shards read back with the standard ``tarfile`` module, independently of imgprep."""
+whose every sample's label is its id, so coverage can be checked from labels alone), the same
+samples as a label list, and shards read back with the standard ``tarfile`` module,
+independently of imgprep."""
 
 from __future__ import annotations
 
@@ -42,6 +43,18 @@ def write_split(folder: Path, split: str, sizes: Sequence[int],
         std=[0.229, 0.224, 0.225], options={}, tool_version="test", shards=entries,
         index=write_index(folder, split, entries, layouts)))
     return ids
+
+
+def write_label_list(folder: Path, count: int, image: Callable[[int], bytes]) -> Path:
+    """The same samples as ``write_split``'s as a label list: ``<folder>/train.txt`` of
+    ``images/<i>.jpg <i>`` lines, the images beside it; its path."""
+    (folder / "images").mkdir(parents=True)
+    lines = []
+    for i in range(count):
+        (folder / "images" / f"{i}.jpg").write_bytes(image(i))
+        lines.append(f"images/{i}.jpg {i}\n")
+    (folder / "train.txt").write_text("".join(lines))
+    return folder / "train.txt"
 
 
 def tar_samples(folder: Path, split: str = "train") -> list[tuple[str, str, dict[str, bytes]]]:
