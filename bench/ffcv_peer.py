@@ -192,7 +192,7 @@ class FfcvPeer:
 
     def epoch(self, name: str) -> dict[str, float]:
         """One timed epoch of the loader ``name`` (see ``open_loaders``)."""
-        return {k: float(v) for k, v in self.request("epoch", name=name)["pass"].items()}
+        return dict(self.request("epoch", name=name)["pass"])
 
     def write_beton(self, folder: Path, split: str, scratch: Path) -> dict[str, Any]:
         """The shard set's samples written into ``scratch/<split>.beton``; PeerError unless
