@@ -1,8 +1,9 @@
 """What the benchmarks share: where the real images are, a CPU-noise probe, process-tree
-peaks, verdicts, and the run harness (check the images, work in a scratch folder, print a
-table then one JSON line). The harnesses (``harness/``) measure with it too. Not part of the
-installed packages: the benchmarks run as modules from the repository root
-(``python -m bench.convert``)."""
+peaks, an epoch timed end to end, verdicts, and the run harness (check the images, work in a
+scratch folder, print a table then one JSON line). The harnesses (``harness/``) measure with
+it too. Not part of the installed packages: the benchmarks run as modules from the repository
+root (``python -m bench.convert``). Standard library only at the top: ``bench.ffcv_peer``
+imports it in FFCV's own environment."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -138,6 +140,28 @@ def paired_ratio(num: Sequence[tuple[float, float]], den: Sequence[tuple[float, 
     quiet = [a / b for (a, fa), (b, fb) in pairs
              if fa < QUIET_FOREIGN_CORES and fb < QUIET_FOREIGN_CORES]
     return statistics.median(quiet or [a / b for (a, _), (b, _) in pairs])
+
+
+def timed_epoch(batches: Iterable[tuple[Any, Any]],
+                problem: Callable[[Any], str | None]) -> dict[str, float]:
+    """One epoch end to end, each batch ``(images, labels)`` with the batch size first:
+    images/s, first-batch latency, and the rate after it. ``problem(images)`` looks at the
+    first batch; what it says, if anything, stops the run."""
+    n = first_n = 0
+    first = last = 0.0
+    t0 = time.perf_counter()
+    for images, _labels in batches:
+        now = time.perf_counter()
+        if not n:
+            first, first_n = now - t0, images.shape[0]
+            if (what := problem(images)) is not None:
+                raise SystemExit(f"unexpected batch: {what}")
+        n += images.shape[0]
+        last = now - t0
+    total = time.perf_counter() - t0
+    after = (n - first_n) / (last - first) if last > first else 0.0
+    return {"rate": n / total, "images": n, "first_batch_s": first, "seconds": total,
+            "rate_after_first_batch": after}
 
 
 def verdict(value: float, target: float, below: bool = False) -> str:

@@ -1,4 +1,4 @@
-"""Benchmark the shard loader against its own floor and against a webdataset peer.
+"""Benchmark the shard loader against its own floor, a webdataset peer and (optionally) FFCV.
 
 What it measures, in one run, on the 1000 real ILSVRC2012 JPEGs of
 ``<repo>/../shared/data/imagenet-sample/images`` (``--images`` to point elsewhere):
@@ -16,9 +16,8 @@ What it measures, in one run, on the 1000 real ILSVRC2012 JPEGs of
   seed=0)`` iterating whole epochs; and the same samples written as ONE shard read by 2
   workers (fewer shards than workers: sample-granular plans keep both busy). Its workers are
   persistent: the first epoch (timed alone: first-batch latency with worker start-up, and its
-  rate) is the warm-up, and every timed
-  pass is a later epoch, end to end, so steady rates exclude worker start-up but include each
-  epoch's pipeline fill.
+  rate) is the warm-up, and every timed pass is a later epoch, end to end, so steady rates
+  exclude worker start-up but include each epoch's pipeline fill.
 - dali: the same ``ShardLoader`` with ``backend="dali"`` on the CPU (NVIDIA DALI decodes,
   random-resized-crops, resizes and flips in ``num_threads`` threads of the loader's process,
   fed the plan's samples by ``os.pread``; ``loaders.dali``), with as many threads as the
@@ -35,6 +34,15 @@ What it measures, in one run, on the 1000 real ILSVRC2012 JPEGs of
   with the same batch size and worker count (persistent workers, default collate). The peer
   does not shuffle samples; the loader does (a permutation of all samples each epoch, read by
   offset through the sample index), so the comparison does not favour the loader.
+- FFCV 1.0.2 (``bench.ffcv_peer``), with ``--ffcv-python`` (or ``$IMGPREP_FFCV_PYTHON``), the
+  python of FFCV's own virtualenv, in a process of its own: the set's JPEG bytes and labels
+  stored as they are in a .beton (checked by a digest of what FFCV reads back), one FFCV
+  ``Loader`` per worker count (``num_workers`` threads; ``RandomResizedCropRGBImageDecoder
+  ((224, 224))``, ``RandomHorizontalFlip()``, ``ToTensor()``: uint8 NHWC; random order, full
+  batches, the same batch size), each epoch timed end to end in FFCV's process.
+  ``vs_ffcv_<w>w``: the loader over FFCV at as many workers, ``loader_cl_<w>w`` (with
+  ``memory_format="channels_last"``: NHWC in memory, as FFCV's) where the loader has that
+  option, else ``loader_<w>w``. Without FFCV one line says its rows are skipped, and how not.
 
 Targets: loader 1 worker >= 0.95 x floor; loader 2 workers >= 1.89 x loader 1 worker; loader
 >= 1.65 x peer at 1 and at 2 workers; one shard read by 2 workers >= 1.7 x loader 1 worker.
@@ -55,6 +63,7 @@ Run (from the repository root, in the project's environment)::
 
     python -m bench.loader                            # full run, ~2 min on 2 cores
     python -m bench.loader --samples 3000 --repeat 1  # a quick look
+    python -m bench.loader --ffcv-python VENV/bin/python  # with FFCV (docs/benchmarks.md)
 
 Exit code 2 when the image folder is missing.
 """
@@ -64,6 +73,7 @@ from __future__ import annotations
 import argparse
 import gc
 import importlib.util
+import inspect
 import json
 import math
 import os
@@ -84,6 +94,7 @@ import webdataset as wds
 from PIL import Image
 from torch.utils.data import DataLoader, get_worker_info
 
+from bench import ffcv_peer
 from bench.common import (
     DEFAULT_IMAGES,
     QUIET_FOREIGN_CORES,
@@ -92,6 +103,7 @@ from bench.common import (
     paired_ratio,
     proc_kb,
     run_main,
+    timed_epoch,
     verdict,
 )
 from imgprep import (
@@ -128,6 +140,7 @@ TICK = os.sysconf("SC_CLK_TCK")
 BILINEAR = Image.Resampling.BILINEAR
 FLIP = Image.Transpose.FLIP_LEFT_RIGHT
 TRAIN = TrainTransform()
+CHANNELS_LAST = "memory_format" in inspect.signature(ShardLoader).parameters
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 
@@ -224,7 +237,8 @@ def measured(fn: Callable[[], dict[str, float]]) -> dict[str, float]:
     dt = time.perf_counter() - t0
     b1, (m1, t1_cpu) = machine_busy_s(), cpu_s()
     tree = t1_cpu - t0_cpu
-    return {**res, "main_cores": (m1 - m0) / dt, "tree_cores": tree / dt,
+    main = res.pop("process_cores", (m1 - m0) / dt)  # FFCV's process times its own
+    return {**res, "main_cores": main, "tree_cores": tree / dt,
             "foreign_cores": max(0.0, ((b1 - b0) - tree) / dt)}
 
 
@@ -278,25 +292,15 @@ def make_peer(folder: Path, batch: int, workers: int) -> DataLoader[Any]:
 # ---------------------------------------------------------------------------- epochs
 
 
+def nchw_problem(images: torch.Tensor) -> str | None:
+    if images.dtype != torch.uint8 or tuple(images.shape[1:]) != (3, TRAIN.size, TRAIN.size):
+        return f"{images.dtype} {tuple(images.shape)}, not uint8 NCHW"
+    return None
+
+
 def epoch_pass(batches: Iterable[Batch]) -> dict[str, float]:
     """One epoch end to end: images/s, first-batch latency, and the rate after it."""
-    n = first_n = 0
-    first = last = 0.0
-    t0 = time.perf_counter()
-    for images, _labels in batches:
-        now = time.perf_counter()
-        if not n:
-            first, first_n = now - t0, images.shape[0]
-            if images.dtype != torch.uint8 or tuple(images.shape[1:]) != (3, TRAIN.size,
-                                                                          TRAIN.size):
-                raise SystemExit(f"bench_loader: unexpected batch {images.dtype} "
-                                 f"{tuple(images.shape)}")
-        n += images.shape[0]
-        last = now - t0
-    total = time.perf_counter() - t0
-    after = (n - first_n) / (last - first) if last > first else 0.0
-    return {"rate": n / total, "images": n, "first_batch_s": first, "seconds": total,
-            "rate_after_first_batch": after}
+    return timed_epoch(batches, nchw_problem)
 
 
 def loader_epoch(loader: ShardLoader, epoch: int) -> dict[str, float]:
@@ -342,11 +346,15 @@ LABELS = {
     "floor": "floor: train_sample, preloaded, 1 core",
     "loader_1w": "ShardLoader workers=1 (epoch e2e)",
     "loader_2w": "ShardLoader workers=2 (epoch e2e)",
+    "loader_cl_1w": "ShardLoader workers=1, channels_last",
+    "loader_cl_2w": "ShardLoader workers=2, channels_last",
     "loader_1shard_2w": "ShardLoader workers=2, ONE shard",
     "dali_1w": "ShardLoader DALI CPU, num_threads=1",
     "dali_2w": "ShardLoader DALI CPU, num_threads=2",
     "peer_1w": "webdataset+DataLoader workers=1",
     "peer_2w": "webdataset+DataLoader workers=2",
+    "ffcv_1w": "FFCV Loader num_workers=1",
+    "ffcv_2w": "FFCV Loader num_workers=2",
 }
 
 
@@ -374,8 +382,8 @@ def print_table(res: dict[str, Any]) -> None:
               f"{' '.join(f'{p:.0f}{m}' for p, m in zip(v['passes'], marks, strict=True))}")
     print(f"* median of the passes during which other processes used < {QUIET_FOREIGN_CORES} "
           "cores (of all passes when none was that quiet); /core = rate / min(workers, "
-          f"{res['cpus']} cores); main, tree = cores kept busy by the main process and by "
-          "this run's whole process tree; cpu ms = CPU time of the tree per image")
+          f"{res['cpus']} cores); main, tree = cores kept busy by the main process (FFCV's: "
+          "its own) and by this run's process tree; cpu ms = CPU time of the tree per image")
     if res["noisy"]:
         print("WARNING: other processes kept the CPUs busy during most passes; the rates and "
               "ratios below are unreliable: rerun on an idle machine")
@@ -399,6 +407,7 @@ def print_table(res: dict[str, Any]) -> None:
     else:
         print(f"(DALI {res['dali']}: decodes in threads of the loader's process, one pipeline "
               "built per epoch)")
+    print(ffcv_peer.table_line(res["ffcv"]))
     print()
     mem = res["memory"]
     print("peak RSS (VmHWM) per worker, MB (PSS at the end in brackets): "
@@ -432,6 +441,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--dali", action=argparse.BooleanOptionalAction,
                     default=importlib.util.find_spec("nvidia.dali") is not None,
                     help="add the DALI CPU backend's rows (default: when DALI is installed)")
+    ap.add_argument("--ffcv-python", default=os.environ.get(ffcv_peer.ENV) or None,
+                    metavar="PATH", help="python of a virtualenv holding FFCV 1.0.2, for the "
+                    f"FFCV rows (default: ${ffcv_peer.ENV}; none: the rows are skipped)")
     ap.add_argument("--out", type=Path, default=None,
                     help="parent of the scratch folder (default: the system's temporary "
                          "folder); the scratch folder is removed afterwards")
@@ -461,20 +473,29 @@ def run(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
         loaders |= {f"dali_{w}w": ShardLoader(folder, SPLIT, World(), batch_size=batch,
                                               workers=w, seed=0, backend="dali")
                     for w in WORKER_COUNTS}
+    if CHANNELS_LAST:  # the rows FFCV's NHWC batches are compared with
+        cl: dict[str, Any] = {"memory_format": "channels_last"}
+        loaders |= {f"loader_cl_{w}w": ShardLoader(folder, SPLIT, World(), batch_size=batch,
+                                                   workers=w, seed=0, **cl)
+                    for w in WORKER_COUNTS}
     peers = {f"peer_{w}w": make_peer(folder, batch, w) for w in WORKER_COUNTS}
+    ffcv, ffcv_rows, ffcv_info = ffcv_peer.setup(args.ffcv_python, folder, SPLIT, scratch,
+                                                 batch, WORKER_COUNTS)
     cold: dict[str, dict[str, float]] = {}
     pids: dict[str, set[int]] = {}
-    for name in (*loaders, *peers):
+    for name in (*loaders, *peers, *ffcv_rows):
         before = descendants()
         if name in loaders:
             cold[name] = loader_epoch(loaders[name], 0)
-        else:
+        elif name in peers:
             cold[name] = epoch_pass(peers[name])
-        pids[name] = descendants() - before
+        else:
+            cold[name] = ffcv_rows[name]()
+        pids[name] = {ffcv.pid} if ffcv and name in ffcv_rows else descendants() - before
     floor_pass(blobs, min(n, 500), batch)
 
     passes: dict[str, list[dict[str, float]]] = {
-        k: [] for k in LABELS if k == "floor" or k in loaders or k in peers}
+        k: [] for k in LABELS if k == "floor" or k in loaders or k in peers or k in ffcv_rows}
     need = (args.repeat + 1) // 2
     rounds = 0
     while rounds < args.repeat or (
@@ -487,6 +508,8 @@ def run(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
             passes[name].append(measured(partial(loader_epoch, loader, rounds + 1)))
         for name, peer in peers.items():
             passes[name].append(measured(partial(epoch_pass, peer)))
+        for name, epoch in ffcv_rows.items():
+            passes[name].append(measured(epoch))
         rounds += 1
     load1 = os.getloadavg()
 
@@ -498,9 +521,12 @@ def run(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
         "main_peak_rss_mb": round(proc_kb(os.getpid(), "VmHWM:") * 1024 / MB, 1)}
     del loaders, peers
     gc.collect()
+    if ffcv is not None:
+        ffcv.close()
 
     workers_of = {"floor": 1, "loader_1shard_2w": 2,
-                  **{f"{k}_{w}w": w for k in ("loader", "dali", "peer") for w in WORKER_COUNTS}}
+                  **{f"{k}_{w}w": w for k in ("loader", "loader_cl", "dali", "peer", "ffcv")
+                     for w in WORKER_COUNTS}}
     rates = {k: summarise(v, workers_of[k], cores) for k, v in passes.items()}
     r = {k: [(p["rate"], p["foreign_cores"]) for p in v] for k, v in passes.items()}
     values = {
@@ -523,6 +549,12 @@ def run(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
             info[f"dali_{w}w_over_loader_{w}w"] = paired_ratio(r[f"dali_{w}w"], r[f"loader_{w}w"])
             info[f"dali_{w}w_over_peer_{w}w"] = paired_ratio(r[f"dali_{w}w"], r[f"peer_{w}w"])
         info["dali_2w_over_1w"] = paired_ratio(r["dali_2w"], r["dali_1w"])
+    ffcv_info["compared"] = "loader_cl" if CHANNELS_LAST else "loader"
+    for w in WORKER_COUNTS if CHANNELS_LAST else ():
+        info[f"loader_cl_{w}w_over_loader_{w}w"] = paired_ratio(r[f"loader_cl_{w}w"],
+                                                                r[f"loader_{w}w"])
+    for w in WORKER_COUNTS if ffcv_rows else ():
+        info[f"vs_ffcv_{w}w"] = paired_ratio(r[f"{ffcv_info['compared']}_{w}w"], r[f"ffcv_{w}w"])
     for k, v in info.items():
         ratios[k] = {"value": round(v, 3), "target": None, "result": "info"}
     pil = asdict(pil_info(check_avx2=False))
@@ -543,6 +575,7 @@ def run(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
         "torch": torch.__version__,
         "webdataset": getattr(wds, "__version__", "?"),
         "dali": dali_version() if args.dali else None,
+        "ffcv": ffcv_info,
         "pil": {k: pil[k] for k in ("pil_version", "pillow_simd", "stock_pillow_installed",
                                     "libjpeg_turbo", "jpeg_version", "cpu_avx2")},
         "rates": rates,
