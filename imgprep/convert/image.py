@@ -10,8 +10,9 @@ The center square of a landscape or portrait image is a crop: a baseline YCbCr J
 square and the filter's reach cover (``imgprep.jpegcrop``), and Pillow resamples the same box
 of that frame; the pixels, and so the output bytes, are those of the whole-image path. What
 that decoder declines (``jpegcrop.Probe.reason``: progressive, CMYK, truncated, trailing data,
-libjpeg warnings ...), grayscale, other formats, ``short-side`` and ``exif_transpose`` take the
-whole-image path, as does everything when the extension is not built.
+libjpeg warnings ...), grayscale, other formats, ``short-side``, ``exif_transpose`` and images
+with nothing to leave out (squares) take the whole-image path, as does everything when the
+extension is not built.
 """
 
 from __future__ import annotations
@@ -155,6 +156,8 @@ def _crop_decoded(data: bytes, img: Image.Image, opts: TransformOptions) -> Conv
     support = FILTER_SUPPORT[opts.filter]
     x0, x1 = _reach(box[0], box[2], out_size[0], sw, support)
     y0, y1 = _reach(box[1], box[3], out_size[1], sh, support)
+    if (x0, y0, x1, y1) == (0, 0, sw, sh):
+        return None  # nothing to leave out (a square): Pillow's own decode is as fast
     try:
         frame = _frame((sw, sh)).decode(data, p, scale, (x0, y0, x1, y1))
     except ValueError:

@@ -94,10 +94,11 @@ QUIRKS: dict[str, Callable[[], bytes]] = {
 }
 # the baseline YCbCr JPEGs that the crop-aware path takes under the default options, and
 # what it declines (corrupt data goes either way: only the bytes are promised)
-TAKEN = {"landscape-420", "portrait-444", "landscape-422", "square", "draft-scaled",
-         "elongated", "odd-size", "under-256", "tiny", "one-column", "restart-markers",
-         "icc-and-comment", "exif-orientation-6"}
-DECLINED = {"grayscale", "cmyk", "adobe-rgb", "progressive", "mpo", "png-as-jpeg",
+TAKEN = {"landscape-420", "portrait-444", "landscape-422", "draft-scaled", "elongated",
+         "odd-size", "under-256", "one-column", "restart-markers", "icc-and-comment",
+         "exif-orientation-6"}
+DECLINED = {"square", "tiny",  # the resample reads every pixel: nothing to leave out
+            "grayscale", "cmyk", "adobe-rgb", "progressive", "mpo", "png-as-jpeg",
             "truncated", "restart-out-of-order", "trailing-bytes", "header-garbage", "empty"}
 
 OPTIONS = {
@@ -239,6 +240,6 @@ def test_every_sample_original_converts_to_the_same_bytes_either_way(
               if outcome(f.read_bytes(), opts, True) != outcome(f.read_bytes(), opts, False)]
     assert not differ, differ[:5]
     if opts.resize == "center-crop" and not opts.exif_transpose:
-        assert sum(poisoned) > 0.9 * len(files), (sum(poisoned), len(files))
+        assert sum(poisoned) > 0.85 * len(files), (sum(poisoned), len(files))
     if name == "default":
         assert len(files) > 1000
