@@ -176,13 +176,17 @@ def test_the_forced_whole_image_path_never_decodes_a_region(poisoned: list[bool]
     assert poisoned == []
 
 
-def test_what_the_path_declines_under_other_options(poisoned: list[bool]) -> None:
+def test_what_the_path_declines_under_other_options(poisoned: list[bool],
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     data = QUIRKS["landscape-420"]()
     for opts in (OPTIONS["short-side"], OPTIONS["exif-transpose"]):
         outcome(data, opts, crop_decode=True)
     assert poisoned == [False, False]
     outcome(QUIRKS["draft-scaled"](), OPTIONS["size-64-dct-scaled"], crop_decode=True)
     assert poisoned[-1] is True
+    monkeypatch.setattr(image, "FRAME_PIXELS", 500 * 375 - 1)  # a frame never grows past it
+    assert outcome(data, TransformOptions(), True) == outcome(data, TransformOptions(), False)
+    assert poisoned[-1] is False
 
 
 @pytest.mark.parametrize("resample", FILTER_NAMES)
