@@ -7,7 +7,10 @@ What it measures, in one run, on the 1000 real ILSVRC2012 JPEGs of
   convert does to an image: JPEG draft to (size, size), the largest centre square resized to
   256 with LANCZOS in one ``resize(..., box=...)`` call, JPEG quality 90 encode. No I/O.
 - transform: ``imgprep.convert.image.convert_image`` over the same preloaded bytes (the floor plus
-  the library's checks), to tell per-image overhead from pipeline overhead.
+  the library's checks), to tell per-image overhead from pipeline overhead. It decodes only
+  the center square's part of a baseline JPEG (the crop-aware decode), which the floor does
+  not; ``transform_whole`` is the same with it forced off (``crop_decode=False``), and their
+  ratio ``crop_decode_speedup`` is what the crop-aware decode gains (the same output bytes).
 - naive: what one writes by hand: full decode (no draft), ``convert("RGB")``, ``crop``,
   ``resize`` LANCZOS, encode q90; one process, preloaded bytes, on this environment's
   pillow-simd; and, with ``--stock-python PY`` (``make bench`` makes one), the same loop under
@@ -142,6 +145,12 @@ def floor_one(data: bytes) -> bytes:
 def transform_one(data: bytes) -> bytes:
     """The library's per-image function with convert's default options."""
     return convert_image(data, TransformOptions(size=SIZE, quality=QUALITY)).jpeg
+
+
+def transform_whole_one(data: bytes) -> bytes:
+    """The library's per-image function with the crop-aware decode forced off."""
+    return convert_image(data, TransformOptions(size=SIZE, quality=QUALITY),
+                         crop_decode=False).jpeg
 
 
 def naive_one(data: bytes) -> bytes:
@@ -420,6 +429,7 @@ def print_table(res: dict[str, Any]) -> None:
     labels = {
         "floor": "floor: draft+crop/resize+q90, 1 core",
         "transform": "imgprep.convert.image.convert_image, 1 core",
+        "transform_whole": "the same, crop-aware decode forced off",
         "naive": "naive: no draft, crop, resize, 1 core",
         "naive_stock": "naive on stock Pillow (subprocess), 1 core",
         "convert_1w": "convert --workers 1 (in-process, e2e)",
@@ -529,7 +539,7 @@ def run(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
     matches = floor_matches_transform(warm)
     loops: dict[str, Callable[[bytes], bytes]] = {
         "floor": floor_one, "floor_after": floor_one, "transform": transform_one,
-        "naive": naive_one,
+        "transform_whole": transform_whole_one, "naive": naive_one,
     }
     for fn in loops.values():
         time_loop(fn, warm)
@@ -557,7 +567,8 @@ def run(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
             < need):
         # the floor on both sides of convert_1w (a drift within the round weighs on both sides
         # of their ratio), then convert_2w right after it
-        for name in ("floor", "convert_1w", "floor_after", "convert_2w", "transform", "naive"):
+        for name in ("floor", "convert_1w", "floor_after", "convert_2w", "transform",
+                     "transform_whole", "naive"):
             c0 = own_cpu_s()
             if name.startswith("convert_"):
                 w = int(name[-2])
@@ -598,6 +609,9 @@ def run(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
         "target": None, "result": "info"}
     ratios["transform_over_floor"] = {
         "value": round(med["transform"] / med["floor"], 3), "target": None, "result": "info"}
+    ratios["crop_decode_speedup"] = {
+        "value": round(paired_ratio(passes["transform"], passes["transform_whole"]), 3),
+        "target": None, "result": "info"}
     ratios["convert_1w_over_transform"] = {
         "value": round(med["convert_1w"] / med["transform"], 3), "target": None, "result": "info"}
     # CPU time, not wall: what the ratios would be with free cores (the 2-worker figure is

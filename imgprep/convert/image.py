@@ -4,22 +4,39 @@ Every mode ImageNet has becomes RGB: L, CMYK (Adobe-inverted too: Pillow reads t
 marker), P, RGBA, LA, 1-bit, 16-bit, and PNGs named ``.JPEG``. JPEG draft mode lets libjpeg
 decode large images at 1/2, 1/4 or 1/8 scale (DCT scaling) when the result is still at least
 ``size`` on the short side, which is where most of the decode time of big images goes.
+
+The center square of a landscape or portrait image is a crop: a baseline YCbCr JPEG in
+``center-crop`` mode decodes, at the same draft scale, only the rows and iMCU columns that the
+square and the filter's reach cover (``imgprep.jpegcrop``), and Pillow resamples the same box
+of that frame; the pixels, and so the output bytes, are those of the whole-image path. What
+that decoder declines (``jpegcrop.Probe.reason``: progressive, CMYK, truncated, trailing data,
+libjpeg warnings ...), grayscale, other formats, ``short-side``, ``exif_transpose`` and images
+with nothing to leave out (squares) take the whole-image path, as does everything when the
+extension is not built.
 """
 
 from __future__ import annotations
 
 import array
 import io
+import math
+import threading
 import warnings
 from dataclasses import dataclass
 
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
+from imgprep import jpegcrop
 from imgprep.convert.options import FILTER_NAMES, TransformOptions
 from imgprep.errors import ImageError
 
 FILTERS = {name: Image.Resampling[name.upper()] for name in FILTER_NAMES}
+# Each filter's support in input pixels at scale 1 (Pillow's Resample.c), widened by the
+# shrink factor when shrinking: how far around the box a resample reads.
+FILTER_SUPPORT = {"box": 0.5, "bilinear": 1.0, "hamming": 1.0, "bicubic": 2.0, "lanczos": 3.0}
+FRAME_PIXELS = 1 << 22  # larger draft-scaled images take the whole-image path (16 MB frame)
+FRAME_SIZES = 64  # image sizes a frame keeps views for before a fresh frame replaces it
 # MPO (multi-picture JPEG) has no opener of its own: the JPEG opener returns it.
 ACCEPTED_FORMATS = ("JPEG", "PNG", "GIF", "BMP", "TIFF", "WEBP")
 _SIXTEEN_BIT = ("I;16", "I;16B", "I;16L", "I;16N")
@@ -86,12 +103,72 @@ def open_image(data: bytes, max_pixels: int) -> Image.Image:
     return img
 
 
-def convert_image(data: bytes, opts: TransformOptions) -> Converted:
-    """Decode ``data`` and return it cropped/resized to ``opts.size`` as an RGB JPEG."""
+def convert_image(data: bytes, opts: TransformOptions, *,
+                  crop_decode: bool = True) -> Converted:
+    """Decode ``data`` and return it cropped/resized to ``opts.size`` as an RGB JPEG.
+    ``crop_decode=False`` forces the whole-image path (the bytes are the same either way)."""
     with warnings.catch_warnings():  # one per image: entering one costs ~2.5 us
         warnings.simplefilter("ignore")  # damaged-TIFF, bomb-size, palette and EXIF chatter
         img = open_image(data, opts.max_pixels)
+        if crop_decode and jpegcrop.AVAILABLE:
+            done = _crop_decoded(data, img, opts)
+            if done is not None:
+                return done
         return _converted(img, opts)
+
+
+_scratch = threading.local()  # each thread's frame and the image sizes it has views for
+
+
+def _frame(size: tuple[int, int]) -> jpegcrop.Frame:
+    """This thread's decode frame, renewed after ``FRAME_SIZES`` image sizes (a frame keeps
+    a view per size, and originals come in thousands of sizes)."""
+    sizes: set[tuple[int, int]] | None = getattr(_scratch, "sizes", None)
+    if sizes is None or (size not in sizes and len(sizes) >= FRAME_SIZES):
+        _scratch.frame, _scratch.sizes = jpegcrop.Frame(), {size}
+    else:
+        sizes.add(size)
+    frame: jpegcrop.Frame = _scratch.frame
+    return frame
+
+
+def _reach(lo: int, hi: int, out: int, limit: int, support: float) -> tuple[int, int]:
+    """The input pixels a resample of ``[lo, hi)`` to ``out`` pixels with a filter of
+    ``support`` reads, plus a pixel, within ``[0, limit)``."""
+    s = support * max(1.0, (hi - lo) / out)
+    return max(0, math.floor(lo - s) - 1), min(limit, math.ceil(hi + s) + 1)
+
+
+def _crop_decoded(data: bytes, img: Image.Image, opts: TransformOptions) -> Converted | None:
+    """The center-crop output of a baseline YCbCr JPEG from a decode of only the part its
+    resample reads; None where that path declines (``_converted`` then does the work)."""
+    if (opts.resize != "center-crop" or opts.exif_transpose or img.format != "JPEG"
+            or img.mode != "RGB"):
+        return None
+    p = jpegcrop.probe(data)
+    if p.reason is not None or (p.width, p.height) != img.size:
+        return None
+    scale = jpegcrop.draft_scale(p.width, p.height, (opts.size, opts.size))
+    sw, sh = -(-p.width // scale), -(-p.height // scale)  # Pillow's draft size
+    if sw * sh > FRAME_PIXELS:
+        return None
+    box, out_size = _crop_box(sw, sh, opts.resize, opts.size)
+    support = FILTER_SUPPORT[opts.filter]
+    x0, x1 = _reach(box[0], box[2], out_size[0], sw, support)
+    y0, y1 = _reach(box[1], box[3], out_size[1], sh, support)
+    if (x0, y0, x1, y1) == (0, 0, sw, sh):
+        return None  # nothing to leave out (a square): Pillow's own decode is as fast
+    try:
+        frame = _frame((sw, sh)).decode(data, p, scale, (x0, y0, x1, y1))
+    except ValueError:
+        return None  # libjpeg gave up: the whole-image path says why
+    if frame is None:
+        return None  # libjpeg warned (corrupt data): the whole-image path decodes it as ever
+    out = frame.resize(out_size, FILTERS[opts.filter], box=box).convert("RGB")
+    out.info = img.info.copy()  # as the whole-image path's: JPEG save keeps the "comment"
+    buf = io.BytesIO()
+    out.save(buf, "JPEG", quality=opts.quality)
+    return Converted(buf.getvalue(), out, img.size, img.mode, img.format)
 
 
 def _converted(img: Image.Image, opts: TransformOptions) -> Converted:
