@@ -58,8 +58,8 @@ def check(ctx: Context) -> dict[str, Any]:
               min(buckets) > 0 and all(w == ["bfloat16"] for w in wires),
               f"{buckets[0]} / {buckets[1]} buckets, "
               f"{' / '.join(','.join(w) or 'none' for w in wires)} on the wire"),
-        holds(c, f"losses equal over {ctx.profile.nccl_steps} steps, same seed, "
-                 "deterministic cuDNN", same,
+        holds(c, f"losses equal over {ctx.profile.nccl_steps} steps (same seed, "
+                 "--deterministic)", same,
               "equal" if same else f"differ: by up to {gap:.3g} ({len(la)} / {len(lb)} steps)"),
         figure(c, f"{ctx.profile.nccl_arch}, batch {ctx.profile.nccl_batch}: img/s "
                   f"{pair[0]} / {pair[1]}",
