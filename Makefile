@@ -8,7 +8,7 @@ TORCH_PIN ?= torch==2.13.0
 PILLOW_SIMD_PIN ?= pillow-simd==12.1.1.post0
 DEMO ?= demo-out
 
-.PHONY: setup demo test lint bench reliability cluster system-packages clean
+.PHONY: setup demo test lint bench reliability cluster system-packages clean gpu-check
 
 setup: $(VENV)/.ready
 
@@ -73,6 +73,14 @@ bench: setup bench-out/stock-pillow/.ready
 	$(BIN)/python -m bench.labellist
 	$(BIN)/python -m bench.allreduce
 	$(BIN)/python -m bench.scaling --svg bench-out/scaling.svg
+
+# The GPU acceptance kit (docs/gpu_check.md): every check on this machine's GPU (its CPU form
+# without one; make test runs the quick CPU form), the record and the markdown table in
+# bench-out/gpu-check/, the data kept in bench-out/gpu-check-work/ for the next run. Where
+# nothing is set up: PYTHONPATH=. python scripts/gpu_check.py --out DIR
+gpu-check: setup
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python scripts/gpu_check.py --out bench-out/gpu-check \
+		--work bench-out/gpu-check-work
 
 # Faults x trials x survived, hostile inputs x handled, scale figures (about 20 minutes).
 reliability: setup

@@ -6,10 +6,14 @@ installed packages. Each room runs as a module from the repository root:
 - ``reliability``: fault injection, hostile inputs and scale runs
   (``python -m harness.reliability.report``);
 - ``rehearsal``: the whole pipeline at ILSVRC2012's real counts
-  (``python -m harness.rehearsal.run``).
+  (``python -m harness.rehearsal.run``);
+- ``gpukit``: the GPU acceptance kit, which proves the CUDA paths on a GPU machine and runs
+  its CPU form everywhere else (``python scripts/gpu_check.py``, which starts
+  ``python -m harness.gpukit.run``).
 
 ``checks`` (the environment a child process gets and the checks made after it) is shared by
 every room and by the tests. The rooms do not import each other; they may import ``bench``
-(``bench.common``'s process-tree and CPU-noise measures) and the library through its public
+(``bench.common``'s process-tree and CPU-noise measures; ``gpukit`` also ``bench.convert``'s
+floor) and the library through its public
 API or the white-box list in docs/development.md.
 """

@@ -1,6 +1,7 @@
 """Fixtures shared by every test folder: the real ImageNet sample, a fake ILSVRC2012 made on the
-fly (good, and with bad files), and its train split converted once. What the tests build and
-check without a fixture is in ``tests/support``."""
+fly (good, and with bad files), and its train split converted once; and the skip of the tests
+marked ``gpu`` where there is no CUDA device. What the tests build and check without a fixture
+is in ``tests/support``."""
 
 from __future__ import annotations
 
@@ -12,6 +13,21 @@ pytest.register_assert_rewrite("tests.support")
 
 from imgprep.inputs.fakeset import make_sample  # noqa: E402
 from tests.support import REAL_DATA, convert_sample  # noqa: E402
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked ``gpu`` hold CUDA-only assertions: skipped, saying so, where torch sees
+    no CUDA device."""
+    gpu = [item for item in items if item.get_closest_marker("gpu") is not None]
+    if not gpu:
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        skip = pytest.mark.skip(reason=f"no CUDA device: torch {torch.__version__} sees none "
+                                       "(gpu-marked tests run on a GPU machine)")
+        for item in gpu:
+            item.add_marker(skip)
 
 
 @pytest.fixture(scope="session")

@@ -6,13 +6,15 @@ image resized by 256/224, as the usual ImageNet evaluation does. The model runs 
 (``train.set_up``), so both ask for channels_last batches (``MEMORY_FORMAT``): the workers
 decode rows in that layout and no batch is transposed on the CPU. Normalisation is not theirs:
 the trainer normalises every split on the device with the run's one mean and std
-(``trainkit.runconfig``).
+(``trainkit.runconfig``). ``--synthetic`` feeds the model without a loader
+(``synthetic_batches``): the compute ceiling that a fed run is compared with.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -85,3 +87,18 @@ def make_loaders(args: argparse.Namespace, world: World, workers: int,
     return train_loader, make_loader(args.data, "val", world, args.batch_size, workers,
                                      args.seed, transform=val, backend=backend["backend"],
                                      device=backend["device"], memory_format=MEMORY_FORMAT)
+
+
+def synthetic_batches(batch_size: int, image_size: int, num_classes: int,
+                      device: torch.device, seed: int, count: int
+                      ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """``count`` times one batch made once on ``device`` (``--synthetic``): standard-normal
+    images, channels_last like the loaders' batches, and random labels. A step fed these
+    waits for no loader, copy or normalisation: the compute ceiling."""
+    gen = torch.Generator().manual_seed(seed)
+    images = torch.randn(batch_size, 3, image_size, image_size, generator=gen)
+    labels = torch.randint(num_classes, (batch_size,), generator=gen)
+    images = images.to(device).contiguous(memory_format=torch.channels_last)
+    labels = labels.to(device)
+    for _ in range(count):
+        yield images, labels

@@ -3,8 +3,10 @@
 Where the ranks meet comes from imgprep.job.rendezvous (torchrun's variables, or rank 0's address
 broadcast over mpi4py: MPI bootstraps, NCCL (GPUs) or Gloo (CPU) carries gradients), which
 fan-out staging shares. A process-group timeout makes a dead rank fail the others with a clear
-message instead of a hang. At the end, ``replicas_identical`` checks that DDP kept every rank's
-weights equal.
+message instead of a hang. ``--backend nccl`` or ``gloo`` opens the group even for one
+process (DDP's bucketed all-reduce then runs alone: the way to check a backend on one GPU);
+``auto`` opens it only for more than one. At the end, ``replicas_identical`` checks that DDP
+kept every rank's weights equal.
 """
 
 from __future__ import annotations
@@ -20,8 +22,8 @@ from imgprep import Rendezvous, RendezvousError, World, rendezvous
 from . import TrainError
 
 DistError = RendezvousError  # the process group could not be opened; the message says what to set
-__all__ = ["DistError", "Rendezvous", "close", "device_for", "init", "rendezvous",
-           "replicas_identical"]
+__all__ = ["BACKENDS", "DistError", "Rendezvous", "close", "device_for", "grouped", "init",
+           "rendezvous", "replicas_identical"]
 
 
 def device_for(world: World) -> torch.device:
@@ -36,12 +38,24 @@ def device_for(world: World) -> torch.device:
     return torch.device("cpu")
 
 
-def init(world: World, timeout_s: float = 300.0, backend: str | None = None) -> str:
-    """Open the default process group for ``world`` (no-op for one process); returns the
-    backend: NCCL with CUDA, else Gloo."""
-    backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
-    if not world.is_distributed:
-        return backend
+BACKENDS = ("auto", "nccl", "gloo")  # --backend
+
+
+def init(world: World, timeout_s: float = 300.0, backend: str = "auto") -> str:
+    """Open the default process group for ``world``; returns its backend. ``auto``: NCCL
+    with CUDA, else Gloo, opened only for more than one process. ``nccl`` or ``gloo`` named:
+    opened even for one process, so that DDP and its all-reduce run alone (as under torchrun
+    --nproc-per-node 1); NCCL is refused without CUDA."""
+    if backend not in BACKENDS:
+        raise DistError(f"rank {world.rank}: --backend must be one of {', '.join(BACKENDS)}, "
+                        f"not {backend!r}")
+    if backend == "auto":
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+        if not world.is_distributed:
+            return backend
+    elif backend == "nccl" and not torch.cuda.is_available():
+        raise DistError(f"rank {world.rank}: --backend nccl needs a CUDA device, and torch "
+                        "sees none here; use --backend gloo (or auto)")
     rv = rendezvous(world)
     try:
         dist.init_process_group(backend, init_method=f"tcp://{rv.addr}:{rv.port}",
@@ -54,6 +68,12 @@ def init(world: World, timeout_s: float = 300.0, backend: str | None = None) -> 
     return backend
 
 
+def grouped() -> bool:
+    """Whether this process opened the default process group (``init``): then the model is
+    wrapped in DDP and its gradients are all-reduced, even with one process."""
+    return dist.is_available() and dist.is_initialized()
+
+
 def close() -> None:
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
@@ -62,7 +82,7 @@ def close() -> None:
 def replicas_identical(model: nn.Module, world: World) -> bool:
     """Whether every rank holds the same parameters (what DDP's all-reduce guarantees);
     raises TrainError naming the rank where they differ."""
-    if not world.is_distributed:
+    if not grouped():
         return True
     flat = torch.cat([p.detach().float().flatten().cpu() for p in model.parameters()])
     digest = torch.tensor([flat.double().sum().item(), (flat.double() ** 2).sum().item()],

@@ -36,7 +36,7 @@ from loaders import (
 
 from . import TrainError, distributed
 from .checkpoint import load_checkpoint, resume_config, save_checkpoint
-from .data import loader_backend, make_loaders, stage
+from .data import loader_backend, make_loaders, stage, synthetic_batches
 from .logs import configure_logging
 from .models import model_by_name, param_groups
 from .precision import MODES, Precision
@@ -108,6 +108,16 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--log-every", type=int, default=20)
     ap.add_argument("--log-json", type=Path, default=None)
     ap.add_argument("--timeout", type=float, default=300.0, help="process-group timeout, s")
+    ap.add_argument("--backend", choices=distributed.BACKENDS, default="auto",
+                    help="process-group backend: auto (NCCL with CUDA, else Gloo; opened only "
+                         "for more than one process), nccl or gloo (opened even for one "
+                         "process: DDP's all-reduce then runs alone)")
+    ap.add_argument("--deterministic", action="store_true",
+                    help="deterministic cuDNN algorithms and cuBLAS workspace: a rerun on the "
+                         "same GPU with the same seed gives the same losses")
+    ap.add_argument("--synthetic", action="store_true",
+                    help="train on one random batch made once on the device, no loader (the "
+                         "compute ceiling); --data still gives the classes and the statistics")
     args = ap.parse_args(argv)
     if args.fanout and args.stage_mode != "replicate":
         ap.error("--fanout goes with --stage-mode replicate")
@@ -219,7 +229,10 @@ def set_up(args: argparse.Namespace, world: World) -> Run:
     """Threads, process group, device, staging, loaders, model and optimizer."""
     if args.threads or not torch.cuda.is_available():
         torch.set_num_threads(args.threads or world.cores_per_rank())
-    dist_backend = distributed.init(world, args.timeout)
+    if args.deterministic:  # before the first cuBLAS call, which reads the variable
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = True, False
+    dist_backend = distributed.init(world, args.timeout, args.backend)
     device = distributed.device_for(world)
     precision = detect_precision(args.bf16, device.type)
     if world.rank == 0:
@@ -240,7 +253,7 @@ def set_up(args: argparse.Namespace, world: World) -> Run:
     model = model_by_name(args.arch, config.num_classes).to(device)
     model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
     # (the loaders' batches come channels_last too: data.MEMORY_FORMAT)
-    if args.sync_bn and world.is_distributed:
+    if args.sync_bn and distributed.grouped():
         model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
     optimizer = torch.optim.SGD(param_groups(model, args.weight_decay), lr=args.lr,
                                 momentum=args.momentum, nesterov=False)
@@ -250,7 +263,8 @@ def set_up(args: argparse.Namespace, world: World) -> Run:
     return Run(args, world, device, precision, train_loader, val_loader, model, model,
                optimizer, BucketClock(wire_dtype(args.allreduce_dtype)), hint, config,
                {"backend": dist_backend, "world_size": world.world_size,
-                "precision": precision.record(), "loader": backend},
+                "precision": precision.record(), "loader": backend,
+                "synthetic": args.synthetic},
                train_loader.batches_per_epoch,
                ckpt=args.checkpoint / "last.pt" if args.checkpoint else None)
 
@@ -287,7 +301,7 @@ def resume(run: Run) -> None:
 def distribute(run: Run) -> None:
     """Wrap the model in DDP, its all-reduce timed (and cast) by the bucket clock; start
     the first log interval."""
-    if run.world.is_distributed:
+    if distributed.grouped():
         run.net = DDP(run.model, device_ids=[run.device.index] if run.device.type == "cuda"
                       else None, gradient_as_bucket_view=True)
         run.net.register_comm_hook(dist.group.WORLD, run.clock.hook)
@@ -299,7 +313,11 @@ def train_epoch(run: Run, epoch: int) -> bool:
     args, loader = run.args, run.train_loader
     if not (run.resumed and epoch == run.start_epoch):  # a resumed epoch goes on
         loader.set_epoch(epoch)
-    batches = iter(run.batches(loader))
+    if args.synthetic:  # one batch made on the device, as many times as the loader has
+        batches = synthetic_batches(args.batch_size, args.image_size, run.config.num_classes,
+                                    run.device, args.seed, len(loader))
+    else:
+        batches = iter(run.batches(loader))
     while True:
         t0 = time.perf_counter()
         try:
@@ -334,7 +352,7 @@ def optimise(run: Run, images: torch.Tensor, labels: torch.Tensor, t0: float) ->
     loss.backward()
     run.sync()
     t2 = time.perf_counter()
-    exposed = max(0.0, t2 - run.clock.last_ready) if run.world.is_distributed else 0.0
+    exposed = max(0.0, t2 - run.clock.last_ready) if net is not run.model else 0.0
     run.optimizer.step()
     run.optimizer.zero_grad(set_to_none=True)
     run.sync()
