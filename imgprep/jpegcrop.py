@@ -75,17 +75,22 @@ def draft_scale(width: int, height: int, request: tuple[int, int]) -> int:
     return next((s for s in (8, 4, 2) if scale >= s), 1)
 
 
-def reach(lo: float, hi: float, out: int, limit: int) -> tuple[int, int]:
-    """The input pixels a bilinear resample of ``[lo, hi)`` to ``out`` pixels reads: the box
-    widened by the filter's support (wider when shrinking), plus a pixel, within
+def reach(lo: float, hi: float, out: int, limit: int, support: float = 1.0
+          ) -> tuple[int, int]:
+    """The input pixels a resample of ``[lo, hi)`` to ``out`` pixels reads with a filter of
+    ``support`` (Pillow's: 1 for bilinear, 2 bicubic, 3 lanczos, 0.5 box): the box widened
+    by the support (times the shrink factor when shrinking), plus a pixel, within
     ``[0, limit)``."""
-    support = max(1.0, (hi - lo) / out)
-    return max(0, math.floor(lo - support) - 1), min(limit, math.ceil(hi + support) + 1)
+    s = support * max(1.0, (hi - lo) / out)
+    return max(0, math.floor(lo - s) - 1), min(limit, math.ceil(hi + s) + 1)
 
 
 class Frame:
     """A decoder's scratch: one RGBX buffer for the largest image yet, and Pillow images that
-    share its memory (made once per size), so decoding allocates nothing."""
+    share its memory (made once per size, the last ``VIEWS`` sizes kept: originals come in
+    thousands of sizes), so decoding allocates nothing."""
+
+    VIEWS = 8
 
     def __init__(self) -> None:
         self._buf = np.empty(0, np.uint8)
@@ -100,6 +105,8 @@ class Frame:
         buf = self._buf[:need]
         img = self._images.get((width, height))
         if img is None:
+            if len(self._images) >= self.VIEWS:
+                self._images.clear()
             img = Image.frombuffer("RGBX", (width, height), buf, "raw", "RGBX", 0, 1)
             self._images[(width, height)] = img
         return buf, img

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import array
 import io
-import math
 import threading
 import warnings
 from dataclasses import dataclass
@@ -36,7 +35,6 @@ FILTERS = {name: Image.Resampling[name.upper()] for name in FILTER_NAMES}
 # shrink factor when shrinking: how far around the box a resample reads.
 FILTER_SUPPORT = {"box": 0.5, "bilinear": 1.0, "hamming": 1.0, "bicubic": 2.0, "lanczos": 3.0}
 FRAME_PIXELS = 1 << 22  # larger draft-scaled images take the whole-image path (16 MB frame)
-FRAME_SIZES = 64  # image sizes a frame keeps views for before a fresh frame replaces it
 # MPO (multi-picture JPEG) has no opener of its own: the JPEG opener returns it.
 ACCEPTED_FORMATS = ("JPEG", "PNG", "GIF", "BMP", "TIFF", "WEBP")
 _SIXTEEN_BIT = ("I;16", "I;16B", "I;16L", "I;16N")
@@ -117,26 +115,15 @@ def convert_image(data: bytes, opts: TransformOptions, *,
         return _converted(img, opts)
 
 
-_scratch = threading.local()  # each thread's frame and the image sizes it has views for
+_scratch = threading.local()  # each thread's decode frame (scratch memory, reused)
 
 
-def _frame(size: tuple[int, int]) -> jpegcrop.Frame:
-    """This thread's decode frame, renewed after ``FRAME_SIZES`` image sizes (a frame keeps
-    a view per size, and originals come in thousands of sizes)."""
-    sizes: set[tuple[int, int]] | None = getattr(_scratch, "sizes", None)
-    if sizes is None or (size not in sizes and len(sizes) >= FRAME_SIZES):
-        _scratch.frame, _scratch.sizes = jpegcrop.Frame(), {size}
-    else:
-        sizes.add(size)
-    frame: jpegcrop.Frame = _scratch.frame
+def _frame() -> jpegcrop.Frame:
+    """This thread's decode frame."""
+    frame: jpegcrop.Frame | None = getattr(_scratch, "frame", None)
+    if frame is None:
+        frame = _scratch.frame = jpegcrop.Frame()
     return frame
-
-
-def _reach(lo: int, hi: int, out: int, limit: int, support: float) -> tuple[int, int]:
-    """The input pixels a resample of ``[lo, hi)`` to ``out`` pixels with a filter of
-    ``support`` reads, plus a pixel, within ``[0, limit)``."""
-    s = support * max(1.0, (hi - lo) / out)
-    return max(0, math.floor(lo - s) - 1), min(limit, math.ceil(hi + s) + 1)
 
 
 def _crop_decoded(data: bytes, img: Image.Image, opts: TransformOptions) -> Converted | None:
@@ -154,12 +141,12 @@ def _crop_decoded(data: bytes, img: Image.Image, opts: TransformOptions) -> Conv
         return None
     box, out_size = _crop_box(sw, sh, opts.resize, opts.size)
     support = FILTER_SUPPORT[opts.filter]
-    x0, x1 = _reach(box[0], box[2], out_size[0], sw, support)
-    y0, y1 = _reach(box[1], box[3], out_size[1], sh, support)
+    x0, x1 = jpegcrop.reach(box[0], box[2], out_size[0], sw, support)
+    y0, y1 = jpegcrop.reach(box[1], box[3], out_size[1], sh, support)
     if (x0, y0, x1, y1) == (0, 0, sw, sh):
         return None  # nothing to leave out (a square): Pillow's own decode is as fast
     try:
-        frame = _frame((sw, sh)).decode(data, p, scale, (x0, y0, x1, y1))
+        frame = _frame().decode(data, p, scale, (x0, y0, x1, y1))
     except ValueError:
         return None  # libjpeg gave up: the whole-image path says why
     if frame is None:

@@ -5,7 +5,6 @@ whole-image path; a frame's pixels outside what the resample reads never matter.
 from __future__ import annotations
 
 import io
-import threading
 from collections.abc import Callable, Iterator
 from dataclasses import fields
 from pathlib import Path
@@ -137,20 +136,21 @@ def poisoned(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[bool]]:
     """Every frame filled with a pattern before its decode (so pixels outside the decoded
     region cannot match by luck); yields a list that records, per conversion, whether the
     crop-aware path made it."""
-    frame_of, crop_decoded = image._frame, image._crop_decoded
+    view, crop_decoded = jpegcrop.Frame.view, image._crop_decoded
     taken: list[bool] = []
 
-    def frame(size: tuple[int, int]) -> jpegcrop.Frame:
-        f = frame_of(size)
-        f.view(*size)[0].fill(0xA5)
-        return f
+    def poisoned_view(self: jpegcrop.Frame, width: int, height: int
+                      ) -> tuple[np.ndarray, Image.Image]:
+        buf, img = view(self, width, height)  # Frame.decode asks for it before decoding
+        buf.fill(0xA5)
+        return buf, img
 
     def spy(data: bytes, img: Image.Image, opts: TransformOptions) -> object:
         got = crop_decoded(data, img, opts)
         taken.append(got is not None)
         return got
 
-    monkeypatch.setattr(image, "_frame", frame)
+    monkeypatch.setattr(jpegcrop.Frame, "view", poisoned_view)
     monkeypatch.setattr(image, "_crop_decoded", spy)
     yield taken
 
@@ -191,7 +191,8 @@ def test_what_the_path_declines_under_other_options(poisoned: list[bool],
 
 @pytest.mark.parametrize("resample", FILTER_NAMES)
 def test_a_resample_reads_nothing_beyond_its_reach(resample: str) -> None:
-    """Pixels outside ``_reach`` of a box may hold anything: the resample is the same."""
+    """Pixels outside ``jpegcrop.reach`` of a box may hold anything: the resample is the
+    same."""
     rng = np.random.default_rng(len(resample))
     src = np.asarray(photo((300, 220), 30).convert("RGBX"))
     h, w = src.shape[:2]
@@ -200,8 +201,8 @@ def test_a_resample_reads_nothing_beyond_its_reach(resample: str) -> None:
         box = (x0, y0, int(rng.integers(x0 + 1, w + 1)), int(rng.integers(y0 + 1, h + 1)))
         out = (int(rng.integers(1, 400)), int(rng.integers(1, 400)))
         support = image.FILTER_SUPPORT[resample]
-        rx = image._reach(box[0], box[2], out[0], w, support)
-        ry = image._reach(box[1], box[3], out[1], h, support)
+        rx = jpegcrop.reach(box[0], box[2], out[0], w, support)
+        ry = jpegcrop.reach(box[1], box[3], out[1], h, support)
         junk = np.full_like(src, 0x5A)
         junk[ry[0]:ry[1], rx[0]:rx[1]] = src[ry[0]:ry[1], rx[0]:rx[1]]
         want = Image.fromarray(src, "RGBX").resize(out, FILTERS[resample], box=box)
@@ -209,14 +210,16 @@ def test_a_resample_reads_nothing_beyond_its_reach(resample: str) -> None:
         assert got.tobytes() == want.tobytes(), (box, out)
 
 
-def test_a_frame_is_renewed_after_its_share_of_sizes(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A frame keeps a view per image size: a fresh one bounds them."""
-    monkeypatch.setattr(image, "_scratch", threading.local())
-    sizes = [(11, 7 + i) for i in range(image.FRAME_SIZES + 1)]
-    first = image._frame(sizes[0])
-    assert all(image._frame(s) is first for s in sizes[:image.FRAME_SIZES])
-    assert image._frame(sizes[0]) is first
-    assert image._frame(sizes[-1]) is not first
+def test_a_frame_keeps_views_for_a_few_sizes_only() -> None:
+    """A frame keeps a Pillow view per image size, the last ``VIEWS`` sizes: originals come
+    in thousands of sizes."""
+    frame = jpegcrop.Frame()
+    sizes = [(11, 30 - i) for i in range(jpegcrop.Frame.VIEWS + 1)]  # the buffer never grows
+    first = [frame.view(*s)[1] for s in sizes[:jpegcrop.Frame.VIEWS]]
+    assert all(frame.view(*s)[1] is v for s, v in zip(sizes, first, strict=False))
+    frame.view(*sizes[-1])
+    assert len(frame._images) == 1
+    assert frame.view(*sizes[0])[1] is not first[0]
 
 
 # ---------------------------------------------------------------------------- the real sample
