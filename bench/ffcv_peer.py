@@ -43,7 +43,7 @@ import hashlib
 import json
 import mmap
 import os
-import select
+import selectors
 import struct
 import subprocess
 import sys
@@ -139,6 +139,14 @@ def skip_line(python: str | None, why: str | None = None) -> str:
     return f"FFCV rows skipped: {why}; {HOWTO}"
 
 
+def _readable(fd: int, timeout: float) -> bool:
+    """Whether ``fd`` has something to read within ``timeout`` s (poll/epoll: a descriptor
+    number above 1023, as in a process with many files open, is fine)."""
+    with selectors.DefaultSelector() as sel:
+        sel.register(fd, selectors.EVENT_READ)
+        return bool(sel.select(timeout))
+
+
 class FfcvPeer:
     """The benchmark's end of the FFCV side: a child process, a request a line."""
 
@@ -164,7 +172,7 @@ class FfcvPeer:
         deadline = time.monotonic() + timeout
         while b"\n" not in self._buf:
             left = deadline - time.monotonic()
-            if left <= 0 or not select.select([fd], [], [], left)[0]:
+            if left <= 0 or not _readable(fd, left):
                 raise PeerError(f"the FFCV side (pid {self.pid}) said nothing for {timeout:.0f} "
                                 f"s; its log {self.log}: {self._stderr_tail()}")
             chunk = os.read(fd, 1 << 16)

@@ -124,6 +124,28 @@ def test_a_silent_side_times_out(tmp_path: Path) -> None:
         peer.close()
 
 
+def test_replies_are_read_past_descriptor_1023(tmp_path: Path) -> None:
+    """A process with many files open (a parallel test run) gives the side's pipe a
+    descriptor number that select() cannot watch."""
+    with open(os.devnull, "rb") as null:
+        if os.sysconf("SC_OPEN_MAX") < 1100:
+            pytest.skip("this process may open fewer than 1,100 files")
+        held = [os.dup(null.fileno()) for _ in range(max(0, 1100 - null.fileno()))]
+    try:
+        peer = fake_side(tmp_path, "print('{\"ok\": true, \"n\": 1}', flush=True)\n"
+                                   "import sys\nsys.stdin.read()\n")
+        try:
+            assert peer.proc.stdout is not None and peer.proc.stdout.fileno() > 1023
+            assert peer.reply(timeout=20) == {"ok": True, "n": 1}
+            with pytest.raises(PeerError, match="said nothing for 1 s"):
+                peer.reply(timeout=1)
+        finally:
+            peer.close()
+    finally:
+        for fd in held:
+            os.close(fd)
+
+
 def test_the_ffcv_python_defaults_to_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(ffcv_peer.ENV, raising=False)
     assert parse_args([]).ffcv_python is None
