@@ -43,7 +43,6 @@ import hashlib
 import json
 import mmap
 import os
-import selectors
 import struct
 import subprocess
 import sys
@@ -54,6 +53,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from bench.common import REPO, timed_epoch
+from imgprep.procs import readable
 
 ENV = "IMGPREP_FFCV_PYTHON"  # the FFCV python when --ffcv-python is not given
 HOWTO = (f"to add them, install FFCV 1.0.2 in a virtualenv of its own (docs/benchmarks.md"
@@ -139,14 +139,6 @@ def skip_line(python: str | None, why: str | None = None) -> str:
     return f"FFCV rows skipped: {why}; {HOWTO}"
 
 
-def _readable(fd: int, timeout: float) -> bool:
-    """Whether ``fd`` has something to read within ``timeout`` s (poll/epoll: a descriptor
-    number above 1023, as in a process with many files open, is fine)."""
-    with selectors.DefaultSelector() as sel:
-        sel.register(fd, selectors.EVENT_READ)
-        return bool(sel.select(timeout))
-
-
 class FfcvPeer:
     """The benchmark's end of the FFCV side: a child process, a request a line."""
 
@@ -172,7 +164,7 @@ class FfcvPeer:
         deadline = time.monotonic() + timeout
         while b"\n" not in self._buf:
             left = deadline - time.monotonic()
-            if left <= 0 or not _readable(fd, left):
+            if left <= 0 or not readable(fd, left):
                 raise PeerError(f"the FFCV side (pid {self.pid}) said nothing for {timeout:.0f} "
                                 f"s; its log {self.log}: {self._stderr_tail()}")
             chunk = os.read(fd, 1 << 16)

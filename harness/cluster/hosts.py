@@ -17,7 +17,6 @@ its last process, the host name is its UTS namespace's, and the holder dies with
 from __future__ import annotations
 
 import contextlib
-import select
 import shlex
 import subprocess
 import time
@@ -27,6 +26,7 @@ from pathlib import Path
 
 from harness.cluster.netns import ClusterError, in_net
 from harness.cluster.procs import die_with_parent
+from imgprep.procs import readable
 
 
 @dataclass
@@ -69,7 +69,7 @@ def start_host(ns: str, name: str, addr: str, hosts: Path, setup: Sequence[Seque
     deadline = time.monotonic() + timeout
     line = ""
     while holder.stdout is not None and (left := deadline - time.monotonic()) > 0:
-        if select.select([holder.stdout], [], [], left)[0]:
+        if readable(holder.stdout, left):
             line = holder.stdout.readline()
             break
     if line.strip() != "ready":

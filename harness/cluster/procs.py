@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import select
 import subprocess
 import tempfile
 import time
@@ -18,7 +17,7 @@ from pathlib import Path
 from typing import Any, Self
 
 from harness.cluster.netns import ClusterError
-from imgprep.procs import die_with_parent
+from imgprep.procs import die_with_parent, readable
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -76,7 +75,7 @@ class Group:
         """One line of child ``i``'s stdout, waiting no later than the group's deadline."""
         stdout = self.procs[i].stdout
         left = self.deadline - time.monotonic()
-        if stdout is None or left <= 0 or not select.select([stdout], [], [], left)[0]:
+        if stdout is None or left <= 0 or not readable(stdout, left):
             self.kill()
             raise ClusterError(f"{' '.join(self.argvs[i])} printed nothing within "
                                f"{self.timeout:.0f} s")

@@ -34,7 +34,6 @@ import errno
 import importlib
 import io
 import os
-import select
 import shlex
 from pathlib import Path
 from types import TracebackType
@@ -42,6 +41,7 @@ from typing import Any, cast
 from urllib.parse import quote, urlsplit
 
 from imgprep.errors import ManifestError
+from imgprep.procs import readable
 from imgprep.shards.manifest import find_manifests, manifest_path
 
 SCHEMES = {  # URL prefix -> "module:class" of its Source, imported on first use
@@ -221,7 +221,7 @@ class Fetch(io.RawIOBase):
         return True
 
     def readinto(self, b: Any) -> int:
-        if not select.select([self._fd], [], [], self.stall_s)[0]:
+        if not readable(self._fd, self.stall_s):
             with contextlib.suppress(OSError):
                 self.pipe.proc.kill()
             who = "the command" if self.is_command else "the server"
