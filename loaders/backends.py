@@ -71,6 +71,11 @@ class Backend(Protocol):
 
     def dead(self, plan: EpochPlan, describe: Callable[[EpochPlan, int], str]) -> str: ...
 
+    def lock_pages(self) -> bool: ...  # in-place batches' memory page-locked for CUDA copies
+
+    @property
+    def page_locked(self) -> bool: ...  # whether it is (known once a pass has begun)
+
 
 class MakeBackend(Protocol):
     """A backend's class: made once per loader, before anything is read."""

@@ -178,6 +178,19 @@ class PlannedLoader:
         dead worker's error."""
         return self._batches(in_place=True)
 
+    def lock_pages(self) -> bool:
+        """Ask for the memory ``in_place`` batches live in (the workers' shared memory) to be
+        page-locked for CUDA, so that such a batch copies to a GPU asynchronously straight
+        from where it was decoded (``DeviceLoader`` does this). Done as the next pass's first
+        batch arrives; ``page_locked`` then says whether CUDA agreed. False where there is no
+        such memory (no worker processes, the DALI backend) or no CUDA device."""
+        return self._decoder.lock_pages()
+
+    @property
+    def page_locked(self) -> bool:
+        """Whether ``in_place`` batches are in page-locked memory (``lock_pages``)."""
+        return self._decoder.page_locked
+
     def _batches(self, in_place: bool) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         plan, skip = self.plan(), self._skip
         self._yielded = 0

@@ -170,6 +170,13 @@ class DaliBackend:
     def dead(self, plan: EpochPlan, describe: Callable[[EpochPlan, int], str]) -> str:
         return ""
 
+    def lock_pages(self) -> bool:
+        return False  # every batch is its own memory (pinned when asked)
+
+    @property
+    def page_locked(self) -> bool:
+        return False
+
     # -- a pass
     def run(self, plan: EpochPlan, skip: int, in_place: bool = False) -> Iterator[Batch]:
         """The plan's batches from ``skip`` on (each its own memory, ``in_place`` or not)."""

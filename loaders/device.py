@@ -7,12 +7,13 @@ A loader asked for ``memory_format="channels_last"`` hands them over laid out so
 the copy to the device keeps their strides and the conversion is elementwise, so nothing is
 transposed; contiguous batches are made channels_last after the conversion, as before.
 
-On the CPU a shard or label-list loader's batches are taken in place
-(``PlannedLoader.in_place``: no copy out of the workers' shared memory): the conversion makes
-the batch's own tensor before the next batch is asked for, which gives the slot back. On CUDA
-they are taken with ``iter(loader)``: each is its own memory (pinned by default), so the
-non-blocking copy to the GPU, which may still run after the next batch was asked for, reads
-memory no worker rewrites.
+A shard or label-list loader's batches are taken in place (``PlannedLoader.in_place``: no
+copy out of the workers' shared memory). On the CPU the conversion makes the batch's own
+tensor before the next batch is asked for, which gives the slot back. On CUDA the shared
+memory is page-locked (``PlannedLoader.lock_pages``) so the copy to the GPU runs
+asynchronously straight from the slot, and it is waited for before the next batch is asked
+for (it has had the trainer's whole step to finish). Where CUDA refuses to page-lock it, each
+batch is copied out into pinned memory first, as ``iter(loader)`` does for other loaders.
 """
 
 from __future__ import annotations
@@ -86,16 +87,30 @@ class DeviceLoader:
             for images, labels in batches:
                 yield self._convert(images, labels)  # a new tensor: the slot may go back
             return
+        yield from self._to_cuda()
+
+    def _to_cuda(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """The CUDA side: each batch copied and converted on a side stream, one batch ahead;
+        a planned loader's batches are taken in place from page-locked shared memory, the
+        copy finished before the next batch (which gives the slot back) is asked for."""
         stream = torch.cuda.Stream(self.device)
+        planned = self.loader if isinstance(self.loader, PlannedLoader) \
+            and self.loader.lock_pages() else None
+        batches = iter(self.loader) if planned is None else planned.in_place()
         ahead: Any = None
-        for images, labels in self.loader:
+        for images, labels in batches:
+            if planned is not None and not planned.page_locked:
+                images = images.pin_memory()  # CUDA refused: copy out, as iter() would
             with torch.cuda.stream(stream):
                 batch = self._convert(images, labels)
+                copied = stream.record_event()
             if ahead is not None:
                 yield ahead
             torch.cuda.current_stream(self.device).wait_stream(stream)
             for t in batch:  # memory made on the side stream is now used on the main one
                 t.record_stream(torch.cuda.current_stream(self.device))
             ahead = batch
+            if planned is not None:
+                copied.synchronize()  # the slot is read: it may go back to its worker
         if ahead is not None:
             yield ahead

@@ -135,6 +135,13 @@ class PillowBackend:
     def pids(self) -> tuple[int, ...]:
         return tuple(self.ring.pid(w) for w in range(self.workers))
 
+    def lock_pages(self) -> bool:
+        return self.ring.lock_pages()
+
+    @property
+    def page_locked(self) -> bool:
+        return self.ring.page_locked
+
     def run(self, plan: EpochPlan, skip: int, in_place: bool = False) -> Iterator[Batch]:
         self.ring.set_epoch(plan.epoch, plan.starts, skip)
         generation = self.ring.new_iteration()  # workers of an abandoned iteration stop

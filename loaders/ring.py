@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import weakref
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -53,6 +54,29 @@ class Ring:
             else None
         self._free = [mp.Semaphore(slots) for _ in range(workers)]
         self._parent = os.getpid()
+        self._lock_pages = False  # page-lock the slots for CUDA once the workers run
+        self.page_locked = False
+
+    def lock_pages(self) -> bool:
+        """Ask for the slots to be page-locked for CUDA (``cudaHostRegister``), so that a
+        batch handed over in place copies to a GPU asynchronously, straight from its slot.
+        Done by ``in_order`` when the first batch arrives: the workers have been forked by
+        then (a page-locked range may be left out of a child's memory). False where there
+        are no slots (no workers) or no CUDA device."""
+        if not self.page_locked:
+            self._lock_pages = self.data is not None and torch.cuda.is_available()
+        return self.page_locked or self._lock_pages
+
+    def _page_lock(self) -> None:
+        self._lock_pages = False
+        assert self.data is not None
+        ptr, size = self.data.data_ptr(), self.data.numel()
+        cudart = torch.cuda.cudart()
+        self.page_locked = int(cudart.cudaHostRegister(ptr, size, 0)) == 0
+        if self.page_locked:  # given back before the shared memory is unmapped
+            weakref.finalize(self, cudart.cudaHostUnregister, ptr)
+        else:
+            _take_cuda_error()
 
     # -- counters
     def set_epoch(self, epoch: int, starts: tuple[int, ...], skip: int) -> None:
@@ -114,6 +138,8 @@ class Ring:
                 gen, w, slot, n = (int(x) for x in images)
                 if gen != generation:
                     continue  # a batch of an abandoned iteration
+                if self._lock_pages:
+                    self._page_lock()
                 if in_place:
                     images, held = self.view(w, slot, n), w
                 else:
@@ -182,3 +208,12 @@ def is_dead(pid: int) -> bool:
         except PermissionError:
             return False
         return False
+
+
+def _take_cuda_error() -> None:
+    """A refused ``cudaHostRegister`` leaves its error behind for the next kernel launch's
+    check to raise, in the trainer's first step: take it here, with a launch of our own."""
+    try:
+        torch.empty(1, device="cuda").fill_(0)
+    except RuntimeError:
+        return  # the refusal's error, now consumed

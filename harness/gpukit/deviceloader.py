@@ -6,8 +6,8 @@ normalised tensor against a CPU reference.
   batch made ready before the next is asked for (as the trainer does); on CUDA the copy to
   the GPU and the normalisation run on a side stream one batch ahead, so they should cost
   next to nothing: target >= 0.95 on the full GPU run. The loader alone is taken as
-  ``DeviceLoader`` takes it: ``iter(loader)`` (pinned batches) on CUDA, ``loader.in_place()``
-  on the CPU.
+  ``DeviceLoader`` takes it, in place (no copy out of the workers' shared memory); on CUDA
+  that memory is page-locked, which a row reports.
 - Equality: the first batches of an epoch normalised by ``DeviceLoader`` on the device equal
   ``loaders.normalize`` of the same batches on the CPU, element for element, labels too.
 """
@@ -63,12 +63,11 @@ def check(ctx: Context) -> dict[str, Any]:
                          transform=TrainTransform(size=p.image_size),
                          memory_format="channels_last")
     dev = DeviceLoader(loader, ctx.device, loader.mean, loader.std)
-    alone_of = loader.in_place if ctx.device == "cpu" else loader.__iter__
     ok, detail = compare(ctx, loader, 0)  # also the warm-up: the workers start here
     alone, through = [], []
     for r in range(p.rounds):
         loader.set_epoch(r + 1)
-        alone.append(batch_rate(alone_of(), p.many_batches, ctx.sync))
+        alone.append(batch_rate(loader.in_place(), p.many_batches, ctx.sync))
         loader.set_epoch(r + 1)
         through.append(batch_rate(dev, p.many_batches, ctx.sync))
     value = ratio_of(rates(through), rates(alone))
@@ -82,4 +81,8 @@ def check(ctx: Context) -> dict[str, Any]:
         ratio(c, "DeviceLoader / loader alone", value, TARGET, ctx.targets_apply),
         holds(c, f"normalised on {ctx.device} = loaders.normalize on the CPU", ok, detail),
     ]
+    if ctx.device != "cpu":
+        rows.append(holds(c, "batches copied to the GPU straight from the workers' shared "
+                             "memory (page-locked)", loader.page_locked,
+                          "yes" if loader.page_locked else "no: copied out to pinned memory"))
     return {"rows": rows, "alone": alone, "device_loader": through, "ratio": value}

@@ -326,3 +326,24 @@ def test_device_loader_on_the_cpu_takes_batches_in_place(folders: dict[str, Path
     got = [x for x, _ in DeviceLoader(loader, "cpu", loader.mean, loader.std)]
     assert len(got) == len(want) and all(torch.equal(g, w) for g, w in zip(got, want,
                                                                            strict=True))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("memory_format", ["contiguous", "channels_last"])
+def test_device_loader_on_cuda_copies_from_page_locked_slots_with_the_cpu_values(
+        folders: dict[str, Path], monkeypatch: pytest.MonkeyPatch, memory_format: str) -> None:
+    """On CUDA the batches go to the GPU straight from the workers' page-locked shared memory
+    (never copied out on the CPU), with small slots that workers rewrite quickly: two
+    epochs equal the CPU normalisation of the copied batches, batch for batch."""
+    loader = make(folders, "shards", memory_format=memory_format)
+    want = [[normalize(x, *stats(loader)) for x, _ in run_epoch(loader, e)] for e in (0, 1)]
+
+    def no_copy(*args: Any) -> None:
+        raise AssertionError("DeviceLoader on CUDA copied a batch out of the ring")
+
+    monkeypatch.setattr(Ring, "take", no_copy)
+    for epoch in (0, 1):
+        loader.set_epoch(epoch)
+        got = [x.cpu() for x, _ in DeviceLoader(loader, "cuda", loader.mean, loader.std)]
+        assert loader.page_locked and len(got) == len(want[epoch])
+        assert all(torch.equal(g, w) for g, w in zip(got, want[epoch], strict=True))

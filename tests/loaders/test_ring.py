@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 import torch
 
+from loaders import ring as ring_module
 from loaders.ring import Ring, is_dead
 
 FORK = mp.get_context("fork")
@@ -229,3 +230,55 @@ def test_channels_last_slots_hold_rows_as_h_w_3_and_batches_leave_nchw_shaped() 
         assert images.is_contiguous(memory_format=torch.channels_last)
         assert [int(images[:, c].min()) for c in range(3)] == [0, 1, 2]
         assert [int(images[:, c].max()) for c in range(3)] == [0, 1, 2]
+
+
+class FakeCudart:
+    """Stands in for ``torch.cuda.cudart()``: records each registration, answers ``code``."""
+
+    def __init__(self, code: int) -> None:
+        self.code, self.registered, self.unregistered = code, [], []  # type: ignore[var-annotated]
+
+    def cudaHostRegister(self, ptr: int, size: int, flags: int) -> int:  # noqa: N802
+        self.registered.append((ptr, size, flags))
+        return self.code
+
+    def cudaHostUnregister(self, ptr: int) -> int:  # noqa: N802
+        self.unregistered.append(ptr)
+        return 0
+
+
+@pytest.mark.parametrize("code", [0, 1])
+def test_slots_are_page_locked_once_when_the_first_batch_arrives(
+        worker: Callable[..., tuple[Any, Any]], monkeypatch: pytest.MonkeyPatch,
+        code: int) -> None:
+    """lock_pages asks; the first batch of the next pass (its worker forked by then) locks
+    the whole ring once, a second pass does not lock it again, and a refusal (code 1) leaves
+    page_locked False (the next pass asks again) and its CUDA error taken; the lock is
+    given back with the ring."""
+    cudart, taken = FakeCudart(code), []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "cudart", lambda: cudart)
+    monkeypatch.setattr(ring_module, "_take_cuda_error", lambda: taken.append(1))
+    ring = Ring(1, SLOTS, BATCH, SIZE)
+    assert ring.lock_pages() and not ring.page_locked and not cudart.registered
+    for _ in range(2):
+        generation = ring.new_iteration()
+        _, tickets = worker(ring, generation, 2)
+        items = ((b, tickets.get(timeout=TIMEOUT), _labels(b, b)) for b in range(2))
+        got = [int(x[0, 0, 0, 0]) for x, _ in ring.in_order(items, generation, pin=False,
+                                                              in_place=True)]
+        assert got == [1, 2] and ring.page_locked == (code == 0)
+        assert ring.lock_pages()  # locked already, or asked again
+    size = SLOTS * BATCH * 3 * SIZE * SIZE
+    assert cudart.registered == [(ring.data.data_ptr(), size, 0)] * (1 if code == 0 else 2)
+    assert len(taken) == len(cudart.registered) - (code == 0)  # each refusal's error taken
+    ptr = ring.data.data_ptr()
+    del ring
+    assert cudart.unregistered == ([ptr] if code == 0 else [])
+
+
+def test_without_workers_or_cuda_nothing_is_page_locked(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert not Ring(1, SLOTS, BATCH, SIZE).lock_pages()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert not Ring(0, SLOTS, BATCH, SIZE).lock_pages()
