@@ -37,6 +37,7 @@ def make_loader(data: str | Path, split: str, world: World, batch_size: int,
                 backend: str = LoaderOptions.backend,
                 device: str = LoaderOptions.device,
                 memory_format: str = LoaderOptions.memory_format,
+                order_version: int = LoaderOptions.order_version,
                 root: Path | None = None, num_classes: int | None = None,
                 mean: tuple[float, ...] | None = None, std: tuple[float, ...] | None = None
                 ) -> Loader:
@@ -72,7 +73,7 @@ def make_loader(data: str | Path, split: str, world: World, batch_size: int,
                                transform=transform, tail=tail, shuffle=shuffle,
                                on_error=on_error, pin_memory=pin_memory,
                                prefetch_factor=prefetch_factor, backend=backend, device=device,
-                               memory_format=memory_format)
+                               memory_format=memory_format, order_version=order_version)
         path, root = path / (m.list_file or f"{split}.txt"), path
         num_classes, mean, std = len(m.classes), tuple(m.mean), tuple(m.std)
     if mode not in (None, "replicate"):
@@ -82,7 +83,8 @@ def make_loader(data: str | Path, split: str, world: World, batch_size: int,
                            num_classes=num_classes, mean=mean or (), std=std or (),
                            transform=transform, tail=tail, shuffle=shuffle, on_error=on_error,
                            pin_memory=pin_memory, prefetch_factor=prefetch_factor,
-                           backend=backend, device=device, memory_format=memory_format)
+                           backend=backend, device=device, memory_format=memory_format,
+                           order_version=order_version)
 
 
 __all__ = ["BACKENDS", "PAD", "PAD_LABEL", "DeviceLoader", "LabelListLoader", "Loader",

@@ -12,6 +12,8 @@
 - ``state_dict`` holds the batches done on this World and, per pool, the positions of the
   epoch's order done (one count when one says it for every pool); a state from another
   World resumes from the positions (elastic; partition data only on its own node count).
+  It also records the order's version (``loaders.order``: absent means 1); a state of
+  another version is refused, since its positions mean other samples.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from loaders.backends import Backend, Source, backend_class
 from loaders.common import LoaderError
 from loaders.config import BackendOptions, Config, LoaderOptions
 from loaders.epochs import EpochPlan, as_samples, pool_starts, pools
+from loaders.order import ORDER_KEY
 
 
 class PlannedLoader:
@@ -112,7 +115,8 @@ class PlannedLoader:
         done = self.plan().position(self._skip + self._yielded)
         return {"epoch": self.epoch, "batch": self._batch0 + self._skip + self._yielded,
                 "samples": as_samples(done, self._sizes),
-                "from": as_samples(self._from, self._sizes), **self._shape()}
+                "from": as_samples(self._from, self._sizes),
+                ORDER_KEY: self.cfg.order_version, **self._shape()}
 
     def _batch_at(self, epoch: int, starts: tuple[int, ...]) -> int:
         """The batch of this World's whole epoch that a plan from ``starts`` begins at (the
@@ -135,6 +139,7 @@ class PlannedLoader:
         """Resume where ``state`` (from ``state_dict``, on this World or, in replicate mode,
         on another number of ranks or batch size) stands: each remaining sample of the epoch
         once, and on the same World exactly the batches an uninterrupted run yields."""
+        self._check_order(state)
         epoch, batch = int(state["epoch"]), int(state["batch"])
         if "samples" not in state or all(state.get(k) == v for k, v in self._shape().items()):
             starts = self._starts(state, "from", epoch)
@@ -148,6 +153,19 @@ class PlannedLoader:
             self.plan(epoch, starts)  # refuse now if this World cannot be served from there
         self.epoch, self._from, self._batch0 = epoch, starts, batch0
         self._skip, self._yielded = batch - batch0, 0
+
+    def _check_order(self, state: Mapping[str, Any]) -> None:
+        """Refuse a state whose epoch order is of another version than this loader's."""
+        theirs, mine = state.get(ORDER_KEY, 1), self.cfg.order_version
+        if theirs == mine:
+            return
+        why = "" if ORDER_KEY in state else f" (it has no {ORDER_KEY!r}: written before " \
+            "versions were recorded)"
+        raise LoaderError(
+            f"rank {self.world.rank}: the checkpoint's epoch order is version {theirs}{why}, "
+            f"this loader's is version {mine}: its positions would name other samples; make "
+            f"the loader with order_version={theirs} to resume it exactly (later epochs keep "
+            "that order), or start a new epoch on this loader with set_epoch")
 
     def _check_elastic(self, state: Mapping[str, Any]) -> None:
         mode = self.cfg.mode

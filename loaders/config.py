@@ -21,6 +21,7 @@ from imgprep.job.assign import MODES
 from imgprep.job.world import World
 from loaders.common import check_policies
 from loaders.epochs import PAD, EpochPlan, plan_epoch
+from loaders.order import ORDER_VERSION, check_order_version
 from loaders.transforms import TrainTransform, Transform, ValTransform
 
 DEVICES = ("cpu", "gpu")  # where batches are decoded ("gpu": this rank's, the dali backend)
@@ -48,10 +49,12 @@ class Config:
     shuffle: bool
     on_error: str
     memory_format: str
+    order_version: int = ORDER_VERSION  # how epoch orders are drawn (loaders.order)
 
     def __post_init__(self) -> None:
         check_policies(self.batch_size, self.workers, self.tail, self.on_error,
                        self.memory_format)
+        check_order_version(self.order_version)
         if self.mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, not {self.mode!r}")
         if not self.samples or min(self.samples) < 0:
@@ -60,7 +63,8 @@ class Config:
 
     def plan(self, epoch: int, starts: tuple[int, ...]) -> EpochPlan:
         return plan_epoch(self.samples, self.world, self.mode, self.layout_seed, epoch,
-                          self.batch_size, self.workers, self.tail, self.shuffle, starts)
+                          self.batch_size, self.workers, self.tail, self.shuffle, starts,
+                          self.order_version)
 
     @property
     def channels_last(self) -> bool:
@@ -103,6 +107,9 @@ class LoaderOptions:
             ``"channels_last"`` (decoded as H x W x 3 rows and handed over NCHW-shaped with
             ``torch.channels_last`` strides: the same values, no transpose anywhere on the CPU
             for a model that runs channels_last).
+        order_version: how epoch orders are drawn (``loaders.order``): 2 (the default: each
+            rank computes only its own share of the order) or 1 (the order of checkpoints
+            written before versions were recorded: make the loader with 1 to resume one).
 
     ``None`` leaves the choice to the split: training augments (``TrainTransform()``),
     ends with ``tail="drop"`` and shuffles; validation center-crops (``ValTransform()``),
@@ -121,10 +128,12 @@ class LoaderOptions:
     backend: str = "pillow"
     device: str = "cpu"
     memory_format: str = "contiguous"
+    order_version: int = ORDER_VERSION
 
     def __post_init__(self) -> None:
         check_policies(self.batch_size, self.workers, self.tail, self.on_error,
                        self.memory_format)
+        check_order_version(self.order_version)
         if self.transform is not None:
             _check_transform(self.transform)
         if self.prefetch_factor < 1:
@@ -142,7 +151,8 @@ class LoaderOptions:
                       transform=self.transform or (TrainTransform() if train else ValTransform()),
                       tail=self.tail or ("drop" if train else "pad"),
                       shuffle=train if self.shuffle is None else self.shuffle,
-                      on_error=self.on_error, memory_format=self.memory_format)
+                      on_error=self.on_error, memory_format=self.memory_format,
+                      order_version=self.order_version)
 
 
 @dataclass(frozen=True, kw_only=True)

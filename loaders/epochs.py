@@ -5,9 +5,12 @@ loader over its list (one "shard" of all its entries), so their tails are one im
 
 - A *pool* is the samples a group of ranks shares: the whole set in replicate mode (the
   group is every rank), a node's shards in partition mode (the group is the node's ranks).
-- Epoch e's order is a seeded permutation of the pool (identity without shuffle). It does not
-  depend on the World, so a checkpoint can say "the first k samples of the order are done"
-  in words any World understands: that is what makes resume elastic.
+- A pool is held as its shard ranges (``Pool``: O(shards) memory), order positions mapped to
+  sample ids through cumulative counts; nothing a rank computes is pool-sized.
+- Epoch e's order is a seeded permutation of the pool (identity without shuffle), of a
+  versioned kind (``loaders.order``: version 2 is evaluated at this rank's positions only).
+  It does not depend on the World, so a checkpoint can say "the first k samples of the
+  order are done" in words any World understands: that is what makes resume elastic.
 - Every rank takes the same number of steps; in a step, the g ranks of a group take
   consecutive runs of the pool's order, rank slot r the r-th run (``Cut``). The tail decides
   the runs:
@@ -25,7 +28,8 @@ loader over its list (one "shard" of all its entries), so their tails are one im
   worker batch counts differ by at most one and every worker is busy whenever the rank has
   at least ``workers`` batches, whatever the number of shards.
 
-Everything is vectorised numpy: a 1.28M-sample epoch is planned in tens of milliseconds.
+Everything is vectorised numpy over this rank's share: with order version 2 a rank's plan
+costs about the same per sample of its share at 100 k and at 13 M samples (``bench.plan``).
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ import numpy as np
 from imgprep.job.assign import node_shards
 from imgprep.job.world import World
 from loaders.common import TAILS, LoaderError
+from loaders.order import ORDER_VERSION, order_at
 
 PAD = -1  # a padding slot in a plan's sample table
 MIN_SHORT = 2  # tail="short": the fewest samples a last batch gets where the pool allows
@@ -58,32 +63,57 @@ def group_of(world: World, mode: str) -> Group:
     return Group(world.node_rank, world.local_world_size, world.local_rank)
 
 
-def pools(samples: Sequence[int], num_nodes: int, mode: str, seed: int) -> list[np.ndarray]:
-    """The sample ids (shard order) of each pool: one for replicate, one per node for
+@dataclass(frozen=True, eq=False)
+class Pool:
+    """A pool's samples as ranges of sample ids, in the pool's own order (replicate: one
+    range, the whole set; partition: the node's shards): positions ``cum[i] .. cum[i+1]-1``
+    are ids ``first[i] ..``. O(ranges) memory, whatever the samples."""
+
+    first: np.ndarray  # first sample id of each (non-empty) range
+    cum: np.ndarray  # positions before each range, then the pool's size
+
+    def __len__(self) -> int:
+        return int(self.cum[-1])
+
+    def ids(self, positions: np.ndarray) -> np.ndarray:
+        """The sample id at each of ``positions`` (each in ``[0, len(self))``)."""
+        at = np.asarray(positions, dtype=np.int64)
+        i = np.searchsorted(self.cum, at, side="right") - 1
+        return self.first[i] + (at - self.cum[i])
+
+    @classmethod
+    def of_ranges(cls, first: np.ndarray, counts: np.ndarray) -> Pool:
+        keep = counts > 0
+        return cls(first=np.asarray(first[keep], np.int64),
+                   cum=np.concatenate([[0], np.cumsum(counts[keep], dtype=np.int64)]))
+
+
+def pools(samples: Sequence[int], num_nodes: int, mode: str, seed: int) -> list[Pool]:
+    """Each pool's samples as shard ranges: one pool for replicate, one per node for
     partition (the node's shards, as ``imgprep.job.assign.node_shards`` places them)."""
-    first = np.concatenate([[0], np.cumsum(np.asarray(samples, np.int64))])
+    counts = np.asarray(samples, np.int64)
+    first = np.concatenate([[0], np.cumsum(counts)])
     if mode == "replicate":
-        return [np.arange(first[-1], dtype=np.int64)]
-    out = []
-    for held in node_shards(samples, num_nodes, mode, seed):
-        parts = [np.arange(first[i], first[i + 1], dtype=np.int64) for i in held]
-        out.append(np.concatenate(parts) if parts else np.zeros(0, np.int64))
-    return out
+        return [Pool.of_ranges(first[:1], first[-1:])]
+    return [Pool.of_ranges(first[np.asarray(held, np.int64)], counts[np.asarray(held, np.int64)])
+            for held in node_shards(samples, num_nodes, mode, seed)]
 
 
-def order_positions(n: int, seed: int, epoch: int, pool: int, shuffle: bool
-                    ) -> np.ndarray | None:
-    """Epoch ``epoch``'s order of a pool of ``n`` samples as positions in the pool (a seeded
-    permutation), or None for the pool's own order (no shuffle)."""
+def order_positions(n: int, seed: int, epoch: int, pool: int, shuffle: bool,
+                    positions: np.ndarray, version: int = ORDER_VERSION) -> np.ndarray:
+    """Epoch ``epoch``'s order of a pool of ``n`` samples at ``positions``: the pool
+    position each holds (``loaders.order``; the positions themselves without shuffle)."""
     if not shuffle:
-        return None
-    return np.random.default_rng([seed, epoch, 0x5A3, pool]).permutation(n)
+        return np.asarray(positions, dtype=np.int64)
+    return order_at(positions, n, seed, epoch, pool, version)
 
 
-def pool_order(ids: np.ndarray, seed: int, epoch: int, pool: int, shuffle: bool) -> np.ndarray:
-    """Epoch ``epoch``'s order of a pool's samples (a seeded permutation when shuffling)."""
-    at = order_positions(len(ids), seed, epoch, pool, shuffle)
-    return ids if at is None else ids[at]
+def pool_order(ids: Pool, seed: int, epoch: int, pool: int, shuffle: bool,
+               version: int = ORDER_VERSION) -> np.ndarray:
+    """Epoch ``epoch``'s whole order of a pool's sample ids (pool-sized: for checks and
+    summaries; plans look up only their own positions)."""
+    n = len(ids)
+    return ids.ids(order_positions(n, seed, epoch, pool, shuffle, np.arange(n), version))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -259,10 +289,12 @@ class EpochPlan:
 
 def plan_epoch(samples: Sequence[int], world: World, mode: str, seed: int, epoch: int,
                batch_size: int, workers: int, tail: str, shuffle: bool = True,
-               start: int | Sequence[int] = 0) -> EpochPlan:
+               start: int | Sequence[int] = 0, order_version: int = ORDER_VERSION
+               ) -> EpochPlan:
     """This rank's plan for ``epoch`` once ``start`` positions of each pool's order are done
-    (one count for every pool, or one per pool; 0: the whole epoch). Every rank computes the
-    same step count from the counts alone."""
+    (one count for every pool, or one per pool; 0: the whole epoch), its order of version
+    ``order_version`` (``loaders.order``). Every rank computes the same step count from the
+    counts alone; with version 2 the rest costs this rank's share, not the pool."""
     group = group_of(world, mode)
     every = pools(samples, world.num_nodes, mode, seed)
     sizes = tuple(len(p) for p in every)
@@ -272,15 +304,16 @@ def plan_epoch(samples: Sequence[int], world: World, mode: str, seed: int, epoch
                 tail)
     except LoaderError as e:
         raise LoaderError(f"rank {world.rank}: {e}") from None
-    ids = every[group.pool]
-    order = order_positions(len(ids), seed, epoch, group.pool, shuffle)
+    ids, n = every[group.pool], sizes[group.pool]
     offset, width = c.runs(group.pool, group.slot)
     first = starts[group.pool] + offset
     col = np.arange(batch_size, dtype=np.int64)[None, :]
     pos = first[:, None] + col
-    real = (col < width[:, None]) & (pos < len(ids))
-    at = np.clip(pos, 0, max(0, len(ids) - 1))  # only this rank's positions are looked up
-    table = np.where(real, ids[at if order is None else order[at]] if len(ids) else PAD, PAD)
+    real = (col < width[:, None]) & (pos < n)
+    table = np.full(pos.shape, PAD, dtype=np.int64)
+    if n:  # only this rank's positions are looked up
+        at = order_positions(n, seed, epoch, group.pool, shuffle, pos[real], order_version)
+        table[real] = ids.ids(at)
     done = np.stack([s + c.done(p) for p, s in enumerate(starts)]).reshape(len(sizes), -1)
     if tail == "uneven":  # only batches with a real sample (always a leading run of them)
         keep = real.any(axis=1)

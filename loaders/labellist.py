@@ -159,12 +159,13 @@ class LabelListLoader(PlannedLoader):
                  prefetch_factor: int = LoaderOptions.prefetch_factor,
                  backend: str = LoaderOptions.backend,
                  device: str = LoaderOptions.device,
-                 memory_format: str = LoaderOptions.memory_format) -> None:
+                 memory_format: str = LoaderOptions.memory_format,
+                 order_version: int = LoaderOptions.order_version) -> None:
         options = LoaderOptions(batch_size=batch_size, workers=workers, seed=seed,
                                 transform=transform, tail=tail, shuffle=shuffle,
                                 on_error=on_error, pin_memory=pin_memory,
                                 prefetch_factor=prefetch_factor, backend=backend, device=device,
-                                memory_format=memory_format)
+                                memory_format=memory_format, order_version=order_version)
         self.entries = read_label_list(Path(list_file), root, num_classes)
         self.num_classes = num_classes or list_classes(self.entries)
         self.mean, self.std = mean, std

@@ -216,12 +216,13 @@ class ShardLoader(PlannedLoader):
                  prefetch_factor: int = LoaderOptions.prefetch_factor,
                  backend: str = LoaderOptions.backend,
                  device: str = LoaderOptions.device,
-                 memory_format: str = LoaderOptions.memory_format) -> None:
+                 memory_format: str = LoaderOptions.memory_format,
+                 order_version: int = LoaderOptions.order_version) -> None:
         options = LoaderOptions(batch_size=batch_size, workers=workers, seed=seed,
                                 transform=transform, tail=tail, shuffle=shuffle,
                                 on_error=on_error, pin_memory=pin_memory,
                                 prefetch_factor=prefetch_factor, backend=backend, device=device,
-                                memory_format=memory_format)
+                                memory_format=memory_format, order_version=order_version)
         self.shards = open_shards(Path(folder), split, mode, seed)
         s = self.shards
         check_world(s, world)
