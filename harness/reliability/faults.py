@@ -513,7 +513,7 @@ def worker_kills(work: Path, trials: int, seed: int = 0) -> list[Trial]:
             if f"worker {victim} (pid " not in seen:
                 problem = f"the error does not name worker {victim}: {seen[:300]}"
         resumed = loader()
-        resumed.load_state_dict({"epoch": 0, "batch": taken})
+        resumed.load_state_dict(resumed.state_dict() | {"epoch": 0, "batch": taken})
         tail = [lab for _, lab in resumed]
         if len(tail) != len(whole) - taken or not all(
                 torch.equal(a, b) for a, b in zip(tail, whole[taken:], strict=False)):

@@ -23,12 +23,14 @@ from imgprep.job.assign import MODES, balanced_split, node_shards
 from imgprep.job.world import World
 from loaders.common import LoaderError
 from loaders.epochs import PAD, EpochPlan, plan_epoch, pools
+from loaders.order import ORDER_VERSIONS
 
 PROPS = settings(max_examples=200, deadline=None)
 
 seeds = st.integers(0, 2**32 - 1)
 epochs = st.integers(0, 10_000)
 sample_counts = st.integers(1, 3000)
+versions = st.sampled_from(ORDER_VERSIONS)  # drawn, so both versions cost no extra examples
 
 
 def worlds(nodes: int, per_node: int) -> list[World]:
@@ -196,9 +198,10 @@ def test_node_shards_example() -> None:
 
 
 def _plans(samples: list[int], nodes: int, per_node: int, mode: str, seed: int, epoch: int,
-           batch: int, workers: int, tail: str, start: int = 0) -> list[EpochPlan]:
-    return [plan_epoch(samples, w, mode, seed, epoch, batch, workers, tail, start=start)
-            for w in worlds(nodes, per_node)]
+           batch: int, workers: int, tail: str, start: int | tuple[int, ...] = 0,
+           version: int = 2) -> list[EpochPlan]:
+    return [plan_epoch(samples, w, mode, seed, epoch, batch, workers, tail, start=start,
+                       order_version=version) for w in worlds(nodes, per_node)]
 
 
 def short_serves(sizes: Sequence[int], group: int, batch: int) -> bool:
@@ -221,10 +224,11 @@ def runs_of(plans: Sequence[EpochPlan], worlds_: Sequence[World], mode: str
 @PROPS
 @given(samples=st.lists(st.integers(1, 60), min_size=1, max_size=24), layout=layouts(),
        seed=seeds, epoch=epochs, batch=st.integers(1, 9), workers=st.integers(1, 4),
-       tail=st.sampled_from(["drop", "short", "pad", "uneven"]), mode=st.sampled_from(MODES))
+       tail=st.sampled_from(["drop", "short", "pad", "uneven"]), mode=st.sampled_from(MODES),
+       version=versions)
 def test_plans_keep_each_tails_promise(
         samples: list[int], layout: tuple[int, int], seed: int, epoch: int, batch: int,
-        workers: int, tail: str, mode: str) -> None:
+        workers: int, tail: str, mode: str, version: int) -> None:
     """Whatever the shard count: equal step counts on every rank (all but uneven), no sample
     twice, and per tail: drop: full batches only, leaving out only what does not fill a
     step of every pool; short: every sample once, full batches then runs that differ by at
@@ -237,9 +241,11 @@ def test_plans_keep_each_tails_promise(
     group = per_node if mode == "partition" else nodes * per_node
     if tail == "short" and not short_serves(sizes, group, batch):
         with pytest.raises(LoaderError, match="tail='pad'"):
-            _plans(samples, nodes, per_node, mode, seed, epoch, batch, workers, tail)
+            _plans(samples, nodes, per_node, mode, seed, epoch, batch, workers, tail,
+                   version=version)
         return
-    plans = _plans(samples, nodes, per_node, mode, seed, epoch, batch, workers, tail)
+    plans = _plans(samples, nodes, per_node, mode, seed, epoch, batch, workers, tail,
+                   version=version)
     if tail != "uneven":
         assert len({p.batches for p in plans}) == 1
     ids = np.concatenate([p.table[p.table != PAD] for p in plans])
@@ -276,17 +282,19 @@ def test_plans_keep_each_tails_promise(
 @PROPS
 @given(samples=st.lists(st.integers(1, 60), min_size=1, max_size=24), layout=layouts(),
        seed=seeds, epoch=epochs, batch=st.integers(1, 9), done=st.integers(0, 40),
-       after=layouts(), tail=st.sampled_from(["pad", "short"]))
+       after=layouts(), tail=st.sampled_from(["pad", "short"]), version=versions)
 def test_replicate_resume_on_another_world_takes_the_rest_of_the_order(
         samples: list[int], layout: tuple[int, int], seed: int, epoch: int, batch: int,
-        done: int, after: tuple[int, int], tail: str) -> None:
+        done: int, after: tuple[int, int], tail: str, version: int) -> None:
     """Steps done on one World, the rest planned on another from the samples consumed: the
     two together are the epoch's order, each sample once (pad, short)."""
     try:
-        first = _plans(samples, *layout, "replicate", seed, epoch, batch, 2, tail)
+        first = _plans(samples, *layout, "replicate", seed, epoch, batch, 2, tail,
+                       version=version)
         k = min(done, first[0].batches)
         start = min(first[0].consumed(k), sum(samples))
-        rest = _plans(samples, *after, "replicate", seed, epoch, batch, 3, tail, start)
+        rest = _plans(samples, *after, "replicate", seed, epoch, batch, 3, tail, start,
+                      version)
     except LoaderError:  # short: fewer samples (left) than batches to give one each
         assume(False)
         return
@@ -298,18 +306,21 @@ def test_replicate_resume_on_another_world_takes_the_rest_of_the_order(
 
 @PROPS
 @given(samples=st.lists(st.integers(1, 60), min_size=2, max_size=24), per_node=st.integers(1, 4),
-       seed=seeds, batch=st.integers(2, 9), done=st.integers(0, 40), after=st.integers(1, 4))
+       seed=seeds, batch=st.integers(2, 9), done=st.integers(0, 40), after=st.integers(1, 4),
+       version=versions)
 def test_partition_short_resume_on_other_local_ranks_takes_each_pools_rest(
         samples: list[int], per_node: int, seed: int, batch: int, done: int,
-        after: int) -> None:
+        after: int, version: int) -> None:
     """Partition, tail="short": the pools' tails are cut differently, so after k steps the
     pools have done different counts; a plan from those per-pool counts on another number of
     ranks per node gives every remaining sample once."""
     try:
-        first = _plans(samples, 2, per_node, "partition", seed, 0, batch, 2, "short")
+        first = _plans(samples, 2, per_node, "partition", seed, 0, batch, 2, "short",
+                       version=version)
         k = min(done, first[0].batches)
         start = first[0].position(k)
-        rest = _plans(samples, 2, after, "partition", seed, 0, batch, 2, "short", start)
+        rest = _plans(samples, 2, after, "partition", seed, 0, batch, 2, "short", start,
+                      version)
     except LoaderError:
         assume(False)
         return
@@ -329,13 +340,14 @@ def test_short_spreads_the_rest_over_the_last_step() -> None:
     assert [(p.table != PAD).sum(axis=1).tolist()[-1] for p in plans] == [3, 2]
 
 
-def test_plans_are_pure_and_epochs_and_seeds_reshuffle() -> None:
+@pytest.mark.parametrize("version", ORDER_VERSIONS)
+def test_plans_are_pure_and_epochs_and_seeds_reshuffle(version: int) -> None:
     samples = [100] * 12
-    a = _plans(samples, 2, 2, "replicate", 5, 3, 8, 2, "drop")
-    b = _plans(list(samples), 2, 2, "replicate", 5, 3, 8, 2, "drop")
+    a = _plans(samples, 2, 2, "replicate", 5, 3, 8, 2, "drop", version=version)
+    b = _plans(list(samples), 2, 2, "replicate", 5, 3, 8, 2, "drop", version=version)
     assert all(np.array_equal(x.table, y.table) for x, y in zip(a, b, strict=True))
-    for other in (_plans(samples, 2, 2, "replicate", 5, 4, 8, 2, "drop"),
-                  _plans(samples, 2, 2, "replicate", 6, 3, 8, 2, "drop")):
+    for other in (_plans(samples, 2, 2, "replicate", 5, 4, 8, 2, "drop", version=version),
+                  _plans(samples, 2, 2, "replicate", 6, 3, 8, 2, "drop", version=version)):
         assert not np.array_equal(a[0].table, other[0].table)
 
 

@@ -32,6 +32,7 @@ from loaders import (
 )
 from loaders.epochs import PAD, plan_epoch
 from loaders.labellist import read_label_list
+from loaders.order import ORDER_KEY
 
 
 @pytest.fixture(scope="module")
@@ -144,7 +145,7 @@ def test_workers_resume_exactly_and_keep_their_pids_across_epochs(listed: Path) 
     full = _epoch(loader, 1)
     pids = loader.worker_pids
     assert len(set(pids)) == 2 and min(pids) > 0
-    loader.load_state_dict({"epoch": 1, "batch": 3})
+    loader.load_state_dict({"epoch": 1, "batch": 3, ORDER_KEY: 2})
     tail = [(x.clone(), y.clone()) for x, y in loader]
     assert all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
                for a, b in zip(full[3:], tail, strict=True))
@@ -180,11 +181,14 @@ def test_auto_workers_leave_a_core_to_each_rank(monkeypatch: pytest.MonkeyPatch)
         worker_count("many", World())
 
 
-@pytest.mark.parametrize("k", [0, 1, 3, 5])
-def test_resume_mid_epoch(listed: Path, k: int) -> None:
-    loader = LabelListLoader(listed / "train.txt", World(), 4, workers=0, seed=2)
+@pytest.mark.parametrize(("k", "version"), [(0, 2), (1, 1), (3, 2), (5, 1)])
+def test_resume_mid_epoch(listed: Path, k: int, version: int) -> None:
+    """A state of only epoch and batch (an older checkpoint: order version 1) resumes on a
+    loader made with order_version=1; with the version recorded, on its version."""
+    loader = LabelListLoader(listed / "train.txt", World(), 4, workers=0, seed=2,
+                             order_version=version)
     full = _epoch(loader, 3)
-    loader.load_state_dict({"epoch": 3, "batch": k})
+    loader.load_state_dict({"epoch": 3, "batch": k} | ({} if version == 1 else {ORDER_KEY: 2}))
     assert len(loader) == len(full) - k
     tail = [(x, y) for x, y in loader]
     assert len(tail) == len(full) - k
@@ -282,5 +286,5 @@ def test_batches_per_epoch_survives_a_resume(listed: Path) -> None:
     loader = make_loader(listed, "train", World(), batch_size=2, workers=0)
     full = loader.batches_per_epoch
     assert full == len(loader) >= 3
-    loader.load_state_dict({"epoch": 0, "batch": 2})
+    loader.load_state_dict({"epoch": 0, "batch": 2, ORDER_KEY: 2})
     assert len(loader) == full - 2 and loader.batches_per_epoch == full

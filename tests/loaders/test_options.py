@@ -46,7 +46,7 @@ def test_every_entry_names_each_option_with_the_options_default(entry: Callable[
 @pytest.mark.parametrize("bad", [
     {"batch_size": 0}, {"workers": -1}, {"tail": "sideways"}, {"on_error": "ignore"},
     {"prefetch_factor": 0}, {"device": "tpu"}, {"transform": "center"},
-    {"memory_format": "nhwc"},
+    {"memory_format": "nhwc"}, {"order_version": 3},
 ], ids=lambda bad: next(iter(bad)))
 def test_a_wrong_option_fails_before_anything_is_read(tmp_path: Path, bad: dict[str, Any]
                                                        ) -> None:

@@ -53,6 +53,7 @@ from imgprep.stage.run import stage_to_node
 from loaders.common import TAILS
 from loaders.epochs import pools
 from loaders.labellist import LabelListLoader
+from loaders.order import ORDER_KEY
 from loaders.shards import PAD_LABEL, LoaderError, ShardLoader, iter_members, iter_samples
 from loaders.transforms import TrainTransform, ValTransform, into_chw
 from tests.support import free_port, jpeg
@@ -372,16 +373,19 @@ def test_order_per_epoch_rerun_and_seed(data: ShardData, mode: str, workers: int
 # ---------------------------------------------------------------------------- resume
 
 
-@pytest.mark.parametrize("tail", ["drop", "short", "pad"])
-@pytest.mark.parametrize("workers", [0, 2])
-def test_resume_yields_the_tail(data: ShardData, workers: int, tail: str) -> None:
-    """load_state_dict({"epoch": e, "batch": k}) then iterating gives exactly batches k..
-    of an uninterrupted epoch e, from the same loader or a fresh one."""
+@pytest.mark.parametrize(("workers", "tail", "version"), [
+    (0, "drop", 2), (0, "short", 2), (0, "pad", 1), (2, "drop", 2), (2, "short", 1),
+    (2, "pad", 2)])
+def test_resume_yields_the_tail(data: ShardData, workers: int, tail: str, version: int
+                                ) -> None:
+    """load_state_dict({"epoch": e, "batch": k, "order_version": v}) then iterating gives
+    exactly batches k.. of an uninterrupted epoch e, from the same loader or a fresh one,
+    with either order version."""
     world = layout(1, 2)[1]
 
     def make() -> ShardLoader:
         return ShardLoader(data.folder, "train", world, 2, workers=workers, tail=tail,
-                           transform=SMALL_TRAIN)
+                           transform=SMALL_TRAIN, order_version=version)
 
     loader = make()
     epoch = 1
@@ -390,7 +394,7 @@ def test_resume_yields_the_tail(data: ShardData, workers: int, tail: str) -> Non
     assert n >= 4
     for k in sorted({0, 1, n // 2, n - 1, n}):
         for target in (loader, make()):
-            target.load_state_dict({"epoch": epoch, "batch": k})
+            target.load_state_dict({"epoch": epoch, "batch": k, ORDER_KEY: version})
             assert len(target) == n - k
             got = []
             for i, batch in enumerate(target):
@@ -431,7 +435,7 @@ def test_state_dict_right_after_load_state_dict(data: ShardData) -> None:
     """A checkpoint taken after resuming but before the next batch keeps the position."""
     loader = ShardLoader(data.folder, "train", World(), 4, workers=0, transform=SMALL_TRAIN)
     assert position(loader) == {"epoch": 0, "batch": 0}
-    loader.load_state_dict({"epoch": 1, "batch": 3})
+    loader.load_state_dict({"epoch": 1, "batch": 3, ORDER_KEY: 2})
     assert position(loader) == {"epoch": 1, "batch": 3}
 
 
@@ -464,7 +468,7 @@ def test_abandoned_epoch_with_full_rings_does_not_hang(data: ShardData) -> None:
         assert len(again) == len(full)
         assert all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
                    for a, b in zip(full, again, strict=True))
-    loader.load_state_dict({"epoch": 0, "batch": 3})
+    loader.load_state_dict({"epoch": 0, "batch": 3, ORDER_KEY: 2})
     tail = list(loader)
     assert all(torch.equal(a[0], b[0]) for a, b in zip(full[3:], tail, strict=True))
 
@@ -491,7 +495,7 @@ def test_resume_outside_the_epoch_is_refused(data: ShardData) -> None:
     n = len(loader)
     for bad in (-1, n + 1):
         with pytest.raises(ValueError, match="outside epoch"):
-            loader.load_state_dict({"epoch": 0, "batch": bad})
+            loader.load_state_dict({"epoch": 0, "batch": bad, ORDER_KEY: 2})
 
 
 # ---------------------------------------------------------------------------- output format
@@ -1061,15 +1065,19 @@ def test_gloo_partition_two_nodes_in_lockstep(data: ShardData, nodes: list[Path]
 # ---------------------------------------------------------------------------- elastic resume
 
 
-def test_elastic_resume_sees_every_remaining_sample_once(data: ShardData) -> None:
+@pytest.mark.parametrize("version", [2, 1])
+def test_elastic_resume_sees_every_remaining_sample_once(data: ShardData, version: int
+                                                         ) -> None:
     """Replicate mode: stop after k steps on W ranks, resume on W' ranks from rank 0's
     state_dict: the batches before and after cover the epoch, each sample once (pad, short),
-    or all but what does not fill a step of W' (drop)."""
-    for before, after in ((3, 2), (2, 3), (1, 2), (2, 2)):
+    or all but what does not fill a step of W' (drop). Order version 1: one W -> W'."""
+    moves = ((3, 2), (2, 3), (1, 2), (2, 2)) if version == 2 else ((3, 2),)
+    for before, after in moves:
         for tail in ("pad", "short", "drop"):
             for k in (1, 3):
                 first = [ShardLoader(data.folder, "train", w, BATCH, workers=0, tail=tail,
-                                     transform=SMALL_TRAIN) for w in layout(1, before)]
+                                     transform=SMALL_TRAIN, order_version=version)
+                         for w in layout(1, before)]
                 seen: list[int] = []
                 for loader in first:
                     loader.set_epoch(1)
@@ -1078,7 +1086,7 @@ def test_elastic_resume_sees_every_remaining_sample_once(data: ShardData) -> Non
                 assert all(x.state_dict() == state for x in first)  # world-independent
                 for w in layout(1, after):
                     loader = ShardLoader(data.folder, "train", w, BATCH, workers=0, tail=tail,
-                                         transform=SMALL_TRAIN)
+                                         transform=SMALL_TRAIN, order_version=version)
                     loader.load_state_dict(state)
                     seen += labels_of(list(loader))
                 real = [x for x in seen if x != PAD_LABEL]
@@ -1111,6 +1119,28 @@ def test_partition_resume_on_another_node_count_is_refused(data: ShardData) -> N
     same_nodes = ShardLoader(data.folder, "train", layout(2, 2)[0], BATCH, workers=0,
                              mode="partition", transform=SMALL_TRAIN)
     same_nodes.load_state_dict(state)  # more ranks per node: the node's data is the same
+
+
+def test_a_state_of_another_order_version_is_refused_naming_both(data: ShardData) -> None:
+    """A state records its epoch order's version; a loader of another version refuses it,
+    naming both and the option that resumes it; a state without the key (written before
+    versions were recorded) is version 1."""
+    new = ShardLoader(data.folder, "train", World(), BATCH, workers=0, transform=SMALL_TRAIN)
+    next(iter(new))
+    state = new.state_dict()
+    assert state[ORDER_KEY] == 2
+    old = ShardLoader(data.folder, "train", World(), BATCH, workers=0, transform=SMALL_TRAIN,
+                      order_version=1)
+    with pytest.raises(LoaderError, match="rank 0: .*version 2, this loader's is version 1"
+                       ".*order_version=2"):
+        old.load_state_dict(state)
+    before = {k: v for k, v in state.items() if k != ORDER_KEY}
+    with pytest.raises(LoaderError, match="version 1 .*no 'order_version'.*this loader's is "
+                       "version 2.*order_version=1"):
+        new.load_state_dict(before)
+    old.load_state_dict(before)  # what the checkpoint's loader ran: resumed exactly
+    assert old.state_dict()[ORDER_KEY] == 1 and old.state_dict()["batch"] == 1
+    assert labels_of(run_epoch(old, 0)) != labels_of(run_epoch(new, 0))  # orders differ
 
 
 ELASTIC_SCRIPT = r'''
