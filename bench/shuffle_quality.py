@@ -9,9 +9,15 @@ for one rank of 2 workers x batch 32 over 8 shards of 1,000 samples, in two shar
 - ``sorted``: shards cut from a class-sorted list (what many hand-made shard sets hold).
 
 ``old``: each rank's shards, split over its workers by samples, each worker reading its
-shards in order through a 1,000-sample shuffle buffer (the previous loader); ``new``:
-``loaders.epochs.plan_epoch``. Printed per case: mean distinct classes and distinct shards per
-batch, and what uniform random batches give (the ideal). Last line: one JSON object.
+shards in order through a 1,000-sample shuffle buffer (the previous loader); ``v1``, ``v2``:
+``loaders.epochs.plan_epoch`` with each epoch order version (``loaders.order``: numpy's
+permutation, the keyed Feistel bijection). Printed per case: mean distinct classes and
+distinct shards per batch, and what uniform random batches give (the ideal). Then the orders
+themselves, per version (``order_stats``): how evenly 4,096 epochs of a 64-sample pool send
+each position to each place (chi-square over degrees of freedom: about 1 for a uniform
+family), how often neighbours in the order are neighbours in the pool (against 2/n), and the
+rank correlation of order position and pool position at 1,281,167 (about 0 +- 1/sqrt(n)).
+Last line: one JSON object.
 
 Run: ``python -m bench.shuffle_quality``
 """
@@ -27,8 +33,10 @@ import numpy as np
 from imgprep import World
 from imgprep.job.assign import balanced_split
 from loaders import PAD, plan_epoch
+from loaders.order import order_at
 
 BUFFER = 1000
+ORDERS = (1, 2)  # the epoch order versions compared
 
 
 def shard_sizes(total: int, shards: int) -> list[int]:
@@ -66,9 +74,10 @@ def old_batches(sizes: Sequence[int], world: World, workers: int, batch: int,
     return [streams[w][j] for j in range(n) for w in range(workers)]
 
 
-def new_batches(sizes: Sequence[int], world: World, workers: int, batch: int
+def new_batches(sizes: Sequence[int], world: World, workers: int, batch: int, version: int
                 ) -> list[np.ndarray]:
-    plan = plan_epoch(sizes, world, "replicate", 0, 0, batch, workers, "drop")
+    plan = plan_epoch(sizes, world, "replicate", 0, 0, batch, workers, "drop",
+                      order_version=version)
     return [row for row in plan.table if (row != PAD).all()]  # full batches, as old gives
 
 
@@ -91,9 +100,28 @@ def case(name: str, classes: int, per_class: int, shards: int, world: World, wor
     for layout in ("mixed", "sorted"):
         labels = labels_for(layout, classes, per_class)
         out[layout] = {"old": spread(old_batches(sizes, world, workers, batch), labels, sizes),
-                       "new": spread(new_batches(sizes, world, workers, batch), labels, sizes),
+                       **{f"v{v}": spread(new_batches(sizes, world, workers, batch, v), labels,
+                                          sizes) for v in ORDERS},
                        "random": spread(ideal, labels, sizes)}
     return out
+
+
+def order_stats(version: int, small: int = 64, epochs: int = 4096, big: int = 1_281_167
+                ) -> dict[str, float]:
+    """How random one version's orders look (see the module docstring)."""
+    cells = np.zeros((small, small), np.int64)
+    near = 0
+    for e in range(epochs):
+        o = order_at(np.arange(small), small, 0, e, 0, version)
+        cells[np.arange(small), o] += 1
+        near += int((np.abs(np.diff(o)) == 1).sum())
+    want = epochs / small
+    chi2 = float(((cells - want) ** 2 / want).sum()) / ((small - 1) ** 2)
+    o = order_at(np.arange(big), big, 0, 0, 0, version)
+    rho = float(np.corrcoef(np.arange(big), o)[0, 1])  # ranks: o is a permutation
+    return {"chi2_per_dof": round(chi2, 3),
+            "neighbours_over_expected": round(near / (epochs * (small - 1)) / (2 / small), 3),
+            "rank_correlation": round(rho, 5)}
 
 
 def main() -> int:
@@ -105,11 +133,18 @@ def main() -> int:
     print(f"{'case':52s} {'layout':7s} {'order':7s} {'classes/batch':>14s} {'shards/batch':>13s}")
     for r in results:
         for layout in ("mixed", "sorted"):
-            for order in ("old", "new", "random"):
+            for order in ("old", *(f"v{v}" for v in ORDERS), "random"):
                 v = r[layout][order]  # type: ignore[index]
                 print(f"{r['case']:52s} {layout:7s} {order:7s} {v['classes']:14.1f} "
                       f"{v['shards']:13.1f}")
-    print(json.dumps({"benchmark": "shuffle_quality", "results": results}, sort_keys=True))
+    orders = {f"v{v}": order_stats(v) for v in ORDERS}
+    print(f"\n{'order':7s} {'chi2/dof (64 x 4096 epochs)':>28s} {'neighbours / 2/n':>17s} "
+          f"{'rank corr. (1.28M)':>19s}")
+    for name, o in orders.items():
+        print(f"{name:7s} {o['chi2_per_dof']:28.3f} {o['neighbours_over_expected']:17.3f} "
+              f"{o['rank_correlation']:19.5f}")
+    print(json.dumps({"benchmark": "shuffle_quality", "results": results, "orders": orders},
+                     sort_keys=True))
     return 0
 
 
