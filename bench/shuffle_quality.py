@@ -33,7 +33,6 @@ import numpy as np
 from imgprep import World
 from imgprep.job.assign import balanced_split
 from loaders import PAD, plan_epoch
-from loaders.order import order_at
 
 BUFFER = 1000
 ORDERS = (1, 2)  # the epoch order versions compared
@@ -106,18 +105,25 @@ def case(name: str, classes: int, per_class: int, shards: int, world: World, wor
     return out
 
 
+def order_of(n: int, epoch: int, version: int) -> np.ndarray:
+    """Epoch ``epoch``'s whole order of an ``n``-sample set (one shard, one rank, seed 0)."""
+    table = plan_epoch([n], World(), "replicate", 0, epoch, 1024, 1, "pad",
+                       order_version=version).table.ravel()
+    return table[table != PAD]
+
+
 def order_stats(version: int, small: int = 64, epochs: int = 4096, big: int = 1_281_167
                 ) -> dict[str, float]:
     """How random one version's orders look (see the module docstring)."""
     cells = np.zeros((small, small), np.int64)
     near = 0
     for e in range(epochs):
-        o = order_at(np.arange(small), small, 0, e, 0, version)
+        o = order_of(small, e, version)
         cells[np.arange(small), o] += 1
         near += int((np.abs(np.diff(o)) == 1).sum())
     want = epochs / small
     chi2 = float(((cells - want) ** 2 / want).sum()) / ((small - 1) ** 2)
-    o = order_at(np.arange(big), big, 0, 0, 0, version)
+    o = order_of(big, 0, version)
     rho = float(np.corrcoef(np.arange(big), o)[0, 1])  # ranks: o is a permutation
     return {"chi2_per_dof": round(chi2, 3),
             "neighbours_over_expected": round(near / (epochs * (small - 1)) / (2 / small), 3),
