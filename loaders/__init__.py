@@ -21,6 +21,7 @@ from loaders.decode import SampleDecoder
 from loaders.device import DeviceLoader, normalize
 from loaders.epochs import PAD, job_summary, plan_epoch
 from loaders.labellist import LabelListLoader, read_label_list
+from loaders.order import ORDER_KEY, ORDER_VERSION
 from loaders.shards import ShardLoader
 from loaders.transforms import TrainTransform, Transform, ValTransform
 
@@ -87,8 +88,7 @@ def make_loader(data: str | Path, split: str, world: World, batch_size: int,
                            order_version=order_version)
 
 
-__all__ = ["BACKENDS", "PAD", "PAD_LABEL", "DeviceLoader", "LabelListLoader", "Loader",
-           "LoaderError", "LoaderOptions", "SampleDecoder", "ShardLoader", "TrainTransform",
-           "Transform",
-           "ValTransform", "job_summary", "make_loader", "normalize", "plan_epoch",
-           "read_label_list", "worker_count"]
+__all__ = ["BACKENDS", "ORDER_KEY", "ORDER_VERSION", "PAD", "PAD_LABEL", "DeviceLoader",
+           "LabelListLoader", "Loader", "LoaderError", "LoaderOptions", "SampleDecoder",
+           "ShardLoader", "TrainTransform", "Transform", "ValTransform", "job_summary",
+           "make_loader", "normalize", "plan_epoch", "read_label_list", "worker_count"]

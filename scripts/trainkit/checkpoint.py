@@ -6,7 +6,9 @@ previous one loadable) and loaded with ``weights_only=True``: ``model``, ``optim
 ``state_dict``), ``rng`` and ``config`` (``RunConfig.record()``). A resume of another model,
 data or optimisation is refused; what the loaders' elastic resume serves is allowed and said
 in one line. Checkpoints written before ``config`` was recorded hold ``arch`` alone: that is
-what they are checked on.
+what they are checked on. The loader state names the epoch order it ran (``order_version``;
+absent: version 1): a resumed run makes its train loader with that order, so it goes on
+exactly where it stopped.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any
 import torch
 
 from imgprep import atomic_open
+from loaders import ORDER_KEY
 
 from . import TrainError
 from .runconfig import RunConfig, differences
@@ -38,6 +41,21 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
         raise TrainError(f"cannot load checkpoint {path}: {e}; delete it or start without "
                          "--resume") from e
     return state
+
+
+def order_version_of(path: Path) -> int:
+    """The epoch order the checkpoint's train loader ran (1 where the state predates the
+    key), read without loading its tensors (memory-mapped)."""
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except (OSError, RuntimeError, ValueError) as e:
+        raise TrainError(f"cannot load checkpoint {path}: {e}; delete it or start without "
+                         "--resume") from e
+    loader = state.get("loader") if isinstance(state, Mapping) else None
+    if not isinstance(loader, Mapping):
+        raise TrainError(f"cannot resume from {path}: it holds no loader state; delete it or "
+                         "start without --resume")
+    return int(loader.get(ORDER_KEY, 1))
 
 
 def _refuse(path: Path, refused: list[str]) -> TrainError:

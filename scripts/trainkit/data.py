@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from imgprep import ManifestError, World, manifest_path, read_manifest
-from loaders import Loader, TrainTransform, ValTransform, make_loader
+from loaders import ORDER_VERSION, Loader, TrainTransform, ValTransform, make_loader
 
 logger = logging.getLogger("train_imagenet")
 MEMORY_FORMAT = "channels_last"  # the model's layout (train.set_up), so the batches'
@@ -71,13 +71,15 @@ def refuse_unlabelled(data: Path) -> None:
 
 
 def make_loaders(args: argparse.Namespace, world: World, workers: int,
-                 backend: dict[str, str]) -> tuple[Loader, Loader | None]:
-    """The train loader, and the val loader unless --no-validate or there is no val split."""
+                 backend: dict[str, str], order_version: int = ORDER_VERSION
+                 ) -> tuple[Loader, Loader | None]:
+    """The train loader (drawing epoch orders by ``order_version``: a resumed run's own),
+    and the val loader unless --no-validate or there is no val split."""
     refuse_unlabelled(args.data)
     train_loader = make_loader(args.data, "train", world, args.batch_size, workers,
                                args.seed, transform=TrainTransform(size=args.image_size),
                                backend=backend["backend"], device=backend["device"],
-                               memory_format=MEMORY_FORMAT)
+                               memory_format=MEMORY_FORMAT, order_version=order_version)
     no_val = args.data.is_dir() and not manifest_path(args.data, "val").exists()
     if args.validate and no_val and world.rank == 0:
         logger.warning(no_val_warning(args.data, args.stage_from))

@@ -28,6 +28,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from imgprep import ImgprepError, World, detect, read_limits
 from loaders import (
     BACKENDS,
+    ORDER_VERSION,
     PAD_LABEL,
     DeviceLoader,
     Loader,
@@ -35,7 +36,7 @@ from loaders import (
 )
 
 from . import TrainError, distributed
-from .checkpoint import load_checkpoint, resume_config, save_checkpoint
+from .checkpoint import load_checkpoint, order_version_of, resume_config, save_checkpoint
 from .data import loader_backend, make_loaders, stage, synthetic_batches
 from .logs import configure_logging
 from .models import model_by_name, param_groups
@@ -248,7 +249,10 @@ def set_up(args: argparse.Namespace, world: World) -> Run:
         print(f"loader: {backend['backend']} backend, decoding on the {backend['device']}, "
               f"{workers} {unit}{'' if workers == 1 else 's'} per rank", flush=True)
         log({"loader": backend}, args.log_json)
-    train_loader, val_loader = make_loaders(args, world, workers, backend)
+    ckpt = args.checkpoint / "last.pt" if args.checkpoint else None
+    resuming = args.resume and ckpt is not None and ckpt.exists()
+    order = order_version_of(ckpt) if resuming and ckpt is not None else ORDER_VERSION
+    train_loader, val_loader = make_loaders(args, world, workers, backend, order)
     config = run_config(args, world, workers=workers, bf16=precision.bf16)
     model = model_by_name(args.arch, config.num_classes).to(device)
     model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
@@ -265,8 +269,7 @@ def set_up(args: argparse.Namespace, world: World) -> Run:
                {"backend": dist_backend, "world_size": world.world_size,
                 "precision": precision.record(), "loader": backend,
                 "synthetic": args.synthetic},
-               train_loader.batches_per_epoch,
-               ckpt=args.checkpoint / "last.pt" if args.checkpoint else None)
+               train_loader.batches_per_epoch, ckpt=ckpt)
 
 
 def resume(run: Run) -> None:

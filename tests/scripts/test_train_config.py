@@ -20,7 +20,12 @@ from imgprep import World, read_manifest
 from loaders import normalize
 from scripts.trainkit import TrainError
 from scripts.trainkit import train as train_imagenet
-from scripts.trainkit.checkpoint import load_checkpoint, resume_config, save_checkpoint
+from scripts.trainkit.checkpoint import (
+    load_checkpoint,
+    order_version_of,
+    resume_config,
+    save_checkpoint,
+)
 from scripts.trainkit.logs import LOGGERS, configure_logging
 from scripts.trainkit.runconfig import IMAGENET, RunConfig, normalize_arg, stats_for
 from tests.support import convert_sample
@@ -260,3 +265,18 @@ def test_library_notes_show_on_rank_zero_and_warnings_everywhere(
         "train_imagenet: the trainer's note from rank 0",
         "imgprep.shards: warning: a warning from rank 1",
     ]
+
+
+def test_the_epoch_order_a_checkpoint_ran_is_read_version_1_where_unnamed(tmp_path: Path
+                                                                         ) -> None:
+    path = tmp_path / "last.pt"
+    for loader, version in (({"epoch": 1, "batch": 3}, 1),
+                            ({"epoch": 1, "batch": 3, "order_version": 2}, 2)):
+        save_checkpoint(path, {"model": {"w": torch.zeros(2)}, "loader": loader})
+        assert order_version_of(path) == version
+    save_checkpoint(path, {"model": {}})
+    with pytest.raises(TrainError, match="holds no loader state"):
+        order_version_of(path)
+    path.write_bytes(b"not a checkpoint")
+    with pytest.raises(TrainError, match="cannot load checkpoint"):
+        order_version_of(path)

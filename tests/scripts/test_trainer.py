@@ -106,6 +106,15 @@ def test_torchrun_trains_validates_and_resumes_with_identical_losses(data: Path,
     assert refused.returncode == 3, refused.stderr[-3000:]
     assert "--arch was tiny, now resnet18" in refused.stderr
     assert "world size" not in refused.stderr and "Traceback" not in refused.stderr
+    # a checkpoint written before loader states named their epoch order (version 1) resumes
+    # on that order, and its next checkpoint says so
+    assert state["loader"].pop("order_version") == 2
+    torch.save(state, ckpt / "last.pt")
+    old = run(torchrun(2, "--data", data, *FLAGS, "--steps", "14", "--checkpoint", ckpt,
+                       "--resume"))
+    assert summary(old.stdout)["resumed"]["step"] == 12
+    state = torch.load(ckpt / "last.pt", map_location="cpu", weights_only=True)
+    assert (state["step"], state["loader"]["order_version"]) == (14, 1)
 
 
 @pytest.mark.parametrize(("dtype", "wire"), [("bf16", "bfloat16"), ("fp16", "float16"),
