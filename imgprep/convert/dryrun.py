@@ -13,9 +13,11 @@ import math
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+from imgprep.convert.holdout import split_plan
 from imgprep.convert.tasks import (
     LIST_CHUNK,
     ConvertOptions,
+    Plan,
     check_folder,
     check_out_not_input,
     check_trust,
@@ -114,11 +116,17 @@ def _spooled(part: ConvertOptions, src: SplitInput) -> SplitReport:
                        listing_errors=0, unknown_wnids=0)
 
 
-def _planned(part: ConvertOptions, src: SplitInput, origin: ConvertOptions) -> SplitReport:
-    plan = make_plan(part, origin=origin, spool=False)
+def _planned(part: ConvertOptions, src: SplitInput,
+             origin: ConvertOptions) -> tuple[SplitReport, ...]:
+    """The report of each split planned from ``part`` (two with ``--holdout-per-class``)."""
+    return tuple(_report(plan, part, src)
+                 for plan in split_plan(make_plan(part, origin=origin, spool=False)))
+
+
+def _report(plan: Plan, part: ConvertOptions, src: SplitInput) -> SplitReport:
     replaced = check_folder(plan) is not None
     check_out_not_input(plan.opts, plan.split)
-    images = len(plan.listing)
+    images = sum(len(t.items) for t in plan.tasks) if plan.holdout else len(plan.listing)
     return SplitReport(
         split=plan.split, where=src.where, images=images,
         labels=_labels(part, src, plan.label_source), label_source=plan.label_source,
@@ -134,8 +142,8 @@ def dry_run(opts: ConvertOptions) -> DryRunReport:
     check_out_not_input(opts)
     found = detect(opts.input, opts.form)
     parts = [(p, p.source or one_split(p)) for p in split_inputs(replace(opts, form=found.form))]
-    reports = tuple(_spooled(p, src) if src.spool_bytes else _planned(p, src, opts)
-                    for p, src in parts)
+    reports = tuple(r for p, src in parts
+                    for r in ((_spooled(p, src),) if src.spool_bytes else _planned(p, src, opts)))
     if not any(src.spool_bytes for _, src in parts):  # a spooled split's labels are unknown
         check_trust(opts, [r.label_source for r in reports])
     return DryRunReport(input=str(opts.input), out=str(opts.out), form=found.form,
