@@ -90,7 +90,7 @@ def held_mask(plan: Plan, per_class: int, seed: int) -> np.ndarray:
     starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
     rank = np.arange(len(order)) - starts[sorted_labels]
     take = np.minimum(per_class, counts // 2)
-    mask = np.zeros(len(lst), dtype=bool)
+    mask = np.zeros(len(labels), dtype=bool)
     mask[order[rank < take[sorted_labels]]] = True
     return mask
 
