@@ -15,6 +15,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import IO, cast
 
+from imgprep.errors import SourceFormatError
+
 
 def _optional(name: str) -> ModuleType | None:
     try:
@@ -41,3 +43,9 @@ def open_gzip(path: Path) -> IO[bytes]:
     if _GZIP_NG is not None:
         return cast("IO[bytes]", _GZIP_NG.open(path, "rb"))
     return cast("IO[bytes]", gzip.open(path, "rb"))
+
+
+def damaged(source: Path, error: BaseException) -> SourceFormatError:
+    """The error for a stream of ``source`` that ``GZIP_ERRORS``' ``error`` cut short."""
+    return SourceFormatError(f"{source}: the compressed stream is damaged or cut short "
+                             f"({error}); re-download it")

@@ -222,6 +222,39 @@ def test_make_sample_writes_both_archives(tmp_path: Path) -> None:
     assert any(imagenet_classes().index(w) is None for w in s["classes"])
 
 
+def test_dry_run_names_both_splits_and_writes_nothing(fake: Path, tmp_path: Path) -> None:
+    for archive in (PLAIN, GZIPPED):
+        r = ok(invoke("convert", fake / archive, "-o", tmp_path / "out", "--dry-run", "--json",
+                      "--holdout-per-class", HOLD))
+        assert r["form"] == "in21k" and [s["split"] for s in r["splits"]] == ["val", "train"]
+        staged = [s["spool_bytes"] for s in r["splits"]]
+        assert staged == ([0, 0] if archive == PLAIN else [0, (fake / GZIPPED).stat().st_size])
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_cut_short_tar_gz_is_refused_naming_it(fake: Path, tmp_path: Path) -> None:
+    data = (fake / GZIPPED).read_bytes()
+    cut = tmp_path / GZIPPED
+    cut.write_bytes(data[:len(data) // 2])
+    assert detect(cut).form == "in21k"
+    with pytest.raises(SourceFormatError, match=rf"{cut}: .*cut short.*re-download it"):
+        convert_splits(_opts(cut, tmp_path / "out"))
+
+
+def test_the_hubs_tar_gz_is_not_taken_for_in21k(tmp_path: Path) -> None:
+    make_fake("hf-targz", tmp_path / "hub", SampleSpec(classes=2, per_class=2, val=0))
+    archive = tmp_path / "hub" / "data" / "train_images_0.tar.gz"
+    assert detect(archive).form == "hf-targz"
+
+
+def test_the_ilsvrc_train_tar_takes_a_holdout_too(tmp_path: Path) -> None:
+    make_fake("ilsvrc", tmp_path / "src", SampleSpec(classes=3, per_class=4, val=0))
+    train = tmp_path / "src" / "ILSVRC2012_img_train.tar"
+    val, rest = convert_splits(_opts(train, tmp_path / "out", holdout_per_class=1))
+    assert (val.split, val.samples, rest.split, rest.samples) == ("val", 3, "train", 9)
+    assert len(read_manifest(tmp_path / "out", "val").classes) == 1000
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_killed_conversion_resumes_to_the_same_bytes(tmp_path: Path) -> None:

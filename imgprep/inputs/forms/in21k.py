@@ -25,7 +25,7 @@ from pathlib import Path
 
 from imgprep.errors import InputMissingError, SourceFormatError, UnsafeArchiveError
 from imgprep.inputs.forms.base import Detected, ListContext, SplitInput
-from imgprep.inputs.gzipio import GZIP_ERRORS, open_gzip
+from imgprep.inputs.gzipio import GZIP_ERRORS, damaged, open_gzip
 from imgprep.inputs.sources import Listing, build_listing, list_source
 from imgprep.inputs.spool import SpoolJob, read_index, spool_all, spool_path
 from imgprep.inputs.synsets import WNID_RE, imagenet_classes
@@ -132,8 +132,7 @@ def class_tars(source: Path) -> Iterator[tuple[str, bytes]]:
                         "image-net.org's archive, or it was altered")
                 yield m.name, (m.data or b"") if class_tar_wnid(m.name) is not None else b""
     except GZIP_ERRORS as e:  # what zlib-ng's inflate raises (zlib's: iter_stream's message)
-        raise SourceFormatError(f"{source}: the compressed stream is damaged or cut short "
-                                f"({e}); re-download it") from None
+        raise damaged(source, e) from None
 
 
 def _spooled(split: SplitInput, ctx: ListContext) -> Listing:
