@@ -78,8 +78,8 @@ def _gzip_first_member(path: Path) -> str | None:
     try:
         with open_gzip(path) as f:
             head = f.read(HEAD_BYTES)
-    except (OSError, EOFError, ValueError):
-        return None
+    except (OSError, ValueError, *GZIP_ERRORS):
+        return None  # not a readable gzip stream: another form's probe, or its refusal
     try:
         for name, kind, *_ in walk(lambda size, at: head[at:at + size], None, stop=len(head)):
             if kind in FILE_KINDS:
