@@ -6,6 +6,7 @@ after kill -9, and read back with webdataset and with plain tarfile."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import random
 import tarfile
@@ -93,6 +94,9 @@ def test_both_archives_are_detected_as_in21k_and_ilsvrc_is_not(fake: Path,
     assert detect(train).form == "ilsvrc"
     with pytest.raises(SourceFormatError, match="not in the in21k form"):
         detect(train, "in21k")
+    gzipped = tmp_path / "train.tar.gz"  # a class tar of ILSVRC2012 first: not ImageNet-21k
+    gzipped.write_bytes(gzip.compress(train.read_bytes()))
+    assert detect(gzipped).form != "in21k"
 
 
 def test_class_table_is_the_sorted_wnids_present(fake: Path, converted: dict[str, Path]) -> None:

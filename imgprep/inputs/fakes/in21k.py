@@ -4,7 +4,7 @@
 of ``<wnid>.tar`` per synset, in wnid order, each holding ``<wnid>_<n>.JPEG``. Made from the
 fake set's train images (``imgprep.inputs.fakeset``: its quirks and, with ``bad``, its
 truncated and empty files), with every other class renamed to a wnid outside the 1,000
-ILSVRC2012 classes (``n9`` + the last seven digits: no ILSVRC2012 wnid starts so) and the
+ILSVRC2012 classes (``fake_wnid``), the first in wnid order among them, and the
 classes' image counts skewed (from about a seventh of ``per_class`` to all of it), as the
 real synsets' are. Both archives hold the same members; the gzip header carries no time or
 name, so the same spec gives the same bytes.
@@ -29,8 +29,10 @@ Member = tuple[str, bytes]
 
 
 def fake_wnid(wnid: str, index: int) -> str:
-    """The class's wnid in the fake: odd classes get one outside the ILSVRC2012 table."""
-    return f"n9{wnid[2:]}" if index % 2 else wnid
+    """The class's wnid in the fake: even classes get one outside the ILSVRC2012 table,
+    ``n00`` + its last six digits (ILSVRC2012's smallest is ``n01440764``), which sort first,
+    as winter21's first synset ``n00004475`` does."""
+    return wnid if index % 2 else f"n00{wnid[3:]}"
 
 
 def kept(index: int, per_class: int, item: SampleItem, j: int) -> bool:
@@ -52,6 +54,8 @@ def class_members(spec: SampleSpec) -> tuple[dict[str, list[Member]], list[str],
     """{wnid: its images as (name, bytes)} of the fake, with the quirks and faults it holds."""
     ss = sample_set(replace(spec, val=0, test=0))
     rename = {w: fake_wnid(w, i) for i, w in enumerate(ss.wnids)}
+    if len(set(rename.values())) < len(rename):
+        raise ValueError(f"{spec.classes} classes give two fake wnids alike; pass fewer")
     classes: dict[str, list[Member]] = {rename[w]: [] for w in ss.wnids}
     quirks: list[str] = []
     bad: list[str] = []

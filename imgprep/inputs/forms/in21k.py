@@ -5,8 +5,10 @@ each holding ``<wnid>_<n>.JPEG``: the layout of ``ILSVRC2012_img_train.tar``, wi
 classes and no validation split of its own. Recognised by content: a plain tar whose members
 are class tars, one of them a wnid outside the 1,000 ILSVRC2012 classes or more than 1,000 of
 them (the probe reads at most 1,001 headers); a gzip-compressed tar whose first member is a
-class tar (the ILSVRC2012 train tar is never compressed). The class table is the sorted
-wnids present (``own_classes``), unless ``--classes`` gives one.
+class tar outside those 1,000 (winter21's is ``n00004475.tar``; reaching the next header
+would mean inflating the whole class tar, so one is all the probe reads: a gzipped ILSVRC2012
+train tar stays refused by the ``ilsvrc`` form, with the advice to gunzip it). The class
+table is the sorted wnids present (``own_classes``), unless ``--classes`` gives one.
 
 A plain tar is listed in place, as the ILSVRC2012 train tar is (``imgprep.inputs.sources``:
 inner tars are windows of the outer file, listed in parallel). A ``.tar.gz`` can only be read
@@ -104,7 +106,8 @@ def probe(path: Path) -> Detected | None:
         return None
     if is_gzip(path):
         first = _gzip_first_member(path)
-        if first is None or class_tar_wnid(first) is None:
+        wnid = class_tar_wnid(first) if first is not None else None
+        if wnid is None or imagenet_classes().index(wnid) is not None:
             return None
         spool = path.stat().st_size
         where = f"{path} (tar.gz of class tars)"
