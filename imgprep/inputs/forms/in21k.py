@@ -38,6 +38,7 @@ NAME = "in21k"
 LABELS = "the wnid of each class tar; the class table is the sorted wnids present, or --classes"
 ILSVRC_CLASSES = 1000
 HEAD_BYTES = 1 << 16  # what the probe of a .tar.gz decompresses: its first headers
+UNREADABLE: tuple[type[BaseException], ...] = (OSError, ValueError, *GZIP_ERRORS)
 
 
 def class_tar_wnid(name: str) -> str | None:
@@ -80,7 +81,7 @@ def _gzip_first_member(path: Path) -> str | None:
     try:
         with open_gzip(path) as f:
             head = f.read(HEAD_BYTES)
-    except (OSError, ValueError, *GZIP_ERRORS):
+    except UNREADABLE:
         return None  # not a readable gzip stream: another form's probe, or its refusal
     try:
         for name, kind, *_ in walk(lambda size, at: head[at:at + size], None, stop=len(head)):
