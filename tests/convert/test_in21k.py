@@ -26,6 +26,7 @@ from imgprep.inputs.fakes import SampleSpec, make_fake
 from imgprep.inputs.fakes.in21k import GZIPPED, PLAIN
 from imgprep.inputs.forms import detect
 from imgprep.inputs.synsets import ClassTable, imagenet_classes
+from imgprep.job.world import World
 from tests.cli.test_cli import run_and_kill, run_module, tree_bytes
 from tests.support import tmp_leftovers
 from tests.support.cli import invoke, ok
@@ -155,6 +156,18 @@ def test_shards_read_back_with_webdataset(converted: dict[str, Path]) -> None:
     for s in wds.WebDataset(urls, shardshuffle=False).decode("pil"):
         assert s["jpg"].size == (64, 64) and s["json"]["wnid"] == classes[s["cls"]]
         assert s["json"]["source"] == f"{s['json']['wnid']}.tar/{s['__key__']}.JPEG"
+
+
+@pytest.mark.parametrize("archive", [PLAIN, GZIPPED])
+def test_ranks_sharing_a_folder_write_what_one_process_writes(
+        fake: Path, converted: dict[str, Path], tmp_path: Path, archive: str) -> None:
+    size = 3
+    worlds = [World(r, size, r, size, 0, 1, launcher="test") for r in range(size)]
+    o = _opts(fake / archive, tmp_path)
+    for world in reversed(worlds):  # rank 0, which writes the manifests, last
+        convert_splits(o, world)
+    single = _outputs(converted["tar-1" if archive == PLAIN else "gz-1"])
+    assert _outputs(tmp_path) == single
 
 
 def _reference_hash(seed: int, wnid: str, key: str) -> int:

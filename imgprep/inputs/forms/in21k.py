@@ -38,6 +38,8 @@ NAME = "in21k"
 LABELS = "the wnid of each class tar; the class table is the sorted wnids present, or --classes"
 ILSVRC_CLASSES = 1000
 HEAD_BYTES = 1 << 16  # what the probe of a .tar.gz decompresses: its first headers
+WAIT_MIN_S = 3600.0
+SLOWEST_COPY_BPS = 20e6  # bytes/s of inflate + staging write that a waiting rank allows for
 UNREADABLE: tuple[type[BaseException], ...] = (OSError, ValueError, *GZIP_ERRORS)
 
 
@@ -147,7 +149,10 @@ def _spooled(split: SplitInput, ctx: ListContext) -> Listing:
             "into its staging copy, which a dry run does not write; run the conversion")
     job = SpoolJob(source=split.path, spool=spool_path(ctx.spool_dir, 0, split.path),
                    read=class_tars)
-    spool_all([job], ctx.workers, ctx.spool_start)
+    # Other ranks wait for the one stream: as long as the slowest copy would take (a writer
+    # that dies releases its lock, and a waiter takes the copy over at once).
+    spool_all([job], ctx.workers, ctx.spool_start,
+              wait_timeout=max(WAIT_MIN_S, split.path.stat().st_size / SLOWEST_COPY_BPS))
     index = read_index(job.spool)
     cols = Columns()
     cid = cols.container_id(str(job.spool))
