@@ -134,12 +134,14 @@ def convert(input: Path, out: Path, fmt: str, split: str | None, labels: tuple[P
     """Convert ImageNet as downloaded to 256 px RGB shards or a label list.
 
     INPUT is ILSVRC2012_img_train.tar (read in place), ILSVRC2012_img_val.tar, a folder of
-    per-class tars or images, Kaggle's zip or its extracted folder; each split it holds (train/
-    and val/, validation/, ILSVRC2012_img_val.tar …) goes into its own manifest (--dry-run
-    says which; a test split, which has no labels, only with --split test, unlabelled). A
-    validation split named ILSVRC2012_val_* needs no --labels: the published labels ship with
-    imgprep. Rerunning the same command after a crash or kill resumes and gives
-    byte-identical output; another input or options for a finished split needs --overwrite.
+    per-class tars or images, Kaggle's zip or its extracted folder, ImageNet-21k's
+    winter21_whole.tar.gz or fall11_whole.tar (--holdout-per-class makes its val split); each
+    split it holds (train/ and val/, validation/, ILSVRC2012_img_val.tar …) goes into its own
+    manifest (--dry-run says which; a test split, which has no labels, only with --split
+    test, unlabelled). A validation split named ILSVRC2012_val_* needs no --labels: the
+    published labels ship with imgprep. Rerunning the same command after a crash or kill
+    resumes and gives byte-identical output; another input or options for a finished split
+    needs --overwrite.
 
     Launched by mpirun, srun or torchrun, each rank converts its share and rank 0 writes the
     manifest once all are done; '{node}' in --out becomes the node rank.

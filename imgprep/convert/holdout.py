@@ -112,8 +112,9 @@ def split_plan(plan: Plan) -> list[Plan]:
         return [plan]
     if plan.split != "train":
         raise SourceFormatError(
-            f"--holdout-per-class holds out part of a train split, and {opts.input} is the "
-            f"{plan.split} split; drop --holdout-per-class, or pass the train images")
+            f"--holdout-per-class holds out part of a train split, and {opts.input} gives a "
+            f"{plan.split} split; pass --split train to convert its train split alone, point "
+            "INPUT at the train images, or drop --holdout-per-class")
     held = held_mask(plan, opts.holdout_per_class, opts.holdout_seed)
     record = holdout_record(opts.holdout_per_class, opts.holdout_seed, held, plan.labels,
                             plan.classes)

@@ -270,6 +270,10 @@ def test_the_ilsvrc_train_tar_takes_a_holdout_too(tmp_path: Path) -> None:
     val, rest = convert_splits(_opts(train, tmp_path / "out", holdout_per_class=1))
     assert (val.split, val.samples, rest.split, rest.samples) == ("val", 3, "train", 9)
     assert len(read_manifest(tmp_path / "out", "val").classes) == 1000
+    val_tar = tmp_path / "src" / "ILSVRC2012_img_val.tar"
+    make_fake("ilsvrc", tmp_path / "src", SampleSpec(classes=3, per_class=4, val=3))
+    with pytest.raises(SourceFormatError, match="gives a val split; pass --split train"):
+        convert_splits(_opts(val_tar, tmp_path / "out2"))
 
 
 @pytest.mark.slow
