@@ -115,6 +115,8 @@ def _listing_errors(plan: Plan, world: World) -> list[ErrorRecord]:
     partition mode, node 0 reports them once)."""
     if plan.opts.mode == "partition" and world.node_rank != 0:
         return []
+    if plan.holdout is not None and plan.split == "val":
+        return []  # one listing gives both splits: its errors are reported once, with train
     root = plan.listing.root
     listed = [ErrorRecord(source=f"{root}/{e.source}" if e.source else root, key="",
                           reason=e.reason) for e in plan.listing.errors]

@@ -7,6 +7,7 @@ after kill -9, and read back with webdataset and with plain tarfile."""
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import random
 import tarfile
@@ -220,6 +221,24 @@ def test_another_holdout_in_a_finished_folder_is_refused(fake: Path,
         convert_splits(_opts(fake / PLAIN, out, holdout_seed=9))
     again = convert_splits(_opts(fake / PLAIN, out))  # the same settings: complete
     assert [s.split for s in again] == ["val", "train"]
+
+
+def test_what_listing_refuses_is_reported_once_with_the_train_split(
+        fake: Path, tmp_path: Path) -> None:
+    src = tmp_path / PLAIN
+    with tarfile.open(fake / PLAIN) as old, tarfile.open(src, "w") as new:
+        for m in old:
+            new.addfile(m, old.extractfile(m))
+        garbage = b"this is no tar\n" * 300
+        info = tarfile.TarInfo("n00000001.tar")
+        info.size = len(garbage)
+        new.addfile(info, io.BytesIO(garbage))
+    convert_splits(_opts(src, tmp_path / "out"))
+    logs = {split: (tmp_path / "out" / f"{split}-errors.jsonl") for split in ("train", "val")}
+    train = [json.loads(line) for line in logs["train"].read_text("utf-8").splitlines()]
+    assert any("n00000001.tar" in e["source"] for e in train)
+    val = logs["val"].read_text("utf-8") if logs["val"].exists() else ""
+    assert "n00000001.tar" not in val
 
 
 def test_a_given_class_table_without_a_wnid_is_refused_naming_the_image(
