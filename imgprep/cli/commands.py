@@ -146,7 +146,9 @@ def stage_to_node(src: Path | str, dst: Path, mode: str, split: str | None, seed
 @cli.command("make-sample")
 @click.argument("out", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--form", default="ilsvrc", show_default=True, help="ilsvrc (image-net.org), "
-              "kaggle, kaggle-zip, hf-parquet, hf-targz or wds: the same images in each.")
+              "kaggle, kaggle-zip, hf-parquet, hf-targz, wds, or in21k (ImageNet-21k's "
+              "fall11_whole.tar and winter21_whole.tar.gz: the train images, skewed, half the "
+              "classes outside ILSVRC2012): the same images in each.")
 @click.option("--classes", type=click.IntRange(1, 1000), default=10, show_default=True)
 @click.option("--per-class", type=click.IntRange(1), default=12, show_default=True)
 @click.option("--val", type=click.IntRange(0), default=50, show_default=True,

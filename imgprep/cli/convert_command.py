@@ -73,7 +73,8 @@ def _of_transform(name: str) -> Any:
                    "where they differ from the published ILSVRC2012 validation labels or from "
                    "the wnid an image's name starts with (refused without it).")
 @click.option("--classes", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="Class list 'wnid name' per line (default: the 1000 ILSVRC2012 classes).")
+              help="Class list 'wnid name' per line (default: the 1000 ILSVRC2012 classes; "
+                   "for ImageNet-21k the sorted wnids present).")
 @click.option("--form", metavar="FORM", help="Read INPUT as this form (default: detected).")
 @click.option("--dry-run", is_flag=True, help="Say what it would read, skip and write; no write.")
 @click.option("--overwrite", is_flag=True,
@@ -99,6 +100,13 @@ def _of_transform(name: str) -> Any:
               help="Number of shards (overrides --shard-size).")
 @click.option("--seed", type=int, default=_of_convert("seed"), show_default=True,
               help="Seed of the permutation that spreads samples over shards.")
+@click.option("--holdout-per-class", type=click.IntRange(0),
+              default=_of_convert("holdout_per_class"), show_default=True,
+              help="Hold out min(N, n/2) images of each class of a train split as a val split "
+                   "(ImageNet-21k has none), picked by a hash of wnid and key keyed by "
+                   "--holdout-seed: the same images whatever the workers.")
+@click.option("--holdout-seed", type=int, default=_of_convert("holdout_seed"),
+              show_default=True, help="Key of the hash that picks the held-out images.")
 @click.option("--meta/--no-meta", default=_of_convert("meta"), show_default=True,
               help="Store <key>.json (wnid, original size and mode, source) in shards.")
 @workers_option
@@ -119,18 +127,21 @@ def convert(input: Path, out: Path, fmt: str, split: str | None, labels: tuple[P
             label_offset: int | None, trust_labels: bool, classes: Path | None, form: str | None,
             dry_run: bool, overwrite: bool, size: int, resize: str, filt: str, quality: int,
             max_pixels: int, exif_transpose: bool, shard_size: int, num_shards: int | None,
-            seed: int, meta: bool, workers: int | None, max_errors: int, rank_mode: str,
+            seed: int, holdout_per_class: int, holdout_seed: int, meta: bool,
+            workers: int | None, max_errors: int, rank_mode: str,
             wait_timeout: float, num_nodes: int | None, node_rank: int | None, quiet: bool,
             as_json: bool) -> None:
     """Convert ImageNet as downloaded to 256 px RGB shards or a label list.
 
     INPUT is ILSVRC2012_img_train.tar (read in place), ILSVRC2012_img_val.tar, a folder of
-    per-class tars or images, Kaggle's zip or its extracted folder; each split it holds (train/
-    and val/, validation/, ILSVRC2012_img_val.tar …) goes into its own manifest (--dry-run
-    says which; a test split, which has no labels, only with --split test, unlabelled). A
-    validation split named ILSVRC2012_val_* needs no --labels: the published labels ship with
-    imgprep. Rerunning the same command after a crash or kill resumes and gives
-    byte-identical output; another input or options for a finished split needs --overwrite.
+    per-class tars or images, Kaggle's zip or its extracted folder, ImageNet-21k's
+    winter21_whole.tar.gz or fall11_whole.tar (--holdout-per-class makes its val split); each
+    split it holds (train/ and val/, validation/, ILSVRC2012_img_val.tar …) goes into its own
+    manifest (--dry-run says which; a test split, which has no labels, only with --split
+    test, unlabelled). A validation split named ILSVRC2012_val_* needs no --labels: the
+    published labels ship with imgprep. Rerunning the same command after a crash or kill
+    resumes and gives byte-identical output; another input or options for a finished split
+    needs --overwrite.
 
     Launched by mpirun, srun or torchrun, each rank converts its share and rank 0 writes the
     manifest once all are done; '{node}' in --out becomes the node rank.
@@ -147,6 +158,7 @@ def convert(input: Path, out: Path, fmt: str, split: str | None, labels: tuple[P
         num_shards=num_shards, seed=seed, workers=workers or world.cores_per_rank(),
         max_errors=max_errors, meta=meta, mode=rank_mode, wait_timeout=wait_timeout,
         overwrite=overwrite, label_offset=label_offset, trust_labels=trust_labels, form=form,
+        holdout_per_class=holdout_per_class, holdout_seed=holdout_seed,
     )
     if dry_run:
         return _dry_run(opts, as_json, quiet)

@@ -13,9 +13,11 @@ import math
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+from imgprep.convert.holdout import split_plan
 from imgprep.convert.tasks import (
     LIST_CHUNK,
     ConvertOptions,
+    Plan,
     check_folder,
     check_out_not_input,
     check_trust,
@@ -100,25 +102,35 @@ def _labels(part: ConvertOptions, src: SplitInput, source: str = "") -> str:
     return src.labels
 
 
-def _spooled(part: ConvertOptions, src: SplitInput) -> SplitReport:
-    images = src.images
+def _spooled(part: ConvertOptions, src: SplitInput) -> tuple[SplitReport, ...]:
+    """The split of a staged form, as its probe tells it; with ``--holdout-per-class`` its
+    val and train parts, whose sizes the staging copy tells."""
+    images = None if part.holdout_per_class else src.images
     tasks: int | None = None
     if images is not None:
         tasks = math.ceil(images / LIST_CHUNK) if part.format == "list" else \
             min(part.num_shards or max(1, math.ceil(images / part.shard_size)), max(images, 1))
-    split = src.split or "train"
-    return SplitReport(split=split, where=src.where, images=images, labels=_labels(part, src),
-                       label_source="at conversion", label_check="at conversion", tasks=tasks,
-                       writes=_writes(part, split, images, tasks),
-                       output=_output(part, split, False), spool_bytes=src.spool_bytes,
-                       listing_errors=0, unknown_wnids=0)
+    splits = ("val", "train") if part.holdout_per_class else (src.split or "train",)
+    return tuple(SplitReport(split=split, where=src.where, images=images,
+                             labels=_labels(part, src), label_source="at conversion",
+                             label_check="at conversion", tasks=tasks,
+                             writes=_writes(part, split, images, tasks),
+                             output=_output(part, split, False),
+                             spool_bytes=src.spool_bytes if split == splits[-1] else 0,
+                             listing_errors=0, unknown_wnids=0) for split in splits)
 
 
-def _planned(part: ConvertOptions, src: SplitInput, origin: ConvertOptions) -> SplitReport:
-    plan = make_plan(part, origin=origin, spool=False)
+def _planned(part: ConvertOptions, src: SplitInput,
+             origin: ConvertOptions) -> tuple[SplitReport, ...]:
+    """The report of each split planned from ``part`` (two with ``--holdout-per-class``)."""
+    return tuple(_report(plan, part, src)
+                 for plan in split_plan(make_plan(part, origin=origin, spool=False)))
+
+
+def _report(plan: Plan, part: ConvertOptions, src: SplitInput) -> SplitReport:
     replaced = check_folder(plan) is not None
     check_out_not_input(plan.opts, plan.split)
-    images = len(plan.listing)
+    images = sum(len(t.items) for t in plan.tasks) if plan.holdout else len(plan.listing)
     return SplitReport(
         split=plan.split, where=src.where, images=images,
         labels=_labels(part, src, plan.label_source), label_source=plan.label_source,
@@ -134,8 +146,8 @@ def dry_run(opts: ConvertOptions) -> DryRunReport:
     check_out_not_input(opts)
     found = detect(opts.input, opts.form)
     parts = [(p, p.source or one_split(p)) for p in split_inputs(replace(opts, form=found.form))]
-    reports = tuple(_spooled(p, src) if src.spool_bytes else _planned(p, src, opts)
-                    for p, src in parts)
+    reports = tuple(r for p, src in parts
+                    for r in (_spooled(p, src) if src.spool_bytes else _planned(p, src, opts)))
     if not any(src.spool_bytes for _, src in parts):  # a spooled split's labels are unknown
         check_trust(opts, [r.label_source for r in reports])
     return DryRunReport(input=str(opts.input), out=str(opts.out), form=found.form,

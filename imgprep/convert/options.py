@@ -81,6 +81,8 @@ class ConvertOptions:
     label_offset: int | None = None  # subtracted from a 'name label' ground truth's labels
     trust_labels: bool = False  # take labels that differ from the published val labels as given
     form: str | None = None  # --form: read the input as this form (default: detected)
+    holdout_per_class: int = 0  # --holdout-per-class: val images held out of train, per class
+    holdout_seed: int = 0  # the key of the hash that picks them (imgprep.convert.holdout)
     source: SplitInput | None = None  # the split of the input to convert (set by split_inputs)
 
     def __post_init__(self) -> None:
@@ -92,6 +94,9 @@ class ConvertOptions:
             _within("num_shards", self.num_shards, 1)
         _within("workers", self.workers, 1)
         _within("max_errors", self.max_errors, 0)
+        _within("holdout_per_class", self.holdout_per_class, 0)
+        if isinstance(self.holdout_seed, bool) or not isinstance(self.holdout_seed, int):
+            raise ValueError(f"holdout_seed must be an integer, not {self.holdout_seed!r}")
         if not self.wait_timeout > 0:
             raise ValueError(f"wait_timeout must be above 0 seconds, not {self.wait_timeout!r}")
         if not isinstance(self.transform, TransformOptions):

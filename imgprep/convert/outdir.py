@@ -36,6 +36,7 @@ OPTION_FLAGS = {
     "shard_size": "--shard-size", "num_shards": "--shards", "size": "--size",
     "resize": "--resize", "filter": "--filter", "quality": "--quality",
     "max_pixels": "--max-pixels", "exif_transpose": "--exif-transpose",
+    "holdout_per_class": "--holdout-per-class", "holdout_seed": "--holdout-seed",
 }
 
 

@@ -19,6 +19,7 @@ from imgprep.convert import outdir
 from imgprep.convert.errorlog import ErrorRecord
 from imgprep.convert.execute import Progress, run_tasks
 from imgprep.convert.finalise import finalise
+from imgprep.convert.holdout import split_plan
 from imgprep.convert.options import ConvertOptions
 from imgprep.convert.records import (
     Assignment,
@@ -66,6 +67,9 @@ def convert(opts: ConvertOptions, world: World | None = None, progress: Progress
     ``summary.complete`` says whether this rank's job is done.
     """
     parts = split_inputs(opts)
+    if opts.holdout_per_class:
+        raise SourceFormatError("--holdout-per-class writes two splits (val and train); "
+                                "convert them with convert_splits")
     if len(parts) > 1:
         names = " and ".join(p.source.where if p.source else str(p.input) for p in parts)
         raise SourceFormatError(
@@ -90,7 +94,8 @@ def convert_splits(opts: ConvertOptions, world: World | None = None,
     try:
         parts = split_inputs(opts, warn=is_finaliser(opts, world))
         ensure_writable_dir(opts.out)
-        plans = [make_plan(o, origin=opts, rank=world.rank) for o in parts]
+        plans = [q for o in parts
+                 for q in split_plan(make_plan(o, origin=opts, rank=world.rank))]
         check_trust(opts, [p.label_source for p in plans])
         created[:0] = [p.state_dir for p in plans if not p.state_dir.exists()]
         if len({p.split for p in plans}) < len(plans):
@@ -110,6 +115,8 @@ def _listing_errors(plan: Plan, world: World) -> list[ErrorRecord]:
     partition mode, node 0 reports them once)."""
     if plan.opts.mode == "partition" and world.node_rank != 0:
         return []
+    if plan.holdout is not None and plan.split == "val":
+        return []  # one listing gives both splits: its errors are reported once, with train
     root = plan.listing.root
     listed = [ErrorRecord(source=f"{root}/{e.source}" if e.source else root, key="",
                           reason=e.reason) for e in plan.listing.errors]

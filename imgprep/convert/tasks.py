@@ -39,7 +39,7 @@ from imgprep.inputs.sources import (
     split_of_name,
 )
 from imgprep.inputs.spool import SPOOL_DIR
-from imgprep.inputs.synsets import ClassTable, load_class_table
+from imgprep.inputs.synsets import ClassTable, load_class_table, present_classes
 from imgprep.shards.manifest import Manifest
 
 LIST_CHUNK = 1000
@@ -67,6 +67,7 @@ class Plan:
     fingerprint: str
     label_check: LabelCheck = field(default_factory=LabelCheck)
     label_source: str = "input"  # imgprep.inputs.labels.SOURCES; "none": an unlabelled split
+    holdout: dict[str, Any] | None = None  # --holdout-per-class: imgprep.convert.holdout
 
     @property
     def labelled(self) -> bool:
@@ -221,14 +222,27 @@ def plan_tasks(rows: int | np.ndarray, opts: ConvertOptions, split: str) -> tupl
 
 
 def _fingerprint(opts: ConvertOptions, split: str, listing: Listing, labels: np.ndarray,
-                 classes: ClassTable) -> str:
+                 classes: ClassTable, holdout: dict[str, Any] | None = None) -> str:
     h = hashlib.sha256()
     h.update(f"imgprep {__version__} records {RECORD_VERSION}".encode())
-    h.update(json.dumps(options_json(opts, split), sort_keys=True).encode())
+    h.update(json.dumps({**options_json(opts, split), **(holdout or {})},
+                        sort_keys=True).encode())
     h.update(json.dumps(classes.to_json()).encode())
     for arr in (listing.key, listing.size, labels):
         h.update(np.ascontiguousarray(arr).tobytes())
     return h.hexdigest()
+
+
+def plan_fingerprint(plan: Plan) -> str:
+    """What identifies ``plan``'s output: options, class table, listing, labels, holdout."""
+    return _fingerprint(plan.opts, plan.split, plan.listing, plan.labels, plan.classes,
+                        plan.holdout)
+
+
+def manifest_options(plan: Plan) -> dict[str, Any]:
+    """The manifest's ``options`` of ``plan`` (without the fingerprint): ``options_json``
+    and, with ``--holdout-per-class``, the holdout's record."""
+    return {**options_json(plan.opts, plan.split), **(plan.holdout or {})}
 
 
 def options_json(opts: ConvertOptions, split: str) -> dict[str, Any]:
@@ -301,6 +315,8 @@ def make_plan(opts: ConvertOptions, origin: ConvertOptions | None = None, *,
     gt = read_ground_truth(given, classes, opts.label_offset, opts.trust_labels) \
         if given else None  # checked before the (longer) listing
     listing = list_split(source, _list_context(opts, source, classes, spool, rank))
+    if source.own_classes and opts.classes is None:
+        classes = present_classes(listing.wnid, listing.key)
     split = opts.split or source.split or infer_split(listing, bool(given), opts.input)
     if split == "test":
         named = source.split == "test" or split_of_name(opts.input.name) == "test"
@@ -362,7 +378,7 @@ def _wanted(plan: Plan) -> outdir.Wanted:
     lst = plan.listing
     return outdir.Wanted(
         out=plan.opts.out, split=plan.split, format=plan.opts.format,
-        options=options_json(plan.opts, plan.split), fingerprint=plan.fingerprint,
+        options=manifest_options(plan), fingerprint=plan.fingerprint,
         classes=plan.classes.to_json(),
         source={"kind": lst.kind, "name": Path(lst.root).name, "images": len(lst)},
         tool_version=__version__)

@@ -129,6 +129,17 @@ def name_wnids(keys: np.ndarray) -> np.ndarray:
     return np.where(ok, np.asarray(keys).astype("S9"), b"")
 
 
+def present_classes(wnids: np.ndarray, keys: np.ndarray) -> ClassTable:
+    """The class table of the wnids a listing holds (its ``wnid`` column, else the wnid its
+    key starts with), sorted; each class named by its wnid (ImageNet-21k: no names ship)."""
+    column = np.where(wnids != b"", wnids, name_wnids(keys)) if len(keys) else wnids
+    found = tuple(w.decode("ascii") for w in np.unique(column).tolist() if w)
+    if not found:
+        raise SourceFormatError("no image is in a class tar or named <wnid>_*: the class "
+                                "table cannot be made from the data; pass --classes")
+    return ClassTable(found, found)
+
+
 def packaged_data(name: str, sha256: str) -> bytes:
     """The bytes of the package data file ``name`` (below ``imgprep/inputs/``), refused when
     missing (InputMissingError) or when its sha256 is not ``sha256`` (LabelError): a damaged

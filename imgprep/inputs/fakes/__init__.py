@@ -21,6 +21,7 @@ FAKES: dict[str, str] = {
     "hf-parquet": "imgprep.inputs.fakes.parquet:write",
     "hf-targz": "imgprep.inputs.fakes.targz:write",
     "wds": "imgprep.inputs.fakes.wds:write",
+    "in21k": "imgprep.inputs.fakes.in21k:write",
 }
 
 __all__ = ["FAKES", "FakeSummary", "SampleSpec", "make_fake"]

@@ -22,12 +22,14 @@ __all__ = ["FORMS", "Detected", "ListContext", "Skip", "SplitInput", "TextFile",
 
 # (form name, module): probed in this order; the first Detected wins. ``ilsvrc`` (the
 # image-net.org tars and folders) takes whatever exists, so it comes last;
-# ``other-archive`` only refuses (another compression, a split archive): it comes first.
+# ``other-archive`` only refuses (another compression, a split archive): it comes first;
+# ``in21k`` (archives of class tars, plain or gzip-compressed) before the Hub's tar.gz.
 FORMS: tuple[tuple[str, str], ...] = (
     ("other-archive", "imgprep.inputs.forms.refusals"),
     ("kaggle-zip", "imgprep.inputs.forms.kagglezip"),
     ("kaggle", "imgprep.inputs.forms.kaggle"),
     ("hf-parquet", "imgprep.inputs.forms.parquet"),
+    ("in21k", "imgprep.inputs.forms.in21k"),
     ("hf-targz", "imgprep.inputs.forms.targz"),
     ("wds", "imgprep.inputs.forms.wds"),
     ("ilsvrc", "imgprep.inputs.forms.ilsvrc"),

@@ -33,7 +33,8 @@ class SplitInput:
     (used when no ``--labels`` is given). ``by_default``: converted when no ``--split`` is
     given (a test split without labels is not). ``spool_bytes``: disk the one staging copy
     takes, for a form without random access (0: read in place). ``images``: the count, when
-    it is cheap to know before listing.
+    it is cheap to know before listing. ``own_classes``: the class table is the sorted wnids
+    the split holds (ImageNet-21k), not the ILSVRC2012 one, unless ``--classes`` gives one.
     """
 
     form: str
@@ -47,6 +48,7 @@ class SplitInput:
     by_default: bool = True
     spool_bytes: int = 0
     images: int | None = None
+    own_classes: bool = False
 
     def __post_init__(self) -> None:
         if self.split is not None and self.split not in SPLITS:

@@ -7,18 +7,17 @@ split's ``<stem>.JPEG``. The key is the canonical stem (``imgprep.inputs.hfnames
 class the wnid the name ends in.
 
 A gzip stream can only be read front to back, so an archive is read once, through
-``imgprep.shards.tarfmt.iter_stream``, straight into its spool file
-(``imgprep.inputs.spool``): listing and spooling are one pass, and conversion then reads
-the spool by offset. Archives are spooled in parallel, one per process; one archive is one
-stream, whatever the worker count. Without a spool folder (``--dry-run``) the archives are
-streamed for their names alone and nothing is written. A member that must not be read (a
-link, a device, a name escaping the archive) refuses the archive, naming the member; so
-does an archive cut short or damaged.
+``imgprep.shards.tarfmt.iter_stream`` (inflated by ``imgprep.inputs.gzipio``), straight into
+its spool file (``imgprep.inputs.spool``): listing and spooling are one pass, and conversion
+then reads the spool by offset. Archives are spooled in parallel, one per process; one
+archive is one stream, whatever the worker count. Without a spool folder (``--dry-run``) the
+archives are streamed for their names alone and nothing is written. A member that must not
+be read (a link, a device, a name escaping the archive) refuses the archive, naming the
+member; so does an archive cut short or damaged.
 """
 
 from __future__ import annotations
 
-import gzip
 import multiprocessing as mp
 import os
 import re
@@ -27,6 +26,7 @@ from pathlib import Path
 
 from imgprep.errors import LabelError, SourceFormatError, UnsafeArchiveError
 from imgprep.inputs.forms.base import Detected, ListContext, SplitInput, hub_splits
+from imgprep.inputs.gzipio import GZIP_ERRORS, damaged, open_gzip
 from imgprep.inputs.hfnames import TARGZ_NAME_RE, hub_split, parse_name
 from imgprep.inputs.sources import Listing, build_listing
 from imgprep.inputs.spool import SpoolJob, read_index, spool_all, spool_path
@@ -81,13 +81,16 @@ def stream_members(source: Path) -> Iterator[tuple[str, bytes]]:
     """Every regular member of the archive ``source``, in order, with its bytes (empty for
     a member that is not an image: only its name is kept). Refuses the archive at a member
     that must not be read."""
-    with gzip.open(source, "rb") as f:
-        for m in iter_stream(f, str(source)):
-            if m.refused is not None:
-                raise UnsafeArchiveError(
-                    f"{source}: member {m.name!r} {m.refused}; refused: this is not the "
-                    "Hub's archive, or it was altered")
-            yield m.name, (m.data or b"") if is_image_name(m.name) else b""
+    try:
+        with open_gzip(source) as f:
+            for m in iter_stream(f, str(source)):
+                if m.refused is not None:
+                    raise UnsafeArchiveError(
+                        f"{source}: member {m.name!r} {m.refused}; refused: this is not the "
+                        "Hub's archive, or it was altered")
+                yield m.name, (m.data or b"") if is_image_name(m.name) else b""
+    except GZIP_ERRORS as e:  # what zlib-ng's inflate raises (zlib's: iter_stream's message)
+        raise damaged(source, e) from None
 
 
 def _names_sizes(source: Path) -> tuple[list[str], list[int]]:
