@@ -10,8 +10,11 @@
 
 Target: 2 workers / 1 worker >= 1.8 (on a 2-core machine). Rounds are interleaved
 (``--repeat``), each pass records the CPU other processes took meanwhile (``foreign_cores``),
-and the ratio is the median of each round's own ratio (``bench.common.paired_ratio``). The
-index of every pass is checked to be byte-identical to the first. A table goes to stdout,
+and the ratio is the median of each round's own ratio (``bench.common.paired_ratio``: rounds
+another process disturbed are set aside unless all were). Each pass's CPU time (this process
+and its workers) is reported too: 2 workers / 1 worker near 1.0 means the pool adds no work,
+which holds whatever the machine's load. The index of every pass is checked to be
+byte-identical to the first. A table goes to stdout,
 then one JSON line with every figure.
 
 Run (from the repository root, in the project's environment)::
@@ -107,17 +110,20 @@ def measure(folder: Path, args: argparse.Namespace) -> dict[str, Any]:
     rates = {f"index_{w}w": {"median": round(statistics.median(p["rate"] for p in v), 1),
                              "best": round(max(p["rate"] for p in v), 1),
                              "seconds": round(statistics.median(p["seconds"] for p in v), 3),
+                             "cpu_s": round(statistics.median(p["cpu_s"] for p in v), 3),
                              "foreign_cores": round(statistics.median(p["foreign_cores"]
                                                                       for p in v), 2)}
              for w, v in passes.items()}
     pairs = {w: [(p["rate"], p["foreign_cores"]) for p in v] for w, v in passes.items()}
     ratio = paired_ratio(pairs[2], pairs[1])
+    cpu = {w: statistics.median(p["cpu_s"] for p in v) for w, v in passes.items()}
     m = read_manifest(folder, "train")
     return {"shards": len(m.shards), "samples": m.total_samples,
             "bytes": sum(s.bytes for s in m.shards), "dali": args.dali,
             "repeat": args.repeat, "cores": len(os.sched_getaffinity(0)),
             "load_average": round(os.getloadavg()[0], 2), "rates_samples_per_s": rates,
             "index_2w_over_1w": round(ratio, 3), "target_2w_over_1w": TARGET_2W_OVER_1W,
+            "cpu_2w_over_1w": round(cpu[2] / max(cpu[1], 1e-6), 3),
             "verdict": verdict(ratio, TARGET_2W_OVER_1W), "identical": identical}
 
 
@@ -142,13 +148,15 @@ def print_table(r: dict[str, Any]) -> None:
     print(f"imgprep index of {r['shards']} shards, {r['samples']} samples, "
           f"{r['bytes'] / 1e6:.0f} MB{' (+ DALI indexes)' if r['dali'] else ''}; "
           f"{r['repeat']} rounds, {r['cores']} cores, load average {r['load_average']}")
-    print(f"  {'measure':<10} {'median/s':>10} {'best/s':>10} {'seconds':>8} {'foreign':>8}")
+    print(f"  {'measure':<10} {'median/s':>10} {'best/s':>10} {'seconds':>8} {'CPU s':>7} "
+          f"{'foreign':>8}")
     for k, v in r["rates_samples_per_s"].items():
         print(f"  {k:<10} {v['median']:>10} {v['best']:>10} {v['seconds']:>8} "
-              f"{v['foreign_cores']:>8}")
+              f"{v['cpu_s']:>7} {v['foreign_cores']:>8}")
     print(f"  2 workers / 1 worker  {r['index_2w_over_1w']:.3f} (target >= "
           f"{TARGET_2W_OVER_1W}) {r['verdict']}; same index bytes every pass: "
           f"{r['identical']}")
+    print(f"  CPU time, 2 workers / 1 worker  {r['cpu_2w_over_1w']:.3f} (the pool's own cost)")
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
