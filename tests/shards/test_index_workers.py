@@ -4,15 +4,17 @@ a damaged shard named, as in one process; --workers checked by the command line.
 
 from __future__ import annotations
 
+import ctypes
 import os
+import signal
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from imgprep.errors import ShardError
-from imgprep.shards.indexing import index_folder, plan_index, run_index
-from imgprep.shards.manifest import read_manifest, write_manifest
+from imgprep.shards.indexing import in_shard_order, index_folder, plan_index, run_index
+from imgprep.shards.manifest import ShardEntry, read_manifest, write_manifest
 from tests.support.cli import invoke, ok
 from tests.support.shards import UNEQUAL_SIZES, write_split
 
@@ -97,3 +99,20 @@ def test_workers_must_be_a_positive_count(folder: Path, value: str) -> None:
     assert r.exit_code == 2
     assert "--workers" in r.stderr
     assert not (folder / "train-index.bin").exists()
+
+
+def worker_state(shard: ShardEntry) -> tuple[str, int, int, bool]:
+    """In a pool worker: the shard, this process, its parent-death signal, whether it
+    ignores Ctrl-C."""
+    sig = ctypes.c_int(0)
+    ctypes.CDLL(None).prctl(2, ctypes.byref(sig))  # PR_GET_PDEATHSIG
+    return shard.name, os.getpid(), sig.value, signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+
+
+def test_the_workers_die_with_the_command_and_leave_ctrl_c_to_it() -> None:
+    shards = [ShardEntry(f"train-{k:06d}.tar", k, 0, "") for k in range(6)]
+    ticks: list[int] = []
+    got = list(in_shard_order(worker_state, shards, 2, ticks.append))  # type: ignore[arg-type]
+    assert [g[0] for g in got] == [s.name for s in shards] and ticks == list(range(6))
+    assert os.getpid() not in {g[1] for g in got}
+    assert {(g[2], g[3]) for g in got} == {(signal.SIGKILL, True)}
