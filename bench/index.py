@@ -12,8 +12,9 @@ Target: 2 workers / 1 worker >= 1.8 (on a 2-core machine). Rounds are interleave
 (``--repeat``), each pass records the CPU other processes took meanwhile (``foreign_cores``),
 and the ratio is the median of each round's own ratio (``bench.common.paired_ratio``: rounds
 another process disturbed are set aside unless all were). Each pass's CPU time (this process
-and its workers) is reported too: 2 workers / 1 worker near 1.0 means the pool adds no work,
-which holds whatever the machine's load. The index of every pass is checked to be
+and its workers, and this process's alone: ``main``) is reported too: 2 workers / 1 worker
+near 1.0 means the pool adds no work, and ``main`` with 2 workers bounds the part that does
+not run in parallel, whatever the machine's load. The index of every pass is checked to be
 byte-identical to the first. A table goes to stdout,
 then one JSON line with every figure.
 
@@ -81,10 +82,10 @@ def reusable(folder: Path, shards: int, samples: int) -> bool:
                     and (folder / s.name).stat().st_size == s.bytes for s in m.shards))
 
 
-def own_cpu_s() -> float:
-    """CPU seconds of this process and of its children waited for (the pool's workers)."""
+def own_cpu_s() -> tuple[float, float]:
+    """CPU seconds of this process, and of its children waited for (the pool's workers)."""
     t = os.times()
-    return t.user + t.system + t.children_user + t.children_system
+    return t.user + t.system, t.children_user + t.children_system
 
 
 def timed_index(folder: Path, workers: int, dali: bool) -> dict[str, Any]:
@@ -92,11 +93,12 @@ def timed_index(folder: Path, workers: int, dali: bool) -> dict[str, Any]:
     cpu0, busy0, t0 = own_cpu_s(), machine_busy_s(), time.perf_counter()
     done = index_folder(folder, "train", dali=dali, workers=workers)
     wall = time.perf_counter() - t0
-    cpu = own_cpu_s() - cpu0
+    (main1, kids1), (main0, kids0) = own_cpu_s(), cpu0
+    cpu = main1 - main0 + kids1 - kids0
     digest = hashlib.sha256((folder / index_name("train")).read_bytes()).hexdigest()
-    return {"rate": done[0].samples / wall, "seconds": wall,
-            "cpu_s": cpu, "foreign_cores": max(0.0, machine_busy_s() - busy0 - cpu) / wall,
-            "sha256": digest}
+    return {"rate": done[0].samples / wall, "seconds": wall, "cpu_s": cpu,
+            "main_cpu_s": main1 - main0,
+            "foreign_cores": max(0.0, machine_busy_s() - busy0 - cpu) / wall, "sha256": digest}
 
 
 def measure(folder: Path, args: argparse.Namespace) -> dict[str, Any]:
@@ -111,6 +113,8 @@ def measure(folder: Path, args: argparse.Namespace) -> dict[str, Any]:
                              "best": round(max(p["rate"] for p in v), 1),
                              "seconds": round(statistics.median(p["seconds"] for p in v), 3),
                              "cpu_s": round(statistics.median(p["cpu_s"] for p in v), 3),
+                             "main_cpu_s": round(statistics.median(p["main_cpu_s"]
+                                                                   for p in v), 3),
                              "foreign_cores": round(statistics.median(p["foreign_cores"]
                                                                       for p in v), 2)}
              for w, v in passes.items()}
@@ -149,10 +153,10 @@ def print_table(r: dict[str, Any]) -> None:
           f"{r['bytes'] / 1e6:.0f} MB{' (+ DALI indexes)' if r['dali'] else ''}; "
           f"{r['repeat']} rounds, {r['cores']} cores, load average {r['load_average']}")
     print(f"  {'measure':<10} {'median/s':>10} {'best/s':>10} {'seconds':>8} {'CPU s':>7} "
-          f"{'foreign':>8}")
+          f"{'main s':>7} {'foreign':>8}")
     for k, v in r["rates_samples_per_s"].items():
         print(f"  {k:<10} {v['median']:>10} {v['best']:>10} {v['seconds']:>8} "
-              f"{v['cpu_s']:>7} {v['foreign_cores']:>8}")
+              f"{v['cpu_s']:>7} {v['main_cpu_s']:>7} {v['foreign_cores']:>8}")
     print(f"  2 workers / 1 worker  {r['index_2w_over_1w']:.3f} (target >= "
           f"{TARGET_2W_OVER_1W}) {r['verdict']}; same index bytes every pass: "
           f"{r['identical']}")
