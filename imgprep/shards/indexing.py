@@ -22,6 +22,7 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 
@@ -43,6 +44,7 @@ from imgprep.shards.manifest import (
 )
 
 Tick = Callable[[int], None]
+R = TypeVar("R")
 
 
 def save_layout(path: Path, layout: Layout, shard: ShardEntry) -> None:
@@ -79,8 +81,8 @@ def _worker_init(parent: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
 
 
-def in_shard_order(job: Callable[[ShardEntry], Layout], shards: Sequence[ShardEntry],
-                   workers: int, tick: Tick) -> Iterator[Layout]:
+def in_shard_order(job: Callable[[ShardEntry], R], shards: Sequence[ShardEntry],
+                   workers: int, tick: Tick) -> Iterator[R]:
     """``job`` of each shard on ``workers`` forked processes that die with this one (in this
     process for one worker or one shard), yielded in shard order whatever order they finish
     in; ``tick(samples)`` after each. The error a job raised is raised here as it was in the
@@ -93,7 +95,7 @@ def in_shard_order(job: Callable[[ShardEntry], Layout], shards: Sequence[ShardEn
     ex = ProcessPoolExecutor(min(workers, len(shards)), mp_context=mp.get_context("fork"),
                              initializer=_worker_init, initargs=(os.getpid(),))
     try:
-        futures: list[Future[Layout]] = [ex.submit(job, s) for s in shards]
+        futures: list[Future[R]] = [ex.submit(job, s) for s in shards]
         for s, f in zip(shards, futures, strict=True):
             try:
                 got = f.result()

@@ -112,7 +112,7 @@ def worker_state(shard: ShardEntry) -> tuple[str, int, int, bool]:
 def test_the_workers_die_with_the_command_and_leave_ctrl_c_to_it() -> None:
     shards = [ShardEntry(f"train-{k:06d}.tar", k, 0, "") for k in range(6)]
     ticks: list[int] = []
-    got = list(in_shard_order(worker_state, shards, 2, ticks.append))  # type: ignore[arg-type]
+    got = list(in_shard_order(worker_state, shards, 2, ticks.append))
     assert [g[0] for g in got] == [s.name for s in shards] and ticks == list(range(6))
     assert os.getpid() not in {g[1] for g in got}
     assert {(g[2], g[3]) for g in got} == {(signal.SIGKILL, True)}
