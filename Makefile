@@ -68,6 +68,7 @@ test: lint system-packages
 bench: setup bench-out/stock-pillow/.ready
 	$(BIN)/python -m bench.convert --stock-python bench-out/stock-pillow/bin/python
 	$(BIN)/python -m bench.verify
+	$(BIN)/python -m bench.index
 	$(BIN)/python -m bench.stage
 	$(BIN)/python -m bench.loader
 	$(BIN)/python -m bench.labellist

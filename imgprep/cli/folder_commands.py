@@ -136,24 +136,33 @@ def preview(path: Path, output: Path, count: int, seed: int, split: str | None, 
 @click.option("--dali", is_flag=True,
               help="Also write each shard's DALI index (<shard>.idx, for DALI's "
                    "readers.webdataset) where the conversion has none.")
+@workers_option
 @quiet_option
 @json_option
-def index_cmd(folder: Path, split: str | None, dali: bool, quiet: bool, as_json: bool) -> None:
+def index_cmd(folder: Path, split: str | None, dali: bool, workers: int | None, quiet: bool,
+              as_json: bool) -> None:
     """Build the sample index of a converted (or staged) shard folder from tar headers.
 
     Rewrites each shard manifest atomically to name its index (<split>-index.bin); the
     loaders need it. The DALI indexes beside the shards (<split>-NNNNNN.idx) are rebuilt
     with it when the manifest names them, and written with --dali. convert writes both
-    already: this is for older conversions or after an index was lost or damaged.
+    already: this is for older conversions or after an index was lost or damaged. The
+    shards are read by --workers processes; the files are the same whatever their number.
     """
-    from imgprep.shards.indexing import index_folder
+    from imgprep.shards.indexing import plan_index, run_index
 
     try:
-        done = index_folder(folder, split, dali)
+        plan = plan_index(folder, split)
     except ImgprepError as e:
         fail(e)
-    emit({"folder": str(folder), "splits": [asdict(d) for d in done]}, as_json, quiet,
-         lambda: "\n".join(
-             f"{folder}/{d.index}: {d.samples} samples in {d.shards} shards, {d.bytes} bytes"
-             + (f"; a DALI index ({d.dali}) beside each shard" if d.dali else "")
-             for d in done))
+    bar = progress_bar(quiet, "index", plan.samples)
+    try:
+        done = run_index(plan, dali, workers, tick=bar.update)
+    except ImgprepError as e:
+        bar.close()
+        fail(e)
+    bar.close()
+    emit(asdict(done), as_json, quiet, lambda: "\n".join(
+        f"{folder}/{d.index}: {d.samples} samples in {d.shards} shards, {d.bytes} bytes"
+        + (f"; a DALI index ({d.dali}) beside each shard" if d.dali else "")
+        for d in done.splits))

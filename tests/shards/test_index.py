@@ -92,10 +92,10 @@ def test_index_command_rebuilds_it_byte_identical(indexed: Path) -> None:
     (indexed / "train-index.bin").unlink()
     with pytest.raises(ManifestError, match=f"lists no sample index.*imgprep index {indexed}"):
         labels(indexed)
-    r = CliRunner().invoke(cli, ["index", str(indexed), "--json"])
+    r = CliRunner().invoke(cli, ["index", str(indexed), "--json", "--workers", "2"])
     assert r.exit_code == 0, r.output
-    out = json.loads(r.output)
-    assert out == {"folder": str(indexed), "splits": [{
+    out = json.loads(r.stdout)
+    assert out == {"folder": str(indexed), "workers": 2, "splits": [{
         "split": "train", "index": "train-index.bin", "bytes": len(before),
         "shards": len(SIZES), "samples": sum(SIZES), "dali": None}]}
     assert (indexed / "train-index.bin").read_bytes() == before
