@@ -1,6 +1,7 @@
 """What the rehearsal checks between and after its steps, each read from the files themselves:
 the sample index ``imgprep index`` rebuilds from tar headers against the one convert wrote,
-and each staged node's files against the source's, byte for byte."""
+each staged node's files against the source's, byte for byte, and what the manifests of a
+convert with a held-out val split record of it."""
 
 from __future__ import annotations
 
@@ -126,3 +127,13 @@ def staged_nodes(src: Path, dsts: list[Path], mode: str,
         problems.append(f"the nodes' shares are not the whole set once: {whole}")
     return {"nodes": len(dsts), "mode": mode, "identical": not problems,
             "files_compared": files, "bytes_compared": nbytes, "problems": problems[:5]}
+
+
+def holdout_manifests(folder: Path) -> dict[str, Any]:
+    """After a convert with ``--holdout-per-class``: the train split's class table (its size,
+    and whether val's is the same) and the held-out count each manifest records."""
+    m = {s: read_manifest(folder, s) for s in SPLITS}
+    return {"classes": len(m["train"].classes),
+            "same_classes": m["train"].classes == m["val"].classes,
+            "holdout_images": {s: m[s].options.get("holdout_images") for s in SPLITS},
+            "holdout_per_class": m["train"].options.get("holdout_per_class")}

@@ -118,12 +118,13 @@ def class_members(wnid: str, ci: int, count: int, first: int, pool: Sequence[byt
         yield f"{wnid}_{j + 1}.JPEG", data
 
 
-def write_train(path: Path, counts: np.ndarray, table: ClassTable, pool: Sequence[bytes],
+def write_train(path: Path, counts: np.ndarray, wnids: Sequence[str], pool: Sequence[bytes],
                 quirks: Sequence[tuple[str, bytes]]) -> int:
-    """The outer train tar, streamed one inner class tar at a time; returns its bytes."""
+    """The outer tar of class tars (``<wnid>.tar`` in ``wnids``' order, ``counts`` images
+    each), streamed one inner class tar at a time; returns its bytes."""
     done = 0
     with open(path, "wb") as f:
-        for ci, (wnid, count) in enumerate(zip(table.wnids, counts.tolist(), strict=True)):
+        for ci, (wnid, count) in enumerate(zip(wnids, counts.tolist(), strict=True)):
             inner = b"".join(member(n, d) for n, d in
                              class_members(wnid, ci, count, done, pool, quirks))
             inner += end_of_archive(len(inner))
@@ -185,7 +186,7 @@ def make_input(out: Path, images: int) -> dict[str, Any]:
     (folder / MARKER).unlink(missing_ok=True)
     t0 = time.perf_counter()
     table, pool, quirks = imagenet_classes(), jpeg_pool(POOL, SIDES), quirk_pool()
-    train = write_train(folder / TRAIN_TAR, counts, table, pool, quirks)
+    train = write_train(folder / TRAIN_TAR, counts, table.wnids, pool, quirks)
     val = write_val(folder, want["val"], table, pool, quirks)
     marker = {**want, "seconds": time.perf_counter() - t0,
               "per_class": {"min": int(counts.min()), "max": int(counts.max()),

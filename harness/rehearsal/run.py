@@ -46,6 +46,19 @@ run's, and then one JSON record as the last line (also written to ``--json-out``
 stops at ``--timeout`` minutes, killing the running step; the work folder is removed at the
 end unless ``--keep`` (the input stays, for the next run; ``--drop-input`` removes it too).
 Exit 0 when every step ran and every check held, else 1.
+
+``--shape in21k`` rehearses ImageNet-21k's shape instead (``harness.rehearsal.in21k``): one
+plain ``winter21_whole.tar`` of 19,167 class tars at skewed counts (13,153,500 images at full
+size; ``--images`` counts the whole archive), converted by one ``imgprep convert
+--holdout-per-class 10``, which writes the train split and a val split held out of it (the
+step ``convert train+val``; its check: each split's count, the class table of the 19,167
+wnids present, the holdout recorded in both manifests). The later steps are those above, on
+the train and val splits it wrote; the projection is to 13,153,500 images, and ``--compare``
+against an ILSVRC-shape record sets this step against that run's ``convert train``, cost per
+image.
+
+    python -m harness.rehearsal.run --shape in21k --images 100000 \
+        --compare bench-out/rehearsal-100k.json
 """
 
 from __future__ import annotations
@@ -62,7 +75,7 @@ from typing import Any
 
 from bench.common import REPO, free_port
 from harness.checks import clean_env
-from harness.rehearsal import checks
+from harness.rehearsal import checks, in21k
 from harness.rehearsal.checks import SPLITS
 from harness.rehearsal.dataset import (
     DEVKIT_MAP,
@@ -79,6 +92,8 @@ from harness.rehearsal.report import compare, compare_table, table
 TRAIN = REPO / "scripts" / "train_imagenet.py"
 NODES = 4
 SIZE = 64
+SHAPES = ("ilsvrc", in21k.SHAPE)
+STEP_COUNT = {"ilsvrc": 9, in21k.SHAPE: 8}  # every step of a finished run
 
 
 @dataclass
@@ -89,8 +104,10 @@ class Run:
     inp: Path
     work: Path
     deadline: Deadline
-    images: int
+    images: int  # what the input holds: the train tar's (ilsvrc), the archive's (in21k)
+    train: int
     val: int
+    shape: str = "ilsvrc"
     steps: list[dict[str, Any]] = field(default_factory=list)
 
     @property
@@ -134,8 +151,28 @@ def convert_steps(run: Run) -> bool:
     return True
 
 
+def holdout_convert_step(run: Run) -> bool:
+    """The in21k archive in one command, its val split held out of its train split."""
+    cmd = imgprep("convert", run.inp / in21k.ARCHIVE, "-o", run.src, "--size", SIZE,
+                  "--holdout-per-class", in21k.HOLDOUT, "--json", "-q")
+    step, procs = run_step(in21k.CONVERT_STEP, run.images, [(cmd, clean_env())], run.deadline)
+    s = procs[0].last
+    parts = s.get("splits", [])
+    want = {"val": run.val, "train": run.train}
+    check: dict[str, Any] = {
+        "samples": {p.get("split"): p.get("samples") for p in parts},
+        "complete": s.get("complete"), "workers": [p.get("workers") for p in parts],
+        "expected": want}
+    if procs[0].rc == 0:
+        check.update(checks.holdout_manifests(run.src))
+    ok = (check["samples"] == want and bool(s.get("complete"))
+          and check.get("classes") == in21k.SYNSETS and bool(check.get("same_classes"))
+          and check.get("holdout_images") == {"val": run.val, "train": run.val})
+    return finish(run, step, procs, check, ok)
+
+
 def verify_step(run: Run) -> bool:
-    n = run.images + run.val
+    n = run.train + run.val
     step, procs = run_step("verify", n, [(imgprep("verify", run.src, "--json", "-q"),
                                           clean_env())], run.deadline)
     s = procs[0].last
@@ -146,7 +183,7 @@ def verify_step(run: Run) -> bool:
 
 def index_step(run: Run) -> bool:
     state = checks.before_index(run.src)
-    step, procs = run_step("index", run.images + run.val,
+    step, procs = run_step("index", run.train + run.val,
                            [(imgprep("index", run.src, "--json", "-q"), clean_env())],
                            run.deadline)
     check = checks.after_index(run.src, state) if procs[0].rc == 0 else {}
@@ -162,7 +199,7 @@ def stage_step(run: Run, kind: str, options: list[str]) -> bool:
     jobs = [(cmd, clean_env(**env, RANK=k, GROUP_RANK=k)) for k in range(NODES)]
     mode, splits = ("partition", ("train",)) if kind == "partition" else ("replicate", SPLITS)
     name = f"stage {'fan-out' if kind == 'fanout' else 'partition'} {NODES} nodes"
-    images = run.images + (run.val if "val" in splits else 0)
+    images = run.train + (run.val if "val" in splits else 0)
     step, procs = run_step(name, images, jobs, run.deadline)
     step["bytes_written"] = sum(int(p.last.get("bytes_written", 0)) for p in procs)
     step["bytes_read"] = sum(int(p.last.get("bytes_read", 0)) for p in procs)
@@ -185,7 +222,7 @@ def loader_step(run: Run, name: str, images: int, argv: list[object]
 
 
 def loader_steps(run: Run) -> bool:
-    step, procs = loader_step(run, "loader plan 16x8 ranks", run.images,
+    step, procs = loader_step(run, "loader plan 16x8 ranks", run.train,
                               ["plan", run.src, "--nodes", 16, "--local", 8, "--batch", 256])
     p = procs[0].last
     if p:
@@ -193,7 +230,7 @@ def loader_steps(run: Run) -> bool:
         step["plan_rank_s"] = p["plan_rank_s"]
     if not finish(run, step, procs, p, bool(p.get("every_sample_once"))):
         return False
-    want = min(run.images, run.args.slice)
+    want = min(run.train, run.args.slice)
     step, procs = loader_step(run, "loader epoch slice", want,
                               ["slice", run.node("fanout", 0), "--samples", want,
                                "--batch", 256, "--size", SIZE])
@@ -223,7 +260,8 @@ def train_step(run: Run) -> bool:
 
 
 def run_all(run: Run) -> None:
-    stages = (convert_steps, verify_step, index_step,
+    first = holdout_convert_step if run.shape == in21k.SHAPE else convert_steps
+    stages = (first, verify_step, index_step,
               lambda r: stage_step(r, "fanout", ["--fanout"]),
               lambda r: stage_step(r, "partition", ["--mode", "partition", "--split", "train"]),
               loader_steps, train_step)
@@ -239,9 +277,13 @@ def loadavg() -> list[float]:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--images", type=int, default=FULL_TRAIN,
-                    help=f"train images (default: the real {FULL_TRAIN:,}; at least "
-                         f"{MIN_IMAGES:,}); val scales with it")
+    ap.add_argument("--shape", choices=SHAPES, default="ilsvrc",
+                    help="ILSVRC2012's train and val tars, or one ImageNet-21k archive of "
+                         "19,167 class tars with val held out of it")
+    ap.add_argument("--images", type=int,
+                    help=f"ilsvrc: train images (default: the real {FULL_TRAIN:,}; at least "
+                         f"{MIN_IMAGES:,}), val scales with it; in21k: the archive's images "
+                         f"(default: {in21k.FULL_IMAGES:,}; at least {in21k.MIN_IMAGES:,})")
     ap.add_argument("--out", type=Path, default=REPO / "bench-out" / "rehearsal",
                     help="holds the cached input and, while it runs, the work folder")
     ap.add_argument("--timeout", type=float, default=75.0, help="minutes for the whole run")
@@ -256,8 +298,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--record", type=Path, metavar="THIS.json",
                     help="run nothing: print this saved record's table (and --compare)")
     args = ap.parse_args(argv)
-    if args.images < MIN_IMAGES:
-        ap.error(f"--images must be at least {MIN_IMAGES}")
+    full, least = ((in21k.FULL_IMAGES, in21k.MIN_IMAGES) if args.shape == in21k.SHAPE
+                   else (FULL_TRAIN, MIN_IMAGES))
+    if args.images is None:
+        args.images = full
+    if args.images < least:
+        ap.error(f"--images must be at least {least} at the {args.shape} shape")
     return args
 
 
@@ -265,11 +311,16 @@ def rehearse(args: argparse.Namespace) -> dict[str, Any]:
     """Make or reuse the input, run every step within the deadline, clean up; the record."""
     t0, load_before = time.perf_counter(), loadavg()
     deadline = Deadline(args.timeout * 60)
-    inp = make_input(args.out, args.images)
-    work = args.out / f"work-{args.images}"
+    ilsvrc = args.shape == "ilsvrc"
+    inp = make_input(args.out, args.images) if ilsvrc else in21k.make_input(args.out,
+                                                                             args.images)
+    work = args.out / (f"work-{args.images}" if ilsvrc else f"work-{args.shape}-{args.images}")
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
-    run = Run(args, Path(inp["folder"]), work, deadline, args.images, int(inp["val"]))
+    val = int(inp["val"])
+    run = Run(args=args, inp=Path(inp["folder"]), work=work, deadline=deadline,
+              images=args.images, train=args.images if ilsvrc else args.images - val,
+              val=val, shape=args.shape)
     try:
         run_all(run)
     finally:
@@ -281,11 +332,14 @@ def rehearse(args: argparse.Namespace) -> dict[str, Any]:
         if args.drop_input:
             shutil.rmtree(run.inp, ignore_errors=True)
     done = [s["step"] for s in run.steps]
+    shape = {} if ilsvrc else {"shape": args.shape, "train": run.train,
+                               "holdout_per_class": in21k.HOLDOUT}
     return {
-        "images": args.images, "val": run.val, "command": " ".join(sys.argv),
+        **shape, "images": args.images, "val": run.val, "command": " ".join(sys.argv),
         "cores": os.cpu_count(), "load_before": load_before, "load_after": loadavg(),
         "input": {k: v for k, v in inp.items() if k != "folder"},
-        "steps": run.steps, "ok": all(s["ok"] for s in run.steps) and len(done) == 9,
+        "steps": run.steps,
+        "ok": all(s["ok"] for s in run.steps) and len(done) == STEP_COUNT[args.shape],
         "timed_out": deadline.left() <= 0, "wall_s": time.perf_counter() - t0,
         "disk": {"input_bytes": input_bytes, "work_peak_bytes": peak, "work_left_bytes": left,
                  "kept": args.keep, "input_dropped": args.drop_input}}
