@@ -25,7 +25,8 @@ FULL_IMAGES = {"convert train": FULL_TRAIN, "convert val": FULL_VAL, "verify": F
                "index": FULL_SET, "stage fan-out 4 nodes": FULL_SET,
                "stage partition 4 nodes": FULL_TRAIN, "loader plan 16x8 ranks": FULL_TRAIN,
                "loader epoch slice": FULL_TRAIN}
-PARALLEL = ("convert train", "convert val", in21k.CONVERT_STEP, "verify", "loader epoch slice")
+PARALLEL = ("convert train", "convert val", in21k.CONVERT_STEP, "verify", "index",
+            "loader epoch slice")
 SHARED = ("convert train", "convert val", in21k.CONVERT_STEP, "loader epoch slice")  # /16 nodes
 COUNTERPARTS = {in21k.CONVERT_STEP: "convert train", "convert train": in21k.CONVERT_STEP}
 FULL_SIZE = ("full size here: the wall time per image measured here x the step's image count "
@@ -38,9 +39,9 @@ SIXTEEN_NODES = (
     "network keeping up), partition a 16th of it")
 ASSUMPTIONS = (
     FULL_SIZE.format(counts="1,281,167 train, 50,000 val"),
-    "16-core node: convert, verify and the loader epoch keep all 16 cores busy at the CPU "
-    "time per image measured here (workers = cores, as their auto default gives; no other "
-    "load); index and the plan are one process on one core, busy for the CPU time per image "
+    "16-core node: convert, verify, index and the loader epoch keep all 16 cores busy at the "
+    "CPU time per image measured here (workers = cores, as their auto default gives; no "
+    "other load); the plan is one process on one core, busy for the CPU time per image "
     "measured here x the full count; the node stages the whole set to its disk at the rate "
     "this machine's one disk took the 4 process-nodes' writes together",
     SIXTEEN_NODES.format(repeated="listing"),
@@ -97,7 +98,7 @@ def project(step: dict[str, Any], full: Mapping[str, int] = FULL_IMAGES
     if name.startswith("stage partition"):  # here the nodes wrote the set once together
         return whole, whole / NODES
     one = float(step["cpu_us_per_image"]) * 1e-6 * full[name]  # one busy core
-    return one, one  # one process (index), or each rank's own plan
+    return one, one  # each rank's own plan
 
 
 def _secs(x: float) -> str:
