@@ -11,11 +11,13 @@ from __future__ import annotations
 import gzip
 import importlib
 import zlib
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import IO, cast
 
-from imgprep.errors import SourceFormatError
+from imgprep.errors import SourceFormatError, UnsafeArchiveError
+from imgprep.shards.tarfmt import iter_stream
 
 
 def _optional(name: str) -> ModuleType | None:
@@ -49,3 +51,20 @@ def damaged(source: Path, error: BaseException) -> SourceFormatError:
     """The error for a stream of ``source`` that ``GZIP_ERRORS``' ``error`` cut short."""
     return SourceFormatError(f"{source}: the compressed stream is damaged or cut short "
                              f"({error}); re-download it")
+
+
+def gzip_members(source: Path, keep: Callable[[str], bool], whose: str
+                 ) -> Iterator[tuple[str, bytes]]:
+    """Every member of the gzip-compressed tar ``source`` with its bytes (empty for a member
+    ``keep`` turns down: only its name is kept), in archive order. Refuses the archive at a
+    member that must not be read (``whose``: the archive it should have been)."""
+    try:
+        with open_gzip(source) as f:
+            for m in iter_stream(f, str(source)):
+                if m.refused is not None:
+                    raise UnsafeArchiveError(
+                        f"{source}: member {m.name!r} {m.refused}; refused: this is not "
+                        f"{whose}, or it was altered")
+                yield m.name, (m.data or b"") if keep(m.name) else b""
+    except GZIP_ERRORS as e:  # what zlib-ng's inflate raises (zlib's: iter_stream's message)
+        raise damaged(source, e) from None

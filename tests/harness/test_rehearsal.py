@@ -12,8 +12,6 @@ ILSVRC2012's layout.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import tarfile
 from pathlib import Path
 from typing import Any
@@ -34,7 +32,7 @@ from harness.rehearsal.dataset import (
 )
 from harness.rehearsal.report import compare
 from imgprep import imagenet_classes
-from tests.support import REPO
+from tests.support import rehearse, steps_by_name
 
 SMALL = 5000
 STEPS = ["convert train", "convert val", "verify", "index", "stage fan-out 4 nodes",
@@ -95,25 +93,13 @@ def test_a_saved_record_is_tabled_and_compared_without_running_anything(
 @pytest.fixture(scope="module")
 def rehearsal(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], Path]:
     out = tmp_path_factory.mktemp("rehearsal")
-    proc = subprocess.run([sys.executable, "-m", "harness.rehearsal.run", "--images",
-                           str(SMALL), "--out", str(out), "--train-steps", "4",
-                           "--json-out", str(out / "record.json"), "--timeout", "4.5"],
-                          capture_output=True, text=True, timeout=290, cwd=REPO)
-    lines = proc.stdout.strip().splitlines()
-    assert proc.returncode == 0 and lines, proc.stderr[-3000:] + proc.stdout[-3000:]
-    record = json.loads(lines[-1])
-    assert record == json.loads((out / "record.json").read_text())
-    return record, out
-
-
-def _steps(record: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return {s["step"]: s for s in record["steps"]}
+    return rehearse(out, SMALL), out
 
 
 @pytest.mark.slow
 def test_every_step_runs_and_every_check_holds(rehearsal: tuple[dict[str, Any], Path]) -> None:
     record, _ = rehearsal
-    steps = _steps(record)
+    steps = steps_by_name(record)
     assert list(steps) == STEPS and record["ok"] and not record["timed_out"]
     for s in record["steps"]:
         assert s["ok"] and s["seconds"] > 0 and s["peak_rss_mb"] > 0 and s["peak_fds"] > 0, s
@@ -127,7 +113,7 @@ def test_every_step_runs_and_every_check_holds(rehearsal: tuple[dict[str, Any], 
 @pytest.mark.slow
 def test_staged_nodes_are_byte_identical_and_the_pad_epoch_sees_every_sample_once(
         rehearsal: tuple[dict[str, Any], Path]) -> None:
-    steps = _steps(rehearsal[0])
+    steps = steps_by_name(rehearsal[0])
     for name in ("stage fan-out 4 nodes", "stage partition 4 nodes"):
         check = steps[name]["check"]
         assert check["identical"] and check["nodes"] == 4, check

@@ -12,9 +12,6 @@ the cached input is one tar of sorted class tars.
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 import tarfile
 from pathlib import Path
 from typing import Any
@@ -25,7 +22,7 @@ import pytest
 from harness.rehearsal import in21k
 from harness.rehearsal.report import compare, compare_table, table
 from imgprep import imagenet_classes
-from tests.support import REPO
+from tests.support import rehearse, steps_by_name
 
 SMALL = in21k.MIN_IMAGES
 STEPS = [in21k.CONVERT_STEP, "verify", "index", "stage fan-out 4 nodes",
@@ -92,26 +89,14 @@ def test_an_in21k_record_compares_with_an_ilsvrc_one_and_projects_to_1315m_image
 @pytest.fixture(scope="module")
 def rehearsal(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], Path]:
     out = tmp_path_factory.mktemp("rehearsal-in21k")
-    proc = subprocess.run([sys.executable, "-m", "harness.rehearsal.run", "--shape", "in21k",
-                           "--images", str(SMALL), "--out", str(out), "--train-steps", "4",
-                           "--json-out", str(out / "record.json"), "--timeout", "4.5"],
-                          capture_output=True, text=True, timeout=290, cwd=REPO)
-    lines = proc.stdout.strip().splitlines()
-    assert proc.returncode == 0 and lines, proc.stderr[-3000:] + proc.stdout[-3000:]
-    record = json.loads(lines[-1])
-    assert record == json.loads((out / "record.json").read_text())
-    return record, out
-
-
-def _steps(record: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return {s["step"]: s for s in record["steps"]}
+    return rehearse(out, SMALL, "--shape", "in21k"), out
 
 
 @pytest.mark.slow
 def test_every_step_runs_and_the_one_convert_writes_both_splits(
         rehearsal: tuple[dict[str, Any], Path]) -> None:
     record, _ = rehearsal
-    steps = _steps(record)
+    steps = steps_by_name(record)
     assert list(steps) == STEPS and record["ok"] and not record["timed_out"]
     assert record["shape"] == "in21k" and record["holdout_per_class"] == 10
     for s in record["steps"]:
@@ -130,7 +115,7 @@ def test_every_step_runs_and_the_one_convert_writes_both_splits(
 def test_staged_nodes_are_byte_identical_and_the_pad_epoch_sees_every_train_sample_once(
         rehearsal: tuple[dict[str, Any], Path]) -> None:
     record = rehearsal[0]
-    steps = _steps(record)
+    steps = steps_by_name(record)
     for name in ("stage fan-out 4 nodes", "stage partition 4 nodes"):
         check = steps[name]["check"]
         assert check["identical"] and check["nodes"] == 4, check

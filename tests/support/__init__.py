@@ -31,6 +31,8 @@ from tests.support.procs import (
     one_line_error,
     one_line_problem,
     outcomes,
+    rehearse,
+    steps_by_name,
     tmp_leftovers,
     torchrun_env,
 )
@@ -40,5 +42,6 @@ __all__ = [
     "devkit_archive", "encode", "fanout_nodes", "feed_pipe", "free_port", "interruptible",
     "is_launcher_var", "jpeg", "mpirun", "mpirun_cmd", "nested_images", "one_line",
     "one_line_error", "one_line_problem", "outcomes", "photo", "published_label",
-    "published_val_txt", "tar_bytes", "tmp_leftovers", "torchrun_env", "write_tar",
+    "published_val_txt", "rehearse", "steps_by_name", "tar_bytes", "tmp_leftovers",
+    "torchrun_env", "write_tar",
 ]

@@ -27,6 +27,7 @@ from harness.checks import (
     one_line_problem,
     tmp_leftovers,
 )
+from tests.support.paths import REPO
 
 __all__ = ["LAUNCHER_PREFIXES", "LAUNCHER_VARS", "clean_env", "fanout_nodes", "feed_pipe",
            "free_port", "interruptible", "is_launcher_var", "mpirun", "mpirun_cmd", "one_line",
@@ -136,3 +137,22 @@ def feed_pipe(pipe: Path, data: bytes, reader: subprocess.Popen[str], timeout: f
         time.sleep(0.02)
     os.write(fd, data)
     return fd
+
+
+def rehearse(out: Path, images: int, *options: str) -> dict[str, Any]:
+    """A small run of ``python -m harness.rehearsal.run`` (a few train steps) into ``out``:
+    its JSON record, checked to be the one it also wrote to ``out/record.json``."""
+    proc = subprocess.run([sys.executable, "-m", "harness.rehearsal.run", *options,
+                           "--images", str(images), "--out", str(out), "--train-steps", "4",
+                           "--json-out", str(out / "record.json"), "--timeout", "4.5"],
+                          capture_output=True, text=True, timeout=290, cwd=REPO)
+    lines = proc.stdout.strip().splitlines()
+    assert proc.returncode == 0 and lines, proc.stderr[-3000:] + proc.stdout[-3000:]
+    record: dict[str, Any] = json.loads(lines[-1])
+    assert record == json.loads((out / "record.json").read_text())
+    return record
+
+
+def steps_by_name(record: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """A rehearsal record's steps by name."""
+    return {s["step"]: s for s in record["steps"]}

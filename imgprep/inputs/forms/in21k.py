@@ -25,14 +25,14 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from imgprep.errors import InputMissingError, SourceFormatError, UnsafeArchiveError
+from imgprep.errors import InputMissingError, SourceFormatError
 from imgprep.inputs.forms.base import Detected, ListContext, SplitInput
-from imgprep.inputs.gzipio import GZIP_ERRORS, damaged, open_gzip
+from imgprep.inputs.gzipio import GZIP_ERRORS, gzip_members, open_gzip
 from imgprep.inputs.sources import Listing, build_listing, list_source
 from imgprep.inputs.spool import SpoolJob, read_index, spool_all, spool_path
 from imgprep.inputs.synsets import WNID_RE, imagenet_classes
 from imgprep.inputs.tarlist import GZIP_MAGIC, Columns, TarJob, run_jobs
-from imgprep.shards.tarfmt import FILE_KINDS, HeaderError, iter_stream, walk
+from imgprep.shards.tarfmt import FILE_KINDS, HeaderError, walk
 
 NAME = "in21k"
 LABELS = "the wnid of each class tar; the class table is the sorted wnids present, or --classes"
@@ -129,16 +129,8 @@ def class_tars(source: Path) -> Iterator[tuple[str, bytes]]:
     """Every member of the gzip-compressed outer tar ``source`` with its bytes (empty for a
     member that is not a class tar: only its name is kept), in archive order. Refuses the
     archive at a member that must not be read."""
-    try:
-        with open_gzip(source) as f:
-            for m in iter_stream(f, str(source)):
-                if m.refused is not None:
-                    raise UnsafeArchiveError(
-                        f"{source}: member {m.name!r} {m.refused}; refused: this is not "
-                        "image-net.org's archive, or it was altered")
-                yield m.name, (m.data or b"") if class_tar_wnid(m.name) is not None else b""
-    except GZIP_ERRORS as e:  # what zlib-ng's inflate raises (zlib's: iter_stream's message)
-        raise damaged(source, e) from None
+    return gzip_members(source, lambda name: class_tar_wnid(name) is not None,
+                        "image-net.org's archive")
 
 
 def _spooled(split: SplitInput, ctx: ListContext) -> Listing:

@@ -24,16 +24,15 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
-from imgprep.errors import LabelError, SourceFormatError, UnsafeArchiveError
+from imgprep.errors import LabelError, SourceFormatError
 from imgprep.inputs.forms.base import Detected, ListContext, SplitInput, hub_splits
-from imgprep.inputs.gzipio import GZIP_ERRORS, damaged, open_gzip
+from imgprep.inputs.gzipio import gzip_members
 from imgprep.inputs.hfnames import TARGZ_NAME_RE, hub_split, parse_name
 from imgprep.inputs.sources import Listing, build_listing
 from imgprep.inputs.spool import SpoolJob, read_index, spool_all, spool_path
 from imgprep.inputs.tarlist import GZIP_MAGIC, Columns, is_image_name
 from imgprep.job.cpus import rank_cores, read_limits
 from imgprep.procs import die_with_parent
-from imgprep.shards.tarfmt import iter_stream
 
 NAME = "hf-targz"
 SHOWN = 3
@@ -81,16 +80,7 @@ def stream_members(source: Path) -> Iterator[tuple[str, bytes]]:
     """Every regular member of the archive ``source``, in order, with its bytes (empty for
     a member that is not an image: only its name is kept). Refuses the archive at a member
     that must not be read."""
-    try:
-        with open_gzip(source) as f:
-            for m in iter_stream(f, str(source)):
-                if m.refused is not None:
-                    raise UnsafeArchiveError(
-                        f"{source}: member {m.name!r} {m.refused}; refused: this is not the "
-                        "Hub's archive, or it was altered")
-                yield m.name, (m.data or b"") if is_image_name(m.name) else b""
-    except GZIP_ERRORS as e:  # what zlib-ng's inflate raises (zlib's: iter_stream's message)
-        raise damaged(source, e) from None
+    return gzip_members(source, is_image_name, "the Hub's archive")
 
 
 def _names_sizes(source: Path) -> tuple[list[str], list[int]]:
