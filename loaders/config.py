@@ -24,7 +24,7 @@ from loaders.epochs import PAD, EpochPlan, plan_epoch
 from loaders.order import ORDER_VERSION, check_order_version
 from loaders.transforms import TrainTransform, Transform, ValTransform
 
-DEVICES = ("cpu", "gpu")  # where batches are decoded ("gpu": this rank's, the dali backend)
+DEVICES = ("cpu", "gpu")  # where batches are decoded ("gpu": this rank's; dali and nvjpeg)
 
 
 def _check_transform(transform: object) -> None:
@@ -98,10 +98,11 @@ class LoaderOptions:
         pin_memory: CPU batches in pinned memory; None: when torch sees a CUDA device.
         prefetch_factor: batches made ahead (per worker with the pillow backend).
         backend: the decoder backend, a name of ``loaders.backends.BACKENDS``: ``"pillow"``
-            (worker processes) or ``"dali"`` (NVIDIA DALI, the optional extra
-            ``imgprep[dali]``): the same batches, decoded another way.
-        device: where samples are decoded: ``"cpu"``, or with the dali backend ``"gpu"``
-            (GPU ``local_rank``, CUDA batches out).
+            (worker processes), ``"dali"`` (NVIDIA DALI, the optional extra
+            ``imgprep[dali]``) or ``"nvjpeg"`` (torchvision's nvJPEG): the same batches,
+            decoded another way.
+        device: where samples are decoded: ``"cpu"``, or with the dali and nvjpeg backends
+            ``"gpu"`` (GPU ``local_rank``, CUDA batches out).
         memory_format: how the images of a batch lie in memory, a name of
             ``loaders.common.MEMORY_FORMATS``: ``"contiguous"`` (NCHW) or
             ``"channels_last"`` (decoded as H x W x 3 rows and handed over NCHW-shaped with
@@ -159,7 +160,7 @@ class LoaderOptions:
 class BackendOptions:
     """How a decoder backend runs: where batches go, and what it may keep in flight."""
 
-    device: str  # "cpu", or "gpu" (decoded on this rank's GPU: the dali backend)
+    device: str  # "cpu", or "gpu" (decoded on this rank's GPU: the dali and nvjpeg backends)
     pin: bool  # CPU batches in pinned memory (for fast copies to a GPU)
     prefetch_factor: int  # batches made ahead (per worker for the pillow backend)
     pools: int  # pools of the plans (a ring counter each)

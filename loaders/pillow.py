@@ -115,7 +115,7 @@ class PillowBackend:
         if options.device != "cpu":
             raise ValueError(f"device={options.device!r}: the pillow backend decodes on the "
                              "CPU (DeviceLoader moves its batches); device='gpu' needs "
-                             "backend='dali'")
+                             "backend='dali' or backend='nvjpeg'")
         self.pin, prefetch_factor = options.pin, options.prefetch_factor
         # prefetch_factor batches in flight per worker, one being decoded, one spare
         self.ring = Ring(cfg.workers, prefetch_factor + 2, cfg.batch_size,
