@@ -74,6 +74,9 @@ WHITE_BOX = {  # module -> why benchmarks and harnesses need it (docs/developmen
                           "timed one by one",
     "imgprep.jpegcrop": "the crop-aware decoder's stages, timed one by one",
     "loaders.shards": "open_shards, where each sample's bytes lie, to check batch labels",
+    "loaders.nvjpeg": "the nvjpeg backend's decodes (nvJPEG's batch, Pillow's fallback), timed "
+                      "alone by the GPU kit's spike",
+    "loaders.batchcrop": "the batched crop, resize and flip, timed alone by the GPU kit's spike",
 }
 LEAF = "leaf"
 RANK = {"cli": 5, "convert": 4, "stage": 4, "inputs": 3, "shards": 2, "job": 1, LEAF: 0}
