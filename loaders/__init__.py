@@ -5,16 +5,17 @@ before the epoch starts); epoch order is a pure function of (seed, epoch, World)
 resumed at any batch; batches leave as uint8 NCHW (contiguous, or with channels_last strides:
 ``memory_format``), copied out of the workers' shared memory or handed over in place
 (``loader.in_place()``), and are normalised on the device. Samples
-come from a *source* (a shard set or a label list); two decoder *backends* make the same
-batches from them: ``pillow`` (the default) and ``dali`` (NVIDIA DALI,
-``pip install 'imgprep[dali]'``; imported only when asked for).
+come from a *source* (a shard set or a label list); decoder *backends* make the same
+batches from them: ``pillow`` (the default), ``dali`` (NVIDIA DALI,
+``pip install 'imgprep[dali]'``) and ``nvjpeg`` (torchvision's nvJPEG on the GPU); each
+imported only when asked for.
 """
 
 from pathlib import Path
 
 from imgprep.job.world import World
 from imgprep.shards.manifest import read_manifest
-from loaders.backends import BACKENDS
+from loaders.backends import BACKENDS, GPU_BACKENDS
 from loaders.common import PAD_LABEL, Loader, LoaderError, refuse_unlabelled, worker_count
 from loaders.config import LoaderOptions
 from loaders.decode import SampleDecoder
@@ -88,7 +89,8 @@ def make_loader(data: str | Path, split: str, world: World, batch_size: int,
                            order_version=order_version)
 
 
-__all__ = ["BACKENDS", "ORDER_KEY", "ORDER_VERSION", "PAD", "PAD_LABEL", "DeviceLoader",
-           "LabelListLoader", "Loader", "LoaderError", "LoaderOptions", "SampleDecoder",
-           "ShardLoader", "TrainTransform", "Transform", "ValTransform", "job_summary",
-           "make_loader", "normalize", "plan_epoch", "read_label_list", "worker_count"]
+__all__ = ["BACKENDS", "GPU_BACKENDS", "ORDER_KEY", "ORDER_VERSION", "PAD", "PAD_LABEL",
+           "DeviceLoader", "LabelListLoader", "Loader", "LoaderError", "LoaderOptions",
+           "SampleDecoder", "ShardLoader", "TrainTransform", "Transform", "ValTransform",
+           "job_summary", "make_loader", "normalize", "plan_epoch", "read_label_list",
+           "worker_count"]

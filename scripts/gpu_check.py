@@ -5,8 +5,9 @@
 
 It says what the machine has (GPU, torch and CUDA, which PIL, cores, missing optional
 packages), skips with one line each the checks it cannot run, then runs the trainer (synthetic
-against fed), NCCL against Gloo, DeviceLoader, the loader and convert on every core, and DALI
-where it imports; ``--only NAMES`` runs some. ``--out DIR`` receives the JSON record and the
+against fed), NCCL against Gloo, DeviceLoader, the loader and convert on every core, DALI
+where it imports, and the nvjpeg backend (torchvision's nvJPEG) against the CPU loader;
+``--only NAMES`` runs some. ``--out DIR`` receives the JSON record and the
 markdown table. What to carry to a machine without network: docs/gpu_check.md.
 
 The kit is the harness room ``harness/gpukit`` (it measures with ``bench``, which the scripts

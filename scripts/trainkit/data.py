@@ -20,7 +20,14 @@ from pathlib import Path
 import torch
 
 from imgprep import ManifestError, World, manifest_path, read_manifest
-from loaders import ORDER_VERSION, Loader, TrainTransform, ValTransform, make_loader
+from loaders import (
+    GPU_BACKENDS,
+    ORDER_VERSION,
+    Loader,
+    TrainTransform,
+    ValTransform,
+    make_loader,
+)
 
 logger = logging.getLogger("train_imagenet")
 MEMORY_FORMAT = "channels_last"  # the model's layout (train.set_up), so the batches'
@@ -46,8 +53,9 @@ def no_val_warning(data: Path, stage_from: Path | None) -> str:
 
 
 def loader_backend(args: argparse.Namespace, device: torch.device) -> dict[str, str]:
-    """--loader-backend and where it decodes: DALI on the training GPU, else the CPU."""
-    gpu = args.loader_backend == "dali" and device.type == "cuda"
+    """--loader-backend and where it decodes: DALI or nvJPEG on the training GPU, else the
+    CPU."""
+    gpu = args.loader_backend in GPU_BACKENDS and device.type == "cuda"
     return {"backend": args.loader_backend, "device": "gpu" if gpu else "cpu"}
 
 

@@ -78,10 +78,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--batch-size", type=int, default=64, help="per rank")
     ap.add_argument("--workers", type=workers_arg, default="auto",
                     help="loader workers per rank (auto: this rank's cores less one); DALI "
-                         "threads with --loader-backend dali")
+                         "threads with --loader-backend dali, CPU-decode threads with nvjpeg")
     ap.add_argument("--loader-backend", choices=list(BACKENDS), default="pillow",
-                    help="decode with pillow-simd worker processes (default) or NVIDIA DALI "
-                         "(on the GPU when training on CUDA; pip install 'imgprep[dali]')")
+                    help="decode with pillow-simd worker processes (default), NVIDIA DALI "
+                         "(pip install 'imgprep[dali]') or torchvision's nvJPEG; the last two "
+                         "on the GPU when training on CUDA")
     ap.add_argument("--image-size", type=int, default=224, help="train crop (val: center)")
     ap.add_argument("--normalize", type=normalize_arg, default="train", metavar="STATS",
                     help="mean/std for every split: train (the train manifest's, the default), "
