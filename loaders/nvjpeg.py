@@ -149,6 +149,33 @@ def nvjpeg_decode(decode: Decoder, datas: list[bytes], device: torch.device
     return out
 
 
+def decode_samples(items: list[EncodedSample], nvjpeg: Decoder | None, device: torch.device,
+                   map_: Callable[[Callable[[Any], Any], list[Any]], list[Any]]
+                   ) -> tuple[list[torch.Tensor | SampleError], int]:
+    """Each sample as a 3 x H x W uint8 tensor on ``device``, or why it is bad, and how many
+    were decoded on the CPU: ``nvjpeg`` (None: the CPU form) first for what it may decode
+    (``on_device``), Pillow for the rest and for what nvJPEG refuses (``map_`` runs those
+    decodes: in a thread pool)."""
+    out: list[torch.Tensor | SampleError | None] = [None] * len(items)
+    if nvjpeg is not None:
+        slots = [i for i, s in enumerate(items) if on_device(s.data)]
+        if slots:
+            got = nvjpeg_decode(nvjpeg, [items[i].data for i in slots], device)
+            for i, image in zip(slots, got, strict=True):
+                out[i] = image
+
+    def on_cpu(s: EncodedSample) -> torch.Tensor | SampleError:
+        try:
+            return cpu_decode(s.data, s.where).to(device)
+        except SampleError as e:
+            return e
+
+    rest = [i for i, d in enumerate(out) if d is None]
+    for i, image in zip(rest, map_(on_cpu, [items[i] for i in rest]), strict=True):
+        out[i] = image
+    return [d for d in out if d is not None], len(rest)
+
+
 def ahead(make: Callable[[int], Any], items: range, depth: int,
           setup: Callable[[], AbstractContextManager[Any]] = nullcontext) -> Iterator[Any]:
     """``make(i)`` for each of ``items``, in order, made in a thread at most ``depth`` ahead
@@ -301,27 +328,9 @@ class NvjpegBackend:
 
     # -- decoding
     def _decode(self, items: list[EncodedSample]) -> list[torch.Tensor | SampleError]:
-        """Each sample as a 3 x H x W uint8 tensor on the device, or why it is bad: nvJPEG
-        first where it may decode it (``device="gpu"``), else, or when it fails, Pillow."""
-        out: list[torch.Tensor | SampleError | None] = [None] * len(items)
-        if self._nvjpeg is not None:
-            slots = [i for i, s in enumerate(items) if on_device(s.data)]
-            if slots:
-                got = nvjpeg_decode(self._nvjpeg, [items[i].data for i in slots], self.device)
-                for i, image in zip(slots, got, strict=True):
-                    out[i] = image
-        rest = [i for i, d in enumerate(out) if d is None]
-        for i, image in zip(rest, self._map(self._on_cpu, [items[i] for i in rest]),
-                            strict=True):
-            out[i] = image
-        self.cpu_decoded += len(rest)
-        return [d for d in out if d is not None]
-
-    def _on_cpu(self, s: EncodedSample) -> torch.Tensor | SampleError:
-        try:
-            return cpu_decode(s.data, s.where).to(self.device)
-        except SampleError as e:
-            return e
+        decoded, on_cpu = decode_samples(items, self._nvjpeg, self.device, self._map)
+        self.cpu_decoded += on_cpu
+        return decoded
 
     def _map(self, fn: Callable[[Any], Any], args: list[Any]) -> list[Any]:
         """``fn`` over ``args``, in the pool of ``workers`` threads when there is more than
