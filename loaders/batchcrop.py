@@ -73,9 +73,9 @@ def _taps(lo: torch.Tensor, extent: torch.Tensor, limit: torch.Tensor, size: int
     first = pos.floor()
     weight = pos - first
     last = (limit - 1)[:, None]
-    i0 = first.long().clamp(min=0)
-    i0 = torch.minimum(i0, last)
-    i1 = torch.minimum(i0 + 1, last)
+    i0 = first.long()
+    i1 = torch.minimum((i0 + 1).clamp_(min=0), last)  # each clamped to the image's edge
+    i0 = torch.minimum(i0.clamp_(min=0), last)
     return i0, i1, weight
 
 
