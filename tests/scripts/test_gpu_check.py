@@ -19,6 +19,7 @@ import torch
 
 from harness.checks import clean_env
 from harness.gpukit.data import class_counts, write_train_tar
+from harness.gpukit.nvjpeg import worker_counts
 from harness.gpukit.profile import PROFILES, Profile
 from harness.gpukit.record import Record, figure, holds, markdown, ratio
 from imgprep import World
@@ -27,7 +28,7 @@ from scripts.trainkit import distributed
 from tests.support import REPO
 
 KIT = REPO / "scripts" / "gpu_check.py"
-EVERY = ("trainer", "nccl", "deviceloader", "loader", "convert", "dali")
+EVERY = ("trainer", "nccl", "deviceloader", "loader", "convert", "dali", "nvjpeg")
 
 
 def kit(*args: str | Path, timeout: float = 600, pythonpath: str = "",
@@ -96,6 +97,25 @@ def test_cpu_form_records_the_figures_each_check_promises(cpu_run: Any) -> None:
     convert = " ".join(rows_of(rec, "convert"))
     assert "1,281,167 images" in convert and "(measured)" in convert and "(derived" in convert
     assert rec["checks"]["loader"]["ratio"] > 0
+
+
+@pytest.mark.slow
+def test_cpu_form_runs_the_nvjpeg_check_without_torchvision(cpu_run: Any) -> None:
+    """The nvjpeg backend's CPU form decodes with Pillow: the check runs where torchvision
+    is absent, with the same samples as Pillow, its rate beside the Pillow loader's, and the
+    tiny model fed by each beside its ceiling."""
+    _, out, _ = cpu_run
+    rec = record_of(out)
+    assert "nvjpeg" in rec["checks"] and "nvjpeg" not in rec["skipped"]
+    rows = rows_of(rec, "nvjpeg")
+    assert rows["device='cpu': the same samples per rank and step as Pillow"]["result"] == "PASS"
+    nv = rec["checks"]["nvjpeg"]
+    assert all(p["images_per_s"] > 0 for passes in nv["loaders"].values() for p in passes)
+    assert set(nv["loaders"]) == {"nvjpeg"} | {f"pillow-{w}" for w in worker_counts()}
+    tiny = nv["trainer"]["tiny"]
+    assert {"synthetic", "nvjpeg", "pillow"} == set(tiny)
+    assert all(run["images_per_s"] > 0 for run in tiny.values())
+    assert any(m.startswith("tiny, 64 px, batch 16: fed / synthetic") for m in rows)
 
 
 @pytest.mark.slow
