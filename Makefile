@@ -10,6 +10,11 @@ DEMO ?= demo-out
 
 .PHONY: setup demo test lint bench reliability cluster system-packages clean gpu-check
 
+# torchvision (the nvjpeg backend's GPU decoder) is left out on purpose: PyPI's Linux wheels of
+# it are built for torch's CUDA wheels and fail to import against the CPU wheel installed here,
+# and `pip install torchvision` would replace pillow-simd with stock Pillow. The backend's CPU
+# form, which the tests run, needs none; a GPU machine installs it with --no-deps
+# (docs/nvjpeg.md).
 setup: $(VENV)/.ready
 
 $(VENV)/.ready: pyproject.toml Makefile

@@ -17,7 +17,7 @@ every box to ``size`` x ``size`` at once:
 - plain bilinear, no antialiasing: a box wider than the output (a shrink) is sampled, not
   averaged, which Pillow's filter (its support widened by the shrink factor) does. On
   256 px shards a 224 px crop shrinks by 1.5 at most; pixels differ from the Pillow path's
-  by that and by the decoder (docs/loaders.md, "The nvjpeg backend").
+  by that and by the decoder (docs/nvjpeg.md).
 
 The output is a new uint8 tensor on the images' device: N x 3 x size x size, or N x size x
 size x 3 for channels_last rows (``loaders.common.row_shape``).

@@ -20,7 +20,7 @@ torchvision's nvJPEG on this rank's GPU and cropped there in a few batched tenso
   the Pillow backend seeds the batch), so a batch whose samples all decode gets the Pillow
   backend's boxes and flips; the pixels are resampled on the device for the whole batch at
   once (``loaders.batchcrop.crop_resize``: bilinear, no antialiasing) from another decoder's
-  pixels, so they are not the Pillow backend's (docs/loaders.md, "The nvjpeg backend").
+  pixels, so they are not the Pillow backend's (docs/nvjpeg.md).
   Batches leave as uint8 rows (CHW, or HWC for channels_last: NCHW-shaped either way) on
   the device, labels beside them; normalisation is ``DeviceLoader``'s, on the device.
 - Errors: a sample neither nvJPEG nor Pillow decodes is bad by the Pillow backend's rule
