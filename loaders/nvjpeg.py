@@ -209,7 +209,14 @@ def ahead(make: Callable[[int], Any], items: range, depth: int,
     thread.start()
     try:
         while True:
-            kind, value = done.get()
+            try:
+                kind, value = done.get(timeout=1.0)
+            except queue.Empty:
+                if thread.is_alive():
+                    continue
+                raise LoaderError("the nvjpeg backend's batch thread ended without its next "
+                                  "batch or an error; rerun to resume from the last "
+                                  "checkpoint") from None
             if kind == "end":
                 return
             if kind == "error":
