@@ -10,7 +10,7 @@ has, and which checks it cannot run), ``profile`` (the sizes each form runs at),
 (rows, verdicts, the JSON record and the markdown table), ``data`` (the synthetic
 ILSVRC-shaped input and its conversion), ``timing`` (batches per second), and one module a
 check: ``trainer``, ``nccl``, ``deviceloader``, ``loader``, ``convert``, ``dali``,
-``nvjpeg``; and the nvJPEG spike (``nvjpeg_spike``, run alone: ``python -m
+``nvjpeg`` (with ``nvjpeg_trainer``); and the nvJPEG spike (``nvjpeg_spike``, run alone: ``python -m
 harness.gpukit.nvjpeg_spike --out DIR``), which times the GPU decode's stages apart.
 
 Like every harness room it imports the library through its public API and the white-box list

@@ -24,7 +24,7 @@ from harness.checks import clean_env
 REPO = Path(__file__).resolve().parents[2]
 OPTIONAL = {  # module -> what it serves here
     "nvidia.dali": "the dali check (pip install 'imgprep[dali]')",
-    "torchvision": "the nvjpeg check on a GPU (torchvision's nvJPEG decoder)",
+    "torchvision": "the nvjpeg checks on a GPU (torchvision's nvJPEG decoder)",
     "webdataset": "stage-to-node's URL sources and bench.loader's peer (not the kit)",
     "mpi4py": "the trainer under mpirun (not the kit)",
     "pytest": "the gpu-marked tests (tests/scripts/test_gpu_check.py)",
@@ -175,6 +175,7 @@ def unavailable(device: str, wanted: list[str]) -> dict[str, str]:
         out["nccl"] = "this torch build has no NCCL"
     if "dali" in wanted and (why := dali_problem()) is not None:
         out["dali"] = why
-    if "nvjpeg" in wanted and device == "cuda" and (why := torchvision_problem()) is not None:
-        out["nvjpeg"] = why  # the CPU form decodes with Pillow: it needs no torchvision
+    gpu_decode = [n for n in ("nvjpeg", "nvjpeg_trainer") if n in wanted]
+    if gpu_decode and device == "cuda" and (why := torchvision_problem()) is not None:
+        out.update(dict.fromkeys(gpu_decode, why))  # the CPU form decodes with Pillow
     return out

@@ -1,5 +1,6 @@
 """The nvjpeg backend: ``backend="nvjpeg"`` with ``device="gpu"`` (torchvision's nvJPEG on
-the GPU; ``"cpu"`` in the CPU form) against the CPU loader, and what each feeds a trainer.
+the GPU; ``"cpu"`` in the CPU form) against the CPU loader (the ``nvjpeg`` check), and what
+each feeds a trainer (the ``nvjpeg_trainer`` check).
 
 - Samples: the labels of the first steps of each rank of a 2-rank World (two nodes of one
   rank, both on GPU 0), nvjpeg's against Pillow's, with the batch shapes and dtype (the
@@ -13,7 +14,7 @@ the GPU; ``"cpu"`` in the CPU form) against the CPU loader, and what each feeds 
   then by the nvjpeg backend, then by the Pillow backend (``--workers auto``): images/s,
   fed / synthetic, the data-wait fraction. Figures, no target: what the GPU decoder buys.
 
-On a GPU machine the check runs only where torchvision imports (``machine.unavailable``).
+On a GPU machine both run only where torchvision imports (``machine.unavailable``).
 """
 
 from __future__ import annotations
@@ -131,8 +132,15 @@ def check(ctx: Context) -> dict[str, Any]:
         rows += [figure(c, f"Pillow, {plural(w, 'worker')}, img/s", pil),
                  figure(c, f"nvjpeg / Pillow with {plural(w, 'worker')}",
                         f"{nv / pil:.3f}" if pil else "-")]
+    return {"rows": rows, "loaders": passes}
+
+
+def trainer_check(ctx: Context) -> dict[str, Any]:
+    """The trainer rows (module docstring), a check of their own so that the record keeps
+    the loader's rows when a run is cut short."""
+    rows: list[Row] = []
     trainers = {}
-    for arch in p.nvjpeg_archs:
+    for arch in ctx.profile.nvjpeg_archs:
         more, trainers[arch] = trainer_rows(ctx, arch)
         rows += more
-    return {"rows": rows, "loaders": passes, "trainer": trainers}
+    return {"rows": rows, "trainer": trainers}

@@ -6,7 +6,8 @@ cannot run, run the others one at a time, and write the record as each finishes.
     PYTHONPATH=. python scripts/gpu_check.py --device cpu --quick      # the CPU form (make test)
 
 Checks, in this order: ``trainer``, ``nccl``, ``deviceloader``, ``loader``, ``convert``,
-``dali``, ``nvjpeg`` (each module's docstring says what it measures and holds).
+``dali``, ``nvjpeg``, ``nvjpeg_trainer`` (each module's docstring says what it measures
+and holds).
 ``--device auto`` (the default) runs on CUDA when torch sees it, else the CPU form;
 ``--quick`` runs each at the small sizes of ``harness.gpukit.profile``. ``--out DIR``
 receives ``gpu_check.json`` and ``gpu_check.md`` (the table for docs/benchmarks.md),
@@ -45,6 +46,7 @@ CHECKS: dict[str, Callable[[Context], dict[str, Any]]] = {
     "convert": convert.check,
     "dali": dali.check,
     "nvjpeg": nvjpeg.check,
+    "nvjpeg_trainer": nvjpeg.trainer_check,
 }
 
 
