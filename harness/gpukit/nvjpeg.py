@@ -97,7 +97,7 @@ def trainer_rows(ctx: Context, arch: str) -> tuple[list[Row], dict[str, Any]]:
             "nvjpeg": train(ctx, arch, "nvjpeg", "--loader-backend", "nvjpeg"),
             "pillow": train(ctx, arch, "pillow", "--loader-backend", "pillow")}
     ceiling = runs["synthetic"]["images_per_s"]
-    c, p = "nvjpeg", ctx.profile
+    c, p = "nvjpeg_trainer", ctx.profile
     head = f"{arch}, {p.image_size} px, batch {p.batch}"
 
     def over(name: str) -> str:
