@@ -329,7 +329,8 @@ def job_summary(samples: Sequence[int], nodes: int, local: int, workers: int, ba
     """What an epoch of a job gives, from the counts alone (rank 0; in partition mode the
     first node's ranks): steps, the share of the set seen, busy workers per rank and the
     spread of worker sample counts."""
-    world = World(0, nodes * local, 0, local, 0, nodes)
+    world = World(rank=0, world_size=nodes * local, local_rank=0, local_world_size=local,
+                  node_rank=0, num_nodes=nodes)
     group = group_of(world, mode)
     sizes = [len(p) for p in pools(samples, nodes, mode, seed)]
     c = cut(sizes, group.size, batch, tail)

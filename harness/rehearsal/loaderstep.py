@@ -50,7 +50,8 @@ def plan_job(folder: Path, nodes: int, local: int, batch: int, workers: int) -> 
     summary_s = time.perf_counter() - t0
     times, tables = [], []
     for r in range(ranks):
-        world = World(r, ranks, r % local, local, r // local, nodes, launcher="explicit")
+        world = World(rank=r, world_size=ranks, local_rank=r % local, local_world_size=local,
+                      node_rank=r // local, num_nodes=nodes, launcher="explicit")
         t1 = time.perf_counter()
         plan = plan_epoch(samples, world, "replicate", 0, 0, batch, workers, "pad")
         times.append(time.perf_counter() - t1)

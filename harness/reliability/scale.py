@@ -473,7 +473,8 @@ def loader_rank(folder: str, rank: int, ranks: int, workers: int, epochs: int,
     from loaders import ShardLoader, TrainTransform  # torch: only in the rank processes
 
     t0 = time.perf_counter()
-    loader = ShardLoader(Path(folder), "train", World(rank, ranks, rank, ranks, 0, 1),
+    world = World(rank=rank, world_size=ranks, local_rank=rank, local_world_size=ranks)
+    loader = ShardLoader(Path(folder), "train", world,
                          batch_size, workers=workers, transform=TrainTransform(size=size))
     built = time.perf_counter() - t0
     first = 0.0

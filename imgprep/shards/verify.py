@@ -402,7 +402,7 @@ def run_verify(plan: VerifyPlan, decode: bool = True, tick: Tick = lambda n: Non
     """Check every target of ``plan`` with ``workers`` processes (default: every core this
     process may use); its unfinished splits come first among the problems. The report does
     not depend on the worker count."""
-    w = workers or World(0, 1, 0, 1, 0, 1).cores_per_rank()
+    w = workers or World.single().cores_per_rank()
     reports = [_verify_target(t, decode, tick, w) for t in plan.targets]
     rep = reports[0] if len(reports) == 1 else VerifyReport(
         ", ".join(r.target for r in reports), sum(r.checked for r in reports),

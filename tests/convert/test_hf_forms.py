@@ -161,7 +161,8 @@ def test_partition_ranks_share_the_spool_and_give_the_single_process_bytes(
     opts = ConvertOptions(input=Path(fakes[form].inputs[0]), out=tmp_path, num_shards=2,
                           mode="partition", split="train")
     for rank in (1, 0):
-        world = World(rank, 2, 0, 1, rank, 2, launcher="test")
+        world = World(rank=rank, world_size=2, local_rank=0, local_world_size=1, node_rank=rank,
+                      num_nodes=2, launcher="test")
         (summary,) = convert_splits(replace(opts, out=tmp_path / f"node{rank}"), world)
         assert summary.complete
         folder = tmp_path / f"node{rank}"

@@ -163,7 +163,8 @@ def test_shards_read_back_with_webdataset(converted: dict[str, Path]) -> None:
 def test_ranks_sharing_a_folder_write_what_one_process_writes(
         fake: Path, converted: dict[str, Path], tmp_path: Path, archive: str) -> None:
     size = 3
-    worlds = [World(r, size, r, size, 0, 1, launcher="test") for r in range(size)]
+    worlds = [World(rank=r, world_size=size, local_rank=r, local_world_size=size, node_rank=0,
+                    num_nodes=1, launcher="test") for r in range(size)]
     o = _opts(fake / archive, tmp_path)
     for world in reversed(worlds):  # rank 0, which writes the manifests, last
         convert_splits(o, world)

@@ -97,7 +97,8 @@ def corrupt(folder: Path, sample: int) -> str:
 
 
 def worlds(nodes: int, local: int) -> list[World]:
-    return [World(r, nodes * local, r % local, local, r // local, nodes)
+    return [World(rank=r, world_size=nodes * local, local_rank=r % local, local_world_size=local,
+                  node_rank=r // local, num_nodes=nodes)
             for r in range(nodes * local)]
 
 

@@ -212,7 +212,8 @@ def loader_outcome(folder: Path, workers: int, on_error: str, ranks: int = 2
                    ) -> list[object]:
     results: list[object] = []
     for rank in range(ranks):
-        loader = ShardLoader(folder, "train", World(rank, ranks, rank, ranks), 2,
+        loader = ShardLoader(folder, "train", World(rank=rank, world_size=ranks, local_rank=rank,
+                                                    local_world_size=ranks), 2,
                              workers=workers, transform=TrainTransform(size=40),
                              on_error=on_error)
         try:

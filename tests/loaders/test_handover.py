@@ -118,7 +118,7 @@ def test_channels_last_batches_equal_the_contiguous_ones(folders: dict[str, Path
 @pytest.mark.parametrize("tail", TAILS)
 def test_every_tail_and_its_padding_are_the_contiguous_loaders(folders: dict[str, Path],
                                                                tail: str) -> None:
-    world = World(1, 2, 1, 2, 0, 1)
+    world = World(rank=1, world_size=2, local_rank=1, local_world_size=2, node_rank=0, num_nodes=1)
     a, b = both(folders, "shards", world=world, tail=tail, batch_size=5)
     want, got = run_epoch(a, 0), run_epoch(b, 0)
     assert_same(want, got)
@@ -141,7 +141,8 @@ def test_stand_ins_for_undecodable_samples_are_the_contiguous_loaders(
 
 def test_resume_and_elastic_resume_are_the_contiguous_loaders(folders: dict[str, Path]
                                                                ) -> None:
-    two = [World(r, 2, r, 2, 0, 1) for r in range(2)]
+    two = [World(rank=r, world_size=2, local_rank=r, local_world_size=2, node_rank=0,
+                 num_nodes=1) for r in range(2)]
     a, b = both(folders, "shards", world=two[0], tail="short")
     a.set_epoch(1)
     b.set_epoch(1)
@@ -260,7 +261,8 @@ def test_a_held_batch_is_left_alone_and_rewritten_once_later_ones_are_asked_for(
 
 
 def test_in_place_keeps_state_dict_resume_and_elastic_resume(folders: dict[str, Path]) -> None:
-    two = [World(r, 2, r, 2, 0, 1) for r in range(2)]
+    two = [World(rank=r, world_size=2, local_rank=r, local_world_size=2, node_rank=0,
+                 num_nodes=1) for r in range(2)]
     whole = run_epoch(make(folders, "shards", world=two[1], tail="short"), 1)
     loader = make(folders, "shards", world=two[1], tail="short")
     loader.set_epoch(1)

@@ -44,7 +44,8 @@ def listed(bad_sample: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _worlds(n: int) -> list[World]:
-    return [World(r, n, r, n, 0, 1, launcher="test") for r in range(n)]
+    return [World(rank=r, world_size=n, local_rank=r, local_world_size=n, node_rank=0, num_nodes=1,
+                  launcher="test") for r in range(n)]
 
 
 def _epoch(loader: LabelListLoader, epoch: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -171,8 +172,10 @@ def test_killed_worker_is_named_by_pid(listed: Path) -> None:
 
 def test_auto_workers_leave_a_core_to_each_rank(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(os, "sched_getaffinity", lambda _: set(range(16)))
-    assert worker_count("auto", World(0, 8, 0, 8, 0, 1)) == 1  # 2 cores a rank
-    assert worker_count("auto", World(0, 2, 0, 2, 0, 1)) == 7  # 8 cores a rank
+    assert worker_count("auto", World(rank=0, world_size=8, local_rank=0, local_world_size=8,
+                                      node_rank=0, num_nodes=1)) == 1  # 2 cores a rank
+    assert worker_count("auto", World(rank=0, world_size=2, local_rank=0, local_world_size=2,
+                                      node_rank=0, num_nodes=1)) == 7  # 8 cores a rank
     assert worker_count("auto", World()) == 15
     monkeypatch.setattr(os, "sched_getaffinity", lambda _: {0})
     assert worker_count("auto", World()) == 1

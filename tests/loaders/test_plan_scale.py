@@ -45,7 +45,8 @@ def test_rank_plans_match_the_summary_and_never_overlap(job: str) -> None:
     order = pool_order(pools(ILSVRC, nodes, "replicate", 0)[0], 0, 3, 0, True)
     seen: list[np.ndarray] = []
     for r in (0, local - 1, ranks - local, ranks - 1):
-        world = World(r, ranks, r % local, local, r // local, nodes)
+        world = World(rank=r, world_size=ranks, local_rank=r % local, local_world_size=local,
+                      node_rank=r // local, num_nodes=nodes)
         plan = plan_epoch(ILSVRC, world, "replicate", 0, 3, batch, workers, "short")
         assert plan.batches == s["steps"]
         counts = plan.worker_samples

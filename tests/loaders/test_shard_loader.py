@@ -137,7 +137,8 @@ def nodes(data: ShardData, tmp_path_factory: pytest.TempPathFactory) -> list[Pat
 
 def layout(nodes: int, local: int) -> list[World]:
     """Every rank of a job with ``nodes`` x ``local`` ranks, block placement."""
-    return [World(r, nodes * local, r % local, local, r // local, nodes)
+    return [World(rank=r, world_size=nodes * local, local_rank=r % local, local_world_size=local,
+                  node_rank=r // local, num_nodes=nodes)
             for r in range(nodes * local)]
 
 
@@ -634,9 +635,12 @@ def test_partition_from_node_local_dirs(data: ShardData, nodes: list[Path], work
 
 
 @pytest.mark.parametrize("world", [
-    World(2, 4, 0, 2, 1, 2),  # node 1's rank on node 0's folder
-    World(0, 2, 0, 2, 0, 1),  # one node: the folder holds half of the data
-    World(0, 3, 0, 1, 0, 3),  # three nodes: staged for two
+    World(rank=2, world_size=4, local_rank=0, local_world_size=2, node_rank=1,
+          num_nodes=2),  # node 1's rank on node 0's folder
+    World(rank=0, world_size=2, local_rank=0, local_world_size=2, node_rank=0,
+          num_nodes=1),  # one node: the folder holds half of the data
+    World(rank=0, world_size=3, local_rank=0, local_world_size=1, node_rank=0,
+          num_nodes=3),  # three nodes: staged for two
 ], ids=["other-node", "one-node", "three-nodes"])
 def test_world_must_match_node_local_manifest(nodes: list[Path], world: World) -> None:
     with pytest.raises(WorldError, match="node"):
@@ -1046,7 +1050,8 @@ def test_gloo_ranks_in_lockstep_over_unequal_shards(data: ShardData, tmp_path: P
                                                     n: int) -> None:
     """n real processes (2 loader workers each), one all-reduce per step: unequal batch
     counts would leave a rank waiting in all_reduce until the job is killed."""
-    worlds = [World(r, n, r, n, 0, 1) for r in range(n)]
+    worlds = [World(rank=r, world_size=n, local_rank=r, local_world_size=n, node_rank=0,
+                    num_nodes=1) for r in range(n)]
     check_job(run_ranks(tmp_path, worlds, [data.folder] * n, "replicate"))
 
 
@@ -1054,7 +1059,8 @@ def test_gloo_ranks_in_lockstep_over_unequal_shards(data: ShardData, tmp_path: P
 def test_gloo_partition_two_nodes_in_lockstep(data: ShardData, nodes: list[Path],
                                               tmp_path: Path) -> None:
     """2 nodes x 1 rank, each process reading only its node-local folder."""
-    worlds = [World(r, 2, 0, 1, r, 2) for r in range(2)]
+    worlds = [World(rank=r, world_size=2, local_rank=0, local_world_size=1, node_rank=r,
+                    num_nodes=2) for r in range(2)]
     reports = run_ranks(tmp_path, worlds, nodes, None)
     check_job(reports)
     for w, r in zip(worlds, reports, strict=True):

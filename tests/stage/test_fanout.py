@@ -394,7 +394,8 @@ def test_fanout_without_a_meeting_point_says_what_to_pass(src: Path, tmp_path: P
 
 
 def test_where_copiers_meet() -> None:
-    world = World(0, 4, 0, 2, 0, 2, launcher="torchrun")
+    world = World(rank=0, world_size=4, local_rank=0, local_world_size=2, node_rank=0, num_nodes=2,
+                  launcher="torchrun")
     rv = copier_rendezvous(world, "node0:29500", {})
     assert (rv.addr, rv.port, rv.store_listens) == ("node0", 29500, False)
     plain = {"MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29400"}
