@@ -15,13 +15,15 @@ from pathlib import Path
 from imgprep.job.world import World
 from imgprep.shards.manifest import read_manifest
 from loaders.backends import BACKENDS
-from loaders.common import PAD_LABEL, Loader, LoaderError, refuse_unlabelled, worker_count
-from loaders.config import LoaderOptions
+from loaders.batch import PAD_LABEL
+from loaders.config import LoaderOptions, worker_count
 from loaders.decode import SampleDecoder
 from loaders.device import DeviceLoader, normalize
 from loaders.epochs import PAD, job_summary, plan_epoch
+from loaders.errors import LoaderError, refuse_unlabelled
 from loaders.labellist import LabelListLoader, read_label_list
 from loaders.order import ORDER_KEY, ORDER_VERSION
+from loaders.protocol import Loader
 from loaders.shards import ShardLoader
 from loaders.transforms import TrainTransform, Transform, ValTransform
 
@@ -51,7 +53,7 @@ def make_loader(data: str | Path, split: str, world: World, batch_size: int,
             and ``shuffle``.
         world: this rank.
         workers: as ``LoaderOptions.workers``, or ``"auto"``: sized from the cores this rank
-            may use (``loaders.common.worker_count``).
+            may use (``loaders.config.worker_count``).
         mode: shards only: ``"replicate"`` or ``"partition"`` (node-local manifests fix it).
         root, num_classes, mean, std: a list file only (a folder's manifest says them): the
             folder its paths are relative to (default: the list's), the class count (default:

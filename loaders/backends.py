@@ -27,9 +27,9 @@ from typing import Protocol
 import numpy as np
 import torch
 
-from loaders.common import LoaderError
 from loaders.config import BackendOptions, Config
 from loaders.epochs import EpochPlan
+from loaders.errors import LoaderError
 
 BACKENDS = {"pillow": "loaders.pillow:PillowBackend", "dali": "loaders.dali:DaliBackend"}
 EXTRAS = {"dali": ("nvidia.dali", "NVIDIA DALI", "imgprep[dali]")}  # what a backend needs

@@ -26,9 +26,9 @@ import torch
 
 from imgprep.errors import ImgprepError, WorldError
 from loaders.backends import Backend, Source, backend_class
-from loaders.common import LoaderError
 from loaders.config import BackendOptions, Config, LoaderOptions
 from loaders.epochs import EpochPlan, as_samples, pool_starts, pools
+from loaders.errors import LoaderError
 from loaders.order import ORDER_KEY
 
 

@@ -19,12 +19,41 @@ import numpy as np
 
 from imgprep.job.assign import MODES
 from imgprep.job.world import World
-from loaders.common import check_policies
-from loaders.epochs import PAD, EpochPlan, plan_epoch
+from loaders.batch import MEMORY_FORMATS
+from loaders.epochs import PAD, TAILS, EpochPlan, plan_epoch
 from loaders.order import ORDER_VERSION, check_order_version
 from loaders.transforms import TrainTransform, Transform, ValTransform
 
 DEVICES = ("cpu", "gpu")  # where batches are decoded ("gpu": this rank's, the dali backend)
+ON_ERROR = ("raise", "skip")  # an undecodable sample: fail the epoch, or replace and count it
+
+
+def check_policies(batch_size: int, workers: int, tail: str | None, on_error: str,
+                   memory_format: str) -> None:
+    """Refuse option values no loader understands (programming errors: ValueError); a
+    ``tail`` of None is left to the split."""
+    if batch_size < 1 or workers < 0:
+        raise ValueError("batch_size must be >= 1 and workers >= 0")
+    if tail is not None and tail not in TAILS:
+        raise ValueError(f"tail must be one of {TAILS}")
+    if on_error not in ON_ERROR:
+        raise ValueError(f"on_error must be one of {ON_ERROR}")
+    if memory_format not in MEMORY_FORMATS:
+        raise ValueError(f"memory_format must be one of {MEMORY_FORMATS}, not "
+                         f"{memory_format!r}")
+
+
+def worker_count(workers: int | str, world: World) -> int:
+    """Loader workers for one rank: ``workers`` itself, or for ``"auto"`` the cores this
+    rank may use (``World.cores_per_rank``: the process's CPU affinity shared by the ranks of
+    its node) less one that stays with the rank's own process, which runs the training step
+    and copies every batch out of the ring; at least one worker, so decoding never stalls
+    the step (docs/loaders.md, "Worker count")."""
+    if workers == "auto":
+        return max(1, world.cores_per_rank() - 1)
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 0:
+        raise ValueError(f"workers must be 'auto' or an integer >= 0, not {workers!r}")
+    return workers
 
 
 def _check_transform(transform: object) -> None:
@@ -103,7 +132,7 @@ class LoaderOptions:
         device: where samples are decoded: ``"cpu"``, or with the dali backend ``"gpu"``
             (GPU ``local_rank``, CUDA batches out).
         memory_format: how the images of a batch lie in memory, a name of
-            ``loaders.common.MEMORY_FORMATS``: ``"contiguous"`` (NCHW) or
+            ``loaders.batch.MEMORY_FORMATS``: ``"contiguous"`` (NCHW) or
             ``"channels_last"`` (decoded as H x W x 3 rows and handed over NCHW-shaped with
             ``torch.channels_last`` strides: the same values, no transpose anywhere on the CPU
             for a model that runs channels_last).

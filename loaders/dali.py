@@ -56,9 +56,10 @@ import torch
 
 from imgprep.errors import ImgprepError
 from loaders.backends import Batch, EncodedSample, Source, stand_ins
-from loaders.common import PAD_LABEL, LoaderError, as_nchw, row_shape
+from loaders.batch import PAD_LABEL, as_nchw, row_shape
 from loaders.config import BackendOptions, Config
 from loaders.epochs import PAD, EpochPlan
+from loaders.errors import LoaderError
 from loaders.transforms import SampleError, TrainTransform, Transform, apply
 
 DECODER = {"cpu": "cpu", "gpu": "mixed"}  # where the decoder runs, per output device
@@ -236,7 +237,7 @@ class DaliBackend:
 
     # -- batches out
     def _empty(self, n: int) -> torch.Tensor:
-        """``n`` rows as DALI lays them out (``loaders.common.row_shape``)."""
+        """``n`` rows as DALI lays them out (``loaders.batch.row_shape``)."""
         size = self.cfg.transform.size
         pin = self.options.pin and self.device.type == "cpu"
         return torch.empty((n, *row_shape(size, self.cfg.channels_last)), dtype=torch.uint8,

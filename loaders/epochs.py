@@ -41,9 +41,13 @@ import numpy as np
 
 from imgprep.job.assign import node_shards
 from imgprep.job.world import World
-from loaders.common import TAILS, LoaderError
+from loaders.errors import LoaderError
 from loaders.order import ORDER_VERSION, order_at
 
+# How an epoch ends (the module docstring, docs/loaders.md "Tails"): full batches only; every
+# sample once with short last batches; every sample once with padding; every sample once,
+# counts differing between ranks.
+TAILS = ("drop", "short", "pad", "uneven")
 PAD = -1  # a padding slot in a plan's sample table
 MIN_SHORT = 2  # tail="short": the fewest samples a last batch gets where the pool allows
 

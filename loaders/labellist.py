@@ -20,9 +20,9 @@ from imgprep.inputs.synsets import load_class_table
 from imgprep.job.world import World
 from loaders.backends import EncodedSample
 from loaders.base import PlannedLoader
-from loaders.common import LoaderError
 from loaders.config import LoaderOptions
 from loaders.epochs import PAD, EpochPlan
+from loaders.errors import LoaderError
 from loaders.transforms import Transform
 
 

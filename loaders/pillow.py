@@ -25,10 +25,11 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from loaders.backends import Batch, EncodedSample, Source, stand_ins
-from loaders.common import PAD_LABEL, LoaderError, as_nchw, row_shape
+from loaders.batch import PAD_LABEL, as_nchw, row_shape
 from loaders.config import BackendOptions, Config
 from loaders.decode import SampleDecoder
 from loaders.epochs import PAD, EpochPlan
+from loaders.errors import LoaderError
 from loaders.ring import Ring, is_dead
 from loaders.transforms import SampleError
 

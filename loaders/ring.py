@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from loaders.common import as_nchw, row_shape
+from loaders.batch import as_nchw, row_shape
 
 _EPOCH, _SKIP, _GENERATION, _HEAD = range(4)  # then the pools' starts, then the workers
 _PER_WORKER = 3  # pid, batch in the making, skipped samples
@@ -41,7 +41,7 @@ class Ring:
     """``workers`` rings of ``slots`` batches (``batch`` rows of uint8 pixels, each 3 x
     ``size`` x ``size``, or ``size`` x ``size`` x 3 when ``channels_last``), with the counters
     both sides read (``pools`` starting positions of an epoch's plan); see the module
-    docstring for the protocol. Batches come out NCHW-shaped (``loaders.common.as_nchw``)."""
+    docstring for the protocol. Batches come out NCHW-shaped (``loaders.batch.as_nchw``)."""
 
     def __init__(self, workers: int, slots: int, batch: int, size: int, pools: int = 1, *,
                  channels_last: bool = False) -> None:

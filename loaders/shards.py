@@ -34,9 +34,10 @@ from imgprep.shards.manifest import Manifest, read_manifest
 from imgprep.shards.tario import iter_members, iter_samples
 from loaders.backends import EncodedSample
 from loaders.base import PlannedLoader
-from loaders.common import PAD_LABEL, LoaderError, refuse_unlabelled
+from loaders.batch import PAD_LABEL
 from loaders.config import LoaderOptions
 from loaders.epochs import EpochPlan
+from loaders.errors import LoaderError, refuse_unlabelled
 from loaders.reader import Locations, Reader
 from loaders.transforms import Transform
 

@@ -21,8 +21,8 @@ from hypothesis import strategies as st
 from imgprep.errors import WorldError
 from imgprep.job.assign import MODES, balanced_split, node_shards
 from imgprep.job.world import World
-from loaders.common import LoaderError
 from loaders.epochs import PAD, EpochPlan, plan_epoch, pools
+from loaders.errors import LoaderError
 from loaders.order import ORDER_VERSIONS
 
 PROPS = settings(max_examples=200, deadline=None)

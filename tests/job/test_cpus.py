@@ -10,7 +10,7 @@ import pytest
 from imgprep.job import world as world_mod
 from imgprep.job.cpus import CpuLimits, parse_cpu_list, rank_cores, read_limits
 from imgprep.job.world import World
-from loaders.common import worker_count
+from loaders.config import worker_count
 
 
 @pytest.mark.parametrize(("limits", "ranks", "slurm", "cores"), [

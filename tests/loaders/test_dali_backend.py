@@ -30,7 +30,7 @@ import torch
 
 from imgprep.job.world import World
 from loaders import PAD_LABEL, LoaderError, ShardLoader, make_loader
-from loaders.common import TAILS
+from loaders.epochs import TAILS
 from loaders.transforms import TrainTransform, Transform, ValTransform
 from tests.support import REPO, convert_sample, free_port, jpeg
 from tests.support.shards import UNEQUAL_SIZES, key_of, run_epoch, write_split

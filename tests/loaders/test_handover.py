@@ -33,7 +33,7 @@ from loaders import (
     normalize,
 )
 from loaders.base import PlannedLoader
-from loaders.common import TAILS
+from loaders.epochs import TAILS
 from loaders.ring import Ring
 from tests.support import encode, jpeg
 from tests.support.images import photo

@@ -50,8 +50,7 @@ from imgprep.shards.manifest import read_manifest, write_manifest
 from imgprep.shards.writers import ShardWriter
 from imgprep.stage.options import StageOptions
 from imgprep.stage.run import stage_to_node
-from loaders.common import TAILS
-from loaders.epochs import pools
+from loaders.epochs import TAILS, pools
 from loaders.labellist import LabelListLoader
 from loaders.order import ORDER_KEY
 from loaders.shards import PAD_LABEL, LoaderError, ShardLoader, iter_members, iter_samples
@@ -950,7 +949,7 @@ import torch
 import torch.distributed as dist
 
 from imgprep.job.world import World
-from loaders.common import TAILS
+from loaders.epochs import TAILS
 from loaders.labellist import LabelListLoader
 from loaders.epochs import pools
 from loaders.shards import PAD_LABEL, ShardLoader

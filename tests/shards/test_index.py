@@ -25,7 +25,7 @@ from imgprep.shards.index import encode_index, read_index, write_index
 from imgprep.shards.layout import LayoutBuilder, scan_layout
 from imgprep.shards.manifest import Manifest, ShardEntry, read_manifest, write_manifest
 from imgprep.shards.writers import ShardWriter
-from loaders.common import LoaderError
+from loaders.errors import LoaderError
 from loaders.shards import ShardLoader
 from loaders.transforms import ValTransform
 from tests.support import jpeg
