@@ -38,7 +38,7 @@ import torch
 
 from bench.common import DEFAULT_IMAGES, TICK, descendants, machine_busy_s, run_main, verdict
 from imgprep import ConvertOptions, World, convert_splits
-from loaders import LabelListLoader, TrainTransform, plan_epoch, read_label_list
+from loaders import LabelListLoader, LoaderOptions, TrainTransform, plan_epoch, read_label_list
 from loaders.transforms import train_sample
 
 TARGET = 0.8  # loader 1 worker over floor
@@ -106,7 +106,8 @@ def loader_epoch(loader: LabelListLoader, epoch: int) -> Iterable[tuple[torch.Te
 
 def measure(scratch: Path, args: argparse.Namespace) -> dict[str, Any]:
     lst = build_list(args.images, scratch, args.samples)
-    loaders = {w: LabelListLoader(lst, World(), args.batch_size, workers=w, seed=0)
+    loaders = {w: LabelListLoader(lst, World(), LoaderOptions(batch_size=args.batch_size,
+                                                              workers=w, seed=0))
                for w in WORKER_COUNTS}
     for loader in loaders.values():
         timed(loader_epoch(loader, 0))  # warm-up: workers start, files enter the page cache

@@ -45,6 +45,7 @@ __version__ = "0.1.0"
 _LAZY = {
     "World": "imgprep.job.world",
     "detect": "imgprep.job.world",
+    "MODES": "imgprep.job.assign",
     "node_shards": "imgprep.job.assign",
     "read_limits": "imgprep.job.cpus",
     "Rendezvous": "imgprep.job.rendezvous",
@@ -58,6 +59,7 @@ _LAZY = {
     "stage_to_node": "imgprep.stage.run",
     "ClassTable": "imgprep.inputs.synsets",
     "imagenet_classes": "imgprep.inputs.synsets",
+    "load_class_table": "imgprep.inputs.synsets",
     "FakeSummary": "imgprep.inputs.fakeset",
     "make_sample": "imgprep.inputs.fakeset",
     "Manifest": "imgprep.shards.manifest",
@@ -79,8 +81,8 @@ if TYPE_CHECKING:
     from imgprep.convert.summary import ConvertSummary
     from imgprep.fsutil import atomic_open, write_bytes_atomic
     from imgprep.inputs.fakeset import FakeSummary, make_sample
-    from imgprep.inputs.synsets import ClassTable, imagenet_classes
-    from imgprep.job.assign import node_shards
+    from imgprep.inputs.synsets import ClassTable, imagenet_classes, load_class_table
+    from imgprep.job.assign import MODES, node_shards
     from imgprep.job.cpus import read_limits
     from imgprep.job.rendezvous import Rendezvous, RendezvousError, rendezvous
     from imgprep.job.world import World, detect
@@ -108,5 +110,5 @@ __all__ = [
     "WaitTimeout", "World", "WorldError", "__version__", "atomic_open", "convert_splits",
     "detect", "imagenet_classes", "index_folder", "make_sample", "manifest_path", "node_shards",
     "pil_info", "read_limits", "read_manifest", "rendezvous", "stage_to_node", "verify",
-    "write_bytes_atomic",
+    "write_bytes_atomic", "MODES", "load_class_table",
 ]

@@ -54,10 +54,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from imgprep.errors import ImgprepError
+from imgprep import ImgprepError
 from loaders.backends import Batch, EncodedSample, Source, stand_ins
 from loaders.batch import PAD_LABEL, as_nchw, row_shape
-from loaders.config import BackendOptions, Config
+from loaders.config import Config
 from loaders.epochs import PAD, EpochPlan
 from loaders.errors import LoaderError
 from loaders.transforms import SampleError, TrainTransform, Transform, apply
@@ -146,7 +146,8 @@ class _Feed:
 class DaliBackend:
     """The ``dali`` backend (module docstring): a DALI pipeline per pass of the plan."""
 
-    def __init__(self, cfg: Config, source: Source, options: BackendOptions) -> None:
+    def __init__(self, cfg: Config, source: Source) -> None:
+        options = cfg.options
         if options.device not in DECODER:
             raise ValueError(f"device must be one of {tuple(DECODER)}, not {options.device!r}")
         rank = cfg.world.rank
@@ -154,7 +155,7 @@ class DaliBackend:
             raise LoaderError(f"rank {rank}: device='gpu' decodes on a CUDA GPU and torch "
                               "sees none here; load with device='cpu'")
         self.cfg, self.source, self.options = cfg, source, options
-        self.threads = max(1, cfg.workers)  # the Pillow backend's worker count
+        self.threads = max(1, options.workers)  # the Pillow backend's worker count
         self.device = (torch.device("cuda", cfg.world.local_rank) if options.device == "gpu"
                        else torch.device("cpu"))
         self._skipped = 0
@@ -215,7 +216,7 @@ class DaliBackend:
         feed = _Feed(self.source, rows, fixes, functools.partial(self._screen, fixes))
         if not rows:
             return None, feed
-        seed = pass_seed(self.cfg.seed, plan.epoch, self.cfg.world.rank,
+        seed = pass_seed(self.options.seed, plan.epoch, self.cfg.world.rank,
                          int(plan.first[rows[0][0]]))
         return self._pipeline(feed, seed), feed
 
@@ -223,14 +224,14 @@ class DaliBackend:
         from nvidia.dali import Pipeline, fn, types
 
         gpu = self.device.type == "cuda"
-        pipe = Pipeline(batch_size=self.cfg.batch_size, num_threads=self.threads,
+        pipe = Pipeline(batch_size=self.options.batch_size, num_threads=self.threads,
                         device_id=self.device.index if gpu else None, seed=seed,
                         prefetch_queue_depth=self.options.prefetch_factor)
         with pipe:
             jpegs = fn.external_source(source=feed, batch=True, batch_info=True,
                                        dtype=types.DALIDataType.UINT8, ndim=1)
-            layout = "HWC" if self.cfg.channels_last else "CHW"
-            pipe.set_outputs(decode_graph(jpegs, self.cfg.transform, self.options.device,
+            layout = "HWC" if self.options.channels_last else "CHW"
+            pipe.set_outputs(decode_graph(jpegs, self.options.transform, self.options.device,
                                           layout))
         pipe.build()
         return pipe
@@ -238,15 +239,15 @@ class DaliBackend:
     # -- batches out
     def _empty(self, n: int) -> torch.Tensor:
         """``n`` rows as DALI lays them out (``loaders.batch.row_shape``)."""
-        size = self.cfg.transform.size
-        pin = self.options.pin and self.device.type == "cpu"
-        return torch.empty((n, *row_shape(size, self.cfg.channels_last)), dtype=torch.uint8,
+        size = self.options.transform.size
+        pin = self.options.pin_memory and self.device.type == "cpu"
+        return torch.empty((n, *row_shape(size, self.options.channels_last)), dtype=torch.uint8,
                            device=self.device, pin_memory=pin)
 
     def _padding(self, n: int) -> Batch:
         rows = self._empty(n)
         rows.zero_()
-        return (as_nchw(rows, self.cfg.channels_last),
+        return (as_nchw(rows, self.options.channels_last),
                 torch.full((n,), PAD_LABEL, dtype=torch.int64, device=self.device))
 
     def _batch(self, out: Any, n: int, items: list[EncodedSample], swap: dict[int, int]) -> Batch:
@@ -255,7 +256,7 @@ class DaliBackend:
         rows = self._empty(n)
         rows[len(items):] = 0
         self._copy(out.as_tensor(), rows[:len(items)])
-        images = as_nchw(rows, self.cfg.channels_last)
+        images = as_nchw(rows, self.options.channels_last)
         labels = torch.full((n,), PAD_LABEL, dtype=torch.int64)
         labels[:len(items)] = torch.tensor([s.label for s in items], dtype=torch.int64)
         for slot, good in swap.items():
@@ -312,20 +313,20 @@ class DaliBackend:
         if not bad:
             return False
         fixes.swap[b] = stand_ins(len(items), [slot for slot, _ in bad])
-        if self.cfg.on_error == "raise":
+        if self.options.on_error == "raise":
             fixes.errors[b] = LoaderError(f"rank {self.cfg.world.rank}: {bad[0][1]}; "
                                           f"{self.source.fix}, or load with on_error='skip'")
         return True
 
     def _bad(self, items: list[EncodedSample]) -> list[tuple[int, SampleError]]:
         """The slots of ``items`` the Pillow backend cannot decode, with its errors."""
-        size = self.cfg.transform.size
+        size = self.options.transform.size
         scratch = np.empty((3, size, size), np.uint8)
         rng = np.random.default_rng(0)
         bad = []
         for slot, s in enumerate(items):
             try:
-                apply(s.data, self.cfg.transform, rng, scratch, where=s.where)
+                apply(s.data, self.options.transform, rng, scratch, where=s.where)
             except SampleError as e:
                 bad.append((slot, e))
         return bad

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 from PIL import Image
 
-from imgprep.errors import ImgprepError
+from imgprep import ImgprepError
 
 _BILINEAR = Image.Resampling.BILINEAR
 _FLIP = Image.Transpose.FLIP_LEFT_RIGHT
@@ -55,6 +55,13 @@ class ValTransform:
 
 
 Transform = TrainTransform | ValTransform
+
+
+def check_transform(transform: object) -> None:
+    """Refuse what is not a transform (a programming error: ValueError)."""
+    if not isinstance(transform, TrainTransform | ValTransform):
+        raise ValueError(f"transform must be a TrainTransform or a ValTransform, not "
+                         f"{transform!r}")
 
 
 def crop_box(w: int, h: int, t: TrainTransform, rng: np.random.Generator

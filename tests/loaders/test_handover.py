@@ -27,6 +27,7 @@ from loaders import (
     DeviceLoader,
     LabelListLoader,
     LoaderError,
+    LoaderOptions,
     ShardLoader,
     TrainTransform,
     ValTransform,
@@ -75,14 +76,14 @@ def folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 def make(folders: dict[str, Path], source: str, split: str = "train", damaged: bool = False,
          world: World | None = None, **kw: Any) -> PlannedLoader:
-    kw.setdefault("transform", SMALL[split])
-    kw.setdefault("workers", 2)
+    options = LoaderOptions(**{"batch_size": BATCH, "transform": SMALL[split], "workers": 2}
+                            | kw)
     world = world or World()
     if source == "shards":
         return ShardLoader(folders[f"shards-{'damaged' if damaged else 'good'}"], split,
-                           world, kw.pop("batch_size", BATCH), **kw)
+                           world, options)
     return LabelListLoader(folders[f"list-{'damaged' if damaged else 'good'}"], world,
-                           kw.pop("batch_size", BATCH), train=split == "train", **kw)
+                           options, train=split == "train")
 
 
 def both(folders: dict[str, Path], source: str, **kw: Any

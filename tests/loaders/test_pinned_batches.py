@@ -24,7 +24,14 @@ import pytest
 import torch
 
 from imgprep.job.world import World
-from loaders import Loader, TrainTransform, Transform, ValTransform, make_loader
+from loaders import (
+    Loader,
+    LoaderOptions,
+    TrainTransform,
+    Transform,
+    ValTransform,
+    make_loader,
+)
 from tests.support import jpeg
 from tests.support.shards import UNEQUAL_SIZES, write_label_list, write_split
 
@@ -71,11 +78,12 @@ class Case:
     workers: int = 0
     options: dict[str, Any] = field(default_factory=dict)
 
-    def loader(self, folder: Path, options: dict[str, Any] | None = None) -> Loader:
+    def loader(self, folder: Path) -> Loader:
         path = folder / "list" / "train.txt" if self.data == "list" else folder
+        options = {k: v for k, v in self.options.items() if k != "mode"}
         return make_loader(path, self.split, world(self.rank, self.nodes, self.local),
-                           batch_size=3, workers=self.workers, seed=7,
-                           **(self.options if options is None else options))
+                           LoaderOptions(batch_size=3, workers=self.workers, seed=7, **options),
+                           mode=self.options.get("mode"))
 
 
 TRAIN: Transform = TrainTransform(size=24)

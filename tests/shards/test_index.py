@@ -25,6 +25,7 @@ from imgprep.shards.index import encode_index, read_index, write_index
 from imgprep.shards.layout import LayoutBuilder, scan_layout
 from imgprep.shards.manifest import Manifest, ShardEntry, read_manifest, write_manifest
 from imgprep.shards.writers import ShardWriter
+from loaders import LoaderOptions
 from loaders.errors import LoaderError
 from loaders.shards import ShardLoader
 from loaders.transforms import ValTransform
@@ -56,8 +57,9 @@ def make_set(folder: Path, seed: int = 0, meta: bool = True) -> Manifest:
 
 
 def labels(folder: Path) -> list[int]:
-    loader = ShardLoader(folder, "train", World(), 4, workers=0, tail="uneven",
-                         transform=ValTransform(size=32, resize=40))
+    loader = ShardLoader(folder, "train", World(),
+                         LoaderOptions(batch_size=4, workers=0, tail="uneven",
+                                       transform=ValTransform(size=32, resize=40)))
     return sorted(int(x) for _, lab in loader for x in lab)
 
 
