@@ -13,9 +13,10 @@ What it measures, in one run, on the 1000 real ILSVRC2012 JPEGs of
   the random-resized-crop's region, one ``resize(box=...)`` to 224, flip and layout in one
   pass: uint8 CHW; ``floor_cl``: HWC, for the channels-last rows) into a preallocated batch
   array. No I/O, no processes. (Without the C extension the decoder takes the Pillow path.)
-- loader: ``loaders.shards.ShardLoader(folder, "train", World(), batch_size, workers=1|2,
-  seed=0)`` iterating whole epochs; and the same samples written as ONE shard read by 2
-  workers (fewer shards than workers: sample-granular plans keep both busy). Its workers are
+- loader: ``loaders.shards.ShardLoader(folder, "train", World(), LoaderOptions(batch_size,
+  workers=1|2, seed=0))`` iterating whole epochs; and the same samples written as ONE shard
+  read by 2 workers (fewer shards than workers: sample-granular plans keep both busy). Its
+  workers are
   persistent: the first epoch (timed alone: first-batch latency with worker start-up, and its
   rate) is the warm-up, and every timed pass is a later epoch, end to end, so steady rates
   exclude worker start-up but include each epoch's pipeline fill.

@@ -17,7 +17,8 @@
   ``size`` x ``size``, then ``fn.crop_mirror_normalize`` (uint8, no normalisation; its
   output layout CHW, or HWC for ``memory_format="channels_last"``, whose batches are handed
   over as the Pillow backend's: NCHW-shaped views with channels_last strides) mirrors where
-  ``fn.random.coin_flip(probability=0.5)`` says. Val: ``fn.decoders.image``,
+  ``fn.random.coin_flip(probability=0.5)`` says: DALI draws its own boxes and flips, not the
+  transforms' ``geometry`` (why: ``GRAPHS``). Val: ``fn.decoders.image``,
   the short side to ``resize``, the center crop in ``crop_mirror_normalize``. With
   ``device="gpu"`` the decoders run ``"mixed"`` (nvJPEG on GPU ``local_rank``; DALI falls back
   to the CPU for what it refuses) and the rest on that GPU, and batches come out as CUDA
@@ -60,7 +61,7 @@ from loaders.batch import PAD_LABEL, as_nchw, row_shape
 from loaders.config import Config
 from loaders.epochs import PAD, EpochPlan
 from loaders.errors import LoaderError
-from loaders.transforms import SampleError, TrainTransform, Transform, apply
+from loaders.transforms import SampleError, TrainTransform, Transform, ValTransform, apply
 
 DECODER = {"cpu": "cpu", "gpu": "mixed"}  # where the decoder runs, per output device
 EOI = b"\xff\xd9"  # a JPEG's last two bytes
@@ -77,23 +78,40 @@ def pass_seed(seed: int, epoch: int, rank: int, position: int) -> int:
 def decode_graph(jpegs: Any, t: Transform, device: str, layout: str = "CHW") -> Any:
     """DALI ops from encoded images to uint8 ``t.size`` x ``t.size`` images laid out as
     ``layout`` (``"CHW"`` or ``"HWC"``); the decoder runs as ``DECODER[device]`` says, the
-    later ops where its output is."""
+    later ops where its output is. The graph is the transform kind's (``GRAPHS``)."""
+    return GRAPHS[type(t)](jpegs, t, DECODER[device], layout)
+
+
+def _train_graph(jpegs: Any, t: TrainTransform, decoder: str, layout: str) -> Any:
     from nvidia.dali import fn, types
 
-    images: Any
-    rgb, uint8 = types.DALIImageType.RGB, types.DALIDataType.UINT8
-    if isinstance(t, TrainTransform):
-        images = fn.decoders.image_random_crop(
-            jpegs, device=DECODER[device], output_type=rgb, random_area=list(t.scale),
-            random_aspect_ratio=list(t.ratio), num_attempts=RANDOM_CROP_TRIES)
-        images = fn.resize(images, resize_x=t.size, resize_y=t.size)
-        mirror = fn.random.coin_flip(probability=0.5) if t.flip else 0
-        return fn.crop_mirror_normalize(images, dtype=uint8, output_layout=layout,
-                                        mirror=mirror)
-    images = fn.decoders.image(jpegs, device=DECODER[device], output_type=rgb)
+    images: Any = fn.decoders.image_random_crop(
+        jpegs, device=decoder, output_type=types.DALIImageType.RGB, random_area=list(t.scale),
+        random_aspect_ratio=list(t.ratio), num_attempts=RANDOM_CROP_TRIES)
+    images = fn.resize(images, resize_x=t.size, resize_y=t.size)
+    mirror = fn.random.coin_flip(probability=0.5) if t.flip else 0
+    return fn.crop_mirror_normalize(images, dtype=types.DALIDataType.UINT8,
+                                    output_layout=layout, mirror=mirror)
+
+
+def _val_graph(jpegs: Any, t: ValTransform, decoder: str, layout: str) -> Any:
+    from nvidia.dali import fn, types
+
+    images: Any = fn.decoders.image(jpegs, device=decoder, output_type=types.DALIImageType.RGB)
     images = fn.resize(images, resize_shorter=t.resize)
-    return fn.crop_mirror_normalize(images, dtype=uint8, output_layout=layout,
-                                    crop=(t.size, t.size), crop_pos_x=0.5, crop_pos_y=0.5)
+    return fn.crop_mirror_normalize(images, dtype=types.DALIDataType.UINT8,
+                                    output_layout=layout, crop=(t.size, t.size),
+                                    crop_pos_x=0.5, crop_pos_y=0.5)
+
+
+# Each transform kind's DALI graph. DALI draws its own crop boxes and flips (its random ops,
+# seeded per pass) rather than carrying out the transforms' ``geometry``: feeding it ours
+# would mean parsing every image's header on the CPU in the feeding thread before DALI sees
+# it, per-sample slice anchors and a flip input, and a decode that is no longer
+# ``image_random_crop``'s fused one, for no gain in pixels (DALI resamples with its own
+# filter, so its batches would still differ from the Pillow backend's).
+GRAPHS: dict[type, Callable[[Any, Any, str, str], Any]] = {
+    TrainTransform: _train_graph, ValTransform: _val_graph}
 
 
 @functools.cache

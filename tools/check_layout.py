@@ -70,7 +70,7 @@ WHITE_BOX = {  # module -> why benchmarks and harnesses need it (docs/developmen
     "imgprep.convert.image": "convert_image, convert's per-image work timed alone",
     "imgprep.job.assign": "balanced_split, the whole-shard plans the shuffle study compares",
     "imgprep.procs": "die_with_parent, for the harnesses' own children",
-    "loaders.transforms": "the Pillow path's stages (crop_box, draw, train_sample, into_chw), "
+    "loaders.transforms": "the Pillow path's stages (crop_box, geometry, apply, into_chw), "
                           "timed one by one",
     "imgprep.jpegcrop": "the crop-aware decoder's stages, timed one by one",
     "loaders.shards": "open_shards, where each sample's bytes lie, to check batch labels",

@@ -18,7 +18,14 @@ from imgprep.job.world import World
 from loaders import LoaderOptions
 from loaders.decode import SampleDecoder
 from loaders.shards import LoaderError, ShardLoader
-from loaders.transforms import SampleError, TrainTransform, Transform, ValTransform, apply
+from loaders.transforms import (
+    SampleError,
+    TrainTransform,
+    Transform,
+    ValTransform,
+    apply,
+    crop_box,
+)
 from tests.support import jpeg
 from tests.support.images import encode, photo
 from tests.support.paths import REAL_DATA
@@ -102,6 +109,29 @@ def test_quirks_decode_as_pillow_does(quirk: str, name: str) -> None:
         assert decoder.fast_count == 0
     elif quirk != "corrupt-middle":  # that one is fast until libjpeg warns
         assert decoder.pillow_count == 0
+
+
+@pytest.mark.parametrize("name", TRANSFORMS)
+def test_a_geometry_drawn_once_is_what_the_pillow_path_carries_out(name: str) -> None:
+    """The transform draws a sample's geometry (train: its box, then its flip) from the
+    generator and the image size alone; handed that geometry, the Pillow path draws nothing
+    more and makes the pixels it makes when it draws for itself."""
+    t, data = TRANSFORMS[name], QUIRKS["odd-size"]()
+    shape = (3, t.size, t.size)
+    for seed in range(6):
+        own, given = np.empty(shape, np.uint8), np.empty(shape, np.uint8)
+        rng, again = np.random.default_rng(seed), np.random.default_rng(seed)
+        apply(data, t, rng, own)
+        g = t.geometry(257, 131, again)
+        assert rng.random() == again.random()  # the same draws, in the same order
+        idle = np.random.default_rng(99)
+        apply(data, t, idle, given, geometry=g)
+        assert idle.random() == np.random.default_rng(99).random()  # nothing drawn
+        assert np.array_equal(own, given)
+        if isinstance(t, TrainTransform):
+            box_rng = np.random.default_rng(seed)
+            box = crop_box(257, 131, t, box_rng)
+            assert g.box == box and g.flip == (t.flip and bool(box_rng.random() < 0.5))
 
 
 def test_probe_names_why_it_declines() -> None:
