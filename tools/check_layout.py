@@ -8,7 +8,8 @@ Between the top-level folders (tests may import anything; nothing imports ``scri
 
 ``scripts``, ``bench`` and ``harness`` reach the library only through its public face, the
 names in ``imgprep.__all__`` and ``loaders.__all__``, or through the white-box modules named
-in ``WHITE_BOX`` below (docs/development.md says why each is needed). Inside ``imgprep``,
+in ``WHITE_BOX`` below (docs/development.md says why each is needed); ``loaders`` reaches
+``imgprep`` the same way. Inside ``imgprep``,
 each room (subpackage) imports only rooms below it:
 
     cli  ->  convert, stage  ->  inputs  ->  shards  ->  job  ->  leaf modules
@@ -46,13 +47,16 @@ MAY_IMPORT = {  # top-level folder -> the folders it may import besides itself
 }
 LIBRARY = ("imgprep", "loaders")
 OUTSIDE = ("scripts", "bench", "harness")  # held to the public face and the white-box list
+HELD = {"loaders": ("imgprep",), **{f: LIBRARY for f in OUTSIDE}}  # folder -> faces it keeps to
 WHITE_BOX = {  # module -> why benchmarks and harnesses need it (docs/development.md)
     "imgprep.shards.writers": "tar records and the shard writer, for inputs and shard sets "
                               "written at memory speed",
     "imgprep.shards.tario": "a shard's samples read back, for the loaders' and verify's floors",
     "imgprep.shards.manifest": "write_manifest and index_name, for shard sets assembled from "
                                "repeated shards",
-    "imgprep.shards.index": "write_index, the sample index of an assembled shard set",
+    "imgprep.shards.index": "write_index, the sample index of an assembled shard set; "
+                            "read_index, where the loaders read each sample",
+    "imgprep.shards.tarfmt": "the tar headers the loaders check before reading a sample",
     "imgprep.shards.layout": "Layout, where each sample of an assembled shard lies",
     "imgprep.inputs.keys": "member_key, the key every input form gives an image",
     "imgprep.inputs.spool": "the staging copy of a form without random access, timed alone",
@@ -72,7 +76,8 @@ WHITE_BOX = {  # module -> why benchmarks and harnesses need it (docs/developmen
     "imgprep.procs": "die_with_parent, for the harnesses' own children",
     "loaders.transforms": "the Pillow path's stages (crop_box, geometry, apply, into_chw), "
                           "timed one by one",
-    "imgprep.jpegcrop": "the crop-aware decoder's stages, timed one by one",
+    "imgprep.jpegcrop": "the crop-aware decoder, the loaders' decode path; its stages, timed "
+                        "one by one",
     "loaders.shards": "open_shards, where each sample's bytes lie, to check batch labels",
 }
 LEAF = "leaf"
@@ -184,7 +189,7 @@ def direction(mod: Module, imp: Import, public: dict[str, set[str]],
     if head not in MAY_IMPORT[mine]:
         return (f"{mine} imports {imp.module}, which it may not: {mine} may import "
                 f"{', '.join(MAY_IMPORT[mine]) or 'nothing of the project'}")
-    if mine in OUTSIDE and head in LIBRARY:
+    if head in HELD.get(mine, ()):
         if imp.module == head:
             hidden = sorted(set(imp.names) - public[head])
             if hidden:

@@ -84,6 +84,21 @@ def test_against_the_grain_is_named_with_its_line(tmp_path: Path) -> None:
     assert "tools may import nothing of the project" in by_file["tools/more.py"]
 
 
+def test_loaders_reach_imgprep_through_its_public_face_or_the_white_box_list(
+        tmp_path: Path) -> None:
+    out = found(tmp_path, {
+        "loaders/epochs.py": "from imgprep import World\n",  # the public face: fine
+        "loaders/reader.py": "from imgprep.shards.writers import w\n",  # white-box: fine
+        "loaders/shards.py": "import numpy\nfrom imgprep.job.world import World\n",
+        "loaders/config.py": "from imgprep import World, Hidden\n"})
+    hidden = sorted(p for p in out if "import cycle" not in p)
+    assert hidden == [
+        "loaders/config.py:1: loaders imports Hidden from imgprep, which are not in "
+        "imgprep.__all__",
+        "loaders/shards.py:2: loaders imports imgprep.job.world: use imgprep.__all__ or a "
+        "white-box module (tools/check_layout.py WHITE_BOX, docs/development.md)"]
+
+
 def test_the_repository_imports_with_the_grain() -> None:
     """No import against the grain (cycles are listed by the check, and are to go)."""
     assert [p for p in problems(REPO) if "import cycle" not in p] == []
