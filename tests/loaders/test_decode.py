@@ -243,11 +243,9 @@ def loader_outcome(folder: Path, workers: int, on_error: str, ranks: int = 2
                    ) -> list[object]:
     results: list[object] = []
     for rank in range(ranks):
-        loader = ShardLoader(folder, "train",
-                             World(rank=rank, world_size=ranks, local_rank=rank,
-                                                    local_world_size=ranks),
-                             LoaderOptions(batch_size=2, workers=workers,
-                                           transform=TrainTransform(size=40), on_error=on_error))
+        world = World(rank=rank, world_size=ranks, local_rank=rank, local_world_size=ranks)
+        loader = ShardLoader(folder, "train", world, LoaderOptions(
+            batch_size=2, workers=workers, transform=TrainTransform(size=40), on_error=on_error))
         try:
             results.append([torch.cat([b[0].flatten(), b[1]]) for b in run_epoch(loader, 1)])
             results.append(loader.skipped)
