@@ -162,7 +162,8 @@ class ResolvedOptions(LoaderOptions):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        open_ = [f.name for f in fields(self) if getattr(self, f.name) in (None, AUTO)]
+        narrowed = ResolvedOptions.__annotations__  # the fields declared again above, only
+        open_ = [name for name in narrowed if getattr(self, name) in (None, AUTO)]
         if open_:
             raise ValueError(f"{', '.join(open_)} left open: make resolved options with "
                              "LoaderOptions.resolve")
