@@ -22,7 +22,7 @@ from dataclasses import dataclass, fields
 import numpy as np
 import torch
 
-from imgprep import MODES, World
+from imgprep import MODES, World, jpegcrop
 from loaders.batch import MEMORY_FORMATS
 from loaders.epochs import PAD, TAILS, EpochPlan, plan_epoch, pools
 from loaders.order import ORDER_VERSION, check_order_version
@@ -83,6 +83,11 @@ class LoaderOptions:
         order_version: how epoch orders are drawn (``loaders.order``): 2 (the default: each
             rank computes only its own share of the order) or 1 (the order of checkpoints
             written before versions were recorded: make the loader with 1 to resume one).
+        crop_decode: the pillow backend's crop-aware JPEG decode (``loaders.decode``, over
+            imgprep's C extension): None uses it where the extension is built; False never
+            (Pillow decodes every image: the same pixels, slower); True refuses to run where
+            it is not built, so that a host that built imgprep without a compiler or the
+            libjpeg-turbo headers does not decode at Pillow's speed unnoticed.
 
     ``None`` leaves the choice to the split: training augments (``TrainTransform()``),
     ends with ``tail="drop"`` and shuffles; validation center-crops (``ValTransform()``),
@@ -102,6 +107,7 @@ class LoaderOptions:
     device: str = "cpu"
     memory_format: str = "contiguous"
     order_version: int = ORDER_VERSION
+    crop_decode: bool | None = None
 
     def __post_init__(self) -> None:
         """Refuse values no loader understands (programming errors: ValueError)."""
@@ -123,6 +129,9 @@ class LoaderOptions:
             raise ValueError(f"prefetch_factor must be >= 1, not {self.prefetch_factor}")
         if self.device not in DEVICES:
             raise ValueError(f"device must be one of {DEVICES}, not {self.device!r}")
+        if self.crop_decode and not jpegcrop.AVAILABLE:
+            raise ValueError(f"crop_decode=True, but the crop-aware decoder is "
+                             f"{jpegcrop.status()}, or leave crop_decode unset")
 
     @property
     def channels_last(self) -> bool:

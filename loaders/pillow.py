@@ -85,7 +85,8 @@ class WorkerStream(IterableDataset):
         the samples (``tail="pad"``) are zeroed. Returns the labels, PAD_LABEL for padding."""
         cfg, o = self.cfg, self.cfg.options
         if self._decoder is None:
-            self._decoder = SampleDecoder(o.transform, channels_last=o.channels_last)
+            self._decoder = SampleDecoder(o.transform, channels_last=o.channels_last,
+                                          fast=o.crop_decode)
         decode = self._decoder
         images[len(samples):] = 0
         labels = np.full(len(images), PAD_LABEL, dtype=np.int64)

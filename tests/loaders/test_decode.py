@@ -275,3 +275,34 @@ def test_loader_is_the_same_with_the_fallback_forced(quirky: Path, workers: int,
                    for x in fast)
     else:
         assert sum(x for x in fast if isinstance(x, int)) > 0
+
+
+def test_crop_decode_false_decodes_every_image_the_pillow_way(quirky: Path,
+                                                              monkeypatch: pytest.MonkeyPatch
+                                                              ) -> None:
+    """``crop_decode=False``: the same batches, and no JPEG is even probed for the crop-aware
+    path."""
+    def run(crop_decode: bool | None) -> list[torch.Tensor]:
+        loader = ShardLoader(quirky, "train", World(), LoaderOptions(
+            batch_size=2, workers=0, transform=TrainTransform(size=40), on_error="skip",
+            crop_decode=crop_decode))
+        return [torch.cat([b[0].flatten(), b[1]]) for b in run_epoch(loader, 1)]
+
+    default = run(None)
+
+    def refuse(data: bytes) -> None:
+        raise AssertionError("probed a JPEG with crop_decode=False")
+
+    monkeypatch.setattr(jpegcrop, "probe", refuse)
+    pillow = run(False)
+    assert len(default) == len(pillow)
+    assert all(torch.equal(a, b) for a, b in zip(default, pillow, strict=True))
+
+
+def test_crop_decode_true_is_refused_where_the_extension_is_not_built(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    assert LoaderOptions(batch_size=2, crop_decode=True).crop_decode
+    monkeypatch.setattr(jpegcrop, "AVAILABLE", False)
+    with pytest.raises(ValueError, match="crop_decode=True, but the crop-aware decoder is"):
+        LoaderOptions(batch_size=2, crop_decode=True)
+    assert LoaderOptions(batch_size=2, crop_decode=False).crop_decode is False
