@@ -160,8 +160,8 @@ class LoaderOptions:
 
 @dataclass(frozen=True, kw_only=True)
 class ResolvedOptions(LoaderOptions):
-    """``LoaderOptions`` with nothing left open (``LoaderOptions.resolve``): the fields that
-    may be ``None`` or ``"auto"`` there are decided here."""
+    """``LoaderOptions`` resolved for one loader (``LoaderOptions.resolve``): the fields the
+    split or the rank decides, declared again below, are never ``None`` or ``"auto"``."""
 
     workers: int
     transform: Transform
