@@ -36,8 +36,8 @@ from imgprep.inputs.sources import (
     VAL_PREFIX,
     Listing,
     split_folders,
-    split_of_name,
 )
+from imgprep.inputs.splitnames import split_of_name
 from imgprep.inputs.spool import SPOOL_DIR
 from imgprep.inputs.synsets import ClassTable, load_class_table, present_classes
 from imgprep.sections import Holdout, ManifestOptions, SourceSection
