@@ -33,6 +33,7 @@ from imgprep.inputs.spool import SpoolJob, read_index, spool_all, spool_path
 from imgprep.inputs.synsets import ClassTable
 
 NAME = "hf-parquet"
+FAKE = "imgprep.inputs.fakes.parquet:write"
 SHOWN = 3
 LABELS = "the 'label' column (sorted-wnid order), checked against the wnid in image.path"
 

@@ -35,6 +35,7 @@ from imgprep.job.cpus import rank_cores, read_limits
 from imgprep.procs import die_with_parent
 
 NAME = "hf-targz"
+FAKE = "imgprep.inputs.fakes.targz:write"
 SHOWN = 3
 LABELS = "the wnid each member's name ends in (<stem>_<wnid>.JPEG)"
 _NUMBERED = re.compile(r"^train_images_(\d+)\.tar\.gz$")

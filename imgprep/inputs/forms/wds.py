@@ -37,6 +37,7 @@ from imgprep.procs import die_with_parent
 from imgprep.shards import tarfmt
 
 NAME = "wds"
+FAKE = "imgprep.inputs.fakes.wds:write"
 SHARD_RE = re.compile(rf"^(?P<prefix>.+)-(?P<split>{WORD})-(?P<index>\d+)\.tar$")
 READ = ("train", "val")  # the splits of a shard set that are read; test shards are left out
 IMAGE_FIELDS = tuple(e.lstrip(".") for e in IMAGE_EXTS)
