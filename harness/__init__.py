@@ -12,8 +12,9 @@ installed packages. Each room runs as a module from the repository root:
   ``python -m harness.gpukit.run``).
 
 ``checks`` (the environment a child process gets and the checks made after it) is shared by
-every room and by the tests. The rooms do not import each other; they may import ``bench``
-(``bench.common``'s process-tree and CPU-noise measures; ``gpukit`` also ``bench.convert``'s
-floor) and the library through its public
-API or the white-box list in docs/development.md.
+every room and by the tests. The rooms do not import each other; of ``bench`` they import
+``bench.common`` (every room), ``bench.scaling`` (``cluster``: ``summarise``) and
+``bench.convert`` (``gpukit``: the conversion floor and timing), and nothing else
+(``HARNESS_BENCH`` in tools/check_layout.py); the library through its public API or the
+white-box list in docs/development.md.
 """

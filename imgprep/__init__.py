@@ -15,7 +15,7 @@ decides where they go (the ``imgprep`` command prints them on stderr).
 
 Inside the package, rooms by concern, each importing only the rooms below it:
 ``cli`` -> ``convert``, ``stage`` -> ``inputs`` -> ``shards`` -> ``job`` -> the leaf modules
-at the top (``errors``, ``fsutil``, ``procs``).
+at the top (``errors``, ``fsutil``, ``procs``, ``sections``: the manifest's typed sections).
 """
 
 from __future__ import annotations
@@ -52,7 +52,9 @@ _LAZY = {
     "RendezvousError": "imgprep.job.rendezvous",
     "rendezvous": "imgprep.job.rendezvous",
     "ConvertOptions": "imgprep.convert.options",
-    "TransformOptions": "imgprep.convert.options",
+    "TransformOptions": "imgprep.sections",
+    "ManifestOptions": "imgprep.sections",
+    "SourceSection": "imgprep.sections",
     "ConvertSummary": "imgprep.convert.summary",
     "convert_splits": "imgprep.convert.run",
     "StageOptions": "imgprep.stage.options",
@@ -76,7 +78,7 @@ _LAZY = {
 }
 
 if TYPE_CHECKING:
-    from imgprep.convert.options import ConvertOptions, TransformOptions
+    from imgprep.convert.options import ConvertOptions
     from imgprep.convert.run import convert_splits
     from imgprep.convert.summary import ConvertSummary
     from imgprep.fsutil import atomic_open, write_bytes_atomic
@@ -86,6 +88,7 @@ if TYPE_CHECKING:
     from imgprep.job.cpus import read_limits
     from imgprep.job.rendezvous import Rendezvous, RendezvousError, rendezvous
     from imgprep.job.world import World, detect
+    from imgprep.sections import ManifestOptions, SourceSection, TransformOptions
     from imgprep.shards.indexing import IndexedSplit, index_folder
     from imgprep.shards.info import PilInfo, pil_info
     from imgprep.shards.manifest import Manifest, ShardEntry, manifest_path, read_manifest
@@ -104,9 +107,10 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "ClassTable", "ConvertOptions", "ConvertSummary", "FakeSummary", "ImageError", "ImgprepError",
-    "IndexedSplit", "InputMissingError", "LabelError", "Manifest", "ManifestError", "OutputError",
-    "OutputExistsError", "PilInfo", "Rendezvous", "RendezvousError", "ShardEntry", "ShardError",
-    "SourceFormatError", "StageError", "StageOptions", "TransformOptions", "UnsafeArchiveError",
+    "IndexedSplit", "InputMissingError", "LabelError", "Manifest", "ManifestError",
+    "ManifestOptions", "OutputError", "OutputExistsError", "PilInfo", "Rendezvous",
+    "RendezvousError", "ShardEntry", "ShardError", "SourceFormatError", "SourceSection",
+    "StageError", "StageOptions", "TransformOptions", "UnsafeArchiveError",
     "WaitTimeout", "World", "WorldError", "__version__", "atomic_open", "convert_splits",
     "detect", "imagenet_classes", "index_folder", "make_sample", "manifest_path", "node_shards",
     "pil_info", "read_limits", "read_manifest", "rendezvous", "stage_to_node", "verify",

@@ -24,19 +24,16 @@ from imgprep.cli.options import (
     workers_option,
     world_of,
 )
-from imgprep.convert.options import (
-    FILTER_NAMES,
-    OUTPUT_FORMATS,
-    QUALITY_RANGE,
-    RANK_MODES,
-    RESIZE_MODES,
-    SIZE_RANGE,
-    ConvertOptions,
-    TransformOptions,
-    default,
-)
+from imgprep.convert.options import OUTPUT_FORMATS, RANK_MODES, ConvertOptions, default
 from imgprep.errors import ImgprepError
 from imgprep.job.world import World
+from imgprep.sections import (
+    FILTER_NAMES,
+    QUALITY_RANGE,
+    RESIZE_MODES,
+    SIZE_RANGE,
+    TransformOptions,
+)
 
 if TYPE_CHECKING:
     from imgprep.convert.summary import ConvertSummary
@@ -171,10 +168,10 @@ def _dry_run(opts: ConvertOptions, as_json: bool, quiet: bool) -> None:
     from imgprep.convert.dryrun import dry_run
 
     try:
-        report = dry_run(opts).to_json()
+        report = dry_run(opts)
     except ImgprepError as e:
         fail(e)
-    emit(report, as_json, quiet, lambda: "\n".join(dry_run_lines(report)))
+    emit(report.to_json(), as_json, quiet, lambda: "\n".join(dry_run_lines(report)))
 
 
 def _run(opts: ConvertOptions, world: World, quiet: bool) -> list[ConvertSummary]:

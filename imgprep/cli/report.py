@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import asdict
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from imgprep.convert.dryrun import DryRunReport
     from imgprep.convert.summary import ConvertSummary
     from imgprep.inputs.fakeset import FakeSummary
     from imgprep.shards.info import ManifestSummary, PilInfo, Versions
@@ -71,19 +72,19 @@ def _check(mode: str) -> str:
     return " (checked at conversion)" if mode == "at conversion" else f" ({mode} check)"
 
 
-def dry_run_lines(r: dict[str, Any]) -> list[str]:
+def dry_run_lines(r: DryRunReport) -> list[str]:
     """``convert --dry-run``: the form, each split, what is skipped; nothing was written."""
-    lines = [f"{r['input']}: {r['description']} (form {r['form']})"]
-    for s in r["splits"]:
-        spool = f"; staging copy: {_size(s['spool_bytes'])} in {r['out']}/.imgprep" \
-            if s["spool_bytes"] else ""
-        errors = f"; {s['listing_errors']} members refused" if s["listing_errors"] else ""
-        count = f"{s['images']} images" if s["images"] is not None else \
+    lines = [f"{r.input}: {r.description} (form {r.form})"]
+    for s in r.splits:
+        spool = f"; staging copy: {_size(s.spool_bytes)} in {r.out}/.imgprep" \
+            if s.spool_bytes else ""
+        errors = f"; {s.listing_errors} members refused" if s.listing_errors else ""
+        count = f"{s.images} images" if s.images is not None else \
             "images counted while decompressing"
-        lines += [f"{s['split']}: {count} from {s['where']}{errors}",
-                  f"  labels: {s['labels']}{_check(s['label_check'])}",
-                  f"  writes: {s['writes']} in {r['out']} ({s['output']}){spool}"]
-    lines += [f"skips {k}" for k in r["skipped"]]
+        lines += [f"{s.split}: {count} from {s.where}{errors}",
+                  f"  labels: {s.labels}{_check(s.label_check)}",
+                  f"  writes: {s.writes} in {r.out} ({s.output}){spool}"]
+    lines += [f"skips {k}" for k in r.skipped]
     lines.append("dry run: nothing was written")
     return lines
 
@@ -121,9 +122,9 @@ def info_lines(versions: Versions, pil: PilInfo, manifests: list[ManifestSummary
         lines.append(f"{m.path}: {m.split} {m.format}, {m.samples} samples, {m.shards} shards, "
                      f"{m.bytes / 1e6:.1f} MB, {m.classes} classes, {m.errors} errors; "
                      f"mean {m.mean} std {m.std}")
-        if m.fast_decode:
+        if m.fast_decode is not None:
             d = m.fast_decode
-            why = "; ".join(f"{n} {r}" for r, n in d["declined"].items())
-            lines.append(f"  crop-aware decode: {d['fast']} of the first {d['probed']} images"
+            why = "; ".join(f"{n} {r}" for r, n in d.declined.items())
+            lines.append(f"  crop-aware decode: {d.fast} of the first {d.probed} images"
                          + (f" (Pillow path: {why})" if why else ""))
     return lines

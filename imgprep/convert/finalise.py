@@ -18,7 +18,7 @@ from imgprep import __version__
 from imgprep.convert.errorlog import ErrorRecord, error_log_path, write_error_log
 from imgprep.convert.execute import npy_bytes
 from imgprep.convert.samples import list_line
-from imgprep.convert.tasks import Plan, TaskResult, manifest_options
+from imgprep.convert.tasks import Plan, TaskResult, manifest_options, source_section
 from imgprep.fsutil import fsync_dir, write_bytes_atomic
 from imgprep.inputs.spool import remove_spool
 from imgprep.shards.indexing import index_shards
@@ -85,17 +85,15 @@ def _manifest(plan: Plan, results: list[TaskResult], errors: int, log: Path | No
         if opts.format == "shards" else []
     index = index_shards(opts.out, plan.split, shards, plan.state_dir, dali=True) \
         if opts.format == "shards" else None
-    lst = plan.listing
     return Manifest(
         split=plan.split, format=opts.format, total_samples=total,
         classes=plan.classes.to_json(), mean=mean, std=std,
-        options={**manifest_options(plan), "fingerprint": plan.fingerprint},
+        options=manifest_options(plan),
         tool_version=__version__, shards=shards,
         list_file=listed.name if listed else None, list_sha256=listed.sha256 if listed else None,
         errors=errors, error_log=log.name if log else None,
         stats_images=sum(r.stats_images for r in results), node=node, index=index,
-        source={"kind": lst.kind, "name": Path(lst.root).name, "images": len(lst),
-                "skipped_non_images": lst.skipped},
+        source=source_section(plan.listing),
         labelled=plan.labelled,
     )
 

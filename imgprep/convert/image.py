@@ -27,8 +27,8 @@ import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
 from imgprep import jpegcrop
-from imgprep.convert.options import FILTER_NAMES, TransformOptions
 from imgprep.errors import ImageError
+from imgprep.sections import FILTER_NAMES, TransformOptions
 
 FILTERS = {name: Image.Resampling[name.upper()] for name in FILTER_NAMES}
 # Each filter's support in input pixels at scale 1 (Pillow's Resample.c), widened by the

@@ -24,6 +24,7 @@ import numpy as np
 
 from imgprep.errors import InputMissingError, SourceFormatError
 from imgprep.inputs.reader import Codecs, SourceReader
+from imgprep.inputs.splitnames import split_of_name
 from imgprep.inputs.synsets import VAL_PREFIX, WNID_RE
 from imgprep.inputs.tarlist import (
     IMAGE_EXTS,
@@ -37,24 +38,8 @@ from imgprep.inputs.tarlist import (
 )
 
 __all__ = ["IMAGE_EXTS", "TEST_PREFIX", "VAL_PREFIX", "Listing", "ListingError", "SourceReader",
-           "build_listing", "list_source", "sanitize_key", "split_folders", "split_of_name"]
+           "build_listing", "list_source", "sanitize_key", "split_folders"]
 TEST_PREFIX = "ILSVRC2012_test_"  # test image names: the split without published labels
-# Folder (or tar) names that say which split their images are, compared case-insensitively.
-SPLIT_NAMES = {
-    "train": ("train", "training", "ilsvrc2012_img_train"),
-    "val": ("val", "valid", "validation", "ilsvrc2012_img_val"),
-    "test": ("test", "testing", "ilsvrc2012_img_test", "ilsvrc2012_img_test_v10102019"),
-}
-
-
-def split_of_name(name: str) -> str | None:
-    """``train``, ``val`` or ``test`` when a folder or tar name says so (any case), else
-    None."""
-    stem = name[:-4] if name.lower().endswith(".tar") else name
-    for split, names in SPLIT_NAMES.items():
-        if stem.casefold() in names:
-            return split
-    return None
 
 
 def split_folders(root: Path) -> tuple[dict[str, Path], list[Path]]:

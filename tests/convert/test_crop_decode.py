@@ -16,8 +16,8 @@ from PIL import Image
 from imgprep import jpegcrop
 from imgprep.convert import image
 from imgprep.convert.image import FILTERS, Converted, convert_image
-from imgprep.convert.options import FILTER_NAMES, TransformOptions
 from imgprep.errors import ImageError
+from imgprep.sections import FILTER_NAMES, TransformOptions
 from tests.support import encode, jpeg, photo
 
 pytestmark = pytest.mark.skipif(not jpegcrop.AVAILABLE,

@@ -109,7 +109,8 @@ def test_the_download_folder_converts_train_and_val_with_the_published_labels(
         assert int(fields["cls"]) == _published(key), key
     assert not (out / "test.json").exists()  # the test split is skipped by default
     assert not (out / ".imgprep" / "train" / SPOOL_DIR).exists()  # removed with the manifest
-    assert read_manifest(out, "train").source["kind"] == form
+    source = read_manifest(out, "train").source
+    assert source is not None and source.kind == form
 
 
 @pytest.mark.parametrize("form", FORMS)

@@ -46,11 +46,11 @@ from PIL import Image
 
 from imgprep.cli.commands import cli
 from imgprep.convert.image import convert_image
-from imgprep.convert.options import TransformOptions
 from imgprep.errors import ImgprepError
 from imgprep.inputs.devkit import devkit_wnids
 from imgprep.inputs.synsets import imagenet_classes
 from imgprep.job.world import World
+from imgprep.sections import TransformOptions
 from imgprep.shards.writers import header_bytes
 from imgprep.stage import fill as stage
 from loaders import LoaderError, LoaderOptions, ShardLoader, ValTransform, make_loader

@@ -126,11 +126,10 @@ def test_labels_read_back_are_each_images_class_and_the_holdout_is_per_class(
         held = [k for k in keys if k in val]
         assert len(held) == min(HOLD, n // 2), wnid
         assert set(keys) - set(held) - failed == {k for k in keys if k in train}
-    m = read_manifest(converted["tar-1"], "val")
-    assert m.options["holdout_per_class"] == HOLD and m.options["holdout_seed"] == 0
-    assert m.options["holdout_images"] == len(val) == m.total_samples
-    assert read_manifest(converted["tar-1"], "train").options["holdout_counts_sha256"] == \
-        m.options["holdout_counts_sha256"]
+    held = read_manifest(converted["tar-1"], "val").options.holdout
+    assert held is not None and held.per_class == HOLD and held.seed == 0
+    assert held.images == len(val) == read_manifest(converted["tar-1"], "val").total_samples
+    assert read_manifest(converted["tar-1"], "train").options.holdout == held
 
 
 def _outputs(out: Path) -> dict[str, bytes]:

@@ -25,7 +25,7 @@ from imgprep.convert.run import convert
 from imgprep.convert.tasks import make_plan
 from imgprep.errors import LabelError, ManifestError, SourceFormatError
 from imgprep.inputs.groundtruth import load_ground_truth
-from imgprep.inputs.sources import split_of_name
+from imgprep.inputs.splitnames import split_of_name
 from imgprep.inputs.synsets import imagenet_classes, imagenet_val_labels, parse_class_table
 from imgprep.job.world import World
 from imgprep.shards.manifest import NodeSection, read_manifest

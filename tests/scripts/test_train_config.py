@@ -116,7 +116,7 @@ def test_the_checkpoint_records_the_whole_run_config(data: Path, tmp_path: Path)
         "normalize": "train", "mean": m.mean, "std": m.std, "lr": 0.05, "schedule": "cosine",
         "epochs": 4, "seed": 0, "bf16": run.precision.bf16, "world_size": 1, "batch_size": 8,
         "workers": 0}
-    assert config["data_fingerprint"] == m.options["fingerprint"]
+    assert config["data_fingerprint"] == m.options.fingerprint
     assert set(config) == {"version"} | set(RunConfig.__dataclass_fields__)
 
 

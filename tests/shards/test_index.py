@@ -21,6 +21,7 @@ from imgprep.cli.commands import cli
 from imgprep.errors import ManifestError, ShardError
 from imgprep.inputs.synsets import imagenet_classes
 from imgprep.job.world import World
+from imgprep.sections import ManifestOptions
 from imgprep.shards.index import encode_index, read_index, write_index
 from imgprep.shards.layout import LayoutBuilder, scan_layout
 from imgprep.shards.manifest import Manifest, ShardEntry, read_manifest, write_manifest
@@ -50,7 +51,8 @@ def make_set(folder: Path, seed: int = 0, meta: bool = True) -> Manifest:
         layouts.append(w.layout())
     m = Manifest(split="train", format="shards", total_samples=i,
                  classes=imagenet_classes().to_json(), mean=[0.5] * 3, std=[0.25] * 3,
-                 options={}, tool_version="test", shards=entries,
+                 options=ManifestOptions(format="shards", split="train"),
+                 tool_version="test", shards=entries,
                  index=write_index(folder, "train", entries, layouts))
     write_manifest(folder, m)
     return m

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from imgprep import PilInfo, __version__, jpegcrop, pil_info
-from imgprep.shards.info import Versions, pil_warning, probe_decode, versions
+from imgprep.shards.info import FastDecode, Versions, pil_warning, probe_decode, versions
 from imgprep.shards.manifest import read_manifest
 from tests.support import jpeg
 from tests.support.images import encode, photo
@@ -61,8 +61,8 @@ def test_probe_decode_counts_what_takes_the_pillow_path(tmp_path: Path) -> None:
     write_split(tmp_path, "train", (6, 2),
                 lambda i: progressive if i % 2 else jpeg((64, 48), seed=i))
     m = read_manifest(tmp_path, "train")
-    assert probe_decode(tmp_path, m) == {
-        "probed": 6, "fast": 3, "declined": {"progressive or arithmetic-coded": 3}}
-    assert probe_decode(tmp_path, m, limit=2)["probed"] == 2
+    assert probe_decode(tmp_path, m) == FastDecode(
+        probed=6, fast=3, declined={"progressive or arithmetic-coded": 3})
+    assert (two := probe_decode(tmp_path, m, limit=2)) is not None and two.probed == 2
     (tmp_path / m.shards[0].name).unlink()
-    assert probe_decode(tmp_path, m) == {}
+    assert probe_decode(tmp_path, m) is None

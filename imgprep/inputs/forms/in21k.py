@@ -35,6 +35,7 @@ from imgprep.inputs.tarlist import GZIP_MAGIC, Columns, TarJob, run_jobs
 from imgprep.shards.tarfmt import FILE_KINDS, HeaderError, walk
 
 NAME = "in21k"
+FAKE = "imgprep.inputs.fakes.in21k:write"
 LABELS = "the wnid of each class tar; the class table is the sorted wnids present, or --classes"
 ILSVRC_CLASSES = 1000
 HEAD_BYTES = 1 << 16  # what the probe of a .tar.gz decompresses: its first headers

@@ -40,6 +40,7 @@ from imgprep.inputs.tarlist import ListingError
 from imgprep.inputs.ziplist import ZipIndex, check_not_past_end, is_zip, read_index
 
 NAME = "kaggle-zip"
+FAKE = "imgprep.inputs.fakes.kaggle:write_zip"
 ZIP_NAME = "imagenet-object-localization-challenge.zip"  # the download's own name
 MARKER = f"{CLS_LOC}/"
 SHOW_NAMES = 3

@@ -27,23 +27,15 @@ import numpy as np
 from imgprep.errors import LabelError, SourceFormatError
 from imgprep.inputs import parquetio
 from imgprep.inputs.forms.base import Detected, ListContext, SplitInput, hub_splits
-from imgprep.inputs.hfnames import PARQUET_NAME_RE, hub_split, parse_name
+from imgprep.inputs.hfnames import PARQUET_NAME_RE, file_split, parse_name
 from imgprep.inputs.sources import Listing, build_listing
 from imgprep.inputs.spool import SpoolJob, read_index, spool_all, spool_path
 from imgprep.inputs.synsets import ClassTable
 
 NAME = "hf-parquet"
+FAKE = "imgprep.inputs.fakes.parquet:write"
 SHOWN = 3
 LABELS = "the 'label' column (sorted-wnid order), checked against the wnid in image.path"
-
-
-def _split_of(path: Path) -> str:
-    """A parquet file's split: from its Hub name, else from the words in its name."""
-    named = hub_split(path.name)
-    if named is not None:
-        return named
-    words = path.stem.lower()
-    return "test" if "test" in words else "val" if "val" in words else "train"
 
 
 def parquet_files(path: Path) -> dict[str, list[Path]]:
@@ -51,14 +43,14 @@ def parquet_files(path: Path) -> dict[str, list[Path]]:
     or the folder holding it). Empty when there is no parquet file. A folder whose
     numbered set is incomplete is refused."""
     if path.is_file():
-        return {_split_of(path): [path]} if parquetio.is_parquet(path) else {}
+        return {file_split(path.name): [path]} if parquetio.is_parquet(path) else {}
     folder = path / "data" if (path / "data").is_dir() else path
     if not folder.is_dir():
         return {}
     found: dict[str, list[Path]] = {}
     for p in sorted(folder.iterdir()):
         if p.name.endswith(".parquet") and p.is_file():
-            found.setdefault(_split_of(p), []).append(p)
+            found.setdefault(file_split(p.name), []).append(p)
     for files in found.values():
         _check_complete(folder, files)
     return found

@@ -27,7 +27,7 @@ from pathlib import Path
 from imgprep.errors import LabelError, SourceFormatError
 from imgprep.inputs.forms.base import Detected, ListContext, SplitInput, hub_splits
 from imgprep.inputs.gzipio import gzip_members
-from imgprep.inputs.hfnames import TARGZ_NAME_RE, hub_split, parse_name
+from imgprep.inputs.hfnames import TARGZ_NAME_RE, file_split, parse_name
 from imgprep.inputs.sources import Listing, build_listing
 from imgprep.inputs.spool import SpoolJob, read_index, spool_all, spool_path
 from imgprep.inputs.tarlist import GZIP_MAGIC, Columns, is_image_name
@@ -35,6 +35,7 @@ from imgprep.job.cpus import rank_cores, read_limits
 from imgprep.procs import die_with_parent
 
 NAME = "hf-targz"
+FAKE = "imgprep.inputs.fakes.targz:write"
 SHOWN = 3
 LABELS = "the wnid each member's name ends in (<stem>_<wnid>.JPEG)"
 _NUMBERED = re.compile(r"^train_images_(\d+)\.tar\.gz$")
@@ -57,14 +58,14 @@ def targz_files(path: Path) -> dict[str, list[Path]]:
     split its name mentions: ``test``, ``val``, else train). Empty when there is none.
     Train archives with a gap in their numbers are refused (an unfinished download)."""
     if path.is_file():
-        return {_split_of(path): [path]} if is_targz(path) else {}
+        return {file_split(path.name): [path]} if is_targz(path) else {}
     folder = path / "data" if (path / "data").is_dir() else path
     if not folder.is_dir():
         return {}
     found: dict[str, list[Path]] = {}
     for p in sorted(folder.iterdir()):
         if TARGZ_NAME_RE.match(p.name) and is_targz(p):
-            found.setdefault(_split_of(p), []).append(p)
+            found.setdefault(file_split(p.name), []).append(p)
     numbers = sorted(int(m.group(1)) for p in found.get("train", [])
                      if (m := _NUMBERED.match(p.name)))
     missing = [f"train_images_{i}.tar.gz" for i in range(numbers[-1] if numbers else 0)
@@ -129,15 +130,6 @@ def columns(files: list[Path], spool_dir: Path | None, workers: int | None,
                                  "Hub's copy")
             cols.add(cid, offset, size, f"{path.name}/{name}", hub.wnid, stem=hub.key)
     return cols
-
-
-def _split_of(path: Path) -> str:
-    """An archive's split: from its Hub name, else from the words in its name."""
-    named = hub_split(path.name)
-    if named is not None:
-        return named
-    words = path.name.lower()
-    return "test" if "test" in words else "val" if "val" in words else "train"
 
 
 def probe(path: Path) -> Detected | None:
