@@ -9,6 +9,12 @@ depend on which path made them (a resume on a host without the extension gives t
 batches). What the fast path declines (``imgprep.jpegcrop.Probe.reason``: progressive, CMYK,
 PNG, truncated or corrupt data ...) takes the Pillow path (``loaders.transforms``), as does
 everything when the extension is not built.
+
+Bad samples are ``SampleError``s (the loader's ``on_error`` policy), never silent: a header
+that declares more pixels than Pillow's decompression-bomb check allows (``jpegcrop.
+check_pixels``) before any frame is made, and a JPEG that is cut short, padded or carries
+large trailing data (``jpegcrop.Scan.damage``), read to its end wherever the fast path does
+not vouch for it (it declined the file, or libjpeg warned in the crop).
 """
 
 from __future__ import annotations
@@ -57,18 +63,20 @@ class SampleDecoder:
         """Write ``data`` transformed into ``out``; ``SampleError`` when it cannot be decoded
         (the message names ``where``)."""
         p = jpegcrop.probe(data) if self.frame is not None else None
+        if p is not None:
+            self._screen(data, p, where, declined=p.reason is not None)
         t = self.transform
         done = False
         if isinstance(t, TrainTransform):
             drawn = None
             if p is not None and p.reason is None:
                 drawn = draw(p.width, p.height, t, rng)
-                done = self._train(data, p, t, drawn, out)
+                done = self._train(data, p, t, drawn, out, where)
             if not done:
                 train_sample(data, t, rng, out, where, planar=self.planar, drawn=drawn)
         else:
             if p is not None and p.reason is None:
-                done = self._val(data, p, t, out)
+                done = self._val(data, p, t, out, where)
             if not done:
                 val_sample(data, t, out, where, planar=self.planar)
         if done:
@@ -76,16 +84,35 @@ class SampleDecoder:
         else:
             self.pillow_count += 1
 
+    @staticmethod
+    def _screen(data: bytes, p: jpegcrop.Probe, where: str, *, declined: bool) -> None:
+        """SampleError for a JPEG header over Pillow's pixel limit, and (``declined``: the
+        fast path does not vouch for the file) for a damaged JPEG."""
+        if p.width <= 0:
+            return  # libjpeg cannot read the headers: not a JPEG, the Pillow path says what
+        try:
+            jpegcrop.check_pixels(p.width, p.height)
+        except ValueError as e:
+            raise SampleError(f"{where}: refused: {e}; it is not decoded") from e
+        damage = jpegcrop.check(data).damage() if declined else None
+        if damage is not None:
+            raise SampleError(f"{where}: {damage}; replace the file or load with "
+                              "on_error='skip'")
+
     def _decode(self, data: bytes, p: jpegcrop.Probe, scale: int,
-                region: tuple[int, int, int, int]) -> Image.Image | None:
+                region: tuple[int, int, int, int], where: str) -> Image.Image | None:
         assert self.frame is not None
         try:
-            return self.frame.decode(data, p, scale, region)
+            img, scan = self.frame.decode(data, p, scale, region)
         except ValueError:
             return None  # libjpeg gave up: the Pillow path raises what it raises today
+        if img is None:  # libjpeg warned: the whole file is read before the Pillow path
+            self._screen(data, p, where, declined=True)
+        return img
 
     def _train(self, data: bytes, p: jpegcrop.Probe, t: TrainTransform,
-               drawn: tuple[tuple[float, float, float, float], bool], out: np.ndarray) -> bool:
+               drawn: tuple[tuple[float, float, float, float], bool], out: np.ndarray,
+               where: str) -> bool:
         (left, top, right, bottom), flip = drawn
         w, h = p.width, p.height
         scale = jpegcrop.draft_scale(w, h, draft_request(w, h, t, (left, top, right, bottom)))
@@ -94,7 +121,7 @@ class SampleDecoder:
         box = (left * sx, top * sy, right * sx, bottom * sy)
         x0, x1 = jpegcrop.reach(box[0], box[2], t.size, sw)
         y0, y1 = jpegcrop.reach(box[1], box[3], t.size, sh)
-        img = self._decode(data, p, scale, (x0, y0, x1, y1))
+        img = self._decode(data, p, scale, (x0, y0, x1, y1), where)
         if img is None:
             return False
         small = img.resize((t.size, t.size), _BILINEAR, box=box)
@@ -102,12 +129,13 @@ class SampleDecoder:
                       planar=self.planar)
         return True
 
-    def _val(self, data: bytes, p: jpegcrop.Probe, t: ValTransform, out: np.ndarray) -> bool:
+    def _val(self, data: bytes, p: jpegcrop.Probe, t: ValTransform, out: np.ndarray,
+             where: str) -> bool:
         w, h, size = p.width, p.height, t.size
         if min(w, h) == t.resize:  # a crop of the decoded pixels: nothing resampled
             left, top = (w - size) // 2, (h - size) // 2
             box = (left, top, left + size, top + size)
-            img = self._decode(data, p, 1, box)
+            img = self._decode(data, p, 1, box, where)
             if img is None:
                 return False
             assert self.frame is not None
@@ -121,7 +149,7 @@ class SampleDecoder:
         left, top = (nw - size) // 2, (nh - size) // 2
         x0, x1 = jpegcrop.reach(left * sw / nw, (left + size) * sw / nw, size, sw)
         y0, y1 = jpegcrop.reach(top * sh / nh, (top + size) * sh / nh, size, sh)
-        img = self._decode(data, p, scale, (x0, y0, x1, y1))
+        img = self._decode(data, p, scale, (x0, y0, x1, y1), where)
         if img is None:
             return False
         jpegcrop.pack(img.resize((nw, nh), _BILINEAR), nw, (left, top, left + size, top + size),

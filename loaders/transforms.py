@@ -100,8 +100,12 @@ def into(img: Image.Image, out: np.ndarray, planar: bool) -> None:
 
 
 def _open(data: bytes, where: str) -> Image.Image:
+    """The image ``data`` holds, its size checked by Pillow's decompression-bomb rule (over
+    twice ``Image.MAX_IMAGE_PIXELS``: refused, as the crop-aware path refuses it)."""
     try:
         return Image.open(io.BytesIO(data))
+    except Image.DecompressionBombError as e:
+        raise SampleError(f"{where}: refused: {e}; it is not decoded") from e
     except (OSError, SyntaxError, ValueError) as e:
         raise SampleError(f"{where}: not a decodable image ({e})") from e
 
