@@ -26,7 +26,6 @@ decompression-bomb limit before a frame is made (``check_pixels``).
 from __future__ import annotations
 
 import math
-import warnings
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
@@ -119,12 +118,19 @@ class Scan:
 
 def check(data: bytes) -> Scan:
     """Read every scan of the JPEG ``data`` to its end, making no pixels (about two thirds
-    of a decode's time); where the extension is not built, only what the bytes show: the
-    end-of-image marker and what follows it."""
+    of a decode's time); where the extension is not built, ``tail_scan``."""
     if _jpegcrop is None:
-        end = data.rfind(b"\xff\xd9")
-        return Scan(eof=True) if end < 0 else Scan(trailing=len(data) - end - 2)
+        return tail_scan(data)
     return Scan.of(_jpegcrop.probe(data, True)[3])
+
+
+def tail_scan(data: bytes) -> Scan:
+    """What the bytes alone show, in microseconds and the same on every host: whether the
+    JPEG ``data`` ends with its end-of-image marker, and what follows the last one."""
+    if data.endswith(b"\xff\xd9"):
+        return Scan()
+    end = data.rfind(b"\xff\xd9")
+    return Scan(eof=True) if end < 0 else Scan(trailing=len(data) - end - 2)
 
 
 def pixel_limit() -> int | None:
@@ -136,19 +142,10 @@ def pixel_limit() -> int | None:
 
 
 def check_pixels(width: int, height: int) -> None:
-    """Refuse what Pillow's ``Image.open`` refuses (ValueError), warn where it warns
-    (``DecompressionBombWarning``): before a frame the size a header claims is made."""
-    limit = pixel_limit()
-    if limit is None:
-        return
-    pixels = width * height
-    if pixels > limit:
-        raise ValueError(f"{width}x{height} = {pixels} pixels is over the decompression-bomb "
-                         f"limit of {limit} (twice PIL.Image.MAX_IMAGE_PIXELS)")
-    if 2 * pixels > limit:
-        warnings.warn(f"{width}x{height} = {pixels} pixels is over PIL.Image.MAX_IMAGE_PIXELS "
-                      f"({limit // 2}): a decompression bomb?", Image.DecompressionBombWarning,
-                      stacklevel=2)
+    """The check Pillow's ``Image.open`` makes of a declared size, made before a frame of
+    that size: ``Image.DecompressionBombError`` over ``pixel_limit``, a
+    ``DecompressionBombWarning`` over ``MAX_IMAGE_PIXELS``, the same words either way."""
+    Image._decompression_bomb_check((width, height))
 
 
 @dataclass(frozen=True)
@@ -239,9 +236,9 @@ def pack(src: Image.Image | np.ndarray, src_width: int, box: tuple[int, int, int
     if _jpegcrop is None:
         raise ValueError(f"the crop-aware decoder is not built ({_MISSING})")
     left, top, right, bottom = box
-    if not (0 <= left < right and 0 <= top < bottom and right <= src_width):
-        raise ValueError(f"the box {box} must have 0 <= left < right <= src_width "
-                         f"({src_width}) and 0 <= top < bottom")
+    if not (0 <= left < right <= src_width and 0 <= top < bottom):
+        raise ValueError(f"the box {box} lies outside the source image ({src_width} pixels "
+                         "wide) or is empty: 0 <= left < right <= src_width, 0 <= top < bottom")
     if isinstance(src, Image.Image):
         if src.mode not in ("RGB", "RGBX"):
             raise ValueError(f"pack takes RGB or RGBX images, not {src.mode}")

@@ -10,11 +10,11 @@ batches). What the fast path declines (``imgprep.jpegcrop.Probe.reason``: progre
 PNG, truncated or corrupt data ...) takes the Pillow path (``loaders.transforms``), as does
 everything when the extension is not built.
 
-Bad samples are ``SampleError``s (the loader's ``on_error`` policy), never silent: a header
-that declares more pixels than Pillow's decompression-bomb check allows (``jpegcrop.
-check_pixels``) before any frame is made, and a JPEG that is cut short, padded or carries
-large trailing data (``jpegcrop.Scan.damage``), read to its end wherever the fast path does
-not vouch for it (it declined the file, or libjpeg warned in the crop).
+A header that declares more pixels than Pillow's decompression-bomb check allows is a
+``SampleError`` (the loader's ``on_error`` policy) before any frame is made, with the words
+of the Pillow path's refusal (``jpegcrop.check_pixels``); a JPEG without its end-of-image
+marker or with large trailing data is one on both paths (``loaders.transforms``: the fast
+path takes only files that end with their marker).
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from loaders.transforms import (
     TrainTransform,
     Transform,
     ValTransform,
+    bomb,
     draft_request,
     draw,
     train_sample,
@@ -63,20 +64,23 @@ class SampleDecoder:
         """Write ``data`` transformed into ``out``; ``SampleError`` when it cannot be decoded
         (the message names ``where``)."""
         p = jpegcrop.probe(data) if self.frame is not None else None
-        if p is not None:
-            self._screen(data, p, where, declined=p.reason is not None)
+        if p is not None and p.width > 0:  # libjpeg read the header
+            try:
+                jpegcrop.check_pixels(p.width, p.height)
+            except Image.DecompressionBombError as e:
+                raise bomb(where, e) from e
         t = self.transform
         done = False
         if isinstance(t, TrainTransform):
             drawn = None
             if p is not None and p.reason is None:
                 drawn = draw(p.width, p.height, t, rng)
-                done = self._train(data, p, t, drawn, out, where)
+                done = self._train(data, p, t, drawn, out)
             if not done:
                 train_sample(data, t, rng, out, where, planar=self.planar, drawn=drawn)
         else:
             if p is not None and p.reason is None:
-                done = self._val(data, p, t, out, where)
+                done = self._val(data, p, t, out)
             if not done:
                 val_sample(data, t, out, where, planar=self.planar)
         if done:
@@ -84,35 +88,16 @@ class SampleDecoder:
         else:
             self.pillow_count += 1
 
-    @staticmethod
-    def _screen(data: bytes, p: jpegcrop.Probe, where: str, *, declined: bool) -> None:
-        """SampleError for a JPEG header over Pillow's pixel limit, and (``declined``: the
-        fast path does not vouch for the file) for a damaged JPEG."""
-        if p.width <= 0:
-            return  # libjpeg cannot read the headers: not a JPEG, the Pillow path says what
-        try:
-            jpegcrop.check_pixels(p.width, p.height)
-        except ValueError as e:
-            raise SampleError(f"{where}: refused: {e}; it is not decoded") from e
-        damage = jpegcrop.check(data).damage() if declined else None
-        if damage is not None:
-            raise SampleError(f"{where}: {damage}; replace the file or load with "
-                              "on_error='skip'")
-
     def _decode(self, data: bytes, p: jpegcrop.Probe, scale: int,
-                region: tuple[int, int, int, int], where: str) -> Image.Image | None:
+                region: tuple[int, int, int, int]) -> Image.Image | None:
         assert self.frame is not None
         try:
-            img, scan = self.frame.decode(data, p, scale, region)
+            return self.frame.decode(data, p, scale, region)[0]
         except ValueError:
             return None  # libjpeg gave up: the Pillow path raises what it raises today
-        if img is None:  # libjpeg warned: the whole file is read before the Pillow path
-            self._screen(data, p, where, declined=True)
-        return img
 
     def _train(self, data: bytes, p: jpegcrop.Probe, t: TrainTransform,
-               drawn: tuple[tuple[float, float, float, float], bool], out: np.ndarray,
-               where: str) -> bool:
+               drawn: tuple[tuple[float, float, float, float], bool], out: np.ndarray) -> bool:
         (left, top, right, bottom), flip = drawn
         w, h = p.width, p.height
         scale = jpegcrop.draft_scale(w, h, draft_request(w, h, t, (left, top, right, bottom)))
@@ -121,7 +106,7 @@ class SampleDecoder:
         box = (left * sx, top * sy, right * sx, bottom * sy)
         x0, x1 = jpegcrop.reach(box[0], box[2], t.size, sw)
         y0, y1 = jpegcrop.reach(box[1], box[3], t.size, sh)
-        img = self._decode(data, p, scale, (x0, y0, x1, y1), where)
+        img = self._decode(data, p, scale, (x0, y0, x1, y1))
         if img is None:
             return False
         small = img.resize((t.size, t.size), _BILINEAR, box=box)
@@ -129,13 +114,12 @@ class SampleDecoder:
                       planar=self.planar)
         return True
 
-    def _val(self, data: bytes, p: jpegcrop.Probe, t: ValTransform, out: np.ndarray,
-             where: str) -> bool:
+    def _val(self, data: bytes, p: jpegcrop.Probe, t: ValTransform, out: np.ndarray) -> bool:
         w, h, size = p.width, p.height, t.size
         if min(w, h) == t.resize:  # a crop of the decoded pixels: nothing resampled
             left, top = (w - size) // 2, (h - size) // 2
             box = (left, top, left + size, top + size)
-            img = self._decode(data, p, 1, box, where)
+            img = self._decode(data, p, 1, box)
             if img is None:
                 return False
             assert self.frame is not None
@@ -149,7 +133,7 @@ class SampleDecoder:
         left, top = (nw - size) // 2, (nh - size) // 2
         x0, x1 = jpegcrop.reach(left * sw / nw, (left + size) * sw / nw, size, sw)
         y0, y1 = jpegcrop.reach(top * sh / nh, (top + size) * sh / nh, size, sh)
-        img = self._decode(data, p, scale, (x0, y0, x1, y1), where)
+        img = self._decode(data, p, scale, (x0, y0, x1, y1))
         if img is None:
             return False
         jpegcrop.pack(img.resize((nw, nh), _BILINEAR), nw, (left, top, left + size, top + size),

@@ -117,7 +117,7 @@ OPTIONS = {
 
 def test_outcome_compares_every_field_of_a_conversion() -> None:
     assert [f.name for f in fields(Converted)] == [
-        "jpeg", "image", "original_size", "original_mode", "original_format"]
+        "jpeg", "image", "original_size", "original_mode", "original_format", "warning"]
 
 
 def outcome(data: bytes, opts: TransformOptions, crop_decode: bool) -> tuple[object, ...]:
@@ -128,7 +128,7 @@ def outcome(data: bytes, opts: TransformOptions, crop_decode: bool) -> tuple[obj
     except ImageError as e:
         return ("error", str(e))
     return (c.jpeg, c.image.mode, c.image.size, c.image.tobytes(), c.image.info,
-            c.original_size, c.original_mode, c.original_format)
+            c.original_size, c.original_mode, c.original_format, c.warning)
 
 
 @pytest.fixture
@@ -147,7 +147,7 @@ def poisoned(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[bool]]:
 
     def spy(data: bytes, img: Image.Image, opts: TransformOptions) -> object:
         got = crop_decoded(data, img, opts)
-        taken.append(got is not None)
+        taken.append(got[0] is not None)
         return got
 
     monkeypatch.setattr(jpegcrop.Frame, "view", poisoned_view)
