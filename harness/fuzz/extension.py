@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from harness.fuzz.run import Mismatch, Target
+from harness.fuzz.target import Mismatch, Target
 
 FRAME_PIXELS = 1 << 21
 CHECK_PIXELS = 1 << 22

@@ -2,10 +2,10 @@
 counted, every input that broke a property kept (and the one in flight written before each
 call, so that a crash in C names its input).
 
-A target is a callable ``(data, rng) -> outcome``: it returns a short label of what
-happened (``decoded``, ``declined:...``) and raises ``Mismatch`` when a promise fails; any
-other exception is a finding too. Input ``n`` of a run with ``seed`` is a pure function of
-(seeds, seed, n) (``case``), so a finding is replayed from its number.
+A target (``harness.fuzz.target``) returns a short label of what happened and raises
+``Mismatch`` when a promise fails; any other exception is a finding too. Input ``n`` of a
+run with ``seed`` is a pure function of (seeds, seed, n) (``case``), so a finding is
+replayed from its number.
 
     python -m harness.fuzz.run --inputs 20000 [--seconds 120] [--extension PATH] [--json]
 """
@@ -18,7 +18,7 @@ import json
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,12 +26,7 @@ from typing import Any
 import numpy as np
 
 from harness.fuzz.mutate import mutate
-
-Target = Callable[[bytes, np.random.Generator], str]
-
-
-class Mismatch(AssertionError):
-    """A target's promise failed on an input (wrong pixels, a bad report): not a crash."""
+from harness.fuzz.target import Mismatch, Target
 
 
 @dataclass(frozen=True)

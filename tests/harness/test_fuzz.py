@@ -14,8 +14,9 @@ import pytest
 from harness.fuzz import sanitize
 from harness.fuzz.extension import jpegcrop_target, load_extension
 from harness.fuzz.mutate import MUTATORS, segments
-from harness.fuzz.run import Mismatch, case, fuzz
+from harness.fuzz.run import case, fuzz
 from harness.fuzz.seeds import load_seeds
+from harness.fuzz.target import Mismatch
 from imgprep import jpegcrop
 from tests.support import REAL_DATA, jpeg
 
