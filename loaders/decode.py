@@ -9,6 +9,12 @@ depend on which path made them (a resume on a host without the extension gives t
 batches). What the fast path declines (``imgprep.jpegcrop.Probe.reason``: progressive, CMYK,
 PNG, truncated or corrupt data ...) takes the Pillow path (``loaders.transforms``), as does
 everything when the extension is not built.
+
+A header that declares more pixels than Pillow's decompression-bomb check allows is a
+``SampleError`` (the loader's ``on_error`` policy) before any frame is made, with the words
+of the Pillow path's refusal (``jpegcrop.check_pixels``); a JPEG without its end-of-image
+marker or with large trailing data is one on both paths (``loaders.transforms``: the fast
+path takes only files that end with their marker).
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ import numpy as np
 from PIL import Image
 
 from imgprep import jpegcrop
-from loaders.transforms import Geometry, SampleError, Transform, apply
+from loaders.transforms import Geometry, SampleError, Transform, apply, bomb
 
 _BILINEAR = Image.Resampling.BILINEAR
 
@@ -47,6 +53,11 @@ class SampleDecoder:
         (the message names ``where``). The transform's geometry is drawn once, from the
         header's size when the crop-aware path takes the image, else by the Pillow path."""
         p = jpegcrop.probe(data) if self.frame is not None else None
+        if p is not None and p.width > 0:  # libjpeg read the header
+            try:
+                jpegcrop.check_pixels(p.width, p.height)
+            except Image.DecompressionBombError as e:
+                raise bomb(where, e) from e
         g = None
         if p is not None and p.reason is None:
             g = self.transform.geometry(p.width, p.height, rng)
@@ -60,7 +71,7 @@ class SampleDecoder:
                 region: tuple[int, int, int, int]) -> Image.Image | None:
         assert self.frame is not None
         try:
-            return self.frame.decode(data, p, scale, region)
+            return self.frame.decode(data, p, scale, region)[0]
         except ValueError:
             return None  # libjpeg gave up: the Pillow path raises what it raises today
 

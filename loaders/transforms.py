@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 from PIL import Image
 
-from imgprep import ImgprepError
+from imgprep import ImgprepError, jpegcrop
 
 _BILINEAR = Image.Resampling.BILINEAR
 _FLIP = Image.Transpose.FLIP_LEFT_RIGHT
@@ -154,11 +154,27 @@ def into(img: Image.Image, out: np.ndarray, planar: bool) -> None:
         out[...] = np.frombuffer(img.tobytes(), np.uint8).reshape(out.shape)
 
 
+def bomb(where: str, e: Image.DecompressionBombError) -> SampleError:
+    """The error of a sample whose header declares more pixels than Pillow's bomb check
+    allows (twice ``Image.MAX_IMAGE_PIXELS``), the same from either decode path."""
+    return SampleError(f"{where}: refused before decoding: {e} (PIL.Image.MAX_IMAGE_PIXELS "
+                       "sets the limit)")
+
+
 def _open(data: bytes, where: str) -> Image.Image:
+    """The image ``data`` holds, its declared size held to Pillow's decompression-bomb rule,
+    and a JPEG's end checked (``jpegcrop.tail_scan``: cut short, padded without its
+    end-of-image marker, or large trailing data is an error, never a smeared sample)."""
     try:
-        return Image.open(io.BytesIO(data))
+        img = Image.open(io.BytesIO(data))
+    except Image.DecompressionBombError as e:
+        raise bomb(where, e) from e
     except (OSError, SyntaxError, ValueError) as e:
         raise SampleError(f"{where}: not a decodable image ({e})") from e
+    damage = jpegcrop.tail_scan(data).damage() if img.format == "JPEG" else None
+    if damage is not None:
+        raise SampleError(f"{where}: {damage}")
+    return img
 
 
 def apply(data: bytes, t: Transform, rng: np.random.Generator, out: np.ndarray,

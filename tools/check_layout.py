@@ -84,8 +84,8 @@ WHITE_BOX = {  # module -> why benchmarks and harnesses need it (docs/developmen
     "imgprep.procs": "die_with_parent, for the harnesses' own children",
     "loaders.transforms": "the Pillow path's stages (crop_box, geometry, apply, into_chw), "
                           "timed one by one",
-    "imgprep.jpegcrop": "the crop-aware decoder, the loaders' decode path; its stages, timed "
-                        "one by one",
+    "imgprep.jpegcrop": "the crop-aware decoder's stages, timed one by one; the extension "
+                        "module the fuzz target drives",
     "loaders.shards": "open_shards, where each sample's bytes lie, to check batch labels",
     "imgprep.stage.fanout_net": "NET_CHUNK and IN_FLIGHT, for a Gloo floor streamed as "
                                 "fan-out streams",

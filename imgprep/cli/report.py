@@ -36,6 +36,9 @@ def convert_lines(s: ConvertSummary, max_errors: int) -> list[str]:
     lines += _label_lines(s)
     if s.errors:
         lines.append(f"{s.errors} images failed; see {s.error_log}")
+    if s.warnings:
+        lines.append(f"{s.warnings} images converted whole with warnings (libjpeg's, or bytes "
+                     f"after the image); see {s.warning_log}")
     lines.append(f"manifest: {s.manifest}" if s.complete else
                  f"FAILED: {s.errors} errors > --max-errors {max_errors}: no manifest "
                  "written; fix the inputs or raise --max-errors, then rerun to finish")

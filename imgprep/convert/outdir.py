@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from imgprep.convert.errorlog import error_log_path
+from imgprep.convert.errorlog import error_log_path, warning_log_path
 from imgprep.errors import ImgprepError, OutputExistsError
 from imgprep.fsutil import TMP_PREFIX
 from imgprep.inputs.spool import SPOOL_DIR, remove_spool
@@ -171,7 +171,7 @@ def remove_format(out: Path, split: str, fmt: str, keep: set[str]) -> int:
                     if p.suffix == ".jpg" and tree in p.resolve().parents]
     victims += [p for p in out.iterdir() if p.name not in keep and p.is_file()
                 and split_owns(split, p.name, None if fmt == "?" else fmt)
-                and not p.name.endswith(("-errors.jsonl", ".json"))]
+                and not p.name.endswith(("-errors.jsonl", "-warnings.jsonl", ".json"))]
     if fmt in ("list", "?") and victims and not _other_list(out, split):
         victims.append(out / "classes.txt")  # no other split's label list shares it
     n = 0
@@ -192,6 +192,7 @@ def remove_split(out: Path, old: Manifest, split: str) -> str:
     line that says so."""
     manifest_path(out, split).unlink(missing_ok=True)
     error_log_path(out, split).unlink(missing_ok=True)
+    warning_log_path(out, split).unlink(missing_ok=True)
     n = remove_format(out, split, old.format, set())
     state = out / STATE_DIR / split
     remove_spool(state / SPOOL_DIR)

@@ -23,7 +23,7 @@ import numpy as np
 
 from imgprep import __version__
 from imgprep.convert import outdir
-from imgprep.convert.errorlog import ErrorRecord
+from imgprep.convert.errorlog import ErrorRecord, WarningRecord
 from imgprep.convert.options import ConvertOptions
 from imgprep.convert.outdir import STATE_DIR
 from imgprep.errors import LabelError, OutputError, SourceFormatError
@@ -118,6 +118,7 @@ class TaskResult:
     stats_images: int = 0
     errors: tuple[ErrorRecord, ...] = ()
     files: tuple[ListedImage, ...] = ()  # label lists only
+    warnings: tuple[WarningRecord, ...] = ()  # images converted whole, with a warning
     resumed: bool = False
 
 
