@@ -24,6 +24,9 @@ FILTER_NAMES = ("lanczos", "bicubic", "bilinear", "hamming", "box")  # Pillow's,
 SIZE_RANGE = (8, 4096)
 QUALITY_RANGE = (1, 100)
 DEFAULT_MAX_PIXELS = 89_478_485  # Pillow's own bomb threshold (~0.25 GB of RGB pixels)
+# The largest image one worker holds: over 4x the largest ILSVRC2012 JPEG (~15 MB), far under
+# a worker's memory; larger recorded sizes are refused before anything is read.
+DEFAULT_MAX_IMAGE_BYTES = 64 << 20
 
 
 def _one_of(name: str, value: object, choices: tuple[object, ...]) -> None:
@@ -74,6 +77,7 @@ class ConvertOptions:
     seed: int = 0
     workers: int = 1
     max_errors: int = 0
+    max_image_bytes: int = DEFAULT_MAX_IMAGE_BYTES  # refused by recorded size, never read
     meta: bool = True
     mode: str = "shared"
     wait_timeout: float = 3600.0
@@ -94,6 +98,7 @@ class ConvertOptions:
             _within("num_shards", self.num_shards, 1)
         _within("workers", self.workers, 1)
         _within("max_errors", self.max_errors, 0)
+        _within("max_image_bytes", self.max_image_bytes, 1)
         _within("holdout_per_class", self.holdout_per_class, 0)
         if isinstance(self.holdout_seed, bool) or not isinstance(self.holdout_seed, int):
             raise ValueError(f"holdout_seed must be an integer, not {self.holdout_seed!r}")

@@ -35,6 +35,7 @@ from imgprep.inputs.sources import (
     TEST_PREFIX,
     VAL_PREFIX,
     Listing,
+    cap_sizes,
     split_folders,
     split_of_name,
 )
@@ -295,7 +296,7 @@ def _list_context(opts: ConvertOptions, source: SplitInput, classes: ClassTable,
     spool_dir = opts.out / STATE_DIR / split / SPOOL_DIR if spool and split is not None \
         else None
     return ListContext(workers=opts.workers, classes=classes, spool_dir=spool_dir,
-                       spool_start=rank)
+                       spool_start=rank, max_image_bytes=opts.max_image_bytes)
 
 
 def make_plan(opts: ConvertOptions, origin: ConvertOptions | None = None, *,
@@ -314,7 +315,8 @@ def make_plan(opts: ConvertOptions, origin: ConvertOptions | None = None, *,
     given: tuple[TextFile, ...] = opts.labels or source.truth
     gt = read_ground_truth(given, classes, opts.label_offset, opts.trust_labels) \
         if given else None  # checked before the (longer) listing
-    listing = list_split(source, _list_context(opts, source, classes, spool, rank))
+    listing = cap_sizes(list_split(source, _list_context(opts, source, classes, spool, rank)),
+                        opts.max_image_bytes)
     if source.own_classes and opts.classes is None:
         classes = present_classes(listing.wnid, listing.key)
     split = opts.split or source.split or infer_split(listing, bool(given), opts.input)

@@ -11,8 +11,17 @@ statistics, the null counts of ``image.bytes`` and ``label``.
 
 Reading is column-projected and bounded: ``iter_labels`` reads only ``image.path`` and
 ``label``; ``iter_images`` reads ``image.bytes``; both one row group (~100 images) at a time,
-never a whole file. pyarrow is an optional extra (``imgprep[parquet]``), imported only when
-a parquet is read; ``is_parquet`` needs only the file's magic bytes.
+never a whole file. Images are bounded before they are materialised: a row group whose
+``image.bytes`` column chunk is larger than ``GROUP_IMAGES`` images at the cap
+(``--max-image-bytes``) by the footer's sizes is not read at all (each of its rows is refused),
+and within a row group, read with that column dictionary-encoded so that a value the file
+repeats is held once however many rows name it, a cell over the cap is refused by its length
+before it is copied out. pyarrow offers no per-value size without decoding the pages that hold
+it (a page holds whole values, so a page can be as large as its largest cell, and the footer's
+statistics of a binary column are its min and max values, not lengths), so the row group is
+the finest unit that can be refused unread. pyarrow is an optional extra
+(``imgprep[parquet]``), imported only when a parquet is read; ``is_parquet`` needs only the
+file's magic bytes.
 """
 
 from __future__ import annotations
@@ -29,12 +38,16 @@ from typing import Any
 import numpy as np
 
 from imgprep.errors import LabelError, SourceFormatError
+from imgprep.inputs.reader import over_cap
+from imgprep.inputs.spool import Refused
 from imgprep.inputs.synsets import ClassTable
 
 MAGIC = b"PAR1"
 INSTALL = "pip install 'imgprep[parquet]'"
 MAX_NAME_DIFFS = 10  # class names that may be spelled otherwise (e.g. 'crane' twice)
 TEST_LABEL = -1  # the label of every test image in the Hub's copy
+GROUP_IMAGES = 4  # a row group is read when its images take at most this many at the cap
+MAX_NAMES = 64 << 20  # what a row group's names or labels may take (the Hub's: a few KB)
 
 
 def is_parquet(path: Path) -> bool:
@@ -219,16 +232,51 @@ def iter_labels(path: Path, classes: ClassTable, allow_test: bool) -> Iterator[R
     first = 0
     with pq.ParquetFile(path) as pf:
         has_path = "path" in {f.name for f in pf.schema_arrow.field("image").type}
-        columns = ["image.path", "label"] if has_path else ["label"]
+    columns = ["image.path", "label"] if has_path else ["label"]
+    with pq.ParquetFile(path, read_dictionary=columns[:-1] or None) as pf:
         for g in range(pf.metadata.num_row_groups):
+            _check_names_fit(pf.metadata, g, columns, path)
             table = pf.read_row_group(g, columns=columns)
             label = table.column("label").combine_chunks()
             _check_labels(f"{path}: row group {g}", first, label, len(classes), allow_test)
-            paths = table.column("image").combine_chunks().field("path").to_pylist() \
-                if has_path else [None] * len(label)
+            paths: list[str | None] = _paths(table, g, path) if has_path else [None] * len(label)
             yield RowGroup(g, first, paths, label.to_numpy(zero_copy_only=False)
                            .astype(np.int64))
             first += len(label)
+
+
+def _check_names_fit(meta: Any, group: int, columns: list[str], path: Path) -> None:
+    """Refuse a row group whose name or label column takes over ``MAX_NAMES`` bytes by the
+    footer, before it is read."""
+    rg = meta.row_group(group)
+    for c in range(rg.num_columns):
+        col = rg.column(c)
+        size = max(int(col.total_uncompressed_size), int(col.total_compressed_size))
+        if col.path_in_schema in columns and size > MAX_NAMES:
+            raise SourceFormatError(
+                f"{path}: row group {group}: its '{col.path_in_schema}' column takes {size:,} "
+                f"bytes (by the footer), over the {MAX_NAMES:,} that names and labels of a row "
+                "group may take; this is not the Hub's copy, or it is damaged: download it "
+                "again")
+
+
+def _paths(table: Any, group: int, path: Path) -> list[str | None]:
+    """The ``image.path`` of a row group read dictionary-encoded, refused before it is
+    decoded when its names would take over ``MAX_NAMES`` bytes."""
+    import pyarrow.compute as pc
+
+    out: list[str | None] = []
+    for chunk in table.column("image").chunks:
+        names = chunk.field("path")
+        values = names.dictionary if hasattr(names, "dictionary") else names
+        longest = int(pc.max(pc.binary_length(values)).as_py() or 0) if len(values) else 0
+        if len(names) * longest > MAX_NAMES:
+            raise SourceFormatError(
+                f"{path}: row group {group}: its image.path names, up to {longest:,} bytes "
+                f"each, would take over the {MAX_NAMES:,} bytes that names of a row group may "
+                "take; this is not the Hub's copy, or it is damaged: download it again")
+        out += names.to_pylist()
+    return out
 
 
 def _check_labels(where: str, first: int, label: Any, count: int, allow_test: bool) -> None:
@@ -251,19 +299,68 @@ def _check_labels(where: str, first: int, label: Any, count: int, allow_test: bo
                          "ImageNet copy it claims to be, or it is damaged: download it again")
 
 
-def iter_images(path: Path) -> Iterator[bytes]:
-    """The ``image.bytes`` of every row in order, one row group in memory at a time;
-    a null is refused naming its row group and row."""
+def image_chunk_bytes(meta: Any, group: int) -> int:
+    """What the ``image.bytes`` column chunk of a row group takes, by the footer: the larger
+    of its compressed and uncompressed sizes."""
+    rg = meta.row_group(group)
+    for c in range(rg.num_columns):
+        col = rg.column(c)
+        if col.path_in_schema == "image.bytes":
+            return max(int(col.total_uncompressed_size), int(col.total_compressed_size))
+    return 0
+
+
+def _group_refusal(meta: Any, group: int, max_bytes: int | None) -> Refused | None:
+    """Why no image of row group ``group`` is read (its image bytes by the footer are over
+    ``GROUP_IMAGES`` images at the cap), or None."""
+    chunk, limit = image_chunk_bytes(meta, group), GROUP_IMAGES * (max_bytes or 0)
+    if max_bytes is None or chunk <= limit:
+        return None
+    return Refused(f"its row group {group} holds {chunk:,} bytes of images (by the footer), "
+                   f"over the {limit:,} a row group may take ({GROUP_IMAGES} x "
+                   "--max-image-bytes); not read: the Hub's row groups hold about 100 images "
+                   "(~11 MB), so the file is damaged or was altered; pass a larger "
+                   "--max-image-bytes to read it anyway")
+
+
+def iter_images(path: Path, max_bytes: int | None = None) -> Iterator[bytes | Refused]:
+    """The ``image.bytes`` of every row in order, one row group in memory at a time, each
+    ``Refused`` instead when over ``max_bytes`` (by its row group's size in the footer, or by
+    its own length before it is copied out); a null is refused naming its row group and
+    row."""
     pq = pyarrow_parquet(path)
-    with pq.ParquetFile(path) as pf:
-        for g in range(pf.metadata.num_row_groups):
-            image = pf.read_row_group(g, columns=["image.bytes"]).column("image")
-            data = image.combine_chunks()
-            column = data.field("bytes")
-            nulls = np.flatnonzero(np.asarray(data.is_null()) | np.asarray(column.is_null()))
-            if len(nulls):
-                raise SourceFormatError(
-                    f"{path}: row group {g}, row {int(nulls[0])}: 'image.bytes' is null; "
-                    "every image of the copy has its bytes: download the file again")
-            for value in column:
-                yield value.as_py()
+    with pq.ParquetFile(path, read_dictionary=["image.bytes"]) as pf:
+        meta = pf.metadata
+        for g in range(meta.num_row_groups):
+            refused = _group_refusal(meta, g, max_bytes)
+            if refused is not None:
+                yield from (refused for _ in range(meta.row_group(g).num_rows))
+                continue
+            row = 0
+            for chunk in pf.read_row_group(g, columns=["image.bytes"]).column("image").chunks:
+                yield from _cells(path, g, row, chunk, max_bytes)
+                row += len(chunk)
+
+
+def _cells(path: Path, group: int, first: int, chunk: Any,
+           max_bytes: int | None) -> Iterator[bytes | Refused]:
+    """The cells of one chunk of ``image`` (its ``bytes`` dictionary-encoded), in order."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    column = chunk.field("bytes")
+    nulls = np.flatnonzero(np.asarray(chunk.is_null()) | np.asarray(column.is_null()))
+    if len(nulls):
+        raise SourceFormatError(
+            f"{path}: row group {group}, row {first + int(nulls[0])}: 'image.bytes' is null; "
+            "every image of the copy has its bytes: download the file again")
+    if not pa.types.is_dictionary(column.type):  # a type pyarrow reads plain
+        column = column.dictionary_encode()
+    values = column.dictionary
+    lengths = pc.binary_length(values).to_numpy(zero_copy_only=False)
+    for i in column.indices.to_numpy(zero_copy_only=False).tolist():
+        if max_bytes is not None and lengths[i] > max_bytes:
+            yield Refused(over_cap(f"its image.bytes cell holds {int(lengths[i]):,} bytes",
+                                   max_bytes))
+        else:
+            yield values[i].as_py()

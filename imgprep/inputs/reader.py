@@ -177,6 +177,14 @@ class ArchiveMember:
         return self.read_bytes().decode(encoding)
 
 
+def over_cap(recorded: str, max_bytes: int) -> str:
+    """Why an image is not read: its ``recorded`` size ("its tar header records N bytes") is
+    over ``--max-image-bytes`` (checked before anything of it is read)."""
+    return (f"{recorded}, over --max-image-bytes ({max_bytes:,}); not read: no ImageNet image "
+            "comes near that (the largest is about 15 MB), so the file is damaged or was "
+            "altered; pass a larger --max-image-bytes to read it anyway")
+
+
 TextFile = Path | ArchiveMember  # a small text file (ground truth): on disk or in an archive
 
 
