@@ -36,6 +36,7 @@ _LOCAL = struct.Struct("<4sHHHHHIIIHH")  # magic, version, flags, method, time, 
 #                                          compressed size, size, name length, extra length
 UTF8_NAME, DESCRIPTOR = 0x800, 0x8  # flag bits: name in UTF-8; CRC and sizes follow the data
 ZIP64_SIZE = 0xFFFFFFFF  # a size kept in the zip64 extra field instead
+MAX_TEXT_BYTES = 64 << 20  # a ground-truth file read whole (LOC_val_solution.csv: ~2 MB)
 DAMAGED = "the archive is damaged or was altered (`unzip -t` or `bsdtar -tf` reports it too); " \
     "re-download it"
 
@@ -165,6 +166,11 @@ class ArchiveMember:
         return f"{self.archive}/{self.member}"
 
     def read_bytes(self) -> bytes:
+        """Its bytes, checked; refused unread when it records over ``MAX_TEXT_BYTES``."""
+        if max(self.entry.size, self.entry.stored) > MAX_TEXT_BYTES:
+            raise OSError(f"{self}: its central directory records {self.entry.size:,} bytes, "
+                          f"more than a ground-truth file holds ({MAX_TEXT_BYTES:,} at most); "
+                          f"not read: {DAMAGED}")
         fd = os.open(self.archive, os.O_RDONLY)
         try:
             return read_zip_member(fd, self.entry)
