@@ -290,12 +290,17 @@ def one_split(opts: ConvertOptions) -> SplitInput:
     return found.splits[0]
 
 
+def spool_dir(opts: ConvertOptions, source: SplitInput) -> Path | None:
+    """Where the staging copy of ``source``, the split ``opts`` converts, goes (None: its
+    split is known only once listed, and such inputs are read in place)."""
+    split = opts.split or source.split  # the split the run writes, which --split may set
+    return opts.out / STATE_DIR / split / SPOOL_DIR if split is not None else None
+
+
 def _list_context(opts: ConvertOptions, source: SplitInput, classes: ClassTable,
                   spool: bool, rank: int) -> ListContext:
-    split = opts.split or source.split  # the split the run writes, which --split may set
-    spool_dir = opts.out / STATE_DIR / split / SPOOL_DIR if spool and split is not None \
-        else None
-    return ListContext(workers=opts.workers, classes=classes, spool_dir=spool_dir,
+    return ListContext(workers=opts.workers, classes=classes,
+                       spool_dir=spool_dir(opts, source) if spool else None,
                        spool_start=rank, max_image_bytes=opts.max_image_bytes)
 
 

@@ -37,6 +37,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import glob
 import multiprocessing as mp
 import os
 import socket
@@ -326,6 +327,57 @@ def spool_bytes(jobs: list[SpoolJob]) -> int:
     bytes do not compress, so a tar.gz or parquet file is about as big as its images)."""
     return sum(j.source.stat().st_size for j in jobs
                if not is_finished(j.spool, source_stamp(j.source, j.max_bytes)))
+
+
+@dataclass(frozen=True)
+class Kept:
+    """What a spool folder holds after ``tidy_spool``: finished spool files and their
+    bytes."""
+
+    folder: Path
+    files: int
+    bytes: int
+
+
+def tidy_spool(folder: Path, unfinished: bool = True) -> Kept:
+    """After a run that failed: remove what it left unfinished in the spool ``folder`` (lock
+    files no process holds, with the temporary files they guard; not when ``unfinished`` is
+    off), and the folder and its split's state folder when that leaves them empty; finished
+    spool files stay, for a rerun of the same input, and are counted. A lock another
+    process holds (another run writing now) is left with its temporary files. Nothing
+    outside ``folder`` is touched but its parent, removed only when empty."""
+    if not folder.is_dir() or folder.is_symlink():
+        return Kept(folder, 0, 0)
+    for lock in sorted(folder.glob(f"{LOCK_PREFIX}*")) if unfinished else []:
+        _remove_if_free(lock, folder / lock.name[len(LOCK_PREFIX):])
+    kept = [p for p in folder.glob(f"*{SUFFIX}")
+            if not p.name.startswith((TMP_PREFIX, LOCK_PREFIX)) and p.is_file()
+            and not p.is_symlink()]
+    size = sum(p.stat().st_size for p in kept)
+    for d in (folder, folder.parent):
+        with contextlib.suppress(OSError):
+            d.rmdir()  # only when empty
+    return Kept(folder, len(kept), size)
+
+
+def _remove_if_free(lock: Path, spool: Path) -> None:
+    """Remove ``lock`` and the temporary files of ``spool`` when no process holds it."""
+    try:
+        fd = os.open(lock, os.O_RDWR | os.O_NOFOLLOW)
+    except OSError:
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return  # held: its writer is alive, or locks do not work here
+        for tmp in spool.parent.glob(f"{glob.escape(TMP_PREFIX + spool.name)}*"):
+            with contextlib.suppress(FileNotFoundError):
+                tmp.unlink()
+        with contextlib.suppress(FileNotFoundError):
+            lock.unlink()
+    finally:
+        os.close(fd)
 
 
 def remove_spool(folder: Path) -> int:
