@@ -10,18 +10,23 @@ with 10 classes, must never be read as ImageNet labels 0-9) and, where the write
 statistics, the null counts of ``image.bytes`` and ``label``.
 
 Reading is column-projected and bounded: ``iter_labels`` reads only ``image.path`` and
-``label``; ``iter_images`` reads ``image.bytes``; both one row group (~100 images) at a time,
-never a whole file. Images are bounded before they are materialised: a row group whose
-``image.bytes`` column chunk is larger than ``GROUP_IMAGES`` images at the cap
-(``--max-image-bytes``) by the footer's sizes is not read at all (each of its rows is refused),
-and within a row group, read with that column dictionary-encoded so that a value the file
-repeats is held once however many rows name it, a cell over the cap is refused by its length
-before it is copied out. pyarrow offers no per-value size without decoding the pages that hold
-it (a page holds whole values, so a page can be as large as its largest cell, and the footer's
-statistics of a binary column are its min and max values, not lengths), so the row group is
-the finest unit that can be refused unread. pyarrow is an optional extra
-(``imgprep[parquet]``), imported only when a parquet is read; ``is_parquet`` needs only the
-file's magic bytes.
+``label``, a row group (~100 names) at a time; ``iter_images`` reads ``image.bytes``; never
+a whole file. Images are bounded before they are materialised: a row group whose
+``image.bytes`` column chunk would take more than the image cap (``--max-image-bytes``) to
+read, stored and decoded, is not read at all (each of its rows is refused). The decoded size
+is the sum of its pages' uncompressed sizes, read from the page headers
+(``imgprep.inputs.parquetpages``): pyarrow sizes its buffers by them, so a footer that
+understates a chunk hides nothing. A row group that passes is decoded a row at a time, the
+file read through a small buffer, so that a value the file stores once and many rows name
+(dictionary encoding) is never held more than once; every cell of it is then within the cap.
+pyarrow gives no value's size without decoding the page that holds it, and decodes a row
+group's pages in order (a page holds whole values, so one page can be as large as its
+largest cell; the footer's statistics of a binary column are its min and max values, not
+lengths), so the row group is the finest unit that can be refused unread: a row group
+holding an image over the cap is refused whole (the Hub's hold ~100 images, ~11 MB). A
+spooling process holds a page or two of the row group at a time, each within the cap.
+pyarrow is an optional extra (``imgprep[parquet]``), imported only when a parquet is read;
+``is_parquet`` needs only the file's magic bytes.
 """
 
 from __future__ import annotations
@@ -38,7 +43,7 @@ from typing import Any
 import numpy as np
 
 from imgprep.errors import LabelError, SourceFormatError
-from imgprep.inputs.reader import over_cap
+from imgprep.inputs import parquetpages
 from imgprep.inputs.spool import Refused
 from imgprep.inputs.synsets import ClassTable
 
@@ -46,7 +51,7 @@ MAGIC = b"PAR1"
 INSTALL = "pip install 'imgprep[parquet]'"
 MAX_NAME_DIFFS = 10  # class names that may be spelled otherwise (e.g. 'crane' twice)
 TEST_LABEL = -1  # the label of every test image in the Hub's copy
-GROUP_IMAGES = 4  # a row group is read when its images take at most this many at the cap
+READ_BUFFER = 1 << 20  # the file is read through a buffer this large, not a column at once
 MAX_NAMES = 64 << 20  # what a row group's names or labels may take (the Hub's: a few KB)
 
 
@@ -233,9 +238,10 @@ def iter_labels(path: Path, classes: ClassTable, allow_test: bool) -> Iterator[R
     with pq.ParquetFile(path) as pf:
         has_path = "path" in {f.name for f in pf.schema_arrow.field("image").type}
     columns = ["image.path", "label"] if has_path else ["label"]
-    with pq.ParquetFile(path, read_dictionary=columns[:-1] or None) as pf:
+    with pq.ParquetFile(path, read_dictionary=columns[:-1] or None) as pf, \
+            open(path, "rb") as raw:
         for g in range(pf.metadata.num_row_groups):
-            _check_names_fit(pf.metadata, g, columns, path)
+            _check_names_fit(raw.fileno(), pf.metadata, g, columns, path)
             table = pf.read_row_group(g, columns=columns)
             label = table.column("label").combine_chunks()
             _check_labels(f"{path}: row group {g}", first, label, len(classes), allow_test)
@@ -245,19 +251,25 @@ def iter_labels(path: Path, classes: ClassTable, allow_test: bool) -> Iterator[R
             first += len(label)
 
 
-def _check_names_fit(meta: Any, group: int, columns: list[str], path: Path) -> None:
-    """Refuse a row group whose name or label column takes over ``MAX_NAMES`` bytes by the
-    footer, before it is read."""
+def _check_names_fit(fd: int, meta: Any, group: int, columns: list[str], path: Path) -> None:
+    """Refuse a row group whose name or label column would take over ``MAX_NAMES`` bytes to
+    read (``chunk_cost``), before it is read."""
     rg = meta.row_group(group)
     for c in range(rg.num_columns):
         col = rg.column(c)
-        size = max(int(col.total_uncompressed_size), int(col.total_compressed_size))
-        if col.path_in_schema in columns and size > MAX_NAMES:
+        if col.path_in_schema not in columns:
+            continue
+        try:
+            cost = chunk_cost(fd, col)
+        except ValueError as e:
+            raise SourceFormatError(f"{path}: row group {group}: its '{col.path_in_schema}' "
+                                    f"pages cannot be read ({e}); the file is damaged: "
+                                    "download it again") from e
+        if cost > MAX_NAMES:
             raise SourceFormatError(
-                f"{path}: row group {group}: its '{col.path_in_schema}' column takes {size:,} "
-                f"bytes (by the footer), over the {MAX_NAMES:,} that names and labels of a row "
-                "group may take; this is not the Hub's copy, or it is damaged: download it "
-                "again")
+                f"{path}: row group {group}: its '{col.path_in_schema}' column takes {cost:,} "
+                f"bytes to read, over the {MAX_NAMES:,} that names and labels of a row group "
+                "may take; this is not the Hub's copy, or it is damaged: download it again")
 
 
 def _paths(table: Any, group: int, path: Path) -> list[str | None]:
@@ -299,68 +311,77 @@ def _check_labels(where: str, first: int, label: Any, count: int, allow_test: bo
                          "ImageNet copy it claims to be, or it is damaged: download it again")
 
 
-def image_chunk_bytes(meta: Any, group: int) -> int:
-    """What the ``image.bytes`` column chunk of a row group takes, by the footer: the larger
-    of its compressed and uncompressed sizes."""
+def _image_chunk(meta: Any, group: int) -> Any:
+    """The footer's record of the ``image.bytes`` column chunk of a row group."""
     rg = meta.row_group(group)
     for c in range(rg.num_columns):
-        col = rg.column(c)
-        if col.path_in_schema == "image.bytes":
-            return max(int(col.total_uncompressed_size), int(col.total_compressed_size))
-    return 0
+        if rg.column(c).path_in_schema == "image.bytes":
+            return rg.column(c)
+    raise SourceFormatError(f"row group {group} has no image.bytes column")
 
 
-def _group_refusal(meta: Any, group: int, max_bytes: int | None) -> Refused | None:
-    """Why no image of row group ``group`` is read (its image bytes by the footer are over
-    ``GROUP_IMAGES`` images at the cap), or None."""
-    chunk, limit = image_chunk_bytes(meta, group), GROUP_IMAGES * (max_bytes or 0)
-    if max_bytes is None or chunk <= limit:
+def chunk_cost(fd: int, col: Any) -> int:
+    """What reading the column chunk ``col`` (the footer's record of it) takes: its bytes as
+    stored (read whole) and decoded (by its page headers, which pyarrow sizes its buffers
+    by, not by the footer's totals); ``ValueError`` when a page header does not decode."""
+    starts = [o for o in (col.dictionary_page_offset, col.data_page_offset) if o]
+    start, stored = min(starts, default=0), int(col.total_compressed_size)
+    return stored + parquetpages.decoded_bytes(fd, start, stored)
+
+
+def read_cost(fd: int, meta: Any, group: int) -> int:
+    """What reading the images of row group ``group`` takes (``chunk_cost``)."""
+    return chunk_cost(fd, _image_chunk(meta, group))
+
+
+def _group_refusal(path: Path, fd: int, meta: Any, group: int,
+                   max_bytes: int | None) -> Refused | None:
+    """Why no image of row group ``group`` is read (reading them, stored and decoded, would
+    take over ``max_bytes``), or None."""
+    if max_bytes is None:
         return None
-    return Refused(f"its row group {group} holds {chunk:,} bytes of images (by the footer), "
-                   f"over the {limit:,} a row group may take ({GROUP_IMAGES} x "
-                   "--max-image-bytes); not read: the Hub's row groups hold about 100 images "
-                   "(~11 MB), so the file is damaged or was altered; pass a larger "
-                   "--max-image-bytes to read it anyway")
+    try:
+        cost = read_cost(fd, meta, group)
+    except ValueError as e:
+        raise SourceFormatError(f"{path}: row group {group}: its image pages cannot be read "
+                                f"({e}); the file is damaged: download it again") from e
+    if cost <= max_bytes:
+        return None
+    return Refused(f"its row group {group}, read whole, takes {cost:,} bytes (by its page "
+                   f"headers), over --max-image-bytes ({max_bytes:,}); not read: the Hub's "
+                   "row groups take about 11 MB, so the file is damaged or was altered; pass "
+                   "a larger --max-image-bytes to read it anyway")
 
 
 def iter_images(path: Path, max_bytes: int | None = None) -> Iterator[bytes | Refused]:
-    """The ``image.bytes`` of every row in order, one row group in memory at a time, each
-    ``Refused`` instead when over ``max_bytes`` (by its row group's size in the footer, or by
-    its own length before it is copied out); a null is refused naming its row group and
-    row."""
+    """The ``image.bytes`` of every row in order, decoded a row at a time (the file read
+    through a small buffer), those of a row group that would take over ``max_bytes`` to
+    read ``Refused`` unread; a null is refused naming its row group and row. What pyarrow
+    keeps for reuse is handed back at the end, so that processes forked later do not carry
+    it."""
+    import pyarrow as pa
+
     pq = pyarrow_parquet(path)
-    with pq.ParquetFile(path, read_dictionary=["image.bytes"]) as pf:
+    with pq.ParquetFile(path, pre_buffer=False, buffer_size=READ_BUFFER) as pf, \
+            open(path, "rb") as raw:
         meta = pf.metadata
         for g in range(meta.num_row_groups):
-            refused = _group_refusal(meta, g, max_bytes)
+            refused = _group_refusal(path, raw.fileno(), meta, g, max_bytes)
             if refused is not None:
                 yield from (refused for _ in range(meta.row_group(g).num_rows))
                 continue
-            row = 0
-            for chunk in pf.read_row_group(g, columns=["image.bytes"]).column("image").chunks:
-                yield from _cells(path, g, row, chunk, max_bytes)
-                row += len(chunk)
+            rows = pf.iter_batches(batch_size=1, row_groups=[g], columns=["image.bytes"])
+            for row, batch in enumerate(rows):
+                yield _cell(path, g, row, batch.column(0))
+    pa.default_memory_pool().release_unused()
 
 
-def _cells(path: Path, group: int, first: int, chunk: Any,
-           max_bytes: int | None) -> Iterator[bytes | Refused]:
-    """The cells of one chunk of ``image`` (its ``bytes`` dictionary-encoded), in order."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    column = chunk.field("bytes")
-    nulls = np.flatnonzero(np.asarray(chunk.is_null()) | np.asarray(column.is_null()))
-    if len(nulls):
+def _cell(path: Path, group: int, row: int, image: Any) -> bytes:
+    """The one cell of a batch of ``image``: its ``bytes``."""
+    value = image.field("bytes")
+    if image.is_null()[0].as_py() or value.is_null()[0].as_py():
         raise SourceFormatError(
-            f"{path}: row group {group}, row {first + int(nulls[0])}: 'image.bytes' is null; "
-            "every image of the copy has its bytes: download the file again")
-    if not pa.types.is_dictionary(column.type):  # a type pyarrow reads plain
-        column = column.dictionary_encode()
-    values = column.dictionary
-    lengths = pc.binary_length(values).to_numpy(zero_copy_only=False)
-    for i in column.indices.to_numpy(zero_copy_only=False).tolist():
-        if max_bytes is not None and lengths[i] > max_bytes:
-            yield Refused(over_cap(f"its image.bytes cell holds {int(lengths[i]):,} bytes",
-                                   max_bytes))
-        else:
-            yield values[i].as_py()
+            f"{path}: row group {group}, row {row}: 'image.bytes' is null; every image of the "
+            "copy has its bytes: download the file again")
+    data: bytes = value[0].as_py()
+    return data

@@ -174,34 +174,83 @@ def test_a_parquet_row_group_over_the_cap_is_refused_unread(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from imgprep.inputs import parquetio
 
-    src = _parquet(tmp_path / "train.parquet", bytes(range(256)) * 4096, rows=6, group=3)
-    monkeypatch.setattr(parquetio, "image_chunk_bytes",
-                        lambda meta, g: 10 * MIB if g == 1 else 1)  # group 1 claims 10 MiB
+    src = tmp_path / "train.parquet"
+    small = _parquet(tmp_path / "small.parquet", b"x" * 1000, rows=3, group=3)
+    big = _parquet(tmp_path / "big.parquet", bytes(range(256)) * 8192, rows=2, group=2)
+    with pq.ParquetWriter(src, pq.read_schema(small)) as w:
+        for part in (small, big, small):
+            w.write_table(pq.read_table(part))
     read: list[int] = []
-    real = pq.ParquetFile.read_row_group
-    monkeypatch.setattr(pq.ParquetFile, "read_row_group",
-                        lambda self, g, **kw: read.append(g) or real(self, g, **kw))
-    got = list(parquetio.iter_images(src, max_bytes=2 * MIB))
-    assert read == [0]
-    assert [isinstance(x, Refused) for x in got] == [False] * 3 + [True] * 3
-    assert got[3].reason.startswith("its row group 1 holds 10,485,760 bytes of images (by "
-                                    "the footer), over the 8,388,608 a row group may take")
+    real = pq.ParquetFile.iter_batches
+    monkeypatch.setattr(pq.ParquetFile, "iter_batches",
+                        lambda self, **kw: read.extend(kw["row_groups"]) or real(self, **kw))
+    got = list(parquetio.iter_images(src, max_bytes=MIB))
+    assert read == [0, 2]  # the row group of two 2 MiB images is never read
+    assert [isinstance(x, Refused) for x in got] == [False] * 3 + [True] * 2 + [False] * 3
+    assert got[3].reason.startswith("its row group 1, read whole, takes ")
+    assert "bytes (by its page headers), over --max-image-bytes (1,048,576); not read" in \
+        got[3].reason
+    assert got[:3] == got[5:] == [b"x" * 1000] * 3
 
 
-def test_a_parquet_cell_over_the_cap_is_refused_by_its_length(tmp_path: Path) -> None:
+def test_parquet_pages_are_sized_by_their_headers_not_the_footer(tmp_path: Path) -> None:
+    """A page header that claims more than the footer totals is what is counted: pyarrow
+    would size its buffer by it."""
+    import os
+
     from imgprep.inputs import parquetio
 
-    src = _parquet(tmp_path / "train.parquet", bytes(3 * MIB), rows=2, group=2)
-    got = list(parquetio.iter_images(src, max_bytes=2 * MIB))
-    assert all(isinstance(x, Refused) and x.reason.startswith(
-        "its image.bytes cell holds 3,145,728 bytes, over --max-image-bytes") for x in got)
-    assert list(parquetio.iter_images(src, max_bytes=4 * MIB)) == [bytes(3 * MIB)] * 2
+    src = _parquet(tmp_path / "train.parquet", bytes(range(256)) * 64, rows=1, group=1)
+    meta = pq.ParquetFile(src).metadata
+    col = meta.row_group(0).column(0)
+    fd = os.open(src, os.O_RDONLY)
+    try:
+        honest = parquetio.read_cost(fd, meta, 0)
+    finally:
+        os.close(fd)
+    headers = honest - col.total_compressed_size - col.total_uncompressed_size
+    assert -64 < headers < 0  # the footer's total counts the page headers too
+    data = bytearray(src.read_bytes())
+    at = min(o for o in (col.dictionary_page_offset, col.data_page_offset) if o)
+    # the first header: field 1 (the page type: 0x15, a one-byte varint), then field 2 (its
+    # uncompressed size: 0x15, a zigzag varint)
+    assert data[at] == 0x15 and data[at + 2] == 0x15
+    old = _varint(data, at + 3)
+    claim = _zigzag_varint(1_000_000)
+    assert len(claim) == len(_zigzag_varint(old)), "the claim must keep the header's length"
+    data[at + 3:at + 3 + len(claim)] = claim
+    src.write_bytes(bytes(data))
+    fd = os.open(src, os.O_RDONLY)
+    try:
+        lying = parquetio.read_cost(fd, meta, 0)
+    finally:
+        os.close(fd)
+    assert lying - honest == 1_000_000 - old
+
+
+def _varint(data: bytearray, at: int) -> int:
+    out = shift = 0
+    while True:
+        out |= (data[at] & 0x7F) << shift
+        if not data[at] & 0x80:
+            return (out >> 1) ^ -(out & 1)
+        at, shift = at + 1, shift + 7
+
+
+def _zigzag_varint(n: int) -> bytes:
+    z, out = (n << 1) ^ (n >> 63), bytearray()
+    while True:
+        if z < 0x80:
+            return bytes(out + bytes([z]))
+        out.append(z & 0x7F | 0x80)
+        z >>= 7
 
 
 @pytest.mark.slow
 def test_a_value_a_parquet_repeats_is_held_once(tmp_path: Path) -> None:
-    """64 rows naming one 8 MiB value: 512 MiB when decoded plainly (about 0.9 GB at the
-    peak), one copy when read dictionary-encoded; measured in a fresh process."""
+    """64 rows naming one 8 MiB value (dictionary-encoded): 512 MiB when a row group is
+    decoded whole (about 0.9 GB at the peak), a value at a time when decoded a row at a
+    time; measured in a fresh process."""
     src = _parquet(tmp_path / "train.parquet", bytes(range(256)) * 32768, rows=64, group=64)
     script = textwrap.dedent(f"""
         import resource, sys
