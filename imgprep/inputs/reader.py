@@ -2,15 +2,17 @@
 
 Most items are raw bytes: ``size`` bytes at ``offset`` of a tar (one ``pread``), or a file
 below a folder (``offset < 0``: read up to its listed size, never more). Items whose listing
-carries ``Codecs`` may instead be zip members, found by the offset of their local header: one
-``pread`` covers the header and the data (the header's length guessed from the central
+carries ``Codecs`` may instead be zip members, found by the offset of their local header:
+one ``pread`` covers the header and the data (the header's length guessed from the central
 directory; read again when the local one is longer). The local header must agree with the
-central directory, as ``unzip -t``, ``bsdtar`` and Python's ``zipfile`` require between them:
-the same name, method, CRC-32 and sizes (0 where a data descriptor follows the data, all ones
-where a zip64 field holds a size), and data that ends before the next member's header
-(``end``, from the listing). Deflated data is inflated raw (``zlib``, wbits
--15) and never past the recorded size, and every member's CRC-32 is checked. A mismatch is
-an ``OSError`` that the converter records against the member.
+central directory, as ``unzip -t``, ``bsdtar`` and Python's ``zipfile`` require between
+them: the same name, method, CRC-32 and sizes (0 where a data descriptor follows the data;
+all ones where the local zip64 field holds a size, which is then compared), and data that
+ends before the next member's header (``end``, from the listing), followed, where the flags
+say so, by a data descriptor that records the same CRC-32 and sizes. Deflated data is
+inflated raw (``zlib``, wbits -15) and never past the recorded size, and every member's
+CRC-32 is checked. A mismatch is an ``OSError`` that the converter records against the
+member.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ _LOCAL = struct.Struct("<4sHHHHHIIIHH")  # magic, version, flags, method, time, 
 #                                          compressed size, size, name length, extra length
 UTF8_NAME, DESCRIPTOR = 0x800, 0x8  # flag bits: name in UTF-8; CRC and sizes follow the data
 ZIP64_SIZE = 0xFFFFFFFF  # a size kept in the zip64 extra field instead
+DESCRIPTOR_MAGIC, DESCRIPTOR_MAX = b"PK\x07\x08", 24  # a data descriptor's signature, size
 MAX_TEXT_BYTES = 64 << 20  # a ground-truth file read whole (LOC_val_solution.csv: ~2 MB)
 DAMAGED = "the archive is damaged or was altered (`unzip -t` or `bsdtar -tf` reports it too); " \
     "re-download it"
@@ -78,30 +81,51 @@ class ZipEntry:
     end: int
 
 
-def _local_header(fd: int, entry: ZipEntry) -> tuple[bytes, int]:
-    """The bytes read at the entry's local header (header and, usually, data) and where its
-    data starts, after checking the header against the central directory."""
+def _zip64_sizes(extra: bytes, size: int, stored: int) -> tuple[int, int]:
+    """A local header's (size, compressed size), those it leaves to its zip64 extra field
+    (all ones) read from there, in that order; -1 for one the field does not hold."""
+    at = 0
+    while at + 4 <= len(extra):
+        kind, n = struct.unpack_from("<HH", extra, at)
+        if kind == 1:  # the zip64 extended information
+            field, k = extra[at + 4:at + 4 + n], 0
+            if size == ZIP64_SIZE:
+                size = struct.unpack_from("<Q", field)[0] if len(field) >= 8 else -1
+                k = 8
+            if stored == ZIP64_SIZE:
+                stored = struct.unpack_from("<Q", field, k)[0] if len(field) >= k + 8 else -1
+            return size, stored
+        at += 4 + n
+    return (-1 if size == ZIP64_SIZE else size), (-1 if stored == ZIP64_SIZE else stored)
+
+
+def _local_header(fd: int, entry: ZipEntry) -> tuple[bytes, int, bool]:
+    """The bytes read at the entry's local header (header and, usually, data), where its
+    data starts and whether a data descriptor follows it, after checking the header against
+    the central directory."""
     buf = os.pread(fd, entry.head + entry.stored, entry.offset)
     if len(buf) < LOCAL_HEADER or buf[:4] != LOCAL_MAGIC:
         raise OSError(f"no zip local header at byte {entry.offset}: the archive changed since "
                       "it was listed, or is damaged; re-download it")
     _, _, flags, method, _, _, crc, stored, size, name_len, extra_len = _LOCAL.unpack_from(buf)
-    raw = buf[LOCAL_HEADER:LOCAL_HEADER + name_len]
-    if len(raw) < name_len:
-        raw = os.pread(fd, name_len, entry.offset + LOCAL_HEADER)
+    raw = buf[LOCAL_HEADER:LOCAL_HEADER + name_len + extra_len]
+    if len(raw) < name_len + extra_len:
+        raw = os.pread(fd, name_len + extra_len, entry.offset + LOCAL_HEADER)
     try:
-        name = raw.decode("utf-8" if flags & UTF8_NAME else "cp437")
+        name = raw[:name_len].decode("utf-8" if flags & UTF8_NAME else "cp437")
     except UnicodeDecodeError:
-        name = repr(raw)
+        name = repr(raw[:name_len])
     if name != entry.name:
         raise OSError(f"its local header (byte {entry.offset}) names {name!r}: the central "
                       "directory points this entry at another member's bytes, or the header was "
                       f"altered; {DAMAGED}")
+    if ZIP64_SIZE in (stored, size):  # the size is in the zip64 field: it must be there
+        size, stored = _zip64_sizes(raw[name_len:], size, stored)
     late = bool(flags & DESCRIPTOR)  # CRC and sizes follow the data: 0 here, or the same
     differ = [what for what, local, central in (
         ("CRC-32", crc, entry.crc), ("compressed size", stored, entry.stored),
         ("size", size, entry.size),
-    ) if local != central and not (late and local == 0) and local != ZIP64_SIZE]
+    ) if local != central and not (late and local == 0)]
     if method != ZIP_METHODS.get(entry.codec, -1):
         differ.insert(0, "method")
     if differ:
@@ -112,19 +136,37 @@ def _local_header(fd: int, entry: ZipEntry) -> tuple[bytes, int]:
         raise OSError(f"its data (bytes {entry.offset + start}-"
                       f"{entry.offset + start + entry.stored - 1}) runs into the next member "
                       f"at byte {entry.end}: members overlap; {DAMAGED}")
-    return buf, start
+    return buf, start, late
+
+
+def _check_descriptor(fd: int, entry: ZipEntry, at: int) -> None:
+    """Refuse a member whose data descriptor (at byte ``at``, before the next member; with
+    or without its signature, with 4- or 8-byte sizes) does not record the central
+    directory's CRC-32 and sizes."""
+    tail = os.pread(fd, max(0, min(DESCRIPTOR_MAX, entry.end - at)), at)
+    for skip in (len(DESCRIPTOR_MAGIC), 0):
+        if skip and tail[:skip] != DESCRIPTOR_MAGIC:
+            continue
+        for fmt in ("<III", "<IQQ"):
+            if len(tail) >= skip + struct.calcsize(fmt) and struct.unpack_from(
+                    fmt, tail, skip) == (entry.crc, entry.stored, entry.size):
+                return
+    raise OSError(f"its data descriptor (byte {at}) does not record the CRC-32 and sizes of "
+                  f"the central directory; {DAMAGED}")
 
 
 def read_zip_member(fd: int, entry: ZipEntry) -> bytes:
     """The bytes of the zip member ``entry`` in ``fd``, checked against the central
     directory; never more than its recorded sizes are read or inflated."""
-    buf, start = _local_header(fd, entry)
+    buf, start, late = _local_header(fd, entry)
     stored, size = entry.stored, entry.size
     data = buf[start:start + stored] if start <= entry.head else \
         os.pread(fd, stored, entry.offset + start)
     if len(data) != stored:
         raise OSError(f"the archive ends inside this member ({len(data)} of {stored} bytes): "
                       "it is truncated; re-download it")
+    if late:
+        _check_descriptor(fd, entry, entry.offset + start + stored)
     if entry.codec == ZIP_DEFLATED:
         inflater = zlib.decompressobj(-15)
         try:

@@ -181,8 +181,9 @@ def imgprep_verdict(path: Path) -> str:
 
 def sizes_disagree(path: Path) -> bool:
     """Whether a member's local header records another method, CRC-32 or size than its
-    central-directory entry (0 stands for a value in a data descriptor, all ones for one in
-    a zip64 field), or its data gives another size than the central directory records."""
+    central-directory entry (0 stands for a value in a data descriptor; all ones for one in
+    the local zip64 field, compared from there) or its data descriptor does, or its data
+    gives another size than the central directory records."""
     data = path.read_bytes()
     with zipfile.ZipFile(path) as zf:
         for info in zf.infolist():
@@ -191,12 +192,25 @@ def sizes_disagree(path: Path) -> bool:
                 "<HHHHIIIHH", data, at + 6)
             if method != info.compress_type:
                 return True
+            extra_field = data[at + 30 + n:at + 30 + n + extra]
+            zip64 = [v for k, v in _extra_fields(extra_field) if k == 1]
+            values = list(struct.unpack_from(f"<{len(zip64[0]) // 8}Q", zip64[0])) \
+                if zip64 else []
+            if size == 0xFFFFFFFF:
+                size = values.pop(0) if values else -1
+            if stored == 0xFFFFFFFF:
+                stored = values.pop(0) if values else -1
             for local, central in ((crc, info.CRC), (stored, info.compress_size),
                                    (size, info.file_size)):
-                if local != central and not (flags & 0x8 and local == 0) and \
-                        local != 0xFFFFFFFF:
+                if local != central and not (flags & 0x8 and local == 0):
                     return True
-            raw = data[at + 30 + n + extra:at + 30 + n + extra + info.compress_size]
+            end = at + 30 + n + extra + info.compress_size
+            if flags & 0x8 and not any(
+                    data[end + skip:end + skip + struct.calcsize(fmt)] == struct.pack(
+                        fmt, info.CRC, info.compress_size, info.file_size)
+                    for skip in (0, 4) for fmt in ("<III", "<IQQ")):
+                return True  # the data descriptor records other values
+            raw = data[at + 30 + n + extra:end]
             with contextlib.suppress(zlib.error):
                 got = zlib.decompressobj(-15).decompress(raw) if method == 8 else raw
                 if len(got) != info.file_size:
@@ -204,7 +218,17 @@ def sizes_disagree(path: Path) -> bool:
     return False
 
 
-STRICTER = ("local header records another", "inflates to other than", "stored uncompressed")
+def _extra_fields(extra: bytes) -> list[tuple[int, bytes]]:
+    out, at = [], 0
+    while at + 4 <= len(extra):
+        kind, n = struct.unpack_from("<HH", extra, at)
+        out.append((kind, extra[at + 4:at + 4 + n]))
+        at += 4 + n
+    return out
+
+
+STRICTER = ("local header records another", "inflates to other than", "stored uncompressed",
+            "data descriptor")
 
 
 @functools.cache
