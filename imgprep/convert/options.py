@@ -28,6 +28,9 @@ if TYPE_CHECKING:
 
 OUTPUT_FORMATS = FORMATS  # the manifest's formats: webdataset shards or a label list
 RANK_MODES = ("shared", "partition")
+# The largest image one worker holds: over 4x the largest ILSVRC2012 JPEG (~15 MB), far under
+# a worker's memory; larger recorded sizes are refused before anything is read.
+DEFAULT_MAX_IMAGE_BYTES = 64 << 20
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -46,6 +49,7 @@ class ConvertOptions:
     seed: int = 0
     workers: int = 1
     max_errors: int = 0
+    max_image_bytes: int = DEFAULT_MAX_IMAGE_BYTES  # refused by recorded size, never read
     meta: bool = True
     mode: str = "shared"
     wait_timeout: float = 3600.0
@@ -66,6 +70,7 @@ class ConvertOptions:
             within("num_shards", self.num_shards, 1)
         within("workers", self.workers, 1)
         within("max_errors", self.max_errors, 0)
+        within("max_image_bytes", self.max_image_bytes, 1)
         within("holdout_per_class", self.holdout_per_class, 0)
         if isinstance(self.holdout_seed, bool) or not isinstance(self.holdout_seed, int):
             raise ValueError(f"holdout_seed must be an integer, not {self.holdout_seed!r}")

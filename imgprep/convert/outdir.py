@@ -19,7 +19,7 @@ from pathlib import Path
 from imgprep.convert.errorlog import error_log_path, warning_log_path
 from imgprep.errors import ImgprepError, OutputExistsError
 from imgprep.fsutil import TMP_PREFIX
-from imgprep.inputs.spool import SPOOL_DIR, remove_spool
+from imgprep.inputs.spool import SPOOL_DIR
 from imgprep.sections import SPLITS, ManifestOptions, SourceSection
 from imgprep.shards.folder import CONVERT_STATE, split_owns
 from imgprep.shards.manifest import Manifest, manifest_path, read_manifest
@@ -195,9 +195,9 @@ def remove_split(out: Path, old: Manifest, split: str) -> str:
     warning_log_path(out, split).unlink(missing_ok=True)
     n = remove_format(out, split, old.format, set())
     state = out / STATE_DIR / split
-    remove_spool(state / SPOOL_DIR)
     for p in state.glob("*") if state.is_dir() else []:
-        p.unlink(missing_ok=True)
+        if p.name != SPOOL_DIR:  # the staging copy this run planned from (by its stamps)
+            p.unlink(missing_ok=True)
     what = _describe(old) if old.format != "?" else "an unreadable manifest"
     files = f"{n} file" + ("" if n == 1 else "s")
     return (f"--overwrite: removed the finished {split} split in {out} ({what}; {files}) "

@@ -35,6 +35,7 @@ from imgprep.inputs.sources import (
     TEST_PREFIX,
     VAL_PREFIX,
     Listing,
+    cap_sizes,
     split_folders,
 )
 from imgprep.inputs.splitnames import split_of_name
@@ -295,13 +296,18 @@ def one_split(opts: ConvertOptions) -> SplitInput:
     return found.splits[0]
 
 
+def spool_dir(opts: ConvertOptions, source: SplitInput) -> Path | None:
+    """Where the staging copy of ``source``, the split ``opts`` converts, goes (None: its
+    split is known only once listed, and such inputs are read in place)."""
+    split = opts.split or source.split  # the split the run writes, which --split may set
+    return opts.out / STATE_DIR / split / SPOOL_DIR if split is not None else None
+
+
 def _list_context(opts: ConvertOptions, source: SplitInput, classes: ClassTable,
                   spool: bool, rank: int) -> ListContext:
-    split = opts.split or source.split  # the split the run writes, which --split may set
-    spool_dir = opts.out / STATE_DIR / split / SPOOL_DIR if spool and split is not None \
-        else None
-    return ListContext(workers=opts.workers, classes=classes, spool_dir=spool_dir,
-                       spool_start=rank)
+    return ListContext(workers=opts.workers, classes=classes,
+                       spool_dir=spool_dir(opts, source) if spool else None,
+                       spool_start=rank, max_image_bytes=opts.max_image_bytes)
 
 
 def make_plan(opts: ConvertOptions, origin: ConvertOptions | None = None, *,
@@ -320,7 +326,8 @@ def make_plan(opts: ConvertOptions, origin: ConvertOptions | None = None, *,
     given: tuple[TextFile, ...] = opts.labels or source.truth
     gt = read_ground_truth(given, classes, opts.label_offset, opts.trust_labels) \
         if given else None  # checked before the (longer) listing
-    listing = list_split(source, _list_context(opts, source, classes, spool, rank))
+    listing = cap_sizes(list_split(source, _list_context(opts, source, classes, spool, rank)),
+                        opts.max_image_bytes)
     if source.own_classes and opts.classes is None:
         classes = present_classes(listing.wnid, listing.key)
     split = opts.split or source.split or infer_split(listing, bool(given), opts.input)

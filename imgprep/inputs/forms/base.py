@@ -96,12 +96,15 @@ class ListContext:
     carry class indices: map index -> wnid through it), ``spool_dir`` (an empty-or-resumable
     folder under the output's state folder for the one staging copy of a form without random
     access; None: write nothing, as in ``--dry-run``), ``spool_start`` (which of its source
-    files this process spools first: its rank, so that the ranks of a job share the work)."""
+    files this process spools first: its rank, so that the ranks of a job share the work),
+    ``max_image_bytes`` (the staging copy refuses an image larger than this before reading
+    it; None: no cap)."""
 
     workers: int | None = None
     classes: ClassTable = field(default_factory=imagenet_classes)
     spool_dir: Path | None = None
     spool_start: int = 0
+    max_image_bytes: int | None = None
 
 
 class Form(Protocol):
