@@ -15,10 +15,12 @@ from setuptools import Extension, setup
 
 LIMITED = sys.version_info >= (3, 11)  # the buffer protocol joined the stable ABI in 3.11
 RESAMPLER = [f"imgprep/csrc/resample{part}.c" for part in ("", "_avx2", "_avx512", "_py")]
+HEADERS = ["imgprep/csrc/resample.h", "imgprep/csrc/resample_impl.h"]
 
 setup(
     ext_modules=[Extension("imgprep._jpegcrop", ["imgprep/_jpegcrop.c", *RESAMPLER],
-                           libraries=["jpeg"], extra_compile_args=["-O3", "-ffp-contract=off"],
+                           depends=HEADERS, libraries=["jpeg"],
+                           extra_compile_args=["-O3", "-ffp-contract=off"],
                            py_limited_api=True, optional=True)] if LIMITED else [],
     options={"bdist_wheel": {"py_limited_api": "cp311"}} if LIMITED else {},
 )
