@@ -15,7 +15,7 @@
 
 #include "resample_impl.h"
 
-#define RS_MAX_WEIGHTS ((int64_t)1 << 25)  /* weights stored for one axis (256 MB of doubles) */
+#define RS_MAX_WEIGHTS ((int64_t)1 << 22)  /* weights of one axis: 32 MB of doubles */
 #define RS_ROW_SLACK 64                      /* bytes past a ring row the kernels may touch */
 
 /* ---- sin and cos: fdlibm's kernels, so that no C library's rounding enters the weights */
