@@ -156,8 +156,9 @@ static int axis_weights(rs_axis *a, int64_t in, float in0, float in1, int64_t ou
             k[x] = w;
             ww += w;
         }
+        const int divide = ww != 0.0 && ww != 1.0;  /* dividing by 1 changes nothing */
         for (int64_t x = 0; x < xmax; x++) {
-            if (ww != 0.0) k[x] /= ww;
+            if (divide) k[x] /= ww;
             if (k[x] > maxw) maxw = k[x];
             if (k[x] < minw) minw = k[x];
         }
