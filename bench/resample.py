@@ -6,8 +6,8 @@ converted as ``imgprep convert`` makes them (center square, 256 px, lanczos, JPE
 convert's own per-image function), decoded into RGBX frames as the crop-aware decoder leaves
 them, with one random-resized-crop box each (the loader's default train transform's draws,
 seeded); and, for convert's own resize, the originals decoded at their JPEG draft scale, as
-convert decodes them, with their center square. Each image's pixels are copied into one
-frame (warm in the cache, as a decoder leaves them), then every stage runs on it in turn, each
+convert decodes them, with their center square. Every stage runs on each image in turn, its
+pixels copied into one frame just before (warm in the cache, as a decoder leaves them), each
 call timed; ``--repeat`` rounds, and an image's figure for a stage is its least time over the
 rounds (on a shared machine another process only ever adds time); the table gives the mean
 over the images, in microseconds:
@@ -138,14 +138,15 @@ def convert_stages(work: Work, boxes: Sequence[Box]) -> dict[str, Stage]:
 
 def timed(work: Work, stages: dict[str, Stage], repeat: int) -> dict[str, float]:
     """Mean over the images of each stage's least wall time over ``repeat`` rounds, in us:
-    the stages of an image run one after the other on the same warm frame, so a slow spell
-    of a shared machine weighs on all of them, and the least of the rounds leaves it out."""
+    the stages of an image run one after the other, each on the image's pixels freshly
+    copied into the frame, so a slow spell of a shared machine weighs on all of them, and
+    the least of the rounds leaves it out."""
     n = len(work.frames)
     best = {name: [float("inf")] * n for name in stages}
     for _ in range(repeat):
         for i in range(n):
-            work.load(i)
             for name, fn in stages.items():
+                work.load(i)  # warm for each stage: the one before may have evicted it
                 t0 = time.perf_counter_ns()
                 fn(i)
                 t = time.perf_counter_ns() - t0

@@ -10,11 +10,12 @@ the same call.
 
 Its arithmetic is pillow-simd's (16-bit fixed-point weights, 32-bit integer sums), so its
 bytes are pillow-simd's; stock Pillow (22-bit weights, and since 12.3 sometimes the vertical
-pass first) differs from them by a unit or two per pixel (docs/loaders.md#resampling has
-the measured differences). The weights come from the same double arithmetic on every machine
-(no fused multiply-add, the extension's own sine), and the kernel dispatched at run time
-(AVX-512, AVX2, or portable C) only changes the order of exact integer sums: the bytes do not
-depend on the CPU, or on which Pillow is installed. ``kernel`` names the kernel that runs;
+pass first) differs from them by a unit or two per pixel, more where a ringing filter clips
+between the passes (docs/resampling.md has the measured differences). The weights come from
+the same double arithmetic on every machine (no fused multiply-add, the extension's own
+sine), and the kernel dispatched at run time (AVX-512, AVX2, or portable C) only changes the
+order of exact integer sums: the bytes do not depend on the CPU, or on which Pillow is
+installed. ``kernel`` names the kernel that runs;
 ``resize(kernel=...)`` forces one (the tests check that they all agree).
 
 It lives in the crop-aware decoder's extension (``imgprep._jpegcrop``), which the install
