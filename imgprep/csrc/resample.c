@@ -16,6 +16,7 @@
 #include "resample_impl.h"
 
 #define RS_MAX_WEIGHTS ((int64_t)1 << 22)  /* weights of one axis: 32 MB of doubles */
+#define RS_MAX_SCRATCH ((size_t)1 << 30)     /* tables and intermediate rows of one resize */
 #define RS_ROW_SLACK 64                      /* bytes past a ring row the kernels may touch */
 
 /* ---- sin and cos: fdlibm's kernels, so that no C library's rounding enters the weights */
@@ -459,7 +460,7 @@ static void simd_tables(rs_plan *pl, const rs_kernel_desc *kd, int32_t *wide, in
 }
 
 static int plan_build(rs_plan *pl, const rs_job *j, const rs_kernel_desc *kd, rs_axis *ax,
-                      rs_axis *ay) {
+                      rs_axis *ay, char *msg, size_t len) {
     const int g = kd->group;
     const int32_t ht = (window_taps(ax, j->left, j->cols) + 1) & ~1;
     const int32_t n = (int32_t)j->cols, padded = (n + g - 1) / g * g;
@@ -482,7 +483,13 @@ static int plan_build(rs_plan *pl, const rs_job *j, const rs_kernel_desc *kd, rs
     size_t total = 0, at[sizeof sizes / sizeof sizes[0]];
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
         at[i] = total;
-        total += (sizes[i] + 63) & ~(size_t)63;
+        total += (sizes[i] + 63) & ~(size_t)63;  /* each below 2^60: no overflow */
+    }
+    if (total > RS_MAX_SCRATCH) {
+        snprintf(msg, len, "this resize needs %zu bytes of scratch (%d rows of %zu bytes "
+                 "between the passes), over the limit of %zu", total, (int)vt, pl->row_bytes,
+                 RS_MAX_SCRATCH);
+        return RS_EINVAL;
     }
     uint8_t *b = pl->block = aligned_alloc(64, total);
     if (b == NULL) return RS_ENOMEM;
@@ -594,7 +601,7 @@ int rs_resize(const rs_job *job, char *message, size_t message_len) {
                               message, message_len);
         else
             memset(&ay, 0, sizeof ay);
-        if (rc == RS_OK) rc = plan_build(&pl, job, kd, &ax, &ay);
+        if (rc == RS_OK) rc = plan_build(&pl, job, kd, &ax, &ay, message, message_len);
         if (rc == RS_OK) run_passes(job, &pl, kd);
         free(pl.block);
         axis_free(&ax);

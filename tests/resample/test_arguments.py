@@ -108,6 +108,15 @@ def test_a_weight_table_too_large_raises_valueerror() -> None:
              out=np.zeros(3, np.uint8))
 
 
+def test_a_resize_needing_over_a_gigabyte_of_scratch_raises_valueerror() -> None:
+    """A million-pixel-wide window of a million rows shrunk to one: every row a tap, each
+    3 MB between the passes."""
+    with pytest.raises(ValueError, match="bytes of scratch"):
+        call(src=np.zeros(2**20 * 4, np.uint8), width=1, height=2**20, stride=4,
+             box=(0, 0, 1, 2**20), out_width=2**20, out_height=1, window=(0, 0, 2**20, 1),
+             out=np.zeros(2**20 * 3, np.uint8))
+
+
 def test_a_kernel_this_cpu_lacks_is_named_in_the_error() -> None:
     from imgprep import _jpegcrop
 
