@@ -76,11 +76,12 @@ def _flat(src: np.ndarray) -> tuple[np.ndarray, int]:
         raise ValueError(f"the source must be H x W x 3 or 4 uint8, not {src.dtype} "
                          f"{src.shape}")
     h, w, c = src.shape
-    stride = src.strides[0]
-    if src.strides[1:] != (c, 1) or stride < w * c:
+    if src.flags.c_contiguous:  # (numpy ignores the strides of a dimension of size 1)
+        return src.reshape(-1), w * c
+    stride, step, byte = src.strides
+    if byte != 1 or (w > 1 and step != c) or (h > 1 and stride < w * c):
         raise ValueError(f"the source's pixels must be packed in rows (strides {src.strides})")
-    if src.flags.c_contiguous:
-        return src.reshape(-1), stride
+    stride = stride if h > 1 else w * c
     span = (h - 1) * stride + w * c  # the bytes from the first pixel to the last
     return np.lib.stride_tricks.as_strided(src, shape=(span,), strides=(1,)), stride
 

@@ -114,6 +114,20 @@ def test_rgb_and_rgbx_sources_of_the_same_pixels_give_the_same_bytes(case: dict)
                           run(rgbx, case["box"], case["size"], filter=case["filter"]))
 
 
+@pytest.mark.parametrize("shape", [(1, 1), (1, 7), (7, 1), (5, 6)])
+@pytest.mark.parametrize("channels", [3, 4])
+def test_views_of_rows_apart_are_read_as_their_copies(shape: tuple[int, int],
+                                                      channels: int) -> None:
+    """Rows of a larger image, every other row, a single row or column (whose strides
+    numpy leaves free), contiguous or not."""
+    h, w = shape
+    big = np.random.default_rng(1).integers(0, 256, (h * 2, w + 3, channels), np.uint8)
+    for view in (big[:h, :w], big[::2, :w], big[1:2, :w], big[:h, 2:3], big[:h, :w].copy()):
+        box = (0.25, 0.0, view.shape[1], view.shape[0])
+        assert np.array_equal(run(view, box, (9, 4), filter="bicubic"),
+                              run(np.ascontiguousarray(view), box, (9, 4), filter="bicubic"))
+
+
 def golden_bytes(filt: str) -> bytes:
     """Every kernel's output for a fixed set of resizes of fixed pixels: upscaling,
     downscaling (antialiased), fractional boxes, thin and one-pixel images."""
