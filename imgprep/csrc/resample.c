@@ -191,7 +191,7 @@ static int32_t window_taps(const rs_axis *a, int64_t first, int64_t n) {
 }
 
 /* The window's weights in fixed point, ``taps`` per output, each output's run of taps moved
- * left where it would pass the source's end (``in`` pixels), zeros around its own weights. */
+ * left where it would pass the source's end (``in`` pixels), into ``coef`` zeroed before. */
 static void window_fill(const rs_axis *a, int64_t in, int64_t first, int64_t n, int flip,
                         int32_t taps, int32_t *start, int16_t *coef) {
     int64_t last_start = in - taps > 0 ? in - taps : 0;
@@ -199,7 +199,6 @@ static void window_fill(const rs_axis *a, int64_t in, int64_t first, int64_t n, 
         int64_t xx = flip ? first + n - 1 - j : first + j;
         int64_t lo = a->lo[xx], s = lo < last_start ? lo : last_start;
         int16_t *k = coef + j * taps;
-        memset(k, 0, sizeof(int16_t) * (size_t)taps);
         for (int32_t t = 0; t < a->count[xx]; t++)
             k[lo - s + t] = to_fixed(a->w[xx * a->per + t], a->precision);
         start[j] = (int32_t)s;
