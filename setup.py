@@ -1,9 +1,12 @@
-"""The optional C extension: crop-aware JPEG decoding (``imgprep.jpegcrop``).
+"""The optional C extension: crop-aware JPEG decoding (``imgprep.jpegcrop``) and the
+resampler (``imgprep.resample``, imgprep/csrc/).
 
 Built for the stable ABI (Python 3.11 and later share one build) against the system's
 libjpeg(-turbo), the one pillow-simd links. A user's install never fails for it: without a
 compiler or the libjpeg headers the extension is left out and every image takes the Pillow
-path (``imgprep info`` says which).
+path (``imgprep info`` says which). ``-ffp-contract=off``: no fused multiply-add in the
+resampler's weights, so they are the same numbers on every CPU (imgprep/csrc/resample.h);
+its AVX2 and AVX-512 kernels are compiled by target attributes, with no flags of their own.
 
 Two environment variables make the development builds (``make ext``, which ``make lint`` and
 ``make test`` run; docs/development.md):
@@ -27,11 +30,15 @@ WARNINGS = ["-Wall", "-Wextra", "-Werror"]
 SANITIZERS = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all",
               "-fno-omit-frame-pointer"]
 
-compile_args = ["-O1", "-g", *WARNINGS, *SANITIZERS] if SANITIZE else \
-    ["-O3", *WARNINGS] if STRICT else ["-O3"]
+RESAMPLER = [f"imgprep/csrc/resample{part}.c" for part in ("", "_avx2", "_avx512", "_py")]
+HEADERS = ["imgprep/csrc/resample.h", "imgprep/csrc/resample_impl.h"]
+DETERMINISM = ["-ffp-contract=off"]  # the resampler's weights: the same numbers on every CPU
+compile_args = ["-O1", "-g", *DETERMINISM, *WARNINGS, *SANITIZERS] if SANITIZE else \
+    ["-O3", *DETERMINISM, *WARNINGS] if STRICT else ["-O3", *DETERMINISM]
 
 setup(
-    ext_modules=[Extension("imgprep._jpegcrop", ["imgprep/_jpegcrop.c"], libraries=["jpeg"],
+    ext_modules=[Extension("imgprep._jpegcrop", ["imgprep/_jpegcrop.c", *RESAMPLER],
+                           depends=HEADERS, libraries=["jpeg"],
                            extra_compile_args=compile_args,
                            extra_link_args=SANITIZERS if SANITIZE else [],
                            py_limited_api=True, optional=not STRICT)] if LIMITED else [],

@@ -49,6 +49,8 @@
 #include <jpeglib.h>
 #include <jerror.h>
 
+#include "csrc/resample.h"
+
 enum { FAST = 0, PROGRESSIVE = 1, COLOR = 2, TAIL = 3, BROKEN = 4 };
 /* The most memory probe's check gives libjpeg's coefficient buffers: a larger image is an
  * error there (no backing store), not an allocation the size its header claims. */
@@ -419,6 +421,10 @@ static PyMethodDef methods[] = {
      "-> (left, top, right, bottom, report)"},
     {"pack", pack, METH_VARARGS,
      "pack(src, src_width, x0, y0, width, height, out, flip, planar) -> None"},
+    {"resize", rs_py_resize, METH_VARARGS,
+     "resize(src, width, height, stride, channels, box, out_width, out_height, window, out, "
+     "filter, flip, planar, kernel) -> None (imgprep/csrc/resample_py.c)"},
+    {"resample_kernel", rs_py_kernel, METH_VARARGS, "resample_kernel(kernel) -> str"},
     {NULL, NULL, 0, NULL},
 };
 

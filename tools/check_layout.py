@@ -86,6 +86,7 @@ WHITE_BOX = {  # module -> why benchmarks and harnesses need it (docs/developmen
                           "timed one by one",
     "imgprep.jpegcrop": "the crop-aware decoder's stages, timed one by one; the extension "
                         "module the fuzz target drives",
+    "imgprep.resample": "the resampler timed alone, beside the installed Pillow's resize",
     "loaders.shards": "open_shards, where each sample's bytes lie, to check batch labels",
     "imgprep.stage.fanout_net": "NET_CHUNK and IN_FLIGHT, for a Gloo floor streamed as "
                                 "fan-out streams",

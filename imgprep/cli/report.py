@@ -121,6 +121,7 @@ def info_lines(versions: Versions, pil: PilInfo, manifests: list[ManifestSummary
                  f", AVX2 build: {pil.avx2_build}, libjpeg-turbo: {pil.libjpeg_turbo} "
                  f"{pil.jpeg_version})")
     lines.append(f"{'crop decode':12s} {pil.crop_decode}")
+    lines.append(f"{'resampler':12s} {pil.resampler}")
     for m in manifests:
         lines.append(f"{m.path}: {m.split} {m.format}, {m.samples} samples, {m.shards} shards, "
                      f"{m.bytes / 1e6:.1f} MB, {m.classes} classes, {m.errors} errors; "
