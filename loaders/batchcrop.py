@@ -1,10 +1,10 @@
 """Crop, resize and flip a whole batch of decoded images of any sizes in a few tensor ops.
 
 The ``nvjpeg`` backend's images arrive as a list of uint8 3 x H x W tensors of different
-sizes (on a GPU, or on the CPU). Each gets a box in its own pixels (``boxes``: a train
-transform's random-resized-crop, drawn by ``loaders.transforms.draw``, the Pillow backend's
-own draws; a val transform's center crop) and maybe a flip; ``crop_resize`` then resamples
-every box to ``size`` x ``size`` at once:
+sizes (on a GPU, or on the CPU). Each gets a box in its own pixels and maybe a flip
+(``boxes``: the transform's ``geometry``, the Pillow backend's own draws, its crop mapped
+back to the source: a train transform's random-resized-crop, a val transform's center
+crop); ``crop_resize`` then resamples every box to ``size`` x ``size`` at once:
 
 - the images are concatenated into one flat buffer (one ``torch.cat``), and each output
   pixel reads its four bilinear neighbours from it by index (``torch.take``: one gather per
@@ -20,7 +20,7 @@ every box to ``size`` x ``size`` at once:
   by that and by the decoder (docs/nvjpeg.md).
 
 The output is a new uint8 tensor on the images' device: N x 3 x size x size, or N x size x
-size x 3 for channels_last rows (``loaders.common.row_shape``).
+size x 3 for channels_last rows (``loaders.batch.row_shape``).
 """
 
 from __future__ import annotations
@@ -30,37 +30,32 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from loaders.transforms import TrainTransform, Transform, ValTransform, draw
-
-Box = tuple[float, float, float, float]
+from loaders.transforms import Box, Geometry, Transform
 
 
-def center_box(w: int, h: int, t: ValTransform) -> Box:
-    """A val transform's crop in a ``w`` x ``h`` image's own pixels: the center ``size``
-    square of the image with its short side resized to ``resize`` (``loaders.transforms``'s
-    rounding), mapped back through that resize."""
-    nw, nh = w, h
-    if min(w, h) != t.resize:
-        s = t.resize / min(w, h)
-        nw, nh = max(t.size, round(w * s)), max(t.size, round(h * s))
-    left, top = (nw - t.size) // 2, (nh - t.size) // 2
-    sx, sy = w / nw, h / nh
-    return left * sx, top * sy, (left + t.size) * sx, (top + t.size) * sy
+def source_box(w: int, h: int, g: Geometry) -> Box:
+    """The pixels of a ``w`` x ``h`` image that ``g`` keeps, in the image's own pixels
+    (left, top, right, bottom): ``g``'s crop mapped back through its resize to its box (the
+    whole image when ``g.box`` is None), so that one resample from the source makes it."""
+    left, top, right, bottom = g.box if g.box is not None else (0.0, 0.0, float(w), float(h))
+    cl, ct, cr, cb = g.crop
+    if g.resize is None:  # nothing resampled: the crop is in the source's pixels
+        return left + cl, top + ct, left + cr, top + cb
+    sx, sy = (right - left) / g.resize[0], (bottom - top) / g.resize[1]
+    return left + cl * sx, top + ct * sy, left + cr * sx, top + cb * sy
 
 
 def boxes(sizes: Sequence[tuple[int, int]], t: Transform, rng: np.random.Generator
           ) -> tuple[np.ndarray, np.ndarray]:
     """Each image's box (N x 4: left, top, right, bottom) and flip (N bools), for images of
-    ``sizes`` (width, height) in order: a train transform's draws from ``rng`` one image
-    after the other (the Pillow backend's order, so a batch seeded alike gets the same boxes
-    and flips), a val transform's center crops."""
+    ``sizes`` (width, height) in order: ``t.geometry`` drawn from ``rng`` one image after the
+    other (the Pillow backend's order, so a batch seeded alike gets the same boxes and
+    flips; a val transform draws nothing)."""
     out = np.empty((len(sizes), 4), np.float64)
     flips = np.zeros(len(sizes), bool)
     for i, (w, h) in enumerate(sizes):
-        if isinstance(t, TrainTransform):
-            out[i], flips[i] = draw(w, h, t, rng)
-        else:
-            out[i] = center_box(w, h, t)
+        g = t.geometry(w, h, rng)
+        out[i], flips[i] = source_box(w, h, g), g.flip
     return out, flips
 
 

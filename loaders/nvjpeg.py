@@ -16,7 +16,7 @@ torchvision's nvJPEG on this rank's GPU and cropped there in a few batched tenso
   falls back to the CPU. ``device="cpu"`` (the backend's CPU form, and tests) decodes every
   sample on the CPU and runs the rest on the CPU; torchvision is needed only for ``"gpu"``.
 - Crops: each image's box and flip are drawn by the Pillow backend's own draws
-  (``loaders.batchcrop.boxes`` over ``loaders.transforms.draw``, from a generator seeded as
+  (``loaders.batchcrop.boxes`` over the transform's ``geometry``, from a generator seeded as
   the Pillow backend seeds the batch), so a batch whose samples all decode gets the Pillow
   backend's boxes and flips; the pixels are resampled on the device for the whole batch at
   once (``loaders.batchcrop.crop_resize``: bilinear, no antialiasing) from another decoder's
@@ -49,10 +49,11 @@ import torch
 from PIL import Image
 
 from loaders.backends import Batch, EncodedSample, Source, stand_ins
+from loaders.batch import PAD_LABEL, as_nchw, row_shape
 from loaders.batchcrop import boxes, crop_resize
-from loaders.common import PAD_LABEL, LoaderError, as_nchw, row_shape
-from loaders.config import BackendOptions, Config
+from loaders.config import Config
 from loaders.epochs import PAD, EpochPlan
+from loaders.errors import LoaderError
 from loaders.transforms import SampleError, into_chw
 
 logger = logging.getLogger(__name__)
@@ -233,7 +234,8 @@ def ahead(make: Callable[[int], Any], items: range, depth: int,
 class NvjpegBackend:
     """The ``nvjpeg`` backend (module docstring)."""
 
-    def __init__(self, cfg: Config, source: Source, options: BackendOptions) -> None:
+    def __init__(self, cfg: Config, source: Source) -> None:
+        options = cfg.options
         rank = cfg.world.rank
         gpu = options.device == "gpu"
         if gpu and not torch.cuda.is_available():
@@ -242,7 +244,7 @@ class NvjpegBackend:
         self._nvjpeg = load_nvjpeg(rank) if gpu else None
         self.cfg, self.source, self.options = cfg, source, options
         self.device = torch.device("cuda", cfg.world.local_rank) if gpu else torch.device("cpu")
-        self.threads = cfg.workers
+        self.threads = options.workers
         self._pool: ThreadPoolExecutor | None = None
         self._side: torch.cuda.Stream | None = None  # the thread's CUDA stream
         self._skipped = 0
@@ -300,11 +302,12 @@ class NvjpegBackend:
         """Batch ``b``: its rows, labels and the count of bad samples it replaced."""
         cfg = self.cfg
         ids = cfg.slots(plan, b)
-        n, size = len(ids), cfg.transform.size
+        o = cfg.options
+        n, size = len(ids), o.transform.size
         items = self.source.fetch(ids[ids != PAD])
         decoded = self._decode(items)
         bad = [i for i, d in enumerate(decoded) if isinstance(d, SampleError)]
-        if bad and cfg.on_error == "raise":
+        if bad and o.on_error == "raise":
             raise LoaderError(f"rank {cfg.world.rank}: {decoded[bad[0]]}; {self.source.fix}, "
                               "or load with on_error='skip'")
         good = [i for i, d in enumerate(decoded) if isinstance(d, torch.Tensor)]
@@ -313,25 +316,25 @@ class NvjpegBackend:
         if len(good) == n:
             rows = self._crop(plan, b, [decoded[i] for i in good])
         else:
-            rows = torch.zeros((n, *row_shape(size, cfg.channels_last)), dtype=torch.uint8,
+            rows = torch.zeros((n, *row_shape(size, o.channels_last)), dtype=torch.uint8,
                                device=self.device)
             if good:
                 rows[good] = self._crop(plan, b, [decoded[i] for i in good])
         for slot, g in stand_ins(len(items), bad).items():  # a good sample takes the slot
             rows[slot] = rows[g] if g >= 0 else 0
             labels[slot] = labels[g] if g >= 0 else PAD_LABEL
-        if self.options.pin and not rows.is_cuda:
+        if o.pin_memory and not rows.is_cuda:
             rows = rows.pin_memory()
-        return as_nchw(rows, cfg.channels_last), labels.to(self.device), len(bad)
+        return as_nchw(rows, o.channels_last), labels.to(self.device), len(bad)
 
     def _crop(self, plan: EpochPlan, b: int, images: list[Any]) -> torch.Tensor:
         """Batch ``b``'s decoded images cropped, resized and flipped, drawn as the Pillow
         backend draws the batch (its generator's seed)."""
-        cfg = self.cfg
-        rng = np.random.default_rng([cfg.seed, plan.epoch, plan.group.pool,
+        o = self.options
+        rng = np.random.default_rng([o.seed, plan.epoch, plan.group.pool,
                                      int(plan.first[b])])
-        box, flip = boxes([(im.shape[2], im.shape[1]) for im in images], cfg.transform, rng)
-        return crop_resize(images, box, flip, cfg.transform.size, cfg.channels_last)
+        box, flip = boxes([(im.shape[2], im.shape[1]) for im in images], o.transform, rng)
+        return crop_resize(images, box, flip, o.transform.size, o.channels_last)
 
     # -- decoding
     def _decode(self, items: list[EncodedSample]) -> list[torch.Tensor | SampleError]:

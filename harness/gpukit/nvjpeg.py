@@ -24,7 +24,7 @@ from itertools import islice
 from typing import Any
 
 from imgprep import World
-from loaders import Loader, TrainTransform, make_loader, worker_count
+from loaders import Loader, LoaderOptions, TrainTransform, make_loader, worker_count
 
 from .context import Context
 from .record import Row, figure, holds, plural
@@ -36,9 +36,10 @@ STEPS = 3  # compared per rank
 
 def loader(ctx: Context, world: World, backend: str, workers: int) -> Loader:
     device = "gpu" if backend == "nvjpeg" and ctx.device == "cuda" else "cpu"
-    return make_loader(ctx.data(), "train", world, ctx.profile.loader_batch, workers, 0,
-                       transform=TrainTransform(size=ctx.profile.image_size),
-                       backend=backend, device=device, memory_format="channels_last")
+    return make_loader(ctx.data(), "train", world, LoaderOptions(
+        batch_size=ctx.profile.loader_batch, workers=workers, seed=0,
+        transform=TrainTransform(size=ctx.profile.image_size), backend=backend, device=device,
+        memory_format="channels_last"))
 
 
 def steps(ld: Loader) -> list[tuple[list[int], tuple[int, ...], str]]:
@@ -60,7 +61,7 @@ def same_samples(ctx: Context) -> tuple[bool, str]:
 
 def worker_counts() -> list[int]:
     """The Pillow loader's worker counts: 4 (a node with few cores a GPU) and ``auto``."""
-    auto = worker_count("auto", World())
+    auto = worker_count("auto", World.single())
     return sorted({min(4, auto), auto})
 
 
@@ -68,8 +69,9 @@ def loader_rates(ctx: Context) -> dict[str, list[dict[str, float]]]:
     """Passes of nvjpeg and of Pillow at each worker count, in interleaved rounds, after a
     warm-up pass each (threads, workers, nvJPEG's start)."""
     p = ctx.profile
-    loaders = {"nvjpeg": loader(ctx, World(), "nvjpeg", worker_count("auto", World()))}
-    loaders.update({f"pillow-{w}": loader(ctx, World(), "pillow", w) for w in worker_counts()})
+    one = World.single()
+    loaders = {"nvjpeg": loader(ctx, one, "nvjpeg", worker_count("auto", one))}
+    loaders.update({f"pillow-{w}": loader(ctx, one, "pillow", w) for w in worker_counts()})
     out: dict[str, list[dict[str, float]]] = {name: [] for name in loaders}
     for ld in loaders.values():
         ld.set_epoch(0)
@@ -120,7 +122,7 @@ def check(ctx: Context) -> dict[str, Any]:
     ok, detail = same_samples(ctx)
     passes = loader_rates(ctx)
     where = "gpu" if ctx.device == "cuda" else "cpu"
-    threads = worker_count("auto", World())
+    threads = worker_count("auto", World.single())
     nv = median(rates(passes["nvjpeg"]))
     c = "nvjpeg"
     rows = [holds(c, f"device={where!r}: the same samples per rank and step as Pillow", ok,

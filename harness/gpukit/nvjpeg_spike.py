@@ -48,7 +48,7 @@ from imgprep import write_bytes_atomic
 from loaders import SampleDecoder, TrainTransform, ValTransform
 from loaders.batchcrop import boxes, crop_resize
 from loaders.nvjpeg import cpu_decode, load_nvjpeg, nvjpeg_decode
-from loaders.transforms import val_sample
+from loaders.transforms import apply
 
 from .data import converted
 from .machine import cores
@@ -178,7 +178,7 @@ def val_gap(jpegs: list[bytes], device: torch.device, size: int) -> dict[str, fl
     got = crop_resize(images, box, flip, size).cpu().float()
     want = np.empty((len(images), 3, size, size), np.uint8)
     for i, data in enumerate(jpegs[:len(images)]):
-        val_sample(data, t, want[i])
+        apply(data, t, np.random.default_rng(0), want[i])
     gap = (got - torch.from_numpy(want).float()).abs().mean(dim=(1, 2, 3))
     return {"images": len(images), "mean": round(float(gap.mean()), 3),
             "largest": round(float(gap.max()), 3)}

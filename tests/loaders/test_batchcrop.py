@@ -11,8 +11,8 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 
-from loaders.batchcrop import boxes, center_box, crop_resize
-from loaders.transforms import TrainTransform, ValTransform, draw, val_sample
+from loaders.batchcrop import boxes, crop_resize, source_box
+from loaders.transforms import TrainTransform, ValTransform, apply
 from tests.support import encode, photo
 
 SHAPES = [(256, 300), (280, 256), (256, 256), (97, 131)]  # (height, width)
@@ -82,9 +82,9 @@ def test_train_boxes_are_the_pillow_backends_draws(images: list[torch.Tensor]) -
     t = TrainTransform(size=64)
     box, flip = boxes(sizes(images), t, np.random.default_rng(5))
     rng = np.random.default_rng(5)
-    want = [draw(w, h, t, rng) for w, h in sizes(images)]
-    assert [tuple(b) for b in box] == [b for b, _ in want]
-    assert flip.tolist() == [f for _, f in want]
+    want = [t.geometry(w, h, rng) for w, h in sizes(images)]
+    assert [tuple(b) for b in box] == [g.box for g in want]
+    assert flip.tolist() == [g.flip for g in want]
 
 
 @pytest.mark.parametrize("shape", [(256, 320), (300, 400), (500, 333)])
@@ -97,9 +97,11 @@ def test_val_crops_are_the_pillow_paths_box(shape: tuple[int, int]) -> None:
         rgb = np.asarray(img.convert("RGB"))
     image = torch.from_numpy(rgb.transpose(2, 0, 1).copy())
     w, h = shape
-    got = crop_resize([image], np.array([center_box(w, h, t)]), np.zeros(1, bool), 224)[0]
+    rng = np.random.default_rng(0)  # a val transform draws nothing
+    box = np.array([source_box(w, h, t.geometry(w, h, rng))])
+    got = crop_resize([image], box, np.zeros(1, bool), 224)[0]
     want = np.empty((3, 224, 224), np.uint8)
-    val_sample(data, t, want)
+    apply(data, t, rng, want)
     assert (got.float() - torch.from_numpy(want).float()).abs().mean() < 2.0
 
 

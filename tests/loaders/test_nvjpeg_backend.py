@@ -30,10 +30,10 @@ import numpy as np
 import pytest
 import torch
 
-from imgprep.job.world import World
-from loaders import PAD_LABEL, LoaderError, ShardLoader, make_loader
+from imgprep import World
+from loaders import PAD_LABEL, LoaderError, LoaderOptions, ShardLoader, make_loader
 from loaders.backends import EncodedSample
-from loaders.common import TAILS
+from loaders.epochs import TAILS
 from loaders.nvjpeg import cpu_decode, decode_samples, jpeg_frame, load_nvjpeg, on_device
 from loaders.transforms import SampleError, TrainTransform, ValTransform
 from tests.support import REPO, convert_sample, encode, free_port, jpeg, photo
@@ -89,15 +89,17 @@ def corrupt(folder: Path, sample: int) -> str:
 
 
 def worlds(nodes: int, local: int) -> list[World]:
-    return [World(r, nodes * local, r % local, local, r // local, nodes)
+    return [World(rank=r, world_size=nodes * local, local_rank=r % local,
+                  local_world_size=local, node_rank=r // local, num_nodes=nodes)
             for r in range(nodes * local)]
 
 
 def loader(folder: Path, split: str, world: World, backend: str, **kw: Any) -> ShardLoader:
     """A loader of either backend, decoding in the calling process unless ``workers``."""
-    kw.setdefault("transform", SMALL_TRAIN if split == "train" else SMALL_VAL)
-    return ShardLoader(folder, split, world, kw.pop("batch_size", BATCH),
-                       workers=kw.pop("workers", 0), backend=backend, **kw)
+    mode = kw.pop("mode", None)
+    given = {"batch_size": BATCH, "transform": SMALL_TRAIN if split == "train" else SMALL_VAL,
+             "workers": 0, "backend": backend} | kw
+    return ShardLoader(folder, split, world, LoaderOptions(**given), mode=mode)
 
 
 def steps(batches: Sequence[Batch]) -> list[list[int]]:
@@ -137,7 +139,7 @@ def test_every_rank_gets_the_pillow_backends_samples_in_every_step(data: Path, n
 
 
 def test_full_batches_of_the_requested_size(data: Path) -> None:
-    batches = run_epoch(loader(data, "train", World(), "nvjpeg", batch_size=8,
+    batches = run_epoch(loader(data, "train", World.single(), "nvjpeg", batch_size=8,
                                transform=TrainTransform(size=64)), 0)
     assert len(batches) == TOTAL // 8
     assert all(images.shape == (8, 3, 64, 64) and labels.shape == (8,)
@@ -148,16 +150,17 @@ def test_a_label_list_gets_the_pillow_backends_batches(converted: dict[str, Path
     """The label-list loader reads files instead of shard offsets; the nvjpeg backend gives
     the same samples per step on 2 ranks."""
     for w in worlds(1, 2):
-        got, want = (run_epoch(make_loader(converted["list"], "train", w, 4, workers=1, seed=3,
-                                           transform=SMALL_TRAIN, backend=b), 1)
+        got, want = (run_epoch(make_loader(converted["list"], "train", w, LoaderOptions(
+                                 batch_size=4, workers=1, seed=3, transform=SMALL_TRAIN,
+                                 backend=b)), 1)
                      for b in ("nvjpeg", "pillow"))
         assert steps(got) == steps(want) and len(got) > 0
 
 
 @pytest.mark.parametrize("split", ["train", "val"])
 def test_channels_last_batches_are_the_contiguous_ones(data: Path, split: str) -> None:
-    want, got = (run_epoch(loader(data, split, World(), "nvjpeg", tail="pad", memory_format=f),
-                           0) for f in ("contiguous", "channels_last"))
+    want, got = (run_epoch(loader(data, split, World.single(), "nvjpeg", tail="pad",
+                                  memory_format=f), 0) for f in ("contiguous", "channels_last"))
     assert len(got) == len(want) > 0
     for (a, la), (b, lb) in zip(want, got, strict=True):
         assert b.shape == a.shape and b.is_contiguous(memory_format=torch.channels_last)
@@ -175,7 +178,7 @@ def test_batches_made_ahead_in_threads_are_the_same(data: Path) -> None:
 
 
 def test_a_pass_left_part_way_stops_its_thread(data: Path) -> None:
-    ld = loader(data, "train", World(), "nvjpeg", workers=2, prefetch_factor=1)
+    ld = loader(data, "train", World.single(), "nvjpeg", workers=2, prefetch_factor=1)
     ld.set_epoch(0)
     it = iter(ld)
     first = next(it)
@@ -192,7 +195,7 @@ def test_train_crops_are_the_pillow_backends_boxes_and_flips(wide: Path) -> None
     flips are the Pillow backend's draws, so each image is within ``TRAIN_MEAN_ABS_DIFF``
     (of 255) of the Pillow backend's (another box or flip would be tens of levels off)."""
     got, want = (torch.cat([x for x, _ in run_epoch(
-        loader(wide, "train", World(), b, transform=TrainTransform(), tail="pad"), 0)])
+        loader(wide, "train", World.single(), b, transform=TrainTransform(), tail="pad"), 0)])
         for b in ("nvjpeg", "pillow"))
     assert got.shape == want.shape == (12, 3, 224, 224)
     diff = (got.float() - want.float()).abs().mean(dim=(1, 2, 3))
@@ -204,7 +207,7 @@ def test_val_crops_of_256px_images_are_the_pillow_backends_pixels(wide: Path) ->
     """The center 224 px of a 256 px short side is a whole-pixel box the size of the output:
     copied, not resampled, from the same libjpeg decode."""
     got, want = (torch.cat([x for x, _ in run_epoch(
-        loader(wide, "val", World(), b, transform=ValTransform()), 0)])
+        loader(wide, "val", World.single(), b, transform=ValTransform()), 0)])
         for b in ("nvjpeg", "pillow"))
     assert got.shape == (12, 3, 224, 224) and torch.equal(got, want)
 
@@ -358,7 +361,7 @@ def test_a_missing_shard_is_the_readers_error(data: Path, tmp_path: Path) -> Non
     (folder / "train-000002.tar").unlink()
     for workers in (0, 2):
         with pytest.raises(LoaderError, match="train-000002.tar"):
-            run_epoch(loader(folder, "train", World(), "nvjpeg", workers=workers), 0)
+            run_epoch(loader(folder, "train", World.single(), "nvjpeg", workers=workers), 0)
 
 
 # ---------------------------------------------------------------------------- decoding
@@ -425,7 +428,8 @@ def test_gpu_without_cuda_is_refused(data: Path) -> None:
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
     with pytest.raises(LoaderError, match="device='cpu'"):
-        make_loader(data, "train", World(), BATCH, workers=1, backend="nvjpeg", device="gpu")
+        make_loader(data, "train", World.single(), LoaderOptions(
+            batch_size=BATCH, workers=1, backend="nvjpeg", device="gpu"))
 
 
 # ---------------------------------------------------------------------------- the trainer
