@@ -152,14 +152,15 @@ def test_a_half_written_jpeg_fails_the_run_and_is_logged_with_its_reason(tmp_pat
     key = f"{W0}_halfway"
     src = class_tree(tmp_path, {key: half_written(WHOLE)})
     out = tmp_path / "out"
-    r = invoke("convert", src, "-o", out, "-j", 1, "-q", "--json")
+    cap = ("--max-image-bytes", 128 << 20)  # past the default cap: the decoder must find it
+    r = invoke("convert", src, "-o", out, "-j", 1, "-q", "--json", *cap)
     assert r.exit_code == 1, r.output
     log = out / "train-errors.jsonl"
     assert f"imgprep: error: 1 images of train failed (> --max-errors 0); see {log}" in r.stderr
     (entry,) = lines(log)
     assert (entry["key"], entry["source"]) == (key, f"{src}/{W0}/{key}.JPEG")
     assert re.fullmatch(DAMAGED["half-written"][1], entry["reason"]), entry["reason"]
-    r = invoke("convert", src, "-o", out, "-j", 1, "-q", "--json", "--max-errors", 1)
+    r = invoke("convert", src, "-o", out, "-j", 1, "-q", "--json", "--max-errors", 1, *cap)
     assert r.exit_code == 0, r.output
     summary = json.loads(r.stdout)
     summary = summary[0] if isinstance(summary, list) else summary
