@@ -35,6 +35,8 @@
 
 #include <jpeglib.h>
 
+#include "csrc/libjpeg_info.h"
+
 enum { FAST = 0, PROGRESSIVE = 1, COLOR = 2, TAIL = 3, BROKEN = 4 };
 
 typedef struct {
@@ -308,7 +310,8 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__jpegcrop(void) {
     PyObject *m = PyModule_Create(&module);
-    if (m != NULL && PyModule_AddIntConstant(m, "LIBJPEG_VERSION", JPEG_LIB_VERSION) < 0) {
+    if (m != NULL && (PyModule_AddIntConstant(m, "LIBJPEG_VERSION", JPEG_LIB_VERSION) < 0 ||
+                      imgprep_add_libjpeg_info(m) < 0)) {
         Py_DECREF(m);
         return NULL;
     }
