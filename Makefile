@@ -35,7 +35,7 @@ wheel: setup
 	rm -rf build/lib.* build/temp.* build/bdist.* build/wheel-raw dist
 	IMGPREP_LIBJPEG=$(abspath $(LIBJPEG)) $(BIN)/python -m pip wheel -q --no-deps \
 		--no-build-isolation -w build/wheel-raw .
-	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/auditwheel -q repair -w dist build/wheel-raw/imgprep-*.whl
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/auditwheel repair -w dist build/wheel-raw/imgprep-*.whl
 	$(BIN)/python setup.py -q sdist -d dist
 	ls -l dist
 

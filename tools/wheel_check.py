@@ -22,7 +22,8 @@ In order, stopping at the first that fails (exit 1):
 
 Everything runs in ``WORK`` (the virtualenv is made anew each time) with ``PYTHONPATH`` unset,
 so only the installed copy is imported; pip's own cache makes reruns quick. The transcript,
-every command and what it printed, goes to stdout and ``WORK/transcript.txt``.
+every command and what it printed (less pip's notes on local index folders this machine's
+pip configuration names but lacks), goes to stdout and ``WORK/transcript.txt``.
 """
 
 from __future__ import annotations
@@ -42,10 +43,14 @@ from pathlib import Path
 STOCK = ("torch==2.13.0", "pillow==13.0.0")  # the environment most users train in
 GLIBC_MAX = 39  # Ubuntu 24.04 (the GPU machine); a wheel needing newer would not install there
 LICENSES = "imgprep/licenses/libjpeg-turbo/"
+NOISE = re.compile(r"^WARNING: Location '.*' is ignored: it is neither a file nor a directory\.$")
+PILLOW = """import importlib.metadata as m, PIL
+names = {d.metadata["Name"].lower() for d in m.distributions()}
+print(m.version("pillow"), PIL.__version__, "pillow-simd" in names)
+"""
 # One epoch of the loader over the converted set, then every sample through the decoder both
 # ways: the crop-aware path must take each image, and its val crops must equal Pillow's.
-LOADER_SMOKE = """
-import sys, numpy as np
+LOADER = """import sys, numpy as np
 from pathlib import Path
 from imgprep import World
 from imgprep.shards.tario import iter_samples
@@ -97,7 +102,8 @@ class Transcript:
         self.say(f"$ {prefix}{shlex.join(argv)}")
         done = subprocess.run(argv, cwd=cwd, env=clean_env(**(extra or {})),
                               capture_output=True, text=True, timeout=timeout)
-        out = (done.stdout + done.stderr).strip()
+        lines = (done.stdout + done.stderr).strip().splitlines()
+        out = "\n".join(line for line in lines if not NOISE.match(line))
         if out and (show or done.returncode):
             self.say(out)
         if done.returncode:
@@ -134,10 +140,8 @@ def check_wheel(t: Transcript, wheel: Path) -> str:
 def pillow_version(t: Transcript, python: Path, work: Path) -> str:
     """The installed Pillow distribution and the PIL it gives, one string; Failed when
     pillow-simd is installed."""
-    code = ("import importlib.metadata as m, PIL\n"
-            "names = {d.metadata['Name'].lower() for d in m.distributions()}\n"
-            "print(m.version('pillow'), PIL.__version__, 'pillow-simd' in names)")
-    dist, pil, simd = t.run([str(python), "-c", code], cwd=work).split()
+    (work / "pillow_version.py").write_text(PILLOW)
+    dist, pil, simd = t.run([str(python), "pillow_version.py"], cwd=work).split()
     if simd == "True":
         raise Failed("pillow-simd is installed in the stock environment")
     return f"{dist} (PIL {pil})"
@@ -151,8 +155,7 @@ def install(t: Transcript, work: Path, wheel: Path, stock: tuple[str, ...]) -> P
     python = venv / "bin" / "python"
     t.run([str(python), "-m", "pip", "install", "-q", *stock], cwd=work, show=False)
     before = pillow_version(t, python, work)
-    t.run([str(python), "-m", "pip", "install", str(wheel.resolve())], cwd=work, show=False)
-    t.run([str(python), "-m", "pip", "list"], cwd=work)
+    t.run([str(python), "-m", "pip", "install", str(wheel.resolve())], cwd=work)
     after = pillow_version(t, python, work)
     t.say(f"Pillow before the install {before}, after {after}")
     if after != before:
@@ -195,7 +198,8 @@ def smoke(t: Transcript, python: Path, work: Path) -> None:
     t.say(f"crop-aware probe of the converted shards: {fast}")
     if fast["fast"] != fast["probed"] or not fast["probed"]:
         raise Failed(f"the crop-aware decoder declines converted images: {fast}")
-    t.run([str(python), "-c", LOADER_SMOKE, "shards"], cwd=work)
+    (work / "loader_smoke.py").write_text(LOADER)
+    t.run([str(python), "loader_smoke.py", "shards"], cwd=work)
 
 
 def check_sdist(t: Transcript, python: Path, work: Path, sdist: Path) -> None:
