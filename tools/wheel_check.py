@@ -17,6 +17,8 @@ In order, stopping at the first that fails (exit 1):
    ``JSIMD_FORCENONE=1`` SIMD off, so the report can fail;
 5. a tiny convert (``make-sample``, ``convert``, ``verify``) and an epoch of the loader over
    it, every image through the crop-aware decoder, whose val crops equal the Pillow path's;
+   and, where the real ImageNet sample is (``--sample``), each of its JPEGs decoded by the
+   extension's libjpeg-turbo and by the installed PIL's: the same pixels;
 6. the sdist installed where there is no compiler (``CC=/nonexistent``): it installs, and
    ``imgprep info`` says in one line what it lacks.
 
@@ -38,11 +40,16 @@ import subprocess
 import sys
 import time
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
+T = TypeVar("T")
 STOCK = ("torch==2.13.0", "pillow==13.0.0")  # the environment most users train in
 GLIBC_MAX = 39  # Ubuntu 24.04 (the GPU machine); a wheel needing newer would not install there
 LICENSES = "imgprep/licenses/libjpeg-turbo/"
+SAMPLE = Path(os.environ.get("IMGPREP_SAMPLE_DATA", Path(__file__).resolve().parents[2]
+                             / "shared" / "data" / "imagenet-sample"))
 NOISE = re.compile(r"^WARNING: Location '.*' is ignored: it is neither a file nor a directory\.$")
 PILLOW = """import importlib.metadata as m, PIL
 names = {d.metadata["Name"].lower() for d in m.distributions()}
@@ -76,6 +83,35 @@ print(f"loader: batches {sorted(shapes)}; {len(blobs)} images: crop-aware train 
       f"{differ}")
 sys.exit(0 if train.fast_count == len(blobs) and fast.fast_count == len(blobs) and not differ
          else 1)
+"""
+
+# The extension's libjpeg-turbo against the installed PIL's on real JPEGs: each image decoded
+# whole at one DCT scale (1, 1/2, 1/4, 1/8 in turn), the pixels equal.
+DECODE = """import sys, numpy as np
+from pathlib import Path
+from PIL import Image, features
+from imgprep import jpegcrop
+same = declined = 0
+differ = []
+files = sorted(Path(sys.argv[1]).glob("*.JPEG"))
+for i, f in enumerate(files):
+    data, scale = f.read_bytes(), (1, 2, 4, 8)[i % 4]
+    p = jpegcrop.probe(data)
+    img = None if p.reason else jpegcrop.Frame().decode(
+        data, p, scale, (0, 0, -(-p.width // scale), -(-p.height // scale)))
+    if img is None:
+        declined += 1
+        continue
+    pil = Image.open(f)
+    pil.draft("RGB", (p.width // scale, p.height // scale))
+    if np.array_equal(np.asarray(img.convert("RGB")), np.asarray(pil.convert("RGB"))):
+        same += 1
+    else:
+        differ.append(f.name)
+print(f"decode: {len(files)} real JPEGs, DCT scales 1-8: the extension's libjpeg-turbo "
+      f"{jpegcrop.library().version} and PIL's {features.version('libjpeg_turbo')} give the "
+      f"same pixels for {same}, different for {len(differ)} {differ[:5]}; {declined} declined")
+sys.exit(1 if differ or not same else 0)
 """
 
 
@@ -202,6 +238,15 @@ def smoke(t: Transcript, python: Path, work: Path) -> None:
     t.run([str(python), "loader_smoke.py", "shards"], cwd=work)
 
 
+def same_pixels(t: Transcript, python: Path, work: Path, sample: Path) -> None:
+    """The decode against the installed PIL's on the real sample (5.), where it is."""
+    if not (sample / "images").is_dir():
+        t.say(f"decode: no real sample at {sample} (IMGPREP_SAMPLE_DATA): not compared")
+        return
+    (work / "decode_equal.py").write_text(DECODE)
+    t.run([str(python), "decode_equal.py", str(sample / "images")], cwd=work)
+
+
 def check_sdist(t: Transcript, python: Path, work: Path, sdist: Path) -> None:
     """The sdist where there is no compiler (6.)."""
     target = work / "no-compiler"
@@ -221,22 +266,34 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sdist", type=Path, required=True)
     ap.add_argument("--work", type=Path, default=Path("build/wheel-check"))
     ap.add_argument("--stock", nargs="+", default=list(STOCK), help="the env's packages")
+    ap.add_argument("--sample", type=Path, default=SAMPLE,
+                    help="the real ImageNet sample (default: $IMGPREP_SAMPLE_DATA or "
+                         "../shared/data/imagenet-sample)")
     args = ap.parse_args(argv)
     work = args.work.resolve()
     work.mkdir(parents=True, exist_ok=True)
     t = Transcript(work / "transcript.txt")
-    t0 = time.perf_counter()
+    took: dict[str, float] = {}
+
+    def step(name: str, fn: Callable[[], T]) -> T:
+        t0 = time.perf_counter()
+        out = fn()
+        took[name] = time.perf_counter() - t0
+        return out
+
     try:
-        tag = check_wheel(t, args.wheel)
-        python = install(t, work, args.wheel, tuple(args.stock))
-        check_extension(t, python, work)
-        smoke(t, python, work)
-        check_sdist(t, python, work, args.sdist)
+        tag = step("wheel", lambda: check_wheel(t, args.wheel))
+        python = step("environment", lambda: install(t, work, args.wheel, tuple(args.stock)))
+        step("extension", lambda: check_extension(t, python, work))
+        step("convert and loader", lambda: smoke(t, python, work))
+        step("decode", lambda: same_pixels(t, python, work, args.sample))
+        step("sdist", lambda: check_sdist(t, python, work, args.sdist))
     except (Failed, subprocess.TimeoutExpired) as e:
         t.say(f"wheel_check: FAILED: {e}")
         return 1
     t.say(f"wheel_check: OK: {args.wheel.name} ({tag}) in a fresh {', '.join(args.stock)} "
-          f"environment, {time.perf_counter() - t0:.0f} s")
+          f"environment, {sum(took.values()):.0f} s ("
+          + ", ".join(f"{k} {v:.0f} s" for k, v in took.items()) + ")")
     return 0
 
 
