@@ -15,8 +15,10 @@ In order, stopping at the first that fails (exit 1):
 3. ``ldd`` of the installed extension: no libjpeg (the library is inside it), nothing missing;
 4. ``imgprep info --json``: the extension's libjpeg-turbo, bundled, SIMD on; and with
    ``JSIMD_FORCENONE=1`` SIMD off, so the report can fail;
-5. a tiny convert (``make-sample``, ``convert``, ``verify``) and an epoch of the loader over
-   it, every image through the crop-aware decoder, whose val crops equal the Pillow path's;
+5. a tiny convert (``make-sample``, ``convert``, ``verify``), the trainer's loader over it
+   (``scripts/train_imagenet.py``, a few steps of a tiny model, imgprep and loaders from the
+   wheel), every image through the crop-aware decoder, whose val crops equal the Pillow
+   path's;
    and, where the real ImageNet sample is (``--sample``), each of its JPEGs decoded by the
    extension's libjpeg-turbo and by the installed PIL's: the same pixels;
 6. the sdist installed where there is no compiler (``CC=/nonexistent``): it installs, and
@@ -48,24 +50,22 @@ T = TypeVar("T")
 STOCK = ("torch==2.13.0", "pillow==13.0.0")  # the environment most users train in
 GLIBC_MAX = 39  # Ubuntu 24.04 (the GPU machine); a wheel needing newer would not install there
 LICENSES = "imgprep/licenses/libjpeg-turbo/"
-SAMPLE = Path(os.environ.get("IMGPREP_SAMPLE_DATA", Path(__file__).resolve().parents[2]
-                             / "shared" / "data" / "imagenet-sample"))
+REPO = Path(__file__).resolve().parents[1]
+TRAINER = REPO / "scripts" / "train_imagenet.py"  # a script: its own folder first, no imgprep
+SAMPLE = Path(os.environ.get("IMGPREP_SAMPLE_DATA",
+                             REPO.parent / "shared" / "data" / "imagenet-sample"))
 NOISE = re.compile(r"^WARNING: Location '.*' is ignored: it is neither a file nor a directory\.$")
 PILLOW = """import importlib.metadata as m, PIL
 names = {d.metadata["Name"].lower() for d in m.distributions()}
 print(m.version("pillow"), PIL.__version__, "pillow-simd" in names)
 """
-# One epoch of the loader over the converted set, then every sample through the decoder both
-# ways: the crop-aware path must take each image, and its val crops must equal Pillow's.
+# Every sample through the decoder both ways: the crop-aware path must take each image, and
+# its val crops must equal the Pillow path's.
 LOADER = """import sys, numpy as np
 from pathlib import Path
-from imgprep import World
 from imgprep.shards.tario import iter_samples
-from loaders import SampleDecoder, TrainTransform, ValTransform, make_loader
+from loaders import SampleDecoder, TrainTransform, ValTransform
 data = Path(sys.argv[1])
-loader = make_loader(data, "train", World(), batch_size=8, workers=1, seed=0)
-loader.set_epoch(0)
-shapes = {tuple(images.shape) for images, labels in loader}
 blobs = [f["jpg"] for shard in sorted(data.glob("train-*.tar")) for _, f in iter_samples(shard)]
 rng, out = np.random.default_rng(0), np.empty((3, 224, 224), np.uint8)
 train = SampleDecoder(TrainTransform(), fast=True)
@@ -78,9 +78,8 @@ for b in blobs:
     fast(b, rng, out)
     slow(b, rng, other)
     differ += not np.array_equal(out, other)
-print(f"loader: batches {sorted(shapes)}; {len(blobs)} images: crop-aware train "
-      f"{train.fast_count}, Pillow {train.pillow_count}; val crops differing from Pillow's "
-      f"{differ}")
+print(f"decoder: {len(blobs)} images: crop-aware train {train.fast_count}, Pillow "
+      f"{train.pillow_count}; val crops differing from the Pillow path's {differ}")
 sys.exit(0 if train.fast_count == len(blobs) and fast.fast_count == len(blobs) and not differ
          else 1)
 """
@@ -234,8 +233,11 @@ def smoke(t: Transcript, python: Path, work: Path) -> None:
     t.say(f"crop-aware probe of the converted shards: {fast}")
     if fast["fast"] != fast["probed"] or not fast["probed"]:
         raise Failed(f"the crop-aware decoder declines converted images: {fast}")
-    (work / "loader_smoke.py").write_text(LOADER)
-    t.run([str(python), "loader_smoke.py", "shards"], cwd=work)
+    t.run([str(python), str(TRAINER), "--data", "shards", "--arch", "tiny", "--image-size",
+           "64", "--batch-size", "8", "--workers", "1", "--steps", "4", "--log-every", "2"],
+          cwd=work)
+    (work / "decoder_paths.py").write_text(LOADER)
+    t.run([str(python), "decoder_paths.py", "shards"], cwd=work)
 
 
 def same_pixels(t: Transcript, python: Path, work: Path, sample: Path) -> None:
