@@ -24,8 +24,10 @@ In order, stopping at the first that fails (exit 1):
 6. the sdist installed where there is no compiler (``CC=/nonexistent``): it installs, and
    ``imgprep info`` says in one line what it lacks.
 
-Everything runs in ``WORK`` (the virtualenv is made anew each time) with ``PYTHONPATH`` unset,
-so only the installed copy is imported; pip's own cache makes reruns quick. The transcript,
+Everything runs in ``WORK`` with ``PYTHONPATH`` unset, so only the installed copy is imported.
+The virtualenv is made anew each time; torch and Pillow are installed by pip once per set of
+pins into ``WORK/stock-DIGEST`` and hard-linked from there into each fresh one (installing
+torch takes 25 s to 3 minutes on the 2-core machine, by its load). The transcript,
 every command and what it printed (less pip's notes on local index folders this machine's
 pip configuration names but lacks), goes to stdout and ``WORK/transcript.txt``.
 """
@@ -33,6 +35,7 @@ pip configuration names but lacks), goes to stdout and ``WORK/transcript.txt``.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import re
@@ -182,13 +185,52 @@ def pillow_version(t: Transcript, python: Path, work: Path) -> str:
     return f"{dist} (PIL {pil})"
 
 
+def stock_site(t: Transcript, work: Path, stock: tuple[str, ...]) -> Path:
+    """The site-packages of a virtualenv holding only ``stock``, installed by pip once per set
+    of pins and this Python, and kept (``WORK/stock-DIGEST``); what pip would unpack into
+    each fresh environment."""
+    key = hashlib.sha256("\n".join([sys.version, *stock]).encode()).hexdigest()[:12]
+    base = work / f"stock-{key}"
+    site = base / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages"
+    if (base / ".ready").is_file():
+        return site
+    shutil.rmtree(base, ignore_errors=True)
+    t.run([sys.executable, "-m", "venv", str(base)], cwd=work)
+    t.run([str(base / "bin" / "python"), "-m", "pip", "install", "-q", *stock], cwd=work,
+          show=False)
+    (base / ".ready").write_text("\n".join(stock) + "\n")
+    return site
+
+
+def link_into(src: Path, dest: Path) -> list[str]:
+    """What ``src`` (a site-packages) holds and ``dest`` does not, hard-linked file by file
+    into ``dest`` (new folders, shared file contents: a file replaced later is replaced in
+    ``dest`` alone); the names."""
+    added = []
+    for entry in sorted(src.iterdir()):
+        target = dest / entry.name
+        if target.exists():
+            continue  # pip, setuptools: the same Python's own, already in the fresh env
+        if entry.is_dir():
+            shutil.copytree(entry, target, copy_function=os.link)
+        else:
+            os.link(entry, target)
+        added.append(entry.name)
+    return added
+
+
 def install(t: Transcript, work: Path, wheel: Path, stock: tuple[str, ...]) -> Path:
     """A fresh virtualenv with ``stock``, then the wheel (2.); its python."""
+    site = stock_site(t, work, stock)
     venv = work / "venv"
     shutil.rmtree(venv, ignore_errors=True)
     t.run([sys.executable, "-m", "venv", str(venv)], cwd=work)
     python = venv / "bin" / "python"
-    t.run([str(python), "-m", "pip", "install", "-q", *stock], cwd=work, show=False)
+    mine = venv / site.relative_to(site.parents[2])
+    added = link_into(site, mine)
+    t.say(f"{' '.join(stock)}: as pip installed them in {site.parents[2].name}/, hard-linked "
+          f"into the fresh venv ({len(added)} entries)")
+    t.run([str(python), "-m", "pip", "list"], cwd=work)
     before = pillow_version(t, python, work)
     t.run([str(python), "-m", "pip", "install", str(wheel.resolve())], cwd=work)
     after = pillow_version(t, python, work)
