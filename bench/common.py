@@ -192,20 +192,10 @@ def run_main(name: str, images: Path, out: Path | None,
     return 0
 
 
-# Runs ``imgprep ARGS`` in this process and prints, last on stderr, the kernel's count of
-# bytes read (rchar) during the run; the imports come before the first look. The staging
-# benchmarks and the fan-out tests run stage-to-node through it.
-RCHAR_CLI = """
-import atexit, sys
-import torch.distributed, imgprep.cli.commands, imgprep.stage.run
-def rchar():
+def rchar() -> int:
+    """Bytes this process has read through read-like system calls (kernel count)."""
     with open("/proc/self/io") as f:
-        return next(int(l.split()[1]) for l in f if l.startswith("rchar:"))
-start = rchar()
-atexit.register(lambda: print(f"rchar {rchar() - start}", file=sys.stderr, flush=True))
-sys.argv = ["imgprep", *sys.argv[1:]]
-imgprep.cli.commands.main()
-"""
+        return next(int(line.split()[1]) for line in f if line.startswith("rchar:"))
 
 
 def repeated_shards(images: Path, scratch: Path, min_bytes: float, min_shards: int,

@@ -10,11 +10,11 @@ round is the stage's own cost:
 
 - Pillow path (``loaders.transforms``): open, the full decode (``load``, JPEG draft at scale 1
   for 256 px images), ``resize(box=...)`` to 224, flip (half of the images), split into
-  planes (CHW), and the whole ``train_sample``;
-- crop-aware path (``loaders.decode.SampleDecoder``): header probe, the random draws, the
-  decode of only the region the crop needs (and, for comparison, of the whole image through
-  the same decoder), ``resize(box=...)`` of the frame, the one-pass pack (CHW and HWC), and
-  the whole sample in both layouts.
+  planes (CHW), and the whole sample (``apply``);
+- crop-aware path (``loaders.decode.SampleDecoder``): header probe, the random draws (the
+  transform's ``geometry``), the decode of only the region the crop needs (and, for
+  comparison, of the whole image through the same decoder), ``resize(box=...)`` of the frame,
+  the one-pass pack (CHW and HWC), and the whole sample in both layouts.
 
 The ratios printed: the whole Pillow sample over the whole crop-aware one (the per-image
 speed-up), and the whole-image decode over the region decode (what decoding only the crop
@@ -39,7 +39,7 @@ from PIL import Image
 from bench.common import DEFAULT_IMAGES, run_main
 from imgprep import jpegcrop
 from loaders import SampleDecoder, TrainTransform
-from loaders.transforms import crop_box, draw, into_chw, train_sample
+from loaders.transforms import apply, crop_box, into_chw
 
 BILINEAR = Image.Resampling.BILINEAR
 FLIP = Image.Transpose.FLIP_LEFT_RIGHT
@@ -85,9 +85,9 @@ def stages(blobs: Sequence[bytes]) -> dict[str, Callable[[int], object]]:
         "pillow_resize": lambda i: decoded[i].resize((T.size, T.size), BILINEAR, box=boxes[i]),
         "pillow_flip": flip,
         "pillow_split_chw": lambda i: into_chw(small[i], chw),
-        "pillow_sample": lambda i: train_sample(blobs[i], T, rng, chw),
+        "pillow_sample": lambda i: apply(blobs[i], T, rng, chw),
         "fast_probe": lambda i: jpegcrop.probe(blobs[i]),
-        "fast_draws": lambda i: draw(256, 256, T, rng),
+        "fast_draws": lambda i: T.geometry(256, 256, rng),
         "fast_decode_region": lambda i: frame.decode(blobs[i], probes[i], 1, regions[i]),
         "fast_decode_whole": lambda i: frame.decode(blobs[i], probes[i], 1, (0, 0, 256, 256)),
         "fast_resize": lambda i: frame_img.resize((T.size, T.size), BILINEAR, box=boxes[i]),

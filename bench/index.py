@@ -40,7 +40,14 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import REPO, machine_busy_s, paired_ratio, verdict
-from imgprep import Manifest, ShardEntry, imagenet_classes, index_folder, read_manifest
+from imgprep import (
+    Manifest,
+    ManifestOptions,
+    ShardEntry,
+    imagenet_classes,
+    index_folder,
+    read_manifest,
+)
 from imgprep.shards.manifest import index_name, write_manifest
 from imgprep.shards.writers import ShardWriter
 
@@ -67,8 +74,8 @@ def build_folder(folder: Path, shards: int, samples: int) -> None:
     write_manifest(folder, Manifest(
         split="train", format="shards", total_samples=shards * samples,
         classes=imagenet_classes().to_json(), mean=[0.485, 0.456, 0.406],
-        std=[0.229, 0.224, 0.225], options={"bench": "index"}, tool_version="bench",
-        shards=entries))
+        std=[0.229, 0.224, 0.225], options=ManifestOptions(format="shards", split="train"),
+        tool_version="bench", shards=entries))
 
 
 def reusable(folder: Path, shards: int, samples: int) -> bool:

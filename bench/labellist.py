@@ -6,9 +6,10 @@
   A second list names those files again and again until it holds ``--samples`` lines (the
   files stay in the page cache, as a node-local copy would be after its first epoch).
 - floor: one process doing the loader's work with no loader: read each file of the list in
-  the loader's order for that epoch, ``loaders.transforms.train_sample`` (decode with JPEG
-  draft, random-resized-crop 224, flip, uint8 CHW) into a preallocated batch array.
-- loader: ``loaders.LabelListLoader(list, World(), batch_size, workers=1|2)`` iterating whole
+  the loader's order for that epoch, ``loaders.transforms.apply`` (decode with JPEG draft,
+  random-resized-crop 224, flip, uint8 CHW) into a preallocated batch array.
+- loader: ``loaders.LabelListLoader(list, World(), LoaderOptions(batch_size, workers=1|2))``
+  iterating whole
   epochs through its shared-memory ring; workers are persistent, the first epoch is the
   warm-up.
 
@@ -38,8 +39,8 @@ import torch
 
 from bench.common import DEFAULT_IMAGES, TICK, descendants, machine_busy_s, run_main, verdict
 from imgprep import ConvertOptions, World, convert_splits
-from loaders import LabelListLoader, TrainTransform, plan_epoch, read_label_list
-from loaders.transforms import train_sample
+from loaders import LabelListLoader, LoaderOptions, TrainTransform, plan_epoch, read_label_list
+from loaders.transforms import apply
 
 TARGET = 0.8  # loader 1 worker over floor
 WORKER_COUNTS = (1, 2)
@@ -94,7 +95,7 @@ def floor_epoch(lst: Path, batch: int, epoch: int) -> Iterable[tuple[torch.Tenso
         rng = np.random.default_rng([0, epoch, 0, int(plan.first[number])])
         chunk = plan.table[number].tolist()
         for i, idx in enumerate(chunk):
-            train_sample((e.root / e.paths[idx]).read_bytes(), TRAIN, rng, out[i], "floor")
+            apply((e.root / e.paths[idx]).read_bytes(), TRAIN, rng, out[i], "floor")
         yield torch.from_numpy(out), torch.from_numpy(e.labels[chunk])
 
 
@@ -106,7 +107,8 @@ def loader_epoch(loader: LabelListLoader, epoch: int) -> Iterable[tuple[torch.Te
 
 def measure(scratch: Path, args: argparse.Namespace) -> dict[str, Any]:
     lst = build_list(args.images, scratch, args.samples)
-    loaders = {w: LabelListLoader(lst, World(), args.batch_size, workers=w, seed=0)
+    loaders = {w: LabelListLoader(lst, World(), LoaderOptions(batch_size=args.batch_size,
+                                                              workers=w, seed=0))
                for w in WORKER_COUNTS}
     for loader in loaders.values():
         timed(loader_epoch(loader, 0))  # warm-up: workers start, files enter the page cache

@@ -13,9 +13,10 @@ What it measures, in one run, on the 1000 real ILSVRC2012 JPEGs of
   the random-resized-crop's region, one ``resize(box=...)`` to 224, flip and layout in one
   pass: uint8 CHW; ``floor_cl``: HWC, for the channels-last rows) into a preallocated batch
   array. No I/O, no processes. (Without the C extension the decoder takes the Pillow path.)
-- loader: ``loaders.shards.ShardLoader(folder, "train", World(), batch_size, workers=1|2,
-  seed=0)`` iterating whole epochs; and the same samples written as ONE shard read by 2
-  workers (fewer shards than workers: sample-granular plans keep both busy). Its workers are
+- loader: ``loaders.shards.ShardLoader(folder, "train", World(), LoaderOptions(batch_size,
+  workers=1|2, seed=0))`` iterating whole epochs; and the same samples written as ONE shard
+  read by 2 workers (fewer shards than workers: sample-granular plans keep both busy). Its
+  workers are
   persistent: the first epoch (timed alone: first-batch latency with worker start-up, and its
   rate) is the warm-up, and every timed pass is a later epoch, end to end, so steady rates
   exclude worker start-up but include each epoch's pipeline fill.
@@ -124,7 +125,7 @@ from imgprep.shards.layout import Layout
 from imgprep.shards.manifest import write_manifest
 from imgprep.shards.tario import iter_samples
 from imgprep.shards.writers import ShardWriter
-from loaders import SampleDecoder, ShardLoader, TrainTransform
+from loaders import LoaderOptions, SampleDecoder, ShardLoader, TrainTransform
 from loaders.transforms import crop_box
 
 SPLIT = "train"
@@ -314,7 +315,7 @@ def epoch_pass(batches: Iterable[Batch]) -> dict[str, float]:
 
 def loader_epoch(loader: ShardLoader, epoch: int) -> dict[str, float]:
     loader.set_epoch(epoch)
-    cl = loader.cfg.memory_format == "channels_last"
+    cl = loader.options.channels_last
     return epoch_pass(loader.in_place() if cl else loader)
 
 
@@ -476,17 +477,19 @@ def run(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
 
     # Loaders first, so that their workers fork before the floor's bytes are loaded here;
     # the first epoch of each is the warm-up (worker start-up, page cache, imports).
-    loaders = {f"loader_{w}w": ShardLoader(folder, SPLIT, World(), batch_size=batch,
-                                           workers=w, seed=0) for w in WORKER_COUNTS}
+    def opts(workers: int, **more: Any) -> LoaderOptions:
+        return LoaderOptions(batch_size=batch, workers=workers, seed=0, **more)
+
+    loaders = {f"loader_{w}w": ShardLoader(folder, SPLIT, World(), opts(w))
+               for w in WORKER_COUNTS}
     loaders["loader_1shard_2w"] = ShardLoader(one_shard(folder, scratch), SPLIT, World(),
-                                              batch_size=batch, workers=2, seed=0)
+                                              opts(2))
     if args.dali:  # as many DALI threads as the Pillow rows have workers
-        loaders |= {f"dali_{w}w": ShardLoader(folder, SPLIT, World(), batch_size=batch,
-                                              workers=w, seed=0, backend="dali")
+        loaders |= {f"dali_{w}w": ShardLoader(folder, SPLIT, World(), opts(w, backend="dali"))
                     for w in WORKER_COUNTS}
     # the rows FFCV's NHWC batches are compared with
-    loaders |= {f"loader_cl_{w}w": ShardLoader(folder, SPLIT, World(), batch_size=batch,
-                                               workers=w, seed=0, memory_format="channels_last")
+    loaders |= {f"loader_cl_{w}w": ShardLoader(folder, SPLIT, World(),
+                                               opts(w, memory_format="channels_last"))
                 for w in WORKER_COUNTS}
     peers = {f"peer_{w}w": make_peer(folder, batch, w) for w in WORKER_COUNTS}
     ffcv, ffcv_rows, ffcv_info = ffcv_peer.setup(args.ffcv_python, folder, SPLIT, scratch,

@@ -47,7 +47,8 @@ def shard_counts(total: int) -> list[int]:
 def ranks() -> list[World]:
     """The first and the last rank of the job."""
     n = NODES * LOCAL
-    return [World(r, n, r % LOCAL, LOCAL, r // LOCAL, NODES) for r in (0, n - 1)]
+    return [World(rank=r, world_size=n, local_rank=r % LOCAL, local_world_size=LOCAL,
+                  node_rank=r // LOCAL, num_nodes=NODES) for r in (0, n - 1)]
 
 
 def plan_once(samples: Sequence[int], world: World, version: int) -> tuple[float, int]:

@@ -133,7 +133,8 @@ def order_stats(version: int, small: int = 64, epochs: int = 4096, big: int = 1_
 def main() -> int:
     results = [
         case("ILSVRC2012 16x8 ranks x 8 workers x 256", 1000, 1281, 1025,
-             World(0, 128, 0, 8, 0, 16), 8, 256),
+             World(rank=0, world_size=128, local_rank=0, local_world_size=8, node_rank=0,
+                   num_nodes=16), 8, 256),
         case("8,000 samples, 8 shards, 1 rank x 2 workers x 32", 100, 80, 8, World(), 2, 32),
     ]
     print(f"{'case':52s} {'layout':7s} {'order':7s} {'classes/batch':>14s} {'shards/batch':>13s}")

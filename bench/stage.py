@@ -49,7 +49,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from bench.common import DEFAULT_IMAGES, RCHAR_CLI, free_port, repeated_shards, run_main
+from bench.common import DEFAULT_IMAGES, REPO, free_port, rchar, repeated_shards, run_main
 from imgprep import (
     ShardEntry,
     StageOptions,
@@ -58,6 +58,7 @@ from imgprep import (
     read_manifest,
     stage_to_node,
 )
+from imgprep.stage.fanout_net import IN_FLIGHT, NET_CHUNK
 
 TARGETS = {"size_only_over_cp": 0.9, "sha256_over_cp": 0.6}
 BASE_SHARDS = 1  # all 1000 images in one ~26 MB shard, near the ~40 MB of real shards
@@ -72,12 +73,6 @@ def drop_caches() -> bool:
         return True
     except OSError:
         return False
-
-
-def rchar() -> int:
-    """Bytes this process has read through read-like system calls (kernel count)."""
-    with open("/proc/self/io") as f:
-        return next(int(line.split()[1]) for line in f if line.startswith("rchar:"))
 
 
 def timed(fn: Callable[[], Any], cold: bool) -> tuple[float, Any]:
@@ -103,12 +98,12 @@ def stage_once(src: Path, dst: Path, world: World, mode: str, verify: str,
     return summary
 
 
-# One side of a Gloo point-to-point stream over loopback, in the chunks and window fan-out uses:
-# rank 0 sends MB megabytes to rank 1, which prints the rate it received at.
+# One side of a Gloo point-to-point stream over loopback, in the chunks and window fan-out uses
+# (NET_CHUNK bytes a message, IN_FLIGHT posted ahead, given as arguments): rank 0 sends MB
+# megabytes to rank 1, which prints the rate it received at.
 P2P = """
 import sys, time, datetime, torch, torch.distributed as dist
-from imgprep.stage.fanout_net import IN_FLIGHT, NET_CHUNK
-rank, port, mb = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+rank, port, mb, NET_CHUNK, IN_FLIGHT = map(int, sys.argv[1:6])
 store = dist.TCPStore("127.0.0.1", port, 2, rank == 0, datetime.timedelta(seconds=60))
 g = dist.ProcessGroupGloo(store, rank, 2, datetime.timedelta(seconds=60))
 n, works = mb * 2**20 // NET_CHUNK, []
@@ -130,7 +125,8 @@ if rank == 1:
 def gloo_p2p_mb_s(mb: int = 512) -> float:
     """The floor for node-to-node moves here: one Gloo stream between two processes."""
     port = free_port()
-    procs = [subprocess.Popen([sys.executable, "-c", P2P, str(r), str(port), str(mb)],
+    procs = [subprocess.Popen([sys.executable, "-c", P2P, str(r), str(port), str(mb),
+                               str(NET_CHUNK), str(IN_FLIGHT)],
                               stdout=subprocess.PIPE, text=True) for r in range(2)]
     try:
         out = [p.communicate(timeout=FANOUT_TIMEOUT)[0] for p in procs]
@@ -147,11 +143,11 @@ def fanout_once(src: Path, scratch: Path, nodes: int, jobs: int, samples: list[i
     rchar), received; in all: seconds (from all nodes joined to all finished: process start-up
     and imports left out) and the rate at which the nodes received."""
     port, share = free_port(), node_shards(samples, nodes, "partition", 0)
-    cmd = [sys.executable, "-c", RCHAR_CLI, "stage-to-node", "--src", str(src), "--dst",
+    cmd = [sys.executable, "-m", "bench.rchar", "stage-to-node", "--src", str(src), "--dst",
            str(scratch / "fan-{node}"), "--fanout", "--rendezvous", f"127.0.0.1:{port}",
            "--num-nodes", str(nodes), "--jobs", str(jobs), "--json", "-q", "--node-rank"]
     procs = [subprocess.Popen([*cmd, str(k)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True) for k in range(nodes)]
+                              text=True, cwd=REPO) for k in range(nodes)]
     rows, seconds, received = [], 0.0, 0
     try:
         for k, p in enumerate(procs):

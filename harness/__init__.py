@@ -9,11 +9,14 @@ installed packages. Each room runs as a module from the repository root:
   (``python -m harness.rehearsal.run``);
 - ``gpukit``: the GPU acceptance kit, which proves the CUDA paths on a GPU machine and runs
   its CPU form everywhere else (``python scripts/gpu_check.py``, which starts
-  ``python -m harness.gpukit.run``).
+  ``python -m harness.gpukit.run``);
+- ``fuzz``: the C extension fed mutated real JPEGs, in its normal build and in an
+  AddressSanitizer + UBSan build in a child (``python -m harness.fuzz.sanitize``).
 
 ``checks`` (the environment a child process gets and the checks made after it) is shared by
-every room and by the tests. The rooms do not import each other; they may import ``bench``
-(``bench.common``'s process-tree and CPU-noise measures; ``gpukit`` also ``bench.convert``'s
-floor) and the library through its public
-API or the white-box list in docs/development.md.
+every room and by the tests. The rooms do not import each other; of ``bench`` they import
+``bench.common`` (every room), ``bench.scaling`` (``cluster``: ``summarise``) and
+``bench.convert`` (``gpukit``: the conversion floor and timing), and nothing else
+(``HARNESS_BENCH`` in tools/check_layout.py); the library through its public API or the
+white-box list in docs/development.md.
 """

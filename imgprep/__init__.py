@@ -15,7 +15,7 @@ decides where they go (the ``imgprep`` command prints them on stderr).
 
 Inside the package, rooms by concern, each importing only the rooms below it:
 ``cli`` -> ``convert``, ``stage`` -> ``inputs`` -> ``shards`` -> ``job`` -> the leaf modules
-at the top (``errors``, ``fsutil``, ``procs``).
+at the top (``errors``, ``fsutil``, ``procs``, ``sections``: the manifest's typed sections).
 """
 
 from __future__ import annotations
@@ -74,19 +74,23 @@ _require_pil()
 _LAZY = {
     "World": "imgprep.job.world",
     "detect": "imgprep.job.world",
+    "MODES": "imgprep.job.assign",
     "node_shards": "imgprep.job.assign",
     "read_limits": "imgprep.job.cpus",
     "Rendezvous": "imgprep.job.rendezvous",
     "RendezvousError": "imgprep.job.rendezvous",
     "rendezvous": "imgprep.job.rendezvous",
     "ConvertOptions": "imgprep.convert.options",
-    "TransformOptions": "imgprep.convert.options",
+    "TransformOptions": "imgprep.sections",
+    "ManifestOptions": "imgprep.sections",
+    "SourceSection": "imgprep.sections",
     "ConvertSummary": "imgprep.convert.summary",
     "convert_splits": "imgprep.convert.run",
     "StageOptions": "imgprep.stage.options",
     "stage_to_node": "imgprep.stage.run",
     "ClassTable": "imgprep.inputs.synsets",
     "imagenet_classes": "imgprep.inputs.synsets",
+    "load_class_table": "imgprep.inputs.synsets",
     "FakeSummary": "imgprep.inputs.fakeset",
     "make_sample": "imgprep.inputs.fakeset",
     "Manifest": "imgprep.shards.manifest",
@@ -103,16 +107,17 @@ _LAZY = {
 }
 
 if TYPE_CHECKING:
-    from imgprep.convert.options import ConvertOptions, TransformOptions
+    from imgprep.convert.options import ConvertOptions
     from imgprep.convert.run import convert_splits
     from imgprep.convert.summary import ConvertSummary
     from imgprep.fsutil import atomic_open, write_bytes_atomic
     from imgprep.inputs.fakeset import FakeSummary, make_sample
-    from imgprep.inputs.synsets import ClassTable, imagenet_classes
-    from imgprep.job.assign import node_shards
+    from imgprep.inputs.synsets import ClassTable, imagenet_classes, load_class_table
+    from imgprep.job.assign import MODES, node_shards
     from imgprep.job.cpus import read_limits
     from imgprep.job.rendezvous import Rendezvous, RendezvousError, rendezvous
     from imgprep.job.world import World, detect
+    from imgprep.sections import ManifestOptions, SourceSection, TransformOptions
     from imgprep.shards.indexing import IndexedSplit, index_folder
     from imgprep.shards.info import PilInfo, pil_info
     from imgprep.shards.manifest import Manifest, ShardEntry, manifest_path, read_manifest
@@ -131,11 +136,12 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "ClassTable", "ConvertOptions", "ConvertSummary", "FakeSummary", "ImageError", "ImgprepError",
-    "IndexedSplit", "InputMissingError", "LabelError", "Manifest", "ManifestError", "OutputError",
-    "OutputExistsError", "PilInfo", "Rendezvous", "RendezvousError", "ShardEntry", "ShardError",
-    "SourceFormatError", "StageError", "StageOptions", "TransformOptions", "UnsafeArchiveError",
+    "IndexedSplit", "InputMissingError", "LabelError", "Manifest", "ManifestError",
+    "ManifestOptions", "OutputError", "OutputExistsError", "PilInfo", "Rendezvous",
+    "RendezvousError", "ShardEntry", "ShardError", "SourceFormatError", "SourceSection",
+    "StageError", "StageOptions", "TransformOptions", "UnsafeArchiveError",
     "WaitTimeout", "World", "WorldError", "__version__", "atomic_open", "convert_splits",
     "detect", "imagenet_classes", "index_folder", "make_sample", "manifest_path", "node_shards",
     "pil_info", "read_limits", "read_manifest", "rendezvous", "stage_to_node", "verify",
-    "write_bytes_atomic",
+    "write_bytes_atomic", "MODES", "load_class_table",
 ]

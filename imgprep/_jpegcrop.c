@@ -1,18 +1,28 @@
 /* Crop-aware JPEG decoding with libjpeg-turbo's partial decompression.
  *
- * probe(data) -> (width, height, code)
+ * probe(data, check=False) -> (width, height, code, report)
  *     Reads the headers. code 0: a sequential (not progressive) YCbCr or grayscale JPEG whose
  *     bytes after the start of scan hold only entropy-coded data, restart markers and the
  *     final EOI, so that stopping early cannot hide an error a full decode would raise.
- *     Other codes name why the fast path declines (see imgprep/jpegcrop.py).
+ *     Other codes name why the fast path declines (see imgprep/jpegcrop.py). ``report`` is
+ *     None, or with ``check`` what reading every scan's coefficients to the end found (no
+ *     pixels made: any colour space, progressive too; below).
  *
- * decode(data, frame, scale, x0, y0, x1, y1) -> (left, top, right, bottom, warnings)
+ * decode(data, frame, scale, x0, y0, x1, y1, whole=False) -> (left, top, right, bottom, report)
  *     Decodes, at 1/scale, the rows and iMCU columns that cover [x0, x1) x [y0, y1) (output
  *     pixels) into ``frame``, a writable RGBX buffer of the whole scaled image (4 bytes a
  *     pixel, rows of scaled-width pixels), at their place in the image. The same library,
  *     DCT and upsampling as a full decode, so the pixels of that region are the full
- *     decode's (tested on every region shape, subsampling and scale). Returns the region actually written and the count of libjpeg warnings
- *     (corrupt data); the caller decodes the whole image instead when it is not zero.
+ *     decode's (tested on every region shape, subsampling and scale). Returns the region
+ *     actually written and the report; with ``whole`` the rest of the data is read to the
+ *     end too (the rows below the region entropy-decoded only, the last one written), so
+ *     that the report covers the whole file.
+ *
+ *     report: {"warnings": libjpeg's warnings (corrupt data), "first": the first one's text,
+ *     "eof": the data ran out before an EOI marker, "hit_marker": a marker came before the
+ *     scan's last block, "padding": the most bytes skipped before one marker, "trailing":
+ *     bytes after the EOI marker (whole or check only), "error": libjpeg's error ("" if
+ *     none; probe's check only: decode raises)}.
  *
  * pack(src, src_width, x0, y0, width, height, out, flip, planar)
  *     Copies the width x height pixels at (x0, y0) of a 4-byte-a-pixel image (RGBX: the
@@ -20,8 +30,10 @@
  *     ``out`` as RGB, rows of pixels (HWC) or three planes (CHW), mirrored when ``flip``:
  *     one pass instead of a flip, a split and a copy.
  *
- * Built for the stable ABI (3.11+), so one build serves later Pythons. The GIL is released
- * while libjpeg runs.
+ * Every argument is range-checked here, in signed arithmetic with overflow checks, before
+ * any byte is touched (ValueError otherwise). Built for the stable ABI (3.11+), so one build
+ * serves later Pythons, with -Wall -Wextra -Werror in development (setup.py). The GIL is
+ * released while libjpeg runs.
  */
 #define Py_LIMITED_API 0x030B0000
 #define PY_SSIZE_T_CLEAN
@@ -30,20 +42,29 @@
 #include <setjmp.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 
 #include <jpeglib.h>
+#include <jerror.h>
+
+#include "csrc/resample.h"
 
 #include "csrc/libjpeg_info.h"
 
 enum { FAST = 0, PROGRESSIVE = 1, COLOR = 2, TAIL = 3, BROKEN = 4 };
+/* The most memory probe's check gives libjpeg's coefficient buffers: a larger image is an
+ * error there (no backing store), not an allocation the size its header claims. */
+#define CHECK_MEMORY (2048L * 1024 * 1024)
 
 typedef struct {
     struct jpeg_error_mgr pub;
     jmp_buf jump;
-    int warnings;
-    char message[JMSG_LENGTH_MAX];
+    int warnings, eof, hit_marker;
+    long padding;
+    char message[JMSG_LENGTH_MAX];  /* the error */
+    char first[JMSG_LENGTH_MAX];    /* the first warning */
 } ErrorMgr;
 
 static void on_error(j_common_ptr cinfo) {
@@ -52,17 +73,40 @@ static void on_error(j_common_ptr cinfo) {
     longjmp(err->jump, 1);
 }
 
+/* libjpeg's warnings (level < 0) are counted and sorted, the first kept as text; trace
+ * messages (level >= 0) are dropped. */
 static void on_message(j_common_ptr cinfo, int level) {
-    if (level < 0) ((ErrorMgr *)cinfo->err)->warnings++;
+    ErrorMgr *err = (ErrorMgr *)cinfo->err;
+    if (level >= 0) return;
+    if (err->warnings++ == 0) (*cinfo->err->format_message)(cinfo, err->first);
+    switch (err->pub.msg_code) {
+    case JWRN_JPEG_EOF: err->eof = 1; break;
+    case JWRN_HIT_MARKER: err->hit_marker = 1; break;
+    case JWRN_EXTRANEOUS_DATA:
+        if (err->pub.msg_parm.i[0] > err->padding) err->padding = err->pub.msg_parm.i[0];
+        break;
+    default: break;
+    }
 }
 
+/* The error manager's fields reset, then the decompressor made. Called after the caller's
+ * setjmp: jpeg_create_decompress itself may fail (no memory, a library of another version). */
 static void setup(struct jpeg_decompress_struct *cinfo, ErrorMgr *err) {
+    memset(cinfo, 0, sizeof *cinfo);
     cinfo->err = jpeg_std_error(&err->pub);
     err->pub.error_exit = on_error;
     err->pub.emit_message = on_message;
-    err->warnings = 0;
-    err->message[0] = '\0';
+    err->warnings = err->eof = err->hit_marker = 0;
+    err->padding = 0;
+    err->message[0] = err->first[0] = '\0';
     jpeg_create_decompress(cinfo);
+}
+
+static PyObject *report(const ErrorMgr *err, long trailing, int with_error) {
+    return Py_BuildValue("{s:i,s:s,s:i,s:i,s:l,s:l,s:s}", "warnings", err->warnings,
+                         "first", err->first, "eof", err->eof, "hit_marker", err->hit_marker,
+                         "padding", err->padding, "trailing", trailing, "error",
+                         with_error ? err->message : "");
 }
 
 /* Whether the bytes from ``p`` to the end are entropy-coded data with restart markers only,
@@ -84,15 +128,23 @@ static int clean_tail(const unsigned char *p, const unsigned char *end) {
 
 static PyObject *probe(PyObject *Py_UNUSED(self), PyObject *args) {
     Py_buffer view;
-    if (!PyArg_ParseTuple(args, "y*", &view)) return NULL;
+    int check = 0;
+    if (!PyArg_ParseTuple(args, "y*|p", &view, &check)) return NULL;
+    if ((unsigned long long)view.len > (unsigned long long)ULONG_MAX) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "the data is too large for libjpeg");
+        return NULL;
+    }
     struct jpeg_decompress_struct cinfo;
     ErrorMgr err;
-    volatile int code = FAST;
-    volatile long width = 0, height = 0;
-    setup(&cinfo, &err);
+    volatile int code = FAST, failed = 0;
+    volatile long width = 0, height = 0, trailing = 0;
+    Py_BEGIN_ALLOW_THREADS
     if (setjmp(err.jump)) {
-        code = BROKEN;
+        if (code == FAST) code = BROKEN;  /* a declined header keeps its own code */
+        failed = 1;
     } else {
+        setup(&cinfo, &err);
         jpeg_mem_src(&cinfo, view.buf, (unsigned long)view.len);
         jpeg_read_header(&cinfo, TRUE);
         width = (long)cinfo.image_width;
@@ -105,35 +157,49 @@ static PyObject *probe(PyObject *Py_UNUSED(self), PyObject *args) {
         else if (!clean_tail(cinfo.src->next_input_byte,
                              (const unsigned char *)view.buf + view.len))
             code = TAIL;
+        if (check) {
+            cinfo.mem->max_memory_to_use = CHECK_MEMORY;
+            jpeg_read_coefficients(&cinfo);
+            jpeg_finish_decompress(&cinfo);
+            trailing = (long)cinfo.src->bytes_in_buffer;
+        }
     }
     jpeg_destroy_decompress(&cinfo);
+    Py_END_ALLOW_THREADS
     PyBuffer_Release(&view);
-    return Py_BuildValue("lli", width, height, code);
+    if (!check) return Py_BuildValue("lliO", width, height, code, Py_None);
+    PyObject *rep = report(&err, trailing, failed);
+    if (rep == NULL) return NULL;
+    return Py_BuildValue("lliN", width, height, code, rep);
 }
 
 typedef struct {
     JDIMENSION left, top, right, bottom;
 } Region;
 
-/* The decode proper; returns 0, or -1 with the libjpeg message in err->message. */
+/* The decode proper; returns 0, or -1 with the message in err->message. ``*trailing``: the
+ * bytes after EOI when ``whole`` read the data to its end. */
 static int decode_region(const unsigned char *data, size_t len, unsigned char *frame,
-                         size_t frame_len, int scale, Region *r, ErrorMgr *err) {
+                         size_t frame_len, int scale, Region *r, int whole, long *trailing,
+                         ErrorMgr *err) {
     struct jpeg_decompress_struct cinfo;
-    setup(&cinfo, err);
     if (setjmp(err->jump)) {
         jpeg_destroy_decompress(&cinfo);
         return -1;
     }
+    setup(&cinfo, err);
     jpeg_mem_src(&cinfo, data, (unsigned long)len);
     jpeg_read_header(&cinfo, TRUE);
     cinfo.out_color_space = JCS_EXT_RGBX;
     cinfo.scale_num = 1;
     cinfo.scale_denom = (unsigned int)scale;
-    jpeg_start_decompress(&cinfo);
+    jpeg_calc_output_dimensions(&cinfo);
     JDIMENSION w = cinfo.output_width, h = cinfo.output_height;
-    if ((size_t)w * h * 4 > frame_len) {
-        snprintf(err->message, JMSG_LENGTH_MAX, "frame holds %zu bytes, the image needs %zu",
-                 frame_len, (size_t)w * h * 4);
+    size_t need;
+    if (__builtin_mul_overflow((size_t)w, (size_t)h, &need) ||
+        __builtin_mul_overflow(need, (size_t)4, &need) || need > frame_len) {
+        snprintf(err->message, JMSG_LENGTH_MAX, "the frame holds %zu bytes, the %ux%u image "
+                 "needs 4 a pixel", frame_len, (unsigned)w, (unsigned)h);
         jpeg_destroy_decompress(&cinfo);
         return -1;
     }
@@ -142,22 +208,36 @@ static int decode_region(const unsigned char *data, size_t len, unsigned char *f
      * keeps them out of the region. Skipped rows keep their context (libjpeg reads what
      * the upsampler needs), and rows past ``bottom`` only feed the rows above them. */
     JDIMENSION left = r->left > 0 ? r->left - 1 : 0;
-    JDIMENSION right = r->right + 1 < w ? r->right + 1 : w;
+    JDIMENSION right = r->right < w ? r->right + 1 : w;
     JDIMENSION top = r->top, bottom = r->bottom < h ? r->bottom : h;
-    JDIMENSION width = right - left;
     if (top >= bottom || left >= right) {
         snprintf(err->message, JMSG_LENGTH_MAX, "the region lies outside the %ux%u image",
                  (unsigned)w, (unsigned)h);
         jpeg_destroy_decompress(&cinfo);
         return -1;
     }
+    jpeg_start_decompress(&cinfo);
+    JDIMENSION width = right - left;
     if (left > 0 || right < w) jpeg_crop_scanline(&cinfo, &left, &width);
     if (top > 0) jpeg_skip_scanlines(&cinfo, top);
     while (cinfo.output_scanline < bottom) {
         JSAMPROW row = frame + ((size_t)cinfo.output_scanline * w + left) * 4;
         jpeg_read_scanlines(&cinfo, &row, 1);
     }
-    jpeg_abort_decompress(&cinfo);
+    if (whole) {
+        /* Skipping to the very end would mark the data read without reading it: skip to the
+         * last row, write it (outside the region: undefined there), then read to EOI. */
+        if (cinfo.output_scanline + 1 < h)
+            jpeg_skip_scanlines(&cinfo, h - 1 - cinfo.output_scanline);
+        while (cinfo.output_scanline < h) {
+            JSAMPROW row = frame + ((size_t)cinfo.output_scanline * w + left) * 4;
+            jpeg_read_scanlines(&cinfo, &row, 1);
+        }
+        jpeg_finish_decompress(&cinfo);
+        *trailing = (long)cinfo.src->bytes_in_buffer;
+    } else {
+        jpeg_abort_decompress(&cinfo);
+    }
     jpeg_destroy_decompress(&cinfo);
     r->left = left;
     r->top = top;
@@ -166,29 +246,45 @@ static int decode_region(const unsigned char *data, size_t len, unsigned char *f
     return 0;
 }
 
+/* An int argument in [lo, hi], or -1 with ValueError naming it. */
+static int in_range(const char *name, long long v, long long lo, long long hi) {
+    if (v >= lo && v <= hi) return 0;
+    PyErr_Format(PyExc_ValueError, "%s must be in [%lld, %lld], not %lld", name, lo, hi, v);
+    return -1;
+}
+
 static PyObject *decode(PyObject *Py_UNUSED(self), PyObject *args) {
     Py_buffer data, frame;
-    int scale;
-    unsigned int x0, y0, x1, y1;
-    if (!PyArg_ParseTuple(args, "y*w*iIIII", &data, &frame, &scale, &x0, &y0, &x1, &y1))
+    int scale, whole = 0;
+    long long x0, y0, x1, y1;
+    if (!PyArg_ParseTuple(args, "y*w*iLLLL|p", &data, &frame, &scale, &x0, &y0, &x1, &y1,
+                          &whole))
         return NULL;
     PyObject *result = NULL;
+    const long long most = JPEG_MAX_DIMENSION;
     if (scale != 1 && scale != 2 && scale != 4 && scale != 8) {
         PyErr_SetString(PyExc_ValueError, "scale must be 1, 2, 4 or 8");
-    } else if (x0 >= x1 || y0 >= y1) {
-        PyErr_SetString(PyExc_ValueError, "the region must not be empty");
+    } else if (in_range("x0", x0, 0, most - 1) < 0 || in_range("y0", y0, 0, most - 1) < 0 ||
+               in_range("x1", x1, x0 + 1, most) < 0 || in_range("y1", y1, y0 + 1, most) < 0) {
+        /* the message is set: x1 > x0 and y1 > y0, so the region is not empty */
+    } else if ((unsigned long long)data.len > (unsigned long long)ULONG_MAX) {
+        PyErr_SetString(PyExc_ValueError, "the data is too large for libjpeg");
     } else {
         ErrorMgr err;
-        Region r = {x0, y0, x1, y1};
+        Region r = {(JDIMENSION)x0, (JDIMENSION)y0, (JDIMENSION)x1, (JDIMENSION)y1};
+        long trailing = 0;
         int rc;
         Py_BEGIN_ALLOW_THREADS
         rc = decode_region(data.buf, (size_t)data.len, frame.buf, (size_t)frame.len, scale, &r,
-                           &err);
+                           whole, &trailing, &err);
         Py_END_ALLOW_THREADS
-        if (rc != 0)
+        if (rc != 0) {
             PyErr_Format(PyExc_ValueError, "cannot decode the JPEG (%s)", err.message);
-        else
-            result = Py_BuildValue("IIIIi", r.left, r.top, r.right, r.bottom, err.warnings);
+        } else {
+            PyObject *rep = report(&err, trailing, 0);
+            if (rep != NULL)
+                result = Py_BuildValue("IIIIN", r.left, r.top, r.right, r.bottom, rep);
+        }
     }
     PyBuffer_Release(&frame);
     PyBuffer_Release(&data);
@@ -210,13 +306,17 @@ struct ArrowArray {
 static const unsigned char *arrow_pixels(PyObject *capsule, Py_ssize_t *len) {
     struct ArrowArray *a = PyCapsule_GetPointer(capsule, "arrow_array");
     if (a == NULL) return NULL;
-    if (a->release == NULL || a->n_children != 1 || a->children[0]->n_buffers != 2 ||
-        a->children[0]->buffers[1] == NULL) {
+    const struct ArrowArray *values = a->n_children == 1 && a->children != NULL
+        ? a->children[0] : NULL;
+    int64_t bytes;
+    if (a->release == NULL || values == NULL || values->n_buffers != 2 ||
+        values->buffers == NULL || values->buffers[1] == NULL || a->length < 0 ||
+        a->offset < 0 || values->offset < 0 || __builtin_mul_overflow(a->length, 4, &bytes) ||
+        bytes > PY_SSIZE_T_MAX || a->offset > (INT64_MAX - values->offset) / 4) {
         PyErr_SetString(PyExc_ValueError, "not a 4-byte-a-pixel image exported by Pillow");
         return NULL;
     }
-    const struct ArrowArray *values = a->children[0];
-    *len = (Py_ssize_t)(a->length * 4);
+    *len = (Py_ssize_t)bytes;
     return (const unsigned char *)values->buffers[1] + values->offset + a->offset * 4;
 }
 
@@ -226,24 +326,24 @@ enum { SHIFT_R = 24, SHIFT_G = 16, SHIFT_B = 8 };
 enum { SHIFT_R = 0, SHIFT_G = 8, SHIFT_B = 16 };
 #endif
 
-static void pack_rows(const unsigned char *src, size_t stride, unsigned w, unsigned h,
+static void pack_rows(const unsigned char *src, size_t stride, size_t w, size_t h,
                       unsigned char *out, int flip, int planar) {
-    size_t plane = (size_t)w * h;
+    size_t plane = w * h;
     ptrdiff_t step = flip ? -4 : 4;
-    for (unsigned y = 0; y < h; y++) {
-        const unsigned char *p = src + y * stride + (flip ? (size_t)(w - 1) * 4 : 0);
+    for (size_t y = 0; y < h; y++) {
+        const unsigned char *p = src + y * stride + (flip ? (w - 1) * 4 : 0);
         uint32_t v;
         if (planar) {
-            unsigned char *r = out + (size_t)y * w, *g = r + plane, *b = g + plane;
-            for (unsigned x = 0; x < w; x++, p += step) {
+            unsigned char *r = out + y * w, *g = r + plane, *b = g + plane;
+            for (size_t x = 0; x < w; x++, p += step) {
                 memcpy(&v, p, 4);  /* one load; the bytes R, G, B, X in memory order */
                 r[x] = (unsigned char)(v >> SHIFT_R);
                 g[x] = (unsigned char)(v >> SHIFT_G);
                 b[x] = (unsigned char)(v >> SHIFT_B);
             }
         } else {
-            unsigned char *d = out + (size_t)y * w * 3;
-            for (unsigned x = 0; x + 1 < w; x++, p += step, d += 3) {
+            unsigned char *d = out + y * w * 3;
+            for (size_t x = 0; x + 1 < w; x++, p += step, d += 3) {
                 memcpy(&v, p, 4);
                 memcpy(d, &v, 4);  /* the 4th byte is overwritten by the next pixel */
             }
@@ -252,12 +352,43 @@ static void pack_rows(const unsigned char *src, size_t stride, unsigned w, unsig
     }
 }
 
+/* Whether the box (x0, y0, w, h) lies inside ``len`` bytes of rows ``src_w`` pixels wide,
+ * 4 bytes a pixel, and ``out_len`` is w x h x 3; else -1 with ValueError. Every value is a
+ * checked Py_ssize_t: none wraps. */
+static int check_box(Py_ssize_t src_w, Py_ssize_t x0, Py_ssize_t y0, Py_ssize_t w,
+                     Py_ssize_t h, Py_ssize_t len, Py_ssize_t out_len) {
+    Py_ssize_t stride, last, end, need;
+    if (src_w < 1 || x0 < 0 || y0 < 0 || w < 1 || h < 1) {
+        PyErr_Format(PyExc_ValueError, "the box must have x0, y0 >= 0 and width, height, "
+                     "src_width >= 1 (got x0=%zd y0=%zd width=%zd height=%zd src_width=%zd)",
+                     x0, y0, w, h, src_w);
+        return -1;
+    }
+    if (w > src_w || x0 > src_w - w || __builtin_mul_overflow(src_w, (Py_ssize_t)4, &stride) ||
+        __builtin_add_overflow(y0, h - 1, &last) ||
+        __builtin_mul_overflow(last, stride, &end) ||
+        __builtin_add_overflow(end, (x0 + w) * 4, &end) || end > len) {
+        PyErr_Format(PyExc_ValueError, "the box (x0=%zd y0=%zd width=%zd height=%zd) lies "
+                     "outside the source image (%zd pixels wide, %zd bytes)", x0, y0, w, h,
+                     src_w, len);
+        return -1;
+    }
+    if (__builtin_mul_overflow(w, h, &need) || __builtin_mul_overflow(need, (Py_ssize_t)3,
+                                                                      &need) ||
+        need != out_len) {
+        PyErr_Format(PyExc_ValueError, "out holds %zd bytes, the %zdx%zd box needs 3 a pixel",
+                     out_len, w, h);
+        return -1;
+    }
+    return 0;
+}
+
 static PyObject *pack(PyObject *Py_UNUSED(self), PyObject *args) {
     PyObject *src;
     Py_buffer out, view = {0};
-    unsigned int src_w, x0, y0, w, h;
+    Py_ssize_t src_w, x0, y0, w, h;
     int flip, planar;
-    if (!PyArg_ParseTuple(args, "OIIIIIw*pp", &src, &src_w, &x0, &y0, &w, &h, &out, &flip,
+    if (!PyArg_ParseTuple(args, "Onnnnnw*pp", &src, &src_w, &x0, &y0, &w, &h, &out, &flip,
                           &planar))
         return NULL;
     const unsigned char *pixels;
@@ -273,21 +404,13 @@ static PyObject *pack(PyObject *Py_UNUSED(self), PyObject *args) {
         pixels = NULL;
     }
     PyObject *result = NULL;
-    if (pixels != NULL) {
+    if (pixels != NULL && check_box(src_w, x0, y0, w, h, len, out.len) == 0) {
         size_t stride = (size_t)src_w * 4;
-        if (w == 0 || h == 0 || x0 + w > src_w ||
-            (size_t)(y0 + h - 1) * stride + (size_t)(x0 + w) * 4 > (size_t)len) {
-            PyErr_SetString(PyExc_ValueError, "the box lies outside the source image");
-        } else if ((size_t)out.len != (size_t)w * h * 3) {
-            PyErr_Format(PyExc_ValueError, "out holds %zd bytes, the box needs %zu", out.len,
-                         (size_t)w * h * 3);
-        } else {
-            Py_BEGIN_ALLOW_THREADS
-            pack_rows(pixels + y0 * stride + (size_t)x0 * 4, stride, w, h, out.buf, flip,
-                      planar);
-            Py_END_ALLOW_THREADS
-            result = Py_NewRef(Py_None);
-        }
+        Py_BEGIN_ALLOW_THREADS
+        pack_rows(pixels + (size_t)y0 * stride + (size_t)x0 * 4, stride, (size_t)w, (size_t)h,
+                  out.buf, flip, planar);
+        Py_END_ALLOW_THREADS
+        result = Py_NewRef(Py_None);
     }
     if (have_view) PyBuffer_Release(&view);
     PyBuffer_Release(&out);
@@ -295,11 +418,15 @@ static PyObject *pack(PyObject *Py_UNUSED(self), PyObject *args) {
 }
 
 static PyMethodDef methods[] = {
-    {"probe", probe, METH_VARARGS, "probe(data) -> (width, height, code)"},
-    {"decode", decode, METH_VARARGS,
-     "decode(data, frame, scale, x0, y0, x1, y1) -> (left, top, right, bottom, warnings)"},
+    {"probe", probe, METH_VARARGS, "probe(data, check=False) -> (width, height, code, report)"},
+    {"decode", decode, METH_VARARGS, "decode(data, frame, scale, x0, y0, x1, y1, whole=False) "
+     "-> (left, top, right, bottom, report)"},
     {"pack", pack, METH_VARARGS,
      "pack(src, src_width, x0, y0, width, height, out, flip, planar) -> None"},
+    {"resize", rs_py_resize, METH_VARARGS,
+     "resize(src, width, height, stride, channels, box, out_width, out_height, window, out, "
+     "filter, flip, planar, kernel) -> None (imgprep/csrc/resample_py.c)"},
+    {"resample_kernel", rs_py_kernel, METH_VARARGS, "resample_kernel(kernel) -> str"},
     {NULL, NULL, 0, NULL},
 };
 

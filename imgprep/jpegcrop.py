@@ -15,6 +15,13 @@ arithmetic-coded JPEGs, CMYK and other colour spaces, data after the scan other 
 markers and the final EOI (so that stopping early never hides a truncation or an error a full
 decode would raise), corrupt data that makes libjpeg warn, and anything that is not a JPEG.
 Those go to the caller's Pillow path.
+
+Damage is never silent (``Scan``, ``check``): reading a JPEG's data to its end (``check``, or
+``Frame.decode(..., whole=True)`` on the fast path, at no extra decode) tells a file cut
+short, padded or carrying large trailing data, which is an error (``Scan.damage``), from one
+that decodes whole with libjpeg's warnings, which converts (``Scan.notes``); docs/convert.md
+gives the rule and the real files it was decided from. Images are held to Pillow's
+decompression-bomb limit before a frame is made (``check_pixels``).
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from types import ModuleType
+from typing import Any
 
 import numpy as np
 from PIL import Image
@@ -42,6 +50,11 @@ REASONS = {  # probe codes of the extension -> why the fast path declines
     4: "not a JPEG libjpeg reads",
 }
 Box = tuple[float, float, float, float]
+# Bytes a real photo never holds where libjpeg skips them: stray bytes before a marker
+# (libjpeg's "extraneous bytes") and data after the end-of-image marker above these are
+# padding or another file, an error; fewer convert, listed (docs/convert.md, "Damage").
+PADDING_LIMIT = 64 * 1024
+TRAILING_LIMIT = 64 * 1024
 
 
 @dataclass(frozen=True)
@@ -83,6 +96,90 @@ def status() -> str:
 
 
 @dataclass(frozen=True)
+class Scan:
+    """What reading a JPEG's data to its end found (the extension's report)."""
+
+    warnings: int = 0  # libjpeg's warnings (corrupt data it decoded around)
+    first: str = ""  # the first warning, in libjpeg's words
+    eof: bool = False  # the data ran out before an end-of-image marker
+    hit_marker: bool = False  # a marker came before the scan's last block
+    padding: int = 0  # the most bytes libjpeg skipped before one marker
+    trailing: int = 0  # bytes after the end-of-image marker
+    error: str = ""  # libjpeg's error: the data could not be read to its end
+
+    @classmethod
+    def of(cls, report: dict[str, Any]) -> Scan:
+        return cls(warnings=report["warnings"], first=report["first"],
+                   eof=bool(report["eof"]), hit_marker=bool(report["hit_marker"]),
+                   padding=report["padding"], trailing=report["trailing"],
+                   error=report["error"])
+
+    def damage(self) -> str | None:
+        """Why the file is damaged (cut short, padded, trailing data, unreadable), or None
+        when its pixels are whole."""
+        if self.error:
+            return f"damaged JPEG data: {self.error}"
+        end = "and no end-of-image marker" if self.eof else "before a marker"
+        if self.padding > PADDING_LIMIT:
+            return (f"padded JPEG: the image data is followed by {self.padding} bytes that "
+                    f"are not image data {end} (over {PADDING_LIMIT}: a file written only "
+                    "in part, such as a preallocated one)")
+        if self.eof:
+            return ("truncated JPEG: the data ends without an end-of-image marker (cut short, "
+                    "or written only in part)")
+        if self.hit_marker:
+            return ("truncated JPEG: the entropy-coded data ends before the image's last "
+                    "block (premature end of data segment)")
+        if self.trailing > TRAILING_LIMIT:
+            return (f"JPEG with {self.trailing} bytes of trailing data after its "
+                    f"end-of-image marker (over {TRAILING_LIMIT}: another file, or padding)")
+        return None
+
+    def notes(self) -> str:
+        """What a whole image's reading still found (empty when nothing): libjpeg's
+        warnings and trailing bytes, for the warnings log."""
+        parts = []
+        if self.warnings:
+            more = f" (and {self.warnings - 1} more)" if self.warnings > 1 else ""
+            parts.append(f"libjpeg: {self.first}{more}")
+        if self.trailing:
+            parts.append(f"{self.trailing} bytes after the end-of-image marker")
+        return "; ".join(parts)
+
+
+def check(data: bytes) -> Scan:
+    """Read every scan of the JPEG ``data`` to its end, making no pixels (about two thirds
+    of a decode's time); where the extension is not built, ``tail_scan``."""
+    if _jpegcrop is None:
+        return tail_scan(data)
+    return Scan.of(_jpegcrop.probe(data, True)[3])
+
+
+def tail_scan(data: bytes) -> Scan:
+    """What the bytes alone show, in microseconds and the same on every host: whether the
+    JPEG ``data`` ends with its end-of-image marker, and what follows the last one."""
+    if data.endswith(b"\xff\xd9"):
+        return Scan()
+    end = data.rfind(b"\xff\xd9")
+    return Scan(eof=True) if end < 0 else Scan(trailing=len(data) - end - 2)
+
+
+def pixel_limit() -> int | None:
+    """The most pixels an image may declare: Pillow's decompression-bomb error rule, twice
+    ``PIL.Image.MAX_IMAGE_PIXELS``, read at each call so that a user's setting holds; None
+    where the user turned Pillow's check off (``MAX_IMAGE_PIXELS = None``)."""
+    most = Image.MAX_IMAGE_PIXELS
+    return None if most is None else 2 * int(most)
+
+
+def check_pixels(width: int, height: int) -> None:
+    """The check Pillow's ``Image.open`` makes of a declared size, made before a frame of
+    that size: ``Image.DecompressionBombError`` over ``pixel_limit``, a
+    ``DecompressionBombWarning`` over ``MAX_IMAGE_PIXELS``, the same words either way."""
+    Image._decompression_bomb_check((width, height))
+
+
+@dataclass(frozen=True)
 class Probe:
     """A JPEG's size, and why the fast path declines it (None: it takes it)."""
 
@@ -95,7 +192,7 @@ def probe(data: bytes) -> Probe:
     """Read ``data``'s headers (a few microseconds); ``reason`` is None for the fast path."""
     if _jpegcrop is None:
         return Probe(0, 0, f"the crop-aware decoder is not built ({_MISSING})")
-    w, h, code = _jpegcrop.probe(data)
+    w, h, code, _ = _jpegcrop.probe(data)
     return Probe(w, h, REASONS.get(code) if code else None)
 
 
@@ -128,7 +225,11 @@ class Frame:
         self._images: dict[tuple[int, int], Image.Image] = {}
 
     def view(self, width: int, height: int) -> tuple[np.ndarray, Image.Image]:
-        """The buffer for a ``width`` x ``height`` RGBX image, and the image over it."""
+        """The buffer for a ``width`` x ``height`` RGBX image, and the image over it
+        (ValueError past ``pixel_limit``: never the allocation a forged header asks for)."""
+        limit = pixel_limit()
+        if width < 1 or height < 1 or (limit is not None and width * height > limit):
+            raise ValueError(f"a {width}x{height} frame is outside 1 .. {limit} pixels")
         need = width * height * 4
         if need > self._buf.size:
             self._buf = np.empty(need, np.uint8)
@@ -142,18 +243,20 @@ class Frame:
             self._images[(width, height)] = img
         return buf, img
 
-    def decode(self, data: bytes, p: Probe, scale: int,
-               region: tuple[int, int, int, int]) -> Image.Image | None:
+    def decode(self, data: bytes, p: Probe, scale: int, region: tuple[int, int, int, int],
+               *, whole: bool = False) -> tuple[Image.Image | None, Scan]:
         """Decode ``region`` (left, top, right, bottom, in pixels at 1/``scale``) of the JPEG
-        ``data`` into the frame; the RGBX image of the whole scaled size, whose pixels are
+        ``data`` into the frame: the RGBX image of the whole scaled size, whose pixels are
         the full decode's in ``region`` (and undefined outside), or None when libjpeg warned
-        about corrupt data (decode it the Pillow way)."""
+        about corrupt data (decode it the Pillow way); and what the reading found (of the
+        whole file with ``whole``, which also reads the data below the region)."""
         if _jpegcrop is None or p.reason is not None:
             raise ValueError(f"the crop-aware decoder declines this image: {p.reason}")
         w, h = -(-p.width // scale), -(-p.height // scale)
         buf, img = self.view(w, h)
-        *_, warnings = _jpegcrop.decode(data, buf, scale, *region)
-        return None if warnings else img
+        *_, report = _jpegcrop.decode(data, buf, scale, *region, whole)
+        scan = Scan.of(report)
+        return (None if scan.warnings else img), scan
 
 
 def pack(src: Image.Image | np.ndarray, src_width: int, box: tuple[int, int, int, int],
@@ -164,6 +267,9 @@ def pack(src: Image.Image | np.ndarray, src_width: int, box: tuple[int, int, int
     if _jpegcrop is None:
         raise ValueError(f"the crop-aware decoder is not built ({_MISSING})")
     left, top, right, bottom = box
+    if not (0 <= left < right <= src_width and 0 <= top < bottom):
+        raise ValueError(f"the box {box} lies outside the source image ({src_width} pixels "
+                         "wide) or is empty: 0 <= left < right <= src_width, 0 <= top < bottom")
     if isinstance(src, Image.Image):
         if src.mode not in ("RGB", "RGBX"):
             raise ValueError(f"pack takes RGB or RGBX images, not {src.mode}")

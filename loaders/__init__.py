@@ -5,61 +5,49 @@ before the epoch starts); epoch order is a pure function of (seed, epoch, World)
 resumed at any batch; batches leave as uint8 NCHW (contiguous, or with channels_last strides:
 ``memory_format``), copied out of the workers' shared memory or handed over in place
 (``loader.in_place()``), and are normalised on the device. Samples
-come from a *source* (a shard set or a label list); two decoder *backends* make the same
-batches from them: ``pillow`` (the default) and ``dali`` (NVIDIA DALI,
-``pip install 'imgprep[dali]'``; imported only when asked for).
+come from a *source* (a shard set or a label list); decoder *backends* make the same
+batches from them: ``pillow`` (the default), ``dali`` (NVIDIA DALI,
+``pip install 'imgprep[dali]'``) and ``nvjpeg`` (torchvision's nvJPEG on the GPU); each
+imported only when asked for.
 """
 
 from pathlib import Path
 
-from imgprep.job.world import World
-from imgprep.shards.manifest import read_manifest
-from loaders.backends import BACKENDS
-from loaders.common import PAD_LABEL, Loader, LoaderError, refuse_unlabelled, worker_count
-from loaders.config import LoaderOptions
+from imgprep import World, read_manifest
+from loaders.backends import BACKENDS, GPU_BACKENDS
+from loaders.batch import PAD_LABEL
+from loaders.config import LoaderOptions, worker_count
 from loaders.decode import SampleDecoder
 from loaders.device import DeviceLoader, normalize
 from loaders.epochs import PAD, job_summary, plan_epoch
+from loaders.errors import LoaderError, refuse_unlabelled
 from loaders.labellist import LabelListLoader, read_label_list
+from loaders.legacy import takes_loose_options
 from loaders.order import ORDER_KEY, ORDER_VERSION
+from loaders.protocol import Loader
 from loaders.shards import ShardLoader
 from loaders.transforms import TrainTransform, Transform, ValTransform
 
 
-def make_loader(data: str | Path, split: str, world: World, batch_size: int,
-                workers: int | str = "auto", seed: int = LoaderOptions.seed, *,
-                mode: str | None = None,
-                transform: Transform | None = LoaderOptions.transform,
-                tail: str | None = LoaderOptions.tail,
-                shuffle: bool | None = LoaderOptions.shuffle,
-                on_error: str = LoaderOptions.on_error,
-                pin_memory: bool | None = LoaderOptions.pin_memory,
-                prefetch_factor: int = LoaderOptions.prefetch_factor,
-                backend: str = LoaderOptions.backend,
-                device: str = LoaderOptions.device,
-                memory_format: str = LoaderOptions.memory_format,
-                order_version: int = LoaderOptions.order_version,
-                root: Path | None = None, num_classes: int | None = None,
-                mean: tuple[float, ...] | None = None, std: tuple[float, ...] | None = None
-                ) -> Loader:
+@takes_loose_options
+def make_loader(data: str | Path, split: str, world: World, options: LoaderOptions, *,
+                mode: str | None = None, root: Path | None = None,
+                num_classes: int | None = None, mean: tuple[float, ...] | None = None,
+                std: tuple[float, ...] | None = None) -> Loader:
     """The loader for ``data``: a ``ShardLoader`` or a ``LabelListLoader``.
 
     Args:
         data: a folder with ``<split>.json`` (shards or a label list, full or node-local), or
             a ``path label`` list file.
-        split: ``"train"`` or ``"val"``, which sets the defaults of ``transform``, ``tail``
-            and ``shuffle``.
+        split: ``"train"`` or ``"val"``, which sets the defaults of ``options.transform``,
+            ``tail`` and ``shuffle``.
         world: this rank.
-        workers: as ``LoaderOptions.workers``, or ``"auto"``: sized from the cores this rank
-            may use (``loaders.common.worker_count``).
+        options: how the loader runs (``LoaderOptions``: batch size, workers, seed, …).
         mode: shards only: ``"replicate"`` or ``"partition"`` (node-local manifests fix it).
         root, num_classes, mean, std: a list file only (a folder's manifest says them): the
             folder its paths are relative to (default: the list's), the class count (default:
             its ``classes.txt``, else the largest label + 1), the normalisation statistics.
-        the others: ``LoaderOptions`` (``loaders.config``), which holds their defaults and
-            checks them before anything is read.
     """
-    count = worker_count(workers, world)
     path = Path(data)
     train = split == "train"
     if not path.is_file():
@@ -70,25 +58,18 @@ def make_loader(data: str | Path, split: str, world: World, batch_size: int,
             raise ValueError(f"{', '.join(named)}: {path}/{split}.json says them; pass them "
                              "only with a list file")
         if m.format != "list":
-            return ShardLoader(path, split, world, batch_size, count, seed, mode=mode,
-                               transform=transform, tail=tail, shuffle=shuffle,
-                               on_error=on_error, pin_memory=pin_memory,
-                               prefetch_factor=prefetch_factor, backend=backend, device=device,
-                               memory_format=memory_format, order_version=order_version)
+            return ShardLoader(path, split, world, options, mode=mode)
         path, root = path / (m.list_file or f"{split}.txt"), path
         num_classes, mean, std = len(m.classes), tuple(m.mean), tuple(m.std)
     if mode not in (None, "replicate"):
         raise ValueError(f"mode={mode!r}: every rank loads a label list whole (replicate); "
                          "leave mode unset")
-    return LabelListLoader(path, world, batch_size, count, seed, root=root, train=train,
-                           num_classes=num_classes, mean=mean or (), std=std or (),
-                           transform=transform, tail=tail, shuffle=shuffle, on_error=on_error,
-                           pin_memory=pin_memory, prefetch_factor=prefetch_factor,
-                           backend=backend, device=device, memory_format=memory_format,
-                           order_version=order_version)
+    return LabelListLoader(path, world, options, root=root, train=train,
+                           num_classes=num_classes, mean=mean or (), std=std or ())
 
 
-__all__ = ["BACKENDS", "ORDER_KEY", "ORDER_VERSION", "PAD", "PAD_LABEL", "DeviceLoader",
-           "LabelListLoader", "Loader", "LoaderError", "LoaderOptions", "SampleDecoder",
-           "ShardLoader", "TrainTransform", "Transform", "ValTransform", "job_summary",
-           "make_loader", "normalize", "plan_epoch", "read_label_list", "worker_count"]
+__all__ = ["BACKENDS", "GPU_BACKENDS", "ORDER_KEY", "ORDER_VERSION", "PAD", "PAD_LABEL",
+           "DeviceLoader", "LabelListLoader", "Loader", "LoaderError", "LoaderOptions",
+           "SampleDecoder", "ShardLoader", "TrainTransform", "Transform", "ValTransform",
+           "job_summary", "make_loader", "normalize", "plan_epoch", "read_label_list",
+           "worker_count"]

@@ -9,9 +9,12 @@ and resume are the base's, ``loaders.base``); they differ only in how samples ar
 - ``pillow``: pillow-simd in persistent worker processes (``loaders.pillow``);
 - ``dali``: NVIDIA DALI in threads of the loader's process, on the CPU or, with
   ``device="gpu"``, with nvJPEG on this rank's GPU (``loaders.dali``); an optional extra,
-  ``pip install 'imgprep[dali]'``.
+  ``pip install 'imgprep[dali]'``;
+- ``nvjpeg``: torchvision's nvJPEG, a batch at a time, with ``device="gpu"`` on this
+  rank's GPU (torchvision needed only there), crops batched on the device
+  (``loaders.nvjpeg``); its CPU form decodes with Pillow.
 
-Both keep one error rule: an undecodable sample raises a ``LoaderError`` naming it, or with
+All keep one error rule: an undecodable sample raises a ``LoaderError`` naming it, or with
 ``on_error="skip"`` its slot takes a good sample of the same batch (``stand_ins``; a batch of
 none: padding) and is counted. A backend's module is imported when the backend is first
 asked for, so ``import loaders`` never imports DALI.
@@ -27,11 +30,13 @@ from typing import Protocol
 import numpy as np
 import torch
 
-from loaders.common import LoaderError
-from loaders.config import BackendOptions, Config
+from loaders.config import Config
 from loaders.epochs import EpochPlan
+from loaders.errors import LoaderError
 
-BACKENDS = {"pillow": "loaders.pillow:PillowBackend", "dali": "loaders.dali:DaliBackend"}
+BACKENDS = {"pillow": "loaders.pillow:PillowBackend", "dali": "loaders.dali:DaliBackend",
+            "nvjpeg": "loaders.nvjpeg:NvjpegBackend"}
+GPU_BACKENDS = ("dali", "nvjpeg")  # the backends that decode on a GPU with device="gpu"
 EXTRAS = {"dali": ("nvidia.dali", "NVIDIA DALI", "imgprep[dali]")}  # what a backend needs
 
 Batch = tuple[torch.Tensor, torch.Tensor]  # uint8 NCHW-shaped images, int64 labels
@@ -57,9 +62,9 @@ class Source(Protocol):
 
 class Backend(Protocol):
     """How a decoder backend makes a rank's batches: ``run(plan, skip)`` yields the plan's
-    batches from ``skip`` on, in order, laid out as ``Config.memory_format`` says; with
-    ``in_place`` a batch may be a view of the backend's own memory, valid until the next
-    one is asked for."""
+    batches from ``skip`` on, in order, laid out as the options' ``memory_format`` says;
+    with ``in_place`` a batch may be a view of the backend's own memory, valid until the
+    next one is asked for."""
 
     @property
     def skipped(self) -> int: ...  # samples replaced this pass (on_error="skip")
@@ -78,9 +83,10 @@ class Backend(Protocol):
 
 
 class MakeBackend(Protocol):
-    """A backend's class: made once per loader, before anything is read."""
+    """A backend's class: made once per loader, before anything is read, from the loader's
+    ``Config`` (whose ``options`` say where batches go and what may be kept in flight)."""
 
-    def __call__(self, cfg: Config, source: Source, options: BackendOptions) -> Backend: ...
+    def __call__(self, cfg: Config, source: Source) -> Backend: ...
 
 
 def stand_ins(count: int, bad: list[int]) -> dict[int, int]:

@@ -24,11 +24,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from imgprep.errors import ImgprepError, WorldError
+from imgprep import ImgprepError, WorldError
 from loaders.backends import Backend, Source, backend_class
-from loaders.common import LoaderError
-from loaders.config import BackendOptions, Config, LoaderOptions
-from loaders.epochs import EpochPlan, as_samples, pool_starts, pools
+from loaders.config import Config
+from loaders.epochs import EpochPlan, as_samples, pool_starts
+from loaders.errors import LoaderError
 from loaders.order import ORDER_KEY
 
 
@@ -38,27 +38,21 @@ class PlannedLoader:
     ``batches_per_epoch`` are stated before the epoch; every rank gets the same unless
     ``tail="uneven"``."""
 
-    def __init__(self, cfg: Config, source: Source, options: LoaderOptions) -> None:
-        make = backend_class(options.backend)  # unknown or missing: fails before anything
-        self.cfg, self.world, self.tail = cfg, cfg.world, cfg.tail
-        self.batch_size, self.workers = cfg.batch_size, cfg.workers
-        self._sizes = tuple(len(p) for p in pools(cfg.samples, cfg.world.num_nodes, cfg.mode,
-                                                  cfg.layout_seed))
+    def __init__(self, cfg: Config, source: Source) -> None:
+        make = backend_class(cfg.options.backend)  # unknown or missing: fails before anything
+        self.cfg, self.world, self.options = cfg, cfg.world, cfg.options
+        self._sizes = cfg.pool_sizes
         self._plans: dict[tuple[int, tuple[int, ...]], EpochPlan] = {}
         self.set_epoch(0)
         self.plan(0)  # fail now, not in a worker, if this World cannot be served
-        pin = torch.cuda.is_available() if options.pin_memory is None else options.pin_memory
-        self.backend = options.backend
-        self._decoder: Backend = make(cfg, source, BackendOptions(
-            device=options.device, pin=pin, prefetch_factor=options.prefetch_factor,
-            pools=len(self._sizes)))
+        self._decoder: Backend = make(cfg, source)
 
     # -- what a subclass says about its data
     def check_plan(self, plan: EpochPlan) -> None:
         """Refuse a plan this loader's data cannot serve (before reading anything)."""
 
-    def describe(self, plan: EpochPlan, batch: int) -> str:
-        """What batch ``batch`` of ``plan`` reads, for a dead worker's message."""
+    def describe(self, plan: EpochPlan, b: int) -> str:
+        """What batch ``b`` of ``plan`` reads, for a dead worker's message."""
         return ""
 
     # -- plans and epochs
@@ -100,27 +94,27 @@ class PlannedLoader:
     def set_epoch(self, epoch: int) -> None:
         """Iterate ``epoch`` next, from its first batch."""
         self.epoch, self._from = epoch, (0,) * len(self._sizes)
-        self._batch0 = self._skip = self._yielded = 0
+        self._b0 = self._skip = self._yielded = 0
 
     # -- resume
     def _shape(self) -> dict[str, Any]:
         w = self.world
         return {"mode": self.cfg.mode, "world_size": w.world_size, "num_nodes": w.num_nodes,
-                "local_world_size": w.local_world_size, "batch_size": self.batch_size}
+                "local_world_size": w.local_world_size, "batch_size": self.options.batch_size}
 
     def state_dict(self) -> dict[str, Any]:
         """Where iteration stands: the epoch, its batches done on this World (of the plan
         that began at ``from``: 0, or where a resume from another World began), and the
         positions of each pool's order done, which any World resumes from."""
         done = self.plan().position(self._skip + self._yielded)
-        return {"epoch": self.epoch, "batch": self._batch0 + self._skip + self._yielded,
+        return {"epoch": self.epoch, "batch": self._b0 + self._skip + self._yielded,
                 "samples": as_samples(done, self._sizes),
                 "from": as_samples(self._from, self._sizes),
-                ORDER_KEY: self.cfg.order_version, **self._shape()}
+                ORDER_KEY: self.options.order_version, **self._shape()}
 
-    def _batch_at(self, epoch: int, starts: tuple[int, ...]) -> int:
-        """The batch of this World's whole epoch that a plan from ``starts`` begins at (the
-        whole batches already done there)."""
+    def _b_at(self, epoch: int, starts: tuple[int, ...]) -> int:
+        """The index of the batch of this World's whole epoch that a plan from ``starts``
+        begins at (the whole batches already done there)."""
         if not any(starts):
             return 0
         full = self.plan(epoch, 0)
@@ -140,23 +134,23 @@ class PlannedLoader:
         on another number of ranks or batch size) stands: each remaining sample of the epoch
         once, and on the same World exactly the batches an uninterrupted run yields."""
         self._check_order(state)
-        epoch, batch = int(state["epoch"]), int(state["batch"])
+        epoch, b = int(state["epoch"]), int(state["batch"])
         if "samples" not in state or all(state.get(k) == v for k, v in self._shape().items()):
             starts = self._starts(state, "from", epoch)
-            batch0 = self._batch_at(epoch, starts)
-            if not 0 <= batch - batch0 <= self.plan(epoch, starts).batches:
-                raise ValueError(f"batch {batch} is outside epoch {epoch}")
+            b0 = self._b_at(epoch, starts)
+            if not 0 <= b - b0 <= self.plan(epoch, starts).batches:
+                raise ValueError(f"batch {b} is outside epoch {epoch}")
         else:
             self._check_elastic(state)
             starts = self._starts(state, "samples", epoch)
-            batch0 = batch = self._batch_at(epoch, starts)
+            b0 = b = self._b_at(epoch, starts)
             self.plan(epoch, starts)  # refuse now if this World cannot be served from there
-        self.epoch, self._from, self._batch0 = epoch, starts, batch0
-        self._skip, self._yielded = batch - batch0, 0
+        self.epoch, self._from, self._b0 = epoch, starts, b0
+        self._skip, self._yielded = b - b0, 0
 
     def _check_order(self, state: Mapping[str, Any]) -> None:
         """Refuse a state whose epoch order is of another version than this loader's."""
-        theirs, mine = state.get(ORDER_KEY, 1), self.cfg.order_version
+        theirs, mine = state.get(ORDER_KEY, 1), self.options.order_version
         if theirs == mine:
             return
         why = "" if ORDER_KEY in state else f" (it has no {ORDER_KEY!r}: written before " \
@@ -222,12 +216,12 @@ class PlannedLoader:
             if not dead:
                 raise
             raise LoaderError(f"rank {self.world.rank}: loader {dead} died in epoch "
-                              f"{self.epoch} at batch {self._batch0 + skip + self._yielded} "
+                              f"{self.epoch} at batch {self._b0 + skip + self._yielded} "
                               f"({e}); rerun to resume from the last checkpoint") from e
         if skip + self._yielded != plan.batches:
             raise LoaderError(f"rank {self.world.rank}: epoch {self.epoch} gave "
                               f"{self._yielded} of {plan.batches - skip} batches; the data "
                               "changed under the loader")
         full = self.plan(self.epoch, 0).batches  # a finished epoch: the next pass starts over
-        self._from, self._batch0 = (0,) * len(self._sizes), 0
+        self._from, self._b0 = (0,) * len(self._sizes), 0
         self._skip, self._yielded = 0, full

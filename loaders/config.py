@@ -1,91 +1,64 @@
 """What a loader is told, and what its decoder backend computes batches from.
 
-- ``LoaderOptions``: how a loader runs, whatever its source (shards or a label list): the
-  options of ``loaders.make_loader`` past the data, split and World, with their defaults,
-  validated when made, so that a wrong value fails before anything is read.
+- ``LoaderOptions``: how a loader runs, whatever its source (shards or a label list): the one
+  record ``loaders.make_loader``, ``ShardLoader`` and ``LabelListLoader`` take past the data,
+  split and World, with every default, validated when made, so that a wrong value fails
+  before anything is read. A new option is a field here (with its line in the docstring)
+  and its use.
+- ``ResolvedOptions``: the same record with what ``None`` (and ``workers="auto"``) leaves
+  open decided for one loader: the split's transform, tail and order, this rank's worker
+  count, pinned memory when CUDA is present (``LoaderOptions.resolve``).
 - ``Config``: what a loader and its backend (its workers too) both need to compute a rank's
-  batches: the sample counts plans are made from, the World, and the options with the
-  split's defaults filled in (``LoaderOptions.config``).
-- ``BackendOptions``: how a decoder backend runs: where batches go and what it may keep in
-  flight.
+  batches: the sample counts plans are made from, the World, the node layout and the
+  resolved options.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
+import torch
 
-from imgprep.job.assign import MODES
-from imgprep.job.world import World
-from loaders.common import check_policies
-from loaders.epochs import PAD, EpochPlan, plan_epoch
+from imgprep import MODES, World, jpegcrop
+from loaders.batch import MEMORY_FORMATS
+from loaders.epochs import PAD, TAILS, EpochPlan, plan_epoch, pools
 from loaders.order import ORDER_VERSION, check_order_version
-from loaders.transforms import TrainTransform, Transform, ValTransform
+from loaders.transforms import TrainTransform, Transform, ValTransform, check_transform
 
-DEVICES = ("cpu", "gpu")  # where batches are decoded ("gpu": this rank's, the dali backend)
-
-
-def _check_transform(transform: object) -> None:
-    if not isinstance(transform, TrainTransform | ValTransform):
-        raise ValueError(f"transform must be a TrainTransform or a ValTransform, not "
-                         f"{transform!r}")
+DEVICES = ("cpu", "gpu")  # where batches are decoded ("gpu": this rank's; dali and nvjpeg)
+ON_ERROR = ("raise", "skip")  # an undecodable sample: fail the epoch, or replace and count it
+AUTO = "auto"  # workers: sized from the cores this rank may use (worker_count)
 
 
-@dataclass(frozen=True, eq=False, kw_only=True)
-class Config:
-    """What a loader and its backend both need to compute a rank's batches."""
+def worker_count(workers: int | str, world: World) -> int:
+    """Loader workers for one rank: ``workers`` itself, or for ``"auto"`` the cores this
+    rank may use (``World.cores_per_rank``: the process's CPU affinity shared by the ranks of
+    its node) less one that stays with the rank's own process, which runs the training step
+    and copies every batch out of the ring; at least one worker, so decoding never stalls
+    the step (docs/loaders.md, "Worker count")."""
+    if workers == AUTO:
+        return max(1, world.cores_per_rank() - 1)
+    return _fixed_count(workers)
 
-    samples: tuple[int, ...]  # per shard (a list: one entry, all of its lines)
-    world: World
-    mode: str  # replicate or partition
-    layout_seed: int  # places shards on nodes and orders each epoch
-    seed: int  # augmentation draws
-    batch_size: int
-    workers: int
-    transform: Transform
-    tail: str
-    shuffle: bool
-    on_error: str
-    memory_format: str
-    order_version: int = ORDER_VERSION  # how epoch orders are drawn (loaders.order)
 
-    def __post_init__(self) -> None:
-        check_policies(self.batch_size, self.workers, self.tail, self.on_error,
-                       self.memory_format)
-        check_order_version(self.order_version)
-        if self.mode not in MODES:
-            raise ValueError(f"mode must be one of {MODES}, not {self.mode!r}")
-        if not self.samples or min(self.samples) < 0:
-            raise ValueError(f"samples must be one count >= 0 a shard, not {self.samples}")
-        _check_transform(self.transform)
-
-    def plan(self, epoch: int, starts: tuple[int, ...]) -> EpochPlan:
-        return plan_epoch(self.samples, self.world, self.mode, self.layout_seed, epoch,
-                          self.batch_size, self.workers, self.tail, self.shuffle, starts,
-                          self.order_version)
-
-    @property
-    def channels_last(self) -> bool:
-        """Whether batch rows are stored H x W x 3 (``memory_format="channels_last"``)."""
-        return self.memory_format == "channels_last"
-
-    def slots(self, plan: EpochPlan, b: int) -> np.ndarray:
-        """Batch ``b``'s slots: sample ids, and PAD for padding (tail="pad"; the others'
-        last batches are shorter instead)."""
-        row = plan.table[b]
-        return row if self.tail == "pad" else row[row != PAD]
+def _fixed_count(workers: object) -> int:
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 0:
+        raise ValueError(f"workers must be 'auto' or an integer >= 0, not {workers!r}")
+    return workers
 
 
 @dataclass(frozen=True, kw_only=True)
 class LoaderOptions:
-    """How a loader runs, whatever its source (the keyword options of ``make_loader``,
-    ``ShardLoader`` and ``LabelListLoader``, which take their defaults from here).
+    """How a loader runs, whatever its source: the record ``make_loader``, ``ShardLoader``
+    and ``LabelListLoader`` take.
 
     Attributes:
-        batch_size: per rank.
-        workers: decoding processes per rank; 0 decodes in the calling process.
+        batch_size: the batch of one rank (the global batch is ``batch_size`` x world size).
+        workers: decoding processes per rank; 0 decodes in the calling process; ``"auto"``:
+            the cores this rank may use less one (``worker_count``).
         seed: the epoch orders' and augmentations' seed.
         transform: a ``TrainTransform`` or ``ValTransform`` (size, crop, flip).
         tail: how an epoch ends: ``"drop"`` (full batches only), ``"short"`` (every sample
@@ -98,18 +71,24 @@ class LoaderOptions:
         pin_memory: CPU batches in pinned memory; None: when torch sees a CUDA device.
         prefetch_factor: batches made ahead (per worker with the pillow backend).
         backend: the decoder backend, a name of ``loaders.backends.BACKENDS``: ``"pillow"``
-            (worker processes) or ``"dali"`` (NVIDIA DALI, the optional extra
-            ``imgprep[dali]``): the same batches, decoded another way.
-        device: where samples are decoded: ``"cpu"``, or with the dali backend ``"gpu"``
-            (GPU ``local_rank``, CUDA batches out).
+            (worker processes), ``"dali"`` (NVIDIA DALI, the optional extra
+            ``imgprep[dali]``) or ``"nvjpeg"`` (torchvision's nvJPEG): the same batches,
+            decoded another way.
+        device: where samples are decoded: ``"cpu"``, or with the dali and nvjpeg backends
+            ``"gpu"`` (GPU ``local_rank``, CUDA batches out).
         memory_format: how the images of a batch lie in memory, a name of
-            ``loaders.common.MEMORY_FORMATS``: ``"contiguous"`` (NCHW) or
+            ``loaders.batch.MEMORY_FORMATS``: ``"contiguous"`` (NCHW) or
             ``"channels_last"`` (decoded as H x W x 3 rows and handed over NCHW-shaped with
             ``torch.channels_last`` strides: the same values, no transpose anywhere on the CPU
             for a model that runs channels_last).
         order_version: how epoch orders are drawn (``loaders.order``): 2 (the default: each
             rank computes only its own share of the order) or 1 (the order of checkpoints
             written before versions were recorded: make the loader with 1 to resume one).
+        crop_decode: the pillow backend's crop-aware JPEG decode (``loaders.decode``, over
+            imgprep's C extension): None uses it where the extension is built; False never
+            (Pillow decodes every image: the same pixels, slower); True refuses to run where
+            it is not built, so that a host that built imgprep without a compiler or the
+            libjpeg-turbo headers does not decode at Pillow's speed unnoticed.
 
     ``None`` leaves the choice to the split: training augments (``TrainTransform()``),
     ends with ``tail="drop"`` and shuffles; validation center-crops (``ValTransform()``),
@@ -117,7 +96,7 @@ class LoaderOptions:
     """
 
     batch_size: int
-    workers: int = 4
+    workers: int | str = AUTO
     seed: int = 0
     transform: Transform | None = None
     tail: str | None = None
@@ -129,43 +108,108 @@ class LoaderOptions:
     device: str = "cpu"
     memory_format: str = "contiguous"
     order_version: int = ORDER_VERSION
+    crop_decode: bool | None = None
 
     def __post_init__(self) -> None:
-        check_policies(self.batch_size, self.workers, self.tail, self.on_error,
-                       self.memory_format)
+        """Refuse values no loader understands (programming errors: ValueError)."""
+        if isinstance(self.batch_size, bool) or self.batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, not {self.batch_size!r}")
+        if self.workers != AUTO:
+            _fixed_count(self.workers)
+        if self.tail is not None and self.tail not in TAILS:
+            raise ValueError(f"tail must be one of {TAILS}, not {self.tail!r}")
+        if self.on_error not in ON_ERROR:
+            raise ValueError(f"on_error must be one of {ON_ERROR}, not {self.on_error!r}")
+        if self.memory_format not in MEMORY_FORMATS:
+            raise ValueError(f"memory_format must be one of {MEMORY_FORMATS}, not "
+                             f"{self.memory_format!r}")
         check_order_version(self.order_version)
         if self.transform is not None:
-            _check_transform(self.transform)
+            check_transform(self.transform)
         if self.prefetch_factor < 1:
             raise ValueError(f"prefetch_factor must be >= 1, not {self.prefetch_factor}")
         if self.device not in DEVICES:
             raise ValueError(f"device must be one of {DEVICES}, not {self.device!r}")
+        if self.crop_decode and not jpegcrop.AVAILABLE:
+            raise ValueError(f"crop_decode=True, but the crop-aware decoder is "
+                             f"{jpegcrop.status()}, or leave crop_decode unset")
+
+    @property
+    def channels_last(self) -> bool:
+        """Whether batch rows are stored H x W x 3 (``memory_format="channels_last"``)."""
+        return self.memory_format == "channels_last"
+
+    def resolve(self, *, train: bool, world: World) -> ResolvedOptions:
+        """These options for one loader: what ``None`` and ``"auto"`` leave open decided for
+        the split (``train``: the training split's defaults) and this rank."""
+        given = {f.name: getattr(self, f.name) for f in fields(self)}
+        return ResolvedOptions(**given | {
+            "workers": worker_count(self.workers, world),
+            "transform": self.transform or (TrainTransform() if train else ValTransform()),
+            "tail": self.tail or ("drop" if train else "pad"),
+            "shuffle": train if self.shuffle is None else self.shuffle,
+            "pin_memory": (torch.cuda.is_available() if self.pin_memory is None
+                           else self.pin_memory)})
 
     def config(self, *, train: bool, samples: Sequence[int], world: World, mode: str,
                layout_seed: int) -> Config:
-        """The ``Config`` of a loader with these options over ``samples``, the split's
-        defaults filled in (``train``: the training split's)."""
+        """The ``Config`` of a loader with these options over ``samples``, resolved for its
+        split (``train``: the training split's defaults) and rank."""
         return Config(samples=tuple(int(n) for n in samples), world=world, mode=mode,
-                      layout_seed=layout_seed, seed=self.seed, batch_size=self.batch_size,
-                      workers=self.workers,
-                      transform=self.transform or (TrainTransform() if train else ValTransform()),
-                      tail=self.tail or ("drop" if train else "pad"),
-                      shuffle=train if self.shuffle is None else self.shuffle,
-                      on_error=self.on_error, memory_format=self.memory_format,
-                      order_version=self.order_version)
+                      layout_seed=layout_seed, options=self.resolve(train=train, world=world))
 
 
 @dataclass(frozen=True, kw_only=True)
-class BackendOptions:
-    """How a decoder backend runs: where batches go, and what it may keep in flight."""
+class ResolvedOptions(LoaderOptions):
+    """``LoaderOptions`` resolved for one loader (``LoaderOptions.resolve``): the fields the
+    split or the rank decides, declared again below, are never ``None`` or ``"auto"``."""
 
-    device: str  # "cpu", or "gpu" (decoded on this rank's GPU: the dali backend)
-    pin: bool  # CPU batches in pinned memory (for fast copies to a GPU)
-    prefetch_factor: int  # batches made ahead (per worker for the pillow backend)
-    pools: int  # pools of the plans (a ring counter each)
+    workers: int
+    transform: Transform
+    tail: str
+    shuffle: bool
+    pin_memory: bool
 
     def __post_init__(self) -> None:
-        if self.device not in DEVICES:
-            raise ValueError(f"device must be one of {DEVICES}, not {self.device!r}")
-        if self.prefetch_factor < 1 or self.pools < 1:
-            raise ValueError("prefetch_factor and pools must be >= 1")
+        super().__post_init__()
+        narrowed = ResolvedOptions.__annotations__  # the fields declared again above, only
+        open_ = [name for name in narrowed if getattr(self, name) in (None, AUTO)]
+        if open_:
+            raise ValueError(f"{', '.join(open_)} left open: make resolved options with "
+                             "LoaderOptions.resolve")
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class Config:
+    """What a loader and its backend both need to compute a rank's batches."""
+
+    samples: tuple[int, ...]  # per shard (a list: one entry, all of its lines)
+    world: World
+    mode: str  # replicate or partition
+    layout_seed: int  # places shards on nodes and orders each epoch
+    options: ResolvedOptions
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, not {self.mode!r}")
+        if not self.samples or min(self.samples) < 0:
+            raise ValueError(f"samples must be one count >= 0 a shard, not {self.samples}")
+
+    @functools.cached_property
+    def pool_sizes(self) -> tuple[int, ...]:
+        """The samples of each pool of the plans (one for replicate, one a node for
+        partition: ``loaders.epochs.pools``)."""
+        return tuple(len(p) for p in pools(self.samples, self.world.num_nodes, self.mode,
+                                           self.layout_seed))
+
+    def plan(self, epoch: int, starts: tuple[int, ...]) -> EpochPlan:
+        o = self.options
+        return plan_epoch(self.samples, self.world, self.mode, self.layout_seed, epoch,
+                          o.batch_size, o.workers, o.tail, o.shuffle, starts, o.order_version)
+
+    def slots(self, plan: EpochPlan, b: int) -> np.ndarray:
+        """Batch ``b``'s slots: sample ids, and PAD for padding (tail="pad"; the others'
+        last batches are shorter instead)."""
+        row = plan.table[b]
+        return row if self.options.tail == "pad" else row[row != PAD]
+

@@ -17,7 +17,8 @@
   ``size`` x ``size``, then ``fn.crop_mirror_normalize`` (uint8, no normalisation; its
   output layout CHW, or HWC for ``memory_format="channels_last"``, whose batches are handed
   over as the Pillow backend's: NCHW-shaped views with channels_last strides) mirrors where
-  ``fn.random.coin_flip(probability=0.5)`` says. Val: ``fn.decoders.image``,
+  ``fn.random.coin_flip(probability=0.5)`` says: DALI draws its own boxes and flips, not the
+  transforms' ``geometry`` (why: ``GRAPHS``). Val: ``fn.decoders.image``,
   the short side to ``resize``, the center crop in ``crop_mirror_normalize``. With
   ``device="gpu"`` the decoders run ``"mixed"`` (nvJPEG on GPU ``local_rank``; DALI falls back
   to the CPU for what it refuses) and the rest on that GPU, and batches come out as CUDA
@@ -54,12 +55,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from imgprep.errors import ImgprepError
+from imgprep import ImgprepError
 from loaders.backends import Batch, EncodedSample, Source, stand_ins
-from loaders.common import PAD_LABEL, LoaderError, as_nchw, row_shape
-from loaders.config import BackendOptions, Config
+from loaders.batch import PAD_LABEL, as_nchw, row_shape
+from loaders.config import Config
 from loaders.epochs import PAD, EpochPlan
-from loaders.transforms import SampleError, TrainTransform, Transform, apply
+from loaders.errors import LoaderError
+from loaders.transforms import SampleError, TrainTransform, Transform, ValTransform, apply
 
 DECODER = {"cpu": "cpu", "gpu": "mixed"}  # where the decoder runs, per output device
 EOI = b"\xff\xd9"  # a JPEG's last two bytes
@@ -76,23 +78,40 @@ def pass_seed(seed: int, epoch: int, rank: int, position: int) -> int:
 def decode_graph(jpegs: Any, t: Transform, device: str, layout: str = "CHW") -> Any:
     """DALI ops from encoded images to uint8 ``t.size`` x ``t.size`` images laid out as
     ``layout`` (``"CHW"`` or ``"HWC"``); the decoder runs as ``DECODER[device]`` says, the
-    later ops where its output is."""
+    later ops where its output is. The graph is the transform kind's (``GRAPHS``)."""
+    return GRAPHS[type(t)](jpegs, t, DECODER[device], layout)
+
+
+def _train_graph(jpegs: Any, t: TrainTransform, decoder: str, layout: str) -> Any:
     from nvidia.dali import fn, types
 
-    images: Any
-    rgb, uint8 = types.DALIImageType.RGB, types.DALIDataType.UINT8
-    if isinstance(t, TrainTransform):
-        images = fn.decoders.image_random_crop(
-            jpegs, device=DECODER[device], output_type=rgb, random_area=list(t.scale),
-            random_aspect_ratio=list(t.ratio), num_attempts=RANDOM_CROP_TRIES)
-        images = fn.resize(images, resize_x=t.size, resize_y=t.size)
-        mirror = fn.random.coin_flip(probability=0.5) if t.flip else 0
-        return fn.crop_mirror_normalize(images, dtype=uint8, output_layout=layout,
-                                        mirror=mirror)
-    images = fn.decoders.image(jpegs, device=DECODER[device], output_type=rgb)
+    images: Any = fn.decoders.image_random_crop(
+        jpegs, device=decoder, output_type=types.DALIImageType.RGB, random_area=list(t.scale),
+        random_aspect_ratio=list(t.ratio), num_attempts=RANDOM_CROP_TRIES)
+    images = fn.resize(images, resize_x=t.size, resize_y=t.size)
+    mirror = fn.random.coin_flip(probability=0.5) if t.flip else 0
+    return fn.crop_mirror_normalize(images, dtype=types.DALIDataType.UINT8,
+                                    output_layout=layout, mirror=mirror)
+
+
+def _val_graph(jpegs: Any, t: ValTransform, decoder: str, layout: str) -> Any:
+    from nvidia.dali import fn, types
+
+    images: Any = fn.decoders.image(jpegs, device=decoder, output_type=types.DALIImageType.RGB)
     images = fn.resize(images, resize_shorter=t.resize)
-    return fn.crop_mirror_normalize(images, dtype=uint8, output_layout=layout,
-                                    crop=(t.size, t.size), crop_pos_x=0.5, crop_pos_y=0.5)
+    return fn.crop_mirror_normalize(images, dtype=types.DALIDataType.UINT8,
+                                    output_layout=layout, crop=(t.size, t.size),
+                                    crop_pos_x=0.5, crop_pos_y=0.5)
+
+
+# Each transform kind's DALI graph. DALI draws its own crop boxes and flips (its random ops,
+# seeded per pass) rather than carrying out the transforms' ``geometry``: feeding it ours
+# would mean parsing every image's header on the CPU in the feeding thread before DALI sees
+# it, per-sample slice anchors and a flip input, and a decode that is no longer
+# ``image_random_crop``'s fused one, for no gain in pixels (DALI resamples with its own
+# filter, so its batches would still differ from the Pillow backend's).
+GRAPHS: dict[type, Callable[[Any, Any, str, str], Any]] = {
+    TrainTransform: _train_graph, ValTransform: _val_graph}
 
 
 @functools.cache
@@ -145,7 +164,8 @@ class _Feed:
 class DaliBackend:
     """The ``dali`` backend (module docstring): a DALI pipeline per pass of the plan."""
 
-    def __init__(self, cfg: Config, source: Source, options: BackendOptions) -> None:
+    def __init__(self, cfg: Config, source: Source) -> None:
+        options = cfg.options
         if options.device not in DECODER:
             raise ValueError(f"device must be one of {tuple(DECODER)}, not {options.device!r}")
         rank = cfg.world.rank
@@ -153,7 +173,7 @@ class DaliBackend:
             raise LoaderError(f"rank {rank}: device='gpu' decodes on a CUDA GPU and torch "
                               "sees none here; load with device='cpu'")
         self.cfg, self.source, self.options = cfg, source, options
-        self.threads = max(1, cfg.workers)  # the Pillow backend's worker count
+        self.threads = max(1, options.workers)  # the Pillow backend's worker count
         self.device = (torch.device("cuda", cfg.world.local_rank) if options.device == "gpu"
                        else torch.device("cpu"))
         self._skipped = 0
@@ -214,7 +234,7 @@ class DaliBackend:
         feed = _Feed(self.source, rows, fixes, functools.partial(self._screen, fixes))
         if not rows:
             return None, feed
-        seed = pass_seed(self.cfg.seed, plan.epoch, self.cfg.world.rank,
+        seed = pass_seed(self.options.seed, plan.epoch, self.cfg.world.rank,
                          int(plan.first[rows[0][0]]))
         return self._pipeline(feed, seed), feed
 
@@ -222,30 +242,30 @@ class DaliBackend:
         from nvidia.dali import Pipeline, fn, types
 
         gpu = self.device.type == "cuda"
-        pipe = Pipeline(batch_size=self.cfg.batch_size, num_threads=self.threads,
+        pipe = Pipeline(batch_size=self.options.batch_size, num_threads=self.threads,
                         device_id=self.device.index if gpu else None, seed=seed,
                         prefetch_queue_depth=self.options.prefetch_factor)
         with pipe:
             jpegs = fn.external_source(source=feed, batch=True, batch_info=True,
                                        dtype=types.DALIDataType.UINT8, ndim=1)
-            layout = "HWC" if self.cfg.channels_last else "CHW"
-            pipe.set_outputs(decode_graph(jpegs, self.cfg.transform, self.options.device,
+            layout = "HWC" if self.options.channels_last else "CHW"
+            pipe.set_outputs(decode_graph(jpegs, self.options.transform, self.options.device,
                                           layout))
         pipe.build()
         return pipe
 
     # -- batches out
     def _empty(self, n: int) -> torch.Tensor:
-        """``n`` rows as DALI lays them out (``loaders.common.row_shape``)."""
-        size = self.cfg.transform.size
-        pin = self.options.pin and self.device.type == "cpu"
-        return torch.empty((n, *row_shape(size, self.cfg.channels_last)), dtype=torch.uint8,
+        """``n`` rows as DALI lays them out (``loaders.batch.row_shape``)."""
+        size = self.options.transform.size
+        pin = self.options.pin_memory and self.device.type == "cpu"
+        return torch.empty((n, *row_shape(size, self.options.channels_last)), dtype=torch.uint8,
                            device=self.device, pin_memory=pin)
 
     def _padding(self, n: int) -> Batch:
         rows = self._empty(n)
         rows.zero_()
-        return (as_nchw(rows, self.cfg.channels_last),
+        return (as_nchw(rows, self.options.channels_last),
                 torch.full((n,), PAD_LABEL, dtype=torch.int64, device=self.device))
 
     def _batch(self, out: Any, n: int, items: list[EncodedSample], swap: dict[int, int]) -> Batch:
@@ -254,7 +274,7 @@ class DaliBackend:
         rows = self._empty(n)
         rows[len(items):] = 0
         self._copy(out.as_tensor(), rows[:len(items)])
-        images = as_nchw(rows, self.cfg.channels_last)
+        images = as_nchw(rows, self.options.channels_last)
         labels = torch.full((n,), PAD_LABEL, dtype=torch.int64)
         labels[:len(items)] = torch.tensor([s.label for s in items], dtype=torch.int64)
         for slot, good in swap.items():
@@ -311,20 +331,20 @@ class DaliBackend:
         if not bad:
             return False
         fixes.swap[b] = stand_ins(len(items), [slot for slot, _ in bad])
-        if self.cfg.on_error == "raise":
+        if self.options.on_error == "raise":
             fixes.errors[b] = LoaderError(f"rank {self.cfg.world.rank}: {bad[0][1]}; "
                                           f"{self.source.fix}, or load with on_error='skip'")
         return True
 
     def _bad(self, items: list[EncodedSample]) -> list[tuple[int, SampleError]]:
         """The slots of ``items`` the Pillow backend cannot decode, with its errors."""
-        size = self.cfg.transform.size
+        size = self.options.transform.size
         scratch = np.empty((3, size, size), np.uint8)
         rng = np.random.default_rng(0)
         bad = []
         for slot, s in enumerate(items):
             try:
-                apply(s.data, self.cfg.transform, rng, scratch, where=s.where)
+                apply(s.data, self.options.transform, rng, scratch, where=s.where)
             except SampleError as e:
                 bad.append((slot, e))
         return bad

@@ -9,26 +9,21 @@ depend on which path made them (a resume on a host without the extension gives t
 batches). What the fast path declines (``imgprep.jpegcrop.Probe.reason``: progressive, CMYK,
 PNG, truncated or corrupt data ...) takes the Pillow path (``loaders.transforms``), as does
 everything when the extension is not built.
+
+A header that declares more pixels than Pillow's decompression-bomb check allows is a
+``SampleError`` (the loader's ``on_error`` policy) before any frame is made, with the words
+of the Pillow path's refusal (``jpegcrop.check_pixels``); a JPEG without its end-of-image
+marker or with large trailing data is one on both paths (``loaders.transforms``: the fast
+path takes only files that end with their marker).
 """
 
 from __future__ import annotations
-
-import math
 
 import numpy as np
 from PIL import Image
 
 from imgprep import jpegcrop
-from loaders.transforms import (
-    SampleError,
-    TrainTransform,
-    Transform,
-    ValTransform,
-    draft_request,
-    draw,
-    train_sample,
-    val_sample,
-)
+from loaders.transforms import Geometry, SampleError, Transform, apply, bomb
 
 _BILINEAR = Image.Resampling.BILINEAR
 
@@ -55,78 +50,68 @@ class SampleDecoder:
     def __call__(self, data: bytes, rng: np.random.Generator, out: np.ndarray,
                  where: str = "sample") -> None:
         """Write ``data`` transformed into ``out``; ``SampleError`` when it cannot be decoded
-        (the message names ``where``)."""
+        (the message names ``where``). The transform's geometry is drawn once, from the
+        header's size when the crop-aware path takes the image, else by the Pillow path."""
         p = jpegcrop.probe(data) if self.frame is not None else None
-        t = self.transform
-        done = False
-        if isinstance(t, TrainTransform):
-            drawn = None
-            if p is not None and p.reason is None:
-                drawn = draw(p.width, p.height, t, rng)
-                done = self._train(data, p, t, drawn, out)
-            if not done:
-                train_sample(data, t, rng, out, where, planar=self.planar, drawn=drawn)
-        else:
-            if p is not None and p.reason is None:
-                done = self._val(data, p, t, out)
-            if not done:
-                val_sample(data, t, out, where, planar=self.planar)
-        if done:
-            self.fast_count += 1
-        else:
-            self.pillow_count += 1
+        if p is not None and p.width > 0:  # libjpeg read the header
+            try:
+                jpegcrop.check_pixels(p.width, p.height)
+            except Image.DecompressionBombError as e:
+                raise bomb(where, e) from e
+        g = None
+        if p is not None and p.reason is None:
+            g = self.transform.geometry(p.width, p.height, rng)
+            if self._fast(data, p, g, out):
+                self.fast_count += 1
+                return
+        apply(data, self.transform, rng, out, where, planar=self.planar, geometry=g)
+        self.pillow_count += 1
 
     def _decode(self, data: bytes, p: jpegcrop.Probe, scale: int,
                 region: tuple[int, int, int, int]) -> Image.Image | None:
         assert self.frame is not None
         try:
-            return self.frame.decode(data, p, scale, region)
+            return self.frame.decode(data, p, scale, region)[0]
         except ValueError:
             return None  # libjpeg gave up: the Pillow path raises what it raises today
 
-    def _train(self, data: bytes, p: jpegcrop.Probe, t: TrainTransform,
-               drawn: tuple[tuple[float, float, float, float], bool], out: np.ndarray) -> bool:
-        (left, top, right, bottom), flip = drawn
+    def _fast(self, data: bytes, p: jpegcrop.Probe, g: Geometry, out: np.ndarray) -> bool:
+        """Carry ``g`` out the crop-aware way: decode only the rows and columns the crop and
+        the filter's reach cover, at the draft's DCT scale; False where libjpeg gives up."""
         w, h = p.width, p.height
-        scale = jpegcrop.draft_scale(w, h, draft_request(w, h, t, (left, top, right, bottom)))
-        sw, sh = -(-w // scale), -(-h // scale)
-        sx, sy = sw / w, sh / h
-        box = (left * sx, top * sy, right * sx, bottom * sy)
-        x0, x1 = jpegcrop.reach(box[0], box[2], t.size, sw)
-        y0, y1 = jpegcrop.reach(box[1], box[3], t.size, sh)
-        img = self._decode(data, p, scale, (x0, y0, x1, y1))
-        if img is None:
-            return False
-        small = img.resize((t.size, t.size), _BILINEAR, box=box)
-        jpegcrop.pack(small, t.size, (0, 0, t.size, t.size), out, flip=flip,
-                      planar=self.planar)
-        return True
-
-    def _val(self, data: bytes, p: jpegcrop.Probe, t: ValTransform, out: np.ndarray) -> bool:
-        w, h, size = p.width, p.height, t.size
-        if min(w, h) == t.resize:  # a crop of the decoded pixels: nothing resampled
-            left, top = (w - size) // 2, (h - size) // 2
-            box = (left, top, left + size, top + size)
-            img = self._decode(data, p, 1, box)
-            if img is None:
+        if g.resize is None:  # a crop of the decoded pixels: nothing resampled
+            if self._decode(data, p, 1, g.crop) is None:
                 return False
             assert self.frame is not None
-            jpegcrop.pack(self.frame.view(w, h)[0], w, box, out, flip=False,
+            jpegcrop.pack(self.frame.view(w, h)[0], w, g.crop, out, flip=g.flip,
                           planar=self.planar)
             return True
-        s = t.resize / min(w, h)
-        scale = jpegcrop.draft_scale(w, h, (math.ceil(w * s), math.ceil(h * s)))
+        scale = 1 if g.draft is None else jpegcrop.draft_scale(w, h, g.draft)
         sw, sh = -(-w // scale), -(-h // scale)
-        nw, nh = max(size, round(w * s)), max(size, round(h * s))
-        left, top = (nw - size) // 2, (nh - size) // 2
-        x0, x1 = jpegcrop.reach(left * sw / nw, (left + size) * sw / nw, size, sw)
-        y0, y1 = jpegcrop.reach(top * sh / nh, (top + size) * sh / nh, size, sh)
-        img = self._decode(data, p, scale, (x0, y0, x1, y1))
+        box, region = _region(g, g.resize, w, h, sw, sh)
+        img = self._decode(data, p, scale, region)
         if img is None:
             return False
-        jpegcrop.pack(img.resize((nw, nh), _BILINEAR), nw, (left, top, left + size, top + size),
-                      out, flip=False, planar=self.planar)
+        jpegcrop.pack(img.resize(g.resize, _BILINEAR, box=box), g.resize[0], g.crop, out,
+                      flip=g.flip, planar=self.planar)
         return True
+
+
+def _region(g: Geometry, resize: tuple[int, int], w: int, h: int, sw: int, sh: int
+            ) -> tuple[tuple[float, float, float, float] | None, tuple[int, int, int, int]]:
+    """For an image of ``w`` x ``h`` decoded at ``sw`` x ``sh``: the box to resample (in the
+    decoded pixels; None: the whole image) and the region to decode, which the crop and the
+    filter's reach cover."""
+    if g.box is not None:  # the crop is the whole resampled box
+        sx, sy = sw / w, sh / h
+        box = (g.box[0] * sx, g.box[1] * sy, g.box[2] * sx, g.box[3] * sy)
+        x0, x1 = jpegcrop.reach(box[0], box[2], resize[0], sw)
+        y0, y1 = jpegcrop.reach(box[1], box[3], resize[1], sh)
+        return box, (x0, y0, x1, y1)
+    (left, top, right, bottom), (rw, rh) = g.crop, resize
+    x0, x1 = jpegcrop.reach(left * sw / rw, right * sw / rw, right - left, sw)
+    y0, y1 = jpegcrop.reach(top * sh / rh, bottom * sh / rh, bottom - top, sh)
+    return None, (x0, y0, x1, y1)
 
 
 __all__ = ["SampleDecoder", "SampleError"]

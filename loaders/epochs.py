@@ -15,9 +15,10 @@ loader over its list (one "shard" of all its entries), so their tails are one im
   consecutive runs of the pool's order, rank slot r the r-th run (``Cut``). The tail decides
   the runs:
 
-  ``drop``   every run is ``batch`` long: full steps only, one batch shape for the epoch (as
-             PyTorch's ``drop_last``); fewer than g x batch samples of a pool are left out
-             (plus what equal step counts across pools need), different ones each epoch.
+  ``drop``   every run is ``batch_size`` long: full steps only, one batch shape for the
+             epoch (as PyTorch's ``drop_last``); fewer than g x batch_size samples of a pool
+             are left out (plus what equal step counts across pools need), different ones
+             each epoch.
   ``short``  every sample once: full steps, then the rest spread evenly over the last
              step's runs (lengths differ by at most one), or over the fewest last steps
              that give every run at least ``MIN_SHORT`` samples.
@@ -39,11 +40,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from imgprep.job.assign import node_shards
-from imgprep.job.world import World
-from loaders.common import TAILS, LoaderError
+from imgprep import World, node_shards
+from loaders.errors import LoaderError
 from loaders.order import ORDER_VERSION, order_at
 
+# How an epoch ends (the module docstring, docs/loaders.md "Tails"): full batches only; every
+# sample once with short last batches; every sample once with padding; every sample once,
+# counts differing between ranks.
+TAILS = ("drop", "short", "pad", "uneven")
 PAD = -1  # a padding slot in a plan's sample table
 MIN_SHORT = 2  # tail="short": the fewest samples a last batch gets where the pool allows
 
@@ -119,13 +123,13 @@ def pool_order(ids: Pool, seed: int, epoch: int, pool: int, shuffle: bool,
 @dataclass(frozen=True, kw_only=True)
 class Cut:
     """How the rest of an epoch is cut into the steps every rank takes: ``steps`` steps of
-    ``group`` runs (one a rank, in slot order). Pool p's runs take ``batch`` positions of its
+    ``group`` runs (one a rank, in slot order). Pool p's runs take ``batch_size`` positions of its
     order in its first ``full[p]`` steps; the later steps share ``rest[p]`` positions evenly,
     the longer runs first."""
 
     steps: int
     group: int
-    batch: int
+    batch_size: int
     full: tuple[int, ...]
     rest: tuple[int, ...]
 
@@ -136,7 +140,7 @@ class Cut:
     def taken(self, pool: int, runs: np.ndarray) -> np.ndarray:
         """Positions of pool ``pool``'s order that its first ``runs`` runs take."""
         f, g = self.full[pool], self.group
-        head = np.minimum(runs, f * g) * self.batch
+        head = np.minimum(runs, f * g) * self.batch_size
         later = (self.steps - f) * g
         if later == 0:
             return head
@@ -156,42 +160,42 @@ class Cut:
         return self.taken(pool, (np.arange(self.steps, dtype=np.int64) + 1) * self.group)
 
 
-def _short_full(left: int, steps: int, group: int, batch: int) -> int:
+def _short_full(left: int, steps: int, group: int, batch_size: int) -> int:
     """tail="short": the most full steps a pool with ``left`` samples can take before
     spreading the rest over its remaining steps with at least ``MIN_SHORT`` (else one)
     sample a run; -1 when not even one a run is possible."""
-    for least in dict.fromkeys((min(MIN_SHORT, batch), 1)):
-        if batch == least:  # every run must hold exactly ``batch``
-            if left == steps * group * batch:
+    for least in dict.fromkeys((min(MIN_SHORT, batch_size), 1)):
+        if batch_size == least:  # every run must hold exactly ``batch_size``
+            if left == steps * group * batch_size:
                 return steps
             continue
         spare = left - steps * group * least
         if spare >= 0:
-            return spare // (group * (batch - least))
+            return spare // (group * (batch_size - least))
     return -1
 
 
-def cut(remaining: Sequence[int], group: int, batch: int, tail: str) -> Cut:
+def cut(remaining: Sequence[int], group: int, batch_size: int, tail: str) -> Cut:
     """The steps every rank takes when each pool has ``remaining`` samples left."""
     if tail not in TAILS:
         raise ValueError(f"tail must be one of {TAILS}")
-    per_step = group * batch
+    per_step = group * batch_size
     left = [max(0, int(r)) for r in remaining]
     if tail == "drop":
         n = min(r // per_step for r in left)
     else:
         n = max(-(-r // per_step) for r in left)
     if tail != "short":
-        return Cut(steps=n, group=group, batch=batch, full=(n,) * len(left),
+        return Cut(steps=n, group=group, batch_size=batch_size, full=(n,) * len(left),
                    rest=(0,) * len(left))
-    full = [_short_full(r, n, group, batch) for r in left]
+    full = [_short_full(r, n, group, batch_size) for r in left]
     if min(full) < 0:
         r = left[full.index(min(full))]
         raise LoaderError(
             f"tail='short' cannot give each of {group} ranks {n} batches of at least one "
-            f"sample from the {r} samples left (batch size {batch}); load with tail='pad' "
-            "(every sample once, padding slots) or tail='drop'")
-    return Cut(steps=n, group=group, batch=batch, full=tuple(full),
+            f"sample from the {r} samples left (batch size {batch_size}); load with "
+            "tail='pad' (every sample once, padding slots) or tail='drop'")
+    return Cut(steps=n, group=group, batch_size=batch_size, full=tuple(full),
                rest=tuple(r - f * per_step for r, f in zip(left, full, strict=True)))
 
 
@@ -223,9 +227,8 @@ class EpochPlan:
     epoch: int
     starts: tuple[int, ...]  # per pool: positions of its order done before this plan
     group: Group
-    batch_size: int
     workers: int
-    table: np.ndarray  # (batches, batch_size) int64
+    table: np.ndarray  # (batches, batch size) int64
     first: np.ndarray  # per batch: the order position of its first slot (seeds its RNG)
     done: np.ndarray  # (pools, batches): positions of each pool's order done after a batch
     sizes: tuple[int, ...]  # samples in each pool
@@ -233,7 +236,7 @@ class EpochPlan:
 
     def __post_init__(self) -> None:
         rows = len(self.table)
-        if (self.table.shape != (rows, self.batch_size) or self.first.shape != (rows,)
+        if (self.table.ndim != 2 or self.first.shape != (rows,)
                 or self.done.shape != (len(self.sizes), rows) or self.workers < 1):
             raise ValueError(f"epoch {self.epoch}: a plan's table, first positions and done "
                              "counts must agree on its batches")
@@ -241,6 +244,11 @@ class EpochPlan:
     @property
     def batches(self) -> int:
         return len(self.table)
+
+    @property
+    def batch_size(self) -> int:
+        """Slots a batch of this plan has (the loader's per-rank batch size)."""
+        return int(self.table.shape[1])
 
     @property
     def start(self) -> int:
@@ -319,23 +327,36 @@ def plan_epoch(samples: Sequence[int], world: World, mode: str, seed: int, epoch
         keep = real.any(axis=1)
         table, first, done = table[keep], first[keep], done[:, keep]
     shard_first = np.concatenate([[0], np.cumsum(np.asarray(samples, np.int64))])
-    return EpochPlan(epoch=epoch, starts=starts, group=group, batch_size=batch_size,
-                     workers=max(1, workers), table=table, first=first, done=done, sizes=sizes,
-                     shard_first=shard_first)
+    return EpochPlan(epoch=epoch, starts=starts, group=group, workers=max(1, workers),
+                     table=table, first=first, done=done, sizes=sizes, shard_first=shard_first)
 
 
-def job_summary(samples: Sequence[int], nodes: int, local: int, workers: int, batch: int,
-                mode: str = "replicate", tail: str = "drop", seed: int = 0) -> dict[str, float]:
+@dataclass(frozen=True, kw_only=True)
+class JobSummary:
+    """What an epoch of a job gives (``job_summary``)."""
+
+    ranks: int
+    steps: int  # batches every rank takes
+    seen: float  # the share of the set an epoch sees
+    busy_workers: int  # of a rank's workers, those with samples to decode
+    workers: int
+    worker_spread: int  # most minus fewest samples a worker of the rank decodes
+
+
+def job_summary(samples: Sequence[int], nodes: int, local: int, workers: int,
+                batch_size: int, mode: str = "replicate", tail: str = "drop", seed: int = 0
+                ) -> JobSummary:
     """What an epoch of a job gives, from the counts alone (rank 0; in partition mode the
     first node's ranks): steps, the share of the set seen, busy workers per rank and the
     spread of worker sample counts."""
-    world = World(0, nodes * local, 0, local, 0, nodes)
+    world = World(rank=0, world_size=nodes * local, local_rank=0, local_world_size=local,
+                  node_rank=0, num_nodes=nodes)
     group = group_of(world, mode)
     sizes = [len(p) for p in pools(samples, nodes, mode, seed)]
-    c = cut(sizes, group.size, batch, tail)
+    c = cut(sizes, group.size, batch_size, tail)
     seen = sum(min(n, int(c.done(p)[-1])) for p, n in enumerate(sizes)) if c.steps else 0
     width = c.runs(group.pool, group.slot)[1].tolist()
     per_worker = [sum(width[k::workers]) for k in range(workers)]
-    return {"ranks": nodes * local, "steps": c.steps, "seen": seen / sum(samples),
-            "busy_workers": sum(1 for n in per_worker if n), "workers": workers,
-            "worker_spread": max(per_worker) - min(per_worker)}
+    return JobSummary(ranks=nodes * local, steps=c.steps, seen=seen / sum(samples),
+                      busy_workers=sum(1 for n in per_worker if n), workers=workers,
+                      worker_spread=max(per_worker) - min(per_worker))

@@ -15,15 +15,13 @@ from pathlib import Path
 
 import numpy as np
 
-from imgprep.errors import InputMissingError, ManifestError
-from imgprep.inputs.synsets import load_class_table
-from imgprep.job.world import World
+from imgprep import InputMissingError, ManifestError, World, load_class_table
 from loaders.backends import EncodedSample
 from loaders.base import PlannedLoader
-from loaders.common import LoaderError
 from loaders.config import LoaderOptions
 from loaders.epochs import PAD, EpochPlan
-from loaders.transforms import Transform
+from loaders.errors import LoaderError
+from loaders.legacy import takes_loose_options
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -125,15 +123,12 @@ class LabelListLoader(PlannedLoader):
         list_file: ``path label`` lines; paths relative to ``root`` (default: the list's
             folder), which they may not leave.
         world: this rank; every rank computes the same epoch order from it.
-        batch_size, workers: per rank; ``workers=0`` decodes in the calling process.
-        seed: the epoch orders' and augmentations' seed.
+        options: how the loader runs (``loaders.config.LoaderOptions``: batch size, workers,
+            seed, …).
         train: defaults for training (shuffle, ``tail="drop"``, train transform) or
             validation (in order, ``tail="pad"``, center crop).
         num_classes, mean, std: from the manifest of a converted list; a bare list's class
             count comes from its ``classes.txt``, else its largest label + 1.
-        transform, tail, shuffle, on_error, pin_memory, prefetch_factor, backend, device,
-            memory_format: documented, with their defaults, at
-            ``loaders.config.LoaderOptions``.
 
     ``len(loader)`` and ``batches_per_epoch`` are stated before the epoch; every rank gets
     the same unless ``tail="uneven"``.
@@ -146,34 +141,19 @@ class LabelListLoader(PlannedLoader):
     CPU takes batches so).
     """
 
-    def __init__(self, list_file: Path, world: World, batch_size: int,
-                 workers: int = LoaderOptions.workers, seed: int = LoaderOptions.seed, *,
+    @takes_loose_options
+    def __init__(self, list_file: Path, world: World, options: LoaderOptions, *,
                  root: Path | None = None, train: bool = True,
                  num_classes: int | None = None, mean: tuple[float, ...] = (),
-                 std: tuple[float, ...] = (),
-                 transform: Transform | None = LoaderOptions.transform,
-                 tail: str | None = LoaderOptions.tail,
-                 shuffle: bool | None = LoaderOptions.shuffle,
-                 on_error: str = LoaderOptions.on_error,
-                 pin_memory: bool | None = LoaderOptions.pin_memory,
-                 prefetch_factor: int = LoaderOptions.prefetch_factor,
-                 backend: str = LoaderOptions.backend,
-                 device: str = LoaderOptions.device,
-                 memory_format: str = LoaderOptions.memory_format,
-                 order_version: int = LoaderOptions.order_version) -> None:
-        options = LoaderOptions(batch_size=batch_size, workers=workers, seed=seed,
-                                transform=transform, tail=tail, shuffle=shuffle,
-                                on_error=on_error, pin_memory=pin_memory,
-                                prefetch_factor=prefetch_factor, backend=backend, device=device,
-                                memory_format=memory_format, order_version=order_version)
+                 std: tuple[float, ...] = ()) -> None:
         self.entries = read_label_list(Path(list_file), root, num_classes)
         self.num_classes = num_classes or list_classes(self.entries)
         self.mean, self.std = mean, std
         self._source = _ListSource(self.entries, world.rank)
         cfg = options.config(train=train, samples=(len(self.entries.paths),), world=world,
-                             mode="replicate", layout_seed=seed)
-        super().__init__(cfg, self._source, options)
+                             mode="replicate", layout_seed=options.seed)
+        super().__init__(cfg, self._source)
 
-    def describe(self, plan: EpochPlan, batch: int) -> str:
-        first = [int(i) for i in plan.table[batch] if i != PAD][:1]
+    def describe(self, plan: EpochPlan, b: int) -> str:
+        first = [int(i) for i in plan.table[b] if i != PAD][:1]
         return f": {self._source.where(first[0])}, …" if first else ""

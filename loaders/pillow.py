@@ -25,10 +25,11 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from loaders.backends import Batch, EncodedSample, Source, stand_ins
-from loaders.common import PAD_LABEL, LoaderError, as_nchw, row_shape
-from loaders.config import BackendOptions, Config
+from loaders.batch import PAD_LABEL, as_nchw, row_shape
+from loaders.config import Config
 from loaders.decode import SampleDecoder
 from loaders.epochs import PAD, EpochPlan
+from loaders.errors import LoaderError
 from loaders.ring import Ring, is_dead
 from loaders.transforms import SampleError
 
@@ -49,7 +50,7 @@ class WorkerStream(IterableDataset):
         return p
 
     def __iter__(self) -> Iterator[tuple[int, Any, Any]]:
-        cfg, ring = self.cfg, self.ring
+        cfg, ring, o = self.cfg, self.ring, self.cfg.options
         info = get_worker_info()
         w = info.id if info is not None else 0
         if ring.data is not None:
@@ -58,17 +59,17 @@ class WorkerStream(IterableDataset):
         epoch, starts, skip = ring.epoch()
         plan = self._plan_for(epoch, starts)
         made = 0
-        for b in range(skip + w, plan.batches, max(1, cfg.workers)):
+        for b in range(skip + w, plan.batches, max(1, o.workers)):
             ring.note(w, b)
             ids = cfg.slots(plan, b)
             samples = self.source.fetch(ids[ids != PAD])
-            rng = np.random.default_rng([cfg.seed, plan.epoch, plan.group.pool,
+            rng = np.random.default_rng([o.seed, plan.epoch, plan.group.pool,
                                          int(plan.first[b])])
             if ring.data is None:
-                images = np.empty((len(ids), *row_shape(cfg.transform.size,
-                                                        cfg.channels_last)), np.uint8)
+                images = np.empty((len(ids), *row_shape(o.transform.size, o.channels_last)),
+                                  np.uint8)
                 labels = self._decode(samples, rng, images, w)
-                yield (b, as_nchw(torch.from_numpy(images), cfg.channels_last),
+                yield (b, as_nchw(torch.from_numpy(images), o.channels_last),
                        torch.from_numpy(labels))
                 continue
             if not ring.acquire(w, generation):
@@ -82,9 +83,10 @@ class WorkerStream(IterableDataset):
                 images: np.ndarray, w: int) -> np.ndarray:
         """Decode and augment ``samples`` into ``images`` (n rows, ``row_shape``); rows past
         the samples (``tail="pad"``) are zeroed. Returns the labels, PAD_LABEL for padding."""
-        cfg = self.cfg
+        cfg, o = self.cfg, self.cfg.options
         if self._decoder is None:
-            self._decoder = SampleDecoder(cfg.transform, channels_last=cfg.channels_last)
+            self._decoder = SampleDecoder(o.transform, channels_last=o.channels_last,
+                                          fast=o.crop_decode)
         decode = self._decoder
         images[len(samples):] = 0
         labels = np.full(len(images), PAD_LABEL, dtype=np.int64)
@@ -94,7 +96,7 @@ class WorkerStream(IterableDataset):
                 decode(sample.data, rng, images[i], where=sample.where)
                 labels[i] = sample.label
             except SampleError as e:
-                if cfg.on_error == "raise":
+                if o.on_error == "raise":
                     raise LoaderError(f"rank {cfg.world.rank}: {e}; {self.source.fix}, or "
                                       "load with on_error='skip'") from e
                 bad.append(i)
@@ -111,21 +113,21 @@ class PillowBackend:
     (``WorkerStream``) into the ring's shared-memory slots; the loader's process copies them
     out in order (or hands them over in place)."""
 
-    def __init__(self, cfg: Config, source: Source, options: BackendOptions) -> None:
-        if options.device != "cpu":
-            raise ValueError(f"device={options.device!r}: the pillow backend decodes on the "
+    def __init__(self, cfg: Config, source: Source) -> None:
+        o = cfg.options
+        if o.device != "cpu":
+            raise ValueError(f"device={o.device!r}: the pillow backend decodes on the "
                              "CPU (DeviceLoader moves its batches); device='gpu' needs "
-                             "backend='dali'")
-        self.pin, prefetch_factor = options.pin, options.prefetch_factor
+                             "backend='dali' or backend='nvjpeg'")
+        self.pin = o.pin_memory
         # prefetch_factor batches in flight per worker, one being decoded, one spare
-        self.ring = Ring(cfg.workers, prefetch_factor + 2, cfg.batch_size,
-                         cfg.transform.size, pools=options.pools,
-                         channels_last=cfg.channels_last)
+        self.ring = Ring(o.workers, o.prefetch_factor + 2, o.batch_size, o.transform.size,
+                         pools=len(cfg.pool_sizes), channels_last=o.channels_last)
         self.loader = DataLoader(
-            WorkerStream(cfg, self.ring, source), batch_size=None, num_workers=cfg.workers,
-            persistent_workers=cfg.workers > 0, pin_memory=self.pin and cfg.workers == 0,
-            prefetch_factor=prefetch_factor if cfg.workers > 0 else None)
-        self.workers = cfg.workers
+            WorkerStream(cfg, self.ring, source), batch_size=None, num_workers=o.workers,
+            persistent_workers=o.workers > 0, pin_memory=self.pin and o.workers == 0,
+            prefetch_factor=o.prefetch_factor if o.workers > 0 else None)
+        self.workers = o.workers
 
     @property
     def skipped(self) -> int:

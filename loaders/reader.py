@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from imgprep.shards.tarfmt import BLOCK, HeaderError, checksum_ok, header_bytes, octal
-from loaders.common import LoaderError
+from loaders.errors import LoaderError
 
 GAP = 64 << 10  # read across a gap this small rather than make another call
 MAX_READ = 8 << 20

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from loaders.common import as_nchw, row_shape
+from loaders.batch import as_nchw, row_shape
 
 _EPOCH, _SKIP, _GENERATION, _HEAD = range(4)  # then the pools' starts, then the workers
 _PER_WORKER = 3  # pid, batch in the making, skipped samples
@@ -38,18 +38,18 @@ _PARENT_CHECK_S = 5.0  # a worker blocked on a slot checks this often that its p
 
 
 class Ring:
-    """``workers`` rings of ``slots`` batches (``batch`` rows of uint8 pixels, each 3 x
+    """``workers`` rings of ``slots`` batches (``batch_size`` rows of uint8 pixels, each 3 x
     ``size`` x ``size``, or ``size`` x ``size`` x 3 when ``channels_last``), with the counters
     both sides read (``pools`` starting positions of an epoch's plan); see the module
-    docstring for the protocol. Batches come out NCHW-shaped (``loaders.common.as_nchw``)."""
+    docstring for the protocol. Batches come out NCHW-shaped (``loaders.batch.as_nchw``)."""
 
-    def __init__(self, workers: int, slots: int, batch: int, size: int, pools: int = 1, *,
+    def __init__(self, workers: int, slots: int, batch_size: int, size: int, pools: int = 1, *,
                  channels_last: bool = False) -> None:
         self.workers, self.slots, self.pools = max(1, workers), slots, pools
         self.channels_last = channels_last
         self.state: Any = mp.Array("q", [0] * (_HEAD + pools + _PER_WORKER * self.workers),
                                    lock=False)
-        shape = (workers, slots, batch, *row_shape(size, channels_last))
+        shape = (workers, slots, batch_size, *row_shape(size, channels_last))
         self.data = torch.empty(shape, dtype=torch.uint8).share_memory_() if workers > 0 \
             else None
         self._free = [mp.Semaphore(slots) for _ in range(workers)]
@@ -104,8 +104,8 @@ class Ring:
         """The batch worker ``w`` is making (or last made) in the current plan."""
         return int(self.state[self._slot(w, 1)])
 
-    def note(self, w: int, batch: int) -> None:
-        self.state[self._slot(w, 1)] = batch
+    def note(self, w: int, b: int) -> None:
+        self.state[self._slot(w, 1)] = b
 
     def add_skipped(self, w: int, n: int) -> None:
         self.state[self._slot(w, 2)] += n

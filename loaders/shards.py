@@ -26,22 +26,18 @@ from pathlib import Path
 
 import numpy as np
 
-from imgprep.errors import ManifestError, WorldError
-from imgprep.job.assign import MODES
-from imgprep.job.world import World
+from imgprep import MODES, Manifest, ManifestError, World, WorldError, read_manifest
 from imgprep.shards.index import read_index
-from imgprep.shards.manifest import Manifest, read_manifest
-from imgprep.shards.tario import iter_members, iter_samples
 from loaders.backends import EncodedSample
 from loaders.base import PlannedLoader
-from loaders.common import PAD_LABEL, LoaderError, refuse_unlabelled
+from loaders.batch import PAD_LABEL
 from loaders.config import LoaderOptions
 from loaders.epochs import EpochPlan
+from loaders.errors import LoaderError, refuse_unlabelled
+from loaders.legacy import takes_loose_options
 from loaders.reader import Locations, Reader
-from loaders.transforms import Transform
 
-__all__ = ["PAD_LABEL", "EpochPlan", "LoaderError", "ShardLoader", "ShardSet", "iter_members",
-           "iter_samples", "open_shards"]
+__all__ = ["PAD_LABEL", "EpochPlan", "LoaderError", "ShardLoader", "ShardSet", "open_shards"]
 
 
 # ---------------------------------------------------------------------------- the shard set
@@ -187,12 +183,9 @@ class ShardLoader(PlannedLoader):
         split: ``"train"`` (defaults: shuffle, ``tail="drop"``, train transform) or ``"val"``
             (no shuffle, ``tail="pad"``, center crop).
         world: this rank; every rank of the job computes the same plan from it.
-        batch_size, workers: per rank; ``workers=0`` decodes in the calling process.
-        seed: the epoch orders' and augmentations' seed.
+        options: how the loader runs (``loaders.config.LoaderOptions``: batch size, workers,
+            seed, …).
         mode: ``replicate`` or ``partition`` (node-local manifests fix it).
-        transform, tail, shuffle, on_error, pin_memory, prefetch_factor, backend, device,
-            memory_format: documented, with their defaults, at
-            ``loaders.config.LoaderOptions``.
 
     ``len(loader)`` (batches the next pass yields) and ``batches_per_epoch`` are stated
     before the epoch from the manifest; every rank gets the same unless ``tail="uneven"``.
@@ -205,30 +198,15 @@ class ShardLoader(PlannedLoader):
     CPU takes batches so).
     """
 
-    def __init__(self, folder: Path, split: str, world: World, batch_size: int,
-                 workers: int = LoaderOptions.workers, seed: int = LoaderOptions.seed, *,
-                 mode: str | None = None,
-                 transform: Transform | None = LoaderOptions.transform,
-                 tail: str | None = LoaderOptions.tail,
-                 shuffle: bool | None = LoaderOptions.shuffle,
-                 on_error: str = LoaderOptions.on_error,
-                 pin_memory: bool | None = LoaderOptions.pin_memory,
-                 prefetch_factor: int = LoaderOptions.prefetch_factor,
-                 backend: str = LoaderOptions.backend,
-                 device: str = LoaderOptions.device,
-                 memory_format: str = LoaderOptions.memory_format,
-                 order_version: int = LoaderOptions.order_version) -> None:
-        options = LoaderOptions(batch_size=batch_size, workers=workers, seed=seed,
-                                transform=transform, tail=tail, shuffle=shuffle,
-                                on_error=on_error, pin_memory=pin_memory,
-                                prefetch_factor=prefetch_factor, backend=backend, device=device,
-                                memory_format=memory_format, order_version=order_version)
-        self.shards = open_shards(Path(folder), split, mode, seed)
+    @takes_loose_options
+    def __init__(self, folder: Path, split: str, world: World, options: LoaderOptions, *,
+                 mode: str | None = None) -> None:
+        self.shards = open_shards(Path(folder), split, mode, options.seed)
         s = self.shards
         check_world(s, world)
         cfg = options.config(train=split == "train", samples=s.samples, world=world,
                              mode=s.mode, layout_seed=s.seed)
-        super().__init__(cfg, _ShardSource(s.where, world.rank), options)
+        super().__init__(cfg, _ShardSource(s.where, world.rank))
 
     @property
     def mean(self) -> tuple[float, ...]:
@@ -245,8 +223,8 @@ class ShardLoader(PlannedLoader):
     def check_plan(self, plan: EpochPlan) -> None:
         check_present(self.shards, self.world, plan)
 
-    def describe(self, plan: EpochPlan, batch: int) -> str:
+    def describe(self, plan: EpochPlan, b: int) -> str:
         names = [self.shards.names[i] for i in
-                 np.unique(plan.shards_of(plan.table[batch:batch + 1])).tolist()]
+                 np.unique(plan.shards_of(plan.table[b:b + 1])).tolist()]
         more = f", … {len(names)} shards" if len(names) > 3 else ""
         return f" from {', '.join(names[:3])}{more}"

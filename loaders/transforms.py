@@ -1,5 +1,11 @@
 """Per-sample decoding and augmentation with pillow-simd, straight into a uint8 CHW batch.
 
+A transform decides what a sample becomes before any pixel is decoded: its ``geometry(w, h,
+rng)`` (a ``Geometry``: the DCT scale to draft a JPEG to, the region resampled and its size,
+the output crop, the flip), drawn from the sample's generator and the image's size alone.
+That is the one home of the crop geometry; the Pillow path here (``apply``) and the
+crop-aware path (``loaders.decode``) both carry a geometry out, so their pixels agree.
+
 Train: random-resized-crop (torchvision's sampling: scale 0.08–1 of the area, aspect ratio
 3/4–4/3, ten tries then a center fallback) done as JPEG draft + one ``resize(box=…)`` of the
 crop, so no full-size intermediate is ever made, then a horizontal flip by index reversal.
@@ -16,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 from PIL import Image
 
-from imgprep.errors import ImgprepError
+from imgprep import ImgprepError, jpegcrop
 
 _BILINEAR = Image.Resampling.BILINEAR
 _FLIP = Image.Transpose.FLIP_LEFT_RIGHT
@@ -24,6 +30,24 @@ _FLIP = Image.Transpose.FLIP_LEFT_RIGHT
 
 class SampleError(ImgprepError, ValueError):
     """A sample that cannot be decoded; the message names its shard (or file) and key."""
+
+
+Box = tuple[float, float, float, float]  # left, top, right, bottom
+
+
+@dataclass(frozen=True, kw_only=True)
+class Geometry:
+    """What one image becomes, in the order both decode paths carry it out: decode (a JPEG
+    drafted so that its whole would be at least ``draft``; None: full size), resample
+    ``box`` (the source's pixels; None: the whole image) to ``resize`` (None: nothing is
+    resampled), keep the ``crop`` of the result (left, top, right, bottom), mirror it if
+    ``flip``."""
+
+    draft: tuple[int, int] | None
+    resize: tuple[int, int] | None
+    box: Box | None
+    crop: tuple[int, int, int, int]
+    flip: bool
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -41,6 +65,17 @@ class TrainTransform:
             raise ValueError(f"{self}: size must be >= 1, 0 < scale[0] <= scale[1] <= 1 "
                              "and 0 < ratio[0] <= ratio[1]")
 
+    def geometry(self, w: int, h: int, rng: np.random.Generator) -> Geometry:
+        """A sample's random draws, always in this order: its crop box, then its flip; the
+        box is resampled to ``size`` x ``size`` from a JPEG drafted as far as it allows."""
+        box = crop_box(w, h, self, rng)
+        flip = self.flip and bool(rng.random() < 0.5)
+        left, top, right, bottom = box
+        draft = (math.ceil(w * self.size / (right - left)),
+                 math.ceil(h * self.size / (bottom - top)))
+        return Geometry(draft=draft, resize=(self.size, self.size), box=box,
+                        crop=(0, 0, self.size, self.size), flip=flip)
+
 
 @dataclass(frozen=True, kw_only=True)
 class ValTransform:
@@ -53,12 +88,32 @@ class ValTransform:
         if self.size < 1 or self.resize < 1:
             raise ValueError(f"{self}: size and resize must be >= 1")
 
+    def geometry(self, w: int, h: int, rng: np.random.Generator) -> Geometry:
+        """The center crop, of the image itself when its short side is ``resize`` already
+        (nothing resampled), else of the whole image resampled so that it is; no draws."""
+        size = self.size
+        if min(w, h) == self.resize:
+            left, top = (w - size) // 2, (h - size) // 2
+            return Geometry(draft=None, resize=None, box=None,
+                            crop=(left, top, left + size, top + size), flip=False)
+        s = self.resize / min(w, h)
+        nw, nh = max(size, round(w * s)), max(size, round(h * s))
+        left, top = (nw - size) // 2, (nh - size) // 2
+        return Geometry(draft=(math.ceil(w * s), math.ceil(h * s)), resize=(nw, nh), box=None,
+                        crop=(left, top, left + size, top + size), flip=False)
+
 
 Transform = TrainTransform | ValTransform
 
 
-def crop_box(w: int, h: int, t: TrainTransform, rng: np.random.Generator
-             ) -> tuple[float, float, float, float]:
+def check_transform(transform: object) -> None:
+    """Refuse what is not a transform (a programming error: ValueError)."""
+    if not isinstance(transform, TrainTransform | ValTransform):
+        raise ValueError(f"transform must be a TrainTransform or a ValTransform, not "
+                         f"{transform!r}")
+
+
+def crop_box(w: int, h: int, t: TrainTransform, rng: np.random.Generator) -> Box:
     """A random-resized-crop box ``(left, top, right, bottom)`` in a ``w``×``h`` image."""
     area = w * h
     log_lo, log_hi = math.log(t.ratio[0]), math.log(t.ratio[1])
@@ -99,77 +154,51 @@ def into(img: Image.Image, out: np.ndarray, planar: bool) -> None:
         out[...] = np.frombuffer(img.tobytes(), np.uint8).reshape(out.shape)
 
 
+def bomb(where: str, e: Image.DecompressionBombError) -> SampleError:
+    """The error of a sample whose header declares more pixels than Pillow's bomb check
+    allows (twice ``Image.MAX_IMAGE_PIXELS``), the same from either decode path."""
+    return SampleError(f"{where}: refused before decoding: {e} (PIL.Image.MAX_IMAGE_PIXELS "
+                       "sets the limit)")
+
+
 def _open(data: bytes, where: str) -> Image.Image:
+    """The image ``data`` holds, its declared size held to Pillow's decompression-bomb rule,
+    and a JPEG's end checked (``jpegcrop.tail_scan``: cut short, padded without its
+    end-of-image marker, or large trailing data is an error, never a smeared sample)."""
     try:
-        return Image.open(io.BytesIO(data))
+        img = Image.open(io.BytesIO(data))
+    except Image.DecompressionBombError as e:
+        raise bomb(where, e) from e
     except (OSError, SyntaxError, ValueError) as e:
         raise SampleError(f"{where}: not a decodable image ({e})") from e
+    damage = jpegcrop.tail_scan(data).damage() if img.format == "JPEG" else None
+    if damage is not None:
+        raise SampleError(f"{where}: {damage}")
+    return img
 
 
-def draw(w: int, h: int, t: TrainTransform, rng: np.random.Generator
-         ) -> tuple[tuple[float, float, float, float], bool]:
-    """A sample's random draws, always in this order: its crop box, then its flip."""
-    box = crop_box(w, h, t, rng)
-    return box, t.flip and bool(rng.random() < 0.5)
-
-
-def draft_request(w: int, h: int, t: TrainTransform, box: tuple[float, float, float, float]
-                  ) -> tuple[int, int]:
-    """The size to ``draft`` a JPEG to: libjpeg scales by 1/2..1/8 while the crop stays at
-    least ``t.size``, so no full decode of pixels that are thrown away."""
-    left, top, right, bottom = box
-    return math.ceil(w * t.size / (right - left)), math.ceil(h * t.size / (bottom - top))
-
-
-def train_sample(data: bytes, t: TrainTransform, rng: np.random.Generator, out: np.ndarray,
-                 where: str = "sample", *, planar: bool = True,
-                 drawn: tuple[tuple[float, float, float, float], bool] | None = None) -> None:
-    """Decode ``data``, random-resized-crop and maybe flip it into ``out`` (3×size×size
-    uint8, or size×size×3 unless ``planar``); ``drawn``: the box and flip already drawn."""
+def apply(data: bytes, t: Transform, rng: np.random.Generator, out: np.ndarray,
+          where: str = "sample", *, planar: bool = True, geometry: Geometry | None = None
+          ) -> None:
+    """Run ``t`` on one encoded image the Pillow way, writing ``out`` (3×size×size uint8, or
+    size×size×3 unless ``planar``); ``geometry``: the one ``t`` already drew for it."""
     img = _open(data, where)
     try:
         w, h = img.size
-        (left, top, right, bottom), flip = drawn or draw(w, h, t, rng)
-        if img.format == "JPEG":
-            img.draft("RGB", draft_request(w, h, t, (left, top, right, bottom)))
-        sx, sy = img.width / w, img.height / h
-        box = (left * sx, top * sy, right * sx, bottom * sy)
+        g = geometry or t.geometry(w, h, rng)
+        if g.draft is not None and img.format == "JPEG":
+            img.draft("RGB", g.draft)
         if img.mode != "RGB":
             img = img.convert("RGB")
-        img = img.resize((t.size, t.size), _BILINEAR, box=box)
-        if flip:
+        if g.resize is not None:
+            sx, sy = img.width / w, img.height / h  # the draft's scale
+            box = None if g.box is None else (g.box[0] * sx, g.box[1] * sy, g.box[2] * sx,
+                                              g.box[3] * sy)
+            img = img.resize(g.resize, _BILINEAR, box=box)
+        if g.crop != (0, 0, *img.size):
+            img = img.crop(g.crop)
+        if g.flip:
             img = img.transpose(_FLIP)
         into(img, out, planar)
     except (OSError, SyntaxError, ValueError) as e:
         raise SampleError(f"{where}: cannot decode ({e})") from e
-
-
-def val_sample(data: bytes, t: ValTransform, out: np.ndarray, where: str = "sample", *,
-               planar: bool = True) -> None:
-    """Decode ``data``, short side to ``t.resize`` if needed, center-crop into ``out``."""
-    img = _open(data, where)
-    try:
-        w, h = img.size
-        if min(w, h) != t.resize:
-            s = t.resize / min(w, h)
-            if img.format == "JPEG":
-                img.draft("RGB", (math.ceil(w * s), math.ceil(h * s)))
-            nw, nh = max(t.size, round(w * s)), max(t.size, round(h * s))
-            img = img.convert("RGB").resize((nw, nh), _BILINEAR)
-            w, h = nw, nh
-        left, top = (w - t.size) // 2, (h - t.size) // 2
-        if img.mode != "RGB":
-            img = img.convert("RGB")
-        into(img.crop((left, top, left + t.size, top + t.size)), out, planar)
-    except (OSError, SyntaxError, ValueError) as e:
-        raise SampleError(f"{where}: cannot decode ({e})") from e
-
-
-def apply(data: bytes, t: Transform, rng: np.random.Generator, out: np.ndarray,
-          where: str = "sample", *, planar: bool = True) -> None:
-    """Run ``t`` on one encoded image the Pillow way, writing ``out`` (3×size×size uint8, or
-    size×size×3 unless ``planar``)."""
-    if isinstance(t, TrainTransform):
-        train_sample(data, t, rng, out, where, planar=planar)
-    else:
-        val_sample(data, t, out, where, planar=planar)

@@ -7,8 +7,9 @@
 It says what the machine has (GPU, torch and CUDA, which PIL and libjpeg-turbo, cores, missing
 optional packages), skips with one line each the checks it cannot run, then runs the trainer
 (synthetic against fed), NCCL against Gloo, DeviceLoader, the loader and convert on every
-core, and DALI where it imports; ``--only NAMES`` runs some. ``--out DIR`` receives the JSON
-record and the markdown table. What to carry to a machine without network: docs/gpu_check.md.
+core, DALI where it imports, and the nvjpeg backend (torchvision's nvJPEG) against the CPU
+loader; ``--only NAMES`` runs some. ``--out DIR`` receives the JSON record and the markdown
+table. What to carry to a machine without network: docs/gpu_check.md.
 
 ``--wheel FILE``: first install that wheel (``make wheel``'s, carried as a file) with pip,
 no dependencies and no index, into ``build/gpu-kit/site`` (made afresh) and put it first on

@@ -8,7 +8,8 @@ Between the top-level folders (tests may import anything; nothing imports ``scri
 
 ``scripts``, ``bench`` and ``harness`` reach the library only through its public face, the
 names in ``imgprep.__all__`` and ``loaders.__all__``, or through the white-box modules named
-in ``WHITE_BOX`` below (docs/development.md says why each is needed). Inside ``imgprep``,
+in ``WHITE_BOX`` below (docs/development.md says why each is needed); ``loaders`` reaches
+``imgprep`` the same way. Inside ``imgprep``,
 each room (subpackage) imports only rooms below it:
 
     cli  ->  convert, stage  ->  inputs  ->  shards  ->  job  ->  leaf modules
@@ -18,10 +19,16 @@ package import no room, except the package's public face, ``__init__`` and ``__m
 Inside ``harness``, a room (``cluster``, ``reliability``, ``rehearsal``) imports no other
 room, only the modules at the top of ``harness`` (``checks``).
 
+``harness`` reaches ``bench`` only through the modules named in ``HARNESS_BENCH``, each from
+the harness rooms named there (docs/development.md says what each takes).
+
 Every import is checked, those inside functions too, since a deferred import is still a
-dependency; and every import cycle between modules of the project is reported, deferred
-imports included (imports under ``if TYPE_CHECKING:`` never run: they are checked for
-direction only). Prints one line per problem and exits 1 if there is any.
+dependency, and those in a string that is Python code (a ``python -c`` script run as a child):
+such a string imports nothing of the library (``imgprep``, ``loaders``), whose walls it would
+pass unseen; the child's code goes in a module run with ``python -m``, where these rules see
+it. Every import cycle between modules of the project is reported, deferred imports included
+(imports under ``if TYPE_CHECKING:`` never run, and a string's run in another process: they
+are checked for direction only). Prints one line per problem and exits 1 if there is any.
 
     python tools/check_layout.py
 """
@@ -29,9 +36,11 @@ direction only). Prints one line per problem and exits 1 if there is any.
 from __future__ import annotations
 
 import ast
+import re
 import sys
+import textwrap
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -46,13 +55,16 @@ MAY_IMPORT = {  # top-level folder -> the folders it may import besides itself
 }
 LIBRARY = ("imgprep", "loaders")
 OUTSIDE = ("scripts", "bench", "harness")  # held to the public face and the white-box list
+HELD = {"loaders": ("imgprep",), **{f: LIBRARY for f in OUTSIDE}}  # folder -> faces it keeps to
 WHITE_BOX = {  # module -> why benchmarks and harnesses need it (docs/development.md)
     "imgprep.shards.writers": "tar records and the shard writer, for inputs and shard sets "
                               "written at memory speed",
     "imgprep.shards.tario": "a shard's samples read back, for the loaders' and verify's floors",
     "imgprep.shards.manifest": "write_manifest and index_name, for shard sets assembled from "
                                "repeated shards",
-    "imgprep.shards.index": "write_index, the sample index of an assembled shard set",
+    "imgprep.shards.index": "write_index, the sample index of an assembled shard set; "
+                            "read_index, where the loaders read each sample",
+    "imgprep.shards.tarfmt": "the tar headers the loaders check before reading a sample",
     "imgprep.shards.layout": "Layout, where each sample of an assembled shard lies",
     "imgprep.inputs.keys": "member_key, the key every input form gives an image",
     "imgprep.inputs.spool": "the staging copy of a form without random access, timed alone",
@@ -70,14 +82,29 @@ WHITE_BOX = {  # module -> why benchmarks and harnesses need it (docs/developmen
     "imgprep.convert.image": "convert_image, convert's per-image work timed alone",
     "imgprep.job.assign": "balanced_split, the whole-shard plans the shuffle study compares",
     "imgprep.procs": "die_with_parent, for the harnesses' own children",
-    "loaders.transforms": "the Pillow path's stages (crop_box, draw, train_sample, into_chw), "
+    "loaders.transforms": "the Pillow path's stages (crop_box, geometry, apply, into_chw), "
                           "timed one by one",
-    "imgprep.jpegcrop": "the crop-aware decoder's stages, timed one by one",
+    "imgprep.jpegcrop": "the crop-aware decoder's stages, timed one by one; the extension "
+                        "module the fuzz target drives",
+    "imgprep.resample": "the resampler timed alone, beside the installed Pillow's resize",
     "loaders.shards": "open_shards, where each sample's bytes lie, to check batch labels",
+    "imgprep.stage.fanout_net": "NET_CHUNK and IN_FLIGHT, for a Gloo floor streamed as "
+                                "fan-out streams",
+    "loaders.nvjpeg": "the nvjpeg backend's decodes (nvJPEG's batch, Pillow's fallback), timed "
+                      "alone by the GPU kit's spike",
+    "loaders.batchcrop": "the batched crop, resize and flip, timed alone by the GPU kit's spike",
+    "imgprep.cli.commands": "main, the imgprep command run in a child that counts its reads",
+}
+# bench module -> the harness rooms that may import it (None: every room and harness's top)
+HARNESS_BENCH: dict[str, tuple[str, ...] | None] = {
+    "bench.common": None,  # the repository root, ports, verdicts, CPU-noise and process trees
+    "bench.scaling": ("cluster",),  # summarise: the cluster box's scaling table
+    "bench.convert": ("gpukit",),  # the GPU kit's conversion floor and timing
 }
 LEAF = "leaf"
 RANK = {"cli": 5, "convert": 4, "stage": 4, "inputs": 3, "shards": 2, "job": 1, LEAF: 0}
 FACE = {"imgprep/__init__.py", "imgprep/__main__.py"}  # the package's public face
+IMPORT_WORD = re.compile(r"\b(?:import|from)\s+[A-Za-z_]")  # a string that may import
 
 
 @dataclass(frozen=True)
@@ -88,6 +115,7 @@ class Import:
     module: str
     names: tuple[str, ...] = ()
     typing_only: bool = False
+    in_string: bool = False  # in a string that is Python code, run by a child process
 
 
 @dataclass(frozen=True)
@@ -125,10 +153,18 @@ def _typing_lines(tree: ast.AST) -> set[int]:
 
 
 def imports(mod: Module, known: dict[str, Module]) -> Iterator[Import]:
-    """Every import in ``mod``: relative ones resolved, ``from a import b`` named ``a.b`` when
-    that is a module, a script's own modules named as the folder it runs from sees them."""
+    """Every import in ``mod``, those in strings that are Python code included: relative ones
+    resolved, ``from a import b`` named ``a.b`` when that is a module, a script's own modules
+    named as the folder it runs from sees them."""
     tree = ast.parse(mod.path.read_text(), str(mod.path))
-    typing = _typing_lines(tree)
+    yield from _imports_in(tree, mod, known, _typing_lines(tree))
+    for line, code in code_strings(tree):
+        for imp in _imports_in(code, mod, known, set()):
+            yield replace(imp, line=line + imp.line - 1, in_string=True)
+
+
+def _imports_in(tree: ast.AST, mod: Module, known: dict[str, Module],
+                typing: set[int]) -> Iterator[Import]:
     package = mod.name.split(".") if mod.is_package else mod.name.split(".")[:-1]
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -149,6 +185,44 @@ def imports(mod: Module, known: dict[str, Module]) -> Iterator[Import]:
                     plain.append(alias.name)
             if plain:
                 yield Import(node.lineno, base, tuple(plain), node.lineno in typing)
+
+
+def code_strings(tree: ast.AST) -> Iterator[tuple[int, ast.Module]]:
+    """The strings of ``tree`` that are Python code holding an import (a ``python -c``
+    script, however it is run), parsed, each with the line it starts on; docstrings are
+    prose, and an f-string counts with each placeholder read as a name."""
+    prose = _docstrings(tree)
+    parts = {id(v) for node in ast.walk(tree) if isinstance(node, ast.JoinedStr)
+             for v in node.values}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            if id(node) in prose or id(node) in parts:
+                continue
+            text = node.value
+        elif isinstance(node, ast.JoinedStr):
+            text = "".join(str(v.value) if isinstance(v, ast.Constant) else "_"
+                           for v in node.values)
+        else:
+            continue
+        if not IMPORT_WORD.search(text):
+            continue
+        try:
+            code = ast.parse(textwrap.dedent(text))
+        except SyntaxError:
+            continue  # prose that mentions importing
+        if any(isinstance(n, ast.Import | ast.ImportFrom) for n in ast.walk(code)):
+            yield node.lineno, code
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    """The ids of the docstring constants of ``tree``'s module, classes and functions."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            first = node.body[0] if node.body else None
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                found.add(id(first.value))
+    return found
 
 
 def _own(name: str, mod: Module, known: dict[str, Module]) -> str:
@@ -179,12 +253,19 @@ def direction(mod: Module, imp: Import, public: dict[str, set[str]],
               known: dict[str, Module]) -> str | None:
     """What is wrong with ``imp`` in ``mod`` (None: it runs with the grain)."""
     mine, head = mod.folder, imp.module.split(".")[0]
+    if imp.in_string and mine == "tools":
+        return None  # tools/wheel_check.py: its children test the installed wheel, by design
+    if imp.in_string and head in LIBRARY:
+        return (f"it imports {imp.module} in a child process, past the white-box list and "
+                "the rooms; put the child's code in a module run with python -m")
     if head not in FOLDERS or head == mine:
         return _inside(mod, imp, known)
     if head not in MAY_IMPORT[mine]:
         return (f"{mine} imports {imp.module}, which it may not: {mine} may import "
                 f"{', '.join(MAY_IMPORT[mine]) or 'nothing of the project'}")
-    if mine in OUTSIDE and head in LIBRARY:
+    if mine == "harness" and head == "bench":
+        return _harness_bench(mod, imp, known)
+    if head in HELD.get(mine, ()):
         if imp.module == head:
             hidden = sorted(set(imp.names) - public[head])
             if hidden:
@@ -193,6 +274,19 @@ def direction(mod: Module, imp: Import, public: dict[str, set[str]],
         elif imp.module not in WHITE_BOX:
             return (f"{mine} imports {imp.module}: use {head}.__all__ or a white-box module "
                     "(tools/check_layout.py WHITE_BOX, docs/development.md)")
+    return None
+
+
+def _harness_bench(mod: Module, imp: Import, known: dict[str, Module]) -> str | None:
+    """The harness reaches bench through ``HARNESS_BENCH`` alone, from the rooms named."""
+    if imp.module not in HARNESS_BENCH:
+        return (f"harness imports {imp.module}: the harness imports of bench only "
+                f"{', '.join(HARNESS_BENCH)} (tools/check_layout.py HARNESS_BENCH, "
+                "docs/development.md)")
+    rooms, room = HARNESS_BENCH[imp.module], harness_room(mod.name, known)
+    if rooms is not None and room not in rooms:
+        return (f"harness {'room ' + room if room else 'top'} imports {imp.module}, which "
+                f"only {', '.join(rooms)} may (tools/check_layout.py HARNESS_BENCH)")
     return None
 
 
@@ -291,8 +385,9 @@ def problems(repo: Path = REPO) -> list[str]:
         for imp in imports(mod, known):
             wrong = direction(mod, imp, public, known)
             if wrong:
-                out.append(f"{mod.rel}:{imp.line}: {wrong}")
-            if imp.module in known and not imp.typing_only:
+                where = "a string run as code: " if imp.in_string else ""
+                out.append(f"{mod.rel}:{imp.line}: {where}{wrong}")
+            if imp.module in known and not (imp.typing_only or imp.in_string):
                 graph[mod.name].setdefault(imp.module, imp.line)
     for cycle in cycles(graph):
         first = known[cycle[0]]

@@ -29,11 +29,12 @@ from datetime import timedelta
 
 def loader_rates(args: argparse.Namespace) -> None:
     from imgprep import World
-    from loaders import make_loader
+    from loaders import LoaderOptions, make_loader
 
     world = World(rank=args.rank, world_size=args.world, node_rank=args.rank,
                   num_nodes=args.world)
-    loader = make_loader(args.data, "train", world, args.batch_size, args.workers, args.seed)
+    loader = make_loader(args.data, "train", world, LoaderOptions(
+        batch_size=args.batch_size, workers=args.workers, seed=args.seed))
     print("ready", flush=True)
     for epoch in itertools.count():
         if sys.stdin.readline().strip() != "go":

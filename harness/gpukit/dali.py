@@ -14,7 +14,7 @@ from itertools import islice
 from typing import Any
 
 from imgprep import World
-from loaders import Loader, TrainTransform, make_loader, worker_count
+from loaders import Loader, LoaderOptions, TrainTransform, make_loader, worker_count
 
 from .context import Context
 from .record import figure, holds, plural
@@ -25,9 +25,10 @@ STEPS = 3  # compared per rank
 
 def loader(ctx: Context, world: World, backend: str, workers: int) -> Loader:
     device = "gpu" if backend == "dali" and ctx.device == "cuda" else "cpu"
-    return make_loader(ctx.data(), "train", world, ctx.profile.loader_batch, workers, 0,
-                       transform=TrainTransform(size=ctx.profile.image_size),
-                       backend=backend, device=device, memory_format="channels_last")
+    return make_loader(ctx.data(), "train", world, LoaderOptions(
+        batch_size=ctx.profile.loader_batch, workers=workers, seed=0,
+        transform=TrainTransform(size=ctx.profile.image_size), backend=backend, device=device,
+        memory_format="channels_last"))
 
 
 def steps(ld: Loader) -> list[tuple[list[int], tuple[int, ...], str]]:

@@ -20,7 +20,15 @@ from typing import Any
 import torch
 
 from imgprep import World
-from loaders import DeviceLoader, Loader, TrainTransform, make_loader, normalize, worker_count
+from loaders import (
+    DeviceLoader,
+    Loader,
+    LoaderOptions,
+    TrainTransform,
+    make_loader,
+    normalize,
+    worker_count,
+)
 
 from .context import Context
 from .record import figure, holds, plural, ratio
@@ -59,9 +67,9 @@ def compare(ctx: Context, loader: Loader, epoch: int) -> tuple[bool, str]:
 def check(ctx: Context) -> dict[str, Any]:
     p = ctx.profile
     workers = worker_count("auto", World())
-    loader = make_loader(ctx.data(), "train", World(), p.loader_batch, workers, 0,
-                         transform=TrainTransform(size=p.image_size),
-                         memory_format="channels_last")
+    loader = make_loader(ctx.data(), "train", World(), LoaderOptions(
+        batch_size=p.loader_batch, workers=workers, seed=0,
+        transform=TrainTransform(size=p.image_size), memory_format="channels_last"))
     dev = DeviceLoader(loader, ctx.device, loader.mean, loader.std)
     ok, detail = compare(ctx, loader, 0)  # also the warm-up: the workers start here
     alone, through = [], []

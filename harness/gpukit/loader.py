@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from imgprep import World
-from loaders import Loader, TrainTransform, make_loader, worker_count
+from loaders import Loader, LoaderOptions, TrainTransform, make_loader, worker_count
 
 from .context import Context
 from .machine import cores
@@ -30,9 +30,9 @@ def check(ctx: Context) -> dict[str, Any]:
     p = ctx.profile
     n = cores()
     auto = worker_count("auto", World())
-    one, many = (make_loader(ctx.data(), "train", World(), p.loader_batch, w, 0,
-                             transform=TrainTransform(size=p.image_size),
-                             memory_format="channels_last") for w in (1, auto))
+    one, many = (make_loader(ctx.data(), "train", World(), LoaderOptions(
+        batch_size=p.loader_batch, workers=w, seed=0, transform=TrainTransform(size=p.image_size),
+        memory_format="channels_last")) for w in (1, auto))
     timed(one, 0, 2)  # warm-up: worker start-up
     timed(many, 0, 2 * auto)
     singles, alls = [], []

@@ -28,6 +28,7 @@ from . import wheel
 REPO = Path(__file__).resolve().parents[2]
 OPTIONAL = {  # module -> what it serves here
     "nvidia.dali": "the dali check (pip install 'imgprep[dali]')",
+    "torchvision": "the nvjpeg checks on a GPU (torchvision's nvJPEG decoder)",
     "webdataset": "stage-to-node's URL sources and bench.loader's peer (not the kit)",
     "mpi4py": "the trainer under mpirun (not the kit)",
     "pytest": "the gpu-marked tests (tests/scripts/test_gpu_check.py)",
@@ -163,6 +164,20 @@ def dali_problem() -> str | None:
     return None
 
 
+def torchvision_problem() -> str | None:
+    """Why the nvjpeg backend cannot decode on a GPU here (None: ``torchvision.io`` imports,
+    tried in a child process: a torchvision built for another torch fails on import)."""
+    if not optional_packages()["torchvision"]:
+        return "torchvision is not installed (pip install --no-deps torchvision==<the " \
+               "release made for this torch>)"
+    done = subprocess.run([sys.executable, "-c", "import torchvision.io"], capture_output=True,
+                          text=True, timeout=120, env=child_env())
+    if done.returncode:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        return f"torchvision does not import: {last}"
+    return None
+
+
 def unavailable(device: str, wanted: list[str]) -> dict[str, str]:
     """The checks of ``wanted`` that cannot run here, each with why."""
     import torch.distributed as dist
@@ -174,4 +189,7 @@ def unavailable(device: str, wanted: list[str]) -> dict[str, str]:
         out["nccl"] = "this torch build has no NCCL"
     if "dali" in wanted and (why := dali_problem()) is not None:
         out["dali"] = why
+    gpu_decode = [n for n in ("nvjpeg", "nvjpeg_trainer") if n in wanted]
+    if gpu_decode and device == "cuda" and (why := torchvision_problem()) is not None:
+        out.update(dict.fromkeys(gpu_decode, why))  # the CPU form decodes with Pillow
     return out

@@ -3,7 +3,8 @@ GPU run (a look at the CUDA paths in about a minute), and the CPU forms (a small
 steps, Gloo: what ``make test`` runs, so that the kit cannot rot).
 
 The full GPU run trains ResNet-50 at 224 px, batch 256 (the trainer's defaults on CUDA are
-bf16 autocast and channels_last), on a synthetic input of 32,000 ImageNet-sized JPEGs.
+bf16 autocast and channels_last), on a synthetic input of 32,000 ImageNet-sized JPEGs; the
+nvjpeg check trains ResNet-50 and ResNet-18 the same way (the CPU forms: the tiny model).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ class Profile:
     floor_images: int  # convert's one-process floor loop
     rounds: int  # interleaved rounds of the loader, device-loader and convert measures
     timeout_s: float  # for each child process
+    nvjpeg_archs: tuple[str, ...] = ("resnet50", "resnet18")  # the nvjpeg check's trainers
 
     def __post_init__(self) -> None:
         small = min(self.images, self.pool, self.batch, self.steps, self.log_every,
@@ -56,11 +58,11 @@ PROFILES = {
     "cpu": Profile(name="cpu", images=2048, pool=32, arch="tiny", image_size=64, batch=32,
                    steps=40, log_every=10, nccl_arch="tiny", nccl_batch=16, nccl_steps=6,
                    loader_batch=32, one_worker_batches=10, many_batches=40, floor_images=256,
-                   rounds=3, timeout_s=300),
+                   rounds=3, timeout_s=300, nvjpeg_archs=("tiny",)),
     "cpu-quick": Profile(name="cpu-quick", images=192, pool=12, arch="tiny", image_size=64,
                          batch=16, steps=6, log_every=2, nccl_arch="tiny", nccl_batch=8,
                          nccl_steps=3, loader_batch=16, one_worker_batches=3, many_batches=6,
-                         floor_images=24, rounds=1, timeout_s=180),
+                         floor_images=24, rounds=1, timeout_s=180, nvjpeg_archs=("tiny",)),
 }
 
 

@@ -6,12 +6,14 @@ cannot run, run the others one at a time, and write the record as each finishes.
     PYTHONPATH=. python scripts/gpu_check.py --device cpu --quick      # the CPU form (make test)
 
 Checks, in this order: ``trainer``, ``nccl``, ``deviceloader``, ``loader``, ``convert``,
-``dali`` (each module's docstring says what it measures and holds). ``--device auto`` (the
-default) runs on CUDA when torch sees it, else the CPU form; ``--quick`` runs each at the
-small sizes of ``harness.gpukit.profile``. ``--out DIR`` receives ``gpu_check.json`` and
-``gpu_check.md`` (the table for docs/benchmarks.md), rewritten after every check. The data
-(a synthetic ILSVRC2012-shaped input and its conversion) is made in ``--work DIR`` and kept
-there for the next run; without ``--work``, in a temporary folder removed at the end.
+``dali``, ``nvjpeg``, ``nvjpeg_trainer`` (each module's docstring says what it measures
+and holds).
+``--device auto`` (the default) runs on CUDA when torch sees it, else the CPU form;
+``--quick`` runs each at the small sizes of ``harness.gpukit.profile``. ``--out DIR``
+receives ``gpu_check.json`` and ``gpu_check.md`` (the table for docs/benchmarks.md),
+rewritten after every check. The data (a synthetic ILSVRC2012-shaped input and its
+conversion) is made in ``--work DIR`` and kept there for the next run; without ``--work``,
+in a temporary folder removed at the end.
 ``--wheel FILE``: imgprep and loaders from that wheel, which ``scripts/gpu_check.py`` installs
 and puts first on the path (``harness.gpukit.wheel``); a wheel of other sources is refused.
 
@@ -34,7 +36,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from . import convert, dali, deviceloader, loader, machine, nccl, trainer
+from . import convert, dali, deviceloader, loader, machine, nccl, nvjpeg, trainer
 from .context import Context
 from .profile import profile_for
 from .record import JSON_NAME, Record, Row, markdown, today
@@ -46,6 +48,8 @@ CHECKS: dict[str, Callable[[Context], dict[str, Any]]] = {
     "loader": loader.check,
     "convert": convert.check,
     "dali": dali.check,
+    "nvjpeg": nvjpeg.check,
+    "nvjpeg_trainer": nvjpeg.trainer_check,
 }
 
 

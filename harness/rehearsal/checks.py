@@ -133,7 +133,8 @@ def holdout_manifests(folder: Path) -> dict[str, Any]:
     """After a convert with ``--holdout-per-class``: the train split's class table (its size,
     and whether val's is the same) and the held-out count each manifest records."""
     m = {s: read_manifest(folder, s) for s in SPLITS}
+    held = {s: m[s].options.holdout for s in SPLITS}
     return {"classes": len(m["train"].classes),
             "same_classes": m["train"].classes == m["val"].classes,
-            "holdout_images": {s: m[s].options.get("holdout_images") for s in SPLITS},
-            "holdout_per_class": m["train"].options.get("holdout_per_class")}
+            "holdout_images": {s: h.images if h else None for s, h in held.items()},
+            "holdout_per_class": held["train"].per_class if held["train"] else None}

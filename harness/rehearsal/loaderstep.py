@@ -33,6 +33,7 @@ from imgprep import World, read_manifest
 from loaders import (
     PAD,
     PAD_LABEL,
+    LoaderOptions,
     ShardLoader,
     TrainTransform,
     job_summary,
@@ -50,7 +51,8 @@ def plan_job(folder: Path, nodes: int, local: int, batch: int, workers: int) -> 
     summary_s = time.perf_counter() - t0
     times, tables = [], []
     for r in range(ranks):
-        world = World(r, ranks, r % local, local, r // local, nodes, launcher="explicit")
+        world = World(rank=r, world_size=ranks, local_rank=r % local, local_world_size=local,
+                      node_rank=r // local, num_nodes=nodes, launcher="explicit")
         t1 = time.perf_counter()
         plan = plan_epoch(samples, world, "replicate", 0, 0, batch, workers, "pad")
         times.append(time.perf_counter() - t1)
@@ -59,8 +61,8 @@ def plan_job(folder: Path, nodes: int, local: int, batch: int, workers: int) -> 
     once = len(ids) == total and bool((ids == np.arange(total)).all())
     return {"what": "plan", "ranks": ranks, "nodes": nodes, "local": local, "batch": batch,
             "workers": workers, "samples": total, "shards": len(samples),
-            "steps": int(summary["steps"]), "seen": float(summary["seen"]),
-            "busy_workers": int(summary["busy_workers"]), "summary_s": summary_s,
+            "steps": summary.steps, "seen": summary.seen,
+            "busy_workers": summary.busy_workers, "summary_s": summary_s,
             "plan_rank_s": statistics.median(times), "plan_rank_max_s": max(times),
             "plan_all_ranks_s": sum(times), "every_sample_once": once}
 
@@ -104,8 +106,9 @@ def slice_epoch(folder: Path, want: int, batch: int, size: int) -> dict[str, Any
     world = World()
     workers = worker_count("auto", world)
     t0 = time.perf_counter()
-    loader = ShardLoader(folder, "train", world, batch, workers, seed=0, tail="pad",
-                         transform=TrainTransform(size=size))
+    loader = ShardLoader(folder, "train", world, LoaderOptions(
+        batch_size=batch, workers=workers, seed=0, tail="pad",
+        transform=TrainTransform(size=size)))
     plan = loader.plan(0)
     batches = min(plan.batches, math.ceil(want / batch))
     got, first, shape = [], 0.0, None

@@ -485,14 +485,15 @@ def worker_kills(work: Path, trials: int, seed: int = 0) -> list[Trial]:
     import torch
 
     from imgprep import World
-    from loaders import LoaderError, ShardLoader, TrainTransform
+    from loaders import LoaderError, LoaderOptions, ShardLoader, TrainTransform
 
     src = shard_source(work)
     rng = random.Random(seed)
     transform = TrainTransform(size=32)
 
     def loader() -> ShardLoader:
-        return ShardLoader(src, "train", World(), 8, workers=2, transform=transform, seed=1)
+        return ShardLoader(src, "train", World(), LoaderOptions(batch_size=8, workers=2,
+                                                                transform=transform, seed=1))
 
     whole = [lab.clone() for _, lab in loader()]
     out = []

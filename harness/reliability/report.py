@@ -6,8 +6,8 @@
 
 Three parts:
 - faults (harness/reliability/faults.py): each fault kind x trials x survived;
-- hostile inputs (tests/convert/test_hostile.py and tests/inputs/test_fuzz.py, run by
-  pytest): each input group x cases x handled, read back from pytest's JUnit XML;
+- hostile inputs (``HOSTILE_FILES``, run by pytest): each input group x cases x handled,
+  read back from pytest's JUnit XML;
 - scale (harness/reliability/scale.py): convert 10k/50k/200k images, stage-to-node on 8
   nodes x 4 local ranks, loaders on 4 ranks x 2 workers over 2,000 shards, with their bounds.
 
@@ -34,8 +34,13 @@ from bench.common import REPO
 from harness.reliability import Figure, Trial, scale, tally
 from harness.reliability import faults as fault_kinds
 
-HOSTILE_FILES = ("tests/convert/test_hostile.py", "tests/inputs/test_fuzz.py")
+HOSTILE_FILES = ("tests/convert/test_hostile.py", "tests/inputs/test_fuzz.py",
+                 "tests/convert/test_damage.py", "tests/convert/test_jpegcrop.py",
+                 "tests/loaders/test_bombs.py")
 FUZZ = "fuzzed ground truth and manifests (hypothesis)"
+DAMAGE = "damaged JPEGs and JPEGs with libjpeg warnings"
+EXTENSION = "the C extension's arguments and libjpeg's errors"
+LOADER = "pixel bombs and half-written JPEGs in the loaders"
 HOSTILE_GROUPS = {  # test function -> the input group it covers
     "test_hostile_image": "images",
     "test_hostile_archive": "archives",
@@ -47,6 +52,25 @@ HOSTILE_GROUPS = {  # test function -> the input group it covers
     "test_manifest_reader": FUZZ,
     "test_the_good_manifest_parses": FUZZ,
     "test_unreadable_manifests_name_the_file": FUZZ,
+    **{f"test_{name}": DAMAGE for name in (
+        "a_damaged_jpeg_is_an_error_naming_the_damage",
+        "a_jpeg_that_decodes_whole_with_warnings_converts_with_them",
+        "what_is_whole_and_plain_converts_without_a_warning",
+        "without_the_extension_the_end_of_image_marker_is_still_checked",
+        "a_half_written_jpeg_fails_the_run_and_is_logged_with_its_reason",
+        "warned_images_convert_and_the_summary_counts_the_warnings_log")},
+    **{f"test_{name}": EXTENSION for name in (
+        "pack_refuses_a_box_whose_left_edge_is_minus_one",
+        "pack_checks_every_argument_in_signed_arithmetic",
+        "decode_checks_its_region_before_libjpeg_runs",
+        "the_whole_file_check_holds_its_memory_whatever_a_header_claims",
+        "an_error_while_the_decompressor_is_made_lands_in_the_handler",
+        "the_development_build_treats_every_warning_as_an_error")},
+    **{f"test_{name}": LOADER for name in (
+        "a_header_claiming_65000_by_65000_is_refused_before_any_frame",
+        "the_limit_is_the_one_the_user_gives_pillow",
+        "a_half_written_jpeg_is_a_bad_sample_on_both_paths",
+        "the_loader_skips_or_names_them_as_any_bad_sample")},
 }
 SCALE_FULL: dict[str, dict[str, Any]] = {"convert": {}, "stage": {}, "loaders": {}}
 SCALE_QUICK: dict[str, dict[str, Any]] = {

@@ -470,11 +470,13 @@ def loader_rank(folder: str, rank: int, ranks: int, workers: int, epochs: int,
     """One rank of ``loader_scale`` (run in its own process): a ShardLoader for an explicit
     ``World(rank, ranks)`` on one node, ``epochs`` epochs; prints one JSON line per epoch with
     the planned and yielded batches, start-up time, and the memory of itself and its workers."""
-    from loaders import ShardLoader, TrainTransform  # torch: only in the rank processes
+    from loaders import LoaderOptions, ShardLoader, TrainTransform  # torch: only in ranks
 
     t0 = time.perf_counter()
-    loader = ShardLoader(Path(folder), "train", World(rank, ranks, rank, ranks, 0, 1),
-                         batch_size, workers=workers, transform=TrainTransform(size=size))
+    loader = ShardLoader(Path(folder), "train", World(rank=rank, world_size=ranks,
+                                                      local_rank=rank, local_world_size=ranks),
+                         LoaderOptions(batch_size=batch_size, workers=workers,
+                                       transform=TrainTransform(size=size)))
     built = time.perf_counter() - t0
     first = 0.0
     for epoch in range(epochs):
@@ -587,8 +589,8 @@ def _big_plans() -> Trial:
         except ImgprepError as e:
             bad.append(f"{job}: refused: {e}")
             continue
-        seen.append(f"{job[0]}x{job[1]}: {100 * s['seen']:.3f} %")
-        if s["seen"] < 0.999 or s["busy_workers"] < job[2] or s["worker_spread"] > job[3]:
+        seen.append(f"{job[0]}x{job[1]}: {100 * s.seen:.3f} %")
+        if s.seen < 0.999 or s.busy_workers < job[2] or s.worker_spread > job[3]:
             bad.append(f"{job}: {s}")
     return _ok_all("loader plans", "ILSVRC2012 jobs up to 256 x 8 ranks", bad,
                    "seen " + ", ".join(seen) + "; all 8 workers busy; none refused")

@@ -24,19 +24,16 @@ from imgprep.cli.options import (
     workers_option,
     world_of,
 )
-from imgprep.convert.options import (
-    FILTER_NAMES,
-    OUTPUT_FORMATS,
-    QUALITY_RANGE,
-    RANK_MODES,
-    RESIZE_MODES,
-    SIZE_RANGE,
-    ConvertOptions,
-    TransformOptions,
-    default,
-)
+from imgprep.convert.options import OUTPUT_FORMATS, RANK_MODES, ConvertOptions, default
 from imgprep.errors import ImgprepError
 from imgprep.job.world import World
+from imgprep.sections import (
+    FILTER_NAMES,
+    QUALITY_RANGE,
+    RESIZE_MODES,
+    SIZE_RANGE,
+    TransformOptions,
+)
 
 if TYPE_CHECKING:
     from imgprep.convert.summary import ConvertSummary
@@ -113,6 +110,11 @@ def _of_transform(name: str) -> Any:
 @click.option("--max-errors", type=click.IntRange(0), default=_of_convert("max_errors"),
               show_default=True,
               help="Bad images tolerated before the run fails (exit 1, no manifest).")
+@click.option("--max-image-bytes", type=click.IntRange(1),
+              default=_of_convert("max_image_bytes"), show_default=True,
+              help="Refuse, unread, an image whose recorded size (zip directory, tar header, "
+                   "file size, parquet cell) is larger: a bad image, counted against "
+                   "--max-errors. The largest ILSVRC2012 image is ~15 MB.")
 @click.option("--mode", "rank_mode", type=click.Choice(RANK_MODES), default=_of_convert("mode"),
               show_default=True,
               help="Under a launcher: ranks share one --out (shared), or each node writes only "
@@ -128,7 +130,7 @@ def convert(input: Path, out: Path, fmt: str, split: str | None, labels: tuple[P
             dry_run: bool, overwrite: bool, size: int, resize: str, filt: str, quality: int,
             max_pixels: int, exif_transpose: bool, shard_size: int, num_shards: int | None,
             seed: int, holdout_per_class: int, holdout_seed: int, meta: bool,
-            workers: int | None, max_errors: int, rank_mode: str,
+            workers: int | None, max_errors: int, max_image_bytes: int, rank_mode: str,
             wait_timeout: float, num_nodes: int | None, node_rank: int | None, quiet: bool,
             as_json: bool) -> None:
     """Convert ImageNet as downloaded to 256 px RGB shards or a label list.
@@ -156,8 +158,9 @@ def convert(input: Path, out: Path, fmt: str, split: str | None, labels: tuple[P
         input=input, out=node_path(out, world.node_rank), format=fmt, split=split,
         labels=labels, classes=classes, transform=transform, shard_size=shard_size,
         num_shards=num_shards, seed=seed, workers=workers or world.cores_per_rank(),
-        max_errors=max_errors, meta=meta, mode=rank_mode, wait_timeout=wait_timeout,
-        overwrite=overwrite, label_offset=label_offset, trust_labels=trust_labels, form=form,
+        max_errors=max_errors, max_image_bytes=max_image_bytes, meta=meta, mode=rank_mode,
+        wait_timeout=wait_timeout, overwrite=overwrite, label_offset=label_offset,
+        trust_labels=trust_labels, form=form,
         holdout_per_class=holdout_per_class, holdout_seed=holdout_seed,
     )
     if dry_run:
@@ -171,10 +174,10 @@ def _dry_run(opts: ConvertOptions, as_json: bool, quiet: bool) -> None:
     from imgprep.convert.dryrun import dry_run
 
     try:
-        report = dry_run(opts).to_json()
+        report = dry_run(opts)
     except ImgprepError as e:
         fail(e)
-    emit(report, as_json, quiet, lambda: "\n".join(dry_run_lines(report)))
+    emit(report.to_json(), as_json, quiet, lambda: "\n".join(dry_run_lines(report)))
 
 
 def _run(opts: ConvertOptions, world: World, quiet: bool) -> list[ConvertSummary]:

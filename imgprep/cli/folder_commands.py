@@ -101,7 +101,7 @@ def info(path: Path | None, split: str | None, strict: bool, quiet: bool,
             manifests = manifest_summaries(path, split)
         except ImgprepError as e:
             fail(e)
-        out["manifests"] = [asdict(m) for m in manifests]
+        out["manifests"] = [m.to_json() for m in manifests]
     warning = "; ".join(w for w in (decoder_warning(lib), pil_warning(pil)) if w) or None
     out["warning"] = warning
     emit(out, as_json, quiet, lambda: "\n".join(info_lines(ver, pil, lib, manifests)))

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import asdict
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from imgprep.convert.dryrun import DryRunReport
     from imgprep.convert.summary import ConvertSummary
     from imgprep.inputs.fakeset import FakeSummary
     from imgprep.jpegcrop import Library
@@ -36,6 +37,9 @@ def convert_lines(s: ConvertSummary, max_errors: int) -> list[str]:
     lines += _label_lines(s)
     if s.errors:
         lines.append(f"{s.errors} images failed; see {s.error_log}")
+    if s.warnings:
+        lines.append(f"{s.warnings} images converted whole with warnings (libjpeg's, or bytes "
+                     f"after the image); see {s.warning_log}")
     lines.append(f"manifest: {s.manifest}" if s.complete else
                  f"FAILED: {s.errors} errors > --max-errors {max_errors}: no manifest "
                  "written; fix the inputs or raise --max-errors, then rerun to finish")
@@ -72,19 +76,19 @@ def _check(mode: str) -> str:
     return " (checked at conversion)" if mode == "at conversion" else f" ({mode} check)"
 
 
-def dry_run_lines(r: dict[str, Any]) -> list[str]:
+def dry_run_lines(r: DryRunReport) -> list[str]:
     """``convert --dry-run``: the form, each split, what is skipped; nothing was written."""
-    lines = [f"{r['input']}: {r['description']} (form {r['form']})"]
-    for s in r["splits"]:
-        spool = f"; staging copy: {_size(s['spool_bytes'])} in {r['out']}/.imgprep" \
-            if s["spool_bytes"] else ""
-        errors = f"; {s['listing_errors']} members refused" if s["listing_errors"] else ""
-        count = f"{s['images']} images" if s["images"] is not None else \
+    lines = [f"{r.input}: {r.description} (form {r.form})"]
+    for s in r.splits:
+        spool = f"; staging copy: {_size(s.spool_bytes)} in {r.out}/.imgprep" \
+            if s.spool_bytes else ""
+        errors = f"; {s.listing_errors} members refused" if s.listing_errors else ""
+        count = f"{s.images} images" if s.images is not None else \
             "images counted while decompressing"
-        lines += [f"{s['split']}: {count} from {s['where']}{errors}",
-                  f"  labels: {s['labels']}{_check(s['label_check'])}",
-                  f"  writes: {s['writes']} in {r['out']} ({s['output']}){spool}"]
-    lines += [f"skips {k}" for k in r["skipped"]]
+        lines += [f"{s.split}: {count} from {s.where}{errors}",
+                  f"  labels: {s.labels}{_check(s.label_check)}",
+                  f"  writes: {s.writes} in {r.out} ({s.output}){spool}"]
+    lines += [f"skips {k}" for k in r.skipped]
     lines.append("dry run: nothing was written")
     return lines
 
@@ -120,15 +124,16 @@ def info_lines(versions: Versions, pil: PilInfo, lib: Library | None,
                  f", AVX2 build: {pil.avx2_build}, libjpeg-turbo: {pil.libjpeg_turbo} "
                  f"{pil.jpeg_version})")
     lines.append(f"{'crop decode':12s} {pil.crop_decode}")
+    lines.append(f"{'resampler':12s} {pil.resampler}")
     if lib is not None:
         lines.append(f"{'extension':12s} {lib.extension}")
     for m in manifests:
         lines.append(f"{m.path}: {m.split} {m.format}, {m.samples} samples, {m.shards} shards, "
                      f"{m.bytes / 1e6:.1f} MB, {m.classes} classes, {m.errors} errors; "
                      f"mean {m.mean} std {m.std}")
-        if m.fast_decode:
+        if m.fast_decode is not None:
             d = m.fast_decode
-            why = "; ".join(f"{n} {r}" for r, n in d["declined"].items())
-            lines.append(f"  crop-aware decode: {d['fast']} of the first {d['probed']} images"
+            why = "; ".join(f"{n} {r}" for r, n in d.declined.items())
+            lines.append(f"  crop-aware decode: {d.fast} of the first {d.probed} images"
                          + (f" (Pillow path: {why})" if why else ""))
     return lines

@@ -18,7 +18,7 @@ from typing import NamedTuple
 import numpy as np
 
 from imgprep.convert import image, samples
-from imgprep.convert.errorlog import ErrorRecord
+from imgprep.convert.errorlog import ErrorRecord, WarningRecord
 from imgprep.convert.pool import part_cuts, run_pool
 from imgprep.convert.records import write_record
 from imgprep.convert.tasks import ListedImage, Plan, Task, TaskResult
@@ -60,6 +60,7 @@ class _Part:
     samples: list[Sample] = field(default_factory=list)
     files: list[ListedImage] = field(default_factory=list)
     errors: list[ErrorRecord] = field(default_factory=list)
+    warnings: list[WarningRecord] = field(default_factory=list)
     hist: np.ndarray = field(default_factory=lambda: np.zeros(768, dtype=np.int64))
     stats_images: int = 0
     mean: np.ndarray | None = None
@@ -89,6 +90,9 @@ def _convert_items(plan: Plan, piece: _Slice, tick: Tick,
                                                key=lst.key_str(i), reason=reason))
                 tick()
                 continue
+            if conv.warning:
+                part.warnings.append(WarningRecord(source=f"{lst.root}/{lst.member_str(i)}",
+                                                   key=lst.key_str(i), warning=conv.warning))
             if i % STATS_EVERY == 0:
                 part.hist += image.channel_histogram(conv.image)
                 part.stats_images += 1
@@ -121,7 +125,8 @@ def _finish(plan: Plan, task: Task, parts: list[_Part], shard: ShardWriter | Non
         sha256=shard.sha256 if shard is not None else "",
         sums=image.sums_of_histogram(np.sum([p.hist for p in parts], axis=0)).tolist(),
         stats_images=sum(p.stats_images for p in parts),
-        errors=tuple(e for p in parts for e in p.errors), files=files)
+        errors=tuple(e for p in parts for e in p.errors), files=files,
+        warnings=tuple(w for p in parts for w in p.warnings))
     write_record(plan, res)
     return res
 

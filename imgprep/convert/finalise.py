@@ -1,5 +1,6 @@
-"""Finishing a split once every task is in: the error log, then (when the errors are within
-``--max-errors``) the label list and its mean image, the sample index, and the manifest last.
+"""Finishing a split once every task is in: the error and warnings logs, then (when the
+errors are within ``--max-errors``) the label list and its mean image, the sample index, and
+the manifest last.
 
 Everything here is computed from the task results sorted by task, so the files are the same
 for any worker count or rank layout. The manifest is written only after every shard's rename
@@ -15,10 +16,15 @@ from pathlib import Path
 import numpy as np
 
 from imgprep import __version__
-from imgprep.convert.errorlog import ErrorRecord, error_log_path, write_error_log
+from imgprep.convert.errorlog import (
+    ErrorRecord,
+    error_log_path,
+    warning_log_path,
+    write_error_log,
+)
 from imgprep.convert.execute import npy_bytes
 from imgprep.convert.samples import list_line
-from imgprep.convert.tasks import Plan, TaskResult, manifest_options
+from imgprep.convert.tasks import Plan, TaskResult, manifest_options, source_section
 from imgprep.fsutil import fsync_dir, write_bytes_atomic
 from imgprep.inputs.spool import remove_spool
 from imgprep.shards.indexing import index_shards
@@ -28,11 +34,14 @@ from imgprep.shards.manifest import Manifest, NodeSection, ShardEntry, write_man
 @dataclass(frozen=True, kw_only=True)
 class Finalised:
     """What finishing a split wrote: the manifest (None when the errors were over
-    ``--max-errors``), the error log (None when there were none), and how many errors."""
+    ``--max-errors``), the error log (None when there were none), and how many errors; the
+    warnings log (None when none) and how many images converted with a warning."""
 
     manifest: Path | None
     error_log: Path | None
     errors: int
+    warning_log: Path | None = None
+    warnings: int = 0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -85,17 +94,15 @@ def _manifest(plan: Plan, results: list[TaskResult], errors: int, log: Path | No
         if opts.format == "shards" else []
     index = index_shards(opts.out, plan.split, shards, plan.state_dir, dali=True) \
         if opts.format == "shards" else None
-    lst = plan.listing
     return Manifest(
         split=plan.split, format=opts.format, total_samples=total,
         classes=plan.classes.to_json(), mean=mean, std=std,
-        options={**manifest_options(plan), "fingerprint": plan.fingerprint},
+        options=manifest_options(plan),
         tool_version=__version__, shards=shards,
         list_file=listed.name if listed else None, list_sha256=listed.sha256 if listed else None,
         errors=errors, error_log=log.name if log else None,
         stats_images=sum(r.stats_images for r in results), node=node, index=index,
-        source={"kind": lst.kind, "name": Path(lst.root).name, "images": len(lst),
-                "skipped_non_images": lst.skipped},
+        source=source_section(plan.listing),
         labelled=plan.labelled,
     )
 
@@ -108,10 +115,14 @@ def finalise(plan: Plan, results: list[TaskResult], extra_errors: list[ErrorReco
     results = sorted(results, key=lambda r: r.index)
     errors = extra_errors + [e for r in results for e in r.errors]
     log = write_error_log(error_log_path(plan.opts.out, plan.split), errors)
+    noted = [w for r in results for w in r.warnings]
+    notes = write_error_log(warning_log_path(plan.opts.out, plan.split), noted)
     if len(errors) > plan.opts.max_errors:
-        return Finalised(manifest=None, error_log=log, errors=len(errors))
+        return Finalised(manifest=None, error_log=log, errors=len(errors), warning_log=notes,
+                         warnings=len(noted))
     manifest = _manifest(plan, results, len(errors), log, node)
     fsync_dir(plan.opts.out)  # every shard's rename is on disk before the manifest names it
     written = write_manifest(plan.opts.out, manifest)
     remove_spool(plan.spool_dir)  # a form's staging copy is not needed any more
-    return Finalised(manifest=written, error_log=log, errors=len(errors))
+    return Finalised(manifest=written, error_log=log, errors=len(errors), warning_log=notes,
+                     warnings=len(noted))

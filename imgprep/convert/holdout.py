@@ -15,14 +15,14 @@ converted first, the train split last (its manifest removes a gzip form's stagin
 which both read). Each split's manifest records the holdout (``holdout_per_class``,
 ``holdout_seed``, ``holdout_images`` and ``holdout_counts_sha256``, the sha256 of every
 class's held-out count as little-endian int64 in label order), so a later run with other
-holdout settings is refused by the output-folder rules, naming both.
+holdout settings is refused by the output-folder rules, naming both (``Holdout`` in
+``imgprep.sections``).
 """
 
 from __future__ import annotations
 
 import hashlib
 from dataclasses import replace
-from typing import Any
 
 import numpy as np
 
@@ -30,6 +30,7 @@ from imgprep.convert.tasks import Plan, plan_fingerprint, plan_tasks
 from imgprep.errors import SourceFormatError
 from imgprep.inputs.groundtruth import UNKNOWN
 from imgprep.inputs.synsets import ClassTable
+from imgprep.sections import Holdout
 
 FNV_OFFSET = 0xCBF29CE484222325
 FNV_PRIME = 0x100000001B3
@@ -96,12 +97,11 @@ def held_mask(plan: Plan, per_class: int, seed: int) -> np.ndarray:
 
 
 def holdout_record(per_class: int, seed: int, held: np.ndarray, labels: np.ndarray,
-                   classes: ClassTable) -> dict[str, Any]:
+                   classes: ClassTable) -> Holdout:
     """What each split's manifest records of the holdout."""
     counts = np.bincount(labels[held].astype(np.int64), minlength=len(classes))
-    return {"holdout_per_class": per_class, "holdout_seed": seed,
-            "holdout_images": int(held.sum()),
-            "holdout_counts_sha256": hashlib.sha256(counts.astype("<i8").tobytes()).hexdigest()}
+    return Holdout(per_class=per_class, seed=seed, images=int(held.sum()),
+                   counts_sha256=hashlib.sha256(counts.astype("<i8").tobytes()).hexdigest())
 
 
 def split_plan(plan: Plan) -> list[Plan]:

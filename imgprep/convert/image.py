@@ -5,14 +5,19 @@ marker), P, RGBA, LA, 1-bit, 16-bit, and PNGs named ``.JPEG``. JPEG draft mode l
 decode large images at 1/2, 1/4 or 1/8 scale (DCT scaling) when the result is still at least
 ``size`` on the short side, which is where most of the decode time of big images goes.
 
-The center square of a landscape or portrait image is a crop: a baseline YCbCr JPEG in
-``center-crop`` mode decodes, at the same draft scale, only the rows and iMCU columns that the
-square and the filter's reach cover (``imgprep.jpegcrop``), and Pillow resamples the same box
-of that frame; the pixels, and so the output bytes, are those of the whole-image path. What
-that decoder declines (``jpegcrop.Probe.reason``: progressive, CMYK, truncated, trailing data,
-libjpeg warnings ...), grayscale, other formats, ``short-side``, ``exif_transpose`` and images
-with nothing to leave out (squares) take the whole-image path, as does everything when the
-extension is not built.
+The center square of a landscape or portrait image is a crop: a baseline YCbCr or grayscale
+JPEG decodes, at the same draft scale, only the rows and iMCU columns that the square and the
+filter's reach cover (``imgprep.jpegcrop``; all of them for a square or ``short-side``), and
+Pillow resamples the same box of that frame; the pixels, and so the output bytes, are those
+of the whole-image path. What that decoder declines (``jpegcrop.Probe.reason``: progressive,
+CMYK, truncated, trailing data, libjpeg warnings ...), other formats and ``exif_transpose``
+take the whole-image path, as does everything when the extension is not built.
+
+Damage is never silent: every JPEG's data is read to its end, by the crop-aware decode
+itself (which goes on past the crop, entropy-decoding only) or by ``jpegcrop.check`` before
+the whole-image path. A file cut short, padded or carrying large trailing data is an
+``ImageError``; one that decodes whole with libjpeg's warnings converts, and ``warning``
+says what was found (the warnings log; docs/convert.md, "Damage").
 """
 
 from __future__ import annotations
@@ -21,20 +26,21 @@ import array
 import io
 import threading
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
 from imgprep import jpegcrop
-from imgprep.convert.options import FILTER_NAMES, TransformOptions
 from imgprep.errors import ImageError
+from imgprep.sections import FILTER_NAMES, TransformOptions
 
 FILTERS = {name: Image.Resampling[name.upper()] for name in FILTER_NAMES}
 # Each filter's support in input pixels at scale 1 (Pillow's Resample.c), widened by the
 # shrink factor when shrinking: how far around the box a resample reads.
 FILTER_SUPPORT = {"box": 0.5, "bilinear": 1.0, "hamming": 1.0, "bicubic": 2.0, "lanczos": 3.0}
 FRAME_PIXELS = 1 << 22  # larger draft-scaled images take the whole-image path (16 MB frame)
+JPEG_MAX_SIDE = 65_500  # libjpeg's: a longer output side cannot be encoded
 # MPO (multi-picture JPEG) has no opener of its own: the JPEG opener returns it.
 ACCEPTED_FORMATS = ("JPEG", "PNG", "GIF", "BMP", "TIFF", "WEBP")
 _SIXTEEN_BIT = ("I;16", "I;16B", "I;16L", "I;16N")
@@ -49,6 +55,7 @@ class Converted:
     original_size: tuple[int, int]
     original_mode: str
     original_format: str
+    warning: str = ""  # what reading the whole original found (the warnings log), if anything
 
 
 def _to_8bit(img: Image.Image) -> Image.Image:
@@ -108,11 +115,22 @@ def convert_image(data: bytes, opts: TransformOptions, *,
     with warnings.catch_warnings():  # one per image: entering one costs ~2.5 us
         warnings.simplefilter("ignore")  # damaged-TIFF, bomb-size, palette and EXIF chatter
         img = open_image(data, opts.max_pixels)
+        scan = None
         if crop_decode and jpegcrop.AVAILABLE:
-            done = _crop_decoded(data, img, opts)
+            done, scan = _crop_decoded(data, img, opts)
             if done is not None:
                 return done
-        return _converted(img, opts)
+        if scan is None and img.format in ("JPEG", "MPO"):
+            scan = _scan(img, jpegcrop.check(data))
+        if scan is not None and (damage := scan.damage()) is not None:
+            raise ImageError(damage)
+        conv = _converted(img, opts)
+        return replace(conv, warning=scan.notes()) if scan is not None else conv
+
+
+def _scan(img: Image.Image, scan: jpegcrop.Scan) -> jpegcrop.Scan:
+    """``scan`` of ``img``'s file; an MPO's trailing bytes are its other pictures."""
+    return replace(scan, trailing=0) if img.format == "MPO" else scan
 
 
 _scratch = threading.local()  # each thread's decode frame (scratch memory, reused)
@@ -126,36 +144,39 @@ def _frame() -> jpegcrop.Frame:
     return frame
 
 
-def _crop_decoded(data: bytes, img: Image.Image, opts: TransformOptions) -> Converted | None:
-    """The center-crop output of a baseline YCbCr JPEG from a decode of only the part its
-    resample reads; None where that path declines (``_converted`` then does the work)."""
-    if (opts.resize != "center-crop" or opts.exif_transpose or img.format != "JPEG"
-            or img.mode != "RGB"):
-        return None
+def _crop_decoded(data: bytes, img: Image.Image, opts: TransformOptions
+                  ) -> tuple[Converted | None, jpegcrop.Scan | None]:
+    """The output of a baseline YCbCr or grayscale JPEG from a decode of only the part its
+    resample reads (all of it for a square or ``short-side``: the same decode Pillow's would
+    be, read to the end of the file at no extra cost), and what reading the whole file
+    found; None where that path declines (``_converted`` then does the work) or the file is
+    damaged (the scan says how)."""
+    if opts.exif_transpose or img.format != "JPEG" or img.mode not in ("RGB", "L"):
+        return None, None
     p = jpegcrop.probe(data)
     if p.reason is not None or (p.width, p.height) != img.size:
-        return None
+        return None, None
     scale = jpegcrop.draft_scale(p.width, p.height, (opts.size, opts.size))
     sw, sh = -(-p.width // scale), -(-p.height // scale)  # Pillow's draft size
     if sw * sh > FRAME_PIXELS:
-        return None
+        return None, None
     box, out_size = _crop_box(sw, sh, opts.resize, opts.size)
+    if out_size[0] * out_size[1] > opts.max_pixels or max(out_size) > JPEG_MAX_SIDE:
+        return None, None  # too elongated for short-side: the whole-image path says so
     support = FILTER_SUPPORT[opts.filter]
     x0, x1 = jpegcrop.reach(box[0], box[2], out_size[0], sw, support)
     y0, y1 = jpegcrop.reach(box[1], box[3], out_size[1], sh, support)
-    if (x0, y0, x1, y1) == (0, 0, sw, sh):
-        return None  # nothing to leave out (a square): Pillow's own decode is as fast
     try:
-        frame = _frame().decode(data, p, scale, (x0, y0, x1, y1))
+        frame, scan = _frame().decode(data, p, scale, (x0, y0, x1, y1), whole=True)
     except ValueError:
-        return None  # libjpeg gave up: the whole-image path says why
-    if frame is None:
-        return None  # libjpeg warned (corrupt data): the whole-image path decodes it as ever
+        return None, None  # libjpeg gave up: the whole-image path says why
+    if frame is None or scan.damage() is not None:
+        return None, scan  # damaged, or libjpeg warned: the whole-image path decodes it as ever
     out = frame.resize(out_size, FILTERS[opts.filter], box=box).convert("RGB")
     out.info = img.info.copy()  # as the whole-image path's: JPEG save keeps the "comment"
     buf = io.BytesIO()
     out.save(buf, "JPEG", quality=opts.quality)
-    return Converted(buf.getvalue(), out, img.size, img.mode, img.format)
+    return Converted(buf.getvalue(), out, img.size, img.mode, img.format, scan.notes()), scan
 
 
 def _converted(img: Image.Image, opts: TransformOptions) -> Converted:

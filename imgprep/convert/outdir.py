@@ -15,19 +15,14 @@ import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from imgprep.convert.errorlog import error_log_path
+from imgprep.convert.errorlog import error_log_path, warning_log_path
 from imgprep.errors import ImgprepError, OutputExistsError
 from imgprep.fsutil import TMP_PREFIX
-from imgprep.inputs.spool import SPOOL_DIR, remove_spool
+from imgprep.inputs.spool import SPOOL_DIR
+from imgprep.sections import SPLITS, ManifestOptions, SourceSection
 from imgprep.shards.folder import CONVERT_STATE, split_owns
-from imgprep.shards.manifest import (
-    SPLITS,
-    Manifest,
-    manifest_path,
-    read_manifest,
-)
+from imgprep.shards.manifest import Manifest, manifest_path, read_manifest
 
 STATE_DIR = CONVERT_STATE
 # Manifest option keys and the command-line option that sets each, for messages.
@@ -47,10 +42,9 @@ class Wanted:
     out: Path
     split: str
     format: str
-    options: dict[str, Any]  # the manifest's ``options`` without the fingerprint
-    fingerprint: str
+    options: ManifestOptions  # the fingerprint included
     classes: list[list[str]]
-    source: dict[str, Any]
+    source: SourceSection
     tool_version: str
 
 
@@ -63,21 +57,11 @@ def other_tmp_files(out: Path, split: str) -> set[str]:
     return {n for n in names if not split_owns(split, n)}
 
 
-def _flat(options: dict[str, Any]) -> dict[str, Any]:
-    flat = {k: v for k, v in options.items() if k not in ("transform", "fingerprint")}
-    flat.update(options.get("transform") or {})
-    return flat
-
-
 def _describe(m: Manifest) -> str:
-    src = m.source or {}
-    t = (m.options.get("transform") or {}) if isinstance(m.options, dict) else {}
     what = f"{m.format}, {m.total_samples} samples"
-    if src.get("name"):
-        what += f" from {src['name']} ({src.get('images', '?')} images)"
-    if t.get("size"):
-        what += f", --size {t['size']}"
-    return what
+    if m.source is not None and m.source.name:
+        what += f" from {m.source.name} ({m.source.images} images)"
+    return what + f", --size {m.options.transform.size}"
 
 
 def differences(old: Manifest, new: Wanted) -> list[str]:
@@ -85,18 +69,19 @@ def differences(old: Manifest, new: Wanted) -> list[str]:
     diffs = []
     if old.format != new.format:
         diffs.append(f"--format: the folder holds {old.format}, this run writes {new.format}")
-    was = _flat(old.options)
-    now = _flat(new.options)
+    was = old.options.flat()
+    now = new.options.flat()
     for key in sorted(set(was) | set(now)):
         if key not in ("format", "split") and was.get(key) != now.get(key):
             flag = OPTION_FLAGS.get(key, key)
             diffs.append(f"{flag}: {was.get(key)} there, {now.get(key)} now")
     if old.classes != new.classes:
         diffs.append(f"--classes: {len(old.classes)} classes there, {len(new.classes)} now")
-    src = old.source or {}
-    if (src.get("name"), src.get("images")) != (new.source["name"], new.source["images"]):
-        diffs.append(f"input: {src.get('name')} ({src.get('images')} images) there, "
-                     f"{new.source['name']} ({new.source['images']} images) now")
+    src = old.source
+    there = (src.name, src.images) if src is not None else (None, None)
+    if there != (new.source.name, new.source.images):
+        diffs.append(f"input: {there[0]} ({there[1]} images) there, "
+                     f"{new.source.name} ({new.source.images} images) now")
     if not diffs and old.tool_version != new.tool_version:
         diffs.append(f"imgprep version: {old.tool_version} there, {new.tool_version} now")
     if not diffs:
@@ -120,7 +105,7 @@ def check_folder(new: Wanted, overwrite: bool) -> Manifest | None:
         raise OutputExistsError(
             f"{path} is there but cannot be read ({e}); pass --overwrite to replace the "
             f"{new.split} split, or pick another --out") from e
-    if old.options.get("fingerprint") == new.fingerprint:
+    if old.options.fingerprint == new.options.fingerprint:
         return None
     if overwrite:
         return old
@@ -134,7 +119,7 @@ def _unreadable(new: Wanted) -> Manifest:
     """A stand-in for a manifest that cannot be read, so that removal takes the split's files
     of both formats (what it held is unknown)."""
     return Manifest(split=new.split, format="?", total_samples=0, classes=[], mean=[], std=[],
-                    options={}, tool_version="?")
+                    options=new.options, tool_version="?")
 
 
 def check_shared_classes(new: Wanted) -> None:
@@ -186,7 +171,7 @@ def remove_format(out: Path, split: str, fmt: str, keep: set[str]) -> int:
                     if p.suffix == ".jpg" and tree in p.resolve().parents]
     victims += [p for p in out.iterdir() if p.name not in keep and p.is_file()
                 and split_owns(split, p.name, None if fmt == "?" else fmt)
-                and not p.name.endswith(("-errors.jsonl", ".json"))]
+                and not p.name.endswith(("-errors.jsonl", "-warnings.jsonl", ".json"))]
     if fmt in ("list", "?") and victims and not _other_list(out, split):
         victims.append(out / "classes.txt")  # no other split's label list shares it
     n = 0
@@ -207,11 +192,12 @@ def remove_split(out: Path, old: Manifest, split: str) -> str:
     line that says so."""
     manifest_path(out, split).unlink(missing_ok=True)
     error_log_path(out, split).unlink(missing_ok=True)
+    warning_log_path(out, split).unlink(missing_ok=True)
     n = remove_format(out, split, old.format, set())
     state = out / STATE_DIR / split
-    remove_spool(state / SPOOL_DIR)
     for p in state.glob("*") if state.is_dir() else []:
-        p.unlink(missing_ok=True)
+        if p.name != SPOOL_DIR:  # the staging copy this run planned from (by its stamps)
+            p.unlink(missing_ok=True)
     what = _describe(old) if old.format != "?" else "an unreadable manifest"
     files = f"{n} file" + ("" if n == 1 else "s")
     return (f"--overwrite: removed the finished {split} split in {out} ({what}; {files}) "

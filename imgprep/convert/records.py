@@ -23,7 +23,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from imgprep.convert import outdir
-from imgprep.convert.errorlog import ErrorRecord, error_log_path
+from imgprep.convert.errorlog import (
+    ErrorRecord,
+    WarningRecord,
+    error_log_path,
+    warning_log_path,
+)
 from imgprep.convert.options import ConvertOptions
 from imgprep.convert.tasks import ListedImage, Plan, Task, TaskResult, check_folder
 from imgprep.errors import WaitTimeout
@@ -50,17 +55,20 @@ def _record_json(res: TaskResult) -> dict[str, Any]:
     return {"index": res.index, "name": res.name, "fingerprint": res.fingerprint,
             "samples": res.samples, "bytes": res.bytes, "sha256": res.sha256, "sums": res.sums,
             "stats_images": res.stats_images, "errors": [e.to_json() for e in res.errors],
+            "warnings": [w.to_json() for w in res.warnings],
             "files": [list(f) for f in res.files]}
 
 
 def _result_of(rec: dict[str, Any]) -> TaskResult | None:
-    """The result a decoded record holds, or None when it is not a whole record."""
+    """The result a decoded record holds, or None when it is not a whole record (one
+    written before records held warnings is redone)."""
     try:
         return TaskResult(
             index=rec["index"], name=rec["name"], fingerprint=rec["fingerprint"],
             samples=rec["samples"], bytes=rec["bytes"], sha256=rec["sha256"], sums=rec["sums"],
             stats_images=rec["stats_images"],
             errors=tuple(ErrorRecord.from_json(e) for e in rec["errors"]),
+            warnings=tuple(WarningRecord.from_json(w) for w in rec["warnings"]),
             files=tuple(ListedImage(*f) for f in rec["files"]), resumed=True)
     except (KeyError, TypeError, ValueError):
         return None
@@ -180,7 +188,8 @@ def prepare_folder(plan: Plan, world: World, held: list[Task]) -> None:
     sweep_tmp(plan.state_dir, {f"{n}.json" for n in busy} | {f"{n}.mean.npy" for n in busy}
               | {layout_path(plan.state_dir, n).name for n in busy})
     other = "list" if opts.format == "shards" else "shards"
-    keep = {error_log_path(opts.out, plan.split).name, f"{plan.split}.json"}
+    keep = {error_log_path(opts.out, plan.split).name,
+            warning_log_path(opts.out, plan.split).name, f"{plan.split}.json"}
     outdir.remove_format(opts.out, plan.split, other, keep)
     drop_stale_outputs(plan, {t.name for t in held})
 

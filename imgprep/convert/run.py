@@ -6,14 +6,24 @@ own samples, so the bytes are the same for any worker count. A finished task lea
 record under ``<out>/.imgprep/``; a rerun skips tasks whose record and files still verify and
 redoes the rest. The manifest is written last.
 
-Notes for people (what ``--overwrite`` removed, entries of a folder that are not converted)
-go to the ``imgprep.convert`` loggers as warnings; the command line prints them.
+Notes for people (what ``--overwrite`` removed, entries of a folder that are not converted,
+the staging copy a failed run keeps) go to the ``imgprep.convert`` loggers as warnings; the
+command line prints them.
+
+A run that fails leaves nothing half-made behind: folders it created and left empty go, and
+so do the unfinished files of a staging copy (locks, temporary files). The finished files of
+a staging copy stay, since a rerun of the same input reuses them (for the Hub's train split,
+hours of reading and ~150 GB), and the failure says where they are, how large, and how to
+remove them.
 """
 
 from __future__ import annotations
 
+import logging
+import shlex
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from imgprep.convert import outdir
 from imgprep.convert.errorlog import ErrorRecord
@@ -41,15 +51,18 @@ from imgprep.convert.tasks import (
     check_trust,
     make_plan,
     split_inputs,
+    spool_dir,
     unknown_errors,
 )
 from imgprep.errors import OutputError, SourceFormatError
 from imgprep.fsutil import ensure_writable_dir
+from imgprep.inputs.spool import tidy_spool
 from imgprep.job.world import World
 
 __all__ = ["convert", "convert_splits"]
 
 OnPlan = Callable[[Plan, int], None]
+log = logging.getLogger(__name__)
 
 
 def convert(opts: ConvertOptions, world: World | None = None, progress: Progress | None = None,
@@ -91,8 +104,11 @@ def convert_splits(opts: ConvertOptions, world: World | None = None,
         raise OutputError("--mode partition writes node-local shards; use --format shards")
     check_out_not_input(opts)
     created = outdir.created_dirs(opts.out / STATE_DIR)  # with --out and its missing parents
+    spools: list[Path] = []
     try:
         parts = split_inputs(opts, warn=is_finaliser(opts, world))
+        spools = [d for o in parts if o.source is not None
+                  and (d := spool_dir(o, o.source)) is not None]
         ensure_writable_dir(opts.out)
         plans = [q for o in parts
                  for q in split_plan(make_plan(o, origin=opts, rank=world.rank))]
@@ -105,9 +121,26 @@ def convert_splits(opts: ConvertOptions, world: World | None = None,
             check_out_not_input(plan.opts, plan.split)
             check_folder(plan)
         return [_convert_plan(plan, world, progress, on_plan) for plan in plans]
-    except BaseException:
+    except BaseException as e:
+        _tidy_spools(spools, world, say=isinstance(e, Exception))
         outdir.remove_if_empty(created)  # nothing new is left behind by a failed run
         raise
+
+
+def _tidy_spools(folders: list[Path], world: World, say: bool) -> None:
+    """After a failed run: the unfinished files of its staging copies removed (in one
+    process; under a launcher another rank may be writing them), the finished ones kept and,
+    when ``say``, named with their size and the command that removes them (by rank 0)."""
+    for folder in folders:
+        kept = tidy_spool(folder, unfinished=world.world_size == 1)
+        if kept.files and say and world.rank == 0:
+            size = f"{kept.bytes / 1e9:.1f} GB" if kept.bytes >= 1e9 else \
+                f"{kept.bytes / 1e6:.1f} MB"
+            files = f"{kept.files} file{'' if kept.files == 1 else 's'}"
+            log.warning(f"the staging copy of the {folder.parent.name} split is kept for a "
+                        f"rerun: {files}, {size} in {folder}; a rerun of the same "
+                        "input reuses it; if you will not rerun, remove it: rm -r "
+                        f"{shlex.quote(str(folder))}")
 
 
 def _listing_errors(plan: Plan, world: World) -> list[ErrorRecord]:

@@ -45,6 +45,8 @@ class ConvertSummary:
     out: str
     manifest: str | None
     error_log: str | None
+    warnings: int  # images converted whole with a warning (libjpeg's, trailing bytes)
+    warning_log: str | None
 
 
 def summarise(plan: Plan, world: World, assignment: Assignment, *, fresh: list[TaskResult],
@@ -56,6 +58,7 @@ def summarise(plan: Plan, world: World, assignment: Assignment, *, fresh: list[T
     opts = plan.opts
     converted_now = sum(r.samples for r in fresh)
     errors = final.errors if final is not None else sum(len(r.errors) for r in results)
+    noted = final.warnings if final is not None else sum(len(r.warnings) for r in results)
     return ConvertSummary(
         complete=final.manifest is not None if final is not None else True,
         role="finaliser" if final is not None else "part",
@@ -86,4 +89,6 @@ def summarise(plan: Plan, world: World, assignment: Assignment, *, fresh: list[T
         out=str(opts.out),
         manifest=str(final.manifest) if final is not None and final.manifest else None,
         error_log=str(final.error_log) if final is not None and final.error_log else None,
+        warnings=noted,
+        warning_log=str(final.warning_log) if final is not None and final.warning_log else None,
     )

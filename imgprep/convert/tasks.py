@@ -15,15 +15,15 @@ import logging
 import math
 import shlex
 from collections import Counter
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 
 from imgprep import __version__
 from imgprep.convert import outdir
-from imgprep.convert.errorlog import ErrorRecord
+from imgprep.convert.errorlog import ErrorRecord, WarningRecord
 from imgprep.convert.options import ConvertOptions
 from imgprep.convert.outdir import STATE_DIR
 from imgprep.errors import LabelError, OutputError, SourceFormatError
@@ -35,11 +35,13 @@ from imgprep.inputs.sources import (
     TEST_PREFIX,
     VAL_PREFIX,
     Listing,
+    cap_sizes,
     split_folders,
-    split_of_name,
 )
+from imgprep.inputs.splitnames import split_of_name
 from imgprep.inputs.spool import SPOOL_DIR
 from imgprep.inputs.synsets import ClassTable, load_class_table, present_classes
+from imgprep.sections import Holdout, ManifestOptions, SourceSection
 from imgprep.shards.manifest import Manifest
 
 LIST_CHUNK = 1000
@@ -67,7 +69,7 @@ class Plan:
     fingerprint: str
     label_check: LabelCheck = field(default_factory=LabelCheck)
     label_source: str = "input"  # imgprep.inputs.labels.SOURCES; "none": an unlabelled split
-    holdout: dict[str, Any] | None = None  # --holdout-per-class: imgprep.convert.holdout
+    holdout: Holdout | None = None  # --holdout-per-class: imgprep.convert.holdout
 
     @property
     def labelled(self) -> bool:
@@ -117,6 +119,7 @@ class TaskResult:
     stats_images: int = 0
     errors: tuple[ErrorRecord, ...] = ()
     files: tuple[ListedImage, ...] = ()  # label lists only
+    warnings: tuple[WarningRecord, ...] = ()  # images converted whole, with a warning
     resumed: bool = False
 
 
@@ -222,11 +225,10 @@ def plan_tasks(rows: int | np.ndarray, opts: ConvertOptions, split: str) -> tupl
 
 
 def _fingerprint(opts: ConvertOptions, split: str, listing: Listing, labels: np.ndarray,
-                 classes: ClassTable, holdout: dict[str, Any] | None = None) -> str:
+                 classes: ClassTable, holdout: Holdout | None = None) -> str:
     h = hashlib.sha256()
     h.update(f"imgprep {__version__} records {RECORD_VERSION}".encode())
-    h.update(json.dumps({**options_json(opts, split), **(holdout or {})},
-                        sort_keys=True).encode())
+    h.update(json.dumps(output_options(opts, split, holdout).to_json(), sort_keys=True).encode())
     h.update(json.dumps(classes.to_json()).encode())
     for arr in (listing.key, listing.size, labels):
         h.update(np.ascontiguousarray(arr).tobytes())
@@ -239,19 +241,24 @@ def plan_fingerprint(plan: Plan) -> str:
                         plan.holdout)
 
 
-def manifest_options(plan: Plan) -> dict[str, Any]:
-    """The manifest's ``options`` of ``plan`` (without the fingerprint): ``options_json``
-    and, with ``--holdout-per-class``, the holdout's record."""
-    return {**options_json(plan.opts, plan.split), **(plan.holdout or {})}
+def manifest_options(plan: Plan) -> ManifestOptions:
+    """The manifest's ``options`` of ``plan``, its fingerprint included."""
+    return output_options(plan.opts, plan.split, plan.holdout, plan.fingerprint)
 
 
-def options_json(opts: ConvertOptions, split: str) -> dict[str, Any]:
-    """The options that decide the output bytes (not paths, worker counts or error policy)."""
-    return {
-        "format": opts.format, "split": split, "seed": opts.seed, "meta": opts.meta,
-        "shard_size": opts.shard_size, "num_shards": opts.num_shards,
-        "transform": asdict(opts.transform),
-    }
+def output_options(opts: ConvertOptions, split: str, holdout: Holdout | None = None,
+                   fingerprint: str | None = None) -> ManifestOptions:
+    """The options that decide the output bytes (not paths, worker counts or error policy),
+    with ``--holdout-per-class``'s record; without ``fingerprint``: what it is computed from."""
+    return ManifestOptions(format=opts.format, split=split, seed=opts.seed, meta=opts.meta,
+                           shard_size=opts.shard_size, num_shards=opts.num_shards,
+                           transform=opts.transform, holdout=holdout, fingerprint=fingerprint)
+
+
+def source_section(listing: Listing) -> SourceSection:
+    """The manifest's ``source`` of a split listed as ``listing``."""
+    return SourceSection(kind=listing.kind, name=Path(listing.root).name, images=len(listing),
+                         skipped_non_images=listing.skipped)
 
 
 def _check_test_options(opts: ConvertOptions) -> None:
@@ -289,13 +296,18 @@ def one_split(opts: ConvertOptions) -> SplitInput:
     return found.splits[0]
 
 
+def spool_dir(opts: ConvertOptions, source: SplitInput) -> Path | None:
+    """Where the staging copy of ``source``, the split ``opts`` converts, goes (None: its
+    split is known only once listed, and such inputs are read in place)."""
+    split = opts.split or source.split  # the split the run writes, which --split may set
+    return opts.out / STATE_DIR / split / SPOOL_DIR if split is not None else None
+
+
 def _list_context(opts: ConvertOptions, source: SplitInput, classes: ClassTable,
                   spool: bool, rank: int) -> ListContext:
-    split = opts.split or source.split  # the split the run writes, which --split may set
-    spool_dir = opts.out / STATE_DIR / split / SPOOL_DIR if spool and split is not None \
-        else None
-    return ListContext(workers=opts.workers, classes=classes, spool_dir=spool_dir,
-                       spool_start=rank)
+    return ListContext(workers=opts.workers, classes=classes,
+                       spool_dir=spool_dir(opts, source) if spool else None,
+                       spool_start=rank, max_image_bytes=opts.max_image_bytes)
 
 
 def make_plan(opts: ConvertOptions, origin: ConvertOptions | None = None, *,
@@ -314,7 +326,8 @@ def make_plan(opts: ConvertOptions, origin: ConvertOptions | None = None, *,
     given: tuple[TextFile, ...] = opts.labels or source.truth
     gt = read_ground_truth(given, classes, opts.label_offset, opts.trust_labels) \
         if given else None  # checked before the (longer) listing
-    listing = list_split(source, _list_context(opts, source, classes, spool, rank))
+    listing = cap_sizes(list_split(source, _list_context(opts, source, classes, spool, rank)),
+                        opts.max_image_bytes)
     if source.own_classes and opts.classes is None:
         classes = present_classes(listing.wnid, listing.key)
     split = opts.split or source.split or infer_split(listing, bool(given), opts.input)
@@ -375,13 +388,10 @@ def split_inputs(opts: ConvertOptions, warn: bool = False) -> list[ConvertOption
 
 
 def _wanted(plan: Plan) -> outdir.Wanted:
-    lst = plan.listing
     return outdir.Wanted(
         out=plan.opts.out, split=plan.split, format=plan.opts.format,
-        options=manifest_options(plan), fingerprint=plan.fingerprint,
-        classes=plan.classes.to_json(),
-        source={"kind": lst.kind, "name": Path(lst.root).name, "images": len(lst)},
-        tool_version=__version__)
+        options=manifest_options(plan), classes=plan.classes.to_json(),
+        source=source_section(plan.listing), tool_version=__version__)
 
 
 def check_folder(plan: Plan) -> Manifest | None:

@@ -115,7 +115,7 @@ def _read_lines(path: TextFile) -> list[str]:
     try:  # utf-8-sig: a byte-order mark (Excel's CSVs) is not part of the first line
         return path.read_text("utf-8-sig").splitlines()
     except OSError as e:
-        raise InputMissingError(f"cannot read ground truth {path}: {e.strerror}") from e
+        raise InputMissingError(f"cannot read ground truth {path}: {e.strerror or e}") from e
     except UnicodeDecodeError as e:
         raise LabelError(f"{path} is not a text file; expected {FORMS}") from e
 

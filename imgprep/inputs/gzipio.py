@@ -17,6 +17,8 @@ from types import ModuleType
 from typing import IO, cast
 
 from imgprep.errors import SourceFormatError, UnsafeArchiveError
+from imgprep.inputs.reader import over_cap
+from imgprep.inputs.spool import Item, Refused
 from imgprep.shards.tarfmt import iter_stream
 
 
@@ -53,18 +55,29 @@ def damaged(source: Path, error: BaseException) -> SourceFormatError:
                              f"({error}); re-download it")
 
 
-def gzip_members(source: Path, keep: Callable[[str], bool], whose: str
-                 ) -> Iterator[tuple[str, bytes]]:
+def gzip_members(source: Path, keep: Callable[[str], bool], whose: str,
+                 max_bytes: int | None = None) -> Iterator[Item]:
     """Every member of the gzip-compressed tar ``source`` with its bytes (empty for a member
-    ``keep`` turns down: only its name is kept), in archive order. Refuses the archive at a
-    member that must not be read (``whose``: the archive it should have been)."""
+    ``keep`` turns down: only its name is kept, its bytes skipped unread), in archive order;
+    a kept member over ``max_bytes`` (by its header) is ``Refused`` and skipped unread.
+    Refuses the archive at a member that must not be read (``whose``: the archive it should
+    have been)."""
+    def wanted(name: str, size: int) -> bool:
+        return keep(name) and (max_bytes is None or size <= max_bytes)
+
     try:
         with open_gzip(source) as f:
-            for m in iter_stream(f, str(source)):
+            for m in iter_stream(f, str(source), keep=wanted):
                 if m.refused is not None:
                     raise UnsafeArchiveError(
                         f"{source}: member {m.name!r} {m.refused}; refused: this is not "
                         f"{whose}, or it was altered")
-                yield m.name, (m.data or b"") if keep(m.name) else b""
+                if m.data is not None:
+                    yield m.name, m.data
+                elif max_bytes is not None and keep(m.name):
+                    yield m.name, Refused(over_cap(
+                        f"its tar header records {m.size:,} bytes", max_bytes))
+                else:
+                    yield m.name, b""
     except GZIP_ERRORS as e:  # what zlib-ng's inflate raises (zlib's: iter_stream's message)
         raise damaged(source, e) from None

@@ -11,7 +11,8 @@ itself, and ``parse_name`` says so.
 
 Which split a Hub file holds is in its name (``train-00000-of-00294.parquet``,
 ``validation-…``, ``test-…``; ``train_images_0.tar.gz``, ``val_images.tar.gz``,
-``test_images.tar.gz``): ``hub_split``.
+``test_images.tar.gz``; the words of ``imgprep.inputs.splitnames``): ``hub_split``, and
+``file_split`` for a file given alone.
 """
 
 from __future__ import annotations
@@ -20,15 +21,14 @@ import re
 from dataclasses import dataclass
 
 from imgprep.inputs.keys import sanitize_key, split_wnid_suffix, stem_of
+from imgprep.inputs.splitnames import WORD, split_in_name, split_of_word
 
 CANONICAL_RE = re.compile(r"^(n\d{8}_\d+|ILSVRC2012_(val|test)_\d{8})$")
 _TRAIN_PREFIX_RE = re.compile(r"^(?P<wnid>n\d{8})_")
 # File names of the Hub's copy: parquet shards and the older tar.gz archives.
 PARQUET_NAME_RE = re.compile(
-    r"^(?P<split>train|validation|val|test)-(?P<index>\d{5})-of-(?P<count>\d{5})\.parquet$")
-TARGZ_NAME_RE = re.compile(
-    r"^(?P<split>train|val|validation|test)_images(?:_(?P<index>\d+))?\.tar\.gz$")
-_SPLITS = {"train": "train", "val": "val", "validation": "val", "test": "test"}
+    rf"^(?P<split>{WORD})-(?P<index>\d{{5}})-of-(?P<count>\d{{5}})\.parquet$")
+TARGZ_NAME_RE = re.compile(rf"^(?P<split>{WORD})_images(?:_(?P<index>\d+))?\.tar\.gz$")
 
 
 @dataclass(frozen=True)
@@ -62,4 +62,10 @@ def is_canonical(key: str) -> bool:
 def hub_split(file_name: str) -> str | None:
     """``train``, ``val`` or ``test`` for a file named as in the Hub's copy, else None."""
     m = PARQUET_NAME_RE.match(file_name) or TARGZ_NAME_RE.match(file_name)
-    return _SPLITS[m.group("split")] if m else None
+    return split_of_word(m.group("split")) if m else None
+
+
+def file_split(file_name: str) -> str:
+    """The split of one of the Hub's files: from its name as the Hub names files, else from
+    the words in its name (a file given alone)."""
+    return hub_split(file_name) or split_in_name(file_name)

@@ -10,9 +10,23 @@ with 10 classes, must never be read as ImageNet labels 0-9) and, where the write
 statistics, the null counts of ``image.bytes`` and ``label``.
 
 Reading is column-projected and bounded: ``iter_labels`` reads only ``image.path`` and
-``label``; ``iter_images`` reads ``image.bytes``; both one row group (~100 images) at a time,
-never a whole file. pyarrow is an optional extra (``imgprep[parquet]``), imported only when
-a parquet is read; ``is_parquet`` needs only the file's magic bytes.
+``label``, a row group (~100 names) at a time; ``iter_images`` reads ``image.bytes``; never
+a whole file. Images are bounded before they are materialised: a row group whose
+``image.bytes`` column chunk would take more than the image cap (``--max-image-bytes``) to
+read, stored and decoded, is not read at all (each of its rows is refused). The decoded size
+is the sum of its pages' uncompressed sizes, read from the page headers
+(``imgprep.inputs.parquetpages``): pyarrow sizes its buffers by them, so a footer that
+understates a chunk hides nothing. A row group that passes is decoded a row at a time, the
+file read through a small buffer, so that a value the file stores once and many rows name
+(dictionary encoding) is never held more than once; every cell of it is then within the cap.
+pyarrow gives no value's size without decoding the page that holds it, and decodes a row
+group's pages in order (a page holds whole values, so one page can be as large as its
+largest cell; the footer's statistics of a binary column are its min and max values, not
+lengths), so the row group is the finest unit that can be refused unread: a row group
+holding an image over the cap is refused whole (the Hub's hold ~100 images, ~11 MB). A
+spooling process holds a page or two of the row group at a time, each within the cap.
+pyarrow is an optional extra (``imgprep[parquet]``), imported only when a parquet is read;
+``is_parquet`` needs only the file's magic bytes.
 """
 
 from __future__ import annotations
@@ -29,12 +43,16 @@ from typing import Any
 import numpy as np
 
 from imgprep.errors import LabelError, SourceFormatError
+from imgprep.inputs import parquetpages
+from imgprep.inputs.spool import Refused
 from imgprep.inputs.synsets import ClassTable
 
 MAGIC = b"PAR1"
 INSTALL = "pip install 'imgprep[parquet]'"
 MAX_NAME_DIFFS = 10  # class names that may be spelled otherwise (e.g. 'crane' twice)
 TEST_LABEL = -1  # the label of every test image in the Hub's copy
+READ_BUFFER = 1 << 20  # the file is read through a buffer this large, not a column at once
+MAX_NAMES = 64 << 20  # what a row group's names or labels may take (the Hub's: a few KB)
 
 
 def is_parquet(path: Path) -> bool:
@@ -219,16 +237,58 @@ def iter_labels(path: Path, classes: ClassTable, allow_test: bool) -> Iterator[R
     first = 0
     with pq.ParquetFile(path) as pf:
         has_path = "path" in {f.name for f in pf.schema_arrow.field("image").type}
-        columns = ["image.path", "label"] if has_path else ["label"]
+    columns = ["image.path", "label"] if has_path else ["label"]
+    with pq.ParquetFile(path, read_dictionary=columns[:-1] or None) as pf, \
+            open(path, "rb") as raw:
         for g in range(pf.metadata.num_row_groups):
+            _check_names_fit(raw.fileno(), pf.metadata, g, columns, path)
             table = pf.read_row_group(g, columns=columns)
             label = table.column("label").combine_chunks()
             _check_labels(f"{path}: row group {g}", first, label, len(classes), allow_test)
-            paths = table.column("image").combine_chunks().field("path").to_pylist() \
-                if has_path else [None] * len(label)
+            paths: list[str | None] = _paths(table, g, path) if has_path else [None] * len(label)
             yield RowGroup(g, first, paths, label.to_numpy(zero_copy_only=False)
                            .astype(np.int64))
             first += len(label)
+
+
+def _check_names_fit(fd: int, meta: Any, group: int, columns: list[str], path: Path) -> None:
+    """Refuse a row group whose name or label column would take over ``MAX_NAMES`` bytes to
+    read (``chunk_cost``), before it is read."""
+    rg = meta.row_group(group)
+    for c in range(rg.num_columns):
+        col = rg.column(c)
+        if col.path_in_schema not in columns:
+            continue
+        try:
+            cost = chunk_cost(fd, col)
+        except ValueError as e:
+            raise SourceFormatError(f"{path}: row group {group}: its '{col.path_in_schema}' "
+                                    f"pages cannot be read ({e}); the file is damaged: "
+                                    "download it again") from e
+        if cost > MAX_NAMES:
+            raise SourceFormatError(
+                f"{path}: row group {group}: its '{col.path_in_schema}' column takes {cost:,} "
+                f"bytes to read, over the {MAX_NAMES:,} that names and labels of a row group "
+                "may take; this is not the Hub's copy, or it is damaged: download it again")
+
+
+def _paths(table: Any, group: int, path: Path) -> list[str | None]:
+    """The ``image.path`` of a row group read dictionary-encoded, refused before it is
+    decoded when its names would take over ``MAX_NAMES`` bytes."""
+    import pyarrow.compute as pc
+
+    out: list[str | None] = []
+    for chunk in table.column("image").chunks:
+        names = chunk.field("path")
+        values = names.dictionary if hasattr(names, "dictionary") else names
+        longest = int(pc.max(pc.binary_length(values)).as_py() or 0) if len(values) else 0
+        if len(names) * longest > MAX_NAMES:
+            raise SourceFormatError(
+                f"{path}: row group {group}: its image.path names, up to {longest:,} bytes "
+                f"each, would take over the {MAX_NAMES:,} bytes that names of a row group may "
+                "take; this is not the Hub's copy, or it is damaged: download it again")
+        out += names.to_pylist()
+    return out
 
 
 def _check_labels(where: str, first: int, label: Any, count: int, allow_test: bool) -> None:
@@ -251,19 +311,77 @@ def _check_labels(where: str, first: int, label: Any, count: int, allow_test: bo
                          "ImageNet copy it claims to be, or it is damaged: download it again")
 
 
-def iter_images(path: Path) -> Iterator[bytes]:
-    """The ``image.bytes`` of every row in order, one row group in memory at a time;
-    a null is refused naming its row group and row."""
+def _image_chunk(meta: Any, group: int) -> Any:
+    """The footer's record of the ``image.bytes`` column chunk of a row group."""
+    rg = meta.row_group(group)
+    for c in range(rg.num_columns):
+        if rg.column(c).path_in_schema == "image.bytes":
+            return rg.column(c)
+    raise SourceFormatError(f"row group {group} has no image.bytes column")
+
+
+def chunk_cost(fd: int, col: Any) -> int:
+    """What reading the column chunk ``col`` (the footer's record of it) takes: its bytes as
+    stored (read whole) and decoded (by its page headers, which pyarrow sizes its buffers
+    by, not by the footer's totals); ``ValueError`` when a page header does not decode."""
+    starts = [o for o in (col.dictionary_page_offset, col.data_page_offset) if o]
+    start, stored = min(starts, default=0), int(col.total_compressed_size)
+    return stored + parquetpages.decoded_bytes(fd, start, stored)
+
+
+def read_cost(fd: int, meta: Any, group: int) -> int:
+    """What reading the images of row group ``group`` takes (``chunk_cost``)."""
+    return chunk_cost(fd, _image_chunk(meta, group))
+
+
+def _group_refusal(path: Path, fd: int, meta: Any, group: int,
+                   max_bytes: int | None) -> Refused | None:
+    """Why no image of row group ``group`` is read (reading them, stored and decoded, would
+    take over ``max_bytes``), or None."""
+    if max_bytes is None:
+        return None
+    try:
+        cost = read_cost(fd, meta, group)
+    except ValueError as e:
+        raise SourceFormatError(f"{path}: row group {group}: its image pages cannot be read "
+                                f"({e}); the file is damaged: download it again") from e
+    if cost <= max_bytes:
+        return None
+    return Refused(f"its row group {group}, read whole, takes {cost:,} bytes (by its page "
+                   f"headers), over --max-image-bytes ({max_bytes:,}); not read: the Hub's "
+                   "row groups take about 11 MB, so the file is damaged or was altered; pass "
+                   "a larger --max-image-bytes to read it anyway")
+
+
+def iter_images(path: Path, max_bytes: int | None = None) -> Iterator[bytes | Refused]:
+    """The ``image.bytes`` of every row in order, decoded a row at a time (the file read
+    through a small buffer), those of a row group that would take over ``max_bytes`` to
+    read ``Refused`` unread; a null is refused naming its row group and row. What pyarrow
+    keeps for reuse is handed back at the end, so that processes forked later do not carry
+    it."""
+    import pyarrow as pa
+
     pq = pyarrow_parquet(path)
-    with pq.ParquetFile(path) as pf:
-        for g in range(pf.metadata.num_row_groups):
-            image = pf.read_row_group(g, columns=["image.bytes"]).column("image")
-            data = image.combine_chunks()
-            column = data.field("bytes")
-            nulls = np.flatnonzero(np.asarray(data.is_null()) | np.asarray(column.is_null()))
-            if len(nulls):
-                raise SourceFormatError(
-                    f"{path}: row group {g}, row {int(nulls[0])}: 'image.bytes' is null; "
-                    "every image of the copy has its bytes: download the file again")
-            for value in column:
-                yield value.as_py()
+    with pq.ParquetFile(path, pre_buffer=False, buffer_size=READ_BUFFER) as pf, \
+            open(path, "rb") as raw:
+        meta = pf.metadata
+        for g in range(meta.num_row_groups):
+            refused = _group_refusal(path, raw.fileno(), meta, g, max_bytes)
+            if refused is not None:
+                yield from (refused for _ in range(meta.row_group(g).num_rows))
+                continue
+            rows = pf.iter_batches(batch_size=1, row_groups=[g], columns=["image.bytes"])
+            for row, batch in enumerate(rows):
+                yield _cell(path, g, row, batch.column(0))
+    pa.default_memory_pool().release_unused()
+
+
+def _cell(path: Path, group: int, row: int, image: Any) -> bytes:
+    """The one cell of a batch of ``image``: its ``bytes``."""
+    value = image.field("bytes")
+    if image.is_null()[0].as_py() or value.is_null()[0].as_py():
+        raise SourceFormatError(
+            f"{path}: row group {group}, row {row}: 'image.bytes' is null; every image of the "
+            "copy has its bytes: download the file again")
+    data: bytes = value[0].as_py()
+    return data

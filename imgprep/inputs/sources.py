@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
 from imgprep.errors import InputMissingError, SourceFormatError
-from imgprep.inputs.reader import Codecs, SourceReader
+from imgprep.inputs.reader import RAW, Codecs, SourceReader, over_cap
+from imgprep.inputs.splitnames import split_of_name
 from imgprep.inputs.synsets import VAL_PREFIX, WNID_RE
 from imgprep.inputs.tarlist import (
     IMAGE_EXTS,
@@ -37,24 +38,8 @@ from imgprep.inputs.tarlist import (
 )
 
 __all__ = ["IMAGE_EXTS", "TEST_PREFIX", "VAL_PREFIX", "Listing", "ListingError", "SourceReader",
-           "build_listing", "list_source", "sanitize_key", "split_folders", "split_of_name"]
+           "build_listing", "cap_sizes", "list_source", "sanitize_key", "split_folders"]
 TEST_PREFIX = "ILSVRC2012_test_"  # test image names: the split without published labels
-# Folder (or tar) names that say which split their images are, compared case-insensitively.
-SPLIT_NAMES = {
-    "train": ("train", "training", "ilsvrc2012_img_train"),
-    "val": ("val", "valid", "validation", "ilsvrc2012_img_val"),
-    "test": ("test", "testing", "ilsvrc2012_img_test", "ilsvrc2012_img_test_v10102019"),
-}
-
-
-def split_of_name(name: str) -> str | None:
-    """``train``, ``val`` or ``test`` when a folder or tar name says so (any case), else
-    None."""
-    stem = name[:-4] if name.lower().endswith(".tar") else name
-    for split, names in SPLIT_NAMES.items():
-        if stem.casefold() in names:
-            return split
-    return None
 
 
 def split_folders(root: Path) -> tuple[dict[str, Path], list[Path]]:
@@ -231,3 +216,36 @@ def build_listing(root: str, kind: str, containers: tuple[str, ...], col: dict[s
         skipped=skipped,
         codecs=codecs.take(order) if codecs is not None else None,
     )
+
+
+def _recorded(listing: Listing, i: int) -> str:
+    """Where item ``i``'s size comes from, and what it is, for a refusal."""
+    size = int(listing.size[i])
+    codecs = listing.codecs
+    if codecs is not None and codecs.codec[i] != RAW:
+        return (f"its central directory records {size:,} bytes "
+                f"({int(codecs.stored[i]):,} compressed)")
+    if listing.offset[i] < 0:
+        return f"it is {size:,} bytes on disk"
+    return f"its tar header records {size:,} bytes"
+
+
+def cap_sizes(listing: Listing, max_bytes: int) -> Listing:
+    """``listing`` without the images whose recorded size (a zip member's: either size) is
+    over ``max_bytes``, each an error naming it and its size: nothing of them is read, so
+    no worker's memory depends on what an archive claims."""
+    over = listing.size > max_bytes
+    codecs = listing.codecs
+    if codecs is not None:
+        over |= (codecs.codec != RAW) & (codecs.stored > max_bytes)
+    if not over.any():
+        return listing
+    refused = tuple(ListingError(listing.member_str(i), over_cap(_recorded(listing, i),
+                                                                 max_bytes))
+                    for i in np.flatnonzero(over).tolist())
+    keep = np.flatnonzero(~over)
+    return replace(listing, container=listing.container[keep], offset=listing.offset[keep],
+                   size=listing.size[keep], member=listing.member[keep],
+                   key=listing.key[keep], wnid=listing.wnid[keep],
+                   errors=listing.errors + refused,
+                   codecs=codecs.take(keep) if codecs is not None else None)

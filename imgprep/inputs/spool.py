@@ -9,10 +9,18 @@ is the one copy of the input a conversion makes; it costs about the size of the 
 on disk and is removed when the split's manifest is written.
 
 A spool file holds the images back to back, then its index (per image: size as ``<u8``,
-name length as ``<u4``, then the names, UTF-8), the stamp of its source (name, size and
-modification time: a spool is reused only for the very file it was made from) and a 40-byte
-footer (``MAGIC``, image count, data length, names length, stamp length, each ``<u8``).
-The same source gives the same bytes.
+name length as ``<u4``, then the names, UTF-8), the images refused instead of stored (their
+count as ``<u8``, then per refusal the image's place as ``<u8`` and the reason's length as
+``<u4``, then the reasons, UTF-8), the stamp of its source (name, size and modification
+time, and the image size cap it was read with: a spool is reused only for the very file and
+cap it was made from) and a 48-byte footer (``MAGIC``, image count, data length, names
+length, refusals length, stamp length, each ``<u8``). The same source gives the same bytes.
+
+Bounded memory: a job's reader is given the cap (``SpoolJob.max_bytes``, the run's
+``--max-image-bytes``) and yields ``Refused`` instead of the bytes of an image whose recorded
+size is over it, before reading it (a tar.gz member by its header, a parquet cell by its row
+group's column statistics and its length); such an image takes no bytes in the spool, and
+the form lists it as an error with the reason.
 
 Crash safety and sharing: a spool file is written under an ``flock`` on its lock file (which
 dies with its holder) to a temporary name, fsynced and renamed; a file whose footer checks is
@@ -29,13 +37,14 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import glob
 import multiprocessing as mp
 import os
 import socket
 import struct
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
@@ -46,35 +55,51 @@ from imgprep.fsutil import TMP_PREFIX, atomic_open, ensure_writable_dir, fsync_d
 from imgprep.job.cpus import rank_cores, read_limits
 from imgprep.procs import die_with_parent
 
-MAGIC = b"IMGSPOOL"
-FOOTER = struct.Struct("<8sQQQQ")
+MAGIC = b"IMGSPOL2"  # version 2: with refusals and the cap in the stamp
+FOOTER = struct.Struct("<8sQQQQQ")
 SPOOL_DIR = "spool"  # the spool folder's name in a split's state folder
 SUFFIX = ".spool"
 LOCK_PREFIX = ".lock-"
 POLL_S = 0.5
 NO_LOCKS = {errno.ENOLCK, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP}  # flock unsupported
 CHUNK = 1 << 20
-Items = Callable[[Path], Iterator[tuple[str, bytes]]]  # a source file's (name, bytes), in order
+
+
+@dataclass(frozen=True)
+class Refused:
+    """What a spool reader yields instead of an image it must not read (why, in a phrase
+    that follows the image's name)."""
+
+    reason: str
+
+
+Item = tuple[str, bytes | Refused]  # an image's name, and its bytes or why it is refused
+Items = Callable[[Path, int | None], Iterator[Item]]  # (source, cap) -> its items, in order
 
 
 @dataclass(frozen=True, kw_only=True)
 class SpoolJob:
-    """One source file to spool: ``read(source)`` yields its images; ``spool`` is the
-    finished spool file's path. ``read`` is a module-level function (it crosses a fork)."""
+    """One source file to spool: ``read(source, max_bytes)`` yields its images, refusing
+    those over ``max_bytes`` (None: no cap, for members that are not images); ``spool`` is
+    the finished spool file's path. ``read`` is a module-level function (it crosses a
+    fork)."""
 
     source: Path
     spool: Path
     read: Items
+    max_bytes: int | None = None
 
 
 @dataclass(frozen=True)
 class SpoolIndex:
-    """The images of a finished spool file: item i is ``size[i]`` bytes at ``offset[i]``."""
+    """The images of a finished spool file: item i is ``size[i]`` bytes at ``offset[i]``,
+    unless ``refused`` ({item: why}) holds it (then no bytes)."""
 
     path: Path
     names: tuple[str, ...]
     offset: np.ndarray
     size: np.ndarray
+    refused: dict[int, str] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.names)
@@ -86,10 +111,12 @@ def spool_path(folder: Path, index: int, source: Path) -> Path:
     return folder / f"{index:05d}-{source.name}{SUFFIX}"
 
 
-def source_stamp(source: Path) -> bytes:
-    """What identifies a source file for its spool: name, size, modification time."""
+def source_stamp(source: Path, max_bytes: int | None = None) -> bytes:
+    """What identifies a source file for its spool: name, size, modification time, and the
+    image size cap it is read with."""
     st = source.stat()
-    return f"{source.name}\0{st.st_size}\0{st.st_mtime_ns}".encode()
+    cap = "" if max_bytes is None else f"\0{max_bytes}"
+    return f"{source.name}\0{st.st_size}\0{st.st_mtime_ns}{cap}".encode()
 
 
 @contextlib.contextmanager
@@ -110,36 +137,66 @@ def _private_open(final: Path) -> Iterator[IO[bytes]]:
     fsync_dir(final.parent)
 
 
-def write_spool(path: Path, items: Iterator[tuple[str, bytes]], stamp: bytes = b"",
+def write_spool(path: Path, items: Iterator[Item], stamp: bytes = b"",
                 private: bool = False) -> int:
     """Write ``items`` as the spool file ``path`` (temporary name, fsync, rename) of the
-    source ``stamp`` names; returns how many images it holds. ``private``: under a
-    temporary name of this process's own (no lock guards the shared one)."""
+    source ``stamp`` names; returns how many images it holds (refused ones included).
+    ``private``: under a temporary name of this process's own (no lock guards the shared
+    one)."""
     sizes: list[int] = []
     names: list[bytes] = []
+    refused: dict[int, bytes] = {}
     with (_private_open(path) if private else atomic_open(path)) as f:
         for name, data in items:
+            if isinstance(data, Refused):
+                refused[len(sizes)] = data.reason.encode("utf-8")
+                data = b""
             f.write(data)
             sizes.append(len(data))
             names.append(name.encode("utf-8"))
         f.write(np.asarray(sizes, dtype="<u8").tobytes())
         f.write(np.asarray([len(n) for n in names], dtype="<u4").tobytes())
         f.write(b"".join(names))
+        block = _refusals_block(refused)
+        f.write(block)
         f.write(stamp)
         f.write(FOOTER.pack(MAGIC, len(sizes), sum(sizes), sum(len(n) for n in names),
-                            len(stamp)))
+                            len(block), len(stamp)))
     return len(sizes)
 
 
-def _footer(fd: int, total: int) -> tuple[int, int, int, bytes] | None:
-    """(count, data length, names length, stamp) when the file's footer and length agree."""
+def _refusals_block(refused: dict[int, bytes]) -> bytes:
+    places = sorted(refused)
+    return b"".join((struct.pack("<Q", len(places)),
+                     np.asarray(places, dtype="<u8").tobytes(),
+                     np.asarray([len(refused[i]) for i in places], dtype="<u4").tobytes(),
+                     *(refused[i] for i in places)))
+
+
+def _refusals(raw: bytes) -> dict[int, str]:
+    """The refusals block read back: {image place: reason}."""
+    count, = struct.unpack_from("<Q", raw)
+    places = np.frombuffer(raw, dtype="<u8", count=count, offset=8).tolist()
+    lengths = np.frombuffer(raw, dtype="<u4", count=count, offset=8 + 8 * count).tolist()
+    at, out = 8 + 12 * count, {}
+    for place, n in zip(places, lengths, strict=True):
+        out[int(place)] = raw[at:at + n].decode("utf-8")
+        at += n
+    if at != len(raw):
+        raise OSError("its refusals do not add up")
+    return out
+
+
+def _footer(fd: int, total: int) -> tuple[int, int, int, int, bytes] | None:
+    """(count, data length, names length, refusals length, stamp) when the file's footer and
+    length agree."""
     if total < FOOTER.size:
         return None
-    magic, count, data, names, stamp = FOOTER.unpack(
+    magic, count, data, names, refused, stamp = FOOTER.unpack(
         os.pread(fd, FOOTER.size, total - FOOTER.size))
-    if magic != MAGIC or data + 12 * count + names + stamp + FOOTER.size != total:
+    if magic != MAGIC or data + 12 * count + names + refused + stamp + FOOTER.size != total:
         return None
-    return count, data, names, os.pread(fd, stamp, total - FOOTER.size - stamp)
+    return count, data, names, refused, os.pread(fd, stamp, total - FOOTER.size - stamp)
 
 
 def is_finished(path: Path, stamp: bytes | None = None) -> bool:
@@ -153,7 +210,7 @@ def is_finished(path: Path, stamp: bytes | None = None) -> bool:
         found = _footer(fd, os.fstat(fd).st_size)
     finally:
         os.close(fd)
-    return found is not None and (stamp is None or found[3] == stamp)
+    return found is not None and (stamp is None or found[4] == stamp)
 
 
 def read_index(path: Path) -> SpoolIndex:
@@ -163,20 +220,26 @@ def read_index(path: Path) -> SpoolIndex:
         found = _footer(fd, os.fstat(fd).st_size)
         if found is None:
             raise OSError(f"{path} is not a finished spool file; rerun the same command")
-        count, data, names_len, _ = found
-        raw = os.pread(fd, 12 * count + names_len, data)
+        count, data, names_len, refused_len, _ = found
+        raw = os.pread(fd, 12 * count + names_len + refused_len, data)
     finally:
         os.close(fd)
     size = np.frombuffer(raw, dtype="<u8", count=count).astype(np.int64)
     lengths = np.frombuffer(raw, dtype="<u4", count=count, offset=8 * count)
-    if int(size.sum()) != data or int(lengths.sum()) != names_len:
-        raise OSError(f"{path}: its index does not add up; remove it and rerun")
+    broken = OSError(f"{path}: its index does not add up; remove it and rerun")
+    try:
+        refused = _refusals(raw[12 * count + names_len:])
+    except (OSError, ValueError, struct.error) as e:
+        raise broken from e
+    if int(size.sum()) != data or int(lengths.sum()) != names_len or \
+            not all(0 <= i < count for i in refused):
+        raise broken
     ends = np.cumsum(lengths, dtype=np.int64) + 12 * count
     starts = ends - lengths
     names = tuple(raw[s:e].decode("utf-8") for s, e in zip(starts.tolist(), ends.tolist(),
                                                            strict=True))
     offset = np.concatenate(([0], np.cumsum(size)[:-1])).astype(np.int64) if count else size
-    return SpoolIndex(path, names, offset, size)
+    return SpoolIndex(path, names, offset, size, refused)
 
 
 @contextlib.contextmanager
@@ -205,14 +268,15 @@ def _locked(path: Path, wait: bool) -> Iterator[bool | None]:
 def spool_one(job: SpoolJob, wait: bool = False) -> bool:
     """Spool ``job`` unless it is finished; False when another process is writing it (and
     ``wait`` is off). Raises what reading the source raises (the spool is left unwritten)."""
-    stamp = source_stamp(job.source)
+    stamp = source_stamp(job.source, job.max_bytes)
     if is_finished(job.spool, stamp):
         return True
     with _locked(job.spool, wait) as held:
         if held is False:
             return False
         if not is_finished(job.spool, stamp):  # finished by the holder we waited for
-            write_spool(job.spool, job.read(job.source), stamp, private=held is None)
+            write_spool(job.spool, job.read(job.source, job.max_bytes), stamp,
+                        private=held is None)
     return True
 
 
@@ -241,7 +305,8 @@ def spool_all(jobs: list[SpoolJob], workers: int | None = None, start: int = 0,
         return 0
     ensure_writable_dir(jobs[0].spool.parent)
     k = start % len(jobs)
-    todo = [j for j in jobs[k:] + jobs[:k] if not is_finished(j.spool, source_stamp(j.source))]
+    todo = [j for j in jobs[k:] + jobs[:k]
+            if not is_finished(j.spool, source_stamp(j.source, j.max_bytes))]
     n = workers or rank_cores(read_limits(), 1)
     done = _map(_first_pass, todo, n)
     held = [j for j, ok in zip(todo, done, strict=True) if not ok]
@@ -261,7 +326,58 @@ def spool_bytes(jobs: list[SpoolJob]) -> int:
     """About how many bytes the unfinished spool files will take: their sources' sizes (JPEG
     bytes do not compress, so a tar.gz or parquet file is about as big as its images)."""
     return sum(j.source.stat().st_size for j in jobs
-               if not is_finished(j.spool, source_stamp(j.source)))
+               if not is_finished(j.spool, source_stamp(j.source, j.max_bytes)))
+
+
+@dataclass(frozen=True)
+class Kept:
+    """What a spool folder holds after ``tidy_spool``: finished spool files and their
+    bytes."""
+
+    folder: Path
+    files: int
+    bytes: int
+
+
+def tidy_spool(folder: Path, unfinished: bool = True) -> Kept:
+    """After a run that failed: remove what it left unfinished in the spool ``folder`` (lock
+    files no process holds, with the temporary files they guard; not when ``unfinished`` is
+    off), and the folder and its split's state folder when that leaves them empty; finished
+    spool files stay, for a rerun of the same input, and are counted. A lock another
+    process holds (another run writing now) is left with its temporary files. Nothing
+    outside ``folder`` is touched but its parent, removed only when empty."""
+    if not folder.is_dir() or folder.is_symlink():
+        return Kept(folder, 0, 0)
+    for lock in sorted(folder.glob(f"{LOCK_PREFIX}*")) if unfinished else []:
+        _remove_if_free(lock, folder / lock.name[len(LOCK_PREFIX):])
+    kept = [p for p in folder.glob(f"*{SUFFIX}")
+            if not p.name.startswith((TMP_PREFIX, LOCK_PREFIX)) and p.is_file()
+            and not p.is_symlink()]
+    size = sum(p.stat().st_size for p in kept)
+    for d in (folder, folder.parent):
+        with contextlib.suppress(OSError):
+            d.rmdir()  # only when empty
+    return Kept(folder, len(kept), size)
+
+
+def _remove_if_free(lock: Path, spool: Path) -> None:
+    """Remove ``lock`` and the temporary files of ``spool`` when no process holds it."""
+    try:
+        fd = os.open(lock, os.O_RDWR | os.O_NOFOLLOW)
+    except OSError:
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return  # held: its writer is alive, or locks do not work here
+        for tmp in spool.parent.glob(f"{glob.escape(TMP_PREFIX + spool.name)}*"):
+            with contextlib.suppress(FileNotFoundError):
+                tmp.unlink()
+        with contextlib.suppress(FileNotFoundError):
+            lock.unlink()
+    finally:
+        os.close(fd)
 
 
 def remove_spool(folder: Path) -> int:

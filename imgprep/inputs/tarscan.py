@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 import os
 
-from imgprep.shards.tarfmt import BLOCK, FOLDER, REGULAR, HeaderError, walk
+from imgprep.shards.tarfmt import FOLDER, REGULAR, HeaderError, padded, walk
 
 Entry = tuple[str, int, int, bool]  # name, offset of the data, size, a regular file
 _PAX_KEPT = {"path", "size", "mtime", "atime", "ctime", "uid", "gid", "uname", "gname"}
@@ -35,13 +35,13 @@ def scan(fd: int, base: int, limit: int) -> tuple[list[Entry], int]:
         for name, kind, _, offset, size, via, pax in walk(functools.partial(os.pread, fd),
                                                           limit, base=base):
             if kind == REGULAR and not via:  # the usual member: a plain file
-                end = offset + -(-size // BLOCK) * BLOCK
+                end = offset + padded(size)
             elif kind == FOLDER and not via:
                 end = offset
             elif kind != REGULAR or via != b"x" or pax is None or not pax.keys() <= _PAX_KEPT:
                 raise Fallback(f"member {name!r} of type {kind!r}, extended by {via!r}")
             else:
-                end = offset + -(-size // BLOCK) * BLOCK
+                end = offset + padded(size)
             if not name.isascii():
                 try:
                     name.encode("utf-8")

@@ -9,6 +9,15 @@ other files are counted by folder, for what is skipped. Members that must not be
 refused and recorded, never extracted: absolute or ``..`` names, encryption, symlinks and
 devices, a name seen twice, a compression other than stored or deflated.
 
+The layout is checked once, as ``unzip -t`` does, before any member is read: every member
+(its local header, name and recorded compressed data) must lie inside the file, before the
+central directory, and no two members may share bytes (members sorted by offset, each
+ending before the next begins). An archive that breaks this is refused whole, naming the
+members: which of two overlapping members owns the bytes cannot be told, and overlaps are
+how a central-directory entry is pointed at another image (a mislabelled sample) or a small
+file is made to inflate many times over. Each member's end (the next one's offset) goes with
+its columns, so that the reader checks its local header's real length against it.
+
 An archive that is not a whole readable zip is refused saying what it is: cut short (no
 end-of-central-directory record), one part of a split archive, or made with zip features
 this reader does not have.
@@ -27,7 +36,15 @@ from pathlib import Path
 import numpy as np
 
 from imgprep.errors import SourceFormatError
-from imgprep.inputs.reader import LOCAL_HEADER, ZIP_DEFLATED, ZIP_STORED, ArchiveMember
+from imgprep.inputs.reader import (
+    LOCAL_HEADER,
+    UTF8_NAME,
+    ZIP_DEFLATED,
+    ZIP_STORED,
+    ArchiveMember,
+    Codecs,
+    ZipEntry,
+)
 from imgprep.inputs.tarlist import IMAGE_EXTS, ListingError, refused
 from imgprep.shards.tarfmt import REGULAR
 
@@ -37,6 +54,7 @@ METHOD_NAMES = {9: "deflate64", 12: "bzip2", 14: "lzma", 93: "zstandard", 95: "x
                 98: "ppmd", 99: "AES encryption"}
 END_MAGIC, END_RECORD = b"PK\x05\x06", 22  # end-of-central-directory signature, length
 END_SEARCH = END_RECORD + 65535  # the record is followed by at most a 64 KiB comment
+SHOWN = 3  # overlapping members named in a refusal
 TOP_DEPTH = 2  # non-image files this deep or less are kept (LOC_*.csv, a top folder's)
 OTHERS_DEPTH = 3  # other files are counted per folder, this many names deep
 REPACK = "extract it and convert the folder, or re-pack it with stored or deflated members " \
@@ -46,8 +64,8 @@ REPACK = "extract it and convert the folder, or re-pack it with stored or deflat
 @dataclass(frozen=True)
 class ZipIndex:
     """The image members of a zip (``names`` and their columns, in central-directory
-    order), its small files near the top, other files counted per folder, and the members
-    refused (name, reason)."""
+    order; ``end``: where the next member or the central directory starts), its small files
+    near the top, other files counted per folder, and the members refused (name, reason)."""
 
     path: Path
     names: list[str]
@@ -57,9 +75,15 @@ class ZipIndex:
     codec: np.ndarray
     crc: np.ndarray
     head: np.ndarray
+    end: np.ndarray
     small: dict[str, ArchiveMember]
     others: dict[str, int]
     refused: tuple[ListingError, ...]
+
+    def codecs(self, rows: np.ndarray) -> Codecs:
+        """The reader's columns of the image members ``rows``."""
+        return Codecs(self.codec[rows], self.crc[rows], self.stored[rows], self.head[rows],
+                      self.end[rows])
 
 
 def is_zip(path: Path) -> bool:
@@ -134,10 +158,17 @@ def _open(path: Path) -> zipfile.ZipFile:
         raise SourceFormatError(f"cannot read {path}: {e.strerror or e}") from e
 
 
-def _member(path: Path, info: zipfile.ZipInfo, head: int) -> ArchiveMember:
-    return ArchiveMember(archive=path, member=info.orig_filename, offset=info.header_offset,
-                         size=info.file_size, stored=info.compress_size,
-                         codec=METHODS[info.compress_type], crc=info.CRC, head=head)
+def _name_bytes(info: zipfile.ZipInfo) -> int:
+    """The length of ``info``'s name as its headers store it."""
+    name = info.orig_filename
+    return len(name) if name.isascii() else len(
+        name.encode("utf-8" if info.flag_bits & UTF8_NAME else "cp437"))
+
+
+def _member(path: Path, info: zipfile.ZipInfo, head: int, end: int) -> ArchiveMember:
+    return ArchiveMember(archive=path, entry=ZipEntry(
+        info.orig_filename, info.header_offset, head, info.compress_size, info.file_size,
+        METHODS[info.compress_type], info.CRC, end))
 
 
 @functools.lru_cache(maxsize=2)
@@ -146,30 +177,61 @@ def _cached(path: str, size: int, mtime_ns: int) -> ZipIndex:
 
 
 def read_index(path: Path) -> ZipIndex:
-    """The index of the zip at ``path`` (parsed once per file version in a process)."""
+    """The index of the zip at ``path`` (parsed and checked once per file version in a
+    process)."""
     st = path.stat()
     return _cached(str(path), st.st_size, st.st_mtime_ns)
 
 
 def _read(path: Path) -> ZipIndex:
     with _open(path) as zf:
-        return _scan(path, zf.infolist())
+        infos = zf.infolist()
+        return _scan(path, infos, check_layout(path, infos, zf.start_dir))
 
 
-def _scan(path: Path, infos: list[zipfile.ZipInfo]) -> ZipIndex:
+def check_layout(path: Path, infos: list[zipfile.ZipInfo], start_dir: int) -> np.ndarray:
+    """Where each member's bytes must end (the next member's local header by offset, or the
+    central directory at ``start_dir``), in ``infos`` order. Refuses the archive when a
+    member (local header, name and compressed data) starts before the file or does not end
+    by then: members that share bytes, or run into the central directory or past the end."""
+    n = len(infos)
+    offset = np.fromiter((i.header_offset for i in infos), np.int64, n)
+    extent = np.fromiter((LOCAL_HEADER + _name_bytes(i) + i.compress_size for i in infos),
+                         np.int64, n)
+    order = np.argsort(offset, kind="stable")
+    ends = np.empty(n, np.int64)
+    ends[order] = np.append(offset[order][1:], start_dir)
+    bad = np.flatnonzero((offset < 0) | (offset + extent > ends))
+    if not len(bad):
+        return ends
+    after = np.empty(n, np.int64)  # the member that follows each one by offset (-1: none)
+    after[order] = np.append(order[1:], -1)
+    shown = []
+    for b in bad[:SHOWN].tolist():
+        lo, hi = int(offset[b]), int(offset[b] + extent[b] - 1)
+        what = f"{infos[b].orig_filename!r} (bytes {lo}-{hi})"
+        nxt = int(after[b])
+        shown.append(f"{what} starts before the file" if lo < 0 else
+                     f"{what} runs into the central directory at byte {start_dir}" if nxt < 0
+                     else f"{what} overlaps {infos[nxt].orig_filename!r} (from byte {ends[b]})")
+    more = f"; {len(bad) - SHOWN} more" if len(bad) > SHOWN else ""
+    raise SourceFormatError(
+        f"{path}: {len(bad)} of its {n} members share bytes with another member or lie "
+        f"outside the archive ({'; '.join(shown)}{more}), which `unzip -t` or `bsdtar -tf` "
+        "reports too (overlapped components). The zip was damaged or altered: an entry can "
+        "name one image and hold another's bytes, so nothing in it is read; re-download it")
+
+
+def _scan(path: Path, infos: list[zipfile.ZipInfo], ends: np.ndarray) -> ZipIndex:
     archive = str(path)
     names: list[str] = []
-    offset: list[int] = []
-    size: list[int] = []
-    stored: list[int] = []
-    codec: list[int] = []
-    crc: list[int] = []
+    rows: list[int] = []
     head: list[int] = []
     small: dict[str, ArchiveMember] = {}
     others: dict[str, int] = {}
     refused: list[ListingError] = []
     seen: set[str] = set()
-    for info in infos:
+    for k, info in enumerate(infos):
         name = info.orig_filename
         why = _refusal(info, archive)
         if why is None and name in seen:
@@ -180,29 +242,24 @@ def _scan(path: Path, infos: list[zipfile.ZipInfo]) -> ZipIndex:
             continue
         if name.endswith("/"):
             continue
-        length = LOCAL_HEADER + len(info.extra) + (len(name) if name.isascii() else len(
-            name.encode("utf-8" if info.flag_bits & 0x800 else "cp437")))
+        length = LOCAL_HEADER + len(info.extra) + _name_bytes(info)
         if name.lower().endswith(IMAGE_EXTS):
             names.append(name)
-            offset.append(info.header_offset)
-            size.append(info.file_size)
-            stored.append(info.compress_size)
-            codec.append(METHODS[info.compress_type])
-            crc.append(info.CRC)
+            rows.append(k)
             head.append(length)
         elif name.count("/") < TOP_DEPTH:
-            small[name] = _member(path, info, length)
+            small[name] = _member(path, info, length, int(ends[k]))
         else:
             folder = "/".join(name.split("/")[:-1][:OTHERS_DEPTH])
             others[folder] = others.get(folder, 0) + 1
-    return ZipIndex(path, names, np.asarray(offset, np.int64), np.asarray(size, np.int64),
-                    np.asarray(stored, np.int64), np.asarray(codec, np.uint8),
-                    np.asarray(crc, np.uint32), np.asarray(head, np.int32), small, others,
-                    tuple(refused))
-
-
-def check_not_past_end(index: ZipIndex) -> None:
-    """Refuse an index whose members lie past the end of the file (a damaged archive)."""
-    size = os.stat(index.path).st_size
-    if len(index.offset) and int((index.offset + index.stored).max()) > size:
-        raise _damaged(index.path, "members lie past the end of the file")
+    images = [infos[k] for k in rows]
+    count = len(images)
+    return ZipIndex(
+        path, names,
+        offset=np.fromiter((i.header_offset for i in images), np.int64, count),
+        size=np.fromiter((i.file_size for i in images), np.int64, count),
+        stored=np.fromiter((i.compress_size for i in images), np.int64, count),
+        codec=np.fromiter((METHODS[i.compress_type] for i in images), np.uint8, count),
+        crc=np.fromiter((i.CRC for i in images), np.uint32, count),
+        head=np.asarray(head, np.int32), end=ends[np.asarray(rows, np.int64)],
+        small=small, others=others, refused=tuple(refused))

@@ -25,10 +25,11 @@ from imgprep.errors import WorldError
 from imgprep.job.cpus import rank_cores, read_limits
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class World:
     """Where this process stands in a data-parallel job. Frozen and validated; build one
-    directly in tests and library calls, or with ``detect()`` from the launcher's variables.
+    directly in tests and library calls (by keyword, or ``World.single()`` for one process),
+    or with ``detect()`` from the launcher's variables.
 
     Args:
         rank, world_size: this process among all ranks of the job.
@@ -73,6 +74,11 @@ class World:
                 "(mpirun --map-by ppr:N:node, srun --distribution=block)"
             )
 
+    @classmethod
+    def single(cls) -> World:
+        """A job of one process: rank 0 of 1, on one node."""
+        return cls()
+
     @property
     def is_node_leader(self) -> bool:
         """Local rank 0: the one process per node that does node-wide work (staging)."""
@@ -93,7 +99,8 @@ class World:
 
         For running node-wide commands from a plain loop or script with no launcher.
         """
-        return World(node_rank, num_nodes, 0, 1, node_rank, num_nodes, launcher="explicit")
+        return World(rank=node_rank, world_size=num_nodes, local_rank=0, local_world_size=1,
+                     node_rank=node_rank, num_nodes=num_nodes, launcher="explicit")
 
 
 def _int(env: Mapping[str, str], name: str) -> int:
@@ -115,8 +122,8 @@ def _block(launcher: str, rank: int, size: int, local_rank: int, local_size: int
             f"{launcher} variables: local size {local_size} does not divide world size {size}; "
             "run the same number of ranks on every node"
         )
-    return World(rank, size, local_rank, local_size, rank // local_size, size // local_size,
-                 launcher=launcher)
+    return World(rank=rank, world_size=size, local_rank=local_rank, local_world_size=local_size,
+                 node_rank=rank // local_size, num_nodes=size // local_size, launcher=launcher)
 
 
 _SLURM_TASKS = re.compile(r"^(\d+)(?:\(x(\d+)\))?$")
@@ -197,4 +204,4 @@ def detect(env: Mapping[str, str] | None = None) -> World:
                              f"{local_size} tasks per node is on node {world.node_rank}; use "
                              "srun --distribution=block")
         return world
-    return World()
+    return World.single()

@@ -34,8 +34,9 @@ WNID_OR_SPLIT = re.compile(r"^(n\d{8}|train|val|validation)$", re.IGNORECASE)
 def split_owns(split: str, name: str, fmt: str | None = None) -> bool:
     """Whether a file name in the output folder belongs to ``split`` (in format ``fmt``, or
     either). ``classes.txt`` is shared by a folder's label lists and belongs to none."""
-    shards = {f"{split}-errors.jsonl", f"{split}.json", index_name(split)}
-    lists = {f"{split}-errors.jsonl", f"{split}.json", f"{split}.txt"}
+    logs = {f"{split}-errors.jsonl", f"{split}-warnings.jsonl"}
+    shards = {*logs, f"{split}.json", index_name(split)}
+    lists = {*logs, f"{split}.json", f"{split}.txt"}
     if split == "train":
         lists.add("mean.npy")
     numbered = SHARD_NAME_RE.match(name) or IDX_NAME_RE.match(name)  # a shard or its DALI index

@@ -1,7 +1,8 @@
 """What is installed and how fast it can be: PIL flavour, libjpeg-turbo, SIMD build, versions;
 and what ``imgprep info`` shows of a manifest. Each is a record (``PilInfo``, ``Versions``,
-``ManifestSummary``; the decoder's ``imgprep.jpegcrop.Library``) whose ``dataclasses.asdict``
-is what ``imgprep info --json`` prints."""
+``ManifestSummary`` with its ``FastDecode``; the decoder's ``imgprep.jpegcrop.Library``)
+whose ``dataclasses.asdict`` (for ``ManifestSummary``, its ``to_json``) is what
+``imgprep info --json`` prints."""
 
 from __future__ import annotations
 
@@ -10,11 +11,12 @@ import platform
 import shutil
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from imgprep import __version__, jpegcrop
+from imgprep import __version__, jpegcrop, resample
+from imgprep.sections import ManifestOptions
 from imgprep.shards.manifest import Manifest, read_manifest
 from imgprep.shards.tario import iter_samples
 
@@ -54,6 +56,7 @@ class PilInfo:
     cpu_avx2: bool | None  # this CPU has AVX2; None where /proc/cpuinfo is not readable
     avx2_build: bool | None = None  # the core was compiled with AVX2; None if not checked
     crop_decode: str = ""  # whether the crop-aware JPEG decoder is built (imgprep.jpegcrop)
+    resampler: str = ""  # the resampler's kernel here, or why there is none (imgprep.resample)
 
 
 def pil_info(check_avx2: bool = True) -> PilInfo:
@@ -75,6 +78,7 @@ def pil_info(check_avx2: bool = True) -> PilInfo:
         cpu_avx2="avx2" in cpuinfo.read_text() if cpuinfo.exists() else None,
         avx2_build=_avx2_build(core.__file__) if check_avx2 and core.__file__ else None,
         crop_decode=jpegcrop.status(),
+        resampler=resample.status(),
     )
 
 
@@ -128,8 +132,20 @@ def versions() -> Versions:
 
 
 @dataclass(frozen=True, kw_only=True)
+class FastDecode:
+    """Of the first ``probed`` images of a shard set's first shard: how many the crop-aware
+    decoder takes (``fast``), and why it declines the others (``declined``: reason -> count;
+    they take the Pillow path)."""
+
+    probed: int
+    fast: int
+    declined: dict[str, int]
+
+
+@dataclass(frozen=True, kw_only=True)
 class ManifestSummary:
-    """What ``imgprep info`` shows of one manifest."""
+    """What ``imgprep info`` shows of one manifest; ``fast_decode`` is None for a label list
+    or a shard set whose first shard is not there."""
 
     path: str
     split: str
@@ -142,11 +158,17 @@ class ManifestSummary:
     mean: list[float]
     std: list[float]
     tool_version: str
-    options: dict[str, Any]
+    options: ManifestOptions
     index: bool  # the manifest names a sample index
-    # of the first PROBED images of the first shard: how many the crop-aware decoder takes,
-    # and why it declines the others (they take the Pillow path); empty for a label list
-    fast_decode: dict[str, Any]
+    fast_decode: FastDecode | None
+
+    def to_json(self) -> dict[str, Any]:
+        """What ``imgprep info --json`` prints (the options as the manifest holds them; an
+        empty ``fast_decode`` where there is none)."""
+        d = {f.name: getattr(self, f.name) for f in fields(self)}
+        d["options"] = self.options.to_json()
+        d["fast_decode"] = asdict(self.fast_decode) if self.fast_decode is not None else {}
+        return d
 
 
 def manifest_summaries(path: Path, split: str | None = None) -> list[ManifestSummary]:
@@ -166,16 +188,16 @@ def manifest_summaries(path: Path, split: str | None = None) -> list[ManifestSum
     return out
 
 
-def probe_decode(folder: Path, m: Manifest, limit: int = PROBED) -> dict[str, Any]:
-    """Which of the first ``limit`` JPEGs of ``m``'s first shard the crop-aware decoder takes
-    (``fast``), and why it declines the others (``declined``: reason -> count). A shard set
-    written elsewhere (progressive or CMYK JPEGs) is seen to take the slower path."""
+def probe_decode(folder: Path, m: Manifest, limit: int = PROBED) -> FastDecode | None:
+    """Which of the first ``limit`` JPEGs of ``m``'s first shard the crop-aware decoder takes,
+    and why it declines the others; None for a label list or a missing first shard. A shard
+    set written elsewhere (progressive or CMYK JPEGs) is seen to take the slower path."""
     if m.format != "shards" or not m.shards or not (folder / m.shards[0].name).is_file():
-        return {}
+        return None
     declined: dict[str, int] = {}
     probed = fast = 0
-    for _, fields in iter_samples(folder / m.shards[0].name):
-        data = fields.get("jpg")
+    for _, members in iter_samples(folder / m.shards[0].name):
+        data = members.get("jpg")
         if data is None:
             continue
         reason = jpegcrop.probe(data).reason
@@ -185,4 +207,4 @@ def probe_decode(folder: Path, m: Manifest, limit: int = PROBED) -> dict[str, An
             declined[reason] = declined.get(reason, 0) + 1
         if probed >= limit:
             break
-    return {"probed": probed, "fast": fast, "declined": declined}
+    return FastDecode(probed=probed, fast=fast, declined=declined)

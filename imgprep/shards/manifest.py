@@ -15,13 +15,18 @@ from typing import Any
 from imgprep.errors import ManifestError
 from imgprep.fsutil import write_json_atomic
 from imgprep.job.assign import MODES
+from imgprep.sections import (
+    FORMATS,
+    HEX64,
+    SPLITS,
+    ManifestOptions,
+    SourceSection,
+    need,
+)
 
 FORMAT_VERSION = 1
-FORMATS = ("shards", "list")
-SPLITS = ("train", "val", "test")  # the splits imgprep writes; <split>.json is a split's manifest
 SHARD_NAME_RE = re.compile(r"^[A-Za-z0-9_-]+-\d{6}\.tar$")
 INDEX_NAME_RE = re.compile(r"^[A-Za-z0-9_-]+-index\.bin$")
-HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
 
 @dataclass(frozen=True)
@@ -88,13 +93,13 @@ def parse_node(d: Any, where: str) -> NodeSection:
     w = f"{where}: node"
     if not isinstance(d, dict):
         raise ManifestError(f"{w}: not an object; reconvert or restage the node's data")
-    pairs = _need(d, "all_shards", list, w)
+    pairs = need(d, "all_shards", list, w)
     if not all(isinstance(p, list) and len(p) == 2 and isinstance(p[0], str)
                and isinstance(p[1], int) and not isinstance(p[1], bool) for p in pairs):
         raise ManifestError(f"{w}: all_shards must be [name, samples] pairs")
-    rank, nodes = _need(d, "node_rank", int, w), _need(d, "num_nodes", int, w)
-    mode, seed = _need(d, "mode", str, w), _need(d, "seed", int, w)
-    total, shards = _need(d, "total_samples", int, w), _need(d, "shards", int, w)
+    rank, nodes = need(d, "node_rank", int, w), need(d, "num_nodes", int, w)
+    mode, seed = need(d, "mode", str, w), need(d, "seed", int, w)
+    total, shards = need(d, "total_samples", int, w), need(d, "shards", int, w)
     try:
         return NodeSection(rank, nodes, mode, seed, total, shards, tuple(map(tuple, pairs)))
     except ManifestError as e:
@@ -114,7 +119,10 @@ class Manifest:
     shards on that node and carries ``node`` (a ``NodeSection``): which part of what it is.
     ``labelled`` is False for a split converted without labels (``--split test``): its samples
     have no ``.cls`` (its list lines no label), and loaders refuse it. A manifest without the
-    field is labelled (every split before it was).
+    field is labelled (every split before it was). ``options`` and ``source`` are the typed
+    sections of ``imgprep.sections``; ``source`` is None where the file's is empty. ``mean``
+    and ``std`` (per channel, on the 0-1 scale, from ``stats_images`` images) are three
+    numbers each in any manifest read.
     """
 
     split: str
@@ -123,14 +131,14 @@ class Manifest:
     classes: list[list[str]]
     mean: list[float]
     std: list[float]
-    options: dict[str, Any]
+    options: ManifestOptions
     tool_version: str
     shards: list[ShardEntry] = field(default_factory=list)
     list_file: str | None = None
     list_sha256: str | None = None
     errors: int = 0
     error_log: str | None = None
-    source: dict[str, Any] = field(default_factory=dict)
+    source: SourceSection | None = None
     stats_images: int = 0
     node: NodeSection | None = None
     index: IndexEntry | None = None
@@ -144,6 +152,8 @@ class Manifest:
     def to_json(self) -> dict[str, Any]:
         # field by field, not asdict(): that deep-copies the 1000 classes and every shard
         d = {f.name: getattr(self, f.name) for f in fields(self)}
+        d["options"] = self.options.to_json()
+        d["source"] = self.source.to_json() if self.source is not None else {}
         d["shards"] = [asdict(s) for s in self.shards]
         d["node"] = self.node.to_json() if self.node is not None else None
         if self.index is None:
@@ -163,64 +173,79 @@ def write_manifest(folder: Path, m: Manifest) -> Path:
     return path
 
 
-def _need(d: dict[str, Any], key: str, typ: type | tuple[type, ...], where: str) -> Any:
-    if key not in d:
-        raise ManifestError(f"{where}: field {key!r} is missing; reconvert or restore the file")
-    v = d[key]
-    if not isinstance(v, typ) or (typ is int and isinstance(v, bool)):
-        raise ManifestError(f"{where}: field {key!r} has the wrong type ({type(v).__name__})")
+def _stats(d: dict[str, Any], key: str, where: str) -> list[float]:
+    """A per-channel statistic: three numbers."""
+    v = need(d, key, list, where)
+    if len(v) != 3 or not all(isinstance(x, int | float) and not isinstance(x, bool) for x in v):
+        raise ManifestError(f"{where}: field {key!r} must be three numbers (one a channel)")
     return v
 
 
-def parse_manifest(d: Any, where: str) -> Manifest:
-    """Validate a decoded manifest; raises ManifestError naming the first problem."""
-    if not isinstance(d, dict):
-        raise ManifestError(f"{where}: not a JSON object")
-    version = _need(d, "format_version", int, where)
-    if version != FORMAT_VERSION:
-        raise ManifestError(
-            f"{where}: format version {version} is not supported (this imgprep reads "
-            f"{FORMAT_VERSION}); use the imgprep that wrote it or reconvert"
-        )
-    fmt = _need(d, "format", str, where)
-    if fmt not in FORMATS:
-        raise ManifestError(f"{where}: unknown format {fmt!r}")
+def _shards(d: dict[str, Any], where: str) -> list[ShardEntry]:
     shards = []
-    for i, s in enumerate(_need(d, "shards", list, where)):
+    for i, s in enumerate(need(d, "shards", list, where)):
         w = f"{where}: shards[{i}]"
         if not isinstance(s, dict):
             raise ManifestError(f"{w}: not an object")
-        e = ShardEntry(_need(s, "name", str, w), _need(s, "samples", int, w),
-                       _need(s, "bytes", int, w), _need(s, "sha256", str, w))
+        e = ShardEntry(need(s, "name", str, w), need(s, "samples", int, w),
+                       need(s, "bytes", int, w), need(s, "sha256", str, w))
         if not SHARD_NAME_RE.match(e.name):
             raise ManifestError(f"{w}: shard name {e.name!r} is not a plain shard file name")
         if e.samples < 0 or e.bytes < 0 or not HEX64.match(e.sha256):
             raise ManifestError(f"{w}: negative count or malformed sha256")
         shards.append(e)
-    total = _need(d, "total_samples", int, where)
+    return shards
+
+
+def _index(d: dict[str, Any], where: str) -> IndexEntry | None:
+    if d.get("index") is None:
+        return None
+    w = f"{where}: index"
+    ix = need(d, "index", dict, where)
+    index = IndexEntry(need(ix, "name", str, w), need(ix, "bytes", int, w),
+                       need(ix, "sha256", str, w),
+                       need(ix, "dali", str, w) if ix.get("dali") is not None else None)
+    if not INDEX_NAME_RE.match(index.name) or index.bytes < 0 or not HEX64.match(index.sha256):
+        raise ManifestError(f"{w}: malformed name, size or sha256")
+    return index
+
+
+def parse_manifest(d: Any, where: str) -> Manifest:
+    """Validate a decoded manifest; raises ManifestError naming the first problem. A field
+    that an older imgprep did not write takes its default (``labelled``: True; in a section,
+    the record's own: ``imgprep.sections``)."""
+    if not isinstance(d, dict):
+        raise ManifestError(f"{where}: not a JSON object")
+    version = need(d, "format_version", int, where)
+    if version != FORMAT_VERSION:
+        raise ManifestError(
+            f"{where}: format version {version} is not supported (this imgprep reads "
+            f"{FORMAT_VERSION}); use the imgprep that wrote it or reconvert"
+        )
+    fmt = need(d, "format", str, where)
+    if fmt not in FORMATS:
+        raise ManifestError(f"{where}: unknown format {fmt!r}")
+    shards = _shards(d, where)
+    total = need(d, "total_samples", int, where)
     if fmt == "shards" and total != sum(s.samples for s in shards):
         raise ManifestError(f"{where}: total_samples {total} != sum of shard samples")
-    index = None
-    if d.get("index") is not None:
-        w = f"{where}: index"
-        ix = _need(d, "index", dict, where)
-        index = IndexEntry(_need(ix, "name", str, w), _need(ix, "bytes", int, w),
-                           _need(ix, "sha256", str, w),
-                           _need(ix, "dali", str, w) if ix.get("dali") is not None else None)
-        if not INDEX_NAME_RE.match(index.name) or index.bytes < 0 or not HEX64.match(index.sha256):
-            raise ManifestError(f"{w}: malformed name, size or sha256")
-    classes = _need(d, "classes", list, where)
+    classes = need(d, "classes", list, where)
     if not all(isinstance(c, list) and len(c) == 2 for c in classes):
         raise ManifestError(f"{where}: classes must be [wnid, name] pairs")
+    split = need(d, "split", str, where)
     return Manifest(
-        split=_need(d, "split", str, where), format=fmt, total_samples=total, classes=classes,
-        mean=_need(d, "mean", list, where), std=_need(d, "std", list, where),
-        options=_need(d, "options", dict, where), tool_version=_need(d, "tool_version", str, where),
+        split=split, format=fmt, total_samples=total, classes=classes,
+        mean=_stats(d, "mean", where), std=_stats(d, "std", where),
+        options=ManifestOptions.from_json(need(d, "options", dict, where), where, fmt=fmt,
+                                          split=split),
+        tool_version=need(d, "tool_version", str, where),
         shards=shards, list_file=d.get("list_file"), list_sha256=d.get("list_sha256"),
-        errors=_need(d, "errors", int, where), error_log=d.get("error_log"),
-        source=d.get("source") or {}, stats_images=int(d.get("stats_images", 0)),
-        node=parse_node(d["node"], where) if d.get("node") is not None else None, index=index,
-        labelled=_need(d, "labelled", bool, where) if "labelled" in d else True,
+        errors=need(d, "errors", int, where), error_log=d.get("error_log"),
+        source=SourceSection.from_json(d["source"], where) if d.get("source") else None,
+        stats_images=need(d, "stats_images", int, where) if "stats_images" in d else 0,
+        node=parse_node(d["node"], where) if d.get("node") is not None else None,
+        index=_index(d, where),
+        labelled=need(d, "labelled", bool, where) if "labelled" in d else True,
         format_version=version,
     )
 

@@ -359,14 +359,15 @@ class _Sequential:
             self.pos += len(chunk)
 
 
-def iter_stream(stream: Readable, archive: str, *,
-                max_size: int = MAX_MEMBER) -> Iterator[StreamMember]:
+def iter_stream(stream: Readable, archive: str, *, max_size: int = MAX_MEMBER,
+                keep: Callable[[str, int], bool] | None = None) -> Iterator[StreamMember]:
     """The regular members of the tar that ``stream`` reads front to back (``archive`` names
     it in errors), in archive order, each read whole into memory: a ``StreamMember`` with
     its bytes, or with the reason it is refused instead (``refusal``, or over ``max_size``
-    bytes) and its bytes skipped. Folders and other members that hold no file are passed
-    over. After the end-of-archive block the stream is read to its end, so that a gzip
-    stream's checksum is checked. ``SourceFormatError`` naming the archive and the member
+    bytes) and its bytes skipped, or, where ``keep(name, size)`` says no, with neither (its
+    bytes skipped unread). Folders and other members that hold no file are passed over.
+    After the end-of-archive block the stream is read to its end, so that a gzip stream's
+    checksum is checked. ``SourceFormatError`` naming the archive and the member
     when the archive is damaged or cut short::
 
         with gzip.open(path, "rb") as f:
@@ -381,9 +382,10 @@ def iter_stream(stream: Readable, archive: str, *,
                 where = f"after member {name!r}"
                 continue  # a folder, a volume label …: no file to read
             why = refusal(kind, name)
-            if why is None and size > max_size:
+            skip = why is None and keep is not None and not keep(name, size)
+            if why is None and not skip and size > max_size:
                 why = f"is {size} bytes, over the {max_size}-byte limit"
-            if why is not None:
+            if why is not None or skip:
                 where = f"after member {name!r}"
                 yield StreamMember(name, size, None, why)
                 continue

@@ -29,7 +29,7 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import numpy as np
 from PIL import Image, UnidentifiedImageError
@@ -37,6 +37,7 @@ from PIL import Image, UnidentifiedImageError
 from imgprep.errors import ImgprepError, ManifestError, ShardError, UnsafeArchiveError
 from imgprep.fsutil import sha256_file
 from imgprep.job.world import World
+from imgprep.sections import TransformOptions
 from imgprep.shards.dali import has_dali, idx_problem
 from imgprep.shards.folder import Unfinished, folder_manifests
 from imgprep.shards.index import fix_hint, read_index
@@ -239,8 +240,7 @@ def verify_shards(folder: Path, m: Manifest, decode: bool, tick: Tick,
     """Check every shard of ``m`` in ``folder`` with ``workers`` processes, and the sample
     index against the manifest and each shard's tar headers."""
     rep = VerifyReport(str(folder / f"{m.split}.json"))
-    t = m.options.get("transform", {})
-    size, resize = int(t.get("size", 256)), str(t.get("resize", "center-crop"))
+    size, resize = m.options.transform.size, m.options.transform.resize
     parts = max(1, -(-workers // max(len(m.shards), 1))) if decode else 1
     layouts, index_problem = _index_layouts(folder, m)
     jobs = [_ShardJob(folder, s, k, parts, size, resize, len(m.classes), decode,
@@ -324,11 +324,13 @@ def _check_lines(job: _ListJob) -> tuple[list[str], int]:
 
 
 def verify_list(list_file: Path, root: Path, n_classes: int, decode: bool, tick: Tick,
-                size: int = 256, resize: str = "center-crop",
+                transform: TransformOptions | None = None,
                 expected_sha256: str | None = None, workers: int = 1,
                 labelled: bool = True) -> VerifyReport:
     """Check a Chainer/Caffe ``path label`` file as LabeledImageDataset would read it (not
-    ``labelled``: a ``path`` file, as ImageDataset would)."""
+    ``labelled``: a ``path`` file, as ImageDataset would), its images as ``transform`` makes
+    them (default: convert's default transform, for a list without a manifest)."""
+    t = transform or TransformOptions()
     rep = VerifyReport(str(list_file))
     try:
         data = list_file.read_bytes()
@@ -339,8 +341,8 @@ def verify_list(list_file: Path, root: Path, n_classes: int, decode: bool, tick:
         rep.problems.append(f"{list_file.name}: sha256 differs from the manifest")
     lines = data.decode("utf-8", errors="replace").splitlines()
     chunk = max(1, min(LIST_CHUNK, -(-len(lines) // max(1, 4 * workers))))
-    jobs = [_ListJob(list_file.name, root, k + 1, tuple(lines[k:k + chunk]), n_classes, size,
-                     resize, decode, labelled) for k in range(0, len(lines), chunk)]
+    jobs = [_ListJob(list_file.name, root, k + 1, tuple(lines[k:k + chunk]), n_classes, t.size,
+                     t.resize, decode, labelled) for k in range(0, len(lines), chunk)]
     for job, (problems, readable) in zip(jobs, _parallel(_check_lines, jobs, workers),
                                          strict=True):
         rep.checked += len(job.lines)
@@ -402,7 +404,7 @@ def run_verify(plan: VerifyPlan, decode: bool = True, tick: Tick = lambda n: Non
     """Check every target of ``plan`` with ``workers`` processes (default: every core this
     process may use); its unfinished splits come first among the problems. The report does
     not depend on the worker count."""
-    w = workers or World(0, 1, 0, 1, 0, 1).cores_per_rank()
+    w = workers or World.single().cores_per_rank()
     reports = [_verify_target(t, decode, tick, w) for t in plan.targets]
     rep = reports[0] if len(reports) == 1 else VerifyReport(
         ", ".join(r.target for r in reports), sum(r.checked for r in reports),
@@ -427,10 +429,8 @@ def _verify_target(target: Target, decode: bool, tick: Tick, workers: int) -> Ve
     folder = path.parent
     if m.format == "shards":
         return verify_shards(folder, m, decode, tick, workers)
-    t: dict[str, Any] = m.options.get("transform", {})
     rep = verify_list(folder / (m.list_file or f"{m.split}.txt"), folder, len(m.classes), decode,
-                      tick, int(t.get("size", 256)), str(t.get("resize", "center-crop")),
-                      m.list_sha256, workers, m.labelled)
+                      tick, m.options.transform, m.list_sha256, workers, m.labelled)
     if rep.samples != m.total_samples:
         rep.problems.append(f"{rep.samples} readable entries, manifest says {m.total_samples}")
     return rep

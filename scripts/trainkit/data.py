@@ -1,10 +1,12 @@
 """The trainer's data: staging into ``--data``, the train and val loaders, and the warning
 when there is no val split to validate on.
 
-Both loaders decode with the same backend; the val one center-crops ``--image-size`` from the
-image resized by 256/224, as the usual ImageNet evaluation does. The model runs channels_last
-(``train.set_up``), so both ask for channels_last batches (``MEMORY_FORMAT``): the workers
-decode rows in that layout and no batch is transposed on the CPU. Normalisation is not theirs:
+The loaders' options are one record made from the flags (``loader_options``); the val
+loader's differ only in its transform: it center-crops ``--image-size`` from the image resized
+by 256/224, as the usual ImageNet evaluation does, and decodes with the same backend. The
+model runs channels_last (``train.set_up``), so both ask for channels_last batches
+(``MEMORY_FORMAT``): the workers decode rows in that layout and no batch is transposed on the
+CPU. Normalisation is not theirs:
 the trainer normalises every split on the device with the run's one mean and std
 (``trainkit.runconfig``). ``--synthetic`` feeds the model without a loader
 (``synthetic_batches``): the compute ceiling that a fed run is compared with.
@@ -15,12 +17,21 @@ from __future__ import annotations
 import argparse
 import logging
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import torch
 
 from imgprep import ManifestError, World, manifest_path, read_manifest
-from loaders import ORDER_VERSION, Loader, TrainTransform, ValTransform, make_loader
+from loaders import (
+    GPU_BACKENDS,
+    ORDER_VERSION,
+    Loader,
+    LoaderOptions,
+    TrainTransform,
+    ValTransform,
+    make_loader,
+)
 
 logger = logging.getLogger("train_imagenet")
 MEMORY_FORMAT = "channels_last"  # the model's layout (train.set_up), so the batches'
@@ -45,10 +56,17 @@ def no_val_warning(data: Path, stage_from: Path | None) -> str:
             "--labels <ground truth>, and the next run stages it")
 
 
-def loader_backend(args: argparse.Namespace, device: torch.device) -> dict[str, str]:
-    """--loader-backend and where it decodes: DALI on the training GPU, else the CPU."""
-    gpu = args.loader_backend == "dali" and device.type == "cuda"
-    return {"backend": args.loader_backend, "device": "gpu" if gpu else "cpu"}
+def loader_options(args: argparse.Namespace, device: torch.device, workers: int,
+                   order_version: int = ORDER_VERSION) -> LoaderOptions:
+    """The train loader's options from the flags: --batch-size (per rank), ``workers`` (the
+    resolved --workers), --seed, --image-size, --loader-backend and where it decodes (DALI or
+    nvJPEG on the training GPU, else the CPU), channels_last batches, and epoch orders drawn by
+    ``order_version`` (a resumed run's own)."""
+    gpu = args.loader_backend in GPU_BACKENDS and device.type == "cuda"
+    return LoaderOptions(batch_size=args.batch_size, workers=workers, seed=args.seed,
+                         transform=TrainTransform(size=args.image_size),
+                         backend=args.loader_backend, device="gpu" if gpu else "cpu",
+                         memory_format=MEMORY_FORMAT, order_version=order_version)
 
 
 def refuse_unlabelled(data: Path) -> None:
@@ -70,25 +88,19 @@ def refuse_unlabelled(data: Path) -> None:
                             f"ILSVRC2012_img_train.tar -o {data}")
 
 
-def make_loaders(args: argparse.Namespace, world: World, workers: int,
-                 backend: dict[str, str], order_version: int = ORDER_VERSION
+def make_loaders(args: argparse.Namespace, world: World, options: LoaderOptions
                  ) -> tuple[Loader, Loader | None]:
-    """The train loader (drawing epoch orders by ``order_version``: a resumed run's own),
-    and the val loader unless --no-validate or there is no val split."""
+    """The train loader with ``options`` (``loader_options``), and the val loader unless
+    --no-validate or there is no val split."""
     refuse_unlabelled(args.data)
-    train_loader = make_loader(args.data, "train", world, args.batch_size, workers,
-                               args.seed, transform=TrainTransform(size=args.image_size),
-                               backend=backend["backend"], device=backend["device"],
-                               memory_format=MEMORY_FORMAT, order_version=order_version)
+    train_loader = make_loader(args.data, "train", world, options)
     no_val = args.data.is_dir() and not manifest_path(args.data, "val").exists()
     if args.validate and no_val and world.rank == 0:
         logger.warning(no_val_warning(args.data, args.stage_from))
     if not args.validate or no_val:
         return train_loader, None
     val = ValTransform(size=args.image_size, resize=round(args.image_size * 256 / 224))
-    return train_loader, make_loader(args.data, "val", world, args.batch_size, workers,
-                                     args.seed, transform=val, backend=backend["backend"],
-                                     device=backend["device"], memory_format=MEMORY_FORMAT)
+    return train_loader, make_loader(args.data, "val", world, replace(options, transform=val))
 
 
 def synthetic_batches(batch_size: int, image_size: int, num_classes: int,

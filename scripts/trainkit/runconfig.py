@@ -135,7 +135,7 @@ def run_config(args: argparse.Namespace, world: World, *, workers: int,
     mean, std = stats_for(args.normalize, m.mean, m.std)
     return RunConfig(
         arch=args.arch, image_size=args.image_size, sync_bn=args.sync_bn,
-        num_classes=len(m.classes), data_fingerprint=m.options.get("fingerprint"),
+        num_classes=len(m.classes), data_fingerprint=m.options.fingerprint,
         train_samples=m.node.total_samples if m.node is not None else m.total_samples,
         normalize=args.normalize, mean=mean, std=std, seed=args.seed, lr=args.lr,
         momentum=args.momentum, weight_decay=args.weight_decay,

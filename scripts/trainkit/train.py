@@ -37,7 +37,7 @@ from loaders import (
 
 from . import TrainError, distributed
 from .checkpoint import load_checkpoint, order_version_of, resume_config, save_checkpoint
-from .data import loader_backend, make_loaders, stage, synthetic_batches
+from .data import loader_options, make_loaders, stage, synthetic_batches
 from .logs import configure_logging
 from .models import model_by_name, param_groups
 from .precision import MODES, Precision
@@ -78,10 +78,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--batch-size", type=int, default=64, help="per rank")
     ap.add_argument("--workers", type=workers_arg, default="auto",
                     help="loader workers per rank (auto: this rank's cores less one); DALI "
-                         "threads with --loader-backend dali")
+                         "threads with --loader-backend dali, CPU-decode threads with nvjpeg")
     ap.add_argument("--loader-backend", choices=list(BACKENDS), default="pillow",
-                    help="decode with pillow-simd worker processes (default) or NVIDIA DALI "
-                         "(on the GPU when training on CUDA; pip install 'imgprep[dali]')")
+                    help="decode with pillow-simd worker processes (default), NVIDIA DALI "
+                         "(pip install 'imgprep[dali]') or torchvision's nvJPEG; the last two "
+                         "on the GPU when training on CUDA")
     ap.add_argument("--image-size", type=int, default=224, help="train crop (val: center)")
     ap.add_argument("--normalize", type=normalize_arg, default="train", metavar="STATS",
                     help="mean/std for every split: train (the train manifest's, the default), "
@@ -130,11 +131,11 @@ def learning_rate(samples: int, steps_per_epoch: int, args: argparse.Namespace,
     """Linear scaling (base x global batch / 256), linear warm-up, then step or cosine; where
     the schedule stands is the images trained on (all ranks), so a resume on another global
     batch goes on from there."""
-    batch = args.batch_size * world.world_size
-    peak, per_epoch = args.lr * batch / 256, max(steps_per_epoch, 1) * batch
+    global_batch = args.batch_size * world.world_size
+    peak, per_epoch = args.lr * global_batch / 256, max(steps_per_epoch, 1) * global_batch
     epoch = samples / per_epoch
     if epoch < args.warmup_epochs:
-        return peak * (epoch + batch / per_epoch) / args.warmup_epochs
+        return peak * (epoch + global_batch / per_epoch) / args.warmup_epochs
     if args.schedule == "cosine":
         span = max(args.epochs - args.warmup_epochs, 1e-9)
         return peak * 0.5 * (1 + math.cos(math.pi * min(1.0, (epoch - args.warmup_epochs)
@@ -242,17 +243,18 @@ def set_up(args: argparse.Namespace, world: World) -> Run:
     if args.stage_from is not None:
         stage(args, world)
     torch.manual_seed(args.seed)
-    workers = worker_count(args.workers, world)
-    backend = loader_backend(args, device)
-    if world.rank == 0:
-        unit = "DALI thread" if backend["backend"] == "dali" else "worker"
-        print(f"loader: {backend['backend']} backend, decoding on the {backend['device']}, "
-              f"{workers} {unit}{'' if workers == 1 else 's'} per rank", flush=True)
-        log({"loader": backend}, args.log_json)
     ckpt = args.checkpoint / "last.pt" if args.checkpoint else None
     resuming = args.resume and ckpt is not None and ckpt.exists()
     order = order_version_of(ckpt) if resuming and ckpt is not None else ORDER_VERSION
-    train_loader, val_loader = make_loaders(args, world, workers, backend, order)
+    workers = worker_count(args.workers, world)
+    options = loader_options(args, device, workers, order)
+    backend = {"backend": options.backend, "device": options.device}
+    if world.rank == 0:
+        unit = "DALI thread" if options.backend == "dali" else "worker"
+        print(f"loader: {options.backend} backend, decoding on the {options.device}, "
+              f"{workers} {unit}{'' if workers == 1 else 's'} per rank", flush=True)
+        log({"loader": backend}, args.log_json)
+    train_loader, val_loader = make_loaders(args, world, options)
     config = run_config(args, world, workers=workers, bf16=precision.bf16)
     model = model_by_name(args.arch, config.num_classes).to(device)
     model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]

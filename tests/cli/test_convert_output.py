@@ -27,7 +27,7 @@ SUMMARY_KEYS = {
     "input_kind", "images_listed", "samples", "errors", "max_errors", "unknown_wnids",
     "label_source", "label_check", "label_check_names", "skipped_non_images", "tasks", "tasks_mine",
     "tasks_resumed", "bytes", "seconds", "images_per_s", "workers", "out", "manifest",
-    "error_log",
+    "error_log", "warnings", "warning_log",
 }
 
 
@@ -43,8 +43,8 @@ def test_the_json_summary_has_the_keys_users_parse(tree: Path, tmp_path: Path) -
     s = ok(invoke("convert", tree, "-o", tmp_path / "cli", "--size", "16", "-j", "1", "-q",
                   "--json"))
     assert set(s) == SUMMARY_KEYS
-    assert (s["complete"], s["role"], s["samples"], s["errors"], s["error_log"]) == (
-        True, "finaliser", 6, 0, None)
+    assert (s["complete"], s["role"], s["samples"], s["errors"], s["error_log"], s["warnings"],
+            s["warning_log"]) == (True, "finaliser", 6, 0, None, 0, None)
     assert s["manifest"] == str(tmp_path / "cli" / "train.json")
     lib = asdict(convert(ConvertOptions(input=tree, out=tmp_path / "lib", workers=1)))
     timing = {"seconds", "images_per_s", "out", "manifest", "bytes"}

@@ -144,7 +144,7 @@ def test_make_sample_writes_each_form_and_names_the_command(tmp_path: Path) -> N
                    "--per-class", "2", "--val", "2")
     assert human.exit_code == 0 and f"imgprep convert {tmp_path / 't'} -o OUT" in human.stdout
     r = invoke("make-sample", tmp_path / "x", "--form", "nope")
-    assert r.exit_code == 2 and "not one of ilsvrc, kaggle, kaggle-zip" in r.output
+    assert r.exit_code == 2 and "not one of kaggle-zip, kaggle, hf-parquet" in r.output
 
 
 def test_a_named_form_that_does_not_fit_is_refused(fakes: dict[str, Path],

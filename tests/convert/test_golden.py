@@ -1,16 +1,26 @@
 """The bytes of a conversion do not drift: the 1,000 real sample images converted into 4
 shards give the shard and sample-index digests recorded when the package was laid out in
 rooms. A change that alters them must be meant (a new format version), not a side effect
-of moving code."""
+of moving code. Nor does the set converted: every real original reads whole, without a
+libjpeg warning, so the damage rules (docs/convert.md) refuse and list none of them."""
 
 from __future__ import annotations
 
 import hashlib
+import io
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
+from PIL import Image
+
+from imgprep import jpegcrop
+from imgprep.convert.image import convert_image
+from imgprep.convert.options import TransformOptions
+from imgprep.errors import ImageError
+from tests.support import encode
 
 GOLDEN = {
     "train-000000.tar": "28ac003dac15cd1b178987f0814307119d4fc40afa76d465335932a54db14ebf",
@@ -32,3 +42,31 @@ def test_converting_the_real_sample_gives_the_recorded_bytes(real_data: Path,
     assert run.returncode == 0, run.stderr
     got = {name: hashlib.sha256((out / name).read_bytes()).hexdigest() for name in GOLDEN}
     assert got == GOLDEN
+
+
+@pytest.mark.realdata
+def test_every_real_original_reads_whole_without_a_warning(real_data: Path) -> None:
+    """The rule was decided on these: 1,014 JPEGs (989 RGB, 25 grayscale, every chroma
+    subsampling the sample has) end with their end-of-image marker, with nothing after it
+    and no libjpeg warning; the PNG named .JPEG is not a JPEG; CMYK, made as ImageNet's 22
+    are, reads quietly too. Half of a real original, padded, is an error."""
+    files = sorted((real_data / "images").iterdir()) + sorted(
+        (real_data / "originals").rglob("*.JPEG"))
+    kinds: dict[str, int] = {}
+    for i, f in enumerate(files):
+        data = f.read_bytes()
+        with Image.open(io.BytesIO(data)) as img:
+            kinds[f"{img.format} {img.mode}"] = kinds.get(f"{img.format} {img.mode}", 0) + 1
+            if img.format != "JPEG":
+                continue
+            cmyk = encode(img.convert("CMYK"), "JPEG") if i % 50 == 0 else b""
+        assert jpegcrop.check(data) == jpegcrop.Scan(), f.name
+        if cmyk:
+            assert jpegcrop.check(cmyk) == jpegcrop.Scan(), f"{f.name} as CMYK"
+    assert kinds == {"JPEG RGB": 989, "JPEG L": 25, "PNG RGBA": 1}
+    real = files[0].read_bytes()
+    with pytest.raises(ImageError, match="padded JPEG"):
+        convert_image(real[:len(real) // 2] + bytes(64 << 20), TransformOptions())
+    assert np.array_equal(np.asarray(convert_image(real, TransformOptions()).image),
+                          np.asarray(convert_image(real, TransformOptions(),
+                                                   crop_decode=False).image))

@@ -109,7 +109,8 @@ def test_the_download_folder_converts_train_and_val_with_the_published_labels(
         assert int(fields["cls"]) == _published(key), key
     assert not (out / "test.json").exists()  # the test split is skipped by default
     assert not (out / ".imgprep" / "train" / SPOOL_DIR).exists()  # removed with the manifest
-    assert read_manifest(out, "train").source["kind"] == form
+    source = read_manifest(out, "train").source
+    assert source is not None and source.kind == form
 
 
 @pytest.mark.parametrize("form", FORMS)
@@ -161,7 +162,8 @@ def test_partition_ranks_share_the_spool_and_give_the_single_process_bytes(
     opts = ConvertOptions(input=Path(fakes[form].inputs[0]), out=tmp_path, num_shards=2,
                           mode="partition", split="train")
     for rank in (1, 0):
-        world = World(rank, 2, 0, 1, rank, 2, launcher="test")
+        world = World(rank=rank, world_size=2, local_rank=0, local_world_size=1, node_rank=rank,
+                      num_nodes=2, launcher="test")
         (summary,) = convert_splits(replace(opts, out=tmp_path / f"node{rank}"), world)
         assert summary.complete
         folder = tmp_path / f"node{rank}"

@@ -46,14 +46,14 @@ from PIL import Image
 
 from imgprep.cli.commands import cli
 from imgprep.convert.image import convert_image
-from imgprep.convert.options import TransformOptions
 from imgprep.errors import ImgprepError
 from imgprep.inputs.devkit import devkit_wnids
 from imgprep.inputs.synsets import imagenet_classes
 from imgprep.job.world import World
+from imgprep.sections import TransformOptions
 from imgprep.shards.writers import header_bytes
 from imgprep.stage import fill as stage
-from loaders import LoaderError, ShardLoader, ValTransform, make_loader
+from loaders import LoaderError, LoaderOptions, ShardLoader, ValTransform, make_loader
 from tests.support import (
     convert_sample,
     encode,
@@ -682,7 +682,8 @@ def manifest_of(folder: Path) -> dict[str, Any]:
 
 def shard_loader(folder: Path, world: World) -> ShardLoader:
     """One rank's in-process loader, one sample a batch, every sample once."""
-    return ShardLoader(folder, "train", world, 1, workers=0, tail="uneven", transform=SMALL)
+    return ShardLoader(folder, "train", world,
+                       LoaderOptions(batch_size=1, workers=0, tail="uneven", transform=SMALL))
 
 
 def rank_labels(loader: ShardLoader) -> list[int]:
@@ -772,7 +773,8 @@ def test_hostile_manifest(box: Path, converted_nine: Path, case: ManifestCase) -
         for r in (verify, info, staging):
             error_line(r, 3, data / hit, *case.fatal)
         with pytest.raises(ImgprepError, match="train.json") as refused:
-            make_loader(data, "train", World(), 4, workers=0, transform=SMALL)
+            make_loader(data, "train", World(),
+                        LoaderOptions(batch_size=4, workers=0, transform=SMALL))
         assert all(w in str(refused.value) for w in case.fatal), refused.value
         assert outside(before, snapshot(box)) == []  # refused before anything was written
         (data / "train.json").write_bytes(original)  # the shards are intact: nothing lost
@@ -875,7 +877,8 @@ def list_root(box: Path) -> Path:
 
 def list_labels(path: Path) -> list[int]:
     """The labels of every batch of ``path`` through ``loaders.make_loader`` (val: in order)."""
-    loader = make_loader(path, "val", World(), 4, workers=0, num_classes=1000, transform=SMALL)
+    loader = make_loader(path, "val", World(),
+                         LoaderOptions(batch_size=4, workers=0, transform=SMALL), num_classes=1000)
     return [int(y) for images, labels in loader for y in labels if images.any()]
 
 

@@ -126,11 +126,10 @@ def test_labels_read_back_are_each_images_class_and_the_holdout_is_per_class(
         held = [k for k in keys if k in val]
         assert len(held) == min(HOLD, n // 2), wnid
         assert set(keys) - set(held) - failed == {k for k in keys if k in train}
-    m = read_manifest(converted["tar-1"], "val")
-    assert m.options["holdout_per_class"] == HOLD and m.options["holdout_seed"] == 0
-    assert m.options["holdout_images"] == len(val) == m.total_samples
-    assert read_manifest(converted["tar-1"], "train").options["holdout_counts_sha256"] == \
-        m.options["holdout_counts_sha256"]
+    held = read_manifest(converted["tar-1"], "val").options.holdout
+    assert held is not None and held.per_class == HOLD and held.seed == 0
+    assert held.images == len(val) == read_manifest(converted["tar-1"], "val").total_samples
+    assert read_manifest(converted["tar-1"], "train").options.holdout == held
 
 
 def _outputs(out: Path) -> dict[str, bytes]:
@@ -163,7 +162,8 @@ def test_shards_read_back_with_webdataset(converted: dict[str, Path]) -> None:
 def test_ranks_sharing_a_folder_write_what_one_process_writes(
         fake: Path, converted: dict[str, Path], tmp_path: Path, archive: str) -> None:
     size = 3
-    worlds = [World(r, size, r, size, 0, 1, launcher="test") for r in range(size)]
+    worlds = [World(rank=r, world_size=size, local_rank=r, local_world_size=size, node_rank=0,
+                    num_nodes=1, launcher="test") for r in range(size)]
     o = _opts(fake / archive, tmp_path)
     for world in reversed(worlds):  # rank 0, which writes the manifests, last
         convert_splits(o, world)

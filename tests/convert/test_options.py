@@ -13,14 +13,8 @@ import pytest
 
 from imgprep.cli.commands import cli
 from imgprep.convert.errorlog import ErrorRecord, error_log_path, write_error_log
-from imgprep.convert.options import (
-    FILTER_NAMES,
-    OUTPUT_FORMATS,
-    RANK_MODES,
-    RESIZE_MODES,
-    ConvertOptions,
-    TransformOptions,
-)
+from imgprep.convert.options import OUTPUT_FORMATS, RANK_MODES, ConvertOptions
+from imgprep.sections import FILTER_NAMES, RESIZE_MODES, TransformOptions
 
 
 def test_options_are_built_by_keyword_only(tmp_path: Path) -> None:

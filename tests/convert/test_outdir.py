@@ -13,6 +13,7 @@ import pytest
 
 from imgprep.convert.outdir import Wanted, check_folder, remove_split, split_owns
 from imgprep.errors import OutputExistsError
+from imgprep.sections import ManifestOptions, SourceSection
 from imgprep.shards.manifest import index_name, read_manifest
 
 
@@ -49,11 +50,14 @@ def test_mean_npy_belongs_to_the_train_list_only() -> None:
 def wanted_like(folder: Path, split: str = "train") -> Wanted:
     """What a rerun identical to the finished ``split`` in ``folder`` would write."""
     m = read_manifest(folder, split)
-    options = {k: v for k, v in m.options.items() if k != "fingerprint"}
-    return Wanted(out=folder, split=split, format=m.format, options=options,
-                  fingerprint=m.options["fingerprint"], classes=m.classes,
-                  source={"kind": "tar", "name": m.source["name"], "images": m.source["images"]},
-                  tool_version=m.tool_version)
+    assert m.source is not None
+    return Wanted(out=folder, split=split, format=m.format, options=m.options,
+                  classes=m.classes, source=m.source, tool_version=m.tool_version)
+
+
+def fingerprinted(want: Wanted, fingerprint: str, **options: object) -> Wanted:
+    """``want`` with another fingerprint (and ``options`` changed)."""
+    return replace(want, options=replace(want.options, fingerprint=fingerprint, **options))
 
 
 @pytest.fixture
@@ -70,9 +74,8 @@ def test_the_same_run_again_is_not_refused(shards: Path) -> None:
 def test_a_differing_rerun_is_refused_naming_each_difference(shards: Path) -> None:
     before = sorted((p.relative_to(shards), p.stat().st_mtime_ns) for p in shards.rglob("*"))
     same = wanted_like(shards)
-    other = replace(same, fingerprint="0" * 64,
-                    options={**same.options, "num_shards": 4, "seed": 2},
-                    source={**same.source, "images": 49})
+    other = replace(fingerprinted(same, "0" * 64, num_shards=4, seed=2),
+                    source=replace(same.source, images=49))
     with pytest.raises(OutputExistsError) as e:
         check_folder(other, overwrite=False)
     msg = str(e.value)
@@ -91,13 +94,13 @@ def test_another_format_or_only_other_labels_are_named_too(shards: Path) -> None
     same = wanted_like(shards)
     with pytest.raises(OutputExistsError, match="--format: the folder holds shards, this run "
                                                 "writes list"):
-        check_folder(replace(same, format="list", fingerprint="1" * 64), overwrite=False)
+        check_folder(replace(fingerprinted(same, "1" * 64), format="list"), overwrite=False)
     with pytest.raises(OutputExistsError, match="the images or their labels"):
-        check_folder(replace(same, fingerprint="2" * 64), overwrite=False)
+        check_folder(fingerprinted(same, "2" * 64), overwrite=False)
 
 
 def test_overwrite_hands_back_the_split_it_replaces(shards: Path) -> None:
-    old = check_folder(replace(wanted_like(shards), fingerprint="0" * 64), overwrite=True)
+    old = check_folder(fingerprinted(wanted_like(shards), "0" * 64), overwrite=True)
     assert old is not None and old == read_manifest(shards, "train")
 
 
@@ -110,8 +113,10 @@ def test_an_unreadable_manifest_is_refused_or_replaced_whole(shards: Path) -> No
 
 
 def wanted_like_unread(folder: Path) -> Wanted:
-    return Wanted(out=folder, split="train", format="shards", options={}, fingerprint="0" * 64,
-                  classes=[], source={"name": "x", "images": 1}, tool_version="0")
+    return Wanted(out=folder, split="train", format="shards",
+                  options=ManifestOptions(format="shards", split="train", fingerprint="0" * 64),
+                  classes=[], source=SourceSection(kind="tar", name="x", images=1),
+                  tool_version="0")
 
 
 def test_remove_split_takes_that_split_alone_manifest_first(shards: Path) -> None:

@@ -48,7 +48,8 @@ def single(opts: ConvertOptions) -> dict[str, bytes]:
 
 def _worlds(nodes: int, per_node: int) -> list[World]:
     size = nodes * per_node
-    return [World(r, size, r % per_node, per_node, r // per_node, nodes, launcher="test")
+    return [World(rank=r, world_size=size, local_rank=r % per_node, local_world_size=per_node,
+                  node_rank=r // per_node, num_nodes=nodes, launcher="test")
             for r in range(size)]
 
 
@@ -105,7 +106,8 @@ def test_rank0_times_out_when_a_rank_never_comes(opts: ConvertOptions, tmp_path:
     o = replace(opts, out=tmp_path, wait_timeout=1.0)
     t0 = time.monotonic()
     with pytest.raises(WaitTimeout) as e:
-        convert(o, World(0, 2, 0, 2, 0, 1, launcher="test"))
+        convert(o, World(rank=0, world_size=2, local_rank=0, local_world_size=2, node_rank=0,
+                         num_nodes=1, launcher="test"))
     assert time.monotonic() - t0 < 20
     assert "rank 0" in str(e.value) and "train-0000" in str(e.value) and "rerun" in str(e.value)
     assert not (tmp_path / "train.json").exists()

@@ -25,7 +25,7 @@ from imgprep.convert.run import convert
 from imgprep.convert.tasks import make_plan
 from imgprep.errors import LabelError, ManifestError, SourceFormatError
 from imgprep.inputs.groundtruth import load_ground_truth
-from imgprep.inputs.sources import split_of_name
+from imgprep.inputs.splitnames import split_of_name
 from imgprep.inputs.synsets import imagenet_classes, imagenet_val_labels, parse_class_table
 from imgprep.job.world import World
 from imgprep.shards.manifest import NodeSection, read_manifest
@@ -407,9 +407,11 @@ def test_the_node_section_is_typed_with_one_spelling(sample: Path, tmp_path: Pat
     opts = ConvertOptions(input=sample / "ILSVRC2012_img_train.tar", out=tmp_path / "full",
                           num_shards=4)
     convert(opts)
-    world = World(0, 2, 0, 1, 0, 2, launcher="test")
+    world = World(rank=0, world_size=2, local_rank=0, local_world_size=1, node_rank=0, num_nodes=2,
+                  launcher="test")
     convert(ConvertOptions(input=opts.input, out=tmp_path / "part", num_shards=4, mode="partition"),
-            World(1, 2, 0, 1, 1, 2, launcher="test"))
+            World(rank=1, world_size=2, local_rank=0, local_world_size=1, node_rank=1, num_nodes=2,
+                  launcher="test"))
     stage_to_node(StageOptions(src=tmp_path / "full", dst=tmp_path / "staged", mode="partition"),
                   world)
     written = [json.loads((tmp_path / d / "train.json").read_text())["node"]
@@ -429,7 +431,9 @@ def test_the_node_section_is_typed_with_one_spelling(sample: Path, tmp_path: Pat
 def test_a_bad_node_section_is_a_manifest_error_naming_the_file(
         sample: Path, tmp_path: Path, patch: dict[str, Any], field: str) -> None:
     convert(ConvertOptions(input=sample / "ILSVRC2012_img_train.tar", out=tmp_path, num_shards=2,
-                           mode="partition"), World(0, 2, 0, 1, 0, 2, launcher="test"))
+                           mode="partition"), World(rank=0, world_size=2, local_rank=0,
+                                                    local_world_size=1, node_rank=0, num_nodes=2,
+                                                    launcher="test"))
     path = tmp_path / "train.json"
     doc = json.loads(path.read_text())
     for k, v in patch.items():

@@ -13,8 +13,8 @@ import pytest
 from PIL import Image, JpegImagePlugin
 
 from imgprep.convert.image import Converted, center_pixels, channel_sums, convert_image
-from imgprep.convert.options import TransformOptions
 from imgprep.errors import ImageError
+from imgprep.sections import TransformOptions
 from tests.support import encode, jpeg, photo
 
 OPTS = TransformOptions()

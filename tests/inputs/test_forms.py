@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import bz2
 import gzip
+import importlib
 import lzma
 import os
 import zipfile
@@ -15,8 +16,9 @@ from pathlib import Path
 import pytest
 
 from imgprep.errors import InputMissingError, SourceFormatError
+from imgprep.inputs import forms
 from imgprep.inputs.fakes import FAKES, SampleSpec, make_fake
-from imgprep.inputs.forms import FORMS, ListContext, detect, form_names, list_split
+from imgprep.inputs.forms import FORMS, ListContext, detect, form_names, form_of, list_split
 from imgprep.inputs.forms.base import TEST_REASON
 from imgprep.inputs.keys import member_key, split_wnid_suffix
 from imgprep.inputs.reader import SourceReader
@@ -46,9 +48,21 @@ def _images(found_split: object) -> dict[str, tuple[str, bytes]]:
 
 
 def test_the_form_list_ends_with_the_form_that_takes_anything() -> None:
-    assert FORMS[-1][0] == "ilsvrc" and FORMS[0][0] == "other-archive"
-    assert "other-archive" not in form_names()
-    assert set(form_names()) <= set(FAKES)
+    assert FORMS[-1].NAME == "ilsvrc" and form_names()[-1] == "ilsvrc"
+    assert list(FAKES) == list(form_names())
+
+
+def test_every_form_module_is_registered_once_under_its_own_name() -> None:
+    """A module in ``forms/`` is a form in the registry (its protocol checked by mypy), or
+    the protocol itself, or the refusals that run before any form."""
+    folder = Path(forms.__file__).parent
+    modules = {p.stem for p in folder.glob("*.py")} - {"__init__", "base", "refusals"}
+    assert sorted(f.__name__.rpartition(".")[2] for f in FORMS) == sorted(modules)
+    assert len(set(form_names())) == len(FORMS)
+    for name in form_names():
+        assert form_of(name).NAME == name
+        module, _, writer = form_of(name).FAKE.partition(":")
+        assert callable(getattr(importlib.import_module(module), writer)), name
 
 
 def test_kaggle_zip_is_detected_with_its_splits_labels_and_skips(fakes: dict[str, Path]) -> None:

@@ -84,7 +84,7 @@ def test_spooled_items_are_the_image_bytes_in_row_order(tmp_path: Path) -> None:
     rows = _rows(9)
     files = write_split(tmp_path / "data", "train", rows, NAMES, files=2)
     listed = [hfparquet.list_file(p, CLASSES, allow_test=False) for p in files]
-    containers, cols = hfparquet.columns(listed, tmp_path / "spool", workers=2, start=1)
+    containers, cols, _ = hfparquet.columns(listed, tmp_path / "spool", workers=2, start=1)
     got = {}
     for c, o, s, k in zip(cols["container"], cols["offset"], cols["size"], cols["key"],
                           strict=True):
@@ -93,5 +93,5 @@ def test_spooled_items_are_the_image_bytes_in_row_order(tmp_path: Path) -> None:
             got[k.decode()] = f.read(s)
     want = {r[0].rsplit("_", 1)[0]: r[1] for r in rows}
     assert got == want
-    dry, cols2 = hfparquet.columns(listed, None, workers=1)
+    dry, cols2, _ = hfparquet.columns(listed, None, workers=1)
     assert dry == tuple(str(p) for p in files) and (cols2["key"] == cols["key"]).all()

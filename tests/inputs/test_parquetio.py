@@ -53,9 +53,13 @@ def test_listing_reads_only_names_and_labels_a_row_group_at_a_time(
     assert [p for g in groups for p in g.paths] == [r[0] for r in rows]
     assert [int(x) for g in groups for x in g.labels] == [r[2] for r in rows]
     assert asked == [(g, ["image.path", "label"]) for g in range(3)]
+    batches: list[Any] = []
+    real_batches = pq.ParquetFile.iter_batches
+    monkeypatch.setattr(pq.ParquetFile, "iter_batches", lambda self, **kw: batches.append(
+        (kw["row_groups"], kw["columns"])) or real_batches(self, **kw))
     asked.clear()
     assert list(parquetio.iter_images(path)) == [r[1] for r in rows]
-    assert asked == [(g, ["image.bytes"]) for g in range(3)]
+    assert asked == [] and batches == [([g], ["image.bytes"]) for g in range(3)]
 
 
 def _table(image: Any, label: Any, names: list[str] | None = None) -> Any:

@@ -27,7 +27,7 @@ from imgprep.inputs.spool import (
 )
 
 
-def _items(source: Path) -> Iterator[tuple[str, bytes]]:
+def _items(source: Path, max_bytes: int | None = None) -> Iterator[tuple[str, bytes]]:
     """A source file of lines 'name size': each item is size bytes derived from its name."""
     for line in source.read_text().splitlines():
         name, size = line.split()

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from imgprep.errors import SourceFormatError
-from imgprep.inputs.reader import ZIP_DEFLATED, ZIP_STORED, read_zip_member
+from imgprep.inputs.reader import ZIP_DEFLATED, ZIP_STORED, ZipEntry, read_zip_member
 from imgprep.inputs.ziplist import ZipIndex, _cached, read_index
 from tests.support import jpeg
 
@@ -55,13 +55,18 @@ def patch_central(path: Path, name: str, at: int, fmt: str, value: int) -> None:
     raise AssertionError(f"{name} not in the central directory")
 
 
+def entry(index: ZipIndex, i: int, head: int | None = None) -> ZipEntry:
+    """Image member ``i`` of ``index`` as the reader gets it (``head``: another guess)."""
+    return ZipEntry(index.names[i], int(index.offset[i]),
+                    int(index.head[i]) if head is None else head, int(index.stored[i]),
+                    int(index.size[i]), int(index.codec[i]), int(index.crc[i]),
+                    int(index.end[i]))
+
+
 def read_all(index: ZipIndex) -> dict[str, bytes]:
     fd = os.open(index.path, os.O_RDONLY)
     try:
-        return {name: read_zip_member(fd, int(index.offset[i]), int(index.head[i]),
-                                      int(index.stored[i]), int(index.size[i]),
-                                      int(index.codec[i]), int(index.crc[i]))
-                for i, name in enumerate(index.names)}
+        return {name: read_zip_member(fd, entry(index, i)) for i, name in enumerate(index.names)}
     finally:
         os.close(fd)
 
@@ -107,8 +112,7 @@ def test_a_local_header_longer_than_guessed_is_read_again(tmp_path: Path) -> Non
     assert read_all(index) == {"x/a.JPEG": data}
     fd = os.open(path, os.O_RDONLY)
     try:  # the smallest guess works too
-        assert read_zip_member(fd, 0, 30, int(index.stored[0]), len(data), ZIP_DEFLATED,
-                               int(index.crc[0])) == data
+        assert read_zip_member(fd, entry(index, 0, head=30)) == data
     finally:
         os.close(fd)
 
@@ -242,9 +246,7 @@ def test_a_zip64_archive_of_70000_members_lists_and_reads(tmp_path: Path) -> Non
     assert len(index.names) == 70_000
     fd = os.open(path, os.O_RDONLY)
     try:
-        last = read_zip_member(fd, int(index.offset[-1]), int(index.head[-1]),
-                               int(index.stored[-1]), int(index.size[-1]),
-                               int(index.codec[-1]), int(index.crc[-1]))
+        last = read_zip_member(fd, entry(index, len(index.names) - 1))
     finally:
         os.close(fd)
     assert last == b"69999"

@@ -21,8 +21,8 @@ from hypothesis import strategies as st
 from imgprep.errors import WorldError
 from imgprep.job.assign import MODES, balanced_split, node_shards
 from imgprep.job.world import World
-from loaders.common import LoaderError
 from loaders.epochs import PAD, EpochPlan, plan_epoch, pools
+from loaders.errors import LoaderError
 from loaders.order import ORDER_VERSIONS
 
 PROPS = settings(max_examples=200, deadline=None)
@@ -35,7 +35,8 @@ versions = st.sampled_from(ORDER_VERSIONS)  # drawn, so both versions cost no ex
 
 def worlds(nodes: int, per_node: int) -> list[World]:
     """Every rank of a block layout, in rank order."""
-    return [World(k * per_node + lr, nodes * per_node, lr, per_node, k, nodes)
+    return [World(rank=k * per_node + lr, world_size=nodes * per_node, local_rank=lr,
+                  local_world_size=per_node, node_rank=k, num_nodes=nodes)
             for k in range(nodes) for lr in range(per_node)]
 
 
@@ -352,8 +353,10 @@ def test_plans_are_pure_and_epochs_and_seeds_reshuffle(version: int) -> None:
 
 
 def test_plans_do_not_depend_on_the_launcher() -> None:
-    a = World(1, 4, 1, 2, 0, 2, launcher="torchrun")
-    b = World(1, 4, 1, 2, 0, 2, launcher="slurm")
+    a = World(rank=1, world_size=4, local_rank=1, local_world_size=2, node_rank=0, num_nodes=2,
+              launcher="torchrun")
+    b = World(rank=1, world_size=4, local_rank=1, local_world_size=2, node_rank=0, num_nodes=2,
+              launcher="slurm")
     for mode in MODES:
         x = plan_epoch([100] * 12, a, mode, 5, 2, 8, 2, "drop")
         y = plan_epoch([100] * 12, b, mode, 5, 2, 8, 2, "drop")
@@ -371,4 +374,5 @@ def test_fewer_shards_than_ranks_is_served() -> None:
 
 def test_partition_node_with_too_few_shards_is_refused() -> None:
     with pytest.raises(WorldError, match="--shards"):
-        plan_epoch([100, 100], World(0, 3, 0, 1, 0, 3), "partition", 0, 0, 8, 2, "drop")
+        plan_epoch([100, 100], World(rank=0, world_size=3, local_rank=0, local_world_size=1,
+                                     node_rank=0, num_nodes=3), "partition", 0, 0, 8, 2, "drop")

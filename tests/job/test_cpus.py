@@ -10,7 +10,7 @@ import pytest
 from imgprep.job import world as world_mod
 from imgprep.job.cpus import CpuLimits, parse_cpu_list, rank_cores, read_limits
 from imgprep.job.world import World
-from loaders.common import worker_count
+from loaders.config import worker_count
 
 
 @pytest.mark.parametrize(("limits", "ranks", "slurm", "cores"), [
@@ -124,9 +124,11 @@ def test_auto_workers_follow_a_container_quota(monkeypatch: pytest.MonkeyPatch) 
     assert World().cores_per_rank() == 4
     assert worker_count("auto", World()) == 3
     monkeypatch.setattr(world_mod, "read_limits", lambda: CpuLimits(64, 64, cpus_per_task=8))
-    slurm = World(3, 8, 3, 8, 0, 1, launcher="slurm")
+    slurm = World(rank=3, world_size=8, local_rank=3, local_world_size=8, node_rank=0, num_nodes=1,
+                  launcher="slurm")
     assert worker_count("auto", slurm) == 7
-    assert worker_count("auto", World(3, 8, 3, 8, 0, 1, launcher="torchrun")) == 7
+    assert worker_count("auto", World(rank=3, world_size=8, local_rank=3, local_world_size=8,
+                                      node_rank=0, num_nodes=1, launcher="torchrun")) == 7
 
 
 def test_this_machine_counts_its_own_affinity() -> None:
@@ -134,4 +136,5 @@ def test_this_machine_counts_its_own_affinity() -> None:
     limits = read_limits()
     assert limits.affinity == cores
     assert World().cores_per_rank() <= cores
-    assert World(0, 2 * cores, 0, 2 * cores, 0, 1).cores_per_rank() == 1
+    assert World(rank=0, world_size=2 * cores, local_rank=0, local_world_size=2 * cores,
+                 node_rank=0, num_nodes=1).cores_per_rank() == 1

@@ -28,7 +28,8 @@ def test_the_first_host_of_a_slurm_node_list(nodelist: str, host: str) -> None:
 
 
 def _slurm(rank: int) -> World:
-    return World(rank, 4, rank % 2, 2, rank // 2, 2, launcher="slurm")
+    return World(rank=rank, world_size=4, local_rank=rank % 2, local_world_size=2,
+                 node_rank=rank // 2, num_nodes=2, launcher="slurm")
 
 
 ENV = {"SLURM_STEP_NODELIST": "node[0-1]", "SLURM_JOB_ID": "4711", "SLURM_STEP_ID": "2"}

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
@@ -141,14 +142,16 @@ def test_detect_reads_os_environ_by_default(monkeypatch: pytest.MonkeyPatch) -> 
     assert detect() == World()
     for k, v in torchrun_env(5, 1, 2, 3, 2).items():
         monkeypatch.setenv(k, v)
-    assert detect() == World(5, 6, 1, 2, 2, 3)
+    assert detect() == World(rank=5, world_size=6, local_rank=1, local_world_size=2, node_rank=2,
+                             num_nodes=3)
 
 
 def test_torchrun_single_node_without_local_world_size() -> None:
     """torchrun always sets LOCAL_WORLD_SIZE, but older launchers only set RANK/LOCAL_RANK/
     WORLD_SIZE: then everything is one node."""
     world = detect({"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "3"})
-    assert world == World(3, 4, 3, 4, 0, 1)
+    assert world == World(rank=3, world_size=4, local_rank=3, local_world_size=4, node_rank=0,
+                          num_nodes=1)
     assert world.launcher == "torchrun"
 
 
@@ -172,19 +175,21 @@ def test_mpi_without_local_variables(env: Env, missing: str) -> None:
     except WorldError as e:
         assert missing in str(e), f"misleading error: {e}"
     else:
-        assert world == World(2, 4, 2, 4, 0, 1)
+        assert world == World(rank=2, world_size=4, local_rank=2, local_world_size=4, node_rank=0,
+                              num_nodes=1)
 
 
 def test_mpi_without_local_variables_rank_zero() -> None:
     assert detect({"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "4"}) == \
-        World(0, 4, 0, 4, 0, 1)
+        World(rank=0, world_size=4, local_rank=0, local_world_size=4, node_rank=0, num_nodes=1)
     assert detect({"PMI_RANK": "0", "PMI_SIZE": "1"}).launcher == "pmi"
 
 
 @pytest.mark.parametrize("tasks", ["4,4", "4(x2)", " 4(x1),4 ", "4(x1),4(x1)"])
 def test_slurm_tasks_per_node_spellings(tasks: str) -> None:
     env = slurm_env(6, 2, 1, 2, 4) | {"SLURM_TASKS_PER_NODE": tasks}
-    assert detect(env) == World(6, 8, 2, 4, 1, 2)
+    assert detect(env) == World(rank=6, world_size=8, local_rank=2, local_world_size=4, node_rank=1,
+                                num_nodes=2)
 
 
 def test_slurm_step_variables_win_over_job_variables() -> None:
@@ -195,7 +200,8 @@ def test_slurm_step_variables_win_over_job_variables() -> None:
         "SLURM_STEP_NUM_TASKS": "4", "SLURM_STEP_NUM_NODES": "2",
         "SLURM_STEP_TASKS_PER_NODE": "2(x2)",
     }
-    assert detect(env) == World(3, 4, 1, 2, 1, 2)
+    assert detect(env) == World(rank=3, world_size=4, local_rank=1, local_world_size=2, node_rank=1,
+                                num_nodes=2)
 
 
 def test_slurm_without_node_id_or_local_id_in_a_one_task_step() -> None:
@@ -219,14 +225,16 @@ def test_torchrun_under_srun_wins(rank: int) -> None:
     local, node = rank % 4, rank // 4
     env = slurm_env(node, 0, node, 2, 1) | torchrun_env(rank, local, node, 2, 4)
     world = detect(env)
-    assert world == World(rank, 8, local, 4, node, 2)
+    assert world == World(rank=rank, world_size=8, local_rank=local, local_world_size=4,
+                          node_rank=node, num_nodes=2)
     assert world.launcher == "torchrun"
 
 
 def test_torchrun_wins_over_openmpi_and_pmi() -> None:
     env = openmpi_env(0, 0, 0, 1, 1) | pmi_env(0, 0, 0, 1, 1) | torchrun_env(3, 1, 1, 2, 2)
     world = detect(env)
-    assert world == World(3, 4, 1, 2, 1, 2)
+    assert world == World(rank=3, world_size=4, local_rank=1, local_world_size=2, node_rank=1,
+                          num_nodes=2)
     assert world.launcher == "torchrun"
 
 
@@ -238,14 +246,16 @@ def test_openmpi_inside_slurm_allocation_wins(rank: int) -> None:
            "SLURM_NODEID": "0", "SLURM_NNODES": "3", "SLURM_TASKS_PER_NODE": "1"}
     env |= openmpi_env(rank, local, node, 3, 2)
     world = detect(env)
-    assert world == World(rank, 6, local, 2, node, 3)
+    assert world == World(rank=rank, world_size=6, local_rank=local, local_world_size=2,
+                          node_rank=node, num_nodes=3)
     assert world.launcher == "openmpi"
 
 
 def test_openmpi_wins_over_pmi() -> None:
     env = pmi_env(0, 0, 0, 1, 1) | openmpi_env(5, 1, 1, 2, 4)
     assert detect(env).launcher == "openmpi"
-    assert detect(env) == World(5, 8, 1, 4, 1, 2)
+    assert detect(env) == World(rank=5, world_size=8, local_rank=1, local_world_size=4, node_rank=1,
+                                num_nodes=2)
 
 
 def test_pmi_wins_over_slurm() -> None:
@@ -253,7 +263,8 @@ def test_pmi_wins_over_slurm() -> None:
     the job's SLURM_* variables behind; srun --mpi=pmi2 sets both, consistently)."""
     env = pmi_env(5, 1, 1, 2, 4) | slurm_env(0, 0, 0, 1, 1)
     world = detect(env)
-    assert world == World(5, 8, 1, 4, 1, 2)
+    assert world == World(rank=5, world_size=8, local_rank=1, local_world_size=4, node_rank=1,
+                          num_nodes=2)
     assert world.launcher == "pmi"
 
 
@@ -359,7 +370,8 @@ def test_local_rank_order_inside_a_node_is_free(name: str) -> None:
     """Only the node of a rank is fixed (rank // L); local ranks may be permuted inside it."""
     make_env, _ = LAUNCHERS[name]
     world = detect(make_env(5, 3, 1, 2, 4))  # rank 5 is local rank 3 of node 1
-    assert world == World(5, 8, 3, 4, 1, 2)
+    assert world == World(rank=5, world_size=8, local_rank=3, local_world_size=4, node_rank=1,
+                          num_nodes=2)
     assert not world.is_node_leader
 
 
@@ -368,7 +380,8 @@ def test_mpi_node_is_rank_divided_by_local_size(name: str) -> None:
     """Open MPI and PMI name no node index: a round-robin mapping (rank 1 on the second node as
     its local rank 0) cannot be seen and reads as block placement (documented limitation)."""
     make_env, _ = LAUNCHERS[name]
-    assert detect(make_env(1, 0, 1, 2, 4)) == World(1, 8, 0, 4, 0, 2)
+    assert detect(make_env(1, 0, 1, 2, 4)) == World(rank=1, world_size=8, local_rank=0,
+                                                    local_world_size=4, node_rank=0, num_nodes=2)
 
 
 @pytest.mark.parametrize("env, name", [
@@ -432,6 +445,13 @@ def test_explicit_zero_size_is_refused_not_treated_as_absent(env: Env) -> None:
 
 # --- World itself --------------------------------------------------------------------------------
 
+NUMBERS = ("rank", "world_size", "local_rank", "local_world_size", "node_rank", "num_nodes")
+
+
+def _by_keyword(args: tuple[int, ...]) -> World:
+    numbers: dict[str, Any] = dict(zip(NUMBERS, args, strict=True))
+    return World(**numbers)
+
 
 @pytest.mark.parametrize("args, match", [
     ((0, 0, 0, 1, 0, 1), "sizes must be >= 1"),
@@ -449,28 +469,42 @@ def test_explicit_zero_size_is_refused_not_treated_as_absent(env: Env) -> None:
 ])
 def test_world_constructor_validates(args: tuple[int, ...], match: str) -> None:
     with pytest.raises(WorldError, match=match):
-        World(*args)
+        _by_keyword(args)
 
 
 @pytest.mark.parametrize("args", [
     (0, 1, 0, 1, 0, 1), (1, 4, 0, 2, 0, 2), (3, 4, 0, 2, 1, 2), (7, 8, 0, 4, 1, 2),
 ])
 def test_world_constructor_accepts_block_layouts(args: tuple[int, ...]) -> None:
-    world = World(*args)
+    world = _by_keyword(args)
     assert (world.rank, world.world_size, world.local_rank, world.local_world_size,
             world.node_rank, world.num_nodes) == args
     assert world.launcher == "single"
 
 
+def test_world_takes_its_numbers_by_keyword_only() -> None:
+    with pytest.raises(TypeError):
+        World(0, 1, 0, 1, 0, 1)  # type: ignore[call-arg]
+
+
+def test_world_single_is_the_one_process_job() -> None:
+    world = World.single()
+    assert (world.rank, world.world_size, world.local_rank, world.local_world_size,
+            world.node_rank, world.num_nodes, world.launcher) == (0, 1, 0, 1, 0, 1, "single")
+    assert not world.is_distributed and world.is_node_leader
+
+
 def test_world_constructor_message_names_the_launcher() -> None:
     with pytest.raises(WorldError, match="^openmpi variables: rank 4"):
-        World(4, 4, 0, 4, 0, 1, launcher="openmpi")
+        World(rank=4, world_size=4, local_rank=0, local_world_size=4, node_rank=0, num_nodes=1,
+              launcher="openmpi")
 
 
 @pytest.mark.parametrize("layout", LAYOUTS, ids=lambda nl: f"{nl[0]}x{nl[1]}")
 def test_one_node_leader_per_node_in_block_placement(layout: tuple[int, int]) -> None:
     nodes, per_node = layout
-    worlds = [World(r, nodes * per_node, lr, per_node, k, nodes)
+    worlds = [World(rank=r, world_size=nodes * per_node, local_rank=lr, local_world_size=per_node,
+                    node_rank=k, num_nodes=nodes)
               for r, lr, k in _positions(nodes, per_node)]
     for k in range(nodes):
         on_node = [w for w in worlds if w.node_rank == k]
@@ -480,8 +514,10 @@ def test_one_node_leader_per_node_in_block_placement(layout: tuple[int, int]) ->
 
 @pytest.mark.parametrize("num_nodes, node_rank", [(1, 0), (3, 0), (3, 2), (8, 5)])
 def test_with_nodes(num_nodes: int, node_rank: int) -> None:
-    world = World(3, 4, 1, 2, 1, 2, launcher="torchrun").with_nodes(num_nodes, node_rank)
-    assert world == World(node_rank, num_nodes, 0, 1, node_rank, num_nodes)
+    world = World(rank=3, world_size=4, local_rank=1, local_world_size=2, node_rank=1, num_nodes=2,
+                  launcher="torchrun").with_nodes(num_nodes, node_rank)
+    assert world == World(rank=node_rank, world_size=num_nodes, local_rank=0, local_world_size=1,
+                          node_rank=node_rank, num_nodes=num_nodes)
     assert world.launcher == "explicit"
     assert world.is_node_leader
 
@@ -493,7 +529,7 @@ def test_with_nodes_out_of_range(num_nodes: int, node_rank: int) -> None:
 
 
 def test_world_is_frozen() -> None:
-    world = World(1, 2, 1, 2, 0, 1)
+    world = World(rank=1, world_size=2, local_rank=1, local_world_size=2, node_rank=0, num_nodes=1)
     with pytest.raises(dataclasses.FrozenInstanceError):
         world.rank = 0  # type: ignore[misc]
     with pytest.raises(dataclasses.FrozenInstanceError):
@@ -502,9 +538,12 @@ def test_world_is_frozen() -> None:
 
 
 def test_world_equality_and_hash_ignore_launcher() -> None:
-    a = World(5, 8, 1, 4, 1, 2, launcher="torchrun")
-    b = World(5, 8, 1, 4, 1, 2, launcher="slurm")
-    c = World(4, 8, 0, 4, 1, 2, launcher="torchrun")
+    a = World(rank=5, world_size=8, local_rank=1, local_world_size=4, node_rank=1, num_nodes=2,
+              launcher="torchrun")
+    b = World(rank=5, world_size=8, local_rank=1, local_world_size=4, node_rank=1, num_nodes=2,
+              launcher="slurm")
+    c = World(rank=4, world_size=8, local_rank=0, local_world_size=4, node_rank=1, num_nodes=2,
+              launcher="torchrun")
     assert a == b
     assert hash(a) == hash(b)
     assert a != c

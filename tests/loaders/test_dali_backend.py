@@ -29,8 +29,8 @@ import pytest
 import torch
 
 from imgprep.job.world import World
-from loaders import PAD_LABEL, LoaderError, ShardLoader, make_loader
-from loaders.common import TAILS
+from loaders import PAD_LABEL, LoaderError, LoaderOptions, ShardLoader, make_loader
+from loaders.epochs import TAILS
 from loaders.transforms import TrainTransform, Transform, ValTransform
 from tests.support import REPO, convert_sample, free_port, jpeg
 from tests.support.shards import UNEQUAL_SIZES, key_of, run_epoch, write_split
@@ -97,16 +97,18 @@ def corrupt(folder: Path, sample: int) -> str:
 
 
 def worlds(nodes: int, local: int) -> list[World]:
-    return [World(r, nodes * local, r % local, local, r // local, nodes)
+    return [World(rank=r, world_size=nodes * local, local_rank=r % local, local_world_size=local,
+                  node_rank=r // local, num_nodes=nodes)
             for r in range(nodes * local)]
 
 
 def loader(folder: Path, split: str, world: World, backend: str, **kw: Any) -> ShardLoader:
     """A loader of either backend: the Pillow one decodes in the calling process, DALI in 2
     threads."""
-    kw.setdefault("transform", SMALL_TRAIN if split == "train" else SMALL_VAL)
-    return ShardLoader(folder, split, world, kw.pop("batch_size", BATCH),
-                       workers=0 if backend == "pillow" else 2, backend=backend, **kw)
+    mode = kw.pop("mode", None)
+    given = {"batch_size": BATCH, "transform": SMALL_TRAIN if split == "train" else SMALL_VAL,
+             "workers": 0 if backend == "pillow" else 2, "backend": backend} | kw
+    return ShardLoader(folder, split, world, LoaderOptions(**given), mode=mode)
 
 
 def steps(batches: Sequence[Batch]) -> list[list[int]]:
@@ -157,8 +159,9 @@ def test_a_label_list_gets_the_pillow_backends_batches(converted: dict[str, Path
     """The label-list loader reads files instead of shard offsets; its DALI backend gives
     the same samples per step on 2 ranks."""
     for w in worlds(1, 2):
-        got, want = (run_epoch(make_loader(converted["list"], "train", w, 4, workers=1, seed=3,
-                                       transform=SMALL_TRAIN, backend=b), 1)
+        got, want = (run_epoch(make_loader(converted["list"], "train", w,
+                                           LoaderOptions(batch_size=4, workers=1, seed=3,
+                                                         transform=SMALL_TRAIN, backend=b)), 1)
                      for b in ("dali", "pillow"))
         assert steps(got) == steps(want) and len(got) > 0
 
@@ -369,16 +372,19 @@ def test_without_dali_the_error_names_the_extra(data: Path,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "nvidia.dali", None)  # import nvidia.dali fails
     with pytest.raises(LoaderError) as e:
-        make_loader(data, "train", World(), BATCH, workers=1, backend="dali")
+        make_loader(data, "train", World(),
+                    LoaderOptions(batch_size=BATCH, workers=1, backend="dali"))
     assert len(str(e.value).splitlines()) == 1
     assert "imgprep[dali]" in str(e.value) and "backend='dali'" in str(e.value)
 
 
 def test_unknown_backend_and_device_are_refused(data: Path) -> None:
     with pytest.raises(ValueError, match="pillow"):
-        make_loader(data, "train", World(), BATCH, workers=0, backend="opencv")
+        make_loader(data, "train", World(),
+                    LoaderOptions(batch_size=BATCH, workers=0, backend="opencv"))
     with pytest.raises(ValueError, match="backend='dali'"):
-        make_loader(data, "train", World(), BATCH, workers=0, device="gpu")
+        make_loader(data, "train", World(),
+                    LoaderOptions(batch_size=BATCH, workers=0, device="gpu"))
 
 
 @needs_dali
@@ -386,7 +392,8 @@ def test_gpu_without_cuda_is_refused(data: Path) -> None:
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
     with pytest.raises(LoaderError, match="device='cpu'"):
-        make_loader(data, "train", World(), BATCH, workers=1, backend="dali", device="gpu")
+        make_loader(data, "train", World(),
+                    LoaderOptions(batch_size=BATCH, workers=1, backend="dali", device="gpu"))
 
 
 @needs_dali

@@ -15,9 +15,17 @@ from PIL import Image
 
 from imgprep import jpegcrop
 from imgprep.job.world import World
+from loaders import LoaderOptions
 from loaders.decode import SampleDecoder
 from loaders.shards import LoaderError, ShardLoader
-from loaders.transforms import SampleError, TrainTransform, Transform, ValTransform, apply
+from loaders.transforms import (
+    SampleError,
+    TrainTransform,
+    Transform,
+    ValTransform,
+    apply,
+    crop_box,
+)
 from tests.support import jpeg
 from tests.support.images import encode, photo
 from tests.support.paths import REAL_DATA
@@ -103,6 +111,29 @@ def test_quirks_decode_as_pillow_does(quirk: str, name: str) -> None:
         assert decoder.pillow_count == 0
 
 
+@pytest.mark.parametrize("name", TRANSFORMS)
+def test_a_geometry_drawn_once_is_what_the_pillow_path_carries_out(name: str) -> None:
+    """The transform draws a sample's geometry (train: its box, then its flip) from the
+    generator and the image size alone; handed that geometry, the Pillow path draws nothing
+    more and makes the pixels it makes when it draws for itself."""
+    t, data = TRANSFORMS[name], QUIRKS["odd-size"]()
+    shape = (3, t.size, t.size)
+    for seed in range(6):
+        own, given = np.empty(shape, np.uint8), np.empty(shape, np.uint8)
+        rng, again = np.random.default_rng(seed), np.random.default_rng(seed)
+        apply(data, t, rng, own)
+        g = t.geometry(257, 131, again)
+        assert rng.random() == again.random()  # the same draws, in the same order
+        idle = np.random.default_rng(99)
+        apply(data, t, idle, given, geometry=g)
+        assert idle.random() == np.random.default_rng(99).random()  # nothing drawn
+        assert np.array_equal(own, given)
+        if isinstance(t, TrainTransform):
+            box_rng = np.random.default_rng(seed)
+            box = crop_box(257, 131, t, box_rng)
+            assert g.box == box and g.flip == (t.flip and bool(box_rng.random() < 0.5))
+
+
 def test_probe_names_why_it_declines() -> None:
     reasons = {q: jpegcrop.probe(QUIRKS[q]()).reason for q in QUIRKS}
     assert {q for q, r in reasons.items() if r is not None} == DECLINED
@@ -117,7 +148,8 @@ def test_probe_names_why_it_declines() -> None:
 def test_any_region_holds_the_full_decode(scale: int) -> None:
     """Random regions, at every DCT scale and chroma subsampling, grayscale too, against
     Pillow's full decode at that scale: the crop's edge columns and the rows after a skip
-    keep the full decode's upsampling context."""
+    keep the full decode's upsampling context; reading on to the end of the file (``whole``)
+    changes no pixel of the region and finds nothing wrong with a clean file."""
     rng = np.random.default_rng(scale)
     frame = jpegcrop.Frame()
     images = [(size, sub, mode) for size in [(256, 256), (500, 375), (333, 517), (64, 48)]
@@ -131,11 +163,12 @@ def test_any_region_holds_the_full_decode(scale: int) -> None:
         p = jpegcrop.probe(data)
         h, w = full.shape[:2]
         assert jpegcrop.draft_scale(*size, (size[0] // scale, size[1] // scale)) * w >= size[0]
-        for _ in range(8):
+        for k in range(8):
             x0, y0 = int(rng.integers(0, w)), int(rng.integers(0, h))
             x1, y1 = int(rng.integers(x0 + 1, w + 1)), int(rng.integers(y0 + 1, h + 1))
-            got = frame.decode(data, p, -(-size[0] // w), (x0, y0, x1, y1))
-            assert got is not None and got.size == (w, h)
+            got, scan = frame.decode(data, p, -(-size[0] // w), (x0, y0, x1, y1),
+                                     whole=k % 2 == 1)
+            assert got is not None and got.size == (w, h) and scan == jpegcrop.Scan()
             region = np.asarray(got)[y0:y1, x0:x1, :3]
             assert np.array_equal(region, full[y0:y1, x0:x1]), (size, subsampling, mode,
                                                                 (x0, y0, x1, y1))
@@ -212,9 +245,9 @@ def loader_outcome(folder: Path, workers: int, on_error: str, ranks: int = 2
                    ) -> list[object]:
     results: list[object] = []
     for rank in range(ranks):
-        loader = ShardLoader(folder, "train", World(rank, ranks, rank, ranks), 2,
-                             workers=workers, transform=TrainTransform(size=40),
-                             on_error=on_error)
+        world = World(rank=rank, world_size=ranks, local_rank=rank, local_world_size=ranks)
+        loader = ShardLoader(folder, "train", world, LoaderOptions(
+            batch_size=2, workers=workers, transform=TrainTransform(size=40), on_error=on_error))
         try:
             results.append([torch.cat([b[0].flatten(), b[1]]) for b in run_epoch(loader, 1)])
             results.append(loader.skipped)
@@ -240,7 +273,38 @@ def test_loader_is_the_same_with_the_fallback_forced(quirky: Path, workers: int,
         else:
             assert a == b
     if on_error == "raise":
-        assert any(isinstance(x, str) and "cannot decode" in x or "not a decodable" in str(x)
-                   for x in fast)
+        assert any(isinstance(x, str) and any(w in x for w in (
+            "cannot decode", "not a decodable", "truncated JPEG")) for x in fast)
     else:
         assert sum(x for x in fast if isinstance(x, int)) > 0
+
+
+def test_crop_decode_false_decodes_every_image_the_pillow_way(quirky: Path,
+                                                              monkeypatch: pytest.MonkeyPatch
+                                                              ) -> None:
+    """``crop_decode=False``: the same batches, and no JPEG is even probed for the crop-aware
+    path."""
+    def run(crop_decode: bool | None) -> list[torch.Tensor]:
+        loader = ShardLoader(quirky, "train", World(), LoaderOptions(
+            batch_size=2, workers=0, transform=TrainTransform(size=40), on_error="skip",
+            crop_decode=crop_decode))
+        return [torch.cat([b[0].flatten(), b[1]]) for b in run_epoch(loader, 1)]
+
+    default = run(None)
+
+    def refuse(data: bytes) -> None:
+        raise AssertionError("probed a JPEG with crop_decode=False")
+
+    monkeypatch.setattr(jpegcrop, "probe", refuse)
+    pillow = run(False)
+    assert len(default) == len(pillow)
+    assert all(torch.equal(a, b) for a, b in zip(default, pillow, strict=True))
+
+
+def test_crop_decode_true_is_refused_where_the_extension_is_not_built(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    assert LoaderOptions(batch_size=2, crop_decode=True).crop_decode
+    monkeypatch.setattr(jpegcrop, "AVAILABLE", False)
+    with pytest.raises(ValueError, match="crop_decode=True, but the crop-aware decoder is"):
+        LoaderOptions(batch_size=2, crop_decode=True)
+    assert LoaderOptions(batch_size=2, crop_decode=False).crop_decode is False

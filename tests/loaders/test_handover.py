@@ -27,13 +27,14 @@ from loaders import (
     DeviceLoader,
     LabelListLoader,
     LoaderError,
+    LoaderOptions,
     ShardLoader,
     TrainTransform,
     ValTransform,
     normalize,
 )
 from loaders.base import PlannedLoader
-from loaders.common import TAILS
+from loaders.epochs import TAILS
 from loaders.ring import Ring
 from tests.support import encode, jpeg
 from tests.support.images import photo
@@ -75,14 +76,14 @@ def folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 def make(folders: dict[str, Path], source: str, split: str = "train", damaged: bool = False,
          world: World | None = None, **kw: Any) -> PlannedLoader:
-    kw.setdefault("transform", SMALL[split])
-    kw.setdefault("workers", 2)
+    options = LoaderOptions(**{"batch_size": BATCH, "transform": SMALL[split], "workers": 2}
+                            | kw)
     world = world or World()
     if source == "shards":
         return ShardLoader(folders[f"shards-{'damaged' if damaged else 'good'}"], split,
-                           world, kw.pop("batch_size", BATCH), **kw)
+                           world, options)
     return LabelListLoader(folders[f"list-{'damaged' if damaged else 'good'}"], world,
-                           kw.pop("batch_size", BATCH), train=split == "train", **kw)
+                           options, train=split == "train")
 
 
 def both(folders: dict[str, Path], source: str, **kw: Any
@@ -118,7 +119,7 @@ def test_channels_last_batches_equal_the_contiguous_ones(folders: dict[str, Path
 @pytest.mark.parametrize("tail", TAILS)
 def test_every_tail_and_its_padding_are_the_contiguous_loaders(folders: dict[str, Path],
                                                                tail: str) -> None:
-    world = World(1, 2, 1, 2, 0, 1)
+    world = World(rank=1, world_size=2, local_rank=1, local_world_size=2, node_rank=0, num_nodes=1)
     a, b = both(folders, "shards", world=world, tail=tail, batch_size=5)
     want, got = run_epoch(a, 0), run_epoch(b, 0)
     assert_same(want, got)
@@ -141,7 +142,8 @@ def test_stand_ins_for_undecodable_samples_are_the_contiguous_loaders(
 
 def test_resume_and_elastic_resume_are_the_contiguous_loaders(folders: dict[str, Path]
                                                                ) -> None:
-    two = [World(r, 2, r, 2, 0, 1) for r in range(2)]
+    two = [World(rank=r, world_size=2, local_rank=r, local_world_size=2, node_rank=0,
+                 num_nodes=1) for r in range(2)]
     a, b = both(folders, "shards", world=two[0], tail="short")
     a.set_epoch(1)
     b.set_epoch(1)
@@ -260,7 +262,8 @@ def test_a_held_batch_is_left_alone_and_rewritten_once_later_ones_are_asked_for(
 
 
 def test_in_place_keeps_state_dict_resume_and_elastic_resume(folders: dict[str, Path]) -> None:
-    two = [World(r, 2, r, 2, 0, 1) for r in range(2)]
+    two = [World(rank=r, world_size=2, local_rank=r, local_world_size=2, node_rank=0,
+                 num_nodes=1) for r in range(2)]
     whole = run_epoch(make(folders, "shards", world=two[1], tail="short"), 1)
     loader = make(folders, "shards", world=two[1], tail="short")
     loader.set_epoch(1)

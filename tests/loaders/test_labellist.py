@@ -26,6 +26,7 @@ from loaders import (
     DeviceLoader,
     LabelListLoader,
     LoaderError,
+    LoaderOptions,
     make_loader,
     normalize,
     worker_count,
@@ -44,7 +45,8 @@ def listed(bad_sample: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _worlds(n: int) -> list[World]:
-    return [World(r, n, r, n, 0, 1, launcher="test") for r in range(n)]
+    return [World(rank=r, world_size=n, local_rank=r, local_world_size=n, node_rank=0, num_nodes=1,
+                  launcher="test") for r in range(n)]
 
 
 def _epoch(loader: LabelListLoader, epoch: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -53,17 +55,19 @@ def _epoch(loader: LabelListLoader, epoch: int) -> list[tuple[torch.Tensor, torc
 
 
 def test_make_loader_picks_the_label_list(listed: Path) -> None:
-    loader = make_loader(listed, "train", World(), batch_size=4, workers=0)
+    loader = make_loader(listed, "train", World(), LoaderOptions(batch_size=4, workers=0))
     assert isinstance(loader, LabelListLoader)
     assert len(loader.mean) == 3 and len(loader.std) == 3
-    direct = make_loader(listed / "train.txt", "train", World(), batch_size=4, workers=0)
+    direct = make_loader(listed / "train.txt", "train", World(),
+                         LoaderOptions(batch_size=4, workers=0))
     assert isinstance(direct, LabelListLoader) and len(direct) == len(loader)
 
 
 @pytest.mark.parametrize("ranks", [1, 2, 3])
 @pytest.mark.parametrize("tail", ["drop", "short", "pad", "uneven"])
 def test_counts_and_coverage(listed: Path, ranks: int, tail: str) -> None:
-    loaders = [LabelListLoader(listed / "train.txt", w, batch_size=4, workers=0, tail=tail)
+    loaders = [LabelListLoader(listed / "train.txt", w,
+                               LoaderOptions(batch_size=4, workers=0, tail=tail))
                for w in _worlds(ranks)]
     lens = [len(L) for L in loaders]
     labels = []
@@ -104,7 +108,8 @@ def test_9469_entries_on_2_ranks_of_64_plan_as_shards_do(tmp_path: Path, tail: s
     uneven: the same without the padding. The plans are the shard loader's for one shard of
     9,469 samples."""
     lst = write_long_list(tmp_path, 9469)
-    loaders = [LabelListLoader(lst, w, 64, workers=0, tail=tail, num_classes=1000)
+    loaders = [LabelListLoader(lst, w, LoaderOptions(batch_size=64, workers=0, tail=tail),
+                               num_classes=1000)
                for w in _worlds(2)]
     plans = [L.plan(0) for L in loaders]
     for w, plan in zip(_worlds(2), plans, strict=True):
@@ -122,8 +127,10 @@ def test_9469_entries_on_2_ranks_of_64_plan_as_shards_do(tmp_path: Path, tail: s
 
 
 def test_order_changes_per_epoch_and_repeats_on_rerun(listed: Path) -> None:
-    a = LabelListLoader(listed / "train.txt", World(), batch_size=4, workers=0, seed=5)
-    b = LabelListLoader(listed / "train.txt", World(), batch_size=4, workers=0, seed=5)
+    a = LabelListLoader(listed / "train.txt", World(),
+                        LoaderOptions(batch_size=4, workers=0, seed=5))
+    b = LabelListLoader(listed / "train.txt", World(),
+                        LoaderOptions(batch_size=4, workers=0, seed=5))
     e0, e1 = _epoch(a, 0), _epoch(a, 1)
     assert not all(torch.equal(x[1], y[1]) for x, y in zip(e0, e1, strict=True))
     again = _epoch(b, 1)
@@ -132,7 +139,8 @@ def test_order_changes_per_epoch_and_repeats_on_rerun(listed: Path) -> None:
 
 
 def test_same_batches_for_any_worker_count(listed: Path) -> None:
-    runs = [_epoch(LabelListLoader(listed / "train.txt", World(), 4, workers=w, seed=1), 2)
+    runs = [_epoch(LabelListLoader(listed / "train.txt", World(),
+                                   LoaderOptions(batch_size=4, workers=w, seed=1)), 2)
             for w in (0, 2)]
     assert all(torch.equal(x[0], y[0]) and torch.equal(x[1], y[1])
                for x, y in zip(*runs, strict=True))
@@ -141,7 +149,8 @@ def test_same_batches_for_any_worker_count(listed: Path) -> None:
 def test_workers_resume_exactly_and_keep_their_pids_across_epochs(listed: Path) -> None:
     """Two ring workers: a mid-epoch resume yields the uninterrupted run's batches, and the
     persistent workers serve the next epoch without restarting."""
-    loader = LabelListLoader(listed / "train.txt", World(), 4, workers=2, seed=2)
+    loader = LabelListLoader(listed / "train.txt", World(),
+                             LoaderOptions(batch_size=4, workers=2, seed=2))
     full = _epoch(loader, 1)
     pids = loader.worker_pids
     assert len(set(pids)) == 2 and min(pids) > 0
@@ -156,7 +165,8 @@ def test_workers_resume_exactly_and_keep_their_pids_across_epochs(listed: Path) 
 def test_killed_worker_is_named_by_pid(listed: Path) -> None:
     """SIGKILL of a worker mid-epoch: a LoaderError naming the worker, the pid it recorded
     itself, the batch it was making and that batch's first list line."""
-    loader = LabelListLoader(listed / "train.txt", World(), 2, workers=2, seed=0)
+    loader = LabelListLoader(listed / "train.txt", World(),
+                             LoaderOptions(batch_size=2, workers=2, seed=0))
     with pytest.raises(LoaderError) as e:
         for i, _ in enumerate(loader):
             if i == 1:
@@ -171,8 +181,10 @@ def test_killed_worker_is_named_by_pid(listed: Path) -> None:
 
 def test_auto_workers_leave_a_core_to_each_rank(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(os, "sched_getaffinity", lambda _: set(range(16)))
-    assert worker_count("auto", World(0, 8, 0, 8, 0, 1)) == 1  # 2 cores a rank
-    assert worker_count("auto", World(0, 2, 0, 2, 0, 1)) == 7  # 8 cores a rank
+    assert worker_count("auto", World(rank=0, world_size=8, local_rank=0, local_world_size=8,
+                                      node_rank=0, num_nodes=1)) == 1  # 2 cores a rank
+    assert worker_count("auto", World(rank=0, world_size=2, local_rank=0, local_world_size=2,
+                                      node_rank=0, num_nodes=1)) == 7  # 8 cores a rank
     assert worker_count("auto", World()) == 15
     monkeypatch.setattr(os, "sched_getaffinity", lambda _: {0})
     assert worker_count("auto", World()) == 1
@@ -185,8 +197,8 @@ def test_auto_workers_leave_a_core_to_each_rank(monkeypatch: pytest.MonkeyPatch)
 def test_resume_mid_epoch(listed: Path, k: int, version: int) -> None:
     """A state of only epoch and batch (an older checkpoint: order version 1) resumes on a
     loader made with order_version=1; with the version recorded, on its version."""
-    loader = LabelListLoader(listed / "train.txt", World(), 4, workers=0, seed=2,
-                             order_version=version)
+    loader = LabelListLoader(listed / "train.txt", World(),
+                             LoaderOptions(batch_size=4, workers=0, seed=2, order_version=version))
     full = _epoch(loader, 3)
     loader.load_state_dict({"epoch": 3, "batch": k} | ({} if version == 1 else {ORDER_KEY: 2}))
     assert len(loader) == len(full) - k
@@ -198,8 +210,8 @@ def test_resume_mid_epoch(listed: Path, k: int, version: int) -> None:
 
 
 def test_val_is_a_center_crop(listed: Path) -> None:
-    loader = LabelListLoader(listed / "train.txt", World(), 2, workers=0, train=False,
-                             tail="uneven")
+    loader = LabelListLoader(listed / "train.txt", World(),
+                             LoaderOptions(batch_size=2, workers=0, tail="uneven"), train=False)
     x, _ = next(iter(loader))
     first = read_label_list(listed / "train.txt").paths[0]
     img = np.asarray(Image.open(io.BytesIO((listed / first).read_bytes())).convert("RGB"))
@@ -210,7 +222,8 @@ def test_missing_file_names_the_line(listed: Path, tmp_path: Path) -> None:
     lines = (listed / "train.txt").read_text().splitlines()
     bad = tmp_path / "train.txt"
     bad.write_text("\n".join(lines[:3] + ["train/n01440764/gone.jpg 0"]) + "\n")
-    loader = LabelListLoader(bad, World(), 2, workers=0, root=listed, shuffle=False)
+    loader = LabelListLoader(bad, World(), LoaderOptions(batch_size=2, workers=0, shuffle=False),
+                             root=listed)
     with pytest.raises(LoaderError, match=r"train.txt:4: train/n01440764/gone.jpg cannot be read"):
         list(loader)
 
@@ -224,8 +237,9 @@ def test_corrupt_image_raises_or_is_skipped(listed: Path, tmp_path: Path) -> Non
     lst = tmp_path / "l.txt"
     lst.write_text("".join(f"img/{i}.jpg {i}\n" for i in range(3)))
     with pytest.raises(LoaderError, match=r"l.txt:2: img/1.jpg"):
-        list(LabelListLoader(lst, World(), 3, workers=0, shuffle=False))
-    loader = LabelListLoader(lst, World(), 3, workers=0, shuffle=False, on_error="skip")
+        list(LabelListLoader(lst, World(), LoaderOptions(batch_size=3, workers=0, shuffle=False)))
+    loader = LabelListLoader(lst, World(),
+                             LoaderOptions(batch_size=3, workers=0, shuffle=False, on_error="skip"))
     (x, y), = list(loader)  # as the shard loader: a good image of the batch takes the slot
     assert y.tolist() == [0, 0, 2] and loader.skipped == 1
     assert torch.equal(x[1], x[0])
@@ -254,7 +268,7 @@ def test_normalize_matches_the_formula() -> None:
 
 
 def test_device_loader_on_cpu(listed: Path) -> None:
-    loader = make_loader(listed, "train", World(), 4, workers=0)
+    loader = make_loader(listed, "train", World(), LoaderOptions(batch_size=4, workers=0))
     dev = DeviceLoader(loader, "cpu", loader.mean, loader.std, dtype=torch.bfloat16)
     assert len(dev) == len(loader)
     batches = list(dev)
@@ -270,20 +284,22 @@ def test_class_count_comes_from_the_list_not_imagenet(listed: Path, tmp_path: Pa
     reports its largest label + 1 (never a hard-wired 1000)."""
     from imgprep.shards.manifest import read_manifest
 
-    loader = make_loader(listed, "train", World(), batch_size=4, workers=0)
+    loader = make_loader(listed, "train", World(), LoaderOptions(batch_size=4, workers=0))
     assert loader.num_classes == len(read_manifest(listed, "train").classes)
-    direct = make_loader(listed / "train.txt", "train", World(), batch_size=4, workers=0)
+    direct = make_loader(listed / "train.txt", "train", World(),
+                         LoaderOptions(batch_size=4, workers=0))
     assert direct.num_classes == loader.num_classes  # from classes.txt beside the list
     (tmp_path / "img").mkdir()
     (tmp_path / "img" / "a.jpg").write_bytes((listed / read_label_list(
         listed / "train.txt").paths[0]).read_bytes())
     (tmp_path / "l.txt").write_text("img/a.jpg 6\nimg/a.jpg 2\n")
-    assert LabelListLoader(tmp_path / "l.txt", World(), 1, workers=0).num_classes == 7
+    assert LabelListLoader(tmp_path / "l.txt", World(),
+                           LoaderOptions(batch_size=1, workers=0)).num_classes == 7
 
 
 def test_batches_per_epoch_survives_a_resume(listed: Path) -> None:
     """The trainer's steps per epoch (its LR schedule) must not shrink after resuming."""
-    loader = make_loader(listed, "train", World(), batch_size=2, workers=0)
+    loader = make_loader(listed, "train", World(), LoaderOptions(batch_size=2, workers=0))
     full = loader.batches_per_epoch
     assert full == len(loader) >= 3
     loader.load_state_dict({"epoch": 0, "batch": 2, ORDER_KEY: 2})

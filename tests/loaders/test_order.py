@@ -51,7 +51,8 @@ def test_orders_are_pinned(version: int) -> None:
 
 @pytest.mark.parametrize(("version", "mode", "rank"), list(GOLDEN_PLANS))
 def test_plan_tables_are_pinned(version: int, mode: str, rank: int) -> None:
-    world = World(rank, 6, rank % 3, 3, rank // 3, 2)
+    world = World(rank=rank, world_size=6, local_rank=rank % 3, local_world_size=3,
+                  node_rank=rank // 3, num_nodes=2)
     plan = plan_epoch(SAMPLES, world, mode, 11, 4, 8, 2, "pad", order_version=version)
     assert digest(plan.table) == GOLDEN_PLANS[(version, mode, rank)]
 
@@ -128,7 +129,8 @@ def test_every_rank_equal_batches_and_each_sample_once(version: int, tail: str, 
                                                        ) -> None:
     """2 nodes x 3 ranks: equal batch counts; pad: every sample once across the ranks; drop:
     a subset, each at most once, of full batches only."""
-    worlds = [World(r, 6, r % 3, 3, r // 3, 2) for r in range(6)]
+    worlds = [World(rank=r, world_size=6, local_rank=r % 3, local_world_size=3, node_rank=r // 3,
+                    num_nodes=2) for r in range(6)]
     plans = [plan_epoch(SAMPLES, w, mode, 11, 4, 8, 2, tail, order_version=version)
              for w in worlds]
     assert len({p.batches for p in plans}) == 1
@@ -144,7 +146,8 @@ def test_a_version_2_plan_holds_nothing_pool_sized() -> None:
     """1.28 M samples, one of 128 ranks: the plan's peak allocations stay near its share
     (10,000 samples: ~80 kB a table), far from a pool-sized 10 MB array."""
     samples = [1250] * 1024
-    world = World(5, 128, 5, 8, 0, 16)
+    world = World(rank=5, world_size=128, local_rank=5, local_world_size=8, node_rank=0,
+                  num_nodes=16)
     plan_epoch(samples, world, "replicate", 0, 1, 256, 8, "drop")  # warm imports
     tracemalloc.start()
     try:

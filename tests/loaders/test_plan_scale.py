@@ -28,11 +28,11 @@ JOBS = {  # nodes, ranks per node, workers per rank, batch per rank
 def test_replicate_sees_the_set_with_every_worker_busy(job: str) -> None:
     nodes, local, workers, batch = JOBS[job]
     s = job_summary(ILSVRC, nodes, local, workers, batch, tail="short")
-    assert s["seen"] >= 0.999, s
-    assert s["busy_workers"] == workers, s
-    assert s["worker_spread"] <= batch, s
+    assert s.seen >= 0.999, s
+    assert s.busy_workers == workers, s
+    assert s.worker_spread <= batch, s
     ranks = nodes * local
-    assert sum(ILSVRC) - s["seen"] * sum(ILSVRC) < ranks * batch  # < batch lost per rank
+    assert sum(ILSVRC) - s.seen * sum(ILSVRC) < ranks * batch  # < batch lost per rank
 
 
 @pytest.mark.parametrize("job", list(JOBS))
@@ -45,9 +45,10 @@ def test_rank_plans_match_the_summary_and_never_overlap(job: str) -> None:
     order = pool_order(pools(ILSVRC, nodes, "replicate", 0)[0], 0, 3, 0, True)
     seen: list[np.ndarray] = []
     for r in (0, local - 1, ranks - local, ranks - 1):
-        world = World(r, ranks, r % local, local, r // local, nodes)
+        world = World(rank=r, world_size=ranks, local_rank=r % local, local_world_size=local,
+                      node_rank=r // local, num_nodes=nodes)
         plan = plan_epoch(ILSVRC, world, "replicate", 0, 3, batch, workers, "short")
-        assert plan.batches == s["steps"]
+        assert plan.batches == s.steps
         counts = plan.worker_samples
         assert min(counts) > 0 and max(counts) - min(counts) <= batch
         full = plan.table[:-1]  # the last step is short: < batch per rank, equal on all
@@ -68,12 +69,12 @@ def test_partition_loses_less_than_a_batch_per_rank_beyond_node_equality(job: st
     nodes, local, workers, batch = JOBS[job]
     s = job_summary(ILSVRC, nodes, local, workers, batch, mode="partition")
     sizes = [len(p) for p in pools(ILSVRC, nodes, "partition", 0)]
-    lost = sum(ILSVRC) - s["seen"] * sum(ILSVRC)
+    lost = sum(ILSVRC) - s.seen * sum(ILSVRC)
     assert lost - sum(n - min(sizes) for n in sizes) < nodes * local * batch
-    assert s["busy_workers"] == workers and s["steps"] > 0
+    assert s.busy_workers == workers and s.steps > 0
 
 
 @pytest.mark.parametrize("tail", ["pad", "uneven"])
 def test_exact_tails_see_everything_at_scale(tail: str) -> None:
     s = job_summary(ILSVRC, 256, 8, 8, 32, tail=tail)
-    assert s["seen"] == 1.0
+    assert s.seen == 1.0

@@ -18,7 +18,7 @@ import pytest
 
 import loaders.reader as reader_mod
 from imgprep.shards.writers import ShardWriter
-from loaders.common import LoaderError
+from loaders.errors import LoaderError
 from loaders.reader import GAP, Locations, Reader
 
 Sample = tuple[str, bytes, int]  # key, jpg bytes, label

@@ -47,14 +47,15 @@ from imgprep.convert.run import convert
 from imgprep.errors import WorldError
 from imgprep.job.world import World
 from imgprep.shards.manifest import read_manifest, write_manifest
+from imgprep.shards.tario import iter_members, iter_samples
 from imgprep.shards.writers import ShardWriter
 from imgprep.stage.options import StageOptions
 from imgprep.stage.run import stage_to_node
-from loaders.common import TAILS
-from loaders.epochs import pools
+from loaders import LoaderOptions
+from loaders.epochs import TAILS, pools
 from loaders.labellist import LabelListLoader
 from loaders.order import ORDER_KEY
-from loaders.shards import PAD_LABEL, LoaderError, ShardLoader, iter_members, iter_samples
+from loaders.shards import PAD_LABEL, LoaderError, ShardLoader
 from loaders.transforms import TrainTransform, ValTransform, into_chw
 from tests.support import free_port, jpeg
 from tests.support.shards import UNEQUAL_SIZES, key_of, run_epoch, write_split
@@ -137,7 +138,8 @@ def nodes(data: ShardData, tmp_path_factory: pytest.TempPathFactory) -> list[Pat
 
 def layout(nodes: int, local: int) -> list[World]:
     """Every rank of a job with ``nodes`` x ``local`` ranks, block placement."""
-    return [World(r, nodes * local, r % local, local, r // local, nodes)
+    return [World(rank=r, world_size=nodes * local, local_rank=r % local, local_world_size=local,
+                  node_rank=r // local, num_nodes=nodes)
             for r in range(nodes * local)]
 
 
@@ -208,8 +210,9 @@ def test_counts_and_coverage(data: ShardData, name: str, mode: str, workers: int
     leaves out only what cannot fill a step of every pool; short, pad and uneven show every
     sample exactly once across ranks."""
     worlds = layout(*LAYOUTS[name])
-    loaders = [ShardLoader(data.folder, "train", w, BATCH, workers=workers, mode=mode,
-                           tail=tail, transform=SMALL_TRAIN) for w in worlds]
+    loaders = [ShardLoader(data.folder, "train", w,
+                           LoaderOptions(batch_size=BATCH, workers=workers, tail=tail,
+                                         transform=SMALL_TRAIN), mode=mode) for w in worlds]
     for epoch in EPOCHS:
         for loader in loaders:
             loader.set_epoch(epoch)
@@ -270,10 +273,12 @@ def listed_data(data: ShardData, tmp_path_factory: pytest.TempPathFactory) -> Pa
 
 def both_loaders(data: ShardData, listed: Path, world: World, tail: str
                  ) -> dict[str, ShardLoader | LabelListLoader]:
-    return {"shards": ShardLoader(data.folder, "train", world, BATCH, workers=0, tail=tail,
-                                  transform=SMALL_TRAIN),
-            "list": LabelListLoader(listed, world, BATCH, workers=0, tail=tail,
-                                    transform=SMALL_TRAIN)}
+    return {"shards": ShardLoader(data.folder, "train", world,
+                                  LoaderOptions(batch_size=BATCH, workers=0, tail=tail,
+                                                transform=SMALL_TRAIN)),
+            "list": LabelListLoader(listed, world,
+                                    LoaderOptions(batch_size=BATCH, workers=0, tail=tail,
+                                                  transform=SMALL_TRAIN))}
 
 
 @pytest.mark.parametrize("tail", TAILS)
@@ -318,16 +323,18 @@ def test_list_elastic_resume_sees_every_remaining_sample_once(data: ShardData,
                                                               listed_data: Path) -> None:
     """The label-list loader resumes on another number of ranks as the shard loader does:
     stop after 2 steps on 3 ranks, resume on 2 from rank 0's state: every sample once."""
-    first = [LabelListLoader(listed_data, w, BATCH, workers=0, tail="short",
-                             transform=SMALL_TRAIN) for w in layout(1, 3)]
+    first = [LabelListLoader(listed_data, w,
+                             LoaderOptions(batch_size=BATCH, workers=0, tail="short",
+                                           transform=SMALL_TRAIN)) for w in layout(1, 3)]
     seen: list[int] = []
     for loader in first:
         loader.set_epoch(1)
         seen += labels_of([b for _, b in zip(range(2), loader, strict=False)])
     state = first[0].state_dict()
     for w in layout(1, 2):
-        loader = LabelListLoader(listed_data, w, BATCH, workers=0, tail="short",
-                                 transform=SMALL_TRAIN)
+        loader = LabelListLoader(listed_data, w,
+                                 LoaderOptions(batch_size=BATCH, workers=0, tail="short",
+                                               transform=SMALL_TRAIN))
         loader.load_state_dict(state)
         seen += labels_of(list(loader))
     assert sorted(seen) == list(range(TOTAL))
@@ -337,9 +344,10 @@ def test_list_elastic_resume_sees_every_remaining_sample_once(data: ShardData,
 def test_val_defaults_are_exact(data: ShardData, workers: int) -> None:
     """The val split defaults to ``tail="pad"``, no shuffle and the center crop."""
     worlds = layout(1, 3)
-    loaders = [ShardLoader(data.folder, "val", w, 4, workers=workers, transform=SMALL_VAL)
+    loaders = [ShardLoader(data.folder, "val", w,
+                           LoaderOptions(batch_size=4, workers=workers, transform=SMALL_VAL))
                for w in worlds]
-    assert {loader.tail for loader in loaders} == {"pad"}
+    assert {loader.options.tail for loader in loaders} == {"pad"}
     assert len({len(loader) for loader in loaders}) == 1
     seen = Counter(x for loader in loaders for x in labels_of(run_epoch(loader, 0)))
     pads = seen.pop(PAD_LABEL, 0)
@@ -357,8 +365,9 @@ def test_order_per_epoch_rerun_and_seed(data: ShardData, mode: str, workers: int
     different for another epoch or another seed."""
     for world in layout(2, 1):
         def make(seed: int, w: World = world) -> ShardLoader:
-            return ShardLoader(data.folder, "train", w, BATCH, workers=workers, seed=seed,
-                               mode=mode, transform=SMALL_TRAIN)
+            return ShardLoader(data.folder, "train", w,
+                               LoaderOptions(batch_size=BATCH, workers=workers, seed=seed,
+                                             transform=SMALL_TRAIN), mode=mode)
 
         first = make(0)
         runs = {e: run_epoch(first, e) for e in (0, 1)}
@@ -384,8 +393,9 @@ def test_resume_yields_the_tail(data: ShardData, workers: int, tail: str, versio
     world = layout(1, 2)[1]
 
     def make() -> ShardLoader:
-        return ShardLoader(data.folder, "train", world, 2, workers=workers, tail=tail,
-                           transform=SMALL_TRAIN, order_version=version)
+        return ShardLoader(data.folder, "train", world,
+                           LoaderOptions(batch_size=2, workers=workers, tail=tail,
+                                         transform=SMALL_TRAIN, order_version=version))
 
     loader = make()
     epoch = 1
@@ -413,8 +423,9 @@ def test_checkpoint_mid_epoch_and_restart(data: ShardData, workers: int) -> None
     world = layout(2, 2)[3]
 
     def make() -> ShardLoader:
-        return ShardLoader(data.folder, "train", world, 2, workers=workers, mode="partition",
-                           transform=SMALL_TRAIN)
+        return ShardLoader(data.folder, "train", world,
+                           LoaderOptions(batch_size=2, workers=workers, transform=SMALL_TRAIN),
+                           mode="partition")
 
     full = run_epoch(make(), 2)
     loader = make()
@@ -433,7 +444,8 @@ def test_checkpoint_mid_epoch_and_restart(data: ShardData, workers: int) -> None
 
 def test_state_dict_right_after_load_state_dict(data: ShardData) -> None:
     """A checkpoint taken after resuming but before the next batch keeps the position."""
-    loader = ShardLoader(data.folder, "train", World(), 4, workers=0, transform=SMALL_TRAIN)
+    loader = ShardLoader(data.folder, "train", World(),
+                         LoaderOptions(batch_size=4, workers=0, transform=SMALL_TRAIN))
     assert position(loader) == {"epoch": 0, "batch": 0}
     loader.load_state_dict({"epoch": 1, "batch": 3, ORDER_KEY: 2})
     assert position(loader) == {"epoch": 1, "batch": 3}
@@ -441,13 +453,15 @@ def test_state_dict_right_after_load_state_dict(data: ShardData) -> None:
 
 def test_state_dict_right_after_set_epoch(data: ShardData) -> None:
     """After a finished epoch, set_epoch(e + 1) starts a new epoch with no batch done."""
-    loader = ShardLoader(data.folder, "train", World(), 4, workers=0, transform=SMALL_TRAIN)
+    loader = ShardLoader(data.folder, "train", World(),
+                         LoaderOptions(batch_size=4, workers=0, transform=SMALL_TRAIN))
     run_epoch(loader, 1)
     assert position(loader) == {"epoch": 1, "batch": len(loader)}
     loader.set_epoch(2)
     assert position(loader) == {"epoch": 2, "batch": 0}
     # Resuming from that checkpoint must give the whole of epoch 2, not nothing.
-    fresh = ShardLoader(data.folder, "train", World(), 4, workers=0, transform=SMALL_TRAIN)
+    fresh = ShardLoader(data.folder, "train", World(),
+                        LoaderOptions(batch_size=4, workers=0, transform=SMALL_TRAIN))
     fresh.load_state_dict(loader.state_dict())
     assert len(fresh) == len(loader)
 
@@ -455,8 +469,9 @@ def test_state_dict_right_after_set_epoch(data: ShardData) -> None:
 def test_abandoned_epoch_with_full_rings_does_not_hang(data: ShardData) -> None:
     """Breaking out mid-epoch while the workers wait for free ring slots (prefetch 1: rings
     of 3), then iterating again, gives the same epoch again, and resuming still works."""
-    loader = ShardLoader(data.folder, "train", layout(1, 1)[0], 2, workers=2,
-                         transform=SMALL_TRAIN, prefetch_factor=1)
+    loader = ShardLoader(data.folder, "train", layout(1, 1)[0],
+                         LoaderOptions(batch_size=2, workers=2, transform=SMALL_TRAIN,
+                                       prefetch_factor=1))
     full = run_epoch(loader, 0)
     for _ in range(2):
         loader.set_epoch(0)
@@ -476,7 +491,8 @@ def test_abandoned_epoch_with_full_rings_does_not_hang(data: ShardData) -> None:
 def test_killed_worker_names_its_shards(data: ShardData) -> None:
     """SIGKILL of a worker mid-epoch: a LoaderError naming the worker (from the pid it
     recorded itself), the batch it was making and that batch's shards."""
-    loader = ShardLoader(data.folder, "train", World(), 2, workers=2, transform=SMALL_TRAIN)
+    loader = ShardLoader(data.folder, "train", World(),
+                         LoaderOptions(batch_size=2, workers=2, transform=SMALL_TRAIN))
     plan = loader.plan(0)
     with pytest.raises(LoaderError) as e:
         for i, _ in enumerate(loader):
@@ -491,7 +507,8 @@ def test_killed_worker_names_its_shards(data: ShardData) -> None:
 
 
 def test_resume_outside_the_epoch_is_refused(data: ShardData) -> None:
-    loader = ShardLoader(data.folder, "train", World(), 4, workers=0, transform=SMALL_TRAIN)
+    loader = ShardLoader(data.folder, "train", World(),
+                         LoaderOptions(batch_size=4, workers=0, transform=SMALL_TRAIN))
     n = len(loader)
     for bad in (-1, n + 1):
         with pytest.raises(ValueError, match="outside epoch"):
@@ -504,7 +521,8 @@ def test_resume_outside_the_epoch_is_refused(data: ShardData) -> None:
 @pytest.mark.parametrize("workers", [0, 2])
 def test_train_batches_are_uint8_nchw(data: ShardData, workers: int) -> None:
     """Default train transform: (B, 3, 224, 224) uint8, contiguous NCHW; labels int64."""
-    loader = ShardLoader(data.folder, "train", World(), 4, workers=workers)
+    loader = ShardLoader(data.folder, "train", World(),
+                         LoaderOptions(batch_size=4, workers=workers))
     batches = run_epoch(loader, 0)
     assert len(batches) == TOTAL // 4
     for images, labels in batches:
@@ -517,7 +535,7 @@ def test_train_batches_are_uint8_nchw(data: ShardData, workers: int) -> None:
 @pytest.mark.parametrize("workers", [0, 2])
 def test_val_transform_is_center_crop(data: ShardData, workers: int) -> None:
     """Default val transform of a 256 px image: exactly its center 224 px crop."""
-    loader = ShardLoader(data.folder, "val", World(), 5, workers=workers)
+    loader = ShardLoader(data.folder, "val", World(), LoaderOptions(batch_size=5, workers=workers))
     seen = set()
     for images, labels in run_epoch(loader, 0):
         assert images.shape == (5, 3, 224, 224)
@@ -542,7 +560,8 @@ def test_train_crop_is_a_resize_of_the_image_or_its_mirror(data: ShardData) -> N
     (too big for JPEG draft to scale the decode), or its mirror, and both occur: the flip is
     random, the pixels are the image's."""
     t = TrainTransform(size=160, scale=(1.0, 1.0), ratio=(1.0, 1.0), flip=True)
-    loader = ShardLoader(data.folder, "train", World(), 4, workers=0, transform=t)
+    loader = ShardLoader(data.folder, "train", World(),
+                         LoaderOptions(batch_size=4, workers=0, transform=t))
     flips = []
     for images, labels in run_epoch(loader, 0):
         for image, label in zip(images, labels.tolist(), strict=True):
@@ -561,8 +580,9 @@ def test_train_crop_is_a_resize_of_the_image_or_its_mirror(data: ShardData) -> N
 
 def same_image_run(folder: Path, world: World, seed: int = 0, epoch: int = 0,
                    workers: int = 2) -> list[Batch]:
-    loader = ShardLoader(folder, "train", world, 3, workers=workers, seed=seed,
-                         transform=SMALL_TRAIN)
+    loader = ShardLoader(folder, "train", world,
+                         LoaderOptions(batch_size=3, workers=workers, seed=seed,
+                                       transform=SMALL_TRAIN))
     return run_epoch(loader, epoch)
 
 
@@ -570,7 +590,7 @@ def test_workers_draw_distinct_augmentations(same_image: Path) -> None:
     """Every sample holds the same JPEG, so equal output images would mean equal random
     draws: worker 0's and worker 1's first batches (and every two samples) must differ."""
     batches = same_image_run(same_image, World())
-    plan = ShardLoader(same_image, "train", World(), 3, workers=2).plan(0)
+    plan = ShardLoader(same_image, "train", World(), LoaderOptions(batch_size=3, workers=2)).plan(0)
     assert plan.order[0][0] != plan.order[1][0]  # batches 0 and 1 come from two workers
     assert not torch.equal(batches[0][0], batches[1][0])
     flat = images_of(batches)
@@ -612,8 +632,9 @@ def test_partition_from_node_local_dirs(data: ShardData, nodes: list[Path], work
     """2 nodes x 2 local ranks, each rank on its node's folder: equal counts over all four
     ranks, and a node's ranks read only that node's samples."""
     worlds = layout(2, 2)
-    loaders = [ShardLoader(nodes[w.node_rank], "train", w, BATCH, workers=workers,
-                           tail=tail, transform=SMALL_TRAIN) for w in worlds]
+    loaders = [ShardLoader(nodes[w.node_rank], "train", w,
+                           LoaderOptions(batch_size=BATCH, workers=workers, tail=tail,
+                                         transform=SMALL_TRAIN)) for w in worlds]
     assert {loader.shards.mode for loader in loaders} == {"partition"}
     for epoch in EPOCHS:
         for loader in loaders:
@@ -634,13 +655,16 @@ def test_partition_from_node_local_dirs(data: ShardData, nodes: list[Path], work
 
 
 @pytest.mark.parametrize("world", [
-    World(2, 4, 0, 2, 1, 2),  # node 1's rank on node 0's folder
-    World(0, 2, 0, 2, 0, 1),  # one node: the folder holds half of the data
-    World(0, 3, 0, 1, 0, 3),  # three nodes: staged for two
+    World(rank=2, world_size=4, local_rank=0, local_world_size=2, node_rank=1,
+          num_nodes=2),  # node 1's rank on node 0's folder
+    World(rank=0, world_size=2, local_rank=0, local_world_size=2, node_rank=0,
+          num_nodes=1),  # one node: the folder holds half of the data
+    World(rank=0, world_size=3, local_rank=0, local_world_size=1, node_rank=0,
+          num_nodes=3),  # three nodes: staged for two
 ], ids=["other-node", "one-node", "three-nodes"])
 def test_world_must_match_node_local_manifest(nodes: list[Path], world: World) -> None:
     with pytest.raises(WorldError, match="node"):
-        ShardLoader(nodes[0], "train", world, BATCH, workers=0)
+        ShardLoader(nodes[0], "train", world, LoaderOptions(batch_size=BATCH, workers=0))
 
 
 def stage_node0(data: ShardData, dst: Path, mode: str, nodes: int) -> Path:
@@ -662,8 +686,9 @@ def test_replicate_copy_loads_on_any_node_count(data: ShardData, tmp_path: Path,
                                                                                 3, 0)
     seen: list[int] = []
     for w in layout(nodes, 2):
-        loader = ShardLoader(copy, "train", w, BATCH, workers=0, tail="pad",
-                             transform=SMALL_TRAIN)
+        loader = ShardLoader(copy, "train", w,
+                             LoaderOptions(batch_size=BATCH, workers=0, tail="pad",
+                                           transform=SMALL_TRAIN))
         assert loader.shards.mode == "replicate"
         seen += [x for x in labels_of(run_epoch(loader, 0)) if x != PAD_LABEL]
     assert sorted(seen) == list(range(TOTAL))
@@ -674,13 +699,15 @@ def test_partition_copy_refuses_another_node_count(data: ShardData, tmp_path: Pa
     2 nodes is refused, naming the node count it was staged with."""
     copy = stage_node0(data, tmp_path / "node0", "partition", 3)
     with pytest.raises(WorldError, match="node 0 of 3.*node 0 of 2.*node count"):
-        ShardLoader(copy, "train", layout(2, 1)[0], BATCH, workers=0)
-    ShardLoader(copy, "train", layout(3, 1)[0], BATCH, workers=0)  # its own job loads it
+        ShardLoader(copy, "train", layout(2, 1)[0], LoaderOptions(batch_size=BATCH, workers=0))
+    ShardLoader(copy, "train", layout(3, 1)[0],
+                LoaderOptions(batch_size=BATCH, workers=0))  # its own job loads it
 
 
 def test_mode_must_match_node_local_manifest(nodes: list[Path]) -> None:
     with pytest.raises(WorldError, match="partition"):
-        ShardLoader(nodes[0], "train", layout(2, 2)[0], BATCH, workers=0, mode="replicate")
+        ShardLoader(nodes[0], "train", layout(2, 2)[0], LoaderOptions(batch_size=BATCH, workers=0),
+                    mode="replicate")
 
 
 def test_shard_missing_from_node_manifest(data: ShardData, nodes: list[Path],
@@ -698,9 +725,11 @@ def test_shard_missing_from_node_manifest(data: ShardData, nodes: list[Path],
     worlds = layout(2, 2)
     for w in worlds[:2]:
         with pytest.raises(LoaderError, match=re.escape(gone.name)):
-            ShardLoader(folder, "train", w, BATCH, workers=0, transform=SMALL_TRAIN)
+            ShardLoader(folder, "train", w,
+                        LoaderOptions(batch_size=BATCH, workers=0, transform=SMALL_TRAIN))
     for w in worlds[2:]:
-        run_epoch(ShardLoader(nodes[1], "train", w, BATCH, workers=0, transform=SMALL_TRAIN), 0)
+        run_epoch(ShardLoader(nodes[1], "train", w,
+                              LoaderOptions(batch_size=BATCH, workers=0, transform=SMALL_TRAIN)), 0)
 
 
 @pytest.mark.parametrize("workers", [0, 2])
@@ -710,8 +739,9 @@ def test_shard_file_missing(damaged: ShardData, workers: int) -> None:
     (damaged.folder / gone).unlink()
     errors, readers = [], 0
     for w in layout(1, 2):
-        loader = ShardLoader(damaged.folder, "train", w, BATCH, workers=workers,
-                             transform=SMALL_TRAIN)
+        loader = ShardLoader(damaged.folder, "train", w,
+                             LoaderOptions(batch_size=BATCH, workers=workers,
+                                           transform=SMALL_TRAIN))
         readers += reads(loader, gone)
         try:
             list(loader)
@@ -740,8 +770,9 @@ def test_corrupt_jpeg_names_shard_and_key(damaged: ShardData, workers: int) -> N
     name = corrupt_jpeg(damaged, bad)
     errors = []
     for w in layout(1, 2):
-        loader = ShardLoader(damaged.folder, "train", w, BATCH, workers=workers, tail="pad",
-                             transform=SMALL_TRAIN)
+        loader = ShardLoader(damaged.folder, "train", w,
+                             LoaderOptions(batch_size=BATCH, workers=workers, tail="pad",
+                                           transform=SMALL_TRAIN))
         try:
             run_epoch(loader, 0)
         except LoaderError as e:
@@ -756,8 +787,10 @@ def test_corrupt_jpeg_skipped(damaged: ShardData, workers: int) -> None:
     filled, and the sample is counted in ``skipped`` (per epoch)."""
     bad = 20
     corrupt_jpeg(damaged, bad)
-    loaders = [ShardLoader(damaged.folder, "train", w, BATCH, workers=workers, tail="pad",
-                           on_error="skip", transform=SMALL_TRAIN) for w in layout(1, 2)]
+    loaders = [ShardLoader(damaged.folder, "train", w,
+                           LoaderOptions(batch_size=BATCH, workers=workers, tail="pad",
+                                         on_error="skip",
+                                         transform=SMALL_TRAIN)) for w in layout(1, 2)]
     for epoch in (0, 1):
         for loader in loaders:
             loader.set_epoch(epoch)
@@ -777,8 +810,9 @@ def epoch_errors(folder: Path, workers: int, tail: str | None = None) -> list[st
     """Run epoch 0 on each rank of a 1x2 layout; the LoaderError messages the ranks raised."""
     errors = []
     for world in layout(1, 2):
-        loader = ShardLoader(folder, "train", world, BATCH, workers=workers, tail=tail,
-                             transform=SMALL_TRAIN)
+        loader = ShardLoader(folder, "train", world,
+                             LoaderOptions(batch_size=BATCH, workers=workers, tail=tail,
+                                           transform=SMALL_TRAIN))
         try:
             run_epoch(loader, 0)
         except LoaderError as e:
@@ -824,8 +858,8 @@ def test_val_shard_count_mismatch_anywhere(damaged: ShardData, extra: int,
         with ShardWriter(damaged.folder / name) as w:
             for i in ids:
                 w.add(key_of(i), {"jpg": damaged.jpegs[i % TOTAL], "cls": str(i).encode()})
-        loader = ShardLoader(damaged.folder, "val", World(), BATCH, workers=workers,
-                             transform=SMALL_VAL)
+        loader = ShardLoader(damaged.folder, "val", World(),
+                             LoaderOptions(batch_size=BATCH, workers=workers, transform=SMALL_VAL))
         try:
             labels = labels_of(run_epoch(loader, 0))
             silent.append(f"{name}: labels {sorted(set(labels) - set(range(TOTAL)))}")
@@ -925,7 +959,8 @@ def test_loader_over_converted_shards(sample: Path, tmp_path: Path) -> None:
     convert(ConvertOptions(input=sample / "ILSVRC2012_img_train.tar", out=out, num_shards=5))
     m = read_manifest(out, "train")
     want = Counter(int(f["cls"]) for s in m.shards for _, f in iter_samples(out / s.name))
-    loaders = [ShardLoader(out, "train", w, 4, workers=0, tail="pad", transform=SMALL_VAL)
+    loaders = [ShardLoader(out, "train", w,
+                           LoaderOptions(batch_size=4, workers=0, tail="pad", transform=SMALL_VAL))
                for w in layout(1, 3)]
     assert len({len(loader) for loader in loaders}) == 1
     got = Counter(x for loader in loaders for x in labels_of(run_epoch(loader, 0)))
@@ -946,20 +981,18 @@ import torch
 import torch.distributed as dist
 
 from imgprep.job.world import World
-from loaders.common import TAILS
-from loaders.labellist import LabelListLoader
-from loaders.epochs import pools
-from loaders.shards import PAD_LABEL, ShardLoader
+from loaders import PAD_LABEL, LabelListLoader, LoaderOptions, ShardLoader
+from loaders.epochs import TAILS, pools
 from loaders.transforms import TrainTransform, ValTransform
 
 cfg = json.loads(sys.argv[1])
-world = World(*cfg["world"])
+world = World(**cfg["world"])
 dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{cfg['port']}",
                         rank=world.rank, world_size=world.world_size,
                         timeout=timedelta(seconds=60))
 report = {"rank": world.rank, "train": []}
-train = ShardLoader(cfg["folder"], "train", world, cfg["batch"], workers=2, mode=cfg["mode"],
-                    transform=TrainTransform(size=32))
+train = ShardLoader(cfg["folder"], "train", world, LoaderOptions(
+    batch_size=cfg["batch"], workers=2, transform=TrainTransform(size=32)), mode=cfg["mode"])
 for epoch in range(2):
     train.set_epoch(epoch)
     stated, steps, labels = len(train), 0, []
@@ -970,8 +1003,8 @@ for epoch in range(2):
         steps += 1
         labels += lab.tolist()
     report["train"].append({"stated": stated, "steps": steps, "labels": labels})
-val = ShardLoader(cfg["folder"], "val", world, cfg["batch"], workers=2, mode=cfg["mode"],
-                  transform=ValTransform(size=32))
+val = ShardLoader(cfg["folder"], "val", world, LoaderOptions(
+    batch_size=cfg["batch"], workers=2, transform=ValTransform(size=32)), mode=cfg["mode"])
 seen = torch.zeros(1000, dtype=torch.int64)
 stated, steps = len(val), 0
 for images, lab in val:
@@ -999,9 +1032,11 @@ def run_ranks(tmp_path: Path, worlds: Sequence[World], folders: Sequence[Path],
     procs: list[subprocess.Popen[bytes]] = []
     logs = contextlib.ExitStack()
     for w, folder in zip(worlds, folders, strict=True):
-        cfg = {"world": [w.rank, w.world_size, w.local_rank, w.local_world_size, w.node_rank,
-                         w.num_nodes], "port": port, "folder": str(folder), "mode": mode,
-               "batch": BATCH, "out": str(tmp_path / f"rank{w.rank}.json"), **extra}
+        numbers = ("rank", "world_size", "local_rank", "local_world_size", "node_rank",
+                   "num_nodes")
+        cfg = {"world": {f: getattr(w, f) for f in numbers}, "port": port,
+               "folder": str(folder), "mode": mode, "batch": BATCH,
+               "out": str(tmp_path / f"rank{w.rank}.json"), **extra}
         log = logs.enter_context(open(tmp_path / f"rank{w.rank}.log", "wb"))
         procs.append(subprocess.Popen([sys.executable, str(script), json.dumps(cfg)],
                                       stdout=log, stderr=subprocess.STDOUT, env=env,
@@ -1046,7 +1081,8 @@ def test_gloo_ranks_in_lockstep_over_unequal_shards(data: ShardData, tmp_path: P
                                                     n: int) -> None:
     """n real processes (2 loader workers each), one all-reduce per step: unequal batch
     counts would leave a rank waiting in all_reduce until the job is killed."""
-    worlds = [World(r, n, r, n, 0, 1) for r in range(n)]
+    worlds = [World(rank=r, world_size=n, local_rank=r, local_world_size=n, node_rank=0,
+                    num_nodes=1) for r in range(n)]
     check_job(run_ranks(tmp_path, worlds, [data.folder] * n, "replicate"))
 
 
@@ -1054,7 +1090,8 @@ def test_gloo_ranks_in_lockstep_over_unequal_shards(data: ShardData, tmp_path: P
 def test_gloo_partition_two_nodes_in_lockstep(data: ShardData, nodes: list[Path],
                                               tmp_path: Path) -> None:
     """2 nodes x 1 rank, each process reading only its node-local folder."""
-    worlds = [World(r, 2, 0, 1, r, 2) for r in range(2)]
+    worlds = [World(rank=r, world_size=2, local_rank=0, local_world_size=1, node_rank=r,
+                    num_nodes=2) for r in range(2)]
     reports = run_ranks(tmp_path, worlds, nodes, None)
     check_job(reports)
     for w, r in zip(worlds, reports, strict=True):
@@ -1075,8 +1112,9 @@ def test_elastic_resume_sees_every_remaining_sample_once(data: ShardData, versio
     for before, after in moves:
         for tail in ("pad", "short", "drop"):
             for k in (1, 3):
-                first = [ShardLoader(data.folder, "train", w, BATCH, workers=0, tail=tail,
-                                     transform=SMALL_TRAIN, order_version=version)
+                first = [ShardLoader(data.folder, "train", w,
+                                     LoaderOptions(batch_size=BATCH, workers=0, tail=tail,
+                                                   transform=SMALL_TRAIN, order_version=version))
                          for w in layout(1, before)]
                 seen: list[int] = []
                 for loader in first:
@@ -1085,8 +1123,10 @@ def test_elastic_resume_sees_every_remaining_sample_once(data: ShardData, versio
                 state = first[0].state_dict()
                 assert all(x.state_dict() == state for x in first)  # world-independent
                 for w in layout(1, after):
-                    loader = ShardLoader(data.folder, "train", w, BATCH, workers=0, tail=tail,
-                                         transform=SMALL_TRAIN, order_version=version)
+                    loader = ShardLoader(data.folder, "train", w,
+                                         LoaderOptions(batch_size=BATCH, workers=0, tail=tail,
+                                                       transform=SMALL_TRAIN,
+                                                       order_version=version))
                     loader.load_state_dict(state)
                     seen += labels_of(list(loader))
                 real = [x for x in seen if x != PAD_LABEL]
@@ -1096,28 +1136,31 @@ def test_elastic_resume_sees_every_remaining_sample_once(data: ShardData, versio
 
 
 def test_resume_with_another_batch_size_continues_the_order(data: ShardData) -> None:
-    first = ShardLoader(data.folder, "train", World(), 4, workers=0, tail="pad",
-                        transform=SMALL_TRAIN)
+    first = ShardLoader(data.folder, "train", World(),
+                        LoaderOptions(batch_size=4, workers=0, tail="pad", transform=SMALL_TRAIN))
     first.set_epoch(2)
     seen = labels_of([b for _, b in zip(range(3), first, strict=False)])
-    then = ShardLoader(data.folder, "train", World(), 5, workers=0, tail="pad",
-                       transform=SMALL_TRAIN)
+    then = ShardLoader(data.folder, "train", World(),
+                       LoaderOptions(batch_size=5, workers=0, tail="pad", transform=SMALL_TRAIN))
     then.load_state_dict(first.state_dict())
     seen += labels_of(list(then))
     assert sorted(x for x in seen if x != PAD_LABEL) == list(range(TOTAL))
 
 
 def test_partition_resume_on_another_node_count_is_refused(data: ShardData) -> None:
-    loader = ShardLoader(data.folder, "train", layout(2, 1)[0], BATCH, workers=0,
-                         mode="partition", transform=SMALL_TRAIN)
+    loader = ShardLoader(data.folder, "train", layout(2, 1)[0],
+                         LoaderOptions(batch_size=BATCH, workers=0, transform=SMALL_TRAIN),
+                         mode="partition")
     next(iter(loader))
     state = loader.state_dict()
-    other = ShardLoader(data.folder, "train", layout(3, 1)[0], BATCH, workers=0,
-                        mode="partition", transform=SMALL_TRAIN)
+    other = ShardLoader(data.folder, "train", layout(3, 1)[0],
+                        LoaderOptions(batch_size=BATCH, workers=0, transform=SMALL_TRAIN),
+                        mode="partition")
     with pytest.raises(WorldError, match="2 nodes.*this job has 3.*same node count"):
         other.load_state_dict(state)
-    same_nodes = ShardLoader(data.folder, "train", layout(2, 2)[0], BATCH, workers=0,
-                             mode="partition", transform=SMALL_TRAIN)
+    same_nodes = ShardLoader(data.folder, "train", layout(2, 2)[0],
+                             LoaderOptions(batch_size=BATCH, workers=0, transform=SMALL_TRAIN),
+                             mode="partition")
     same_nodes.load_state_dict(state)  # more ranks per node: the node's data is the same
 
 
@@ -1125,12 +1168,14 @@ def test_a_state_of_another_order_version_is_refused_naming_both(data: ShardData
     """A state records its epoch order's version; a loader of another version refuses it,
     naming both and the option that resumes it; a state without the key (written before
     versions were recorded) is version 1."""
-    new = ShardLoader(data.folder, "train", World(), BATCH, workers=0, transform=SMALL_TRAIN)
+    new = ShardLoader(data.folder, "train", World(),
+                      LoaderOptions(batch_size=BATCH, workers=0, transform=SMALL_TRAIN))
     next(iter(new))
     state = new.state_dict()
     assert state[ORDER_KEY] == 2
-    old = ShardLoader(data.folder, "train", World(), BATCH, workers=0, transform=SMALL_TRAIN,
-                      order_version=1)
+    old = ShardLoader(data.folder, "train", World(),
+                      LoaderOptions(batch_size=BATCH, workers=0, transform=SMALL_TRAIN,
+                                    order_version=1))
     with pytest.raises(LoaderError, match="rank 0: .*version 2, this loader's is version 1"
                        ".*order_version=2"):
         old.load_state_dict(state)
@@ -1156,16 +1201,15 @@ import torch
 import torch.distributed as dist
 
 from imgprep.job.world import World
-from loaders.shards import ShardLoader
-from loaders.transforms import TrainTransform
+from loaders import LoaderOptions, ShardLoader, TrainTransform
 
 cfg = json.loads(sys.argv[1])
-world = World(*cfg["world"])
+world = World(**cfg["world"])
 dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{cfg['port']}",
                         rank=world.rank, world_size=world.world_size,
                         timeout=timedelta(seconds=60))
-loader = ShardLoader(cfg["folder"], "train", world, cfg["batch"], workers=2, tail=cfg["tail"],
-                     transform=TrainTransform(size=32))
+loader = ShardLoader(cfg["folder"], "train", world, LoaderOptions(
+    batch_size=cfg["batch"], workers=2, tail=cfg["tail"], transform=TrainTransform(size=32)))
 state_file = Path(cfg["state"])
 loader.set_epoch(1)
 if cfg["phase"] == "resume":

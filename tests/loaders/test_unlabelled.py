@@ -10,7 +10,7 @@ import pytest
 from imgprep.convert.options import ConvertOptions
 from imgprep.convert.run import convert
 from imgprep.job.world import World
-from loaders import LoaderError, ShardLoader, make_loader
+from loaders import LoaderError, LoaderOptions, ShardLoader, make_loader
 from tests.support.cli import jpeg_tree
 
 
@@ -28,9 +28,9 @@ def unlabelled(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 def test_make_loader_refuses_an_unlabelled_split(unlabelled: dict[str, Path], fmt: str) -> None:
     with pytest.raises(LoaderError, match=r"test.json: the test split was converted without "
                                           r"labels .*train on the train split and validate on val"):
-        make_loader(unlabelled[fmt], "test", World(), batch_size=2, workers=0)
+        make_loader(unlabelled[fmt], "test", World(), LoaderOptions(batch_size=2, workers=0))
 
 
 def test_the_shard_loader_refuses_an_unlabelled_split(unlabelled: dict[str, Path]) -> None:
     with pytest.raises(LoaderError, match=r"the test split was converted without labels"):
-        ShardLoader(unlabelled["shards"], "test", World(), batch_size=2, workers=0)
+        ShardLoader(unlabelled["shards"], "test", World(), LoaderOptions(batch_size=2, workers=0))

@@ -20,6 +20,7 @@ import torch
 
 from harness.checks import clean_env
 from harness.gpukit.data import class_counts, write_train_tar
+from harness.gpukit.nvjpeg import worker_counts
 from harness.gpukit.profile import PROFILES, Profile
 from harness.gpukit.record import Record, figure, holds, markdown, ratio
 from harness.gpukit.run import wheel_problem
@@ -30,7 +31,8 @@ from scripts.trainkit import distributed
 from tests.support import REPO
 
 KIT = REPO / "scripts" / "gpu_check.py"
-EVERY = ("trainer", "nccl", "deviceloader", "loader", "convert", "dali")
+EVERY = ("trainer", "nccl", "deviceloader", "loader", "convert", "dali", "nvjpeg",
+         "nvjpeg_trainer")
 
 
 def kit(*args: str | Path, timeout: float = 600, pythonpath: str = "",
@@ -99,6 +101,27 @@ def test_cpu_form_records_the_figures_each_check_promises(cpu_run: Any) -> None:
     convert = " ".join(rows_of(rec, "convert"))
     assert "1,281,167 images" in convert and "(measured)" in convert and "(derived" in convert
     assert rec["checks"]["loader"]["ratio"] > 0
+
+
+@pytest.mark.slow
+def test_cpu_form_runs_the_nvjpeg_check_without_torchvision(cpu_run: Any) -> None:
+    """The nvjpeg backend's CPU form decodes with Pillow: the check runs where torchvision
+    is absent, with the same samples as Pillow, its rate beside the Pillow loader's, and the
+    tiny model fed by each beside its ceiling."""
+    _, out, _ = cpu_run
+    rec = record_of(out)
+    assert {"nvjpeg", "nvjpeg_trainer"} <= set(rec["checks"]) and not rec["skipped"].keys() & {
+        "nvjpeg", "nvjpeg_trainer"}
+    rows = rows_of(rec, "nvjpeg")
+    assert rows["device='cpu': the same samples per rank and step as Pillow"]["result"] == "PASS"
+    nv = rec["checks"]["nvjpeg"]
+    assert all(p["images_per_s"] > 0 for passes in nv["loaders"].values() for p in passes)
+    assert set(nv["loaders"]) == {"nvjpeg"} | {f"pillow-{w}" for w in worker_counts()}
+    tiny = rec["checks"]["nvjpeg_trainer"]["trainer"]["tiny"]
+    assert {"synthetic", "nvjpeg", "pillow"} == set(tiny)
+    assert all(run["images_per_s"] > 0 for run in tiny.values())
+    assert any(m.startswith("tiny, 64 px, batch 16: fed / synthetic")
+               for m in rows_of(rec, "nvjpeg_trainer"))
 
 
 @pytest.mark.slow
@@ -283,4 +306,4 @@ def test_gpu_kit_proves_the_cuda_paths(tmp_path: Path) -> None:
     assert rec["checks"]["nccl"]["pair"] == ["nccl", "gloo"]
     assert rec["checks"]["nccl"]["losses"]["a"] == rec["checks"]["nccl"]["losses"]["b"]
     assert set(rec["checks"]) | set(rec["skipped"]) == set(EVERY)
-    assert set(rec["skipped"]) <= {"dali"}
+    assert set(rec["skipped"]) <= {"dali", "nvjpeg", "nvjpeg_trainer"}  # where they import

@@ -116,7 +116,7 @@ def test_the_checkpoint_records_the_whole_run_config(data: Path, tmp_path: Path)
         "normalize": "train", "mean": m.mean, "std": m.std, "lr": 0.05, "schedule": "cosine",
         "epochs": 4, "seed": 0, "bf16": run.precision.bf16, "world_size": 1, "batch_size": 8,
         "workers": 0}
-    assert config["data_fingerprint"] == m.options["fingerprint"]
+    assert config["data_fingerprint"] == m.options.fingerprint
     assert set(config) == {"version"} | set(RunConfig.__dataclass_fields__)
 
 
@@ -253,8 +253,10 @@ def restore_loggers() -> Iterator[None]:
 def test_library_notes_show_on_rank_zero_and_warnings_everywhere(
         capsys: pytest.CaptureFixture[str]) -> None:
     for rank in (0, 1):
-        configure_logging(World(rank, 2, rank, 2, 0, 1))
-        configure_logging(World(rank, 2, rank, 2, 0, 1))  # again: still one handler each
+        configure_logging(World(rank=rank, world_size=2, local_rank=rank, local_world_size=2,
+                                node_rank=0, num_nodes=1))
+        configure_logging(World(rank=rank, world_size=2, local_rank=rank, local_world_size=2,
+                                node_rank=0, num_nodes=1))  # again: still one handler each
         assert all(len(logging.getLogger(name).handlers) == 1 for name in LOGGERS)
         logging.getLogger("loaders").info("a note from rank %d", rank)
         logging.getLogger("imgprep.shards").warning("a warning from rank %d", rank)

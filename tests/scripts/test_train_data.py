@@ -10,7 +10,7 @@ import torch
 
 from imgprep.job.world import World
 from loaders import DeviceLoader
-from scripts.trainkit.data import make_loaders
+from scripts.trainkit.data import loader_options, make_loaders
 from tests.support import jpeg
 from tests.support.shards import write_split
 
@@ -19,8 +19,9 @@ def test_the_trainers_batches_come_channels_last(tmp_path: Path) -> None:
     for split in ("train", "val"):
         write_split(tmp_path, split, (5, 3), lambda i: jpeg((64, 64), seed=i))
     args = argparse.Namespace(data=tmp_path, batch_size=2, seed=0, image_size=32,
-                              validate=True, stage_from=None)
-    train, val = make_loaders(args, World(), 0, {"backend": "pillow", "device": "cpu"})
+                              validate=True, stage_from=None, loader_backend="pillow")
+    options = loader_options(args, torch.device("cpu"), workers=0)
+    train, val = make_loaders(args, World(), options)
     assert val is not None
     for loader in (train, val):
         images, _ = next(iter(loader))

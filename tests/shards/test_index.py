@@ -21,11 +21,13 @@ from imgprep.cli.commands import cli
 from imgprep.errors import ManifestError, ShardError
 from imgprep.inputs.synsets import imagenet_classes
 from imgprep.job.world import World
+from imgprep.sections import ManifestOptions
 from imgprep.shards.index import encode_index, read_index, write_index
 from imgprep.shards.layout import LayoutBuilder, scan_layout
 from imgprep.shards.manifest import Manifest, ShardEntry, read_manifest, write_manifest
 from imgprep.shards.writers import ShardWriter
-from loaders.common import LoaderError
+from loaders import LoaderOptions
+from loaders.errors import LoaderError
 from loaders.shards import ShardLoader
 from loaders.transforms import ValTransform
 from tests.support import jpeg
@@ -49,15 +51,17 @@ def make_set(folder: Path, seed: int = 0, meta: bool = True) -> Manifest:
         layouts.append(w.layout())
     m = Manifest(split="train", format="shards", total_samples=i,
                  classes=imagenet_classes().to_json(), mean=[0.5] * 3, std=[0.25] * 3,
-                 options={}, tool_version="test", shards=entries,
+                 options=ManifestOptions(format="shards", split="train"),
+                 tool_version="test", shards=entries,
                  index=write_index(folder, "train", entries, layouts))
     write_manifest(folder, m)
     return m
 
 
 def labels(folder: Path) -> list[int]:
-    loader = ShardLoader(folder, "train", World(), 4, workers=0, tail="uneven",
-                         transform=ValTransform(size=32, resize=40))
+    loader = ShardLoader(folder, "train", World(),
+                         LoaderOptions(batch_size=4, workers=0, tail="uneven",
+                                       transform=ValTransform(size=32, resize=40)))
     return sorted(int(x) for _, lab in loader for x in lab)
 
 

@@ -14,8 +14,15 @@ from typing import Any
 
 import pytest
 
-from imgprep import PilInfo, __version__, jpegcrop, pil_info
-from imgprep.shards.info import Versions, decoder_warning, pil_warning, probe_decode, versions
+from imgprep import PilInfo, __version__, jpegcrop, pil_info, resample
+from imgprep.shards.info import (
+    FastDecode,
+    Versions,
+    decoder_warning,
+    pil_warning,
+    probe_decode,
+    versions,
+)
 from imgprep.shards.manifest import read_manifest
 from tests.support import REPO, clean_env, jpeg
 from tests.support.cli import invoke
@@ -28,12 +35,17 @@ FAST = PilInfo(pil_version="9.5.0.post1", pillow_simd=True, stock_pillow_install
                avx2_build=True)
 
 
+def test_pil_info_names_the_resamplers_kernel() -> None:
+    kernel = resample.kernel() if resample.AVAILABLE else "unavailable"
+    assert pil_info(check_avx2=False).resampler.startswith(kernel)
+
+
 def test_pil_info_checks_the_avx2_build_only_when_asked() -> None:
     info = pil_info(check_avx2=False)
     assert info.avx2_build is None
     assert list(asdict(info)) == ["pil_version", "pillow_simd", "stock_pillow_installed",
                                   "libjpeg_turbo", "jpeg_version", "core", "cpu_avx2",
-                                  "avx2_build", "crop_decode"]
+                                  "avx2_build", "crop_decode", "resampler"]
 
 
 @pytest.mark.parametrize(("change", "says"), [
@@ -68,11 +80,11 @@ def test_probe_decode_counts_what_takes_the_pillow_path(tmp_path: Path) -> None:
     write_split(tmp_path, "train", (6, 2),
                 lambda i: progressive if i % 2 else jpeg((64, 48), seed=i))
     m = read_manifest(tmp_path, "train")
-    assert probe_decode(tmp_path, m) == {
-        "probed": 6, "fast": 3, "declined": {"progressive or arithmetic-coded": 3}}
-    assert probe_decode(tmp_path, m, limit=2)["probed"] == 2
+    assert probe_decode(tmp_path, m) == FastDecode(
+        probed=6, fast=3, declined={"progressive or arithmetic-coded": 3})
+    assert (two := probe_decode(tmp_path, m, limit=2)) is not None and two.probed == 2
     (tmp_path / m.shards[0].name).unlink()
-    assert probe_decode(tmp_path, m) == {}
+    assert probe_decode(tmp_path, m) is None
 
 
 def lib_record(**change: Any) -> jpegcrop.Library:

@@ -68,11 +68,13 @@ def test_damage_is_a_shard_error(tmp_path: Path) -> None:
 
 def test_verify_reports_a_hostile_shard(tmp_path: Path) -> None:
     from imgprep.fsutil import sha256_file
+    from imgprep.sections import ManifestOptions
     from imgprep.shards.manifest import Manifest, ShardEntry
 
     path = _tar(tmp_path / "train-000000.tar", _info("b.jpg", tarfile.SYMTYPE))
     m = Manifest(split="train", format="shards", total_samples=1, classes=[["n0", "x"]],
-                 mean=[0.5] * 3, std=[0.2] * 3, options={}, tool_version="test",
+                 mean=[0.5] * 3, std=[0.2] * 3,
+                 options=ManifestOptions(format="shards", split="train"), tool_version="test",
                  shards=[ShardEntry(path.name, 1, path.stat().st_size, sha256_file(path))])
     rep = verify_shards(tmp_path, m, decode=False, tick=lambda n: None)
     assert any("train-000000.tar: unreadable" in p and "symbolic link" in p

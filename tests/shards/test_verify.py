@@ -30,7 +30,7 @@ from imgprep.shards.layout import Layout, scan_layout
 from imgprep.shards.manifest import read_manifest, write_manifest
 from imgprep.shards.verify import VerifyError, verify
 from imgprep.shards.writers import ShardWriter
-from loaders import LoaderError, ShardLoader
+from loaders import LoaderError, LoaderOptions, ShardLoader
 from tests.support import clean_env, jpeg, one_line_error
 
 
@@ -157,7 +157,8 @@ def test_the_sample_index_is_checked_against_the_manifest_and_the_tars(
     assert problem.startswith(f"{m.shards[0].name}: sample 1: the sample index puts its .cls")
     assert f"imgprep index {folder}" in problem
     with pytest.raises(LoaderError, match=m.shards[0].name):  # what verify warns of
-        next(iter(ShardLoader(folder, "train", World(), 4, workers=0, shuffle=False)))
+        next(iter(ShardLoader(folder, "train", World(),
+                              LoaderOptions(batch_size=4, workers=0, shuffle=False))))
     index_folder(folder)
     assert verify(folder, workers=2).ok
 

@@ -21,7 +21,6 @@ from typing import Any
 
 import pytest
 
-from bench.common import RCHAR_CLI
 from imgprep.job.assign import node_shards
 from imgprep.job.rendezvous import Rendezvous, RendezvousError, copier_rendezvous
 from imgprep.job.world import World
@@ -30,7 +29,7 @@ from imgprep.shards.verify import verify
 from imgprep.stage.peers import HEARTBEAT
 from imgprep.stage.pool import StallClock
 from imgprep.stage.schedule import chunks, plan_transfers, walk
-from tests.support import clean_env, feed_pipe, free_port, mpirun_cmd, outcomes
+from tests.support import REPO, clean_env, feed_pipe, free_port, mpirun_cmd, outcomes
 
 TIMEOUT = 120  # for a whole run of 4 processes on 2 shared cores (each imports torch)
 NODES = 4
@@ -93,7 +92,7 @@ def owned(src: Path, node: int, split: str = "train") -> list[str]:
 
 
 def fanout_cmd(src: Path, dst: Path, port: int, node: int, *extra: object) -> list[str]:
-    return [sys.executable, "-c", RCHAR_CLI, "stage-to-node", "--src", str(src), "--dst",
+    return [sys.executable, "-m", "bench.rchar", "stage-to-node", "--src", str(src), "--dst",
             str(dst / "n{node}"), "--mode", "replicate", "--fanout", "--rendezvous",
             f"127.0.0.1:{port}", "--num-nodes", str(NODES), "--node-rank", str(node), "--json",
             "-q", *(str(a) for a in extra)]
@@ -101,7 +100,7 @@ def fanout_cmd(src: Path, dst: Path, port: int, node: int, *extra: object) -> li
 
 def start_nodes(src: Path, dst: Path, *extra: object) -> list[subprocess.Popen[str]]:
     port = free_port()
-    return [subprocess.Popen(fanout_cmd(src, dst, port, k, *extra), env=env(),
+    return [subprocess.Popen(fanout_cmd(src, dst, port, k, *extra), env=env(), cwd=REPO,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             for k in range(NODES)]
 
@@ -394,7 +393,8 @@ def test_fanout_without_a_meeting_point_says_what_to_pass(src: Path, tmp_path: P
 
 
 def test_where_copiers_meet() -> None:
-    world = World(0, 4, 0, 2, 0, 2, launcher="torchrun")
+    world = World(rank=0, world_size=4, local_rank=0, local_world_size=2, node_rank=0, num_nodes=2,
+                  launcher="torchrun")
     rv = copier_rendezvous(world, "node0:29500", {})
     assert (rv.addr, rv.port, rv.store_listens) == ("node0", 29500, False)
     plain = {"MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29400"}

@@ -30,7 +30,8 @@ from imgprep.stage.nodelock import (
 )
 
 TIMEOUT = 30
-NODE = World(0, 2, 0, 2, 0, 1, launcher="torchrun")
+NODE = World(rank=0, world_size=2, local_rank=0, local_world_size=2, node_rank=0, num_nodes=1,
+             launcher="torchrun")
 
 
 @pytest.fixture

@@ -27,6 +27,7 @@ from imgprep.job.world import World
 from imgprep.shards.manifest import Manifest, read_manifest
 from imgprep.shards.verify import verify
 from imgprep.stage.remote import UrlSource, check_url
+from loaders import LoaderOptions
 from loaders.shards import ShardLoader
 from loaders.transforms import ValTransform
 from tests.support import fanout_nodes, free_port
@@ -146,8 +147,9 @@ def assert_same_files(src: Path, dst: Path, split: str, names: list[str] | None 
 
 
 def samples_read(dst: Path, split: str) -> int:
-    loader = ShardLoader(dst, split, World(), 4, workers=0, tail="uneven",
-                         transform=ValTransform(size=32, resize=32))
+    loader = ShardLoader(dst, split, World(),
+                         LoaderOptions(batch_size=4, workers=0, tail="uneven",
+                                       transform=ValTransform(size=32, resize=32)))
     return sum(len(labels) for _, labels in loader)
 
 

@@ -496,15 +496,19 @@ def test_waiter_reports_its_copiers_failure(src: Path, tmp_path: Path) -> None:
 
 def test_waiter_returns_once_staged(src: Path, tmp_path: Path) -> None:
     dst = tmp_path / "dst"
-    stage_to_node(StageOptions(src=src, dst=dst), World(0, 2, 0, 2, 0, 1, launcher="torchrun"))
+    stage_to_node(StageOptions(src=src, dst=dst), World(rank=0, world_size=2, local_rank=0,
+                                                        local_world_size=2, node_rank=0,
+                                                        num_nodes=1, launcher="torchrun"))
     s = stage_to_node(StageOptions(src=src, dst=dst, timeout=5),
-                      World(1, 2, 1, 2, 0, 1, launcher="torchrun"),
+                      World(rank=1, world_size=2, local_rank=1, local_world_size=2, node_rank=0,
+                            num_nodes=1, launcher="torchrun"),
                       progress=lambda n: pytest.fail("a waiter reports no progress"),
                       on_start=lambda n: pytest.fail("a waiter reports no start"))
     assert (s.role, s.bytes_read, s.shards_copied) == ("waiter", 0, 0)
     with pytest.raises(WaitTimeout, match="node 0: waited 1 s"):  # another plan's marker
         stage_to_node(StageOptions(src=src, dst=dst, verify="size", timeout=1),
-                      World(1, 2, 1, 2, 0, 1, launcher="torchrun"))
+                      World(rank=1, world_size=2, local_rank=1, local_world_size=2, node_rank=0,
+                            num_nodes=1, launcher="torchrun"))
 
 
 # ---------------------------------------------------------------------------- failure rules

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from imgprep.inputs.synsets import imagenet_classes
+from imgprep.sections import ManifestOptions
 from imgprep.shards.index import write_index
 from imgprep.shards.manifest import Manifest, ShardEntry, read_manifest, write_manifest
 from imgprep.shards.writers import ShardWriter
@@ -40,7 +41,8 @@ def write_split(folder: Path, split: str, sizes: Sequence[int],
     write_manifest(folder, Manifest(
         split=split, format="shards", total_samples=sample,
         classes=imagenet_classes().to_json(), mean=[0.485, 0.456, 0.406],
-        std=[0.229, 0.224, 0.225], options={}, tool_version="test", shards=entries,
+        std=[0.229, 0.224, 0.225], options=ManifestOptions(format="shards", split=split),
+        tool_version="test", shards=entries,
         index=write_index(folder, split, entries, layouts)))
     return ids
 

@@ -1,13 +1,14 @@
 """The layout check (tools/check_layout.py): the import rules between folders and rooms, the
-public face and the white-box list, and import cycles, on small trees made here; and the
-repository itself."""
+public face and the white-box list, the bench modules the harness may use, imports in
+strings run as code, and import cycles, on small trees made here; and the repository
+itself."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from tests.support import REPO
-from tools.check_layout import WHITE_BOX, problems
+from tools.check_layout import HARNESS_BENCH, WHITE_BOX, problems
 
 TREE = {
     "imgprep/__init__.py": '__all__ = ["World", "convert_splits"]\n',
@@ -84,6 +85,21 @@ def test_against_the_grain_is_named_with_its_line(tmp_path: Path) -> None:
     assert "tools may import nothing of the project" in by_file["tools/more.py"]
 
 
+def test_loaders_reach_imgprep_through_its_public_face_or_the_white_box_list(
+        tmp_path: Path) -> None:
+    out = found(tmp_path, {
+        "loaders/epochs.py": "from imgprep import World\n",  # the public face: fine
+        "loaders/reader.py": "from imgprep.shards.writers import w\n",  # white-box: fine
+        "loaders/shards.py": "import numpy\nfrom imgprep.job.world import World\n",
+        "loaders/config.py": "from imgprep import World, Hidden\n"})
+    hidden = sorted(p for p in out if "import cycle" not in p)
+    assert hidden == [
+        "loaders/config.py:1: loaders imports Hidden from imgprep, which are not in "
+        "imgprep.__all__",
+        "loaders/shards.py:2: loaders imports imgprep.job.world: use imgprep.__all__ or a "
+        "white-box module (tools/check_layout.py WHITE_BOX, docs/development.md)"]
+
+
 def test_the_repository_imports_with_the_grain() -> None:
     """No import against the grain (cycles are listed by the check, and are to go)."""
     assert [p for p in problems(REPO) if "import cycle" not in p] == []
@@ -92,3 +108,52 @@ def test_the_repository_imports_with_the_grain() -> None:
 def test_every_white_box_module_is_documented_with_its_reason() -> None:
     doc = (REPO / "docs" / "development.md").read_text()
     assert [m for m in WHITE_BOX if f"`{m}`" not in doc] == []
+
+
+def test_an_import_of_the_library_in_a_string_run_as_code_is_reported(tmp_path: Path) -> None:
+    """A ``python -c`` script's imports are checked like the module's own: the library not at
+    all (even a white-box module or the public face: the child passes every wall unseen);
+    docstrings and prose are not code; an import in a string closes no cycle."""
+    out = found(tmp_path, {
+        "bench/stage.py": 'P2P = """\nimport sys\nfrom imgprep.shards.writers import w\n"""\n',
+        "bench/loader.py": 'CODE = f"import os, imgprep; print({1})"\n',
+        "bench/doc.py": '"""Run it as\n\n    from imgprep.job.world import World\n"""\n',
+        "bench/prose.py": 'SAY = "import the images from imgprep.job first"\n',
+        "scripts/run.py": 'CODE = "from harness.checks import x"\n',
+        "harness/rehearsal/run.py": 'MAIN = "import json; from harness.rehearsal.run import m"\n',
+        "imgprep/job/assign.py": 'CODE = "from imgprep.job.world import W"\n'})
+    assert sorted(p for p in out if "import cycle" not in p) == [
+        "bench/loader.py:1: a string run as code: it imports imgprep in a child process, past "
+        "the white-box list and the rooms; put the child's code in a module run with python -m",
+        "bench/stage.py:3: a string run as code: it imports imgprep.shards.writers in a child "
+        "process, past the white-box list and the rooms; put the child's code in a module run "
+        "with python -m",
+        "imgprep/job/assign.py:1: a string run as code: it imports imgprep.job.world in a "
+        "child process, past the white-box list and the rooms; put the child's code in a "
+        "module run with python -m",
+        "scripts/run.py:1: a string run as code: scripts imports harness.checks, which it may "
+        "not: scripts may import loaders, imgprep"]
+    assert not any("harness/rehearsal/run.py" in p for p in out)  # its own module: no cycle
+
+
+def test_the_harness_reaches_bench_through_its_named_modules_from_their_rooms(
+        tmp_path: Path) -> None:
+    out = found(tmp_path, {
+        "bench/scaling.py": "", "bench/convert.py": "", "bench/loader.py": "",
+        "harness/checks.py": "from bench.common import REPO\n",
+        "harness/cluster/bench.py": "from bench.scaling import summarise\n",
+        "harness/gpukit/__init__.py": "",
+        "harness/gpukit/convert.py": "from bench.convert import floor_one\n",
+        "harness/rehearsal/run.py": "from bench.scaling import summarise\n",
+        "harness/rehearsal/measure.py": "import bench.loader\n"})
+    assert [p for p in out if "import cycle" not in p] == [
+        "harness/rehearsal/measure.py:1: harness imports bench.loader: the harness imports of "
+        "bench only bench.common, bench.scaling, bench.convert (tools/check_layout.py "
+        "HARNESS_BENCH, docs/development.md)",
+        "harness/rehearsal/run.py:1: harness room rehearsal imports bench.scaling, which only "
+        "cluster may (tools/check_layout.py HARNESS_BENCH)"]
+
+
+def test_every_bench_module_the_harness_uses_is_documented_with_its_rooms() -> None:
+    doc = (REPO / "docs" / "development.md").read_text()
+    assert [m for m in HARNESS_BENCH if f"`{m}`" not in doc] == []

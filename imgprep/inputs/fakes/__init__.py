@@ -2,9 +2,10 @@
 
 Every form is written from the one fake set of ``imgprep.inputs.fakeset`` (``sample_set``:
 the same keys, classes and image bytes for the same ``SampleSpec``), so converting any two
-forms of one spec gives the same samples. ``FAKES`` maps a form name to the
-``"module:function"`` that writes it, ``write(out, spec) -> FakeSummary`` (what was
-written), imported only when that form is asked for.
+forms of one spec gives the same samples. Each form names the ``"module:function"`` that
+writes its fake (its ``FAKE``), ``write(out, spec) -> FakeSummary`` (what was written): a
+module here, imported only when that form is asked for. ``FAKES`` maps each form's name to
+it, in the registry's order.
 """
 
 from __future__ import annotations
@@ -13,16 +14,9 @@ import importlib
 from pathlib import Path
 
 from imgprep.inputs.fakeset import FakeSummary, SampleSpec
+from imgprep.inputs.forms import FORMS
 
-FAKES: dict[str, str] = {
-    "ilsvrc": "imgprep.inputs.fakes.ilsvrc:write",
-    "kaggle": "imgprep.inputs.fakes.kaggle:write_tree",
-    "kaggle-zip": "imgprep.inputs.fakes.kaggle:write_zip",
-    "hf-parquet": "imgprep.inputs.fakes.parquet:write",
-    "hf-targz": "imgprep.inputs.fakes.targz:write",
-    "wds": "imgprep.inputs.fakes.wds:write",
-    "in21k": "imgprep.inputs.fakes.in21k:write",
-}
+FAKES: dict[str, str] = {f.NAME: f.FAKE for f in FORMS}
 
 __all__ = ["FAKES", "FakeSummary", "SampleSpec", "make_fake"]
 

@@ -1,51 +1,45 @@
 """ImageNet as users hold it: one module per form over a small source protocol (``base``).
 
-``detect(path)`` asks each form's ``probe`` in the order of ``FORMS`` and returns the first
-``Detected``; ``list_split`` lists one of its splits with the module that recognised it. A
-form module is imported only when its turn comes (a parquet reader's dependency loads only
-when a parquet is seen). A new form is one module with ``probe`` and ``list_split`` and one
-line in ``FORMS``, placed before the forms that would also claim its inputs.
+``FORMS`` is the registry: the form modules themselves, each keeping the ``Form`` protocol
+(mypy checks each one against it), each named once, by its own ``NAME``. ``detect(path)``
+first refuses the downloads no form reads (``refusals``), then asks each form's ``probe`` in
+the order of ``FORMS`` and returns the first ``Detected``; ``list_split`` lists one of its
+splits with the form that recognised it. A form module imports its optional dependency
+(pyarrow, zlib-ng) only inside the functions that read such a file, so that importing the
+registry stays cheap. A new form is one module and one entry in ``FORMS``, placed before the
+forms that would also claim its inputs.
 """
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
-from types import ModuleType
 
 from imgprep.errors import InputMissingError, SourceFormatError
-from imgprep.inputs.forms.base import Detected, ListContext, Skip, SplitInput, TextFile
+from imgprep.inputs.forms import ilsvrc, in21k, kaggle, kagglezip, parquet, targz, wds
+from imgprep.inputs.forms.base import Detected, Form, ListContext, Skip, SplitInput, TextFile
+from imgprep.inputs.forms.refusals import refuse
 from imgprep.inputs.sources import Listing
 
-__all__ = ["FORMS", "Detected", "ListContext", "Skip", "SplitInput", "TextFile", "detect",
-           "form_names", "list_split"]
+__all__ = ["FORMS", "Detected", "Form", "ListContext", "Skip", "SplitInput", "TextFile",
+           "detect", "form_names", "form_of", "list_split"]
 
-# (form name, module): probed in this order; the first Detected wins. ``ilsvrc`` (the
-# image-net.org tars and folders) takes whatever exists, so it comes last;
-# ``other-archive`` only refuses (another compression, a split archive): it comes first;
-# ``in21k`` (archives of class tars, plain or gzip-compressed) before the Hub's tar.gz.
-FORMS: tuple[tuple[str, str], ...] = (
-    ("other-archive", "imgprep.inputs.forms.refusals"),
-    ("kaggle-zip", "imgprep.inputs.forms.kagglezip"),
-    ("kaggle", "imgprep.inputs.forms.kaggle"),
-    ("hf-parquet", "imgprep.inputs.forms.parquet"),
-    ("in21k", "imgprep.inputs.forms.in21k"),
-    ("hf-targz", "imgprep.inputs.forms.targz"),
-    ("wds", "imgprep.inputs.forms.wds"),
-    ("ilsvrc", "imgprep.inputs.forms.ilsvrc"),
-)
+# Probed in this order; the first Detected wins. ``ilsvrc`` (the image-net.org tars and
+# folders) takes whatever exists, so it comes last; ``in21k`` (archives of class tars, plain
+# or gzip-compressed) before the Hub's tar.gz, which would take a gzip-compressed one.
+FORMS: tuple[Form, ...] = (kagglezip, kaggle, parquet, in21k, targz, wds, ilsvrc)
 
 
 def form_names() -> tuple[str, ...]:
     """The forms ``--form`` accepts, in detection order."""
-    return tuple(name for name, _ in FORMS if name != "other-archive")
+    return tuple(f.NAME for f in FORMS)
 
 
-def _module(form: str) -> ModuleType:
-    for name, module in FORMS:
-        if name == form:
-            return importlib.import_module(module)
-    raise ValueError(f"unknown form {form!r}; known: {', '.join(form_names())}")
+def form_of(name: str) -> Form:
+    """The form called ``name``; ValueError naming the known ones."""
+    for f in FORMS:
+        if f.NAME == name:
+            return f
+    raise ValueError(f"unknown form {name!r}; known: {', '.join(form_names())}")
 
 
 def detect(path: Path, form: str | None = None) -> Detected:
@@ -55,12 +49,14 @@ def detect(path: Path, form: str | None = None) -> Detected:
         raise InputMissingError(
             f"input {path} does not exist; pass ImageNet as downloaded as INPUT "
             "(ILSVRC2012_img_train.tar, ILSVRC2012_img_val.tar, the Kaggle zip or a folder)")
-    forms = FORMS if form is None else tuple((n, m) for n, m in FORMS if n == form)
+    if form is None:
+        refuse(path)
+    forms = FORMS if form is None else tuple(f for f in FORMS if f.NAME == form)
     if not forms:
         raise SourceFormatError(f"--form {form} is not a known form; pass one of "
                                 f"{', '.join(form_names())}, or leave --form out to detect it")
-    for _, module in forms:
-        found: Detected | None = importlib.import_module(module).probe(path)
+    for f in forms:
+        found = f.probe(path)
         if found is not None:
             return found
     raise SourceFormatError(f"{path} is not in the {form} form; leave --form out to detect "
@@ -69,5 +65,4 @@ def detect(path: Path, form: str | None = None) -> Detected:
 
 def list_split(split: SplitInput, ctx: ListContext) -> Listing:
     """Every image of ``split``, listed by the module of its form."""
-    listing: Listing = _module(split.form).list_split(split, ctx)
-    return listing
+    return form_of(split.form).list_split(split, ctx)

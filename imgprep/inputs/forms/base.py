@@ -1,10 +1,13 @@
-"""The source protocol: what a form's probe finds and what its lister is given.
+"""The source protocol: what a form is, what its probe finds and what its lister is given.
 
-A form is one module with ``probe(path) -> Detected | None`` (cheap: names, magic bytes, a
-zip's central directory at most; None: not this form; a SourceFormatError: this form, but
+A form is one module that keeps the ``Form`` protocol: its name (``NAME``, written once: the
+registry, ``FORMS`` in ``imgprep.inputs.forms``, holds the module itself), where its fake is
+written (``FAKE``), ``probe(path) -> Detected | None`` (cheap: names, magic bytes, a zip's
+central directory at most; None: not this form; a SourceFormatError: this form, but
 unreadable as it stands, saying what was seen and what works) and
 ``list_split(split, ctx) -> Listing`` (every image of one split, with the class its form
-carries in the ``wnid`` column, so one downstream path labels and checks every form).
+carries in the ``wnid`` column, so one downstream path labels and checks every form). mypy
+checks every module of the registry against the protocol.
 """
 
 from __future__ import annotations
@@ -12,14 +15,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from imgprep.inputs.reader import TextFile
+from imgprep.inputs.sources import Listing
 from imgprep.inputs.synsets import ClassTable, imagenet_classes
+from imgprep.sections import SPLITS
 
-SPLITS = ("train", "val", "test")
 # Why a test split is not converted by default (said once per form that holds one).
 TEST_REASON = "images without labels; --split test converts them as an unlabelled split"
-__all__ = ["SPLITS", "Detected", "ListContext", "Skip", "SplitInput", "TextFile"]
+__all__ = ["Detected", "Form", "ListContext", "Skip", "SplitInput", "TextFile"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -91,12 +96,38 @@ class ListContext:
     carry class indices: map index -> wnid through it), ``spool_dir`` (an empty-or-resumable
     folder under the output's state folder for the one staging copy of a form without random
     access; None: write nothing, as in ``--dry-run``), ``spool_start`` (which of its source
-    files this process spools first: its rank, so that the ranks of a job share the work)."""
+    files this process spools first: its rank, so that the ranks of a job share the work),
+    ``max_image_bytes`` (the staging copy refuses an image larger than this before reading
+    it; None: no cap)."""
 
     workers: int | None = None
     classes: ClassTable = field(default_factory=imagenet_classes)
     spool_dir: Path | None = None
     spool_start: int = 0
+    max_image_bytes: int | None = None
+
+
+class Form(Protocol):
+    """An input form: a module with these names (module constants for the properties).
+
+    ``NAME``: the form's one name (``--form``, ``SplitInput.form``, ``Detected.form``).
+    ``FAKE``: ``"module:function"`` that writes a small fake of it (``imgprep make-sample
+    --form NAME``, ``imgprep.inputs.fakes``), imported only when it is asked for.
+    """
+
+    @property
+    def NAME(self) -> str: ...
+
+    @property
+    def FAKE(self) -> str: ...
+
+    def probe(self, path: Path) -> Detected | None:
+        """What ``path`` holds in this form, None when it is not in this form."""
+        ...
+
+    def list_split(self, split: SplitInput, ctx: ListContext) -> Listing:
+        """Every image of ``split``, one of those this form's probe found."""
+        ...
 
 
 def hub_splits(*, form: str, path: Path, found: dict[str, list[Path]], files_are: str, one: str,
@@ -109,7 +140,7 @@ def hub_splits(*, form: str, path: Path, found: dict[str, list[Path]], files_are
     tell them cheaply."""
     splits: list[SplitInput] = []
     skipped: list[Skip] = []
-    for name in sorted(found, key=("train", "val", "test").index):
+    for name in sorted(found, key=SPLITS.index):
         files = found[name]
         where = (f"{len(files)} {name} {files_are} in {files[0].parent}" if len(files) > 1
                  else f"{files[0]} ({one})")

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from imgprep.inputs.forms.base import SPLITS, TEST_REASON, Detected, ListContext, Skip, SplitInput
+from imgprep.inputs.forms.base import TEST_REASON, Detected, ListContext, Skip, SplitInput
 from imgprep.inputs.sources import Listing, list_source, split_folders
 from imgprep.inputs.tarlist import IMAGE_EXTS
+from imgprep.sections import SPLITS
 
 NAME = "ilsvrc"
+FAKE = "imgprep.inputs.fakes.ilsvrc:write"
 LABELS = ("the wnid of each class tar or folder, or the wnid a name starts with; "
           "ILSVRC2012_val_* images: the published labels, or --labels")
 SKIP_SHOWN = 5

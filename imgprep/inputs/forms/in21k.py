@@ -29,12 +29,13 @@ from imgprep.errors import InputMissingError, SourceFormatError
 from imgprep.inputs.forms.base import Detected, ListContext, SplitInput
 from imgprep.inputs.gzipio import GZIP_ERRORS, gzip_members, open_gzip
 from imgprep.inputs.sources import Listing, build_listing, list_source
-from imgprep.inputs.spool import SpoolJob, read_index, spool_all, spool_path
+from imgprep.inputs.spool import Item, SpoolJob, read_index, spool_all, spool_path
 from imgprep.inputs.synsets import WNID_RE, imagenet_classes
 from imgprep.inputs.tarlist import GZIP_MAGIC, Columns, TarJob, run_jobs
 from imgprep.shards.tarfmt import FILE_KINDS, HeaderError, walk
 
 NAME = "in21k"
+FAKE = "imgprep.inputs.fakes.in21k:write"
 LABELS = "the wnid of each class tar; the class table is the sorted wnids present, or --classes"
 ILSVRC_CLASSES = 1000
 HEAD_BYTES = 1 << 16  # what the probe of a .tar.gz decompresses: its first headers
@@ -125,10 +126,11 @@ def probe(path: Path) -> Detected | None:
                                 " or fall11_whole.tar: one tar per synset)")
 
 
-def class_tars(source: Path) -> Iterator[tuple[str, bytes]]:
+def class_tars(source: Path, max_bytes: int | None = None) -> Iterator[Item]:
     """Every member of the gzip-compressed outer tar ``source`` with its bytes (empty for a
     member that is not a class tar: only its name is kept), in archive order. Refuses the
-    archive at a member that must not be read."""
+    archive at a member that must not be read. (``max_bytes`` caps images: class tars are
+    not, and their images are capped when the plan lists them.)"""
     return gzip_members(source, lambda name: class_tar_wnid(name) is not None,
                         "image-net.org's archive")
 

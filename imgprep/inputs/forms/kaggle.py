@@ -23,6 +23,7 @@ from imgprep.inputs.synsets import WNID_RE, ClassTable
 from imgprep.inputs.tarlist import is_image_name
 
 NAME = "kaggle"
+FAKE = "imgprep.inputs.fakes.kaggle:write_tree"
 CLS_LOC = "ILSVRC/Data/CLS-LOC"
 VAL_TRUTH = "LOC_val_solution.csv"
 CLASS_MAP = "LOC_synset_mapping.txt"

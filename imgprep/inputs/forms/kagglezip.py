@@ -33,13 +33,14 @@ from imgprep.inputs.forms.kaggle import (
     val_labels,
 )
 from imgprep.inputs.keys import member_key
-from imgprep.inputs.reader import ArchiveMember, Codecs
+from imgprep.inputs.reader import ArchiveMember
 from imgprep.inputs.sources import Listing, build_listing
 from imgprep.inputs.synsets import WNID_RE
 from imgprep.inputs.tarlist import ListingError
-from imgprep.inputs.ziplist import ZipIndex, check_not_past_end, is_zip, read_index
+from imgprep.inputs.ziplist import ZipIndex, is_zip, read_index
 
 NAME = "kaggle-zip"
+FAKE = "imgprep.inputs.fakes.kaggle:write_zip"
 ZIP_NAME = "imagenet-object-localization-challenge.zip"  # the download's own name
 MARKER = f"{CLS_LOC}/"
 SHOW_NAMES = 3
@@ -110,7 +111,6 @@ def probe(path: Path) -> Detected | None:
     if not path.is_file() or not is_zip(path):
         return None
     index = read_index(path)
-    check_not_past_end(index)
     top = _prefix(index)
     starts = {s: f"{top}{MARKER}{s}/" for s in SPLIT_FOLDERS}
     base = f"{top}{MARKER}"
@@ -150,5 +150,5 @@ def list_split(split: SplitInput, ctx: ListContext) -> Listing:
         col["member"], col["key"] = np.zeros(0, dtype="S1"), np.zeros(0, dtype="S1")
     errors = [ListingError(e.source, e.reason) for e in index.refused
               if _under(e.source, split.prefix)]
-    codecs = Codecs(index.codec[rows], index.crc[rows], index.stored[rows], index.head[rows])
-    return build_listing(str(split.path), "zip", (str(split.path),), col, errors, 0, codecs)
+    return build_listing(str(split.path), "zip", (str(split.path),), col, errors, 0,
+                         index.codecs(rows))

@@ -27,23 +27,16 @@ import numpy as np
 from imgprep.errors import LabelError, SourceFormatError
 from imgprep.inputs import parquetio
 from imgprep.inputs.forms.base import Detected, ListContext, SplitInput, hub_splits
-from imgprep.inputs.hfnames import PARQUET_NAME_RE, hub_split, parse_name
+from imgprep.inputs.hfnames import PARQUET_NAME_RE, file_split, parse_name
 from imgprep.inputs.sources import Listing, build_listing
-from imgprep.inputs.spool import SpoolJob, read_index, spool_all, spool_path
+from imgprep.inputs.spool import Item, SpoolJob, read_index, spool_all, spool_path
 from imgprep.inputs.synsets import ClassTable
+from imgprep.inputs.tarlist import ListingError
 
 NAME = "hf-parquet"
+FAKE = "imgprep.inputs.fakes.parquet:write"
 SHOWN = 3
 LABELS = "the 'label' column (sorted-wnid order), checked against the wnid in image.path"
-
-
-def _split_of(path: Path) -> str:
-    """A parquet file's split: from its Hub name, else from the words in its name."""
-    named = hub_split(path.name)
-    if named is not None:
-        return named
-    words = path.stem.lower()
-    return "test" if "test" in words else "val" if "val" in words else "train"
 
 
 def parquet_files(path: Path) -> dict[str, list[Path]]:
@@ -51,14 +44,14 @@ def parquet_files(path: Path) -> dict[str, list[Path]]:
     or the folder holding it). Empty when there is no parquet file. A folder whose
     numbered set is incomplete is refused."""
     if path.is_file():
-        return {_split_of(path): [path]} if parquetio.is_parquet(path) else {}
+        return {file_split(path.name): [path]} if parquetio.is_parquet(path) else {}
     folder = path / "data" if (path / "data").is_dir() else path
     if not folder.is_dir():
         return {}
     found: dict[str, list[Path]] = {}
     for p in sorted(folder.iterdir()):
         if p.name.endswith(".parquet") and p.is_file():
-            found.setdefault(_split_of(p), []).append(p)
+            found.setdefault(file_split(p.name), []).append(p)
     for files in found.values():
         _check_complete(folder, files)
     return found
@@ -134,46 +127,56 @@ def list_file(path: Path, classes: ClassTable, allow_test: bool) -> FileListing:
     return _row_names(path, parquetio.iter_labels(path, classes, allow_test), classes)
 
 
-def spool_items(source: Path) -> Iterator[tuple[str, bytes]]:
-    """A parquet file's images for the spool, named by row."""
-    for row, data in enumerate(parquetio.iter_images(source)):
+def spool_items(source: Path, max_bytes: int | None = None) -> Iterator[Item]:
+    """A parquet file's images for the spool, named by row (those over ``max_bytes``
+    refused unread)."""
+    for row, data in enumerate(parquetio.iter_images(source, max_bytes)):
         yield str(row), data
 
 
-def spool_jobs(files: list[Path], spool_dir: Path) -> list[SpoolJob]:
+def spool_jobs(files: list[Path], spool_dir: Path,
+               max_bytes: int | None = None) -> list[SpoolJob]:
     """One spool job per parquet file, in ``files`` order."""
-    return [SpoolJob(source=p, spool=spool_path(spool_dir, i, p), read=spool_items)
-            for i, p in enumerate(files)]
+    return [SpoolJob(source=p, spool=spool_path(spool_dir, i, p), read=spool_items,
+                     max_bytes=max_bytes) for i, p in enumerate(files)]
 
 
 def columns(files: list[FileListing], spool_dir: Path | None, workers: int | None,
-            start: int = 0) -> tuple[tuple[str, ...], dict[str, np.ndarray]]:
-    """(containers, listing columns) of ``files``: with ``spool_dir``, every file is
-    spooled (missing ones on ``workers`` processes, beginning at file ``start``) and items
-    are read from the spool; without, the containers are the parquet files and the items
-    are rows (offset = row, size 0), for counting only."""
+            start: int = 0, max_bytes: int | None = None
+            ) -> tuple[tuple[str, ...], dict[str, np.ndarray], list[ListingError]]:
+    """(containers, listing columns, errors) of ``files``: with ``spool_dir``, every file is
+    spooled (missing ones on ``workers`` processes, beginning at file ``start``; images
+    over ``max_bytes`` refused, each an error) and items are read from the spool; without,
+    the containers are the parquet files and the items are rows (offset = row, size 0),
+    for counting only."""
     n = sum(len(f) for f in files)
     container = np.repeat(np.arange(len(files), dtype=np.int32), [len(f) for f in files])
     offset = np.concatenate([np.arange(len(f), dtype=np.int64) for f in files]) if files \
         else np.zeros(0, dtype=np.int64)
     size = np.zeros(n, dtype=np.int64)
     containers = tuple(str(f.path) for f in files)
+    refused: dict[int, str] = {}
     if spool_dir is not None:
-        jobs = spool_jobs([f.path for f in files], spool_dir)
+        jobs = spool_jobs([f.path for f in files], spool_dir, max_bytes)
         spool_all(jobs, workers, start)
-        offset, size = _spool_offsets(files, jobs)
+        offset, size, refused = _spool_offsets(files, jobs)
         containers = tuple(str(j.spool) for j in jobs)
-    return containers, {
+    col = {
         "container": container, "offset": offset, "size": size,
         **{name: np.concatenate([getattr(f, name) for f in files]) if files
            else np.zeros(0, dtype="S9" if name == "wnid" else "S1")
            for name in ("member", "key", "wnid")},
     }
+    errors = [ListingError(col["member"][i].decode("utf-8"), why)
+              for i, why in sorted(refused.items())]
+    keep = np.setdiff1d(np.arange(n), np.fromiter(refused, np.int64, len(refused)))
+    return containers, {k: v[keep] for k, v in col.items()}, errors
 
 
-def _spool_offsets(files: list[FileListing],
-                   jobs: list[SpoolJob]) -> tuple[np.ndarray, np.ndarray]:
-    offsets, sizes = [], []
+def _spool_offsets(files: list[FileListing], jobs: list[SpoolJob]
+                   ) -> tuple[np.ndarray, np.ndarray, dict[int, str]]:
+    """The rows' offsets and sizes in the spool files, and {row: why} of those refused."""
+    offsets, sizes, refused, first = [], [], {}, 0
     for f, job in zip(files, jobs, strict=True):
         index = read_index(job.spool)
         if len(index) != len(f):
@@ -183,9 +186,11 @@ def _spool_offsets(files: list[FileListing],
                 f"{job.spool.parent} and rerun")
         offsets.append(index.offset)
         sizes.append(index.size)
+        refused.update({first + i: why for i, why in index.refused.items()})
+        first += len(f)
     empty = np.zeros(0, dtype=np.int64)
     return (np.concatenate(offsets) if offsets else empty,
-            np.concatenate(sizes) if sizes else empty)
+            np.concatenate(sizes) if sizes else empty, refused)
 
 
 def _images(files: list[Path]) -> int | None:
@@ -216,5 +221,6 @@ def list_split(split: SplitInput, ctx: ListContext) -> Listing:
     into ``ctx.spool_dir`` and read from there (``--dry-run``: not spooled)."""
     files = parquet_files(split.path).get(split.split or "train", [])
     listed = [list_file(p, ctx.classes, allow_test=split.split == "test") for p in files]
-    containers, cols = columns(listed, ctx.spool_dir, ctx.workers, ctx.spool_start)
-    return build_listing(str(split.path), NAME, containers, cols, (), 0)
+    containers, cols, errors = columns(listed, ctx.spool_dir, ctx.workers, ctx.spool_start,
+                                       ctx.max_image_bytes)
+    return build_listing(str(split.path), NAME, containers, cols, errors, 0)

@@ -1,9 +1,10 @@
 """Downloads that are not (yet) in a form imgprep reads, named for what they are.
 
-Probed before the forms that would misread them: another compression or container (told by
-its magic bytes, whatever the file is called), one part of a split archive (told by its
-name), or a web page saved under an archive's name. Each is refused saying what was seen and
-the command that makes a form imgprep reads in place; nothing here converts anything.
+Not a form: ``refuse`` runs before any form is probed, so that none misreads them: another
+compression or container (told by its magic bytes, whatever the file is called), one part of
+a split archive (told by its name), or a web page saved under an archive's name. Each is
+refused saying what was seen and the command that makes a form imgprep reads in place;
+nothing here converts anything.
 """
 
 from __future__ import annotations
@@ -13,9 +14,7 @@ import shlex
 from pathlib import Path
 
 from imgprep.errors import SourceFormatError
-from imgprep.inputs.forms.base import Detected
 
-NAME = "other-archive"
 # magic bytes -> (what it is, how to make a readable form of FILE, what that gives)
 MAGIC: tuple[tuple[bytes, str, str, str], ...] = (
     (b"\x28\xb5\x2f\xfd", "zstd-compressed", "zstd -d {f} -o {s}", "{s}"),
@@ -62,10 +61,10 @@ def _split_part(path: Path) -> None:
             "joined.zip) and convert joined.zip")
 
 
-def probe(path: Path) -> Detected | None:
-    """None for anything not refused here; else a SourceFormatError saying what it is."""
+def refuse(path: Path) -> None:
+    """A SourceFormatError saying what ``path`` is when it is refused here; else nothing."""
     if not path.is_file():
-        return None
+        return
     _split_part(path)
     if DEVKIT.match(path.name):
         raise SourceFormatError(
@@ -77,7 +76,7 @@ def probe(path: Path) -> Detected | None:
         with open(path, "rb") as fh:
             head = fh.read(HEAD)
     except OSError:
-        return None  # the form that lists it says why it cannot be read
+        return  # the form that lists it says why it cannot be read
     for magic, what, command, gives in MAGIC:
         if head.startswith(magic):
             src, out = shlex.quote(str(path)), shlex.quote(str(path.with_name(_stem(path))))
@@ -91,4 +90,3 @@ def probe(path: Path) -> Detected | None:
             f"{path} is a text or web page (it starts {head[:24]!r}), not an archive: the "
             "download link returned a page (a login, an expired link or a quota message); "
             "download the archive again from the page it came from")
-    return None

@@ -27,14 +27,15 @@ from pathlib import Path
 from imgprep.errors import LabelError, SourceFormatError
 from imgprep.inputs.forms.base import Detected, ListContext, SplitInput, hub_splits
 from imgprep.inputs.gzipio import gzip_members
-from imgprep.inputs.hfnames import TARGZ_NAME_RE, hub_split, parse_name
+from imgprep.inputs.hfnames import TARGZ_NAME_RE, file_split, parse_name
 from imgprep.inputs.sources import Listing, build_listing
-from imgprep.inputs.spool import SpoolJob, read_index, spool_all, spool_path
-from imgprep.inputs.tarlist import GZIP_MAGIC, Columns, is_image_name
+from imgprep.inputs.spool import Item, SpoolJob, read_index, spool_all, spool_path
+from imgprep.inputs.tarlist import GZIP_MAGIC, Columns, ListingError, is_image_name
 from imgprep.job.cpus import rank_cores, read_limits
 from imgprep.procs import die_with_parent
 
 NAME = "hf-targz"
+FAKE = "imgprep.inputs.fakes.targz:write"
 SHOWN = 3
 LABELS = "the wnid each member's name ends in (<stem>_<wnid>.JPEG)"
 _NUMBERED = re.compile(r"^train_images_(\d+)\.tar\.gz$")
@@ -57,14 +58,14 @@ def targz_files(path: Path) -> dict[str, list[Path]]:
     split its name mentions: ``test``, ``val``, else train). Empty when there is none.
     Train archives with a gap in their numbers are refused (an unfinished download)."""
     if path.is_file():
-        return {_split_of(path): [path]} if is_targz(path) else {}
+        return {file_split(path.name): [path]} if is_targz(path) else {}
     folder = path / "data" if (path / "data").is_dir() else path
     if not folder.is_dir():
         return {}
     found: dict[str, list[Path]] = {}
     for p in sorted(folder.iterdir()):
         if TARGZ_NAME_RE.match(p.name) and is_targz(p):
-            found.setdefault(_split_of(p), []).append(p)
+            found.setdefault(file_split(p.name), []).append(p)
     numbers = sorted(int(m.group(1)) for p in found.get("train", [])
                      if (m := _NUMBERED.match(p.name)))
     missing = [f"train_images_{i}.tar.gz" for i in range(numbers[-1] if numbers else 0)
@@ -76,11 +77,11 @@ def targz_files(path: Path) -> dict[str, list[Path]]:
     return found
 
 
-def stream_members(source: Path) -> Iterator[tuple[str, bytes]]:
+def stream_members(source: Path, max_bytes: int | None = None) -> Iterator[Item]:
     """Every regular member of the archive ``source``, in order, with its bytes (empty for
-    a member that is not an image: only its name is kept). Refuses the archive at a member
-    that must not be read."""
-    return gzip_members(source, is_image_name, "the Hub's archive")
+    a member that is not an image: only its name is kept; ``Refused`` for an image over
+    ``max_bytes``, unread). Refuses the archive at a member that must not be read."""
+    return gzip_members(source, is_image_name, "the Hub's archive", max_bytes)
 
 
 def _names_sizes(source: Path) -> tuple[list[str], list[int]]:
@@ -88,7 +89,7 @@ def _names_sizes(source: Path) -> tuple[list[str], list[int]]:
     names, sizes = [], []
     for name, data in stream_members(source):
         names.append(name)
-        sizes.append(len(data))
+        sizes.append(len(data) if isinstance(data, bytes) else 0)
     return names, sizes
 
 
@@ -101,25 +102,32 @@ def _stream_all(files: list[Path], workers: int | None) -> list[tuple[list[str],
 
 
 def columns(files: list[Path], spool_dir: Path | None, workers: int | None,
-            start: int = 0) -> Columns:
+            start: int = 0, max_bytes: int | None = None) -> Columns:
     """The listing columns of the archives ``files``: spooled into ``spool_dir`` (the
-    missing ones on ``workers`` processes, beginning at archive ``start``) and read from
-    there; without ``spool_dir``, streamed for their names only (containers: the archives,
-    items not readable)."""
+    missing ones on ``workers`` processes, beginning at archive ``start``; images over
+    ``max_bytes`` refused unread, each an error) and read from there; without
+    ``spool_dir``, streamed for their names only (containers: the archives, items not
+    readable)."""
+    refused: list[dict[int, str]] = [{} for _ in files]
     if spool_dir is not None:
-        jobs = [SpoolJob(source=p, spool=spool_path(spool_dir, i, p), read=stream_members)
-                for i, p in enumerate(files)]
+        jobs = [SpoolJob(source=p, spool=spool_path(spool_dir, i, p), read=stream_members,
+                         max_bytes=max_bytes) for i, p in enumerate(files)]
         spool_all(jobs, workers, start)
         indexes = [read_index(j.spool) for j in jobs]
         parts = [(str(j.spool), list(x.names), x.offset.tolist(), x.size.tolist())
                  for j, x in zip(jobs, indexes, strict=True)]
+        refused = [x.refused for x in indexes]
     else:
         parts = [(str(p), names, [0] * len(sizes), sizes)
                  for p, (names, sizes) in zip(files, _stream_all(files, workers), strict=True)]
     cols = Columns()
-    for path, (container, names, offsets, sizes) in zip(files, parts, strict=True):
+    for path, (container, names, offsets, sizes), why in zip(files, parts, refused,
+                                                             strict=True):
         cid = cols.container_id(container)
-        for name, offset, size in zip(names, offsets, sizes, strict=True):
+        for k, (name, offset, size) in enumerate(zip(names, offsets, sizes, strict=True)):
+            if k in why:
+                cols.errors.append(ListingError(f"{path.name}/{name}", why[k]))
+                continue
             if not is_image_name(name):
                 cols.skipped += 1
                 continue
@@ -129,15 +137,6 @@ def columns(files: list[Path], spool_dir: Path | None, workers: int | None,
                                  "Hub's copy")
             cols.add(cid, offset, size, f"{path.name}/{name}", hub.wnid, stem=hub.key)
     return cols
-
-
-def _split_of(path: Path) -> str:
-    """An archive's split: from its Hub name, else from the words in its name."""
-    named = hub_split(path.name)
-    if named is not None:
-        return named
-    words = path.name.lower()
-    return "test" if "test" in words else "val" if "val" in words else "train"
 
 
 def probe(path: Path) -> Detected | None:
@@ -154,7 +153,7 @@ def probe(path: Path) -> Detected | None:
 def list_split(split: SplitInput, ctx: ListContext) -> Listing:
     """Every image of ``split``, spooled into ``ctx.spool_dir`` as its archives are read."""
     files = targz_files(split.path).get(split.split or "train", [])
-    cols = columns(files, ctx.spool_dir, ctx.workers, ctx.spool_start)
+    cols = columns(files, ctx.spool_dir, ctx.workers, ctx.spool_start, ctx.max_image_bytes)
     if not len(cols):
         raise SourceFormatError(
             f"{split.where} holds no images (.JPEG/.jpg/.png; {cols.skipped} other members): "

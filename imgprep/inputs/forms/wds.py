@@ -1,7 +1,8 @@
 """webdataset shard sets of ILSVRC2012, as timm publishes them (``timm/imagenet-1k-wds``).
 
-``imagenet1k-train-NNNN.tar`` and ``imagenet1k-validation-NNNN.tar`` (or ``-val-``), in a
-folder or given one by one: plain tars of samples ``<key>.jpg`` + ``<key>.cls`` (the class
+``imagenet1k-train-NNNN.tar`` and ``imagenet1k-validation-NNNN.tar`` (or any word of
+``imgprep.inputs.splitnames`` for train or val: ``-val-``, ``-training-`` …), in a folder or
+given one by one: plain tars of samples ``<key>.jpg`` + ``<key>.cls`` (the class
 index, sorted-wnid order) + an optional ``<key>.json``. A folder holding a train and a
 validation set is two splits. Each shard is listed by its headers
 (``imgprep.shards.tarfmt.walk``), in parallel over shards, and its images are read in place
@@ -28,6 +29,7 @@ from imgprep.errors import LabelError, SourceFormatError
 from imgprep.inputs.forms.base import Detected, ListContext, SplitInput
 from imgprep.inputs.hfnames import is_canonical, parse_name
 from imgprep.inputs.sources import Listing, build_listing
+from imgprep.inputs.splitnames import WORD, split_of_word
 from imgprep.inputs.synsets import WNID_RE, ClassTable
 from imgprep.inputs.tarlist import IMAGE_EXTS, Columns, ListingError
 from imgprep.job.cpus import rank_cores, read_limits
@@ -35,9 +37,9 @@ from imgprep.procs import die_with_parent
 from imgprep.shards import tarfmt
 
 NAME = "wds"
-SHARD_RE = re.compile(
-    r"^(?P<prefix>.+)-(?P<split>train|training|validation|val)-(?P<index>\d+)\.tar$")
-SPLITS = {"train": "train", "training": "train", "validation": "val", "val": "val"}
+FAKE = "imgprep.inputs.fakes.wds:write"
+SHARD_RE = re.compile(rf"^(?P<prefix>.+)-(?P<split>{WORD})-(?P<index>\d+)\.tar$")
+READ = ("train", "val")  # the splits of a shard set that are read; test shards are left out
 IMAGE_FIELDS = tuple(e.lstrip(".") for e in IMAGE_EXTS)
 MAX_SMALL = 1 << 16  # a .cls or .json bigger than this is not one
 SHOWN = 3
@@ -53,9 +55,9 @@ def shard_sets(path: Path) -> dict[str, list[Path]]:
     prefixes: dict[str, str] = {}
     for p in shards:
         m = SHARD_RE.match(p.name)
-        if m is None:
+        split = split_of_word(m.group("split")) if m is not None else None
+        if m is None or split is None or split not in READ:
             continue
-        split = SPLITS[m.group("split")]
         if prefixes.setdefault(split, m.group("prefix")) != m.group("prefix"):
             raise SourceFormatError(
                 f"{path} holds two {split} shard sets ({prefixes[split]}-… and "
