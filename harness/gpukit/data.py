@@ -26,7 +26,7 @@ from imgprep import imagenet_classes, manifest_path, write_bytes_atomic
 from imgprep.inputs.fakeset import jpeg_pool
 from imgprep.shards.writers import BLOCK, end_of_archive, header_bytes
 
-from .machine import child_env, cores
+from .machine import SAFE_PATH, child_env, cores
 from .profile import Profile
 
 TRAIN_TAR = "ILSVRC2012_img_train.tar"
@@ -102,7 +102,7 @@ def converted(work: Path, profile: Profile, timeout_s: float) -> Path:
     if manifest_path(out, "train").is_file():
         return out
     tar = make_input(work, profile) / TRAIN_TAR
-    cmd = [sys.executable, "-m", "imgprep", "convert", str(tar), "-o", str(out),
+    cmd = [sys.executable, *SAFE_PATH, "-m", "imgprep", "convert", str(tar), "-o", str(out),
            "--workers", str(cores()), "--json", "-q"]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s,
                           env=child_env())

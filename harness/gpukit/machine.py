@@ -1,6 +1,8 @@
 """What the machine has, said first: the GPU and its memory, torch and CUDA, which PIL (and
-whether it is pillow-simd), the cores, the optional packages it lacks; and which checks it
-cannot run, each with the reason.
+whether it is pillow-simd), the crop-aware decoder's libjpeg-turbo (bundled or the system's,
+SIMD on or off), which imgprep runs (the checkout's or a wheel's, ``harness.gpukit.wheel``),
+the cores, the optional packages it lacks; and which checks it cannot run, each with the
+reason.
 
 ``imgprep``'s own view of PIL comes from ``python -m imgprep info --json`` (the command line
 runs on the machine, as users would run it). Every torch call here exists in torch 2.1 and
@@ -21,6 +23,8 @@ from typing import Any
 
 from harness.checks import clean_env
 
+from . import wheel
+
 REPO = Path(__file__).resolve().parents[2]
 OPTIONAL = {  # module -> what it serves here
     "nvidia.dali": "the dali check (pip install 'imgprep[dali]')",
@@ -29,14 +33,20 @@ OPTIONAL = {  # module -> what it serves here
     "mpi4py": "the trainer under mpirun (not the kit)",
     "pytest": "the gpu-marked tests (tests/scripts/test_gpu_check.py)",
 }
+# ``python -P -m imgprep``: the current folder (the checkout) is not put first on the path,
+# so imgprep comes from the path the launcher set (a wheel's folder first, with --wheel)
+SAFE_PATH = ("-P",)
 PIL_KEYS = ("pil_version", "pillow_simd", "libjpeg_turbo", "jpeg_version", "crop_decode")
 
 
 def child_env(**extra: object) -> dict[str, str]:
-    """A launcher-free environment for the kit's children, the repository first on their
-    path (the checkout, not an installed copy)."""
-    path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
-    return clean_env(PYTHONPATH=path, **extra)
+    """A launcher-free environment for the kit's children, with this process's path: the
+    checkout on it (first, unless the launcher put a wheel's folder before it), never an
+    installed copy elsewhere."""
+    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if str(REPO) not in paths:
+        paths.insert(0, str(REPO))
+    return clean_env(PYTHONPATH=os.pathsep.join(paths), **extra)
 
 
 def cores() -> int:
@@ -93,15 +103,16 @@ def gpu_info() -> dict[str, Any]:
 def imgprep_info() -> dict[str, Any]:
     """``python -m imgprep info --json``: PIL and the versions, as the command sees them;
     on failure, the in-process view and the command's error."""
-    cmd = [sys.executable, "-m", "imgprep", "info", "--json"]
+    cmd = [sys.executable, *SAFE_PATH, "-m", "imgprep", "info", "--json"]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=child_env())
     if done.returncode == 0:
         info = json.loads(done.stdout.strip().splitlines()[-1])
-        return {"pil": {k: info["pil"].get(k) for k in PIL_KEYS}, "versions": info["versions"]}
+        return {"pil": {k: info["pil"].get(k) for k in PIL_KEYS}, "versions": info["versions"],
+                "libjpeg": info.get("libjpeg")}
     from imgprep import pil_info
 
     pil = asdict(pil_info(check_avx2=False))
-    return {"pil": {k: pil.get(k) for k in PIL_KEYS}, "versions": {},
+    return {"pil": {k: pil.get(k) for k in PIL_KEYS}, "versions": {}, "libjpeg": None,
             "cli_error": done.stderr.strip()[-500:]}
 
 
@@ -112,7 +123,7 @@ def probe(device: str) -> dict[str, Any]:
     return {"python": platform.python_version(), "torch": torch.__version__,
             "cuda": torch.version.cuda, "cores": cores(), "cpu": _cpu_model(),
             "memory_gib": _meminfo_gib(), "gpu": gpu_info() if device == "cuda" else None,
-            **imgprep_info(), "optional": optional_packages()}
+            **imgprep_info(), "imgprep": wheel.origin(), "optional": optional_packages()}
 
 
 def lines(m: dict[str, Any]) -> list[str]:
@@ -132,6 +143,9 @@ def lines(m: dict[str, Any]) -> list[str]:
     out.append(f"{m['cores']} cores ({m['cpu']}), {m['memory_gib']} GiB memory")
     missing = [name for name, found in m["optional"].items() if not found]
     out.append("optional packages missing: " + (", ".join(missing) or "none"))
+    lib = m.get("libjpeg")
+    out.append(wheel.line(m["imgprep"])
+               + (f"; the decoder's extension: {lib['extension']}" if lib else ""))
     if "cli_error" in m:
         out.append(f"python -m imgprep info failed: {m['cli_error']}")
     return out

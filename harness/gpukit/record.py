@@ -102,14 +102,15 @@ class Record:
 
 
 def machine_line(machine: dict[str, Any]) -> str:
-    """One sentence: the GPU (or none), torch and CUDA, PIL, cores."""
+    """One sentence: the GPU (or none), torch and CUDA, PIL, the crop-aware decoder, cores."""
     gpu = machine.get("gpu")
     where = (f"{gpu['name']} ({gpu['memory_gib']:.1f} GiB)" if gpu else "no GPU (CPU form)")
     pil = machine.get("pil", {})
     flavour = "pillow-simd" if pil.get("pillow_simd") else "stock Pillow"
+    wheel = " (imgprep from a wheel)" if machine.get("imgprep", {}).get("wheel") else ""
     return (f"{where}; torch {machine.get('torch')} (CUDA {machine.get('cuda') or 'none'}); "
             f"Python {machine.get('python')}; PIL {pil.get('pil_version')} ({flavour}); "
-            f"{machine.get('cores')} cores")
+            f"crop-aware decoder {pil.get('crop_decode')}{wheel}; {machine.get('cores')} cores")
 
 
 def cell(text: str) -> str:

@@ -14,10 +14,13 @@ receives ``gpu_check.json`` and ``gpu_check.md`` (the table for docs/benchmarks.
 rewritten after every check. The data (a synthetic ILSVRC2012-shaped input and its
 conversion) is made in ``--work DIR`` and kept there for the next run; without ``--work``,
 in a temporary folder removed at the end.
+``--wheel FILE``: imgprep and loaders from that wheel, which ``scripts/gpu_check.py`` installs
+and puts first on the path (``harness.gpukit.wheel``); a wheel of other sources is refused.
 
 Exit 0 when every check ran and held (targets are judged on the full CUDA run only), 1 when
 one raised, fell short of its target or found a difference, 2 for a usage error (``--device
-cuda`` where torch sees no GPU).
+cuda`` where torch sees no GPU; a ``--wheel`` not installed by the launcher, or built from
+other sources than the checkout's).
 """
 
 from __future__ import annotations
@@ -76,7 +79,22 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--work", type=Path, default=None,
                     help="folder for the data, kept for the next run (default: a temporary "
                          "folder, removed at the end)")
+    ap.add_argument("--wheel", type=Path, default=None,
+                    help="run imgprep from this wheel (scripts/gpu_check.py installs it into "
+                         "build/gpu-kit/site, first on the path)")
     return ap.parse_args(argv)
+
+
+def wheel_problem(asked: Path | None, found: dict[str, Any]) -> str | None:
+    """Why the kit must not run on the imgprep it imports (None: it may)."""
+    if asked is not None and not found["wheel"]:
+        return (f"--wheel {asked}, but imgprep comes from the checkout: run it through "
+                "scripts/gpu_check.py, which installs the wheel")
+    if found["differ"]:
+        return (f"the wheel in {found['site']} was built from other sources than this "
+                f"checkout ({', '.join(found['differ'][:5])}"
+                f"{', ...' if len(found['differ']) > 5 else ''}): rebuild it (make wheel)")
+    return None
 
 
 def device_of(asked: str) -> str | None:
@@ -121,6 +139,9 @@ def run(args: argparse.Namespace, device: str, work: Path) -> int:
     record.machine = machine.probe(device)
     for line in machine.lines(record.machine):
         say(line)
+    if (why := wheel_problem(args.wheel, record.machine["imgprep"])) is not None:
+        print(f"gpu_check: error: {why}", file=sys.stderr)
+        return 2
     record.skipped = machine.unavailable(device, args.only)
     for name, why in record.skipped.items():
         say(f"skip {name}: {why}")

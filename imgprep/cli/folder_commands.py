@@ -69,27 +69,32 @@ def verify(path: Path, split: str | None, decode: bool, workers: int | None, qui
 @click.argument("path", required=False, type=click.Path(exists=True, path_type=Path))
 @split_option
 @click.option("--strict", is_flag=True,
-              help="Exit 1 when PIL is not an AVX2 pillow-simd with libjpeg-turbo.")
+              help="Exit 1 when the crop-aware decoder is not built or its libjpeg-turbo runs "
+                   "without SIMD, or PIL is not an AVX2 pillow-simd with libjpeg-turbo.")
 @quiet_option
 @json_option
 def info(path: Path | None, split: str | None, strict: bool, quiet: bool,
          as_json: bool) -> None:
-    """Versions, whether PIL is pillow-simd (AVX2, libjpeg-turbo), and a manifest summary.
+    """Versions, the crop-aware decoder's libjpeg-turbo (bundled or the system's, SIMD on or
+    off), whether PIL is pillow-simd (AVX2, libjpeg-turbo), and a manifest summary.
 
-    With --quiet or --json, a PIL that is not the fast build is said on stderr only when
-    --strict makes it a failure.
+    With --quiet or --json, a decoder or PIL that is not the fast build is said on stderr
+    only when --strict makes it a failure.
     """
+    from imgprep import jpegcrop
     from imgprep.cli.report import info_lines
     from imgprep.shards.info import (
         ManifestSummary,
+        decoder_warning,
         manifest_summaries,
         pil_info,
         pil_warning,
         versions,
     )
 
-    ver, pil = versions(), pil_info()
-    out: dict[str, Any] = {"versions": asdict(ver), "pil": asdict(pil)}
+    ver, pil, lib = versions(), pil_info(), jpegcrop.library()
+    out: dict[str, Any] = {"versions": asdict(ver), "pil": asdict(pil),
+                           "libjpeg": asdict(lib) if lib is not None else None}
     manifests: list[ManifestSummary] = []
     if path is not None:
         try:
@@ -97,9 +102,9 @@ def info(path: Path | None, split: str | None, strict: bool, quiet: bool,
         except ImgprepError as e:
             fail(e)
         out["manifests"] = [m.to_json() for m in manifests]
-    warning = pil_warning(pil)
+    warning = "; ".join(w for w in (decoder_warning(lib), pil_warning(pil)) if w) or None
     out["warning"] = warning
-    emit(out, as_json, quiet, lambda: "\n".join(info_lines(ver, pil, manifests)))
+    emit(out, as_json, quiet, lambda: "\n".join(info_lines(ver, pil, lib, manifests)))
     if warning and not (quiet or as_json):
         click.echo(f"WARNING: {warning}", err=True)
     if strict and warning:

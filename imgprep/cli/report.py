@@ -9,6 +9,7 @@ if TYPE_CHECKING:
     from imgprep.convert.dryrun import DryRunReport
     from imgprep.convert.summary import ConvertSummary
     from imgprep.inputs.fakeset import FakeSummary
+    from imgprep.jpegcrop import Library
     from imgprep.shards.info import ManifestSummary, PilInfo, Versions
     from imgprep.stage.run import StageSummary
 
@@ -114,14 +115,18 @@ def stage_line(s: StageSummary, fanout: bool) -> str:
             f"{', '.join(s.manifests)}")
 
 
-def info_lines(versions: Versions, pil: PilInfo, manifests: list[ManifestSummary]) -> list[str]:
-    """``imgprep info``: versions, which PIL, and one line per manifest."""
+def info_lines(versions: Versions, pil: PilInfo, lib: Library | None,
+               manifests: list[ManifestSummary]) -> list[str]:
+    """``imgprep info``: versions, which PIL, the decoder's libjpeg-turbo, and one line per
+    manifest."""
     lines = [f"{k:12s} {v}" for k, v in asdict(versions).items()]
     lines.append(f"{'PIL':12s} {pil.pil_version} ({'pillow-simd' if pil.pillow_simd else 'stock'}"
                  f", AVX2 build: {pil.avx2_build}, libjpeg-turbo: {pil.libjpeg_turbo} "
                  f"{pil.jpeg_version})")
     lines.append(f"{'crop decode':12s} {pil.crop_decode}")
     lines.append(f"{'resampler':12s} {pil.resampler}")
+    if lib is not None:
+        lines.append(f"{'extension':12s} {lib.extension}")
     for m in manifests:
         lines.append(f"{m.path}: {m.split} {m.format}, {m.samples} samples, {m.shards} shards, "
                      f"{m.bytes / 1e6:.1f} MB, {m.classes} classes, {m.errors} errors; "

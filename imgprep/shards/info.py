@@ -1,7 +1,8 @@
 """What is installed and how fast it can be: PIL flavour, libjpeg-turbo, SIMD build, versions;
 and what ``imgprep info`` shows of a manifest. Each is a record (``PilInfo``, ``Versions``,
-``ManifestSummary`` with its ``FastDecode``) whose ``dataclasses.asdict`` (for
-``ManifestSummary``, its ``to_json``) is what ``imgprep info --json`` prints."""
+``ManifestSummary`` with its ``FastDecode``; the decoder's ``imgprep.jpegcrop.Library``)
+whose ``dataclasses.asdict`` (for ``ManifestSummary``, its ``to_json``) is what
+``imgprep info --json`` prints."""
 
 from __future__ import annotations
 
@@ -92,6 +93,17 @@ def pil_warning(info: PilInfo) -> str | None:
         return "pillow-simd was built without AVX2; rebuild with CC='cc -mavx2' (make setup)"
     if not info.libjpeg_turbo:
         return "PIL is not linked against libjpeg-turbo: JPEG decoding will be slow"
+    return None
+
+
+def decoder_warning(lib: jpegcrop.Library | None) -> str | None:
+    """One line saying why the crop-aware decoder is missing or slow, or None."""
+    if lib is None:
+        return f"the crop-aware decoder is {jpegcrop.status()}"
+    if lib.simd is False:
+        return (f"libjpeg-turbo {lib.version} runs without its SIMD kernels ({lib.extension}; "
+                "JSIMD_FORCENONE set, or a build without them): install the wheel "
+                "(docs/install.md)")
     return None
 
 

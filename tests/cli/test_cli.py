@@ -21,7 +21,7 @@ import sys
 import tarfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -779,7 +779,7 @@ def test_info_json_reports_the_manifest_and_pil(converted: dict[str, Path]) -> N
     r = invoke("info", converted["shards"], "--json")
     assert r.exit_code == 0, r.output
     info = summary_of(r)
-    assert set(info) == {"versions", "pil", "manifests", "warning"}
+    assert set(info) == {"versions", "pil", "libjpeg", "manifests", "warning"}
     assert set(info["versions"]) == {"imgprep", "python", "platform", "numpy", "torch",
                                      "webdataset", "tqdm", "click"}
     assert set(info["pil"]) == {"pil_version", "pillow_simd", "stock_pillow_installed",
@@ -800,6 +800,8 @@ def test_info_json_reports_the_manifest_and_pil(converted: dict[str, Path]) -> N
     assert (m["path"], m["index"]) == (str(converted["shards"] / "train.json"), True)
     assert m["bytes"] == sum(p.stat().st_size for p in converted["shards"].glob("train-*.tar"))
     assert info["pil"]["pillow_simd"] is True  # the project's venv has pillow-simd
+    lib = jpegcrop.library()
+    assert info["libjpeg"] == (asdict(lib) if lib is not None else None)
     assert info["warning"] is None
     assert info["versions"]["imgprep"] == __version__ == importlib.metadata.version("imgprep")
     assert info["versions"]["webdataset"] == importlib.metadata.version("webdataset")
@@ -810,7 +812,7 @@ def test_info_json_reports_the_manifest_and_pil(converted: dict[str, Path]) -> N
     assert m["fast_decode"] == {}
     r = invoke("info", "--json")  # no manifest asked for: no "manifests" key
     assert r.exit_code == 0, r.output
-    assert set(summary_of(r)) == {"versions", "pil", "warning"}
+    assert set(summary_of(r)) == {"versions", "pil", "libjpeg", "warning"}
 
 
 def test_info_human_and_strict(converted: dict[str, Path]) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import json
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -22,6 +23,8 @@ from harness.gpukit.data import class_counts, write_train_tar
 from harness.gpukit.nvjpeg import worker_counts
 from harness.gpukit.profile import PROFILES, Profile
 from harness.gpukit.record import Record, figure, holds, markdown, ratio
+from harness.gpukit.run import wheel_problem
+from harness.gpukit.wheel import PACKAGES, differences
 from imgprep import World
 from loaders import DeviceLoader, normalize
 from scripts.trainkit import distributed
@@ -218,6 +221,62 @@ def test_synthetic_input_is_an_ilsvrc_train_tar(tmp_path: Path) -> None:
             members = tf.getnames()
     assert len(names) == 3 and all(n.startswith("n") and n.endswith(".tar") for n in names)
     assert len(members) == 34 and members[0] == f"{names[0][:-4]}_1.JPEG"
+
+
+# ---------------------------------------------------------------------------- the wheel
+
+WHEELS = sorted((REPO / "dist").glob("imgprep-*-manylinux*.whl"))
+
+
+def copy_sources(site: Path) -> Path:
+    """The Python files of imgprep and loaders, as a wheel installs them, in ``site``."""
+    for pkg in PACKAGES:
+        for f in (REPO / pkg).rglob("*.py"):
+            dest = site / f.relative_to(REPO)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(f, dest)
+    return site
+
+
+def test_a_wheels_sources_are_compared_with_the_checkouts(tmp_path: Path) -> None:
+    site = copy_sources(tmp_path / "site")
+    (site / "imgprep" / "data.bin").write_bytes(b"x")  # not a source: not compared
+    assert differences(site) == []
+    (site / "loaders" / "base.py").write_text("# changed\n")
+    (site / "imgprep" / "errors.py").unlink()
+    (site / "imgprep" / "extra.py").write_text("")
+    assert differences(site) == ["imgprep/errors.py", "imgprep/extra.py", "loaders/base.py"]
+
+
+def test_the_kit_runs_only_on_the_wheel_of_its_checkout() -> None:
+    from_checkout = {"site": str(REPO), "wheel": False, "differ": []}
+    assert wheel_problem(None, from_checkout) is None
+    assert "run it through scripts/gpu_check.py" in str(wheel_problem(Path("w.whl"),
+                                                                      from_checkout))
+    other = {"site": "/s", "wheel": True, "differ": [f"imgprep/m{i}.py" for i in range(7)]}
+    why = wheel_problem(Path("w.whl"), other)
+    assert why is not None and "/s was built from other sources" in why
+    assert "imgprep/m4.py, ..." in why and why.endswith("rebuild it (make wheel)")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not WHEELS, reason=f"no wheel in {REPO / 'dist'} (make wheel makes it)")
+def test_the_kit_runs_imgprep_from_the_wheel_without_ld_library_path(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("LD_LIBRARY_PATH", raising=False)
+    done = kit("--wheel", WHEELS[-1].relative_to(REPO), "--device", "cpu", "--quick", "--only",
+               "loader", "--out", tmp_path, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    site = REPO / "build" / "gpu-kit" / "site"
+    m = record_of(tmp_path)["machine"]
+    assert m["imgprep"] == {"site": str(site), "wheel": True, "differ": [],
+                            "ld_library_path": None}
+    lib = m["libjpeg"]
+    assert lib["bundled"] and lib["simd"] is True
+    assert lib["extension"].startswith(str(site / "imgprep" / "_jpegcrop"))
+    assert (f"gpu_check: imgprep from the wheel installed in {site} (its sources are the "
+            f"checkout's); LD_LIBRARY_PATH unset; the decoder's extension: {lib['extension']}"
+            in done.stdout.splitlines())
 
 
 # ---------------------------------------------------------------------------- CUDA only

@@ -1,8 +1,13 @@
 """What ``imgprep info`` reports (``imgprep.shards.info``): records whose ``asdict`` is the
-JSON the command prints, and the one-line warning when PIL is not the fast build."""
+JSON the command prints, the one-line warning when PIL is not the fast build, and the crop-aware
+decoder's libjpeg-turbo (``imgprep.jpegcrop.library``), its SIMD on or off."""
 
 from __future__ import annotations
 
+import json
+import re
+import subprocess
+import sys
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
@@ -10,12 +15,21 @@ from typing import Any
 import pytest
 
 from imgprep import PilInfo, __version__, jpegcrop, pil_info, resample
-from imgprep.shards.info import FastDecode, Versions, pil_warning, probe_decode, versions
+from imgprep.shards.info import (
+    FastDecode,
+    Versions,
+    decoder_warning,
+    pil_warning,
+    probe_decode,
+    versions,
+)
 from imgprep.shards.manifest import read_manifest
-from tests.support import jpeg
+from tests.support import REPO, clean_env, jpeg
+from tests.support.cli import invoke
 from tests.support.images import encode, photo
 from tests.support.shards import write_split
 
+LIB = jpegcrop.library()
 FAST = PilInfo(pil_version="9.5.0.post1", pillow_simd=True, stock_pillow_installed=None,
                libjpeg_turbo=True, jpeg_version="8.0", core="/x/_imaging.so", cpu_avx2=True,
                avx2_build=True)
@@ -71,3 +85,59 @@ def test_probe_decode_counts_what_takes_the_pillow_path(tmp_path: Path) -> None:
     assert (two := probe_decode(tmp_path, m, limit=2)) is not None and two.probed == 2
     (tmp_path / m.shards[0].name).unlink()
     assert probe_decode(tmp_path, m) is None
+
+
+def lib_record(**change: Any) -> jpegcrop.Library:
+    base = {"version": "2.1.5", "bundled": True, "simd": True, "extension": "/x/_jpegcrop.so"}
+    return jpegcrop.Library(**{**base, **change})
+
+
+@pytest.mark.parametrize(("lib", "says"), [
+    (lib_record(), None),
+    (lib_record(bundled=False, simd=None), None),  # a system library: SIMD not known, no alarm
+    (lib_record(simd=False), "libjpeg-turbo 2.1.5 runs without its SIMD kernels (/x/"),
+    (None, "the crop-aware decoder is "),
+])
+def test_decoder_warning_names_a_missing_decoder_or_simd_off(
+        lib: jpegcrop.Library | None, says: str | None) -> None:
+    warning = decoder_warning(lib)
+    assert warning == says if says is None else warning is not None and says in warning
+
+
+@pytest.mark.skipif(not jpegcrop.AVAILABLE, reason=f"crop decode: {jpegcrop.status()}")
+def test_the_extension_reports_its_libjpeg_turbo_and_simd() -> None:
+    """make setup and the wheel link libjpeg-turbo in: SIMD is known, and on (x86-64 always
+    has SSE2); a build against the system's library says it cannot tell."""
+    lib = jpegcrop.library()
+    assert lib is not None and lib.version is not None
+    assert re.fullmatch(r"\d+\.\d+\.\d+", lib.version)
+    assert Path(lib.extension).name.startswith("_jpegcrop") and Path(lib.extension).is_file()
+    assert lib.simd is (True if lib.bundled else None)
+    assert f"libjpeg-turbo {lib.version}" in jpegcrop.status()
+
+
+def simd_in_child(**env: str) -> Any:
+    code = ("import json, dataclasses; from imgprep import jpegcrop; "
+            "print(json.dumps(dataclasses.asdict(jpegcrop.library())))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, cwd=REPO, env=clean_env(PYTHONPATH=str(REPO), **env))
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+@pytest.mark.skipif(LIB is None or not LIB.bundled,
+                    reason=f"crop decode: {jpegcrop.status()}: not a libjpeg-turbo linked in, "
+                           "so no SIMD switch to see (make setup links one in)")
+def test_simd_off_is_reported_off() -> None:
+    """libjpeg-turbo's own switch turns its kernels off: the report follows it, so a test
+    that wants SIMD on can fail."""
+    assert simd_in_child()["simd"] is True
+    assert simd_in_child(JSIMD_FORCENONE="1")["simd"] is False
+
+
+def test_info_strict_fails_when_the_decoders_simd_is_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(jpegcrop, "library", lambda: lib_record(simd=False))
+    r = invoke("info", "--strict", "--json")
+    assert r.exit_code == 1
+    assert json.loads(r.stdout)["libjpeg"]["simd"] is False
+    assert "runs without its SIMD kernels" in r.stderr

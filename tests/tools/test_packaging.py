@@ -1,0 +1,125 @@
+"""How imgprep installs (docs/install.md): no PIL among its dependencies and the error that
+says the one-liner when PIL is missing or too old; the wheel's build inputs (setup.py's
+sources, the libjpeg-turbo tool's apt list); and the checks ``make wheel-check`` makes of a
+wheel's name and files (tools/wheel_check.py). The wheel itself is built and installed by
+``make wheel-check``, which ``make test`` runs."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import tomllib
+import zipfile
+from pathlib import Path
+
+import pytest
+
+import imgprep
+from tests.support import REPO, clean_env
+from tools.libjpeg_turbo import as_deb_src
+from tools.wheel_check import Failed, Transcript, check_wheel
+
+PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
+
+
+def import_imgprep(tmp_path: Path, pil: str | None) -> subprocess.CompletedProcess[str]:
+    """``import imgprep`` in a child whose PIL is absent (None) or a stand-in of version
+    ``pil``."""
+    first = ""
+    if pil is not None:
+        (tmp_path / "PIL").mkdir()
+        (tmp_path / "PIL" / "__init__.py").write_text(f"__version__ = {pil!r}\n")
+        first = f"{tmp_path}:"
+    code = ("import sys\n" + ("sys.modules['PIL'] = None\n" if pil is None else "")
+            + "import imgprep\n")
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, cwd=tmp_path, env=clean_env(PYTHONPATH=first + str(REPO)))
+
+
+def test_no_pil_among_the_dependencies_and_an_extra_for_stock_pillow() -> None:
+    deps = PYPROJECT["project"]["dependencies"]
+    assert not [d for d in deps if re.match(r"pillow", d, re.I)]
+    assert PYPROJECT["project"]["optional-dependencies"]["pillow"] == [
+        f"pillow>={imgprep.PIL_MINIMUM}"]
+    assert imgprep.PIL_ONE_LINER == "pip install 'imgprep[pillow]'"
+
+
+def test_requires_python_is_what_the_wheel_is_built_for() -> None:
+    assert PYPROJECT["project"]["requires-python"] == ">=3.11"
+    setup = (REPO / "setup.py").read_text()
+    assert '"py_limited_api": "cp311"' in setup
+    assert "#define Py_LIMITED_API 0x030B0000" in (REPO / "imgprep" / "_jpegcrop.c").read_text()
+
+
+def test_import_without_pil_says_the_one_liner(tmp_path: Path) -> None:
+    done = import_imgprep(tmp_path, None)
+    assert done.returncode == 1
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("imgprep.errors.DependencyError: imgprep needs PIL, which this Python")
+    assert "pip install 'imgprep[pillow]' installs stock Pillow" in last
+    assert "make setup" in last and sys.executable in last
+
+
+@pytest.mark.parametrize(("version", "ok"), [("11.1.0", False), ("9.5.0.post1", False),
+                                             ("11.2.1", True), ("12.1.1.post0", True)])
+def test_import_with_an_old_pil_names_the_version_it_needs(tmp_path: Path, version: str,
+                                                          ok: bool) -> None:
+    done = import_imgprep(tmp_path, version)
+    assert done.returncode == (0 if ok else 1), done.stderr
+    if not ok:
+        assert (f"imgprep needs PIL 11.2 or later; this Python ({sys.executable}) has {version}"
+                in done.stderr)
+
+
+def test_the_extension_builds_from_every_c_file_of_csrc() -> None:
+    setup = (REPO / "setup.py").read_text()
+    assert 'SOURCES = ["imgprep/_jpegcrop.c", *sorted(glob("imgprep/csrc/*.c"))]' in setup
+    assert (REPO / "imgprep" / "csrc" / "libjpeg_info.c").is_file()
+
+
+@pytest.mark.parametrize(("given", "made"), [
+    ("Types: deb\nURIs: http://deb.debian.org/debian\nSuites: bookworm\n",
+     "Types: deb-src\nURIs: http://deb.debian.org/debian\nSuites: bookworm\n"),
+    ("Types: deb deb-src\nURIs: x\n", "Types: deb-src\nURIs: x\n"),
+    ("deb http://archive.ubuntu.com/ubuntu noble main\n# deb old\n",
+     "deb-src http://archive.ubuntu.com/ubuntu noble main\n# deb old\n"),
+    ("deb [arch=amd64] http://x y main\n", "deb-src [arch=amd64] http://x y main\n"),
+])
+def test_libjpeg_source_is_read_from_the_machines_own_apt_sources(given: str,
+                                                                   made: str) -> None:
+    assert as_deb_src(given) == made
+
+
+def fake_wheel(folder: Path, name: str, files: list[str]) -> Path:
+    path = folder / name
+    with zipfile.ZipFile(path, "w") as z:
+        for f in files:
+            z.writestr(f, b"x")
+    return path
+
+
+GOOD = ["imgprep/__init__.py", "imgprep/_jpegcrop.abi3.so",
+        "imgprep/licenses/libjpeg-turbo/LICENSE.md"]
+
+
+@pytest.mark.parametrize(("name", "files", "problem"), [
+    ("imgprep-0.1.0-cp311-abi3-manylinux2014_x86_64.manylinux_2_17_x86_64.whl", GOOD, None),
+    ("imgprep-0.1.0-cp311-abi3-manylinux_2_39_x86_64.whl", GOOD, None),
+    ("imgprep-0.1.0-cp311-abi3-manylinux_2_40_x86_64.whl", GOOD, "X <= 39"),
+    ("imgprep-0.1.0-cp311-abi3-linux_x86_64.whl", GOOD, "not cp311-abi3 manylinux"),
+    ("imgprep-0.1.0-cp312-cp312-manylinux_2_17_x86_64.whl", GOOD, "not cp311-abi3"),
+    ("imgprep-0.1.0-cp311-abi3-manylinux_2_17_x86_64.whl", GOOD[:1] + GOOD[2:],
+     "the extension missing"),
+    ("imgprep-0.1.0-cp311-abi3-manylinux_2_17_x86_64.whl", [*GOOD, "imgprep/csrc/a.c"],
+     "C sources inside"),
+    ("imgprep-0.1.0-cp311-abi3-manylinux_2_17_x86_64.whl", GOOD[:2], "no libjpeg-turbo licence"),
+])
+def test_wheel_check_holds_a_wheel_to_its_tags_and_files(
+        tmp_path: Path, name: str, files: list[str], problem: str | None) -> None:
+    wheel, t = fake_wheel(tmp_path, name, files), Transcript(tmp_path / "transcript.txt")
+    if problem is None:
+        assert check_wheel(t, wheel) == "manylinux_2_" + re.findall(r"_2_(\d+)_", name)[0]
+    else:
+        with pytest.raises(Failed, match=re.escape(problem)):
+            check_wheel(t, wheel)
