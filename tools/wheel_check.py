@@ -100,7 +100,7 @@ for i, f in enumerate(files):
     data, scale = f.read_bytes(), (1, 2, 4, 8)[i % 4]
     p = jpegcrop.probe(data)
     img = None if p.reason else jpegcrop.Frame().decode(
-        data, p, scale, (0, 0, -(-p.width // scale), -(-p.height // scale)))
+        data, p, scale, (0, 0, -(-p.width // scale), -(-p.height // scale)))[0]
     if img is None:
         declined += 1
         continue
