@@ -131,6 +131,10 @@ def test_an_error_while_the_decompressor_is_made_lands_in_the_handler(tmp_path: 
     """``jpeg_create_decompress`` itself may fail (no memory, another libjpeg version): with
     ``setjmp`` set after it, its error jumped to an unset buffer and crashed; set before,
     probe declines and decode raises, naming libjpeg's message."""
+    lib = jpegcrop.library()
+    if lib is not None and lib.bundled:
+        pytest.skip("the extension links its own libjpeg-turbo with private symbols: no "
+                    "preloaded library can replace its constructor")
     cc = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
     if cc is None:
         pytest.skip("no C compiler to build libjpeg's failing constructor")
