@@ -7,13 +7,18 @@ path (``imgprep info`` says which).
 """
 
 import sys
+from pathlib import Path
 
 from setuptools import Extension, setup
 
+# The convert path (decode, resample, encode in one call): imgprep/csrc/.
+CONVERT_SOURCES = [f"imgprep/csrc/{name}.c" for name in ("jerr", "encode", "bindings")]
+CONVERT_HEADERS = sorted(str(p) for p in Path("imgprep/csrc").glob("*.h"))
 LIMITED = sys.version_info >= (3, 11)  # the buffer protocol joined the stable ABI in 3.11
 
 setup(
-    ext_modules=[Extension("imgprep._jpegcrop", ["imgprep/_jpegcrop.c"], libraries=["jpeg"],
+    ext_modules=[Extension("imgprep._jpegcrop", ["imgprep/_jpegcrop.c", *CONVERT_SOURCES],
+                           depends=CONVERT_HEADERS, libraries=["jpeg"],
                            extra_compile_args=["-O3"], py_limited_api=True,
                            optional=True)] if LIMITED else [],
     options={"bdist_wheel": {"py_limited_api": "cp311"}} if LIMITED else {},

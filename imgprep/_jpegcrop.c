@@ -35,6 +35,8 @@
 
 #include <jpeglib.h>
 
+#include "csrc/bindings.h"
+
 enum { FAST = 0, PROGRESSIVE = 1, COLOR = 2, TAIL = 3, BROKEN = 4 };
 
 typedef struct {
@@ -298,6 +300,9 @@ static PyMethodDef methods[] = {
      "decode(data, frame, scale, x0, y0, x1, y1) -> (left, top, right, bottom, warnings)"},
     {"pack", pack, METH_VARARGS,
      "pack(src, src_width, x0, y0, width, height, out, flip, planar) -> None"},
+    {"encode", py_encode, METH_VARARGS,
+     "encode(pixels, width, height, channels, quality) -> bytes"},
+    {"turbo_version", py_turbo_version, METH_NOARGS, "turbo_version() -> int"},
     {NULL, NULL, 0, NULL},
 };
 
