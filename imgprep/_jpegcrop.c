@@ -36,6 +36,7 @@
 #include <jpeglib.h>
 
 #include "csrc/bindings.h"
+#include "csrc/resample.h"
 
 enum { FAST = 0, PROGRESSIVE = 1, COLOR = 2, TAIL = 3, BROKEN = 4 };
 
@@ -303,6 +304,10 @@ static PyMethodDef methods[] = {
     {"encode", py_encode, METH_VARARGS,
      "encode(pixels, width, height, channels, quality) -> bytes"},
     {"turbo_version", py_turbo_version, METH_NOARGS, "turbo_version() -> int"},
+    {"resize", rs_py_resize, METH_VARARGS,
+     "resize(src, width, height, stride, channels, box, out_width, out_height, window, out, "
+     "filter, flip, planar, kernel) -> None (imgprep/csrc/resample_py.c)"},
+    {"resample_kernel", rs_py_kernel, METH_VARARGS, "resample_kernel(kernel) -> str"},
     {NULL, NULL, 0, NULL},
 };
 
