@@ -17,7 +17,8 @@ from setuptools import Extension, setup
 LIMITED = sys.version_info >= (3, 11)  # the buffer protocol joined the stable ABI in 3.11
 RESAMPLER = [f"imgprep/csrc/resample{part}.c" for part in ("", "_avx2", "_avx512", "_py")]
 # The convert path (decode, resample, encode in one call): imgprep/csrc/.
-CONVERT_SOURCES = [f"imgprep/csrc/{name}.c" for name in ("jerr", "encode", "bindings")]
+CONVERT_SOURCES = [f"imgprep/csrc/{name}.c"
+                   for name in ("jerr", "encode", "orient", "jpegdec", "convert", "bindings")]
 HEADERS = sorted(str(p) for p in Path("imgprep/csrc").glob("*.h"))
 
 setup(

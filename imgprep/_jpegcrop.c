@@ -308,6 +308,9 @@ static PyMethodDef methods[] = {
      "resize(src, width, height, stride, channels, box, out_width, out_height, window, out, "
      "filter, flip, planar, kernel) -> None (imgprep/csrc/resample_py.c)"},
     {"resample_kernel", rs_py_kernel, METH_VARARGS, "resample_kernel(kernel) -> str"},
+    {"convert", py_convert, METH_VARARGS, "convert(data, ...) -> (status, message, jpeg, ...)"},
+    {"finish", py_finish, METH_VARARGS, "finish(rgb, ...) -> (status, message, jpeg, ...)"},
+    {"frame", py_frame, METH_VARARGS, "frame(data, ...) -> (status, message, rgbx, ...)"},
     {NULL, NULL, 0, NULL},
 };
 

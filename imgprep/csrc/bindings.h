@@ -8,5 +8,8 @@
 
 PyObject *py_encode(PyObject *self, PyObject *args);
 PyObject *py_turbo_version(PyObject *self, PyObject *args);
+PyObject *py_convert(PyObject *self, PyObject *args);
+PyObject *py_finish(PyObject *self, PyObject *args);
+PyObject *py_frame(PyObject *self, PyObject *args);
 
 #endif
