@@ -96,7 +96,7 @@ def _manifest(plan: Plan, results: list[TaskResult], errors: int, log: Path | No
         stats_images=sum(r.stats_images for r in results), node=node, index=index,
         source={"kind": lst.kind, "name": Path(lst.root).name, "images": len(lst),
                 "skipped_non_images": lst.skipped},
-        labelled=plan.labelled,
+        labelled=plan.labelled, transform_version=plan.transform_version,
     )
 
 

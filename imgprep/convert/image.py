@@ -19,18 +19,27 @@ from imgprep.convert import native, pillowpath
 from imgprep.convert.converted import Converted
 from imgprep.convert.options import TransformOptions
 
-TRANSFORM_VERSION = native.VERSION if native.AVAILABLE else pillowpath.VERSION
-TRANSFORMS = {  # each version's one line, for messages and ``imgprep info``
-    pillowpath.VERSION: "Pillow's draft decode, resample and JPEG encoder",
-    native.VERSION: "imgprep's C path: libjpeg-turbo region decode, fixed-point resampler, "
-                    "libjpeg-turbo encoder",
+TRANSFORMS = {  # each version in a few words, for messages
+    pillowpath.VERSION: "Pillow's decode, resample and JPEG encoder",
+    native.VERSION: "imgprep's C path over libjpeg-turbo",
 }
+
+
+def transform_version() -> int:
+    """The transform version this environment converts with: 2 where the C extension is
+    built, else 1."""
+    return native.VERSION if native.AVAILABLE else pillowpath.VERSION
+
+
+def describe_transform(version: int) -> str:
+    """``version`` and what it is, for messages."""
+    return f"transform version {version} ({TRANSFORMS.get(version, 'unknown to this imgprep')})"
 
 
 def convert_image(data: bytes, opts: TransformOptions, *, crop_decode: bool = True,
                   histogram: bool = False, pixels: bool = False) -> Converted:
     """``data`` cropped/resized to ``opts.size`` and encoded as an RGB JPEG by this
-    environment's transform version (``TRANSFORM_VERSION``); ``histogram`` and ``pixels``
+    environment's transform version (``transform_version()``); ``histogram`` and ``pixels``
     ask for the output's level counts and pixels too. ``crop_decode=False`` decodes whole
     images where a region would do (the bytes are the same either way). Raises ImageError
     for what cannot be converted."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import io
 import warnings
+from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
@@ -48,6 +49,18 @@ def bomb_pixels() -> int:
     none)."""
     limit = Image.MAX_IMAGE_PIXELS
     return 0 if limit is None else 2 * int(limit)
+
+
+def one_call(opts: TransformOptions) -> Callable[[bytes], bytes] | None:
+    """The extension's call for a JPEG under ``opts`` and nothing around it (no Pillow, no
+    Python checks): the floor that convert's per-image work is measured against. None when
+    the extension is not built."""
+    ext = _ext
+    if ext is None:
+        return None
+    args = (opts.size, RESIZE[opts.resize], FILTER_CODES[opts.filter], opts.quality,
+            opts.exif_transpose, False, False, False, opts.max_pixels, bomb_pixels())
+    return lambda data: ext.convert(data, *args)[2]
 
 
 def convert_native(data: bytes, opts: TransformOptions, *, crop_decode: bool = True,

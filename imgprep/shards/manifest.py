@@ -135,6 +135,7 @@ class Manifest:
     node: NodeSection | None = None
     index: IndexEntry | None = None
     labelled: bool = True
+    transform_version: int = 1  # how the images were made (imgprep.convert.image); 1 if absent
     format_version: int = FORMAT_VERSION
 
     @property
@@ -212,6 +213,9 @@ def parse_manifest(d: Any, where: str) -> Manifest:
     classes = _need(d, "classes", list, where)
     if not all(isinstance(c, list) and len(c) == 2 for c in classes):
         raise ManifestError(f"{where}: classes must be [wnid, name] pairs")
+    transform = _need(d, "transform_version", int, where) if "transform_version" in d else 1
+    if transform < 1:
+        raise ManifestError(f"{where}: transform_version {transform} is not 1 or more")
     return Manifest(
         split=_need(d, "split", str, where), format=fmt, total_samples=total, classes=classes,
         mean=_need(d, "mean", list, where), std=_need(d, "std", list, where),
@@ -221,7 +225,7 @@ def parse_manifest(d: Any, where: str) -> Manifest:
         source=d.get("source") or {}, stats_images=int(d.get("stats_images", 0)),
         node=parse_node(d["node"], where) if d.get("node") is not None else None, index=index,
         labelled=_need(d, "labelled", bool, where) if "labelled" in d else True,
-        format_version=version,
+        transform_version=transform, format_version=version,
     )
 
 

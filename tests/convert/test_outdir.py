@@ -53,7 +53,7 @@ def wanted_like(folder: Path, split: str = "train") -> Wanted:
     return Wanted(out=folder, split=split, format=m.format, options=options,
                   fingerprint=m.options["fingerprint"], classes=m.classes,
                   source={"kind": "tar", "name": m.source["name"], "images": m.source["images"]},
-                  tool_version=m.tool_version)
+                  tool_version=m.tool_version, transform_version=m.transform_version)
 
 
 @pytest.fixture
@@ -111,7 +111,8 @@ def test_an_unreadable_manifest_is_refused_or_replaced_whole(shards: Path) -> No
 
 def wanted_like_unread(folder: Path) -> Wanted:
     return Wanted(out=folder, split="train", format="shards", options={}, fingerprint="0" * 64,
-                  classes=[], source={"name": "x", "images": 1}, tool_version="0")
+                  classes=[], source={"name": "x", "images": 1}, tool_version="0",
+                  transform_version=2)
 
 
 def test_remove_split_takes_that_split_alone_manifest_first(shards: Path) -> None:
