@@ -80,6 +80,7 @@ def info(path: Path | None, split: str | None, strict: bool, quiet: bool,
     --strict makes it a failure.
     """
     from imgprep.cli.report import info_lines
+    from imgprep.convert.image import describe_transform, transform_version
     from imgprep.shards.info import (
         ManifestSummary,
         manifest_summaries,
@@ -89,7 +90,10 @@ def info(path: Path | None, split: str | None, strict: bool, quiet: bool,
     )
 
     ver, pil = versions(), pil_info()
-    out: dict[str, Any] = {"versions": asdict(ver), "pil": asdict(pil)}
+    convert = describe_transform(transform_version())
+    out: dict[str, Any] = {"versions": asdict(ver), "pil": asdict(pil),
+                           "convert": {"transform_version": transform_version(),
+                                       "transform": convert}}
     manifests: list[ManifestSummary] = []
     if path is not None:
         try:
@@ -99,7 +103,7 @@ def info(path: Path | None, split: str | None, strict: bool, quiet: bool,
         out["manifests"] = [asdict(m) for m in manifests]
     warning = pil_warning(pil)
     out["warning"] = warning
-    emit(out, as_json, quiet, lambda: "\n".join(info_lines(ver, pil, manifests)))
+    emit(out, as_json, quiet, lambda: "\n".join(info_lines(ver, pil, manifests, convert)))
     if warning and not (quiet or as_json):
         click.echo(f"WARNING: {warning}", err=True)
     if strict and warning:

@@ -110,17 +110,21 @@ def stage_line(s: StageSummary, fanout: bool) -> str:
             f"{', '.join(s.manifests)}")
 
 
-def info_lines(versions: Versions, pil: PilInfo, manifests: list[ManifestSummary]) -> list[str]:
-    """``imgprep info``: versions, which PIL, and one line per manifest."""
+def info_lines(versions: Versions, pil: PilInfo, manifests: list[ManifestSummary],
+               convert: str = "") -> list[str]:
+    """``imgprep info``: versions, which PIL, how convert makes images here (``convert``),
+    and one line per manifest."""
     lines = [f"{k:12s} {v}" for k, v in asdict(versions).items()]
     lines.append(f"{'PIL':12s} {pil.pil_version} ({'pillow-simd' if pil.pillow_simd else 'stock'}"
                  f", AVX2 build: {pil.avx2_build}, libjpeg-turbo: {pil.libjpeg_turbo} "
                  f"{pil.jpeg_version})")
     lines.append(f"{'crop decode':12s} {pil.crop_decode}")
+    if convert:
+        lines.append(f"{'convert':12s} {convert}")
     for m in manifests:
         lines.append(f"{m.path}: {m.split} {m.format}, {m.samples} samples, {m.shards} shards, "
-                     f"{m.bytes / 1e6:.1f} MB, {m.classes} classes, {m.errors} errors; "
-                     f"mean {m.mean} std {m.std}")
+                     f"{m.bytes / 1e6:.1f} MB, {m.classes} classes, {m.errors} errors, "
+                     f"transform version {m.transform_version}; mean {m.mean} std {m.std}")
         if m.fast_decode:
             d = m.fast_decode
             why = "; ".join(f"{n} {r}" for r, n in d["declined"].items())

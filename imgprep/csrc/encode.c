@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <jpeglib.h>
 #include <jerror.h>
@@ -71,6 +72,7 @@ int encode_jpeg(const unsigned char *pixels, unsigned width, unsigned height, si
         snprintf(message, JMSG_LENGTH_MAX, "out of memory for the JPEG output");
         return -1;
     }
+    memset(&cinfo, 0, sizeof cinfo);  /* destroying it is safe whatever create reached */
     jerr_init(&cinfo.err, &err);
     if (setjmp(err.jump)) {
         jpeg_destroy_compress(&cinfo);

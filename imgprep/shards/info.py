@@ -132,6 +132,7 @@ class ManifestSummary:
     tool_version: str
     options: dict[str, Any]
     index: bool  # the manifest names a sample index
+    transform_version: int  # how the images were made (imgprep.convert.image)
     # of the first PROBED images of the first shard: how many the crop-aware decoder takes,
     # and why it declines the others (they take the Pillow path); empty for a label list
     fast_decode: dict[str, Any]
@@ -150,7 +151,7 @@ def manifest_summaries(path: Path, split: str | None = None) -> list[ManifestSum
             shards=len(m.shards), bytes=m.total_bytes, classes=len(m.classes),
             errors=m.errors, mean=m.mean, std=m.std, tool_version=m.tool_version,
             options=m.options, index=m.index is not None,
-            fast_decode=probe_decode(p.parent, m)))
+            transform_version=m.transform_version, fast_decode=probe_decode(p.parent, m)))
     return out
 
 
