@@ -26,7 +26,7 @@ from PIL import Image
 
 from imgprep.convert import pillowpath
 from imgprep.convert.converted import Converted
-from imgprep.convert.options import TransformOptions
+from imgprep.convert.options import FILTER_NAMES, TransformOptions
 from imgprep.errors import ImageError
 
 _ext: ModuleType | None
@@ -40,7 +40,8 @@ AVAILABLE = _ext is not None
 JPEG_MAGIC = b"\xff\xd8\xff"  # what Pillow's JPEG opener accepts
 CONVERTED, DECLINED, FAILED = 0, 1, 2  # the extension's status codes
 RESIZE = {"center-crop": 0, "short-side": 1}
-FILTER_CODES = {"lanczos": 1, "bilinear": 2, "bicubic": 3, "box": 4, "hamming": 5}
+# the resampler's filters are numbered as Pillow's (imgprep/csrc/resample.h)
+FILTER_CODES = {name: int(Image.Resampling[name.upper()]) for name in FILTER_NAMES}
 _MODES = {1: "L", 3: "RGB"}
 
 
@@ -85,8 +86,11 @@ def convert_native(data: bytes, opts: TransformOptions, *, crop_decode: bool = T
 def _pillow_format(data: bytes) -> str:
     """Pillow's name for a JPEG with a multi-picture segment: MPO, or JPEG when it holds one
     picture."""
-    with Image.open(io.BytesIO(data)) as img:
-        return img.format or "JPEG"
+    try:
+        with Image.open(io.BytesIO(data)) as img:
+            return img.format or "JPEG"
+    except (OSError, SyntaxError, ValueError):  # its multi-picture index is damaged
+        return "JPEG"
 
 
 def _from_pillow(ext: ModuleType, data: bytes, opts: TransformOptions, histogram: bool,
