@@ -111,7 +111,7 @@ def _from_pillow(ext: ModuleType, data: bytes, opts: TransformOptions, histogram
 
 def _converted(r: tuple[Any, ...], size0: tuple[int, int], mode: str, fmt: str) -> Converted:
     """The extension's answer as a Converted, or its reason as an ImageError."""
-    status, message, jpeg, *_, levels, rgb, out_w, out_h = r
+    status, message, jpeg, *_, levels, rgb, out_w, out_h, _scan = r
     if status != CONVERTED:
         raise ImageError(message)
     hist = None if levels is None else np.frombuffer(levels, np.int64)

@@ -7,12 +7,17 @@
  *
  * convert(data, size, resize, filter, quality, exif_transpose, whole, histogram, pixels,
  *         max_pixels, bomb_pixels) -> (status, message, jpeg, width, height, components, mpf,
- *                                      path, levels, rgb, out_width, out_height)
+ *                                      path, levels, rgb, out_width, out_height, scan)
  *     A JPEG's bytes to convert's output (imgprep/csrc/convert.h): ``status`` 0 converted
  *     (``jpeg`` the output), 1 declined (decode it with Pillow, then call ``finish``), 2
  *     failed (``message`` says why). ``resize`` 0: center-crop, 1: short-side; ``whole``:
  *     never decode only a region. ``levels`` (when ``histogram``): the output's R, G, B level
- *     counts as 768 native int64; ``rgb`` (when ``pixels``): the output's pixels, in rows.
+ *     counts as 768 native int64; ``rgb`` (when ``pixels``): the output's pixels, in rows;
+ *     ``scan``: what reading the JPEG's data to its end found, {"warnings": libjpeg's
+ *     warnings, "first": the first one's text, "eof": the data ran out before an EOI marker,
+ *     "hit_marker": a marker came before the scan's last block, "padding": the most bytes
+ *     skipped before one marker, "trailing": bytes after the EOI marker, "error": ""} (all
+ *     zero for pixels from ``finish``).
  *
  * finish(rgb, width, height, orig_width, orig_height, size, resize, filter, quality,
  *        histogram, pixels, max_pixels) -> the same tuple
@@ -67,11 +72,17 @@ static PyObject *result_tuple(const ConvertResult *r, int want_levels, int want_
     PyObject *levels = bytes_or_none(r->histogram, sizeof r->histogram, ok && want_levels);
     size_t n = (size_t)r->out_width * r->out_height * 3;
     PyObject *rgb = bytes_or_none(r->pixels, n, ok && want_pixels);
+    const Scan *s = &r->scan;
+    PyObject *scan = Py_BuildValue("{s:i,s:s,s:i,s:i,s:l,s:l,s:s}", "warnings", s->warnings,
+                                   "first", s->first, "eof", s->eof, "hit_marker",
+                                   s->hit_marker, "padding", s->padding, "trailing",
+                                   s->trailing, "error", "");
     PyObject *out = NULL;
-    if (jpeg != NULL && levels != NULL && rgb != NULL)
-        out = Py_BuildValue("isOIIiiiOOII", r->status, r->message, jpeg, r->width, r->height,
+    if (jpeg != NULL && levels != NULL && rgb != NULL && scan != NULL)
+        out = Py_BuildValue("isOIIiiiOOIIO", r->status, r->message, jpeg, r->width, r->height,
                             r->components, r->mpf, r->path, levels, rgb, r->out_width,
-                            r->out_height);
+                            r->out_height, scan);
+    Py_XDECREF(scan);
     Py_XDECREF(jpeg);
     Py_XDECREF(levels);
     Py_XDECREF(rgb);

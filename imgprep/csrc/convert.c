@@ -16,8 +16,8 @@ enum { AT_HEADER, AT_REGION, AT_WHOLE };  /* where a libjpeg error struck */
 enum { KEEP_BYTES = 16 << 20 };           /* scratch kept between images */
 
 /* Each thread's scratch: the decoded region, the region turned, the output's RGB pixels,
- * the output JPEG. */
-static _Thread_local Scratch region_mem, turned_mem, out_mem;
+ * the last row read past the region, the output JPEG. */
+static _Thread_local Scratch region_mem, turned_mem, out_mem, row_mem;
 static _Thread_local OutBuf jpeg_mem;
 
 typedef struct {
@@ -137,7 +137,7 @@ static int plan(const JpegHeader *h, const ConvertOpts *o, int whole, ConvertRes
     Rect all = {0, 0, p->width, p->height};
     p->stored = turn_rect(inverse_orientation(p->orientation), w, hh, p->g.reach);
     p->region = !whole && !h->arithmetic && h->colour != COLOUR_RGB &&
-                (h->multi_scan || h->clean_tail) && memcmp(&p->stored, &all, sizeof all) != 0;
+                memcmp(&p->stored, &all, sizeof all) != 0;
     if (!p->region) p->stored = all;
     return CONVERTED;
 }
@@ -201,7 +201,10 @@ static int decode_once(const unsigned char *data, size_t len, const ConvertOpts 
     }
     at = p.region ? AT_REGION : AT_WHOLE;
     jpegdec_region(&cinfo, p.scale, p.stored, &region_mem, &px);
+    long trailing = jpegdec_to_end(&cinfo, &row_mem);
     jpeg_destroy_decompress(&cinfo);
+    r->scan = (Scan){err.warnings, err.eof, err.hit_marker, err.padding, trailing, ""};
+    memcpy(r->scan.first, err.first, sizeof err.first);
     if (p.region && err.warnings) return RETRY;  /* corrupt data: decode it all, as Pillow */
     if (err.eof) {
         snprintf(err.message, JMSG_LENGTH_MAX, "premature end of the JPEG data");
@@ -284,6 +287,7 @@ void convert_trim(void) {
     scratch_trim(&region_mem, KEEP_BYTES);
     scratch_trim(&turned_mem, KEEP_BYTES);
     scratch_trim(&out_mem, KEEP_BYTES);
+    scratch_trim(&row_mem, KEEP_BYTES);
     if (jpeg_mem.cap > KEEP_BYTES) {
         free(jpeg_mem.data);
         jpeg_mem = (OutBuf){NULL, 0, 0};

@@ -1,6 +1,7 @@
 /* Convert's per-image work in one call: a JPEG's bytes, decoded at a DCT scale (only the
- * region the resample reads when libjpeg can stop early without hiding damage), turned by
- * its EXIF orientation, cropped or scaled on the short side, resampled and encoded; or the
+ * region the resample reads, then the rest of the data read to its end, entropy-decoded
+ * only, so that damage anywhere is seen), turned by its EXIF orientation, cropped or scaled
+ * on the short side, resampled and encoded; or the
  * same from pixels that Pillow decoded (what libjpeg-turbo cannot: PNG, CMYK ...). Plain C:
  * run it without the GIL. The outputs live in the calling thread's scratch memory until its
  * next call. */
@@ -29,6 +30,13 @@ typedef struct {
     uint64_t bomb_pixels;  /* Pillow's decompression-bomb limit (0: none) */
 } ConvertOpts;
 
+/* What reading a JPEG's data to its end found (libjpeg's warnings, sorted; see jerr.h). */
+typedef struct {
+    int warnings, eof, hit_marker;
+    long padding, trailing;      /* trailing: bytes after the EOI marker */
+    char first[JMSG_LENGTH_MAX];  /* the first warning */
+} Scan;
+
 typedef struct {
     int status;               /* CONVERTED; DECLINED: take the Pillow path; FAILED: message */
     int path;                 /* how the pixels were decoded (PATH_*) */
@@ -39,6 +47,7 @@ typedef struct {
     const unsigned char *pixels;  /* the output, out_width x out_height RGB */
     const unsigned char *jpeg;
     size_t jpeg_len;
+    Scan scan;                    /* a JPEG the extension decoded, read to its end */
     uint64_t histogram[LEVELS];   /* R, G, B levels (when asked) */
     char message[MESSAGE_LEN];
 } ConvertResult;

@@ -14,24 +14,6 @@ static const char MPF[4] = {'M', 'P', 'F', 0};
 static const char EXIF[6] = {'E', 'x', 'i', 'f', 0, 0};
 static const char XMP[XMP_HEAD] = "http://ns.adobe.com/xap/1.0/";  /* and its NUL */
 
-/* Whether the bytes from ``p`` to the end are entropy-coded data with restart markers only,
- * then EOI as the last two bytes: then stopping early cannot hide an error that a whole
- * decode would meet. */
-static int clean_tail(const unsigned char *p, const unsigned char *end) {
-    if (end - p < 2 || end[-2] != 0xFF || end[-1] != 0xD9) return 0;
-    end -= 2;
-    while (p < end) {
-        const unsigned char *ff = memchr(p, 0xFF, (size_t)(end - p));
-        if (ff == NULL) return 1;
-        p = ff + 1;
-        while (p < end && *p == 0xFF) p++;  /* fill bytes */
-        if (p == end) return 0;
-        if (*p != 0x00 && (*p < 0xD0 || *p > 0xD7)) return 0;  /* a marker: not RSTn */
-        p++;
-    }
-    return 1;
-}
-
 static int is_app1(jpeg_saved_marker_ptr m, const char *head, size_t n) {
     return m->marker == JPEG_APP0 + 1 && m->data_length >= n && memcmp(m->data, head, n) == 0;
 }
@@ -88,14 +70,27 @@ void jpegdec_header(j_decompress_ptr cinfo, const unsigned char *data, size_t le
     else h->colour = COLOUR_OTHER;
     h->multi_scan = jpeg_has_multiple_scans(cinfo);
     h->arithmetic = cinfo->arith_code;
-    h->clean_tail = !h->multi_scan &&
-                    clean_tail(cinfo->src->next_input_byte, data + len);
     h->mpf = 0;
     for (jpeg_saved_marker_ptr m = cinfo->marker_list; m != NULL; m = m->next)
         if (m->marker == JPEG_APP0 + 2 && m->data_length >= sizeof MPF &&
             memcmp(m->data, MPF, sizeof MPF) == 0)
             h->mpf = 1;
     h->orientation = orientation ? orientation_of(cinfo) : 1;
+}
+
+long jpegdec_to_end(j_decompress_ptr cinfo, Scratch *row) {
+    JDIMENSION h = cinfo->output_height;
+    /* Skipping to the very end would count the rows read without reading them: skip to the
+     * last row, make it, then read on to EOI. */
+    if (cinfo->output_scanline + 1 < h)
+        jpeg_skip_scanlines(cinfo, h - 1 - cinfo->output_scanline);
+    if (cinfo->output_scanline < h) {
+        JSAMPROW last = scratch_reserve(row, (size_t)cinfo->output_width * 4);
+        if (last == NULL) ERREXIT1(cinfo, JERR_OUT_OF_MEMORY, 13);
+        jpeg_read_scanlines(cinfo, &last, 1);
+    }
+    jpeg_finish_decompress(cinfo);
+    return (long)cinfo->src->bytes_in_buffer;
 }
 
 void jpegdec_region(j_decompress_ptr cinfo, int scale, Rect want, Scratch *mem, Pixels *out) {

@@ -18,9 +18,8 @@ typedef struct {
     unsigned width, height;  /* as stored */
     int components;
     int colour;              /* COLOUR_*: what libjpeg decodes to RGB (OTHER: CMYK, YCCK ...) */
-    int multi_scan;          /* progressive or several scans: libjpeg reads all of it at start */
+    int multi_scan;          /* progressive or several scans */
     int arithmetic;
-    int clean_tail;          /* one scan followed by entropy data, RSTn and a final EOI only */
     int mpf;                 /* an APP2 "MPF" segment (a multi-picture file to Pillow) */
     int orientation;         /* EXIF (else XMP) orientation when asked for, else 1 */
 } JpegHeader;
@@ -45,6 +44,11 @@ void jpegdec_header(j_decompress_ptr cinfo, const unsigned char *data, size_t le
  * as the image's edge); ``out``: the pixels of ``want`` (those of a whole decode). After
  * ``jpegdec_header``. */
 void jpegdec_region(j_decompress_ptr cinfo, int scale, Rect want, Scratch *mem, Pixels *out);
+
+/* After ``jpegdec_region``: the rest of the data read to its end (the rows below the region
+ * entropy-decoded, the last one made into ``row``), so that libjpeg's warnings cover the
+ * whole file; returns the bytes after the EOI marker. */
+long jpegdec_to_end(j_decompress_ptr cinfo, Scratch *row);
 
 /* The scaled size of a ``width`` x ``height`` image at 1/``scale``: libjpeg's (and Pillow's
  * draft's) ceiling division. */

@@ -108,15 +108,16 @@ _MAKERS: dict[str, Callable[[], bytes]] = {
 }
 QUIRKS = {name: functools.cache(make) for name, make in _MAKERS.items()}  # made once each
 # How the extension decodes each under the default options (None: it declines, Pillow
-# decodes); corrupt data starts as a region and is decoded whole once libjpeg warns.
+# decodes); corrupt data starts as a region and is decoded whole once libjpeg warns, reading
+# the data to its end.
 PATHS = {
     **dict.fromkeys(["landscape-420", "portrait-444", "landscape-422", "draft-scaled",
                      "elongated", "odd-size", "under-256", "one-column", "restart-markers",
                      "icc-and-comment", "exif-orientation-6", "exif-orientation-5-444",
                      "xmp-orientation-8", "grayscale", "progressive", "progressive-large",
-                     "corrupt-middle", "corrupt-below-the-crop"], REGION),
-    **dict.fromkeys(["square", "tiny", "adobe-rgb", "mpo", "trailing-bytes",
-                     "restart-out-of-order"], WHOLE),
+                     "mpo", "trailing-bytes", "corrupt-below-the-crop"], REGION),
+    **dict.fromkeys(["square", "tiny", "adobe-rgb", "restart-out-of-order", "corrupt-middle"],
+                    WHOLE),
     **dict.fromkeys(["cmyk", "png-as-jpeg", "header-garbage", "empty"], None),
     "truncated": "failed",
 }
@@ -414,3 +415,32 @@ def test_the_filters_keep_their_character() -> None:
         assert ours[f] / ours["bilinear"] == pytest.approx(pillows[f] / pillows["bilinear"],
                                                            rel=0.01), f
     assert ours["lanczos"] > ours["bicubic"] > ours["bilinear"]
+
+
+def _scan(data: bytes) -> tuple[int, dict[str, object]]:
+    """The extension's status and what reading ``data`` to its end found."""
+    r = ext.convert(data, 256, 0, native.FILTER_CODES["lanczos"], 90, False, False, False,
+                    False, MAX, BOMB)
+    return r[0], r[-1]
+
+
+def test_the_data_is_read_to_its_end_and_what_it_holds_is_reported() -> None:
+    """Below the crop too: a file cut short, padded, or followed by other bytes is seen
+    wherever the damage lies (the report the damage rule reads)."""
+    whole = jpeg((300, 200), seed=40)
+    status, scan = _scan(whole)
+    assert status == native.CONVERTED
+    assert scan == {"warnings": 0, "first": "", "eof": 0, "hit_marker": 0, "padding": 0,
+                    "trailing": 0, "error": ""}
+    assert _scan(whole + b"\0trailing")[1]["trailing"] == 9
+    status, scan = _scan(whole[:-2] + bytes(70_000) + b"\xff\xd9")
+    assert status == native.CONVERTED and 69_000 < scan["padding"] <= 70_000
+    status, scan = _scan(whole[:len(whole) * 2 // 3] + b"\xff\xd9")
+    assert status == native.CONVERTED and scan["hit_marker"] == 1
+    assert "premature end of data segment" in str(scan["first"])
+    status, scan = _scan(whole[:len(whole) * 2 // 3])
+    assert status == native.FAILED and scan["eof"] == 1
+    portrait = jpeg((200, 900), seed=41)  # the crop stops at row 550 of 900
+    cut = portrait[:len(portrait) * 9 // 10] + b"\xff\xd9"
+    assert frame(portrait, TransformOptions())[-1] == REGION
+    assert _scan(cut)[1]["hit_marker"] == 1
