@@ -1,5 +1,7 @@
-"""Types of the optional C extension (imgprep/_jpegcrop.c); see imgprep.jpegcrop."""
+"""Types of the optional C extension (imgprep/_jpegcrop.c, imgprep/csrc/); see
+imgprep.jpegcrop and imgprep.resample."""
 
+from typing import Any
 from typing import Any as Buffer  # any object with the buffer protocol
 
 LIBJPEG_VERSION: int
@@ -11,3 +13,18 @@ def pack(src: object, src_width: int, x0: int, y0: int, width: int, height: int,
          flip: bool, planar: bool, /) -> None: ...
 def encode(pixels: Buffer, width: int, height: int, channels: int, quality: int, /) -> bytes: ...
 def turbo_version() -> int: ...
+def resize(src: Buffer, width: int, height: int, stride: int, channels: int,
+           box: tuple[float, float, float, float], out_width: int, out_height: int,
+           window: tuple[int, int, int, int], out: Buffer, filter: int, flip: bool,
+           planar: bool, kernel: int, /) -> None: ...
+def resample_kernel(kernel: int, /) -> str: ...
+# convert's path (imgprep/csrc/bindings.c): (status, message, jpeg, width, height, components,
+# mpf, path, levels, rgb, out_width, out_height, scan)
+def convert(data: Buffer, size: int, resize: int, filter: int, quality: int,
+            exif_transpose: bool, whole: bool, histogram: bool, pixels: bool, max_pixels: int,
+            bomb_pixels: int, /) -> tuple[Any, ...]: ...
+def finish(rgb: Buffer, width: int, height: int, orig_width: int, orig_height: int, size: int,
+           resize: int, filter: int, quality: int, histogram: bool, pixels: bool,
+           max_pixels: int, /) -> tuple[Any, ...]: ...
+def frame(data: Buffer, size: int, resize: int, filter: int, max_pixels: int,
+          exif_transpose: bool, whole: bool, bomb_pixels: int, /) -> tuple[Any, ...]: ...

@@ -76,6 +76,7 @@ WHITE_BOX = {  # module -> why benchmarks and harnesses need it (docs/developmen
     "loaders.transforms": "the Pillow path's stages (crop_box, draw, train_sample, into_chw), "
                           "timed one by one",
     "imgprep.jpegcrop": "the crop-aware decoder's stages, timed one by one",
+    "imgprep.resample": "the resampler timed alone, beside the installed Pillow's resize",
     "loaders.shards": "open_shards, where each sample's bytes lie, to check batch labels",
 }
 LEAF = "leaf"

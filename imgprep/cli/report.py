@@ -119,6 +119,7 @@ def info_lines(versions: Versions, pil: PilInfo, manifests: list[ManifestSummary
                  f", AVX2 build: {pil.avx2_build}, libjpeg-turbo: {pil.libjpeg_turbo} "
                  f"{pil.jpeg_version})")
     lines.append(f"{'crop decode':12s} {pil.crop_decode}")
+    lines.append(f"{'resampler':12s} {pil.resampler}")
     if convert:
         lines.append(f"{'convert':12s} {convert}")
     for m in manifests:

@@ -15,7 +15,8 @@
 
 #include "resample_impl.h"
 
-#define RS_MAX_WEIGHTS ((int64_t)1 << 25)  /* weights stored for one axis (256 MB of doubles) */
+#define RS_MAX_WEIGHTS ((int64_t)1 << 22)  /* weights of one axis: 32 MB of doubles */
+#define RS_MAX_SCRATCH ((size_t)1 << 30)     /* tables and intermediate rows of one resize */
 #define RS_ROW_SLACK 64                      /* bytes past a ring row the kernels may touch */
 
 /* ---- sin and cos: fdlibm's kernels, so that no C library's rounding enters the weights */
@@ -39,19 +40,19 @@ static double k_cos(double x) {  /* |x| <= pi/4 */
     return v + (((1.0 - v) - hz) + z * r);
 }
 
-/* sin(x) (cosine = 0) or cos(x) (cosine = 1) for |x| <= 16: x less the nearest multiple of
- * pi/2 (pi/2 in two parts, the first exact in 33 bits), then the kernel of that quadrant. */
-static double sin_cos(double x, int cosine) {
+/* sin(x) and cos(x) for |x| <= 16: x less the nearest multiple n of pi/2 (pi/2 in two parts,
+ * the first exact in 33 bits), then the kernels of that quadrant. */
+static void sin_cos(double x, double *sin_x, double *cos_x) {
     const double pio2_hi = 1.57079632673412561417e+00, pio2_lo = 6.07710050650619224932e-11;
     const double two_over_pi = 6.36619772367581382433e-01;
     double q = x * two_over_pi;
     int n = (int)(q < 0.0 ? q - 0.5 : q + 0.5);
-    double r = (x - n * pio2_hi) - n * pio2_lo;
-    switch ((n + cosine) & 3) {
-        case 0: return k_sin(r);
-        case 1: return k_cos(r);
-        case 2: return -k_sin(r);
-        default: return -k_cos(r);
+    double r = (x - n * pio2_hi) - n * pio2_lo, s = k_sin(r), c = k_cos(r);
+    switch (n & 3) {
+        case 0: *sin_x = s; *cos_x = c; break;
+        case 1: *sin_x = c; *cos_x = -s; break;
+        case 2: *sin_x = -s; *cos_x = -c; break;
+        default: *sin_x = -c; *cos_x = s; break;
     }
 }
 
@@ -59,33 +60,37 @@ static double sin_cos(double x, int cosine) {
 
 #define RS_PI 3.14159265358979323846
 
-static double sinc(double x) {
-    if (x == 0.0) return 1.0;
-    x = x * RS_PI;
-    return sin_cos(x, 0) / x;
-}
-
-static double filter_at(int64_t filter, double x) {
+/* The weight of a tap at x: Pillow's filters. For hamming and lanczos, ``s`` and ``c`` are
+ * the sine and cosine of the tap's angle (pi x, and pi x / 3 for lanczos), which the caller
+ * steps from tap to tap (see axis_weights). Lanczos, Pillow's sinc(x) * sinc(x / 3), takes
+ * sin(pi x) as 3 s - 4 s^3: where it is near 0 (x near a nonzero integer) the difference
+ * cancels to an error near 1e-16, far below what 16-bit weights hold. */
+static double filter_at(int64_t filter, double x, double s, double c) {
     switch (filter) {
         case RS_BOX:
             return x > -0.5 && x <= 0.5 ? 1.0 : 0.0;
         case RS_BILINEAR:
             if (x < 0.0) x = -x;
             return x < 1.0 ? 1.0 - x : 0.0;
-        case RS_HAMMING:
-            if (x < 0.0) x = -x;
+        case RS_HAMMING:  /* sin(pi |x|) / (pi |x|) * (0.54 + 0.46 cos(pi |x|)), |x| < 1 */
             if (x == 0.0) return 1.0;
-            if (x >= 1.0) return 0.0;
-            x = x * RS_PI;
-            return sin_cos(x, 0) / x * (0.54f + 0.46f * sin_cos(x, 1));
+            if (x >= 1.0 || x <= -1.0) return 0.0;
+            return s / (x * RS_PI) * (0.54f + 0.46f * c);
         case RS_BICUBIC:
             if (x < 0.0) x = -x;
             if (x < 1.0) return ((-0.5 + 2.0) * x - (-0.5 + 3.0)) * x * x + 1;
             if (x < 2.0) return (((x - 5) * x + 8) * x - 4) * -0.5;
             return 0.0;
         default: /* RS_LANCZOS */
-            return -3.0 <= x && x < 3.0 ? sinc(x) * sinc(x / 3) : 0.0;
+            if (x == 0.0) return 1.0;
+            if (x < -3.0 || x >= 3.0) return 0.0;
+            return (3.0 * s - 4.0 * s * s * s) * s * 3.0 / ((x * RS_PI) * (x * RS_PI));
     }
+}
+
+/* The angle of a tap at x for the filters that take one (0 for the others). */
+static double tap_angle(int64_t filter, double x) {
+    return filter == RS_LANCZOS ? x * RS_PI / 3 : filter == RS_HAMMING ? x * RS_PI : 0.0;
 }
 
 static double filter_support(int64_t filter) {
@@ -102,15 +107,13 @@ static double filter_support(int64_t filter) {
 typedef struct {
     int64_t out;       /* resized size on this axis */
     int64_t per;       /* weights stored per output */
-    double *w;         /* out * per normalized weights */
+    double *w;         /* out * per normalized weights (one allocation with lo and count) */
     int32_t *lo, *count;  /* per output: first source pixel, taps used */
     int precision;
 } rs_axis;
 
 static void axis_free(rs_axis *a) {
     free(a->w);
-    free(a->lo);
-    free(a->count);
 }
 
 static int axis_weights(rs_axis *a, int64_t in, float in0, float in1, int64_t out,
@@ -119,7 +122,9 @@ static int axis_weights(rs_axis *a, int64_t in, float in0, float in1, int64_t ou
     double filterscale = scale < 1.0 ? 1.0 : scale;
     double support = filter_support(filter) * filterscale;
     double ksize = ceil(support) * 2 + 1;
-    double maxw = 0.0, minw = 0.0;
+    double maxw = 0.0, minw = 0.0, step_s = 0.0, step_c = 1.0;
+    const int trig = filter == RS_LANCZOS || filter == RS_HAMMING;
+    if (trig) sin_cos(tap_angle(filter, 1.0 / filterscale), &step_s, &step_c);
     memset(a, 0, sizeof *a);
     a->out = out;
     a->per = ksize < (double)in ? (int64_t)ksize : in;
@@ -129,10 +134,10 @@ static int axis_weights(rs_axis *a, int64_t in, float in0, float in1, int64_t ou
                  (long long)RS_MAX_WEIGHTS);
         return RS_EINVAL;
     }
-    a->w = malloc(sizeof(double) * (size_t)(a->per * out));
-    a->lo = malloc(sizeof(int32_t) * (size_t)out);
-    a->count = malloc(sizeof(int32_t) * (size_t)out);
-    if (a->w == NULL || a->lo == NULL || a->count == NULL) return RS_ENOMEM;
+    a->w = malloc(sizeof(double) * (size_t)(a->per * out) + 2 * sizeof(int32_t) * (size_t)out);
+    if (a->w == NULL) return RS_ENOMEM;
+    a->lo = (int32_t *)(void *)(a->w + a->per * out);
+    a->count = a->lo + out;
     for (int64_t xx = 0; xx < out; xx++) {
         double center = in0 + ((double)xx + 0.5) * scale, ww = 0.0, ss = 1.0 / filterscale;
         int64_t xmin = (int64_t)(center - support + 0.5), xmax;
@@ -142,14 +147,19 @@ static int axis_weights(rs_axis *a, int64_t in, float in0, float in1, int64_t ou
         xmax -= xmin;
         if (xmax < 0) xmax = 0;
         if (xmax > a->per) xmax = a->per;  /* never: Pillow's own bound */
-        double *k = a->w + xx * a->per;
+        double *k = a->w + xx * a->per, s = 0.0, c = 1.0;
+        if (trig) sin_cos(tap_angle(filter, ((double)xmin - center + 0.5) * ss), &s, &c);
         for (int64_t x = 0; x < xmax; x++) {
-            double w = filter_at(filter, ((double)(x + xmin) - center + 0.5) * ss);
+            double w = filter_at(filter, ((double)(x + xmin) - center + 0.5) * ss, s, c);
+            double next_s = s * step_c + c * step_s;  /* the angle of the next tap */
+            c = c * step_c - s * step_s;
+            s = next_s;
             k[x] = w;
             ww += w;
         }
+        const int divide = ww != 0.0 && ww != 1.0;  /* dividing by 1 changes nothing */
         for (int64_t x = 0; x < xmax; x++) {
-            if (ww != 0.0) k[x] /= ww;
+            if (divide) k[x] /= ww;
             if (k[x] > maxw) maxw = k[x];
             if (k[x] < minw) minw = k[x];
         }
@@ -181,7 +191,7 @@ static int32_t window_taps(const rs_axis *a, int64_t first, int64_t n) {
 }
 
 /* The window's weights in fixed point, ``taps`` per output, each output's run of taps moved
- * left where it would pass the source's end (``in`` pixels), zeros around its own weights. */
+ * left where it would pass the source's end (``in`` pixels), into ``coef`` zeroed before. */
 static void window_fill(const rs_axis *a, int64_t in, int64_t first, int64_t n, int flip,
                         int32_t taps, int32_t *start, int16_t *coef) {
     int64_t last_start = in - taps > 0 ? in - taps : 0;
@@ -189,7 +199,6 @@ static void window_fill(const rs_axis *a, int64_t in, int64_t first, int64_t n, 
         int64_t xx = flip ? first + n - 1 - j : first + j;
         int64_t lo = a->lo[xx], s = lo < last_start ? lo : last_start;
         int16_t *k = coef + j * taps;
-        memset(k, 0, sizeof(int16_t) * (size_t)taps);
         for (int32_t t = 0; t < a->count[xx]; t++)
             k[lo - s + t] = to_fixed(a->w[xx * a->per + t], a->precision);
         start[j] = (int32_t)s;
@@ -201,37 +210,41 @@ static void window_fill(const rs_axis *a, int64_t in, int64_t first, int64_t n, 
 static void hrow_portable(const rs_hplan *h, const uint8_t *src, uint8_t *dst, size_t plane,
                           int planar) {
     const int taps = h->taps, ch = h->channels, p = h->precision;
+    const int32_t n = h->n, *offset = h->offset;
+    const int16_t *coef = h->coef;
     const uint32_t bias = rs_bias(p);
-    for (int32_t j = 0; j < h->n; j++) {
-        const uint8_t *s = src + h->offset[j];
-        const int16_t *k = h->coef + (size_t)j * (size_t)taps;
+    const size_t step = planar ? 1 : 3, at1 = planar ? plane : 1, at2 = planar ? 2 * plane : 2;
+    for (int32_t j = 0; j < n; j++, coef += taps) {
+        const uint8_t *s = src + offset[j];
         uint32_t a0 = bias, a1 = bias, a2 = bias;
         for (int t = 0; t < taps; t++, s += ch) {
-            uint32_t kt = (uint32_t)(int32_t)k[t];
+            uint32_t kt = (uint32_t)(int32_t)coef[t];
             a0 += kt * s[0];
             a1 += kt * s[1];
             a2 += kt * s[2];
         }
-        if (planar) {
-            dst[j] = rs_clamp(a0, p);
-            dst[plane + (size_t)j] = rs_clamp(a1, p);
-            dst[2 * plane + (size_t)j] = rs_clamp(a2, p);
-        } else {
-            dst[3 * j] = rs_clamp(a0, p);
-            dst[3 * j + 1] = rs_clamp(a1, p);
-            dst[3 * j + 2] = rs_clamp(a2, p);
-        }
+        uint8_t *d = dst + (size_t)j * step;
+        d[0] = rs_clamp(a0, p);
+        d[at1] = rs_clamp(a1, p);
+        d[at2] = rs_clamp(a2, p);
     }
 }
 
+/* In blocks of 64 bytes, each tap's row added to 64 sums at once: loops a compiler
+ * vectorizes for whatever CPU it builds for. */
 static void vrow_portable(const uint8_t *const *rows, size_t offset, const int16_t *coef,
                           int taps, int precision, uint8_t *dst, size_t n) {
     const uint32_t bias = rs_bias(precision);
-    for (size_t i = 0; i < n; i++) {
-        uint32_t acc = bias;
-        for (int t = 0; t < taps; t++)
-            acc += (uint32_t)(int32_t)coef[t] * rows[t][offset + i];
-        dst[i] = rs_clamp(acc, precision);
+    for (size_t i = 0; i < n; i += 64) {
+        const size_t m = n - i < 64 ? n - i : 64;
+        uint32_t acc[64];
+        for (size_t x = 0; x < m; x++) acc[x] = bias;
+        for (int t = 0; t < taps; t++) {
+            const uint8_t *r = rows[t] + offset + i;
+            const uint32_t k = (uint32_t)(int32_t)coef[t];
+            for (size_t x = 0; x < m; x++) acc[x] += k * r[x];
+        }
+        for (size_t x = 0; x < m; x++) dst[i + x] = rs_clamp(acc[x], precision);
     }
 }
 
@@ -446,7 +459,7 @@ static void simd_tables(rs_plan *pl, const rs_kernel_desc *kd, int32_t *wide, in
 }
 
 static int plan_build(rs_plan *pl, const rs_job *j, const rs_kernel_desc *kd, rs_axis *ax,
-                      rs_axis *ay) {
+                      rs_axis *ay, char *msg, size_t len) {
     const int g = kd->group;
     const int32_t ht = (window_taps(ax, j->left, j->cols) + 1) & ~1;
     const int32_t n = (int32_t)j->cols, padded = (n + g - 1) / g * g;
@@ -462,14 +475,20 @@ static int plan_build(rs_plan *pl, const rs_job *j, const rs_kernel_desc *kd, rs
         sizeof(int32_t) * groups * (1 + 2 * (size_t)g),         /* base, perm */
         sizeof(int32_t) * (size_t)j->rows * 2,                  /* vstart, copy */
         sizeof(int16_t) * (size_t)j->rows * (size_t)vt,         /* vcoef */
-        sizeof(uint8_t *) * (size_t)vt,                         /* rows */
+        sizeof(uint8_t *) * 2 * (size_t)vt,                     /* rows */
         pl->row_bytes * (size_t)vt,                             /* ring */
         src_row,                                                /* scratch */
     };
     size_t total = 0, at[sizeof sizes / sizeof sizes[0]];
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
         at[i] = total;
-        total += (sizes[i] + 63) & ~(size_t)63;
+        total += (sizes[i] + 63) & ~(size_t)63;  /* each below 2^60: no overflow */
+    }
+    if (total > RS_MAX_SCRATCH) {
+        snprintf(msg, len, "this resize needs %zu bytes of scratch (%d rows of %zu bytes "
+                 "between the passes), over the limit of %zu", total, (int)vt, pl->row_bytes,
+                 RS_MAX_SCRATCH);
+        return RS_EINVAL;
     }
     uint8_t *b = pl->block = aligned_alloc(64, total);
     if (b == NULL) return RS_ENOMEM;
@@ -522,27 +541,44 @@ static const uint8_t *source_row(const rs_job *j, const rs_plan *pl, int64_t y) 
     return pl->scratch;
 }
 
+/* ``slot`` moved on by ``by`` rows in a ring of ``n`` (no division: ``by`` is small). */
+static int32_t ring_step(int32_t slot, int64_t by, int32_t n) {
+    int64_t s = slot + by;
+    while (s >= n) s -= n;
+    return (int32_t)s;
+}
+
 static void run_passes(const rs_job *j, rs_plan *pl, const rs_kernel_desc *kd) {
     const int32_t vt = pl->vtaps;
     const size_t cols = (size_t)j->cols, plane_out = cols * (size_t)j->rows;
-    int64_t next = 0;  /* the first source row not yet in the ring */
+    /* Source row q's intermediate row lives in ring slot q % vt, and rows[s] = rows[s + vt]
+     * = slot s: so rows + (ys % vt) lists the rows ys .. ys + vt - 1 in order. */
+    for (int32_t t = 0; t < vt; t++)
+        pl->rows[t] = pl->rows[t + vt] = pl->ring + (size_t)t * pl->row_bytes;
+    int64_t next = 0, ys = 0;  /* the first source row not yet in the ring; the window's */
+    int32_t next_slot = 0, ys_slot = 0;
     for (int64_t r = 0; r < j->rows; r++) {
-        int64_t ys = pl->vstart[r];
-        if (next < ys) next = ys;
-        for (; next < ys + vt; next++)
-            kd->hrow(&pl->h, source_row(j, pl, next), pl->ring + (size_t)(next % vt) *
-                     pl->row_bytes, pl->plane, j->planar);
-        for (int32_t t = 0; t < vt; t++)
-            pl->rows[t] = pl->ring + (size_t)((ys + t) % vt) * pl->row_bytes;
+        ys_slot = ring_step(ys_slot, pl->vstart[r] - ys, vt);
+        ys = pl->vstart[r];
+        if (next < ys) {
+            next = ys;
+            next_slot = ys_slot;
+        }
+        for (; next < ys + vt; next++) {
+            kd->hrow(&pl->h, source_row(j, pl, next),
+                     pl->ring + (size_t)next_slot * pl->row_bytes, pl->plane, j->planar);
+            next_slot = next_slot + 1 == vt ? 0 : next_slot + 1;
+        }
+        const uint8_t *const *rows = pl->rows + ys_slot;
         const int16_t *k = pl->vcoef + r * vt;
         for (int c = 0; c < (j->planar ? 3 : 1); c++) {
             uint8_t *dst = j->planar ? j->out + (size_t)c * plane_out + (size_t)r * cols
                                      : j->out + (size_t)r * cols * 3;
             size_t offset = (size_t)c * pl->plane, n = j->planar ? cols : cols * 3;
             if (pl->copy[r] >= 0)
-                memcpy(dst, pl->rows[pl->copy[r]] + offset, n);
+                memcpy(dst, rows[pl->copy[r]] + offset, n);
             else
-                kd->vrow(pl->rows, offset, k, vt, pl->vprecision, dst, n);
+                kd->vrow(rows, offset, k, vt, pl->vprecision, dst, n);
         }
     }
 }
@@ -564,7 +600,7 @@ int rs_resize(const rs_job *job, char *message, size_t message_len) {
                               message, message_len);
         else
             memset(&ay, 0, sizeof ay);
-        if (rc == RS_OK) rc = plan_build(&pl, job, kd, &ax, &ay);
+        if (rc == RS_OK) rc = plan_build(&pl, job, kd, &ax, &ay, message, message_len);
         if (rc == RS_OK) run_passes(job, &pl, kd);
         free(pl.block);
         axis_free(&ax);

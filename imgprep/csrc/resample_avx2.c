@@ -35,37 +35,12 @@ AVX2 static inline __m256i lane_mask(int channels, int hi) {
         (char)(o + 2), -1, (char)(o + b + 2), -1, (char)x, -1, (char)(x < 0 ? -1 : x + b), -1);
 }
 
-/* Four outputs' sums (two vectors: outputs 0-1 and 2-3, 4 channels each) of group g. */
-AVX2 static inline void hsums(const rs_hplan *h, const uint8_t *src, int32_t g, __m256i mlo,
-                             __m256i mhi, __m256i *a, __m256i *b) {
-    const int pairs = h->taps / 2, step = 2 * h->channels;
-    const int32_t *off = h->offset + g * 4;
-    const __m256i *k = (const __m256i *)(const void *)(h->wide + (size_t)g * (size_t)pairs *
-                                                                  16);
-    __m256i idx = h->window ? _mm256_loadu_si256((const __m256i *)(const void *)(h->perm +
-                                                                                  g * 8))
-                            : _mm256_setzero_si256();
-    const uint8_t *w = src + (h->window ? h->base[g] : 0);
-    for (int t = 0; t < pairs; t++, k += 2) {
-        __m256i v;
-        if (h->window) {
-            v = _mm256_permutevar8x32_epi32(
-                _mm256_loadu_si256((const __m256i *)(const void *)(w + t * step)), idx);
-        } else {
-            const uint8_t *s = src + t * step;
-            __m128i lo = _mm_set_epi64x(load64(s + off[2]), load64(s + off[0]));
-            __m128i hi = _mm_set_epi64x(load64(s + off[3]), load64(s + off[1]));
-            v = _mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1);
-        }
-        *a = _mm256_add_epi32(*a, _mm256_madd_epi16(_mm256_shuffle_epi8(v, mlo),
-                                                    _mm256_loadu_si256(k)));
-        *b = _mm256_add_epi32(*b, _mm256_madd_epi16(_mm256_shuffle_epi8(v, mhi),
-                                                    _mm256_loadu_si256(k + 1)));
-    }
-}
+#define INLINE static inline __attribute__((always_inline))
 
-AVX2 static void hrow_avx2(const rs_hplan *h, const uint8_t *src, uint8_t *dst, size_t plane,
-                           int planar) {
+/* The horizontal row, specialised by the callers below for the window mode, one pair of
+ * taps (``pairs`` 1: a bilinear upscale, the common case) and the layout. */
+AVX2 INLINE void hrow_body(const rs_hplan *h, const uint8_t *src, uint8_t *dst, size_t plane,
+                           const int planar, const int window, const int pairs) {
     const __m256i mlo = lane_mask(h->channels, 0), mhi = lane_mask(h->channels, 1);
     const __m256i bias = _mm256_set1_epi32((int)rs_bias(h->precision));
     const __m128i shift = _mm_cvtsi32_si128(h->precision);
@@ -73,9 +48,30 @@ AVX2 static void hrow_avx2(const rs_hplan *h, const uint8_t *src, uint8_t *dst, 
     const __m128i rgb = _mm_setr_epi8(0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1, -1, -1);
     const __m128i planes = _mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, -1, -1, -1,
                                          -1);
-    for (int32_t g = 0; g < h->padded / 4; g++) {
-        __m256i a = bias, b = bias;
-        hsums(h, src, g, mlo, mhi, &a, &b);
+    const int32_t groups = h->padded / 4, *off = h->offset, *base = h->base;
+    const int step = 2 * h->channels;
+    const __m256i *k = (const __m256i *)(const void *)h->wide;
+    const __m256i *perm = (const __m256i *)(const void *)h->perm;
+    uint8_t *d0 = dst, *d1 = dst + plane, *d2 = dst + 2 * plane;
+    for (int32_t g = 0; g < groups; g++, off += 4) {
+        __m256i a = bias, b = bias, idx = window ? _mm256_loadu_si256(perm + g) : bias;
+        const uint8_t *w = src + (window ? base[g] : 0);
+        for (int t = 0; t < pairs; t++, k += 2) {
+            __m256i v;
+            if (window) {
+                v = _mm256_permutevar8x32_epi32(
+                    _mm256_loadu_si256((const __m256i *)(const void *)(w + t * step)), idx);
+            } else {
+                const uint8_t *s = src + t * step;
+                __m128i lo = _mm_set_epi64x(load64(s + off[2]), load64(s + off[0]));
+                __m128i hi = _mm_set_epi64x(load64(s + off[3]), load64(s + off[1]));
+                v = _mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1);
+            }
+            a = _mm256_add_epi32(a, _mm256_madd_epi16(_mm256_shuffle_epi8(v, mlo),
+                                                      _mm256_loadu_si256(k)));
+            b = _mm256_add_epi32(b, _mm256_madd_epi16(_mm256_shuffle_epi8(v, mhi),
+                                                      _mm256_loadu_si256(k + 1)));
+        }
         a = _mm256_sra_epi32(a, shift);
         b = _mm256_sra_epi32(b, shift);
         __m256i bytes = _mm256_packus_epi16(_mm256_packs_epi32(a, b), _mm256_setzero_si256());
@@ -84,13 +80,27 @@ AVX2 static void hrow_avx2(const rs_hplan *h, const uint8_t *src, uint8_t *dst, 
             __m128i p = _mm_shuffle_epi8(px, planes);
             int32_t r = _mm_cvtsi128_si32(p), gr = _mm_extract_epi32(p, 1),
                     bl = _mm_extract_epi32(p, 2);
-            memcpy(dst + 4 * g, &r, 4);
-            memcpy(dst + plane + 4 * (size_t)g, &gr, 4);
-            memcpy(dst + 2 * plane + 4 * (size_t)g, &bl, 4);
+            memcpy(d0 + 4 * g, &r, 4);
+            memcpy(d1 + 4 * g, &gr, 4);
+            memcpy(d2 + 4 * g, &bl, 4);
         } else {
             _mm_storeu_si128((__m128i *)(void *)(dst + 12 * g), _mm_shuffle_epi8(px, rgb));
         }
     }
+}
+
+AVX2 static void hrow_avx2(const rs_hplan *h, const uint8_t *src, uint8_t *dst, size_t plane,
+                           int planar) {
+    const int pairs = h->taps / 2;
+#define RS_CALL(pl, win) \
+    (pairs == 1 ? hrow_body(h, src, dst, plane, pl, win, 1) \
+                : hrow_body(h, src, dst, plane, pl, win, pairs))
+    if (planar) {
+        if (h->window) RS_CALL(1, 1); else RS_CALL(1, 0);
+    } else {
+        if (h->window) RS_CALL(0, 1); else RS_CALL(0, 0);
+    }
+#undef RS_CALL
 }
 
 /* 32 output bytes from ``taps`` rows at ``at``. */

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from imgprep import __version__, jpegcrop
+from imgprep import __version__, jpegcrop, resample
 from imgprep.shards.manifest import Manifest, read_manifest
 from imgprep.shards.tario import iter_samples
 
@@ -53,6 +53,7 @@ class PilInfo:
     cpu_avx2: bool | None  # this CPU has AVX2; None where /proc/cpuinfo is not readable
     avx2_build: bool | None = None  # the core was compiled with AVX2; None if not checked
     crop_decode: str = ""  # whether the crop-aware JPEG decoder is built (imgprep.jpegcrop)
+    resampler: str = ""  # the resampler's kernel here, or why there is none (imgprep.resample)
 
 
 def pil_info(check_avx2: bool = True) -> PilInfo:
@@ -74,6 +75,7 @@ def pil_info(check_avx2: bool = True) -> PilInfo:
         cpu_avx2="avx2" in cpuinfo.read_text() if cpuinfo.exists() else None,
         avx2_build=_avx2_build(core.__file__) if check_avx2 and core.__file__ else None,
         crop_decode=jpegcrop.status(),
+        resampler=resample.status(),
     )
 
 

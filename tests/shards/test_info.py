@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from imgprep import PilInfo, __version__, jpegcrop, pil_info
+from imgprep import PilInfo, __version__, jpegcrop, pil_info, resample
 from imgprep.shards.info import Versions, pil_warning, probe_decode, versions
 from imgprep.shards.manifest import read_manifest
 from tests.support import jpeg
@@ -21,12 +21,17 @@ FAST = PilInfo(pil_version="9.5.0.post1", pillow_simd=True, stock_pillow_install
                avx2_build=True)
 
 
+def test_pil_info_names_the_resamplers_kernel() -> None:
+    kernel = resample.kernel() if resample.AVAILABLE else "unavailable"
+    assert pil_info(check_avx2=False).resampler.startswith(kernel)
+
+
 def test_pil_info_checks_the_avx2_build_only_when_asked() -> None:
     info = pil_info(check_avx2=False)
     assert info.avx2_build is None
     assert list(asdict(info)) == ["pil_version", "pillow_simd", "stock_pillow_installed",
                                   "libjpeg_turbo", "jpeg_version", "core", "cpu_avx2",
-                                  "avx2_build", "crop_decode"]
+                                  "avx2_build", "crop_decode", "resampler"]
 
 
 @pytest.mark.parametrize(("change", "says"), [
