@@ -4,8 +4,8 @@ pixels do not depend on which Pillow is installed.
 
 A JPEG that libjpeg-turbo decodes to RGB (baseline, progressive or arithmetic-coded; YCbCr,
 grayscale or RGB) goes through the extension alone: its headers, the DCT scale that Pillow's
-``draft`` would pick, only the rows and iMCU columns that the resample reads where libjpeg can
-stop early without hiding damage (else the whole image), the EXIF turn under
+``draft`` would pick, only the rows and iMCU columns that the resample reads (then the rest
+of the data read to its end, entropy-decoded only, its warnings reported), the EXIF turn under
 ``exif_transpose``, the crop box or short-side size, the extension's resampler, and its JPEG
 encoder (``imgprep/csrc/encode.c``: quality, 4:2:0, baseline, ISLOW, JFIF APP0 as the only
 marker). A truncated JPEG fails; one whose data libjpeg calls corrupt converts, as in Pillow.
