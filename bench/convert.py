@@ -4,13 +4,18 @@ What it measures, in one run, on the 1000 real ILSVRC2012 JPEGs of
 ``<repo>/../shared/data/imagenet-sample/images`` (``--images`` to point elsewhere):
 
 - floor: a tight one-process loop over image bytes preloaded in memory doing exactly what
-  convert does to an image: JPEG draft to (size, size), the largest centre square resized to
-  256 with LANCZOS in one ``resize(..., box=...)`` call, JPEG quality 90 encode. No I/O.
+  convert does to an image, with nothing around it: the C extension's one call
+  (``imgprep.convert.native.one_call``: DCT-scaled decode of the part the resample reads,
+  the largest centre square resized to 256 with LANCZOS, JPEG quality 90 encode). No I/O.
+  Without the extension, the Pillow loop below.
+- floor_pillow: the same work in Pillow: JPEG draft to (size, size), the centre square
+  resized in one ``resize(..., box=...)`` call, JPEG quality 90 encode (transform version 1,
+  the floor before convert's C path).
 - transform: ``imgprep.convert.image.convert_image`` over the same preloaded bytes (the floor plus
-  the library's checks), to tell per-image overhead from pipeline overhead. It decodes only
-  the center square's part of a baseline JPEG (the crop-aware decode), which the floor does
-  not; ``transform_whole`` is the same with it forced off (``crop_decode=False``), and their
-  ratio ``crop_decode_speedup`` is what the crop-aware decode gains (the same output bytes).
+  the library's checks), to tell per-image overhead from pipeline overhead;
+  ``transform_whole`` is the same with the decode of only the part the resample reads forced
+  off (``crop_decode=False``), and their ratio ``crop_decode_speedup`` is what that gains
+  (the same output bytes).
 - naive: what one writes by hand: full decode (no draft), ``convert("RGB")``, ``crop``,
   ``resize`` LANCZOS, encode q90; one process, preloaded bytes, on this environment's
   pillow-simd; and, with ``--stock-python PY`` (``make bench`` makes one), the same loop under
@@ -101,6 +106,7 @@ from bench.common import (
 )
 from bench.forms import FORMS, print_forms, run_forms
 from imgprep import ConvertOptions, TransformOptions, convert_splits, imagenet_classes, pil_info
+from imgprep.convert import native
 from imgprep.convert.image import convert_image
 from imgprep.convert.tasks import make_plan
 from imgprep.shards.writers import RECORD, header_bytes
@@ -127,8 +133,17 @@ EXTRA_ROUNDS = 3  # rounds added (at most) while some measure lacks quiet passes
 # ---------------------------------------------------------------------------- per-image loops
 
 
+_C_FLOOR = native.one_call(TransformOptions(size=SIZE, quality=QUALITY))
+
+
 def floor_one(data: bytes) -> bytes:
-    """Convert's per-image work and nothing else: draft, crop+resize in one call, encode."""
+    """Convert's per-image work and nothing else: the extension's one call (the Pillow loop
+    where the extension is not built)."""
+    return _C_FLOOR(data) if _C_FLOOR is not None else pillow_floor_one(data)
+
+
+def pillow_floor_one(data: bytes) -> bytes:
+    """The same work in Pillow: draft, crop+resize in one call, encode."""
     src = Image.open(io.BytesIO(data))
     src.draft(src.mode, (SIZE, SIZE))
     w, h = src.size
@@ -427,7 +442,8 @@ def print_table(res: dict[str, Any]) -> None:
     print()
     print(f"{'rates (images/s)':44s} {'median*':>8s} {'best':>8s}  passes (! = disturbed)")
     labels = {
-        "floor": "floor: draft+crop/resize+q90, 1 core",
+        "floor": "floor: the C path's one call, 1 core",
+        "floor_pillow": "the same in Pillow: draft+crop/resize+q90",
         "transform": "imgprep.convert.image.convert_image, 1 core",
         "transform_whole": "the same, crop-aware decode forced off",
         "naive": "naive: no draft, crop, resize, 1 core",
@@ -539,7 +555,8 @@ def run(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
     matches = floor_matches_transform(warm)
     loops: dict[str, Callable[[bytes], bytes]] = {
         "floor": floor_one, "floor_after": floor_one, "transform": transform_one,
-        "transform_whole": transform_whole_one, "naive": naive_one,
+        "transform_whole": transform_whole_one, "floor_pillow": pillow_floor_one,
+        "naive": naive_one,
     }
     for fn in loops.values():
         time_loop(fn, warm)
@@ -568,7 +585,7 @@ def run(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
         # the floor on both sides of convert_1w (a drift within the round weighs on both sides
         # of their ratio), then convert_2w right after it
         for name in ("floor", "convert_1w", "floor_after", "convert_2w", "transform",
-                     "transform_whole", "naive"):
+                     "transform_whole", "floor_pillow", "naive"):
             c0 = own_cpu_s()
             if name.startswith("convert_"):
                 w = int(name[-2])
@@ -609,6 +626,9 @@ def run(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
         "target": None, "result": "info"}
     ratios["transform_over_floor"] = {
         "value": round(med["transform"] / med["floor"], 3), "target": None, "result": "info"}
+    ratios["floor_over_floor_pillow"] = {
+        "value": round(paired_ratio(passes["floor"], passes["floor_pillow"]), 3),
+        "target": None, "result": "info"}
     ratios["crop_decode_speedup"] = {
         "value": round(paired_ratio(passes["transform"], passes["transform_whole"]), 3),
         "target": None, "result": "info"}

@@ -47,7 +47,8 @@ CATEGORIES = (
                     "'histogram'", "numpy")),
     ("json: metadata, records, manifest", ("json", "sample_meta", "manifest.py", "records.py",
                                            "encode_basestring", "dataclasses.py")),
-    ("image work (Pillow)", ("PIL", "Imaging", "transform.py", "warnings.py", "_io.BytesIO")),
+    ("image work (C path, Pillow)", ("PIL", "Imaging", "_jpegcrop", "native.py", "pillowpath.py",
+                                     "transform.py", "warnings.py", "_io.BytesIO")),
 )
 
 

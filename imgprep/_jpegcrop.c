@@ -49,6 +49,8 @@
 #include <jpeglib.h>
 #include <jerror.h>
 
+#include "csrc/bindings.h"
+#include "csrc/jerr.h"
 #include "csrc/resample.h"
 
 #include "csrc/libjpeg_info.h"
@@ -58,51 +60,15 @@ enum { FAST = 0, PROGRESSIVE = 1, COLOR = 2, TAIL = 3, BROKEN = 4 };
  * error there (no backing store), not an allocation the size its header claims. */
 #define CHECK_MEMORY (2048L * 1024 * 1024)
 
-typedef struct {
-    struct jpeg_error_mgr pub;
-    jmp_buf jump;
-    int warnings, eof, hit_marker;
-    long padding;
-    char message[JMSG_LENGTH_MAX];  /* the error */
-    char first[JMSG_LENGTH_MAX];    /* the first warning */
-} ErrorMgr;
-
-static void on_error(j_common_ptr cinfo) {
-    ErrorMgr *err = (ErrorMgr *)cinfo->err;
-    (*cinfo->err->format_message)(cinfo, err->message);
-    longjmp(err->jump, 1);
-}
-
-/* libjpeg's warnings (level < 0) are counted and sorted, the first kept as text; trace
- * messages (level >= 0) are dropped. */
-static void on_message(j_common_ptr cinfo, int level) {
-    ErrorMgr *err = (ErrorMgr *)cinfo->err;
-    if (level >= 0) return;
-    if (err->warnings++ == 0) (*cinfo->err->format_message)(cinfo, err->first);
-    switch (err->pub.msg_code) {
-    case JWRN_JPEG_EOF: err->eof = 1; break;
-    case JWRN_HIT_MARKER: err->hit_marker = 1; break;
-    case JWRN_EXTRANEOUS_DATA:
-        if (err->pub.msg_parm.i[0] > err->padding) err->padding = err->pub.msg_parm.i[0];
-        break;
-    default: break;
-    }
-}
-
 /* The error manager's fields reset, then the decompressor made. Called after the caller's
  * setjmp: jpeg_create_decompress itself may fail (no memory, a library of another version). */
-static void setup(struct jpeg_decompress_struct *cinfo, ErrorMgr *err) {
+static void setup(struct jpeg_decompress_struct *cinfo, JpegErr *err) {
     memset(cinfo, 0, sizeof *cinfo);
-    cinfo->err = jpeg_std_error(&err->pub);
-    err->pub.error_exit = on_error;
-    err->pub.emit_message = on_message;
-    err->warnings = err->eof = err->hit_marker = 0;
-    err->padding = 0;
-    err->message[0] = err->first[0] = '\0';
+    jerr_init(&cinfo->err, err);
     jpeg_create_decompress(cinfo);
 }
 
-static PyObject *report(const ErrorMgr *err, long trailing, int with_error) {
+static PyObject *report(const JpegErr *err, long trailing, int with_error) {
     return Py_BuildValue("{s:i,s:s,s:i,s:i,s:l,s:l,s:s}", "warnings", err->warnings,
                          "first", err->first, "eof", err->eof, "hit_marker", err->hit_marker,
                          "padding", err->padding, "trailing", trailing, "error",
@@ -136,7 +102,7 @@ static PyObject *probe(PyObject *Py_UNUSED(self), PyObject *args) {
         return NULL;
     }
     struct jpeg_decompress_struct cinfo;
-    ErrorMgr err;
+    JpegErr err;
     volatile int code = FAST, failed = 0;
     volatile long width = 0, height = 0, trailing = 0;
     Py_BEGIN_ALLOW_THREADS
@@ -181,7 +147,7 @@ typedef struct {
  * bytes after EOI when ``whole`` read the data to its end. */
 static int decode_region(const unsigned char *data, size_t len, unsigned char *frame,
                          size_t frame_len, int scale, Region *r, int whole, long *trailing,
-                         ErrorMgr *err) {
+                         JpegErr *err) {
     struct jpeg_decompress_struct cinfo;
     if (setjmp(err->jump)) {
         jpeg_destroy_decompress(&cinfo);
@@ -270,7 +236,7 @@ static PyObject *decode(PyObject *Py_UNUSED(self), PyObject *args) {
     } else if ((unsigned long long)data.len > (unsigned long long)ULONG_MAX) {
         PyErr_SetString(PyExc_ValueError, "the data is too large for libjpeg");
     } else {
-        ErrorMgr err;
+        JpegErr err;
         Region r = {(JDIMENSION)x0, (JDIMENSION)y0, (JDIMENSION)x1, (JDIMENSION)y1};
         long trailing = 0;
         int rc;
@@ -423,10 +389,15 @@ static PyMethodDef methods[] = {
      "-> (left, top, right, bottom, report)"},
     {"pack", pack, METH_VARARGS,
      "pack(src, src_width, x0, y0, width, height, out, flip, planar) -> None"},
+    {"encode", py_encode, METH_VARARGS,
+     "encode(pixels, width, height, channels, quality) -> bytes"},
     {"resize", rs_py_resize, METH_VARARGS,
      "resize(src, width, height, stride, channels, box, out_width, out_height, window, out, "
      "filter, flip, planar, kernel) -> None (imgprep/csrc/resample_py.c)"},
     {"resample_kernel", rs_py_kernel, METH_VARARGS, "resample_kernel(kernel) -> str"},
+    {"convert", py_convert, METH_VARARGS, "convert(data, ...) -> (status, message, jpeg, ...)"},
+    {"finish", py_finish, METH_VARARGS, "finish(rgb, ...) -> (status, message, jpeg, ...)"},
+    {"frame", py_frame, METH_VARARGS, "frame(data, ...) -> (status, message, rgbx, ...)"},
     {NULL, NULL, 0, NULL},
 };
 

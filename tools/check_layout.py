@@ -80,6 +80,9 @@ WHITE_BOX = {  # module -> why benchmarks and harnesses need it (docs/developmen
     "imgprep.inputs.sources": "list_source, convert's listing timed alone",
     "imgprep.convert.tasks": "make_plan, convert's planning timed alone",
     "imgprep.convert.image": "convert_image, convert's per-image work timed alone",
+    "imgprep.convert.native": "one_call, the C path's call per image alone: convert's floor",
+    "imgprep.convert.pillowpath": "convert_pillow, transform version 1, the reference the C "
+                                  "path's output is compared with",
     "imgprep.job.assign": "balanced_split, the whole-shard plans the shuffle study compares",
     "imgprep.procs": "die_with_parent, for the harnesses' own children",
     "loaders.transforms": "the Pillow path's stages (crop_box, geometry, apply, into_chw), "

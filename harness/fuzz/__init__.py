@@ -1,9 +1,11 @@
 """Fuzzing the C that parses untrusted bytes: real JPEGs mutated the ways files break
 (``mutate``), fed to a target callable by one runner (``run``) that counts outcomes and
-keeps every input that broke a property; the extension's target (``extension``: no crash,
-and either the full decode's pixels or a clean decline) and its sanitizer build, loaded with
-libasan preloaded in a child process (``sanitize``). A new piece of C (a resampler, an
-encoder) joins by writing a target: a callable ``(data, rng) -> outcome`` that raises
+keeps every input that broke a property; the crop-aware decoder's target (``extension``: no
+crash, and either the full decode's pixels or a clean decline), convert's C path's
+(``convert``: decode, resample and encode, the region decode's answer equal to the whole
+decode's, every output a JPEG of the size reported), each input to one of them, and their
+sanitizer build, loaded with libasan preloaded in a child process (``sanitize``). A new piece
+of C joins by writing a target: a callable ``(data, rng) -> outcome`` that raises
 ``Mismatch`` when a property fails.
 
     python -m harness.fuzz.sanitize --inputs 200000      # ASan + UBSan, the sample's JPEGs

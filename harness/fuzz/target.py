@@ -12,3 +12,12 @@ Target = Callable[[bytes, np.random.Generator], str]
 
 class Mismatch(AssertionError):
     """A target's promise failed on an input (wrong pixels, a bad report): not a crash."""
+
+
+def alternate(*targets: Target) -> Target:
+    """One target that hands each input to one of ``targets``, drawn from its generator."""
+
+    def target(data: bytes, rng: np.random.Generator) -> str:
+        return targets[int(rng.integers(len(targets)))](data, rng)
+
+    return target

@@ -83,6 +83,7 @@ def info(path: Path | None, split: str | None, strict: bool, quiet: bool,
     """
     from imgprep import jpegcrop
     from imgprep.cli.report import info_lines
+    from imgprep.convert.image import describe_transform, transform_version
     from imgprep.shards.info import (
         ManifestSummary,
         decoder_warning,
@@ -93,8 +94,11 @@ def info(path: Path | None, split: str | None, strict: bool, quiet: bool,
     )
 
     ver, pil, lib = versions(), pil_info(), jpegcrop.library()
+    convert = describe_transform(transform_version())
     out: dict[str, Any] = {"versions": asdict(ver), "pil": asdict(pil),
-                           "libjpeg": asdict(lib) if lib is not None else None}
+                           "libjpeg": asdict(lib) if lib is not None else None,
+                           "convert": {"transform_version": transform_version(),
+                                       "transform": convert}}
     manifests: list[ManifestSummary] = []
     if path is not None:
         try:
@@ -104,7 +108,7 @@ def info(path: Path | None, split: str | None, strict: bool, quiet: bool,
         out["manifests"] = [m.to_json() for m in manifests]
     warning = "; ".join(w for w in (decoder_warning(lib), pil_warning(pil)) if w) or None
     out["warning"] = warning
-    emit(out, as_json, quiet, lambda: "\n".join(info_lines(ver, pil, lib, manifests)))
+    emit(out, as_json, quiet, lambda: "\n".join(info_lines(ver, pil, lib, manifests, convert)))
     if warning and not (quiet or as_json):
         click.echo(f"WARNING: {warning}", err=True)
     if strict and warning:

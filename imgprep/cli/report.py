@@ -116,9 +116,9 @@ def stage_line(s: StageSummary, fanout: bool) -> str:
 
 
 def info_lines(versions: Versions, pil: PilInfo, lib: Library | None,
-               manifests: list[ManifestSummary]) -> list[str]:
-    """``imgprep info``: versions, which PIL, the decoder's libjpeg-turbo, and one line per
-    manifest."""
+               manifests: list[ManifestSummary], convert: str = "") -> list[str]:
+    """``imgprep info``: versions, which PIL, the decoder's libjpeg-turbo, how convert makes
+    images here (``convert``), and one line per manifest."""
     lines = [f"{k:12s} {v}" for k, v in asdict(versions).items()]
     lines.append(f"{'PIL':12s} {pil.pil_version} ({'pillow-simd' if pil.pillow_simd else 'stock'}"
                  f", AVX2 build: {pil.avx2_build}, libjpeg-turbo: {pil.libjpeg_turbo} "
@@ -127,10 +127,12 @@ def info_lines(versions: Versions, pil: PilInfo, lib: Library | None,
     lines.append(f"{'resampler':12s} {pil.resampler}")
     if lib is not None:
         lines.append(f"{'extension':12s} {lib.extension}")
+    if convert:
+        lines.append(f"{'convert':12s} {convert}")
     for m in manifests:
         lines.append(f"{m.path}: {m.split} {m.format}, {m.samples} samples, {m.shards} shards, "
-                     f"{m.bytes / 1e6:.1f} MB, {m.classes} classes, {m.errors} errors; "
-                     f"mean {m.mean} std {m.std}")
+                     f"{m.bytes / 1e6:.1f} MB, {m.classes} classes, {m.errors} errors, "
+                     f"transform version {m.transform_version}; mean {m.mean} std {m.std}")
         if m.fast_decode is not None:
             d = m.fast_decode
             why = "; ".join(f"{n} {r}" for r, n in d.declined.items())

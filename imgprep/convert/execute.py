@@ -18,6 +18,7 @@ from typing import NamedTuple
 import numpy as np
 
 from imgprep.convert import image, samples
+from imgprep.convert.converted import center_pixels, sums_of_histogram
 from imgprep.convert.errorlog import ErrorRecord, WarningRecord
 from imgprep.convert.pool import part_cuts, run_pool
 from imgprep.convert.records import write_record
@@ -83,7 +84,9 @@ def _convert_items(plan: Plan, piece: _Slice, tick: Tick,
         for i, label in rows:
             try:
                 data = reader.read_item(lst, i)
-                conv = image.convert_image(data, opts.transform)
+                conv = image.convert_image(data, opts.transform,
+                                           histogram=i % STATS_EVERY == 0,
+                                           pixels=part.mean is not None)
             except (ImageError, OSError) as e:
                 reason = str(e) if isinstance(e, ImageError) else f"cannot read: {e}"
                 part.errors.append(ErrorRecord(source=f"{lst.root}/{lst.member_str(i)}",
@@ -93,11 +96,11 @@ def _convert_items(plan: Plan, piece: _Slice, tick: Tick,
             if conv.warning:
                 part.warnings.append(WarningRecord(source=f"{lst.root}/{lst.member_str(i)}",
                                                    key=lst.key_str(i), warning=conv.warning))
-            if i % STATS_EVERY == 0:
-                part.hist += image.channel_histogram(conv.image)
+            if conv.histogram is not None:
+                part.hist += conv.histogram
                 part.stats_images += 1
-            if part.mean is not None:
-                np.add(part.mean, image.center_pixels(conv.image, size), out=part.mean)
+            if part.mean is not None and conv.pixels is not None:
+                np.add(part.mean, center_pixels(conv.pixels, size), out=part.mean)
             if opts.format == "shards":
                 add(Sample(lst.key_str(i), samples.shard_members(plan, i, conv)))
             else:
@@ -123,7 +126,7 @@ def _finish(plan: Plan, task: Task, parts: list[_Part], shard: ShardWriter | Non
         samples=shard.samples if shard is not None else len(files),
         bytes=shard.bytes if shard is not None else sum(f.bytes for f in files),
         sha256=shard.sha256 if shard is not None else "",
-        sums=image.sums_of_histogram(np.sum([p.hist for p in parts], axis=0)).tolist(),
+        sums=sums_of_histogram(np.sum([p.hist for p in parts], axis=0)).tolist(),
         stats_images=sum(p.stats_images for p in parts),
         errors=tuple(e for p in parts for e in p.errors), files=files,
         warnings=tuple(w for p in parts for w in p.warnings))

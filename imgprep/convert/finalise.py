@@ -103,7 +103,7 @@ def _manifest(plan: Plan, results: list[TaskResult], errors: int, log: Path | No
         errors=errors, error_log=log.name if log else None,
         stats_images=sum(r.stats_images for r in results), node=node, index=index,
         source=source_section(plan.listing),
-        labelled=plan.labelled,
+        labelled=plan.labelled, transform_version=plan.transform_version,
     )
 
 

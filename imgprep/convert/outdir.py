@@ -4,8 +4,10 @@ A folder holds at most one finished conversion per split (``<split>.json`` names
 for a split that is already there with the same fingerprint (input, labels, options, format)
 resumes or reports it complete; one that differs is refused, naming what is there and what
 differs, unless ``--overwrite``: then the old split is removed first (manifest first, so the
-folder never claims a split it no longer holds) and the caller says so. A run touches only
-files of its own split: ``split_owns`` is the one place that says which those are.
+folder never claims a split it no longer holds) and the caller says so. A split begun by
+another transform version (its task records say which) is not resumed either: a folder never
+mixes images made two ways. A run touches only files of its own split: ``split_owns`` is the
+one place that says which those are.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from imgprep.convert.errorlog import error_log_path, warning_log_path
+from imgprep.convert.image import describe_transform
 from imgprep.errors import ImgprepError, OutputExistsError
 from imgprep.fsutil import TMP_PREFIX
 from imgprep.inputs.spool import SPOOL_DIR
@@ -46,6 +49,7 @@ class Wanted:
     classes: list[list[str]]
     source: SourceSection
     tool_version: str
+    transform_version: int
 
 
 def other_tmp_files(out: Path, split: str) -> set[str]:
@@ -75,6 +79,9 @@ def differences(old: Manifest, new: Wanted) -> list[str]:
         if key not in ("format", "split") and was.get(key) != now.get(key):
             flag = OPTION_FLAGS.get(key, key)
             diffs.append(f"{flag}: {was.get(key)} there, {now.get(key)} now")
+    if old.transform_version != new.transform_version:
+        diffs.append(f"images: {describe_transform(old.transform_version)} there, "
+                     f"{describe_transform(new.transform_version)} now")
     if old.classes != new.classes:
         diffs.append(f"--classes: {len(old.classes)} classes there, {len(new.classes)} now")
     src = old.source
@@ -113,6 +120,32 @@ def check_folder(new: Wanted, overwrite: bool) -> Manifest | None:
         f"{new.out} already holds a finished {new.split} split ({path.name}: {_describe(old)}) "
         f"and this run differs: {'; '.join(differences(old, new))}; rerun with the same input "
         "and options to keep it, pass --overwrite to replace it, or pick another --out")
+
+
+def other_transforms(state_dir: Path, version: int) -> dict[Path, int]:
+    """The task records in ``state_dir`` written by another transform version than
+    ``version`` (a record without one is from version 1), with theirs."""
+    found = {}
+    for rec in sorted(state_dir.glob("*.json")) if state_dir.is_dir() else []:
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            theirs = json.loads(rec.read_text("utf-8")).get("transform_version", 1)
+            if theirs != version:
+                found[rec] = theirs
+    return found
+
+
+def check_unfinished(new: Wanted, state_dir: Path) -> None:
+    """Refuse to resume an unfinished split that another transform version began
+    (OutputExistsError, naming both)."""
+    other = other_transforms(state_dir, new.transform_version)
+    if other:
+        theirs = sorted(set(other.values()))[0]
+        raise OutputExistsError(
+            f"{new.out} holds an unfinished {new.split} split ({len(other)} tasks done) made "
+            f"by {describe_transform(theirs)}; this imgprep makes "
+            f"{describe_transform(new.transform_version)} and a folder never mixes them: "
+            f"finish it with the imgprep that began it, pass --overwrite to start over, or "
+            "pick another --out")
 
 
 def _unreadable(new: Wanted) -> Manifest:

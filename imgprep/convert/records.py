@@ -77,7 +77,8 @@ def _result_of(rec: dict[str, Any]) -> TaskResult | None:
 def write_record(plan: Plan, res: TaskResult) -> None:
     """The record of a task whose output is in place (what a rerun may skip)."""
     # Records are verified against the files before any reuse, so they need no fsync.
-    write_json_atomic(plan.record_path(plan.tasks[res.index]), _record_json(res), durable=False)
+    rec = {**_record_json(res), "transform_version": plan.transform_version}
+    write_json_atomic(plan.record_path(plan.tasks[res.index]), rec, durable=False)
 
 
 def load_done(plan: Plan, task: Task, checksum: bool = True) -> TaskResult | None:
@@ -182,6 +183,8 @@ def prepare_folder(plan: Plan, world: World, held: list[Task]) -> None:
     replaced = check_folder(plan)
     if replaced is not None:
         log.warning(outdir.remove_split(opts.out, replaced, plan.split))
+    for rec in outdir.other_transforms(plan.state_dir, plan.transform_version):
+        rec.unlink(missing_ok=True)  # --overwrite: another transform version's tasks go
     # Other ranks may be writing their tasks' temporary files right now: keep those.
     busy = {t.name for t in plan.tasks} if world.is_distributed else set()
     sweep_tmp(opts.out, busy | outdir.other_tmp_files(opts.out, plan.split))

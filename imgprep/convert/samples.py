@@ -13,7 +13,7 @@ from json.encoder import encode_basestring_ascii as _js
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from imgprep.convert.image import Converted
+    from imgprep.convert.converted import Converted
     from imgprep.convert.tasks import Plan
 
 

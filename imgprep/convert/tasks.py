@@ -24,6 +24,7 @@ import numpy as np
 from imgprep import __version__
 from imgprep.convert import outdir
 from imgprep.convert.errorlog import ErrorRecord, WarningRecord
+from imgprep.convert.image import transform_version
 from imgprep.convert.options import ConvertOptions
 from imgprep.convert.outdir import STATE_DIR
 from imgprep.errors import LabelError, OutputError, SourceFormatError
@@ -70,6 +71,7 @@ class Plan:
     label_check: LabelCheck = field(default_factory=LabelCheck)
     label_source: str = "input"  # imgprep.inputs.labels.SOURCES; "none": an unlabelled split
     holdout: Holdout | None = None  # --holdout-per-class: imgprep.convert.holdout
+    transform_version: int = field(default_factory=transform_version)  # convert.image
 
     @property
     def labelled(self) -> bool:
@@ -227,7 +229,8 @@ def plan_tasks(rows: int | np.ndarray, opts: ConvertOptions, split: str) -> tupl
 def _fingerprint(opts: ConvertOptions, split: str, listing: Listing, labels: np.ndarray,
                  classes: ClassTable, holdout: Holdout | None = None) -> str:
     h = hashlib.sha256()
-    h.update(f"imgprep {__version__} records {RECORD_VERSION}".encode())
+    h.update(f"imgprep {__version__} records {RECORD_VERSION} transform {transform_version()}"
+             .encode())
     h.update(json.dumps(output_options(opts, split, holdout).to_json(), sort_keys=True).encode())
     h.update(json.dumps(classes.to_json()).encode())
     for arr in (listing.key, listing.size, labels):
@@ -391,15 +394,20 @@ def _wanted(plan: Plan) -> outdir.Wanted:
     return outdir.Wanted(
         out=plan.opts.out, split=plan.split, format=plan.opts.format,
         options=manifest_options(plan), classes=plan.classes.to_json(),
-        source=source_section(plan.listing), tool_version=__version__)
+        source=source_section(plan.listing), tool_version=__version__,
+        transform_version=plan.transform_version)
 
 
 def check_folder(plan: Plan) -> Manifest | None:
-    """Refuse to replace another finished conversion of the split (OutputExistsError) unless
-    ``--overwrite``; returns the manifest that ``--overwrite`` replaces, or None."""
+    """Refuse to replace another finished conversion of the split, or to resume one begun by
+    another transform version (OutputExistsError), unless ``--overwrite``; returns the
+    manifest that ``--overwrite`` replaces, or None."""
     want = _wanted(plan)
     outdir.check_shared_classes(want)
-    return outdir.check_folder(want, plan.opts.overwrite)
+    replaced = outdir.check_folder(want, plan.opts.overwrite)
+    if not plan.opts.overwrite:
+        outdir.check_unfinished(want, plan.state_dir)
+    return replaced
 
 
 def unknown_errors(plan: Plan) -> list[ErrorRecord]:

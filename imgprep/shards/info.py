@@ -160,6 +160,7 @@ class ManifestSummary:
     tool_version: str
     options: ManifestOptions
     index: bool  # the manifest names a sample index
+    transform_version: int  # how the images were made (imgprep.convert.image)
     fast_decode: FastDecode | None
 
     def to_json(self) -> dict[str, Any]:
@@ -184,7 +185,7 @@ def manifest_summaries(path: Path, split: str | None = None) -> list[ManifestSum
             shards=len(m.shards), bytes=m.total_bytes, classes=len(m.classes),
             errors=m.errors, mean=m.mean, std=m.std, tool_version=m.tool_version,
             options=m.options, index=m.index is not None,
-            fast_decode=probe_decode(p.parent, m)))
+            transform_version=m.transform_version, fast_decode=probe_decode(p.parent, m)))
     return out
 
 

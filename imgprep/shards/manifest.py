@@ -143,6 +143,7 @@ class Manifest:
     node: NodeSection | None = None
     index: IndexEntry | None = None
     labelled: bool = True
+    transform_version: int = 1  # how the images were made (imgprep.convert.image); 1 if absent
     format_version: int = FORMAT_VERSION
 
     @property
@@ -233,6 +234,9 @@ def parse_manifest(d: Any, where: str) -> Manifest:
     if not all(isinstance(c, list) and len(c) == 2 for c in classes):
         raise ManifestError(f"{where}: classes must be [wnid, name] pairs")
     split = need(d, "split", str, where)
+    transform = need(d, "transform_version", int, where) if "transform_version" in d else 1
+    if transform < 1:
+        raise ManifestError(f"{where}: transform_version {transform} is not 1 or more")
     return Manifest(
         split=split, format=fmt, total_samples=total, classes=classes,
         mean=_stats(d, "mean", where), std=_stats(d, "std", where),
@@ -246,7 +250,7 @@ def parse_manifest(d: Any, where: str) -> Manifest:
         node=parse_node(d["node"], where) if d.get("node") is not None else None,
         index=_index(d, where),
         labelled=need(d, "labelled", bool, where) if "labelled" in d else True,
-        format_version=version,
+        transform_version=transform, format_version=version,
     )
 
 

@@ -31,6 +31,7 @@ from click.testing import Result
 from PIL import Image
 
 from imgprep import __version__, jpegcrop
+from imgprep.convert.image import transform_version
 from imgprep.inputs.synsets import imagenet_classes
 from imgprep.shards.manifest import read_manifest
 from tests.support import (
@@ -779,7 +780,8 @@ def test_info_json_reports_the_manifest_and_pil(converted: dict[str, Path]) -> N
     r = invoke("info", converted["shards"], "--json")
     assert r.exit_code == 0, r.output
     info = summary_of(r)
-    assert set(info) == {"versions", "pil", "libjpeg", "manifests", "warning"}
+    assert set(info) == {"versions", "pil", "libjpeg", "convert", "manifests", "warning"}
+    assert info["convert"]["transform_version"] == transform_version()
     assert set(info["versions"]) == {"imgprep", "python", "platform", "numpy", "torch",
                                      "webdataset", "tqdm", "click"}
     assert set(info["pil"]) == {"pil_version", "pillow_simd", "stock_pillow_installed",
@@ -788,7 +790,8 @@ def test_info_json_reports_the_manifest_and_pil(converted: dict[str, Path]) -> N
     (m,) = info["manifests"]
     assert set(m) == {"path", "split", "format", "samples", "shards", "bytes", "classes",
                       "errors", "mean", "std", "tool_version", "options", "index",
-                      "fast_decode"}
+                      "transform_version", "fast_decode"}
+    assert m["transform_version"] == transform_version()
     first = read_manifest(converted["shards"] / "train.json").shards[0].samples
     assert m["fast_decode"] == ({"probed": first, "fast": first, "declined": {}}
                                 if jpegcrop.AVAILABLE else
@@ -812,7 +815,7 @@ def test_info_json_reports_the_manifest_and_pil(converted: dict[str, Path]) -> N
     assert m["fast_decode"] == {}
     r = invoke("info", "--json")  # no manifest asked for: no "manifests" key
     assert r.exit_code == 0, r.output
-    assert set(summary_of(r)) == {"versions", "pil", "libjpeg", "warning"}
+    assert set(summary_of(r)) == {"versions", "pil", "libjpeg", "convert", "warning"}
 
 
 def test_info_human_and_strict(converted: dict[str, Path]) -> None:

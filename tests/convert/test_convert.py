@@ -642,11 +642,11 @@ def test_a_failed_part_leaves_no_partial_shard_and_a_rerun_matches(
     one = convert(src, tmp_path / "one", *args, workers=1)
     calls = []
 
-    def flaky(data: bytes, opts: Any) -> Any:
+    def flaky(data: bytes, opts: Any, **kw: Any) -> Any:
         calls.append(1)
         if len(calls) == 3:  # in a worker, after a part or two went through
             raise RuntimeError("boom")
-        return convert_image(data, opts)
+        return convert_image(data, opts, **kw)
 
     monkeypatch.setattr(execute, "PART_MIN", 1)
     monkeypatch.setattr(execute.image, "convert_image", flaky)

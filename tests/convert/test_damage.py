@@ -16,9 +16,9 @@ import pytest
 
 from imgprep import jpegcrop
 from imgprep.convert.image import convert_image
-from imgprep.convert.options import TransformOptions
 from imgprep.errors import ImageError
 from imgprep.inputs.synsets import imagenet_classes
+from imgprep.sections import TransformOptions
 from tests.support import encode, jpeg, photo
 from tests.support.cli import invoke
 

@@ -52,7 +52,8 @@ def wanted_like(folder: Path, split: str = "train") -> Wanted:
     m = read_manifest(folder, split)
     assert m.source is not None
     return Wanted(out=folder, split=split, format=m.format, options=m.options,
-                  classes=m.classes, source=m.source, tool_version=m.tool_version)
+                  classes=m.classes, source=m.source, tool_version=m.tool_version,
+                  transform_version=m.transform_version)
 
 
 def fingerprinted(want: Wanted, fingerprint: str, **options: object) -> Wanted:
@@ -116,7 +117,7 @@ def wanted_like_unread(folder: Path) -> Wanted:
     return Wanted(out=folder, split="train", format="shards",
                   options=ManifestOptions(format="shards", split="train", fingerprint="0" * 64),
                   classes=[], source=SourceSection(kind="tar", name="x", images=1),
-                  tool_version="0")
+                  tool_version="0", transform_version=2)
 
 
 def test_remove_split_takes_that_split_alone_manifest_first(shards: Path) -> None:

@@ -1,5 +1,5 @@
-"""Tests for imgprep.convert.image: every image mode to a 256 px RGB JPEG, options, and bad
-inputs."""
+"""Tests for imgprep.convert.image (whichever transform version this environment runs):
+every image mode to a 256 px RGB JPEG, options, bad inputs, and the statistics it gives."""
 
 from __future__ import annotations
 
@@ -12,7 +12,15 @@ import numpy as np
 import pytest
 from PIL import Image, JpegImagePlugin
 
-from imgprep.convert.image import Converted, center_pixels, channel_sums, convert_image
+from imgprep.convert.converted import (
+    Converted,
+    center_pixels,
+    channel_histogram,
+    channel_sums,
+    sums_of_histogram,
+)
+from imgprep.convert.image import convert_image
+from imgprep.convert.pillowpath import convert_pillow
 from imgprep.errors import ImageError
 from imgprep.sections import TransformOptions
 from tests.support import encode, jpeg, photo
@@ -31,12 +39,12 @@ def _pixels(c: Converted) -> np.ndarray:
 
 
 def _check_output(c: Converted, size: tuple[int, int] = (256, 256)) -> Converted:
-    """Assert the encoded output is an RGB JPEG of ``size`` like ``c.image``; return ``c``."""
+    """Assert the encoded output is an RGB JPEG of ``size``, as ``c`` says; return ``c``."""
     out = _decode(c)
     assert out.format == "JPEG"
     assert out.mode == "RGB"
     assert out.size == size
-    assert c.image.mode == "RGB" and c.image.size == size
+    assert c.size == size
     return c
 
 
@@ -91,7 +99,12 @@ def test_center_crop_takes_the_middle() -> None:
 @pytest.fixture(scope="module")
 def reference() -> Converted:
     """The plain RGB conversion every other mode of the same photo is compared with."""
-    return convert_image(encode(photo((200, 150), seed=3), "PNG"), OPTS)
+    return convert_image(encode(photo((200, 150), seed=3), "PNG"), OPTS, pixels=True)
+
+
+def _gray(c: Converted) -> np.ndarray:
+    assert c.pixels is not None
+    return np.asarray(Image.fromarray(c.pixels).convert("L"), dtype=np.float64)
 
 
 def _same_photo(mode: str, fmt: str, **kw: object) -> bytes:
@@ -118,8 +131,7 @@ def test_grayscale_jpeg(reference: Converted) -> None:
     px = _pixels(c)
     assert c.original_mode == "L"
     assert np.abs(px[..., 0] - px[..., 1]).max() <= 2 and np.abs(px[..., 1] - px[..., 2]).max() <= 2
-    gray_ref = np.asarray(reference.image.convert("L"), dtype=np.float64)
-    assert np.abs(px[..., 0] - gray_ref).mean() < 4
+    assert np.abs(px[..., 0] - _gray(reference)).mean() < 4
 
 
 def test_palette_with_transparency(reference: Converted) -> None:
@@ -150,8 +162,7 @@ def test_la_png(reference: Converted) -> None:
     assert c.original_mode == "LA"
     px = _pixels(c)
     assert np.abs(px[..., 0] - px[..., 2]).max() <= 2
-    gray_ref = np.asarray(reference.image.convert("L"), dtype=np.float64)
-    assert np.abs(px[..., 0] - gray_ref).mean() < 4
+    assert np.abs(px[..., 0] - _gray(reference)).mean() < 4
 
 
 def test_one_bit_png() -> None:
@@ -224,7 +235,7 @@ def test_draft_mode_on_large_jpeg(monkeypatch: pytest.MonkeyPatch) -> None:
         return result
 
     monkeypatch.setattr(JpegImagePlugin.JpegImageFile, "draft", spy)
-    c = convert_image(data, OPTS, crop_decode=False)  # the whole-image path drafts with Pillow
+    c = convert_pillow(data, OPTS)  # transform version 1 drafts with Pillow
     monkeypatch.undo()
     _check_output(c)
     assert c.original_size == (2000, 1500)
@@ -279,9 +290,15 @@ def test_filter_changes_pixels_not_just_bytes() -> None:
 
 def test_deterministic() -> None:
     data = jpeg((500, 375), seed=11)
-    a, b = convert_image(data, OPTS), convert_image(data, OPTS)
+    a, b = (convert_image(data, OPTS, histogram=True, pixels=True) for _ in range(2))
     assert a.jpeg == b.jpeg
-    np.testing.assert_array_equal(np.asarray(a.image), np.asarray(b.image))
+    np.testing.assert_array_equal(a.pixels, b.pixels)
+    np.testing.assert_array_equal(a.histogram, b.histogram)
+
+
+def test_statistics_come_only_when_asked() -> None:
+    c = convert_image(jpeg((300, 200)), OPTS)
+    assert c.histogram is None and c.pixels is None
 
 
 @pytest.mark.parametrize("size", [(1, 1), (1, 10_000), (10_000, 1), (2, 3)])
@@ -404,11 +421,14 @@ def _numpy_sums(img: Image.Image) -> np.ndarray:
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_channel_sums_match_numpy(seed: int) -> None:
-    c = convert_image(jpeg((300, 200), seed=seed), OPTS)
-    sums = channel_sums(c.image)
-    assert sums.shape == (3, 3) and sums.dtype.kind == "i"
-    np.testing.assert_array_equal(sums, _numpy_sums(c.image))
-    assert sums[2].tolist() == [256 * 256] * 3
+    for data in (jpeg((300, 200), seed=seed), encode(photo((300, 200), seed), "PNG")):
+        c = convert_image(data, OPTS, histogram=True, pixels=True)
+        assert c.histogram is not None and c.pixels is not None
+        sums = sums_of_histogram(c.histogram)
+        assert sums.shape == (3, 3) and sums.dtype.kind == "i"
+        np.testing.assert_array_equal(sums, _numpy_sums(Image.fromarray(c.pixels)))
+        assert sums[2].tolist() == [256 * 256] * 3
+        assert np.abs(c.pixels.astype(int) - np.asarray(_decode(c))).mean() < 6  # the JPEG
 
 
 def test_channel_sums_extremes() -> None:
@@ -421,12 +441,14 @@ def test_channel_sums_extremes() -> None:
 
 
 def test_center_pixels() -> None:
-    c = convert_image(jpeg((400, 300)), SHORT)
-    px = center_pixels(c.image, 256)
+    c = convert_image(jpeg((400, 300)), SHORT, pixels=True)
+    assert c.pixels is not None and c.pixels.shape == (256, 341, 3)
+    px = center_pixels(c.pixels, 256)
     assert px.shape == (256, 256, 3) and px.dtype == np.uint8
-    np.testing.assert_array_equal(px, np.asarray(c.image)[:, 42:298])
-    square = convert_image(jpeg((400, 300)), OPTS)
-    np.testing.assert_array_equal(center_pixels(square.image, 256), np.asarray(square.image))
+    np.testing.assert_array_equal(px, c.pixels[:, 42:298])
+    square = convert_image(jpeg((400, 300)), OPTS, pixels=True)
+    assert square.pixels is not None
+    np.testing.assert_array_equal(center_pixels(square.pixels, 256), square.pixels)
 
 
 # --- real data -----------------------------------------------------------------------------------
@@ -468,9 +490,9 @@ def test_real_exif_orientation(real_data: Path) -> None:
     data = (real_data / "images" / "n02951585_can_opener.JPEG").read_bytes()
     plain = convert_image(data, SHORT)
     turned = convert_image(data, TransformOptions(resize="short-side", exif_transpose=True))
-    w, h = plain.image.size
+    w, h = plain.size
     assert w != h and min(w, h) == 256
-    assert turned.image.size == (h, w)
+    assert turned.size == (h, w)
 
 
 def test_short_side_refuses_outputs_over_the_pixel_limit() -> None:
@@ -484,8 +506,6 @@ def test_short_side_refuses_outputs_over_the_pixel_limit() -> None:
 
 def test_summed_histograms_give_the_summed_channel_sums() -> None:
     """A task adds histograms and converts once: the same integers as adding the sums."""
-    from imgprep.convert.image import channel_histogram, sums_of_histogram
-
     imgs = [Image.effect_noise((40, 30), 50 + 20 * k).convert("RGB") for k in range(3)]
     total = sums_of_histogram(sum(channel_histogram(im) for im in imgs))
     np.testing.assert_array_equal(total, sum(channel_sums(im) for im in imgs))

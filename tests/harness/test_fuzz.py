@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from harness.fuzz import sanitize
+from harness.fuzz.convert import convert_target
 from harness.fuzz.extension import jpegcrop_target, load_extension
 from harness.fuzz.mutate import MUTATORS, segments
 from harness.fuzz.run import case, fuzz
@@ -81,6 +82,16 @@ def test_mutated_jpegs_decode_as_pillow_does_or_are_declined(seeds: list[bytes])
     got = report.outcomes
     assert got["decoded"] > 100 and got["decoded:warned"] > 100, got
     assert got["declined:tail"] > 100 and got["declined:broken"] > 100, got
+
+
+@needs_extension
+def test_mutated_jpegs_convert_the_same_from_a_region_or_whole_or_fail_cleanly(
+        seeds: list[bytes]) -> None:
+    report = fuzz(convert_target(load_extension(None)), seeds, inputs=2_000, seed=2)
+    assert report.findings == []
+    got = report.outcomes
+    assert got["convert:converted"] > 100 and got["convert:failed"] > 100, got
+    assert got["convert:declined"] > 100, got
 
 
 @pytest.mark.slow

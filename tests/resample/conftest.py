@@ -13,7 +13,7 @@ from PIL import Image
 
 from imgprep import resample
 from imgprep.convert.image import convert_image
-from imgprep.convert.options import TransformOptions
+from imgprep.sections import TransformOptions
 from loaders.transforms import TrainTransform, crop_box
 
 Box = tuple[float, float, float, float]

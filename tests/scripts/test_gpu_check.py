@@ -99,7 +99,8 @@ def test_cpu_form_records_the_figures_each_check_promises(cpu_run: Any) -> None:
     assert device["DeviceLoader / loader alone"]["result"] == "info"
     assert any(r["result"] == "PASS" for r in device.values())
     convert = " ".join(rows_of(rec, "convert"))
-    assert "1,281,167 images" in convert and "(measured)" in convert and "(derived" in convert
+    assert "1,281,167 images" in convert and "(measured" in convert and "derived" not in convert
+    assert "convert / ceiling" in convert and rec["checks"]["convert"]["ceiling"][0] > 0
     assert rec["checks"]["loader"]["ratio"] > 0
 
 

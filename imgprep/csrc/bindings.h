@@ -1,0 +1,14 @@
+/* The convert path's functions in the ``imgprep._jpegcrop`` module (their method-table
+ * entries are in imgprep/_jpegcrop.c; what they do is in imgprep/csrc/bindings.c). */
+#ifndef IMGPREP_BINDINGS_H
+#define IMGPREP_BINDINGS_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+PyObject *py_encode(PyObject *self, PyObject *args);
+PyObject *py_convert(PyObject *self, PyObject *args);
+PyObject *py_finish(PyObject *self, PyObject *args);
+PyObject *py_frame(PyObject *self, PyObject *args);
+
+#endif

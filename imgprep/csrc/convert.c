@@ -1,0 +1,295 @@
+/* Convert's per-image work in one call (see convert.h). */
+#include "convert.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "encode.h"
+#include "jerr.h"
+#include "resample.h"
+
+enum { RETRY = -1 };                     /* decode_once: decode the whole image instead */
+enum { AT_HEADER, AT_REGION, AT_WHOLE };  /* where a libjpeg error struck */
+enum { KEEP_BYTES = 16 << 20 };           /* scratch kept between images */
+
+/* Each thread's scratch: the decoded region, the region turned, the output's RGB pixels,
+ * the last row read past the region, the output JPEG. */
+static _Thread_local Scratch region_mem, turned_mem, out_mem, row_mem;
+static _Thread_local OutBuf jpeg_mem;
+
+typedef struct {
+    double box[4];        /* the resample's box, displayed pixels at the scale */
+    unsigned out_width, out_height;
+    Rect reach;           /* the displayed pixels the resample reads */
+} Geometry;
+
+static int fail(ConvertResult *r, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(r->message, MESSAGE_LEN, fmt, ap);
+    va_end(ap);
+    return r->status = FAILED;
+}
+
+/* Each filter's support in input pixels at scale 1 (Pillow's, as imgprep/csrc/resample.c
+ * reads them), widened by the shrink factor when shrinking: how far around the box a
+ * resample reads. 0: not a filter convert takes. */
+static double support_of(int filter) {
+    switch (filter) {
+    case RS_BOX: return 0.5;
+    case RS_BILINEAR: case RS_HAMMING: return 1.0;
+    case RS_BICUBIC: return 2.0;
+    case RS_LANCZOS: return 3.0;
+    default: return 0.0;
+    }
+}
+
+static const char *mode_of(int components) { return components == 1 ? "L" : "RGB"; }
+
+/* The DCT scale Pillow's ``draft(mode, (size, size))`` picks: the largest that keeps the
+ * image at least ``size`` on both sides. */
+static int draft_scale(unsigned w, unsigned h, int size) {
+    unsigned s = w / (unsigned)size < h / (unsigned)size ? w / (unsigned)size
+                                                          : h / (unsigned)size;
+    return s >= 8 ? 8 : s >= 4 ? 4 : s >= 2 ? 2 : 1;
+}
+
+/* Python's ``round(a / b)``: the nearest integer, ties to even (exact in integers: a true
+ * quotient of these sizes is never within a rounding of a tie without being one). */
+static uint64_t round_ratio(uint64_t a, uint64_t b) {
+    uint64_t q = a / b, twice = (a % b) * 2;
+    return twice > b || (twice == b && (q & 1)) ? q + 1 : q;
+}
+
+/* The input pixels a resample of [lo, hi) to ``out`` pixels reads: the box widened by the
+ * filter's support (times the shrink factor when shrinking), plus a pixel, within
+ * [0, limit). */
+static void reach(double lo, double hi, unsigned out, unsigned limit, double support,
+                  unsigned *a, unsigned *b) {
+    double s = support * fmax(1.0, (hi - lo) / out);
+    double x0 = floor(lo - s) - 1, x1 = ceil(hi + s) + 1;
+    *a = x0 <= 0 ? 0 : (unsigned)x0;
+    *b = x1 >= limit ? limit : (unsigned)x1;
+}
+
+/* The box and output size of a ``w`` x ``h`` displayed image (of an original stored as
+ * ``ow`` x ``oh``), as convert's options say. */
+static int geometry(unsigned w, unsigned h, unsigned ow, unsigned oh, const ConvertOpts *o,
+                    ConvertResult *r, Geometry *g) {
+    unsigned side = w < h ? w : h;
+    if (o->resize == CENTER_CROP) {
+        unsigned left = (w - side) / 2, top = (h - side) / 2;
+        *g = (Geometry){{left, top, left + side, top + side}, (unsigned)o->size,
+                        (unsigned)o->size, {0, 0, 0, 0}};
+    } else {
+        uint64_t gw = round_ratio((uint64_t)w * (uint64_t)o->size, side);
+        uint64_t gh = round_ratio((uint64_t)h * (uint64_t)o->size, side);
+        gw = gw ? gw : 1;
+        gh = gh ? gh : 1;
+        if (gw > o->max_pixels || gh > o->max_pixels || gw * gh > o->max_pixels)
+            return fail(r, "%ux%u is too elongated for --resize short-side (output "
+                           "%llux%llu is over --max-pixels)", ow, oh,
+                        (unsigned long long)gw, (unsigned long long)gh);
+        *g = (Geometry){{0, 0, w, h}, (unsigned)gw, (unsigned)gh, {0, 0, 0, 0}};
+    }
+    double support = support_of(o->filter);
+    reach(g->box[0], g->box[2], g->out_width, w, support, &g->reach.x0, &g->reach.x1);
+    reach(g->box[1], g->box[3], g->out_height, h, support, &g->reach.y0, &g->reach.y1);
+    return CONVERTED;
+}
+
+typedef struct {
+    int scale, orientation, region;
+    unsigned width, height;  /* at the scale, as stored */
+    Rect stored;             /* what to decode, at the scale, as stored */
+    Geometry g;
+} Plan;
+
+/* What to decode of the image ``h`` describes, or why not here (DECLINED, FAILED). */
+static int plan(const JpegHeader *h, const ConvertOpts *o, int whole, ConvertResult *r,
+                Plan *p) {
+    r->width = h->width;
+    r->height = h->height;
+    r->components = h->components;
+    r->mpf = h->mpf;
+    if (h->colour == COLOUR_OTHER) {
+        snprintf(r->message, MESSAGE_LEN, "%d-component JPEG (CMYK, YCCK ...)", h->components);
+        return r->status = DECLINED;
+    }
+    uint64_t pixels = (uint64_t)h->width * h->height;
+    if (o->bomb_pixels && pixels > o->bomb_pixels)
+        return fail(r, "decompression bomb refused: Image size (%llu pixels) exceeds limit of "
+                       "%llu pixels, could be decompression bomb DOS attack.",
+                    (unsigned long long)pixels, (unsigned long long)o->bomb_pixels);
+    if (pixels > o->max_pixels)
+        return fail(r, "%ux%u = %llu pixels is over the limit of %llu (--max-pixels)", h->width,
+                    h->height, (unsigned long long)pixels, (unsigned long long)o->max_pixels);
+    p->scale = draft_scale(h->width, h->height, o->size);
+    p->width = scaled(h->width, p->scale);
+    p->height = scaled(h->height, p->scale);
+    p->orientation = h->orientation >= 2 && h->orientation <= 8 ? h->orientation : 1;
+    int swaps = orientation_swaps(p->orientation);
+    unsigned w = swaps ? p->height : p->width, hh = swaps ? p->width : p->height;
+    if (geometry(w, hh, h->width, h->height, o, r, &p->g) != CONVERTED) return FAILED;
+    Rect all = {0, 0, p->width, p->height};
+    p->stored = turn_rect(inverse_orientation(p->orientation), w, hh, p->g.reach);
+    p->region = !whole && !h->arithmetic && h->colour != COLOUR_RGB &&
+                memcmp(&p->stored, &all, sizeof all) != 0;
+    if (!p->region) p->stored = all;
+    return CONVERTED;
+}
+
+/* The decoded pixels ``px`` as displayed, and the box in their coordinates. */
+static int show(const Pixels *px, const Plan *p, ConvertResult *r, Decoded *d) {
+    Pixels s = *px;
+    if (p->orientation != 1) {
+        unsigned char *t = scratch_reserve(&turned_mem, (size_t)px->width * px->height * 4);
+        if (t == NULL) return fail(r, "out of memory turning a %ux%u region", px->width,
+                                   px->height);
+        transpose_rgbx(p->orientation, px->pixels, px->width, px->height, px->stride, t);
+        Rect at = turn_rect(p->orientation, p->width, p->height,
+                            (Rect){px->x, px->y, px->x + px->width, px->y + px->height});
+        s = (Pixels){t, at.x0, at.y0, at.x1 - at.x0, at.y1 - at.y0,
+                     (size_t)(at.x1 - at.x0) * 4, 4};
+    }
+    d->shown = s;
+    d->box[0] = p->g.box[0] - s.x;
+    d->box[1] = p->g.box[1] - s.y;
+    d->box[2] = p->g.box[2] - s.x;
+    d->box[3] = p->g.box[3] - s.y;
+    d->out_width = p->g.out_width;
+    d->out_height = p->g.out_height;
+    return CONVERTED;
+}
+
+static int libjpeg_failed(int at, const JpegErr *err, ConvertResult *r) {
+    if (at == AT_HEADER) {  /* Pillow reads it, or says why not */
+        snprintf(r->message, MESSAGE_LEN, "%s", err->message);
+        return r->status = DECLINED;
+    }
+    if (at == AT_REGION) return RETRY;  /* the whole decode says what is wrong */
+    const char *mode = mode_of(r->components);
+    if (err->eof)
+        return fail(r, "cannot decode JPEG %s %ux%u: truncated image data (%s)", mode, r->width,
+                    r->height, err->message);
+    return fail(r, "cannot decode JPEG %s %ux%u: %s", mode, r->width, r->height, err->message);
+}
+
+static int decode_once(const unsigned char *data, size_t len, const ConvertOpts *o, int whole,
+                       ConvertResult *r, Decoded *d) {
+    struct jpeg_decompress_struct cinfo;
+    JpegErr err;
+    JpegHeader h;
+    Plan p;
+    Pixels px;
+    volatile int at = AT_HEADER;
+    memset(&cinfo, 0, sizeof cinfo);  /* destroying it is safe whatever create reached */
+    jerr_init(&cinfo.err, &err);
+    if (setjmp(err.jump)) {
+        jpeg_destroy_decompress(&cinfo);
+        return libjpeg_failed(at, &err, r);
+    }
+    jpeg_create_decompress(&cinfo);
+    jpegdec_header(&cinfo, data, len, o->exif_transpose, &h);
+    int rc = plan(&h, o, whole, r, &p);
+    if (rc != CONVERTED) {
+        jpeg_destroy_decompress(&cinfo);
+        return rc;
+    }
+    at = p.region ? AT_REGION : AT_WHOLE;
+    jpegdec_region(&cinfo, p.scale, p.stored, &region_mem, &px);
+    long trailing = jpegdec_to_end(&cinfo, &row_mem);
+    jpeg_destroy_decompress(&cinfo);
+    r->scan = (Scan){err.warnings, err.eof, err.hit_marker, err.padding, trailing, ""};
+    memcpy(r->scan.first, err.first, sizeof err.first);
+    if (p.region && err.warnings) return RETRY;  /* corrupt data: decode it all, as Pillow */
+    if (err.eof) {
+        snprintf(err.message, JMSG_LENGTH_MAX, "premature end of the JPEG data");
+        return libjpeg_failed(AT_WHOLE, &err, r);
+    }
+    r->path = p.region ? PATH_REGION : PATH_WHOLE;
+    return show(&px, &p, r, d);
+}
+
+int convert_decode(const unsigned char *data, size_t len, const ConvertOpts *o,
+                   ConvertResult *r, Decoded *d) {
+    memset(r, 0, offsetof(ConvertResult, histogram));
+    r->message[0] = '\0';
+    int rc = decode_once(data, len, o, o->whole, r, d);
+    if (rc == RETRY) rc = decode_once(data, len, o, 1, r, d);
+    return r->status = rc;
+}
+
+static void count_levels(const unsigned char *px, size_t n, uint64_t *hist) {
+    memset(hist, 0, LEVELS * sizeof *hist);
+    for (size_t i = 0; i < n; i++, px += 3) {
+        hist[px[0]]++;
+        hist[256 + px[1]]++;
+        hist[512 + px[2]]++;
+    }
+}
+
+/* Resample and encode what the decode stage gave. */
+static int finish(const Decoded *d, const ConvertOpts *o, ConvertResult *r) {
+    unsigned w = d->out_width, h = d->out_height;
+    size_t n = (size_t)w * h * 3;
+    unsigned char *out = scratch_reserve(&out_mem, n);
+    if (out == NULL) return fail(r, "out of memory for a %ux%u output", w, h);
+    const Pixels *s = &d->shown;
+    rs_job job = {s->pixels, s->stride * (s->height - 1) + (size_t)s->width * s->channels,
+                  s->width, s->height, (int64_t)s->stride, s->channels,
+                  {d->box[0], d->box[1], d->box[2], d->box[3]}, w, h, 0, 0, w, h, out, n,
+                  o->filter, RS_AUTO, 0, 0};
+    char message[JMSG_LENGTH_MAX];
+    if (rs_resize(&job, message, sizeof message) != RS_OK)
+        return fail(r, "cannot resample %ux%u to %ux%u: %s", s->width, s->height, w, h,
+                    message);
+    if (encode_jpeg(out, w, h, (size_t)w * 3, 3, o->quality, &jpeg_mem, message) != 0)
+        return fail(r, "cannot encode the %ux%u output: %s", w, h, message);
+    if (o->histogram) count_levels(out, (size_t)w * h, r->histogram);
+    r->out_width = w;
+    r->out_height = h;
+    r->pixels = out;
+    r->jpeg = jpeg_mem.data;
+    r->jpeg_len = jpeg_mem.len;
+    return r->status = CONVERTED;
+}
+
+int convert_jpeg(const unsigned char *data, size_t len, const ConvertOpts *o,
+                 ConvertResult *r) {
+    Decoded d;
+    int rc = convert_decode(data, len, o, r, &d);
+    return rc == CONVERTED ? finish(&d, o, r) : rc;
+}
+
+int convert_rgb(const unsigned char *pixels, unsigned width, unsigned height,
+                unsigned orig_width, unsigned orig_height, const ConvertOpts *o,
+                ConvertResult *r) {
+    Geometry g;
+    memset(r, 0, offsetof(ConvertResult, histogram));
+    r->message[0] = '\0';
+    r->width = orig_width;
+    r->height = orig_height;
+    r->components = 3;
+    r->path = PATH_PIXELS;
+    if (geometry(width, height, orig_width, orig_height, o, r, &g) != CONVERTED) return FAILED;
+    Decoded d = {{pixels, 0, 0, width, height, (size_t)width * 3, 3},
+                 {g.box[0], g.box[1], g.box[2], g.box[3]}, g.out_width, g.out_height};
+    return finish(&d, o, r);
+}
+
+int convert_filter_known(int filter) { return support_of(filter) > 0; }
+
+void convert_trim(void) {
+    scratch_trim(&region_mem, KEEP_BYTES);
+    scratch_trim(&turned_mem, KEEP_BYTES);
+    scratch_trim(&out_mem, KEEP_BYTES);
+    scratch_trim(&row_mem, KEEP_BYTES);
+    if (jpeg_mem.cap > KEEP_BYTES) {
+        free(jpeg_mem.data);
+        jpeg_mem = (OutBuf){NULL, 0, 0};
+    }
+}

@@ -1,0 +1,39 @@
+/* EXIF orientation: read from a JPEG's APP1 segments as Pillow's ``ImageOps.exif_transpose``
+ * reads it, and applied to decoded RGBX pixels. */
+#ifndef IMGPREP_ORIENT_H
+#define IMGPREP_ORIENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* The orientation tag (0x0112) of an APP1 "Exif\0\0" payload: its value (SHORT or LONG,
+ * count 1), or -1 when the payload holds no such tag (or is not readable TIFF). */
+int exif_orientation(const unsigned char *p, size_t n);
+
+/* The digit after ``tiff:Orientation="`` or ``tiff:Orientation>`` in an APP1 XMP payload
+ * (after its "http://ns.adobe.com/xap/1.0/" header), or -1 when there is none. */
+int xmp_orientation(const unsigned char *p, size_t n);
+
+/* Whether an orientation (2..8 transpose; anything else leaves the image as stored) swaps
+ * width and height. */
+int orientation_swaps(int orientation);
+
+/* A rectangle [x0, x1) x [y0, y1) in pixels. */
+typedef struct {
+    unsigned x0, y0, x1, y1;
+} Rect;
+
+/* Where the rectangle ``r`` of a ``width`` x ``height`` image lies once the image is
+ * transposed by ``orientation``. */
+Rect turn_rect(int orientation, unsigned width, unsigned height, Rect r);
+
+/* The orientation that undoes ``orientation`` (each is its own inverse but 6 and 8). */
+int inverse_orientation(int orientation);
+
+/* Copies the ``width`` x ``height`` RGBX pixels at ``src`` (rows ``stride`` bytes apart) into
+ * ``dst`` transposed by ``orientation``, as Pillow's ``exif_transpose`` does: rows of
+ * ``width`` pixels, or of ``height`` when the orientation swaps them, packed. */
+void transpose_rgbx(int orientation, const unsigned char *src, unsigned width, unsigned height,
+                    size_t stride, unsigned char *dst);
+
+#endif
