@@ -30,10 +30,11 @@ from .machine import SAFE_PATH, child_env, cores
 from .profile import Profile
 
 TRAIN_TAR = "ILSVRC2012_img_train.tar"
+HALF = "half"  # a folder holding the same train tar with half the images (convert's fixed cost)
 MARKER = "input.json"
 SIDES = (333, 500)  # ImageNet's typical sides (most images are 500 x 333..375)
 PER_CLASS = 32  # at least this many images a class, up to 1,000 classes
-VERSION = 1  # of what this module writes: a change here remakes every cached input
+VERSION = 2  # of what this module writes: a change here remakes every cached input
 
 
 def _member(name: str, data: bytes) -> bytes:
@@ -70,7 +71,8 @@ def write_train_tar(path: Path, images: int, pool: Sequence[bytes]) -> int:
 
 
 def make_input(work: Path, profile: Profile) -> Path:
-    """``<work>/input-<N>/``: the train tar and the pool, made unless a matching one is there."""
+    """``<work>/input-<N>/``: the train tar, the same with half the images (in ``HALF``) and
+    the pool, made unless a matching one is there."""
     folder = work / f"input-{profile.images}"
     want = {"version": VERSION, "images": profile.images, "pool": profile.pool}
     marker = folder / MARKER
@@ -85,6 +87,8 @@ def make_input(work: Path, profile: Profile) -> Path:
     for i, blob in enumerate(pool):
         (folder / "pool" / f"{i:04d}.jpg").write_bytes(blob)
     write_train_tar(folder / TRAIN_TAR, profile.images, pool)
+    (folder / HALF).mkdir(exist_ok=True)
+    write_train_tar(folder / HALF / TRAIN_TAR, profile.images // 2, pool)
     write_bytes_atomic(marker, json.dumps(want, sort_keys=True).encode())
     return folder
 

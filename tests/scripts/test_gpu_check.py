@@ -101,6 +101,10 @@ def test_cpu_form_records_the_figures_each_check_promises(cpu_run: Any) -> None:
     convert = " ".join(rows_of(rec, "convert"))
     assert "1,281,167 images" in convert and "(measured" in convert and "derived" not in convert
     assert "convert / ceiling" in convert and rec["checks"]["convert"]["ceiling"][0] > 0
+    assert "fixed cost + marginal rate" in convert and "marginal rate / ceiling" in convert
+    conv = rec["checks"]["convert"]
+    assert conv["marginal"] > 0 and conv["fixed_s"] >= 0 and len(conv["half"]) == len(
+        conv["convert"])
     assert rec["checks"]["loader"]["ratio"] > 0
 
 
