@@ -19,7 +19,7 @@ from imgprep.convert.image import convert_image
 from imgprep.errors import ImageError
 from imgprep.inputs.synsets import imagenet_classes
 from imgprep.sections import TransformOptions
-from tests.support import encode, jpeg, photo
+from tests.support import encode, jpeg, photo, restart_out_of_order
 from tests.support.cli import invoke
 
 CLASSES = imagenet_classes()
@@ -32,18 +32,6 @@ CUT_SHORT = ("truncated JPEG: the data ends without an end-of-image marker (cut 
 def half_written(data: bytes, zeros: int = 64 << 20) -> bytes:
     """The first half of ``data``, then zeros: a preallocated file written halfway."""
     return data[:len(data) // 2] + bytes(zeros)
-
-
-def restart_out_of_order() -> bytes:
-    """A JPEG whose middle restart marker has the wrong number: libjpeg warns, resyncs, and
-    decodes every row."""
-    data = bytearray(encode(photo((380, 260), 12), "JPEG", quality=90, restart_marker_rows=1))
-    scan = data.index(b"\xff\xda")
-    rst = [i for i in range(scan, len(data) - 1)
-           if data[i] == 0xFF and 0xD0 <= data[i + 1] <= 0xD7]
-    i = rst[len(rst) // 2]
-    data[i + 1] = 0xD0 + (data[i + 1] - 0xD0 + 3) % 8
-    return bytes(data)
 
 
 def mpo() -> bytes:

@@ -21,7 +21,7 @@ from imgprep import jpegcrop
 from imgprep.convert import native
 from imgprep.errors import ImageError
 from imgprep.sections import FILTER_NAMES, TransformOptions
-from tests.support import encode, jpeg, photo
+from tests.support import encode, jpeg, photo, restart_out_of_order
 
 ext = pytest.importorskip("imgprep._jpegcrop", reason=f"C extension: {jpegcrop.status()}")
 
@@ -35,17 +35,6 @@ def _corrupt(data: bytes, at: float) -> bytes:
     i = int(len(out) * at)
     out[i:i + 40] = bytes(b ^ 0x5A for b in out[i:i + 40])
     return bytes(out)
-
-
-def _restart_out_of_order() -> bytes:
-    """A JPEG whose middle restart marker has the wrong number: libjpeg warns and resyncs."""
-    data = bytearray(encode(photo((380, 260), 12), "JPEG", quality=90, restart_marker_rows=1))
-    scan = data.index(b"\xff\xda")
-    rst = [i for i in range(scan, len(data) - 1)
-           if data[i] == 0xFF and 0xD0 <= data[i + 1] <= 0xD7]
-    i = rst[len(rst) // 2]
-    data[i + 1] = 0xD0 + (data[i + 1] - 0xD0 + 3) % 8
-    return bytes(data)
 
 
 def _oriented(orientation: int, size: tuple[int, int] = (400, 240), subsampling: int = 2
@@ -99,7 +88,7 @@ _MAKERS: dict[str, Callable[[], bytes]] = {
     "mpo": _mpo,
     "png-as-jpeg": lambda: encode(photo((300, 200), 21), "PNG"),
     "truncated": lambda: (d := jpeg((300, 200), seed=22))[: len(d) * 2 // 3],
-    "restart-out-of-order": _restart_out_of_order,
+    "restart-out-of-order": restart_out_of_order,
     "corrupt-middle": lambda: _corrupt(jpeg((400, 300), seed=23), 0.5),
     "corrupt-below-the-crop": lambda: _corrupt(jpeg((200, 600), seed=24), 0.93),
     "trailing-bytes": lambda: jpeg((300, 200), seed=25) + b"\x00garbage after EOI",

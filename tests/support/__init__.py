@@ -12,6 +12,7 @@ from tests.support.images import (
     photo,
     published_label,
     published_val_txt,
+    restart_out_of_order,
     tar_bytes,
     write_tar,
 )
@@ -42,6 +43,7 @@ __all__ = [
     "devkit_archive", "encode", "fanout_nodes", "feed_pipe", "free_port", "interruptible",
     "is_launcher_var", "jpeg", "mpirun", "mpirun_cmd", "nested_images", "one_line",
     "one_line_error", "one_line_problem", "outcomes", "photo", "published_label",
-    "published_val_txt", "rehearse", "steps_by_name", "tar_bytes", "tmp_leftovers",
+    "published_val_txt", "rehearse", "restart_out_of_order", "steps_by_name", "tar_bytes",
+    "tmp_leftovers",
     "torchrun_env", "write_tar",
 ]

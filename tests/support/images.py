@@ -43,6 +43,18 @@ def jpeg(size: tuple[int, int] = (160, 120), seed: int = 0, mode: str = "RGB") -
     return encode(photo(size, seed).convert(mode), "JPEG", quality=90)
 
 
+def restart_out_of_order() -> bytes:
+    """A JPEG whose middle restart marker has the wrong number: libjpeg warns, resyncs, and
+    decodes every row."""
+    data = bytearray(encode(photo((380, 260), 12), "JPEG", quality=90, restart_marker_rows=1))
+    scan = data.index(b"\xff\xda")
+    rst = [i for i in range(scan, len(data) - 1)
+           if data[i] == 0xFF and 0xD0 <= data[i + 1] <= 0xD7]
+    i = rst[len(rst) // 2]
+    data[i + 1] = 0xD0 + (data[i + 1] - 0xD0 + 3) % 8
+    return bytes(data)
+
+
 def write_tar(path: Path, members: Iterable[tuple[str, bytes] | tarfile.TarInfo]) -> Path:
     """A plain tar of (name, bytes) members; a TarInfo is added as is (links, devices …)."""
     with tarfile.open(path, "w", format=tarfile.PAX_FORMAT) as tf:
