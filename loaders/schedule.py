@@ -98,8 +98,10 @@ class SizeSchedule:
                                 int(step or RAMP_STEP))
             if t.isdigit():
                 return cls.constant(int(t))
-            pairs = [p.split("=") for p in t.split(",")]
-            return cls.table({int(e): int(s) for e, s in pairs})
+            pairs = [(int(e), int(s)) for e, s in (p.split("=") for p in t.split(","))]
+            if len(dict(pairs)) != len(pairs):
+                raise ValueError("an epoch named twice")
+            return cls.table(dict(pairs))
         except ValueError as e:
             raise ValueError(f"size schedule {text!r}: expected EPOCH=SIZE,... (e.g. "
                              f"0=160,13=192), LOW:HIGH@START-END[/STEP] (e.g. 160:192@11-13) "
