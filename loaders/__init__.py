@@ -71,6 +71,6 @@ def make_loader(data: str | Path, split: str, world: World, options: LoaderOptio
 
 __all__ = ["BACKENDS", "GPU_BACKENDS", "ORDER_KEY", "ORDER_VERSION", "PAD", "PAD_LABEL",
            "DeviceLoader", "LabelListLoader", "Loader", "LoaderError", "LoaderOptions",
-           "SampleDecoder", "ShardLoader", "SizeSchedule", "TrainTransform", "Transform", "ValTransform",
-           "job_summary", "make_loader", "normalize", "plan_epoch", "read_label_list",
-           "worker_count"]
+           "SampleDecoder", "ShardLoader", "SizeSchedule", "TrainTransform", "Transform",
+           "ValTransform", "job_summary", "make_loader", "normalize", "plan_epoch",
+           "read_label_list", "worker_count"]

@@ -5,7 +5,8 @@ resume treats another value:
 
 - ``same``: the model, the data and the optimisation (arch, image size and resolution
   schedule, classes, the train split's conversion fingerprint and size, ``--normalize``,
-  seed, the learning-rate schedule, precision). Another value is refused, naming the option and both values.
+  seed, the learning-rate schedule, precision). Another value is refused, naming the option
+  and both values.
 - ``elastic``: what the loaders' elastic resume serves (world size, batch size per rank,
   workers, decoder, all-reduce dtype, the data's folder): allowed, said in one line.
 - ``stats``: the normalisation statistics themselves. They follow ``--normalize``; with
