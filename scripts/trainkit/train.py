@@ -279,9 +279,6 @@ def set_up(args: argparse.Namespace, world: World) -> Run:
     if world.rank == 0:
         print(precision.line(), flush=True)
         log({"precision": precision.record()}, args.log_json)
-        print(compiled.line(args.compile, compile_on, device, train_sizes(args)), flush=True)
-        log({"compile": {"mode": args.compile, "on": compile_on,
-                         "sizes": list(train_sizes(args))}}, args.log_json)
     if args.stage_from is not None:
         stage(args, world)
     torch.manual_seed(args.seed)
@@ -296,6 +293,9 @@ def set_up(args: argparse.Namespace, world: World) -> Run:
         print(f"loader: {options.backend} backend, decoding on the {options.device}, "
               f"{workers} {unit}{'' if workers == 1 else 's'} per rank", flush=True)
         log({"loader": backend}, args.log_json)
+        print(compiled.line(args.compile, compile_on, device, train_sizes(args)), flush=True)
+        log({"compile": {"mode": args.compile, "on": compile_on,
+                         "sizes": list(train_sizes(args))}}, args.log_json)
     train_loader, val_loader = make_loaders(args, world, options)
     config = run_config(args, world, workers=workers, bf16=precision.bf16)
     model = model_by_name(args.arch, config.num_classes).to(device)

@@ -6,6 +6,7 @@ least the output size; and the validation transform's crop ratio."""
 
 from __future__ import annotations
 
+import importlib.util
 import math
 from collections.abc import Sequence
 from pathlib import Path
@@ -143,6 +144,33 @@ def test_every_rank_makes_the_same_count_at_the_same_size(data: Path) -> None:
         assert len({len(r) for r in runs}) == 1
         size = SCHEDULE.size_at(epoch)
         assert {s for r in runs for s in sizes_of(r)} == {(3, size, size)}
+
+
+@pytest.mark.parametrize("backend", [
+    pytest.param("dali", marks=pytest.mark.skipif(
+        importlib.util.find_spec("nvidia.dali") is None,
+        reason="NVIDIA DALI is not installed (pip install 'imgprep[dali]')")),
+    "nvjpeg"])
+def test_the_other_backends_follow_the_schedule_and_resume_across_a_size_change(
+        data: Path, backend: str) -> None:
+    """DALI draws its own crops (docs/dali.md) and nvjpeg resamples on its own
+    (docs/nvjpeg.md), so their samples and sizes are the Pillow backend's, not their
+    pixels (both on the CPU here)."""
+    dali = loader(data, backend=backend, workers=1)
+    pillow = loader(data)
+    for epoch in range(4):
+        got = run_epoch(dali, epoch)
+        size = SCHEDULE.size_at(epoch)
+        assert sizes_of(got) == {(3, size, size)}
+        assert labels_of(got) == labels_of(run_epoch(pillow, epoch))
+    dali.set_epoch(1)
+    it = iter(dali)
+    head = [next(it) for _ in range(3)]
+    resumed = loader(data, backend=backend, workers=1)
+    resumed.load_state_dict(dali.state_dict())
+    rest = list(resumed)
+    assert labels_of(head + rest) == labels_of(run_epoch(pillow, 1))
+    assert sizes_of(rest) == {(3, 48, 48)}
 
 
 # -- resume

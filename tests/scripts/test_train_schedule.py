@@ -59,7 +59,7 @@ def test_a_tiny_model_trains_compiled_with_a_schedule_and_refuses_another_on_res
                    "--val-crop-ratio", "0.8", "--compile", "--checkpoint", ckpt,
                    "--log-json", log)
     lines = done.stdout.splitlines()
-    assert lines[1].startswith("compile: on (--compile on; torch.compile, static shapes: one "
+    assert lines[2].startswith("compile: on (--compile on; torch.compile, static shapes: one "
                                "graph per size, 32, 48 px"), lines[:3]
     s = summary(done.stdout)
     assert s["compile"] is True and s["step"] == 12 and s["val"]["samples"] == 20
