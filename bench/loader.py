@@ -65,10 +65,16 @@ spell of a shared machine weighs on both sides of it. Peak RSS (VmHWM) of every 
 read from /proc before the workers are shut down. A compact table goes to stdout and the last
 line of stdout is one JSON object with every figure. Linux only.
 
+``--sizes``: instead, the cost per image at each output size of a resolution schedule
+(128, 160, 192, 224 px; ``bench.loader_sizes``), floor and 1-worker loader, with the target
+160 px <= 0.7 x 224 px, what a worker restart per size change would cost and the ring's
+memory per size; the same JSON line form (``"mode": "sizes"``).
+
 Run (from the repository root, in the project's environment)::
 
     python -m bench.loader                            # full run, ~2 min on 2 cores
     python -m bench.loader --samples 3000 --repeat 1  # a quick look
+    python -m bench.loader --sizes --samples 2000     # cost per image by output size
     python -m bench.loader --ffcv-python VENV/bin/python  # with FFCV (docs/benchmarks.md)
 
 Exit code 2 when the image folder is missing.
@@ -99,7 +105,7 @@ import webdataset as wds
 from PIL import Image
 from torch.utils.data import DataLoader, get_worker_info
 
-from bench import ffcv_peer
+from bench import ffcv_peer, loader_sizes
 from bench.common import (
     DEFAULT_IMAGES,
     QUIET_FOREIGN_CORES,
@@ -459,6 +465,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--out", type=Path, default=None,
                     help="parent of the scratch folder (default: the system's temporary "
                          "folder); the scratch folder is removed afterwards")
+    ap.add_argument("--sizes", action="store_true",
+                    help="only the cost per image at each output size (bench.loader_sizes)")
+    ap.add_argument("--size-list", type=lambda t: [int(x) for x in t.split(",")],
+                    default=list(loader_sizes.SIZES), metavar="S,S,...",
+                    help="the sizes of --sizes (default: %(default)s)")
     args = ap.parse_args(argv)
     if (args.repeat < 1 or args.samples < 1 or args.batch_size < 1
             or (args.limit is not None and args.limit < 1)):
@@ -604,8 +615,17 @@ def run(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
     }
 
 
+def run_sizes(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
+    """``--sizes``: the shard set built as for the full run, then ``bench.loader_sizes``."""
+    folder, blobs = build_shards(args.images, scratch, args.samples, args.limit)
+    return loader_sizes.run_sizes(args, folder, blobs, measured)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.sizes:
+        return run_main("bench_loader", args.images, args.out, partial(run_sizes, args),
+                        loader_sizes.print_sizes)
     return run_main("bench_loader", args.images, args.out, partial(run, args), print_table)
 
 

@@ -13,7 +13,10 @@
   epoch's order done (one count when one says it for every pool); a state from another
   World resumes from the positions (elastic; partition data only on its own node count).
   It also records the order's version (``loaders.order``: absent means 1); a state of
-  another version is refused, since its positions mean other samples.
+  another version is refused, since its positions mean other samples. With a size schedule
+  (``loaders.schedule``) it records the schedule (``size_schedule``, its one spelling); a
+  state of another schedule, or of none, is refused: the rest of its epoch would be made
+  at other sizes than the run that wrote it made.
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ from loaders.config import Config
 from loaders.epochs import EpochPlan, as_samples, pool_starts
 from loaders.errors import LoaderError
 from loaders.order import ORDER_KEY
+
+SCHEDULE_KEY = "size_schedule"  # a state's size schedule (absent: none)
 
 
 class PlannedLoader:
@@ -107,10 +112,12 @@ class PlannedLoader:
         that began at ``from``: 0, or where a resume from another World began), and the
         positions of each pool's order done, which any World resumes from."""
         done = self.plan().position(self._skip + self._yielded)
+        sched = self.options.size_schedule
         return {"epoch": self.epoch, "batch": self._b0 + self._skip + self._yielded,
                 "samples": as_samples(done, self._sizes),
                 "from": as_samples(self._from, self._sizes),
-                ORDER_KEY: self.options.order_version, **self._shape()}
+                ORDER_KEY: self.options.order_version, **self._shape(),
+                **({} if sched is None else {SCHEDULE_KEY: str(sched)})}
 
     def _b_at(self, epoch: int, starts: tuple[int, ...]) -> int:
         """The index of the batch of this World's whole epoch that a plan from ``starts``
@@ -134,6 +141,7 @@ class PlannedLoader:
         on another number of ranks or batch size) stands: each remaining sample of the epoch
         once, and on the same World exactly the batches an uninterrupted run yields."""
         self._check_order(state)
+        self._check_schedule(state)
         epoch, b = int(state["epoch"]), int(state["batch"])
         if "samples" not in state or all(state.get(k) == v for k, v in self._shape().items()):
             starts = self._starts(state, "from", epoch)
@@ -160,6 +168,19 @@ class PlannedLoader:
             f"this loader's is version {mine}: its positions would name other samples; make "
             f"the loader with order_version={theirs} to resume it exactly (later epochs keep "
             "that order), or start a new epoch on this loader with set_epoch")
+
+    def _check_schedule(self, state: Mapping[str, Any]) -> None:
+        """Refuse a state written with another size schedule (or none) than this loader's."""
+        mine = self.options.size_schedule
+        theirs, ours = state.get(SCHEDULE_KEY), None if mine is None else str(mine)
+        if theirs == ours:
+            return
+        then, now = ("none" if s is None else repr(s) for s in (theirs, ours))
+        raise LoaderError(
+            f"rank {self.world.rank}: the checkpoint was written with size schedule "
+            f"{then}, this loader has {now}: the rest of its epoch would be "
+            "made at other sizes; make the loader with the checkpoint's size_schedule "
+            "(SizeSchedule.parse), or start a new run")
 
     def _check_elastic(self, state: Mapping[str, Any]) -> None:
         mode = self.cfg.mode

@@ -26,6 +26,7 @@ from imgprep import MODES, World, jpegcrop
 from loaders.batch import MEMORY_FORMATS
 from loaders.epochs import PAD, TAILS, EpochPlan, plan_epoch, pools
 from loaders.order import ORDER_VERSION, check_order_version
+from loaders.schedule import SizeSchedule
 from loaders.transforms import TrainTransform, Transform, ValTransform, check_transform
 
 DEVICES = ("cpu", "gpu")  # where batches are decoded ("gpu": this rank's; dali and nvjpeg)
@@ -89,6 +90,11 @@ class LoaderOptions:
             (Pillow decodes every image: the same pixels, slower); True refuses to run where
             it is not built, so that a host that built imgprep without a compiler or the
             libjpeg-turbo headers does not decode at Pillow's speed unnoticed.
+        size_schedule: a ``loaders.schedule.SizeSchedule`` (epoch -> output size:
+            progressive resizing), which sets the transform's ``size`` epoch by epoch
+            (``transform.at_size``; a ``ValTransform`` keeps its crop ratio); None: the
+            transform's own size every epoch. Recorded in ``state_dict``: a state of another
+            schedule is refused.
 
     ``None`` leaves the choice to the split: training augments (``TrainTransform()``),
     ends with ``tail="drop"`` and shuffles; validation center-crops (``ValTransform()``),
@@ -109,6 +115,7 @@ class LoaderOptions:
     memory_format: str = "contiguous"
     order_version: int = ORDER_VERSION
     crop_decode: bool | None = None
+    size_schedule: SizeSchedule | None = None
 
     def __post_init__(self) -> None:
         """Refuse values no loader understands (programming errors: ValueError)."""
@@ -133,6 +140,9 @@ class LoaderOptions:
         if self.crop_decode and not jpegcrop.AVAILABLE:
             raise ValueError(f"crop_decode=True, but the crop-aware decoder is "
                              f"{jpegcrop.status()}, or leave crop_decode unset")
+        if self.size_schedule is not None and not isinstance(self.size_schedule, SizeSchedule):
+            raise ValueError(f"size_schedule must be a SizeSchedule, not "
+                             f"{self.size_schedule!r}")
 
     @property
     def channels_last(self) -> bool:
@@ -177,6 +187,18 @@ class ResolvedOptions(LoaderOptions):
         if open_:
             raise ValueError(f"{', '.join(open_)} left open: make resolved options with "
                              "LoaderOptions.resolve")
+
+    def transform_at(self, epoch: int) -> Transform:
+        """The transform of ``epoch``: at the size schedule's size of that epoch."""
+        if self.size_schedule is None:
+            return self.transform
+        return self.transform.at_size(self.size_schedule.size_at(epoch))
+
+    @property
+    def largest_size(self) -> int:
+        """The largest output size of any epoch (what batch buffers are made for)."""
+        s = self.size_schedule
+        return self.transform.size if s is None else s.largest
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)

@@ -29,6 +29,9 @@
   batch): a rerun gives the same pixels. A mid-epoch resume gives the same samples in every
   step, with other crops and flips than the uninterrupted run (the Pillow backend seeds each
   batch and gives the same pixels too).
+- A size schedule (``LoaderOptions.size_schedule``) is followed pass by pass: each pass's
+  pipeline is built for its epoch's transform (``ResolvedOptions.transform_at``), so a
+  size change costs nothing beyond the pipeline every pass builds anyway.
 - Errors: DALI fails a whole batch on an undecodable image, and its pipeline cannot go on.
   The batches handed to DALI and not yet yielded are then decoded sample by sample with the
   Pillow backend's own transform (``loaders.transforms.apply``), which finds the bad samples
@@ -178,6 +181,7 @@ class DaliBackend:
                        else torch.device("cpu"))
         self._skipped = 0
         self._stream: Any = None  # the CUDA stream batches are copied out on
+        self.transform = options.transform_at(0)  # the current pass's (a schedule's size)
 
     @property
     def skipped(self) -> int:
@@ -201,6 +205,7 @@ class DaliBackend:
     def run(self, plan: EpochPlan, skip: int, in_place: bool = False) -> Iterator[Batch]:
         """The plan's batches from ``skip`` on (each its own memory, ``in_place`` or not)."""
         self._skipped = 0
+        self.transform = self.options.transform_at(plan.epoch)
         fixes = _Fixes()
         b = skip
         pipe, feed = self._start(plan, b, fixes)
@@ -249,7 +254,7 @@ class DaliBackend:
             jpegs = fn.external_source(source=feed, batch=True, batch_info=True,
                                        dtype=types.DALIDataType.UINT8, ndim=1)
             layout = "HWC" if self.options.channels_last else "CHW"
-            pipe.set_outputs(decode_graph(jpegs, self.options.transform, self.options.device,
+            pipe.set_outputs(decode_graph(jpegs, self.transform, self.options.device,
                                           layout))
         pipe.build()
         return pipe
@@ -257,7 +262,7 @@ class DaliBackend:
     # -- batches out
     def _empty(self, n: int) -> torch.Tensor:
         """``n`` rows as DALI lays them out (``loaders.batch.row_shape``)."""
-        size = self.options.transform.size
+        size = self.transform.size
         pin = self.options.pin_memory and self.device.type == "cpu"
         return torch.empty((n, *row_shape(size, self.options.channels_last)), dtype=torch.uint8,
                            device=self.device, pin_memory=pin)
@@ -338,13 +343,13 @@ class DaliBackend:
 
     def _bad(self, items: list[EncodedSample]) -> list[tuple[int, SampleError]]:
         """The slots of ``items`` the Pillow backend cannot decode, with its errors."""
-        size = self.options.transform.size
+        size = self.transform.size
         scratch = np.empty((3, size, size), np.uint8)
         rng = np.random.default_rng(0)
         bad = []
         for slot, s in enumerate(items):
             try:
-                apply(s.data, self.options.transform, rng, scratch, where=s.where)
+                apply(s.data, self.transform, rng, scratch, where=s.where)
             except SampleError as e:
                 bad.append((slot, e))
         return bad

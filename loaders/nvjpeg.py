@@ -303,7 +303,7 @@ class NvjpegBackend:
         cfg = self.cfg
         ids = cfg.slots(plan, b)
         o = cfg.options
-        n, size = len(ids), o.transform.size
+        n, size = len(ids), o.transform_at(plan.epoch).size
         items = self.source.fetch(ids[ids != PAD])
         decoded = self._decode(items)
         bad = [i for i, d in enumerate(decoded) if isinstance(d, SampleError)]
@@ -333,8 +333,9 @@ class NvjpegBackend:
         o = self.options
         rng = np.random.default_rng([o.seed, plan.epoch, plan.group.pool,
                                      int(plan.first[b])])
-        box, flip = boxes([(im.shape[2], im.shape[1]) for im in images], o.transform, rng)
-        return crop_resize(images, box, flip, o.transform.size, o.channels_last)
+        t = o.transform_at(plan.epoch)  # a size schedule's size of the epoch
+        box, flip = boxes([(im.shape[2], im.shape[1]) for im in images], t, rng)
+        return crop_resize(images, box, flip, t.size, o.channels_last)
 
     # -- decoding
     def _decode(self, items: list[EncodedSample]) -> list[torch.Tensor | SampleError]:

@@ -6,7 +6,9 @@
   b of the pass: the worker of ``(b - skip) % workers``) straight into ring slots; the
   loader's process copies them out in order, or hands them over in place (``PillowBackend``).
 - Rows are written as the loader's ``memory_format`` says: 3 x size x size, or size x size x
-  3 (``channels_last``); either way the batch leaves NCHW-shaped with the same values.
+  3 (``channels_last``); either way the batch leaves NCHW-shaped with the same values. The
+  size is the epoch's (``ResolvedOptions.transform_at``: a size schedule's); the ring's
+  slots hold the largest, so the workers go on through every size change.
 - Augmentation draws come from a generator seeded by (seed, epoch, pool, the batch's first
   position in the epoch's order): any worker count gives the same batches, and resuming at
   batch k reads and decodes nothing before it.
@@ -58,6 +60,7 @@ class WorkerStream(IterableDataset):
         generation = ring.generation
         epoch, starts, skip = ring.epoch()
         plan = self._plan_for(epoch, starts)
+        size = o.transform_at(epoch).size
         made = 0
         for b in range(skip + w, plan.batches, max(1, o.workers)):
             ring.note(w, b)
@@ -66,28 +69,33 @@ class WorkerStream(IterableDataset):
             rng = np.random.default_rng([o.seed, plan.epoch, plan.group.pool,
                                          int(plan.first[b])])
             if ring.data is None:
-                images = np.empty((len(ids), *row_shape(o.transform.size, o.channels_last)),
-                                  np.uint8)
-                labels = self._decode(samples, rng, images, w)
+                images = np.empty((len(ids), *row_shape(size, o.channels_last)), np.uint8)
+                labels = self._decode(samples, rng, images, w, epoch)
                 yield (b, as_nchw(torch.from_numpy(images), o.channels_last),
                        torch.from_numpy(labels))
                 continue
             if not ring.acquire(w, generation):
                 return  # the main process started over: this iteration is abandoned
             slot = made % ring.slots
-            labels = self._decode(samples, rng, ring.slot_array(w, slot, len(ids)), w)
+            rows = ring.slot_array(w, slot, len(ids), size)
+            labels = self._decode(samples, rng, rows, w, epoch)
             made += 1
-            yield b, (generation, w, slot, len(ids)), labels.tobytes()  # by value: no fd
+            yield b, (generation, w, slot, len(ids), size), labels.tobytes()  # by value
+
+    def _decoder_at(self, epoch: int) -> SampleDecoder:
+        """The sample decoder of ``epoch``'s transform (made again when its size changes)."""
+        o = self.cfg.options
+        t = o.transform_at(epoch)
+        if self._decoder is None or self._decoder.transform != t:
+            self._decoder = SampleDecoder(t, channels_last=o.channels_last, fast=o.crop_decode)
+        return self._decoder
 
     def _decode(self, samples: list[EncodedSample], rng: np.random.Generator,
-                images: np.ndarray, w: int) -> np.ndarray:
+                images: np.ndarray, w: int, epoch: int) -> np.ndarray:
         """Decode and augment ``samples`` into ``images`` (n rows, ``row_shape``); rows past
         the samples (``tail="pad"``) are zeroed. Returns the labels, PAD_LABEL for padding."""
         cfg, o = self.cfg, self.cfg.options
-        if self._decoder is None:
-            self._decoder = SampleDecoder(o.transform, channels_last=o.channels_last,
-                                          fast=o.crop_decode)
-        decode = self._decoder
+        decode = self._decoder_at(epoch)
         images[len(samples):] = 0
         labels = np.full(len(images), PAD_LABEL, dtype=np.int64)
         bad: list[int] = []
@@ -121,7 +129,7 @@ class PillowBackend:
                              "backend='dali' or backend='nvjpeg'")
         self.pin = o.pin_memory
         # prefetch_factor batches in flight per worker, one being decoded, one spare
-        self.ring = Ring(o.workers, o.prefetch_factor + 2, o.batch_size, o.transform.size,
+        self.ring = Ring(o.workers, o.prefetch_factor + 2, o.batch_size, o.largest_size,
                          pools=len(cfg.pool_sizes), channels_last=o.channels_last)
         self.loader = DataLoader(
             WorkerStream(cfg, self.ring, source), batch_size=None, num_workers=o.workers,

@@ -1,8 +1,12 @@
 """Shared memory between a loader and its worker processes: batch slots and small counters.
 
 Workers decode batches straight into their own ring of slots (made once, before they start)
-and send only ``(generation, worker, slot, rows)``: PyTorch's default would move each batch
-into a fresh shared-memory segment, a copy and thousands of page faults per batch.
+and send only ``(generation, worker, slot, rows, size)``: PyTorch's default would move each
+batch into a fresh shared-memory segment, a copy and thousands of page faults per batch.
+A slot holds ``batch_size`` rows of the largest output size the loader makes (a size
+schedule's largest); a batch of a smaller size fills the front of its slot, contiguous, so
+the workers live through every size change of the schedule (a restart per size would cost
+their start-up each time: docs/loaders.md, "Size schedules").
 
 Protocol, chosen so that a killed worker can leave nothing held:
 - each worker has a semaphore counting its free slots; the worker takes one before decoding,
@@ -21,6 +25,7 @@ Protocol, chosen so that a killed worker can leave nothing held:
 
 from __future__ import annotations
 
+import math
 import multiprocessing as mp
 import os
 import weakref
@@ -39,14 +44,15 @@ _PARENT_CHECK_S = 5.0  # a worker blocked on a slot checks this often that its p
 
 class Ring:
     """``workers`` rings of ``slots`` batches (``batch_size`` rows of uint8 pixels, each 3 x
-    ``size`` x ``size``, or ``size`` x ``size`` x 3 when ``channels_last``), with the counters
-    both sides read (``pools`` starting positions of an epoch's plan); see the module
-    docstring for the protocol. Batches come out NCHW-shaped (``loaders.batch.as_nchw``)."""
+    ``size`` x ``size``, or ``size`` x ``size`` x 3 when ``channels_last``; a batch of a
+    smaller size takes the front of its slot), with the counters both sides read (``pools``
+    starting positions of an epoch's plan); see the module docstring for the protocol.
+    Batches come out NCHW-shaped (``loaders.batch.as_nchw``)."""
 
     def __init__(self, workers: int, slots: int, batch_size: int, size: int, pools: int = 1, *,
                  channels_last: bool = False) -> None:
         self.workers, self.slots, self.pools = max(1, workers), slots, pools
-        self.channels_last = channels_last
+        self.channels_last, self.size = channels_last, size
         self.state: Any = mp.Array("q", [0] * (_HEAD + pools + _PER_WORKER * self.workers),
                                    lock=False)
         shape = (workers, slots, batch_size, *row_shape(size, channels_last))
@@ -135,15 +141,16 @@ class Ring:
         for number, images, labels in items:
             held = -1  # the worker whose slot holds the batch (in place), else -1
             if not isinstance(images, torch.Tensor):
-                gen, w, slot, n = (int(x) for x in images)
+                gen, w, slot, n, *size = (int(x) for x in images)
                 if gen != generation:
                     continue  # a batch of an abandoned iteration
                 if self._lock_pages:
                     self._page_lock()
+                s = size[0] if size else None
                 if in_place:
-                    images, held = self.view(w, slot, n), w
+                    images, held = self.view(w, slot, n, s), w
                 else:
-                    images = self.take(w, slot, n, pin)
+                    images = self.take(w, slot, n, pin, s)
                 labels = torch.frombuffer(bytearray(labels), dtype=torch.int64)
             pending[int(number)] = (images, labels, held)
             while first in pending:
@@ -153,19 +160,30 @@ class Ring:
                     self._free[held].release()  # its consumer asked for the next batch
                 first += 1
 
-    def take(self, w: int, slot: int, rows: int, pin: bool) -> torch.Tensor:
-        """Copy a batch out of its slot and free the slot."""
+    def rows(self, w: int, slot: int, rows: int, size: int | None = None) -> torch.Tensor:
+        """The first ``rows`` rows of ``size`` (None: the ring's size) in a slot, as the worker
+        writes them (``row_shape``): the front of the slot, contiguous."""
         assert self.data is not None
-        out = torch.empty((rows, *self.data.shape[3:]), dtype=torch.uint8, pin_memory=pin)
-        np.copyto(out.numpy(), self.data[w, slot, :rows].numpy())  # one memcpy, no OpenMP
+        if size is None or size == self.size:
+            return self.data[w, slot, :rows]
+        if not 0 < size <= self.size:
+            raise ValueError(f"size {size} does not fit the ring's slots of {self.size} px")
+        shape = row_shape(size, self.channels_last)
+        return self.data[w, slot].view(-1)[:rows * math.prod(shape)].view(rows, *shape)
+
+    def take(self, w: int, slot: int, rows: int, pin: bool, size: int | None = None
+             ) -> torch.Tensor:
+        """Copy a batch (of ``size``) out of its slot and free the slot."""
+        src = self.rows(w, slot, rows, size)
+        out = torch.empty(src.shape, dtype=torch.uint8, pin_memory=pin)
+        np.copyto(out.numpy(), src.numpy())  # one memcpy, no OpenMP
         self._free[w].release()
         return as_nchw(out, self.channels_last)
 
-    def view(self, w: int, slot: int, rows: int) -> torch.Tensor:
-        """A batch in its slot, NCHW-shaped, not copied; the slot stays taken (``in_order``
-        gives it back)."""
-        assert self.data is not None
-        return as_nchw(self.data[w, slot, :rows], self.channels_last)
+    def view(self, w: int, slot: int, rows: int, size: int | None = None) -> torch.Tensor:
+        """A batch (of ``size``) in its slot, NCHW-shaped, not copied; the slot stays taken
+        (``in_order`` gives it back)."""
+        return as_nchw(self.rows(w, slot, rows, size), self.channels_last)
 
     # -- worker side
     def begin(self, w: int) -> None:
@@ -185,10 +203,9 @@ class Ring:
                 return False
         return self.generation == generation
 
-    def slot_array(self, w: int, slot: int, rows: int) -> np.ndarray:
-        """The first ``rows`` rows of a slot, as the worker writes them (``row_shape``)."""
-        assert self.data is not None
-        return self.data[w, slot, :rows].numpy()
+    def slot_array(self, w: int, slot: int, rows: int, size: int | None = None) -> np.ndarray:
+        """The first ``rows`` rows of ``size`` in a slot, as the worker writes them."""
+        return self.rows(w, slot, rows, size).numpy()
 
 
 def is_dead(pid: int) -> bool:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import io
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from PIL import Image
@@ -76,27 +76,51 @@ class TrainTransform:
         return Geometry(draft=draft, resize=(self.size, self.size), box=box,
                         crop=(0, 0, self.size, self.size), flip=flip)
 
+    def at_size(self, size: int) -> TrainTransform:
+        """The same transform making ``size`` x ``size`` images (a size schedule's epoch)."""
+        return replace(self, size=size)
+
+
+CROP_RATIO = 0.875  # ValTransform: the center crop over the resized short side (224 / 256)
+
 
 @dataclass(frozen=True, kw_only=True)
 class ValTransform:
-    """Short side to ``resize``, then the center ``size`` crop."""
+    """Short side to ``resize``, then the center ``size`` crop. Give ``resize`` or
+    ``crop_ratio`` (``size / resize``; default 0.875, ImageNet's 224 of 256), or both when
+    they agree (``resize == round(size / crop_ratio)``); the other is filled in."""
 
     size: int = 224
-    resize: int = 256
+    resize: int | None = None  # None: round(size / crop_ratio)
+    crop_ratio: float | None = None  # None: size / resize, or CROP_RATIO without resize
 
     def __post_init__(self) -> None:
-        if self.size < 1 or self.resize < 1:
+        ratio, resize = self.crop_ratio, self.resize
+        if ratio is not None and not 0 < ratio <= 1:
+            raise ValueError(f"{self}: crop_ratio must be in (0, 1]")
+        if self.size < 1 or (resize is not None and resize < 1):
             raise ValueError(f"{self}: size and resize must be >= 1")
+        if resize is None:
+            resize = round(self.size / (ratio or CROP_RATIO))
+        if ratio is not None and resize != round(self.size / ratio):
+            raise ValueError(f"{self}: resize {resize} is not size / crop_ratio "
+                             f"({self.size / ratio:g}); give one of them")
+        object.__setattr__(self, "resize", resize)
+        object.__setattr__(self, "crop_ratio", ratio or self.size / resize)
+
+    def at_size(self, size: int) -> ValTransform:
+        """The same crop ratio at ``size``: the short side resized to ``size / crop_ratio``."""
+        return ValTransform(size=size, crop_ratio=self.crop_ratio)
 
     def geometry(self, w: int, h: int, rng: np.random.Generator) -> Geometry:
         """The center crop, of the image itself when its short side is ``resize`` already
         (nothing resampled), else of the whole image resampled so that it is; no draws."""
-        size = self.size
-        if min(w, h) == self.resize:
+        size, resize = self.size, int(self.resize or 0)  # filled in by __post_init__
+        if min(w, h) == resize:
             left, top = (w - size) // 2, (h - size) // 2
             return Geometry(draft=None, resize=None, box=None,
                             crop=(left, top, left + size, top + size), flip=False)
-        s = self.resize / min(w, h)
+        s = resize / min(w, h)
         nw, nh = max(size, round(w * s)), max(size, round(h * s))
         left, top = (nw - size) // 2, (nh - size) // 2
         return Geometry(draft=(math.ceil(w * s), math.ceil(h * s)), resize=(nw, nh), box=None,

@@ -21,6 +21,11 @@ device computes bf16 natively; the first line says which precision runs, and why
 ``--loader-backend dali`` decodes with NVIDIA DALI (``pip install 'imgprep[dali]'``) instead
 of pillow-simd workers: the same batches, decoded on the GPU (nvJPEG) when training on CUDA,
 in DALI's CPU threads otherwise (``--workers`` of them); the second line says which.
+``--res-schedule 160:192@11-13`` trains each epoch at its size (FFCV's ramp; or a table,
+``0=128,10=160``), made by the loader itself and recorded in checkpoints; ``--val-size`` and
+``--val-crop-ratio`` set validation's crop. ``--compile auto`` (the default) runs
+torch.compile on CUDA, eager on the CPU, static shapes with one graph per size; the third line
+says which.
 
 The trainer reads top to bottom in ``trainkit/train.py`` (set-up, the loop, evaluation,
 checkpoint); this file is what you launch.

@@ -5,6 +5,8 @@ steps, Gloo: what ``make test`` runs, so that the kit cannot rot).
 The full GPU run trains ResNet-50 at 224 px, batch 256 (the trainer's defaults on CUDA are
 bf16 autocast and channels_last), on a synthetic input of 32,000 ImageNet-sized JPEGs; the
 nvjpeg check trains ResNet-50 and ResNet-18 the same way (the CPU forms: the tiny model).
+The trainer check also runs fed and synthetic at each of ``res_sizes`` (160 and 224 px: a
+resolution schedule's ends), eager and with ``--compile``, in every form.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ class Profile:
     rounds: int  # interleaved rounds of the loader, device-loader and convert measures
     timeout_s: float  # for each child process
     nvjpeg_archs: tuple[str, ...] = ("resnet50", "resnet18")  # the nvjpeg check's trainers
+    res_sizes: tuple[int, ...] = (160, 224)  # the trainer's rows by size, eager and compiled
 
     def __post_init__(self) -> None:
         small = min(self.images, self.pool, self.batch, self.steps, self.log_every,

@@ -2,9 +2,11 @@
 the compute ceiling), then fed by the real loader from the converted set on local disk with
 the loader's default worker count; images/s, the time split of an iteration and the data-wait
 fraction of each, and the fed rate over the ceiling (target >= 0.95 on the full GPU run). Both
-run the trainer's defaults for the device (bf16 autocast where it is native, channels_last).
-With torch.compile when the trainer offers it (a ``--compile`` option), else a row says it
-does not.
+run the trainer's defaults for the device (bf16 autocast where it is native, channels_last,
+``--compile auto``: torch.compile on CUDA). Then, at each size of the profile's
+``res_sizes`` (160 and 224 px: a resolution schedule's ends), fed and synthetic again,
+eager (``--compile off``) and compiled (``--compile on``): their rates, fed over synthetic,
+and compiled over eager.
 
 The trainer runs as users launch it, ``python scripts/train_imagenet.py``, in a child process;
 its ``--log-json`` records give the rates, the first log interval (loader start-up, cuDNN's
@@ -73,13 +75,6 @@ def steady(run: TrainRun) -> dict[str, Any]:
             "intervals": len(later)}
 
 
-def offers_compile() -> bool:
-    """Whether the trainer has a ``--compile`` option (torch.compile)."""
-    done = subprocess.run([sys.executable, str(TRAINER), "--help"], capture_output=True,
-                          text=True, timeout=120, env=child_env())
-    return done.returncode == 0 and "--compile" in done.stdout
-
-
 def run_one(ctx: Context, name: str, *extra: str) -> tuple[TrainRun, dict[str, Any]]:
     p = ctx.profile
     log_json = ctx.work / f"train-{name}.jsonl"
@@ -120,15 +115,28 @@ def check(ctx: Context) -> dict[str, Any]:
                           bool(precision["bf16"]), f"{bf16}, channels_last"))
     else:
         rows.append(figure(c, "precision (--bf16 auto), layout", f"{bf16}, channels_last"))
-    compiled = compile_rows(ctx, fed) if offers_compile() else [
-        figure(c, "torch.compile", "not offered by the trainer (no --compile option)")]
-    return {"rows": rows + compiled, "synthetic": synth, "fed": fed, "workers": workers,
-            "precision": precision}
+    rows.append(figure(c, "torch.compile (--compile auto)",
+                       "on" if fed_run.summary["compile"] else "off"))
+    by_size, size_rows = sizes_check(ctx)
+    return {"rows": rows + size_rows, "synthetic": synth, "fed": fed, "workers": workers,
+            "precision": precision, "sizes": by_size}
 
 
-def compile_rows(ctx: Context, fed: dict[str, Any]) -> list[Row]:
-    """The fed run again with ``--compile``: its rate and its ratio to the eager one."""
-    _, comp = run_one(ctx, "compiled", "--compile")
-    return [figure("trainer", "fed, torch.compile, img/s", comp["images_per_s"]),
-            figure("trainer", "torch.compile / eager, fed",
-                   f"{comp['images_per_s'] / fed['images_per_s']:.3f}")]
+def sizes_check(ctx: Context) -> tuple[dict[str, Any], list[Row]]:
+    """Synthetic and fed at each of the profile's ``res_sizes``, eager and compiled: the
+    runs' steady figures by ``"<size>px-<eager|compiled>"``, and their rows."""
+    c, runs, rows = "trainer", {}, []
+    for size in ctx.profile.res_sizes:
+        for mode, how in (("off", "eager"), ("on", "compiled")):
+            extra = ("--image-size", str(size), "--compile", mode)
+            _, synth = run_one(ctx, f"synthetic-{size}-{how}", "--synthetic", *extra)
+            _, fed = run_one(ctx, f"fed-{size}-{how}", *extra)
+            runs[f"{size}px-{how}"] = {"synthetic": synth, "fed": fed}
+            rows.append(figure(c, f"{size} px, {how}: synthetic / fed img/s (fed / synthetic)",
+                               f"{synth['images_per_s']:,.1f} / {fed['images_per_s']:,.1f} "
+                               f"({fed['images_per_s'] / synth['images_per_s']:.3f})"))
+        e, k = runs[f"{size}px-eager"], runs[f"{size}px-compiled"]
+        rows.append(figure(c, f"{size} px: torch.compile / eager, synthetic / fed",
+                           f"{k['synthetic']['images_per_s'] / e['synthetic']['images_per_s']:.3f}"
+                           f" / {k['fed']['images_per_s'] / e['fed']['images_per_s']:.3f}"))
+    return runs, rows

@@ -1,9 +1,13 @@
 """The trainer's data: staging into ``--data``, the train and val loaders, and the warning
 when there is no val split to validate on.
 
-The loaders' options are one record made from the flags (``loader_options``); the val
-loader's differ only in its transform: it center-crops ``--image-size`` from the image resized
-by 256/224, as the usual ImageNet evaluation does, and decodes with the same backend. The
+The loaders' options are one record made from the flags (``loader_options``): the train
+loader makes ``--image-size`` crops, or each epoch at its ``--res-schedule`` size (the
+schedule is the loader's: its state records it, and a resume with another is refused). The
+val loader's differ only in its transform and schedule (none): it center-crops ``--val-size``
+(default ``--image-size``) from the image resized so that the crop is ``--val-crop-ratio`` of
+its short side (0.875: 224 of 256, as the usual ImageNet evaluation does; FFCV's recipe
+trains up to 192 and validates at 256), and decodes with the same backend. The
 model runs channels_last (``train.set_up``), so both ask for channels_last batches
 (``MEMORY_FORMAT``): the workers decode rows in that layout and no batch is transposed on the
 CPU. Normalisation is not theirs:
@@ -59,12 +63,13 @@ def no_val_warning(data: Path, stage_from: Path | None) -> str:
 def loader_options(args: argparse.Namespace, device: torch.device, workers: int,
                    order_version: int = ORDER_VERSION) -> LoaderOptions:
     """The train loader's options from the flags: --batch-size (per rank), ``workers`` (the
-    resolved --workers), --seed, --image-size, --loader-backend and where it decodes (DALI or
-    nvJPEG on the training GPU, else the CPU), channels_last batches, and epoch orders drawn by
-    ``order_version`` (a resumed run's own)."""
+    resolved --workers), --seed, --image-size or --res-schedule, --loader-backend and where
+    it decodes (DALI or nvJPEG on the training GPU, else the CPU), channels_last batches, and
+    epoch orders drawn by ``order_version`` (a resumed run's own)."""
     gpu = args.loader_backend in GPU_BACKENDS and device.type == "cuda"
     return LoaderOptions(batch_size=args.batch_size, workers=workers, seed=args.seed,
                          transform=TrainTransform(size=args.image_size),
+                         size_schedule=args.res_schedule,
                          backend=args.loader_backend, device="gpu" if gpu else "cpu",
                          memory_format=MEMORY_FORMAT, order_version=order_version)
 
@@ -99,8 +104,9 @@ def make_loaders(args: argparse.Namespace, world: World, options: LoaderOptions
         logger.warning(no_val_warning(args.data, args.stage_from))
     if not args.validate or no_val:
         return train_loader, None
-    val = ValTransform(size=args.image_size, resize=round(args.image_size * 256 / 224))
-    return train_loader, make_loader(args.data, "val", world, replace(options, transform=val))
+    val = ValTransform(size=args.val_size, crop_ratio=args.val_crop_ratio)
+    return train_loader, make_loader(args.data, "val", world,
+                                     replace(options, transform=val, size_schedule=None))
 
 
 def synthetic_batches(batch_size: int, image_size: int, num_classes: int,

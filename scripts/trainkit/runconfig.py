@@ -3,9 +3,10 @@
 A checkpoint holds ``RunConfig.record()`` under ``config``. Each field's metadata says how a
 resume treats another value:
 
-- ``same``: the model, the data and the optimisation (arch, image size, classes, the train
-  split's conversion fingerprint and size, ``--normalize``, seed, the learning-rate schedule,
-  precision). Another value is refused, naming the option and both values.
+- ``same``: the model, the data and the optimisation (arch, image size and resolution
+  schedule, classes, the train split's conversion fingerprint and size, ``--normalize``,
+  seed, the learning-rate schedule, precision). Another value is refused, naming the option
+  and both values.
 - ``elastic``: what the loaders' elastic resume serves (world size, batch size per rank,
   workers, decoder, all-reduce dtype, the data's folder): allowed, said in one line.
 - ``stats``: the normalisation statistics themselves. They follow ``--normalize``; with
@@ -45,6 +46,7 @@ class RunConfig:
 
     arch: str = _opt("--arch")
     image_size: int = _opt("--image-size")
+    res_schedule: str | None = _opt("--res-schedule")  # its one spelling (str(SizeSchedule))
     sync_bn: bool = _opt("--sync-bn")
     num_classes: int = _opt("--data (classes)")
     data_fingerprint: str | None = _opt("--data (the train split's conversion fingerprint)")
@@ -135,6 +137,7 @@ def run_config(args: argparse.Namespace, world: World, *, workers: int,
     mean, std = stats_for(args.normalize, m.mean, m.std)
     return RunConfig(
         arch=args.arch, image_size=args.image_size, sync_bn=args.sync_bn,
+        res_schedule=None if args.res_schedule is None else str(args.res_schedule),
         num_classes=len(m.classes), data_fingerprint=m.options.fingerprint,
         train_samples=m.node.total_samples if m.node is not None else m.total_samples,
         normalize=args.normalize, mean=mean, std=std, seed=args.seed, lr=args.lr,

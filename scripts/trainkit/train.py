@@ -32,10 +32,11 @@ from loaders import (
     PAD_LABEL,
     DeviceLoader,
     Loader,
+    SizeSchedule,
     worker_count,
 )
 
-from . import TrainError, distributed
+from . import TrainError, compiled, distributed
 from .checkpoint import load_checkpoint, order_version_of, resume_config, save_checkpoint
 from .data import loader_options, make_loaders, stage, synthetic_batches
 from .logs import configure_logging
@@ -63,6 +64,14 @@ def workers_arg(text: str) -> int | str:
     return int(text)
 
 
+def schedule_arg(text: str) -> SizeSchedule:
+    """``--res-schedule``: a size schedule (``loaders.SizeSchedule.parse``)."""
+    try:
+        return SizeSchedule.parse(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from e
+
+
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", type=Path, required=True, help="folder with train/val manifests")
@@ -83,7 +92,20 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                     help="decode with pillow-simd worker processes (default), NVIDIA DALI "
                          "(pip install 'imgprep[dali]') or torchvision's nvJPEG; the last two "
                          "on the GPU when training on CUDA")
-    ap.add_argument("--image-size", type=int, default=224, help="train crop (val: center)")
+    ap.add_argument("--image-size", type=int, default=224,
+                    help="train crop, and the default --val-size")
+    ap.add_argument("--res-schedule", type=schedule_arg, default=None, metavar="SCHEDULE",
+                    help="train size by epoch, instead of --image-size: LOW:HIGH@START-END "
+                         "(FFCV's ramp, multiples of 32 px; /STEP for another step: "
+                         "160:192@11-13), EPOCH=SIZE,... (0=128,10=160,20=192) or SIZE")
+    ap.add_argument("--val-size", type=int, default=None,
+                    help="validation center crop (default: --image-size)")
+    ap.add_argument("--val-crop-ratio", type=float, default=0.875,
+                    help="the val crop over the resized short side (default 0.875: the short "
+                         "side resized to --val-size / 0.875, 256 for 224)")
+    ap.add_argument("--compile", nargs="?", choices=compiled.MODES, const="on", default="auto",
+                    help="torch.compile the model: auto (on CUDA, eager on the CPU), on (also a "
+                         "bare --compile) or off; static shapes, one graph per size")
     ap.add_argument("--normalize", type=normalize_arg, default="train", metavar="STATS",
                     help="mean/std for every split: train (the train manifest's, the default), "
                          "imagenet (0.485,0.456,0.406/0.229,0.224,0.225) or R,G,B/R,G,B")
@@ -123,7 +145,22 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     args = ap.parse_args(argv)
     if args.fanout and args.stage_mode != "replicate":
         ap.error("--fanout goes with --stage-mode replicate")
+    if not 0 < args.val_crop_ratio <= 1:
+        ap.error(f"--val-crop-ratio must be in (0, 1], not {args.val_crop_ratio}")
+    if args.val_size is None:
+        args.val_size = args.image_size
     return args
+
+
+def train_sizes(args: argparse.Namespace) -> tuple[int, ...]:
+    """Every size the model trains at: the schedule's, else --image-size."""
+    return args.res_schedule.sizes if args.res_schedule is not None else (args.image_size,)
+
+
+def size_at(args: argparse.Namespace, epoch: int) -> int:
+    """The train size of ``epoch``."""
+    s = args.res_schedule
+    return args.image_size if s is None else s.size_at(epoch)
 
 
 def learning_rate(samples: int, steps_per_epoch: int, args: argparse.Namespace,
@@ -189,6 +226,7 @@ class Run:
     config: RunConfig  # what defines the run; its mean/std normalise every split
     result: dict[str, Any]
     steps_per_epoch: int  # a whole epoch's, also after a resume (the LR schedule's)
+    compile: bool = False  # torch.compile the training step's model (trainkit.compiled)
     ckpt: Path | None = None
     step: int = 0
     start_epoch: int = 0
@@ -237,6 +275,7 @@ def set_up(args: argparse.Namespace, world: World) -> Run:
     dist_backend = distributed.init(world, args.timeout, args.backend)
     device = distributed.device_for(world)
     precision = detect_precision(args.bf16, device.type)
+    compile_on = compiled.wanted(args.compile, device)
     if world.rank == 0:
         print(precision.line(), flush=True)
         log({"precision": precision.record()}, args.log_json)
@@ -254,6 +293,9 @@ def set_up(args: argparse.Namespace, world: World) -> Run:
         print(f"loader: {options.backend} backend, decoding on the {options.device}, "
               f"{workers} {unit}{'' if workers == 1 else 's'} per rank", flush=True)
         log({"loader": backend}, args.log_json)
+        print(compiled.line(args.compile, compile_on, device, train_sizes(args)), flush=True)
+        log({"compile": {"mode": args.compile, "on": compile_on,
+                         "sizes": list(train_sizes(args))}}, args.log_json)
     train_loader, val_loader = make_loaders(args, world, options)
     config = run_config(args, world, workers=workers, bf16=precision.bf16)
     model = model_by_name(args.arch, config.num_classes).to(device)
@@ -270,8 +312,8 @@ def set_up(args: argparse.Namespace, world: World) -> Run:
                optimizer, BucketClock(wire_dtype(args.allreduce_dtype)), hint, config,
                {"backend": dist_backend, "world_size": world.world_size,
                 "precision": precision.record(), "loader": backend,
-                "synthetic": args.synthetic},
-               train_loader.batches_per_epoch, ckpt=ckpt)
+                "synthetic": args.synthetic, "compile": compile_on},
+               train_loader.batches_per_epoch, ckpt=ckpt, compile=compile_on)
 
 
 def resume(run: Run) -> None:
@@ -310,6 +352,8 @@ def distribute(run: Run) -> None:
         run.net = DDP(run.model, device_ids=[run.device.index] if run.device.type == "cuda"
                       else None, gradient_as_bucket_view=True)
         run.net.register_comm_hook(dist.group.WORLD, run.clock.hook)
+    if run.compile:
+        run.net = compiled.compile_model(run.net, train_sizes(run.args))
     run.t_log = time.perf_counter()  # the first log interval starts here
 
 
@@ -319,8 +363,8 @@ def train_epoch(run: Run, epoch: int) -> bool:
     if not (run.resumed and epoch == run.start_epoch):  # a resumed epoch goes on
         loader.set_epoch(epoch)
     if args.synthetic:  # one batch made on the device, as many times as the loader has
-        batches = synthetic_batches(args.batch_size, args.image_size, run.config.num_classes,
-                                    run.device, args.seed, len(loader))
+        batches = synthetic_batches(args.batch_size, size_at(args, epoch),
+                                    run.config.num_classes, run.device, args.seed, len(loader))
     else:
         batches = iter(run.batches(loader))
     while True:
@@ -357,7 +401,7 @@ def optimise(run: Run, images: torch.Tensor, labels: torch.Tensor, t0: float) ->
     loss.backward()
     run.sync()
     t2 = time.perf_counter()
-    exposed = max(0.0, t2 - run.clock.last_ready) if net is not run.model else 0.0
+    exposed = max(0.0, t2 - run.clock.last_ready) if distributed.grouped() else 0.0
     run.optimizer.step()
     run.optimizer.zero_grad(set_to_none=True)
     run.sync()

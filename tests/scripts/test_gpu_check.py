@@ -109,6 +109,23 @@ def test_cpu_form_records_the_figures_each_check_promises(cpu_run: Any) -> None:
 
 
 @pytest.mark.slow
+def test_cpu_form_has_fed_and_synthetic_rows_at_160_and_224_px_eager_and_compiled(
+        cpu_run: Any) -> None:
+    _, out, _ = cpu_run
+    rec = record_of(out)
+    sizes = rec["checks"]["trainer"]["sizes"]
+    assert set(sizes) == {f"{s}px-{how}" for s in (160, 224) for how in ("eager", "compiled")}
+    assert all(run[kind]["images_per_s"] > 0 for run in sizes.values()
+               for kind in ("synthetic", "fed"))
+    rows = rows_of(rec, "trainer")
+    for s in (160, 224):
+        for how in ("eager", "compiled"):
+            assert f"{s} px, {how}: synthetic / fed img/s (fed / synthetic)" in rows
+        assert f"{s} px: torch.compile / eager, synthetic / fed" in rows
+    assert rows["torch.compile (--compile auto)"]["value"] == "off"  # eager on the CPU
+
+
+@pytest.mark.slow
 def test_cpu_form_runs_the_nvjpeg_check_without_torchvision(cpu_run: Any) -> None:
     """The nvjpeg backend's CPU form decodes with Pillow: the check runs where torchvision
     is absent, with the same samples as Pillow, its rate beside the Pillow loader's, and the

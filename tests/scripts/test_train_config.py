@@ -127,6 +127,7 @@ def test_the_checkpoint_records_the_whole_run_config(data: Path, tmp_path: Path)
     (("--normalize", "imagenet"), "--normalize was train, now imagenet"),
     (("--epochs", "8"), "--epochs was 4, now 8"),
     (("--bf16", "on"), "--bf16 (bf16 autocast) was off, now on"),
+    (("--res-schedule", "32:64@0-2"), "--res-schedule was none, now 0=32,1=64"),
 ])
 def test_a_resume_of_another_model_data_or_optimisation_is_refused(
         data: Path, tmp_path: Path, flags: tuple[str, ...], said: str) -> None:

@@ -1,0 +1,117 @@
+"""The trainer's resolution schedule, validation size and torch.compile: a tiny model trained
+on the CPU with a schedule and ``--compile`` (each epoch at its size, validation at its own),
+the schedule recorded in the checkpoint and a resume with another refused, and the options'
+spellings."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+
+from imgprep import World
+from scripts.trainkit import compiled
+from scripts.trainkit import train as train_imagenet
+from tests.support import REPO, convert_sample
+
+TRAIN = REPO / "scripts" / "train_imagenet.py"
+FLAGS = ["--arch", "tiny", "--batch-size", "8", "--workers", "1", "--image-size", "32",
+         "--epochs", "2", "--warmup-epochs", "1", "--threads", "1", "--log-every", "3"]
+
+
+@pytest.fixture(scope="module")
+def data(sample: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The fake set's train split (48 images: 6 steps of 8) and val split (20), converted."""
+    return convert_sample(sample, tmp_path_factory.mktemp("converted"), train_shards=2,
+                          val_shards=1, workers=1)
+
+
+@pytest.fixture(autouse=True)
+def threads() -> Iterator[None]:
+    before = torch.get_num_threads()
+    yield
+    torch.set_num_threads(before)
+
+
+def trainer(*args: str | Path, ok: bool = True) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run([sys.executable, str(TRAIN), *map(str, args)], capture_output=True,
+                          text=True, timeout=280, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    if ok:
+        assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
+def summary(out: str) -> dict:
+    return json.loads([line for line in out.splitlines() if line.startswith("{")][-1])
+
+
+@pytest.mark.slow
+def test_a_tiny_model_trains_compiled_with_a_schedule_and_refuses_another_on_resume(
+        data: Path, tmp_path: Path) -> None:
+    ckpt, log = tmp_path / "ckpt", tmp_path / "log.jsonl"
+    done = trainer("--data", data, *FLAGS, "--res-schedule", "0=32,1=48", "--val-size", "40",
+                   "--val-crop-ratio", "0.8", "--compile", "--checkpoint", ckpt,
+                   "--log-json", log)
+    lines = done.stdout.splitlines()
+    assert lines[2].startswith("compile: on (--compile on; torch.compile, static shapes: one "
+                               "graph per size, 32, 48 px"), lines[:3]
+    s = summary(done.stdout)
+    assert s["compile"] is True and s["step"] == 12 and s["val"]["samples"] == 20
+    assert all(torch.isfinite(torch.tensor(r["loss"])) for r in map(json.loads,
+               log.read_text().splitlines()) if "loss" in r)
+    assert {"compile": {"mode": "on", "on": True, "sizes": [32, 48]}} in map(
+        json.loads, log.read_text().splitlines())
+    state = torch.load(ckpt / "last.pt", map_location="cpu", weights_only=True)
+    assert state["config"]["res_schedule"] == "0=32,1=48"
+    assert state["loader"]["size_schedule"] == "0=32,1=48"
+    refused = trainer("--data", data, *FLAGS, "--res-schedule", "32:64@0-2", "--checkpoint",
+                      ckpt, "--resume", "--epochs", "3", ok=False)
+    assert refused.returncode == 3, refused.stderr[-3000:]
+    assert "--res-schedule was 0=32,1=48, now 0=32,1=64" in refused.stderr
+    assert "Traceback" not in refused.stderr
+
+
+def test_each_epoch_feeds_the_model_its_schedule_size(data: Path) -> None:
+    args = train_imagenet.parse_args(["--data", str(data), *FLAGS, "--workers", "0",
+                                      "--res-schedule", "0=32,1=40", "--steps", "8",
+                                      "--compile", "off", "--val-size", "24"])
+    run = train_imagenet.set_up(args, World())
+    seen: list[tuple[int, ...]] = []
+    run.model.register_forward_pre_hook(lambda _, x: seen.append(tuple(x[0].shape[1:])))
+    train_imagenet.distribute(run)
+    assert train_imagenet.train_epoch(run, 0)
+    run.train_loader.set_epoch(1)
+    assert not train_imagenet.train_epoch(run, 1)  # --steps 8: 6 of epoch 0, 2 of epoch 1
+    assert seen == [(3, 32, 32)] * 6 + [(3, 40, 40)] * 2
+    train_imagenet.evaluate(run)
+    assert seen[8:] and set(seen[8:]) == {(3, 24, 24)} and run.result["val"]["samples"] == 20
+    assert run.compile is False and run.net is run.model
+
+
+def test_the_options_parse_to_one_spelling_and_refuse_what_is_not_one() -> None:
+    args = train_imagenet.parse_args(["--data", "d", "--res-schedule", "160:192@11-13"])
+    assert str(args.res_schedule) == "0=160,12=192" and args.val_size == 224
+    assert train_imagenet.train_sizes(args) == (160, 192)
+    assert [train_imagenet.size_at(args, e) for e in (0, 11, 12, 90)] == [160, 160, 192, 192]
+    plain = train_imagenet.parse_args(["--data", "d", "--image-size", "176"])
+    assert train_imagenet.train_sizes(plain) == (176,) and plain.val_size == 176
+    assert plain.compile == "auto" and plain.val_crop_ratio == 0.875
+    for bad in (["--res-schedule", "0=160,0=192"], ["--val-crop-ratio", "1.2"],
+                ["--compile", "yes"]):
+        with pytest.raises(SystemExit):
+            train_imagenet.parse_args(["--data", "d", *bad])
+
+
+def test_compile_is_on_by_default_on_cuda_only_and_says_so() -> None:
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    assert [compiled.wanted(m, cpu) for m in compiled.MODES] == [False, True, False]
+    assert [compiled.wanted(m, cuda) for m in compiled.MODES] == [True, True, False]
+    assert compiled.line("auto", False, cpu, (224,)).startswith(
+        "compile: off (--compile auto: eager on the CPU")
+    assert "recompile limit" in compiled.line("on", True, cpu, (160, 192))
