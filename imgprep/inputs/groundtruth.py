@@ -46,7 +46,7 @@ UNKNOWN = -1  # labels.resolve_labels: named with a wnid outside the class table
 ONE_BASED_MIN_PER_CLASS = 10  # a set this large per class without a label 0 is 1-based
 ONE_BASED_MIN_RUN = 10  # labels exactly 1..K (K >= this: every class present, none is 0)
 SHIFT_MIN_NAMES = 2  # published names, all off by one constant: a shift, not a slip
-SHOW_DIFFERING = 3  # file:line entries named when labels differ from the published ones
+SHOW_DIFFERING = 20  # differing labels a refusal names (then how many more)
 PUBLISHED = "the published ILSVRC2012 validation labels"
 Row = tuple[str, str, str]  # (key, wnid, where: file:line) of one ground-truth line
 
@@ -259,12 +259,22 @@ def _compare(rows: list[Row], classes: ClassTable, trust: bool) -> LabelCheck:
         files = sorted({w.rpartition(":")[0] for w, _, _ in differing.values()})
         raise LabelError(
             f"{', '.join(files)}: {len(differing)} of {len(canonical)} ILSVRC2012_val_* names "
-            f"are labelled otherwise than in {PUBLISHED} (first: {'; '.join(firsts)}"
-            f"{'; …' if len(differing) > SHOW_DIFFERING else ''}); fix the file, or pass "
-            "--trust-labels to convert with these labels on purpose")
+            f"are labelled otherwise than in {PUBLISHED} ({listed(firsts, len(differing))}); "
+            "fix the file, or pass --trust-labels to convert with these labels on purpose")
     mode = "canonical+heuristic" if canonical and other else \
         "canonical" if canonical else "heuristic"
     return LabelCheck(mode, len(canonical), len(other))
+
+
+def listed(entries: Sequence[str], total: int | None = None) -> str:
+    """Differing labels for a refusal: every one of ``entries`` when there are at most
+    ``SHOW_DIFFERING`` (``total``: how many there are, when ``entries`` holds the first ones
+    only), else the first ``SHOW_DIFFERING`` and how many more, so that one refusal is
+    enough to fix a file of a few wrong lines."""
+    total = len(entries) if total is None else total
+    shown = list(entries[:SHOW_DIFFERING])
+    more = total - len(shown)
+    return "; ".join(shown) + (f"; and {more} more" if more > 0 else "")
 
 
 def _index_text(classes: ClassTable, wnid: str) -> str:

@@ -31,6 +31,7 @@ from imgprep.inputs.groundtruth import (
     UNKNOWN,
     GroundTruth,
     LabelCheck,
+    listed,
 )
 from imgprep.inputs.sources import Listing
 from imgprep.inputs.synsets import (
@@ -93,8 +94,7 @@ def _where(listing: Listing, i: int) -> str:
 
 
 def _firsts(rows: np.ndarray, show: Callable[[int], str]) -> str:
-    return "; ".join(show(int(i)) for i in rows[:SHOW_DIFFERING]) + \
-        ("; …" if len(rows) > SHOW_DIFFERING else "")
+    return listed([show(int(i)) for i in rows[:SHOW_DIFFERING]], len(rows))
 
 
 def _refuse_published(listing: Listing, classes: ClassTable, compared: np.ndarray,
@@ -121,10 +121,10 @@ def _refuse_published(listing: Listing, classes: ClassTable, compared: np.ndarra
         raise LabelError(
             f"{listing.root}: every one of its {len(compared)} {VAL_PREFIX}* images is labelled "
             f"{abs(shift)} {'above' if shift > 0 else 'below'} {PUBLISHED}{why}: the labels it "
-            f"carries are shifted (first: {_firsts(differ, show)}); {FIX}")
+            f"carries are shifted ({_firsts(differ, show)}); {FIX}")
     raise LabelError(
         f"{listing.root}: {len(differ)} of {len(compared)} {VAL_PREFIX}* images carry labels "
-        f"other than {PUBLISHED} (first: {_firsts(differ, show)}); {FIX}")
+        f"other than {PUBLISHED} ({_firsts(differ, show)}); {FIX}")
 
 
 def _clashes(listing: Listing, named: np.ndarray) -> tuple[np.ndarray, int]:
@@ -145,7 +145,7 @@ def _refuse_names(listing: Listing, named: np.ndarray) -> None:
 
         raise LabelError(
             f"{listing.root}: {len(clash)} of {both} images whose names start with "
-            f"a wnid are given another class (first: {_firsts(clash, show)}); move each into "
+            f"a wnid are given another class ({_firsts(clash, show)}); move each into "
             "its own class, or pass --trust-labels to convert them with the class they are "
             "given")
 

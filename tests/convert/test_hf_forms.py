@@ -263,7 +263,7 @@ def test_a_wds_sample_whose_cls_and_json_disagree_is_refused(
     bad.parent.mkdir()
     bad.write_bytes(shard_bytes([sample]).replace(b'"label": 0', b'"label": 5'))
     with pytest.raises(ImgprepError, match=r"1 samples whose .cls and .json name other classes "
-                       r"\(first: imagenet1k-train-0000.tar/n01440764_7: .cls 0, .json label 5"):
+                       r"\(imagenet1k-train-0000.tar/n01440764_7: .cls 0, .json label 5"):
         convert_splits(ConvertOptions(input=tmp_path / "in", out=tmp_path / "out"))
 
 

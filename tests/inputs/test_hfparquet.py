@@ -67,7 +67,7 @@ def test_a_label_that_disagrees_with_the_name_is_refused_naming_the_rows(tmp_pat
     rows[4] = (rows[4][0], rows[4][1], rows[4][2] + 1)
     (path,) = write_split(tmp_path, "train", rows, NAMES, files=1)
     with pytest.raises(LabelError, match=r"1 rows whose label is another class than the wnid "
-                       r"their image.path ends in \(first: row 4 \(n01689811_504_n01689811.JPEG: "
+                       r"their image.path ends in \(row 4 \(n01689811_504_n01689811.JPEG: "
                        r"label 45 = n01692333\)"):
         hfparquet.list_file(path, CLASSES, allow_test=False)
 

@@ -27,6 +27,7 @@ import numpy as np
 from imgprep.errors import LabelError, SourceFormatError
 from imgprep.inputs import parquetio
 from imgprep.inputs.forms.base import Detected, ListContext, SplitInput, hub_splits
+from imgprep.inputs.groundtruth import listed
 from imgprep.inputs.hfnames import PARQUET_NAME_RE, file_split, parse_name
 from imgprep.inputs.sources import Listing, build_listing
 from imgprep.inputs.spool import Item, SpoolJob, read_index, spool_all, spool_path
@@ -115,7 +116,7 @@ def _row_names(path: Path, groups: Iterator[parquetio.RowGroup],
     if mismatch:
         raise LabelError(
             f"{path}: {len(mismatch)} rows whose label is another class than the wnid their "
-            f"image.path ends in (first: {'; '.join(mismatch[:SHOWN])}); the file is damaged "
+            f"image.path ends in ({listed(mismatch)}); the file is damaged "
             "or its labels are not in sorted-wnid order: download it again")
     return FileListing(path, np.asarray(member, dtype=bytes), np.asarray(key, dtype=bytes),
                        np.concatenate(wnids) if wnids else np.zeros(0, dtype="S9"))
