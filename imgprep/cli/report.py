@@ -88,6 +88,7 @@ def dry_run_lines(r: DryRunReport) -> list[str]:
         lines += [f"{s.split}: {count} from {s.where}{errors}",
                   f"  labels: {s.labels}{_check(s.label_check)}",
                   f"  writes: {s.writes} in {r.out} ({s.output}){spool}"]
+        lines += [note] if (note := r.error_note(s)) else []
     lines += [f"skips {k}" for k in r.skipped]
     lines.append("dry run: nothing was written")
     return lines

@@ -3,19 +3,21 @@
 The input is detected and every split planned exactly as a run plans it (listing, ground
 truth and its check, labels, tasks, the output folder's rules), so a dry run refuses what
 the run would refuse; nothing is created, not even the output folder. A split whose form
-needs a staging copy is not listed (listing it is the copy): its image count and the copy's
-disk cost come from the form's probe.
+needs a staging copy is listed without making it: the Hub's parquet files from their
+``image.path`` and ``label`` columns (labels, their range and their agreement with the
+names checked; the image bytes are not read), its tar.gz archives by reading each gzip
+stream once to its end (its CRC and length checked, a progress bar on stderr). What a dry
+run does not check is what the run logs image by image: an image's decode, and for parquet
+its size against ``--max-image-bytes``. The copy's disk cost comes from the form's probe.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from imgprep.convert.holdout import split_plan
 from imgprep.convert.tasks import (
-    LIST_CHUNK,
     ConvertOptions,
     Plan,
     check_folder,
@@ -49,6 +51,12 @@ class SplitReport:
     listing_errors: int
     unknown_wnids: int
 
+    @property
+    def logged_errors(self) -> int:
+        """Images the run would log as errors before converting any: members the listing
+        refuses and images named with a wnid outside the class table."""
+        return self.listing_errors + self.unknown_wnids
+
 
 @dataclass(frozen=True, kw_only=True)
 class DryRunReport:
@@ -60,6 +68,22 @@ class DryRunReport:
     description: str
     splits: tuple[SplitReport, ...]
     skipped: tuple[str, ...]
+    max_errors: int = 0
+
+    def error_note(self, s: SplitReport) -> str | None:
+        """What the run would log as errors in split ``s`` and the ``--max-errors`` it needs
+        to write the manifest (None: nothing)."""
+        if not s.logged_errors:
+            return None
+        what = [f"{n} {w}" for n, w in (
+            (s.unknown_wnids, "images named with wnids outside the class table"),
+            (s.listing_errors, "members refused")) if n]
+        head = f"  errors: {' and '.join(what)}, each logged as an error; "
+        if s.logged_errors > self.max_errors:
+            classes = ", or --classes with a table that has them" if s.unknown_wnids else ""
+            return (head + f"the run would fail: it needs --max-errors {s.logged_errors} "
+                    f"(now {self.max_errors}){classes}")
+        return head + f"within --max-errors {self.max_errors}"
 
     def to_json(self) -> dict[str, Any]:
         return {**asdict(self), "dry_run": True, "splits": [asdict(s) for s in self.splits],
@@ -102,33 +126,20 @@ def _labels(part: ConvertOptions, src: SplitInput, source: str = "") -> str:
     return src.labels
 
 
-def _spooled(part: ConvertOptions, src: SplitInput) -> tuple[SplitReport, ...]:
-    """The split of a staged form, as its probe tells it; with ``--holdout-per-class`` its
-    val and train parts, whose sizes the staging copy tells."""
-    images = None if part.holdout_per_class else src.images
-    tasks: int | None = None
-    if images is not None:
-        tasks = math.ceil(images / LIST_CHUNK) if part.format == "list" else \
-            min(part.num_shards or max(1, math.ceil(images / part.shard_size)), max(images, 1))
-    splits = ("val", "train") if part.holdout_per_class else (src.split or "train",)
-    return tuple(SplitReport(split=split, where=src.where, images=images,
-                             labels=_labels(part, src), label_source="at conversion",
-                             label_check="at conversion", tasks=tasks,
-                             writes=_writes(part, split, images, tasks),
-                             output=_output(part, split, False),
-                             spool_bytes=src.spool_bytes if split == splits[-1] else 0,
-                             listing_errors=0, unknown_wnids=0) for split in splits)
-
-
 def _planned(part: ConvertOptions, src: SplitInput,
              origin: ConvertOptions) -> tuple[SplitReport, ...]:
     """The report of each split planned from ``part`` (two with ``--holdout-per-class``)."""
-    return tuple(_report(plan, part, src)
-                 for plan in split_plan(make_plan(part, origin=origin, spool=False)))
+    plans = split_plan(make_plan(part, origin=origin, spool=False))
+    return tuple(_report(plan, part, src, plan is plans[-1]) for plan in plans)
 
 
-def _report(plan: Plan, part: ConvertOptions, src: SplitInput) -> SplitReport:
-    replaced = check_folder(plan) is not None
+def _report(plan: Plan, part: ConvertOptions, src: SplitInput, last: bool) -> SplitReport:
+    """``last``: the last split planned from ``src``, which carries its staging copy's cost."""
+    # A parquet split listed without its staging copy has no image sizes, so no fingerprint
+    # to compare with a finished split's: the folder's rules are then checked by the run.
+    sized = not src.spool_bytes or bool(plan.listing.size.any())
+    replaced = check_folder(plan) is not None if sized else \
+        part.overwrite and (part.out / f"{plan.split}.json").exists()
     check_out_not_input(plan.opts, plan.split)
     images = sum(len(t.items) for t in plan.tasks) if plan.holdout else len(plan.listing)
     return SplitReport(
@@ -136,7 +147,8 @@ def _report(plan: Plan, part: ConvertOptions, src: SplitInput) -> SplitReport:
         labels=_labels(part, src, plan.label_source), label_source=plan.label_source,
         label_check=plan.label_check.mode, tasks=len(plan.tasks),
         writes=_writes(part, plan.split, images, len(plan.tasks)),
-        output=_output(part, plan.split, replaced), spool_bytes=0,
+        output=_output(part, plan.split, replaced),
+        spool_bytes=src.spool_bytes if last else 0,
         listing_errors=len(plan.listing.errors),
         unknown_wnids=sum(unknown_wnids(plan).values()))
 
@@ -146,10 +158,8 @@ def dry_run(opts: ConvertOptions) -> DryRunReport:
     check_out_not_input(opts)
     found = detect(opts.input, opts.form)
     parts = [(p, p.source or one_split(p)) for p in split_inputs(replace(opts, form=found.form))]
-    reports = tuple(r for p, src in parts
-                    for r in (_spooled(p, src) if src.spool_bytes else _planned(p, src, opts)))
-    if not any(src.spool_bytes for _, src in parts):  # a spooled split's labels are unknown
-        check_trust(opts, [r.label_source for r in reports])
+    reports = tuple(r for p, src in parts for r in _planned(p, src, opts))
+    check_trust(opts, [r.label_source for r in reports])
     return DryRunReport(input=str(opts.input), out=str(opts.out), form=found.form,
                         description=found.description, splits=reports,
-                        skipped=tuple(str(s) for s in found.skipped))
+                        skipped=tuple(str(s) for s in found.skipped), max_errors=opts.max_errors)

@@ -85,9 +85,11 @@ def stream_members(source: Path, max_bytes: int | None = None) -> Iterator[Item]
 
 
 def _names_sizes(source: Path) -> tuple[list[str], list[int]]:
-    """The members' names and sizes (a dry run: the stream is read, nothing written)."""
+    """The members' names and sizes (a dry run: the stream is read to its end, so that a
+    damaged or cut-short archive is refused as the run refuses it; nothing is written; a
+    progress bar on stderr)."""
     names, sizes = [], []
-    for name, data in stream_members(source):
+    for name, data in gzip_members(source, is_image_name, "the Hub's archive", progress=True):
         names.append(name)
         sizes.append(len(data) if isinstance(data, bytes) else 0)
     return names, sizes
