@@ -3,21 +3,26 @@
 The input is detected and every split planned exactly as a run plans it (listing, ground
 truth and its check, labels, tasks, the output folder's rules), so a dry run refuses what
 the run would refuse; nothing is created, not even the output folder. A split whose form
-needs a staging copy is listed without making it: the Hub's parquet files from their
-``image.path`` and ``label`` columns (labels, their range and their agreement with the
-names checked; the image bytes are not read), its tar.gz archives by reading each gzip
-stream once to its end (its CRC and length checked, a progress bar on stderr). What a dry
-run does not check is what the run logs image by image: an image's decode, and for parquet
-its size against ``--max-image-bytes``. The copy's disk cost comes from the form's probe.
+needs a staging copy is listed without making it where its form can (``dry_listed``): the
+Hub's parquet files from their ``image.path`` and ``label`` columns (labels, their range and
+their agreement with the names checked; the image bytes are not read), its tar.gz archives
+by reading each gzip stream once to its end (its CRC and length checked; a progress bar on
+stderr). What a dry run does not check is what the run logs image by image: an image's
+decode, and for parquet its size against ``--max-image-bytes``. The copy's disk cost comes
+from the form's probe, and so do the image count and the labels of a split listed only
+through its copy (ImageNet-21k as a .tar.gz: its class tars are listed once spooled),
+checked by the run.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from imgprep.convert.holdout import split_plan
 from imgprep.convert.tasks import (
+    LIST_CHUNK,
     ConvertOptions,
     Plan,
     check_folder,
@@ -126,6 +131,26 @@ def _labels(part: ConvertOptions, src: SplitInput, source: str = "") -> str:
     return src.labels
 
 
+def _spooled(part: ConvertOptions, src: SplitInput) -> tuple[SplitReport, ...]:
+    """The split of a form listed only through its staging copy (an ImageNet-21k .tar.gz),
+    as its probe tells it; with ``--holdout-per-class`` its val and train parts, whose sizes
+    the staging copy tells."""
+    images = None if part.holdout_per_class else src.images
+    tasks: int | None = None
+    if images is not None:
+        tasks = math.ceil(images / LIST_CHUNK) if part.format == "list" else \
+            min(part.num_shards or max(1, math.ceil(images / part.shard_size)), max(images, 1))
+    splits = ("val", "train") if part.holdout_per_class else (src.split or "train",)
+    return tuple(SplitReport(split=split, where=src.where, images=images,
+                             labels=_labels(part, src), label_source="at conversion",
+                             label_check="at conversion", tasks=tasks,
+                             writes=_writes(part, split, images, tasks),
+                             output=_output(part, split, False),
+                             spool_bytes=src.spool_bytes if split == splits[-1] else 0,
+                             listing_errors=0, unknown_wnids=0) for split in splits)
+
+
+
 def _planned(part: ConvertOptions, src: SplitInput,
              origin: ConvertOptions) -> tuple[SplitReport, ...]:
     """The report of each split planned from ``part`` (two with ``--holdout-per-class``)."""
@@ -158,8 +183,10 @@ def dry_run(opts: ConvertOptions) -> DryRunReport:
     check_out_not_input(opts)
     found = detect(opts.input, opts.form)
     parts = [(p, p.source or one_split(p)) for p in split_inputs(replace(opts, form=found.form))]
-    reports = tuple(r for p, src in parts for r in _planned(p, src, opts))
-    check_trust(opts, [r.label_source for r in reports])
+    reports = tuple(r for p, src in parts
+                    for r in (_planned(p, src, opts) if src.dry_listed else _spooled(p, src)))
+    if all(src.dry_listed for _, src in parts):  # else some labels are known only in the run
+        check_trust(opts, [r.label_source for r in reports])
     return DryRunReport(input=str(opts.input), out=str(opts.out), form=found.form,
                         description=found.description, splits=reports,
                         skipped=tuple(str(s) for s in found.skipped), max_errors=opts.max_errors)

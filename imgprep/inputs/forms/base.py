@@ -40,6 +40,9 @@ class SplitInput:
     takes, for a form without random access (0: read in place). ``images``: the count, when
     it is cheap to know before listing. ``own_classes``: the class table is the sorted wnids
     the split holds (ImageNet-21k), not the ILSVRC2012 one, unless ``--classes`` gives one.
+    ``dry_listed``: ``--dry-run`` lists it (without a staging copy) and checks its labels as
+    the run does; False: it can be listed only through its staging copy, and a dry run says
+    what the probe tells.
     """
 
     form: str
@@ -54,6 +57,7 @@ class SplitInput:
     spool_bytes: int = 0
     images: int | None = None
     own_classes: bool = False
+    dry_listed: bool = True
 
     def __post_init__(self) -> None:
         if self.split is not None and self.split not in SPLITS:
