@@ -40,6 +40,7 @@ def verify(path: Path, split: str | None, decode: bool, workers: int | None, qui
     when there is nothing finished to check. Shards (or parts of them) and chunks of a list
     are checked by --workers processes; the report is the same whatever their number.
     """
+    from imgprep.convert.provenance import source_notes
     from imgprep.shards.verify import plan_verify, run_verify
 
     try:
@@ -55,8 +56,12 @@ def verify(path: Path, split: str | None, decode: bool, workers: int | None, qui
     bar.close()
     for p in rep.problems:
         click.echo(f"imgprep: problem: {p}", err=True)
+    notes = source_notes(t.manifest for t in plan.targets if t.manifest is not None)
+    for n in notes:
+        click.echo(f"imgprep: note: {n}", err=True)
     summary = {"target": rep.target, "ok": rep.ok, "checked": rep.checked,
-               "samples": rep.samples, "problems": rep.problems, "unfinished": rep.unfinished}
+               "samples": rep.samples, "problems": rep.problems, "unfinished": rep.unfinished,
+               "notes": notes}
     unfinished = f"; unfinished: {', '.join(rep.unfinished)}" if rep.unfinished else ""
     emit(summary, as_json, quiet, lambda: (
         f"{rep.target}: {'OK' if rep.ok else 'PROBLEMS'}: {rep.checked} checked, "

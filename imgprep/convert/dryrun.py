@@ -55,6 +55,9 @@ class SplitReport:
     spool_bytes: int
     listing_errors: int
     unknown_wnids: int
+    expected_images: int | None = None  # images the ground truth lists (None: no ground truth)
+    missing_images: int = 0  # of those, how many the input does not hold
+    missing_first: tuple[str, ...] = ()
 
     @property
     def logged_errors(self) -> int:
@@ -91,7 +94,9 @@ class DryRunReport:
         return head + f"within --max-errors {self.max_errors}"
 
     def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "dry_run": True, "splits": [asdict(s) for s in self.splits],
+        return {**asdict(self), "dry_run": True,
+                "splits": [{**asdict(s), "missing_first": list(s.missing_first)}
+                           for s in self.splits],
                 "skipped": list(self.skipped)}
 
 
@@ -175,7 +180,9 @@ def _report(plan: Plan, part: ConvertOptions, src: SplitInput, last: bool) -> Sp
         output=_output(part, plan.split, replaced),
         spool_bytes=src.spool_bytes if last else 0,
         listing_errors=len(plan.listing.errors),
-        unknown_wnids=sum(unknown_wnids(plan).values()))
+        unknown_wnids=sum(unknown_wnids(plan).values()),
+        expected_images=plan.label_check.expected, missing_images=plan.label_check.missing,
+        missing_first=plan.label_check.missing_first)
 
 
 def dry_run(opts: ConvertOptions) -> DryRunReport:

@@ -307,7 +307,8 @@ def _list_context(opts: ConvertOptions, source: SplitInput, classes: ClassTable,
                   spool: bool, rank: int) -> ListContext:
     return ListContext(workers=opts.workers, classes=classes,
                        spool_dir=spool_dir(opts, source) if spool else None,
-                       spool_start=rank, max_image_bytes=opts.max_image_bytes)
+                       spool_start=rank, max_image_bytes=opts.max_image_bytes,
+                       trust_labels=opts.trust_labels)
 
 
 def make_plan(opts: ConvertOptions, origin: ConvertOptions | None = None, *,

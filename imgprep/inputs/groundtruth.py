@@ -63,15 +63,31 @@ class LabelCheck:
     or ``trusted`` (``--trust-labels``: no name compared, every name under the shape rules).
     ``canonical``/``other``: names of each kind checked; ``differing``: published names whose
     label differs from the published one (only with ``trusted``; otherwise it was refused).
+    ``expected``: images a ground truth lists (None: none was used); ``missing``: how many of
+    them the input does not hold, and ``missing_first`` the first (sorted) of their names.
     """
 
     mode: str = "none"
     canonical: int = 0
     other: int = 0
     differing: int = 0
+    expected: int | None = None
+    missing: int = 0
+    missing_first: tuple[str, ...] = ()
 
     def names(self) -> dict[str, int]:
         return {"canonical": self.canonical, "other": self.other, "differing": self.differing}
+
+
+def absent_note(expected: int | None, missing: int, first: Sequence[str]) -> str | None:
+    """What a run, its dry run and ``verify`` say of images a ground truth lists that the
+    input does not hold (None: there are none). They are not refused: a ground truth is often
+    the whole validation set's while the input holds part of it on purpose."""
+    if not missing or expected is None:
+        return None
+    return (f"the ground truth lists {expected:,} images and {missing:,} of them are not in "
+            f"the input, so not converted ({listed(first, missing)}); if they should be "
+            "there, the download or extraction is incomplete: fetch them and rerun")
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ columns, one pass for 1.28 M images; Python runs once per distinct wnid, not per
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -168,6 +168,16 @@ def _refuse_unlabelled(listing: Listing, labels: np.ndarray, numbers: np.ndarray
                      f"({key.partition('_')[0]!r} is not a known wnid); {hint}")
 
 
+def _absent(listing: Listing, truth: GroundTruth) -> LabelCheck:
+    """``truth``'s check with how many images it lists are not in ``listing``, and the
+    first of them (sorted by name)."""
+    names = np.sort(np.asarray([k.encode("utf-8") for k in truth.labels] or [b""]))
+    names = names[:len(truth.labels)]
+    absent = names[~np.isin(names, listing.key)]
+    first = tuple(n.decode("utf-8") for n in absent[:SHOW_DIFFERING].tolist())
+    return replace(truth.check, expected=len(names), missing=len(absent), missing_first=first)
+
+
 def _from_truth(listing: Listing, truth: dict[str, str], classes: ClassTable) -> np.ndarray:
     """The label ``truth`` gives each listed image: one binary search per image into the
     sorted ground-truth names, not a dict lookup per image."""
@@ -191,7 +201,7 @@ def label_listing(listing: Listing, classes: ClassTable, truth: GroundTruth | No
     LabelError naming the first image no source labels, or the labels that fail a check."""
     if truth is not None:
         labels = _from_truth(listing, truth.labels, classes)
-        return Labelled(labels.astype(np.int16), truth.check, "ground-truth")
+        return Labelled(labels.astype(np.int16), _absent(listing, truth), "ground-truth")
     carried = _indices(listing.wnid, classes)
     if (outside := np.flatnonzero(carried == OUTSIDE)).size:
         i = int(outside[0])

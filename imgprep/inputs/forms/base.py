@@ -102,13 +102,15 @@ class ListContext:
     access; None: write nothing, as in ``--dry-run``), ``spool_start`` (which of its source
     files this process spools first: its rank, so that the ranks of a job share the work),
     ``max_image_bytes`` (the staging copy refuses an image larger than this before reading
-    it; None: no cap)."""
+    it; None: no cap), ``trust_labels`` (``--trust-labels``: a form that cannot check a
+    label against its image's name takes it as given instead of refusing it)."""
 
     workers: int | None = None
     classes: ClassTable = field(default_factory=imagenet_classes)
     spool_dir: Path | None = None
     spool_start: int = 0
     max_image_bytes: int | None = None
+    trust_labels: bool = False
 
 
 class Form(Protocol):
