@@ -196,4 +196,5 @@ def dry_run(opts: ConvertOptions) -> DryRunReport:
         check_trust(opts, [r.label_source for r in reports])
     return DryRunReport(input=str(opts.input), out=str(opts.out), form=found.form,
                         description=found.description, splits=reports,
-                        skipped=tuple(str(s) for s in found.skipped), max_errors=opts.max_errors)
+                        skipped=tuple(str(s) for s in found.not_converted(
+                            src.split for _, src in parts)), max_errors=opts.max_errors)

@@ -379,7 +379,7 @@ def split_inputs(opts: ConvertOptions, warn: bool = False) -> list[ConvertOption
         raise LabelError(f"--labels is validation ground truth, but {opts.input} holds no val "
                          "folder; drop --labels or point INPUT at the val images")
     if warn:
-        for skip in found.skipped:
+        for skip in found.not_converted(s.split for s in picks):
             log.warning(f"not converted: {skip}")
     # The split stays as the user gave it: a folder's name is not --split train, so
     # validation images in a train/ folder are still refused.

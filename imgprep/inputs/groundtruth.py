@@ -19,6 +19,7 @@ resolved and checked in ``imgprep.inputs.labels``.
 
 from __future__ import annotations
 
+import csv
 import posixpath
 import re
 from collections.abc import Sequence
@@ -106,12 +107,21 @@ def _stem(name: str) -> str:
     return posixpath.splitext(posixpath.basename(name.strip()))[0]
 
 
+def _csv_fields(line: str) -> list[str]:
+    """The fields of one CSV line as the csv module reads them (quoted fields unquoted)."""
+    try:
+        return next(csv.reader([line]), [])
+    except csv.Error:
+        return line.split(",")
+
+
 def detect_form(lines: list[str]) -> str:
     """Name the form of a ground-truth file from its non-empty lines, or ``unknown``."""
     body = [ln.split() for ln in lines if ln.strip()]
     if not body:
         return "unknown"
-    if lines[0].replace(" ", "").lower().startswith("imageid,predictionstring"):
+    if [f.replace(" ", "").lower() for f in _csv_fields(lines[0])[:2]] == \
+            ["imageid", "predictionstring"]:
         return "kaggle"
     if all(len(t) == 1 and t[0].isdigit() for t in body):
         return "devkit"
@@ -226,7 +236,7 @@ def _parse(path: TextFile, lines: list[str], form: str, classes: ClassTable,
     numbered = [(n, ln) for n, ln in enumerate(lines, 1) if ln.strip()]
     if form == "kaggle":
         for n, ln in numbered[1:]:
-            image_id, _, pred = ln.partition(",")
+            image_id, pred = (_csv_fields(ln) + ["", ""])[:2]
             tokens = pred.split()
             if not tokens or not WNID_RE.match(tokens[0]):
                 raise LabelError(f"{path}:{n}: no wnid in {ln.strip()!r}")

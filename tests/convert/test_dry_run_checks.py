@@ -4,6 +4,7 @@ the run would log as errors and the ``--max-errors`` it would need."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -100,3 +101,18 @@ def test_the_plain_dry_run_states_unknown_classes_and_the_max_errors_needed(
     r = invoke("convert", src, "-o", tmp_path / "out", "--dry-run", "--max-errors", "3")
     assert "within --max-errors 3" in r.stdout
     assert invoke("convert", src, "-o", tmp_path / "out", *SMALL).exit_code == 1
+
+
+def test_split_test_converts_the_test_parquet_without_saying_it_is_not_converted(
+        tmp_path: Path) -> None:
+    pytest.importorskip("pyarrow")
+    fake = make_fake("hf-parquet", tmp_path / "hf", SPEC)
+    r = invoke("convert", fake.inputs[0], "-o", tmp_path / "out", "--split", "test", *SMALL)
+    assert r.exit_code == 0, r.output
+    assert "not converted" not in r.stderr and "test: 3 samples" in r.stdout
+    r = invoke("convert", fake.inputs[0], "-o", tmp_path / "out", "--split", "test",
+               "--dry-run", "--json")
+    assert json.loads(r.stdout)["skipped"] == []
+    r = invoke("convert", fake.inputs[0], "-o", tmp_path / "dry", "--dry-run", "--json")
+    assert [s.split(": ", 1)[1] for s in json.loads(r.stdout)["skipped"]] == [
+        "3 images without labels; --split test converts them as an unlabelled split"]

@@ -532,3 +532,13 @@ def test_real_known_entries(real_truths: dict[str, dict[str, str]], key: str) ->
 def test_real_first_caffe_line(real_data: Path, real_truths: dict[str, dict[str, str]]) -> None:
     first = (real_data / "meta" / "caffe_val.txt").read_text().splitlines()[0].split()
     assert real_truths["devkit"][_val(1)] == CLASSES.wnids[int(first[1])]
+
+
+def test_quoted_csv_fields_are_read_as_the_csv_module_reads_them(tmp_path: Path) -> None:
+    """Kaggle's CSV saved by a spreadsheet: every field quoted, the header too."""
+    rows = _subset(3, seed=4)
+    lines = ['"ImageId","PredictionString"'] + [
+        f'"{_val(k)}","{CLASSES.wnids[c]} 1 2 3 4 {CLASSES.wnids[c]} 5 6 7 8"' for k, c in rows]
+    gt = tmp_path / "LOC_val_solution.csv"
+    gt.write_text("\n".join(lines) + "\n")
+    assert load_ground_truth([gt], CLASSES) == {_val(k): CLASSES.wnids[c] for k, c in rows}

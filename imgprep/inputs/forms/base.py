@@ -12,7 +12,7 @@ checks every module of the registry against the protocol.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -68,10 +68,12 @@ class SplitInput:
 
 @dataclass(frozen=True, kw_only=True)
 class Skip:
-    """Something the input holds that is not converted, and why (said in one line)."""
+    """Something the input holds that is not converted, and why (said in one line);
+    ``split``: the split it is, when ``--split`` can pick it (then it is not said)."""
 
     what: str
     reason: str
+    split: str | None = None
 
     def __str__(self) -> str:
         return f"{self.what}: {self.reason}"
@@ -91,6 +93,12 @@ class Detected:
     def split(self, name: str) -> SplitInput | None:
         """The split called ``name``, or None."""
         return next((s for s in self.splits if s.split == name), None)
+
+    def not_converted(self, picked: Iterable[str | None]) -> tuple[Skip, ...]:
+        """What is skipped when the splits ``picked`` are converted: a skipped split that
+        ``--split`` picked is converted, so it is not said."""
+        chosen = set(picked)
+        return tuple(s for s in self.skipped if s.split is None or s.split not in chosen)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -158,6 +166,6 @@ def hub_splits(*, form: str, path: Path, found: dict[str, list[Path]], files_are
             spool_bytes=sum(p.stat().st_size for p in files)))
         if test:
             counted = f"{images:,} " if images is not None else ""
-            skipped.append(Skip(what=where, reason=f"{counted}{TEST_REASON}"))
+            skipped.append(Skip(what=where, reason=f"{counted}{TEST_REASON}", split="test"))
     return Detected(form=form, root=path, splits=tuple(splits), skipped=tuple(skipped),
                     description=description)

@@ -191,7 +191,7 @@ def columns(files: list[FileListing], spool_dir: Path | None, workers: int | Non
            else np.zeros(0, dtype="S9" if name == "wnid" else "S1")
            for name in ("member", "key", "wnid")},
     }
-    errors = [ListingError(col["member"][i].decode("utf-8"), why)
+    errors = [ListingError(col["member"][i].decode("utf-8"), why, col["key"][i].decode("utf-8"))
               for i, why in sorted(refused.items())]
     keep = np.setdiff1d(np.arange(n), np.fromiter(refused, np.int64, len(refused)))
     return containers, {k: v[keep] for k, v in col.items()}, errors

@@ -128,7 +128,8 @@ def columns(files: list[Path], spool_dir: Path | None, workers: int | None,
         cid = cols.container_id(container)
         for k, (name, offset, size) in enumerate(zip(names, offsets, sizes, strict=True)):
             if k in why:
-                cols.errors.append(ListingError(f"{path.name}/{name}", why[k]))
+                cols.errors.append(ListingError(f"{path.name}/{name}", why[k],
+                                                parse_name(name).key))
                 continue
             if not is_image_name(name):
                 cols.skipped += 1
