@@ -88,6 +88,7 @@ def info(path: Path | None, split: str | None, strict: bool, quiet: bool,
     """
     from imgprep import jpegcrop
     from imgprep.cli.report import info_lines
+    from imgprep.convert.provenance import source_notes
     from imgprep.shards.info import (
         ManifestSummary,
         decoder_warning,
@@ -96,20 +97,25 @@ def info(path: Path | None, split: str | None, strict: bool, quiet: bool,
         pil_warning,
         versions,
     )
+    from imgprep.shards.manifest import read_manifest
 
     ver, pil, lib = versions(), pil_info(), jpegcrop.library()
     out: dict[str, Any] = {"versions": asdict(ver), "pil": asdict(pil),
                            "libjpeg": asdict(lib) if lib is not None else None}
     manifests: list[ManifestSummary] = []
+    notes: list[str] = []
     if path is not None:
         try:
             manifests = manifest_summaries(path, split)
+            notes = source_notes(read_manifest(Path(m.path)) for m in manifests)
         except ImgprepError as e:
             fail(e)
         out["manifests"] = [m.to_json() for m in manifests]
+        out["notes"] = notes
     warning = "; ".join(w for w in (decoder_warning(lib), pil_warning(pil)) if w) or None
     out["warning"] = warning
-    emit(out, as_json, quiet, lambda: "\n".join(info_lines(ver, pil, lib, manifests)))
+    emit(out, as_json, quiet, lambda: "\n".join(
+        info_lines(ver, pil, lib, manifests) + [f"note: {n}" for n in notes]))
     if warning and not (quiet or as_json):
         click.echo(f"WARNING: {warning}", err=True)
     if strict and warning:

@@ -73,9 +73,11 @@ def test_parquet_rows_without_a_path_are_refused_unless_trusted(tmp_path: Path) 
     assert source is not None and source.label_check == "trusted"
     r = invoke("verify", out, "--no-decode", "--json")
     assert r.exit_code == 0, r.output
-    assert json.loads(r.stdout)["notes"] == [
-        "train: its labels were taken as given (--trust-labels), not checked against the "
-        "published labels or the images' names"]
+    note = ("train: its labels were taken as given (--trust-labels), not checked against the "
+            "published labels or the images' names")
+    assert json.loads(r.stdout)["notes"] == [note]
+    assert json.loads(invoke("info", out, "--json").stdout)["notes"] == [note]
+    assert f"note: {note}" in invoke("info", out).stdout.splitlines()
 
 
 # ------------------------------------------------------------ images the ground truth lists
