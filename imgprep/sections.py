@@ -223,18 +223,32 @@ class ManifestOptions:
 @dataclass(frozen=True, kw_only=True)
 class SourceSection:
     """The manifest's ``source``: what was read: the listing's kind, the input's name, the
-    images listed and the non-image members skipped."""
+    images listed and the non-image members skipped; which check the labels passed
+    (``label_check``, as convert's summary says it: ``trusted`` for labels taken as given
+    with ``--trust-labels``; empty in manifests written before it was recorded); and, when a
+    ground truth labelled the split, the images it lists (``expected``), how many of them
+    the input lacked (``missing``) and the first of their names (``missing_first``, comma
+    separated)."""
 
     kind: str
     name: str
     images: int
     skipped_non_images: int = 0
+    label_check: str = ""
+    expected: int | None = None
+    missing: int = 0
+    missing_first: str = ""
 
     def __post_init__(self) -> None:
         of_type("kind", self.kind, str)
         of_type("name", self.name, str)
+        of_type("label_check", self.label_check, str)
+        of_type("missing_first", self.missing_first, str)
         within("images", self.images, 0)
         within("skipped_non_images", self.skipped_non_images, 0)
+        within("missing", self.missing, 0)
+        if self.expected is not None:
+            within("expected", self.expected, self.missing)
 
     def to_json(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}

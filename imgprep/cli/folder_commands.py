@@ -40,6 +40,7 @@ def verify(path: Path, split: str | None, decode: bool, workers: int | None, qui
     when there is nothing finished to check. Shards (or parts of them) and chunks of a list
     are checked by --workers processes; the report is the same whatever their number.
     """
+    from imgprep.convert.provenance import source_notes
     from imgprep.shards.verify import plan_verify, run_verify
 
     try:
@@ -55,8 +56,12 @@ def verify(path: Path, split: str | None, decode: bool, workers: int | None, qui
     bar.close()
     for p in rep.problems:
         click.echo(f"imgprep: problem: {p}", err=True)
+    notes = source_notes(t.manifest for t in plan.targets if t.manifest is not None)
+    for n in notes:
+        click.echo(f"imgprep: note: {n}", err=True)
     summary = {"target": rep.target, "ok": rep.ok, "checked": rep.checked,
-               "samples": rep.samples, "problems": rep.problems, "unfinished": rep.unfinished}
+               "samples": rep.samples, "problems": rep.problems, "unfinished": rep.unfinished,
+               "notes": notes}
     unfinished = f"; unfinished: {', '.join(rep.unfinished)}" if rep.unfinished else ""
     emit(summary, as_json, quiet, lambda: (
         f"{rep.target}: {'OK' if rep.ok else 'PROBLEMS'}: {rep.checked} checked, "
@@ -84,6 +89,7 @@ def info(path: Path | None, split: str | None, strict: bool, quiet: bool,
     from imgprep import jpegcrop
     from imgprep.cli.report import info_lines
     from imgprep.convert.image import describe_transform, transform_version
+    from imgprep.convert.provenance import source_notes
     from imgprep.shards.info import (
         ManifestSummary,
         decoder_warning,
@@ -92,6 +98,7 @@ def info(path: Path | None, split: str | None, strict: bool, quiet: bool,
         pil_warning,
         versions,
     )
+    from imgprep.shards.manifest import read_manifest
 
     ver, pil, lib = versions(), pil_info(), jpegcrop.library()
     convert = describe_transform(transform_version())
@@ -100,15 +107,19 @@ def info(path: Path | None, split: str | None, strict: bool, quiet: bool,
                            "convert": {"transform_version": transform_version(),
                                        "transform": convert}}
     manifests: list[ManifestSummary] = []
+    notes: list[str] = []
     if path is not None:
         try:
             manifests = manifest_summaries(path, split)
+            notes = source_notes(read_manifest(Path(m.path)) for m in manifests)
         except ImgprepError as e:
             fail(e)
         out["manifests"] = [m.to_json() for m in manifests]
+        out["notes"] = notes
     warning = "; ".join(w for w in (decoder_warning(lib), pil_warning(pil)) if w) or None
     out["warning"] = warning
-    emit(out, as_json, quiet, lambda: "\n".join(info_lines(ver, pil, lib, manifests, convert)))
+    emit(out, as_json, quiet, lambda: "\n".join(
+        info_lines(ver, pil, lib, manifests, convert) + [f"note: {n}" for n in notes]))
     if warning and not (quiet or as_json):
         click.echo(f"WARNING: {warning}", err=True)
     if strict and warning:

@@ -49,6 +49,8 @@ def convert_lines(s: ConvertSummary, max_errors: int) -> list[str]:
 def _label_lines(s: ConvertSummary) -> list[str]:
     """Where a split's labels came from, said when it is not what was given or carried, and
     what --trust-labels let through."""
+    from imgprep.inputs.groundtruth import absent_note
+
     source = s.label_source
     lines = {"published": ["labels: the published ILSVRC2012 validation labels"],
              "input+published": ["labels: from the input, and the published ILSVRC2012 "
@@ -56,6 +58,8 @@ def _label_lines(s: ConvertSummary) -> list[str]:
                                  "not label"],
              "none": [f"labels: none (the {s.split} split is converted unlabelled: no .cls; "
                       "the loaders and the trainer refuse to train on it)"]}.get(source, [])
+    if note := absent_note(s.expected_images, s.missing_images, s.missing_first):
+        lines.append(f"missing: {note}")
     differing = s.label_check_names.get("differing", 0)
     if differing and source == "ground-truth":
         lines.append(f"--trust-labels: {differing} ILSVRC2012_val_* names in the ground truth "
@@ -78,6 +82,8 @@ def _check(mode: str) -> str:
 
 def dry_run_lines(r: DryRunReport) -> list[str]:
     """``convert --dry-run``: the form, each split, what is skipped; nothing was written."""
+    from imgprep.inputs.groundtruth import absent_note
+
     lines = [f"{r.input}: {r.description} (form {r.form})"]
     for s in r.splits:
         spool = f"; staging copy: {_size(s.spool_bytes)} in {r.out}/.imgprep" \
@@ -88,6 +94,9 @@ def dry_run_lines(r: DryRunReport) -> list[str]:
         lines += [f"{s.split}: {count} from {s.where}{errors}",
                   f"  labels: {s.labels}{_check(s.label_check)}",
                   f"  writes: {s.writes} in {r.out} ({s.output}){spool}"]
+        lines += [note] if (note := r.error_note(s)) else []
+        lines += [f"  missing: {n}"] if (n := absent_note(
+            s.expected_images, s.missing_images, s.missing_first)) else []
     lines += [f"skips {k}" for k in r.skipped]
     lines.append("dry run: nothing was written")
     return lines

@@ -3,8 +3,15 @@
 The input is detected and every split planned exactly as a run plans it (listing, ground
 truth and its check, labels, tasks, the output folder's rules), so a dry run refuses what
 the run would refuse; nothing is created, not even the output folder. A split whose form
-needs a staging copy is not listed (listing it is the copy): its image count and the copy's
-disk cost come from the form's probe.
+needs a staging copy is listed without making it where its form can (``dry_listed``): the
+Hub's parquet files from their ``image.path`` and ``label`` columns (labels, their range and
+their agreement with the names checked; the image bytes are not read), its tar.gz archives
+by reading each gzip stream once to its end (its CRC and length checked; a progress bar on
+stderr). What a dry run does not check is what the run logs image by image: an image's
+decode, and for parquet its size against ``--max-image-bytes``. The copy's disk cost comes
+from the form's probe, and so do the image count and the labels of a split listed only
+through its copy (ImageNet-21k as a .tar.gz: its class tars are listed once spooled),
+checked by the run.
 """
 
 from __future__ import annotations
@@ -48,6 +55,15 @@ class SplitReport:
     spool_bytes: int
     listing_errors: int
     unknown_wnids: int
+    expected_images: int | None = None  # images the ground truth lists (None: no ground truth)
+    missing_images: int = 0  # of those, how many the input does not hold
+    missing_first: tuple[str, ...] = ()
+
+    @property
+    def logged_errors(self) -> int:
+        """Images the run would log as errors before converting any: members the listing
+        refuses and images named with a wnid outside the class table."""
+        return self.listing_errors + self.unknown_wnids
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -60,9 +76,27 @@ class DryRunReport:
     description: str
     splits: tuple[SplitReport, ...]
     skipped: tuple[str, ...]
+    max_errors: int = 0
+
+    def error_note(self, s: SplitReport) -> str | None:
+        """What the run would log as errors in split ``s`` and the ``--max-errors`` it needs
+        to write the manifest (None: nothing)."""
+        if not s.logged_errors:
+            return None
+        what = [f"{n} {w}" for n, w in (
+            (s.unknown_wnids, "images named with wnids outside the class table"),
+            (s.listing_errors, "members refused")) if n]
+        head = f"  errors: {' and '.join(what)}, each logged as an error; "
+        if s.logged_errors > self.max_errors:
+            classes = ", or --classes with a table that has them" if s.unknown_wnids else ""
+            return (head + f"the run would fail: it needs --max-errors {s.logged_errors} "
+                    f"(now {self.max_errors}){classes}")
+        return head + f"within --max-errors {self.max_errors}"
 
     def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "dry_run": True, "splits": [asdict(s) for s in self.splits],
+        return {**asdict(self), "dry_run": True,
+                "splits": [{**asdict(s), "missing_first": list(s.missing_first)}
+                           for s in self.splits],
                 "skipped": list(self.skipped)}
 
 
@@ -103,8 +137,9 @@ def _labels(part: ConvertOptions, src: SplitInput, source: str = "") -> str:
 
 
 def _spooled(part: ConvertOptions, src: SplitInput) -> tuple[SplitReport, ...]:
-    """The split of a staged form, as its probe tells it; with ``--holdout-per-class`` its
-    val and train parts, whose sizes the staging copy tells."""
+    """The split of a form listed only through its staging copy (an ImageNet-21k .tar.gz),
+    as its probe tells it; with ``--holdout-per-class`` its val and train parts, whose sizes
+    the staging copy tells."""
     images = None if part.holdout_per_class else src.images
     tasks: int | None = None
     if images is not None:
@@ -120,15 +155,21 @@ def _spooled(part: ConvertOptions, src: SplitInput) -> tuple[SplitReport, ...]:
                              listing_errors=0, unknown_wnids=0) for split in splits)
 
 
+
 def _planned(part: ConvertOptions, src: SplitInput,
              origin: ConvertOptions) -> tuple[SplitReport, ...]:
     """The report of each split planned from ``part`` (two with ``--holdout-per-class``)."""
-    return tuple(_report(plan, part, src)
-                 for plan in split_plan(make_plan(part, origin=origin, spool=False)))
+    plans = split_plan(make_plan(part, origin=origin, spool=False))
+    return tuple(_report(plan, part, src, plan is plans[-1]) for plan in plans)
 
 
-def _report(plan: Plan, part: ConvertOptions, src: SplitInput) -> SplitReport:
-    replaced = check_folder(plan) is not None
+def _report(plan: Plan, part: ConvertOptions, src: SplitInput, last: bool) -> SplitReport:
+    """``last``: the last split planned from ``src``, which carries its staging copy's cost."""
+    # A parquet split listed without its staging copy has no image sizes, so no fingerprint
+    # to compare with a finished split's: the folder's rules are then checked by the run.
+    sized = not src.spool_bytes or bool(plan.listing.size.any())
+    replaced = check_folder(plan) is not None if sized else \
+        part.overwrite and (part.out / f"{plan.split}.json").exists()
     check_out_not_input(plan.opts, plan.split)
     images = sum(len(t.items) for t in plan.tasks) if plan.holdout else len(plan.listing)
     return SplitReport(
@@ -136,9 +177,12 @@ def _report(plan: Plan, part: ConvertOptions, src: SplitInput) -> SplitReport:
         labels=_labels(part, src, plan.label_source), label_source=plan.label_source,
         label_check=plan.label_check.mode, tasks=len(plan.tasks),
         writes=_writes(part, plan.split, images, len(plan.tasks)),
-        output=_output(part, plan.split, replaced), spool_bytes=0,
+        output=_output(part, plan.split, replaced),
+        spool_bytes=src.spool_bytes if last else 0,
         listing_errors=len(plan.listing.errors),
-        unknown_wnids=sum(unknown_wnids(plan).values()))
+        unknown_wnids=sum(unknown_wnids(plan).values()),
+        expected_images=plan.label_check.expected, missing_images=plan.label_check.missing,
+        missing_first=plan.label_check.missing_first)
 
 
 def dry_run(opts: ConvertOptions) -> DryRunReport:
@@ -147,9 +191,10 @@ def dry_run(opts: ConvertOptions) -> DryRunReport:
     found = detect(opts.input, opts.form)
     parts = [(p, p.source or one_split(p)) for p in split_inputs(replace(opts, form=found.form))]
     reports = tuple(r for p, src in parts
-                    for r in (_spooled(p, src) if src.spool_bytes else _planned(p, src, opts)))
-    if not any(src.spool_bytes for _, src in parts):  # a spooled split's labels are unknown
+                    for r in (_planned(p, src, opts) if src.dry_listed else _spooled(p, src)))
+    if all(src.dry_listed for _, src in parts):  # else some labels are known only in the run
         check_trust(opts, [r.label_source for r in reports])
     return DryRunReport(input=str(opts.input), out=str(opts.out), form=found.form,
                         description=found.description, splits=reports,
-                        skipped=tuple(str(s) for s in found.skipped))
+                        skipped=tuple(str(s) for s in found.not_converted(
+                            src.split for _, src in parts)), max_errors=opts.max_errors)

@@ -23,8 +23,9 @@ from imgprep.convert.errorlog import (
     write_error_log,
 )
 from imgprep.convert.execute import npy_bytes
+from imgprep.convert.provenance import source_of
 from imgprep.convert.samples import list_line
-from imgprep.convert.tasks import Plan, TaskResult, manifest_options, source_section
+from imgprep.convert.tasks import Plan, TaskResult, manifest_options
 from imgprep.fsutil import fsync_dir, write_bytes_atomic
 from imgprep.inputs.spool import remove_spool
 from imgprep.shards.indexing import index_shards
@@ -102,7 +103,7 @@ def _manifest(plan: Plan, results: list[TaskResult], errors: int, log: Path | No
         list_file=listed.name if listed else None, list_sha256=listed.sha256 if listed else None,
         errors=errors, error_log=log.name if log else None,
         stats_images=sum(r.stats_images for r in results), node=node, index=index,
-        source=source_section(plan.listing),
+        source=source_of(plan),
         labelled=plan.labelled, transform_version=plan.transform_version,
     )
 

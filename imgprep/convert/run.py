@@ -151,7 +151,7 @@ def _listing_errors(plan: Plan, world: World) -> list[ErrorRecord]:
     if plan.holdout is not None and plan.split == "val":
         return []  # one listing gives both splits: its errors are reported once, with train
     root = plan.listing.root
-    listed = [ErrorRecord(source=f"{root}/{e.source}" if e.source else root, key="",
+    listed = [ErrorRecord(source=f"{root}/{e.source}" if e.source else root, key=e.key,
                           reason=e.reason) for e in plan.listing.errors]
     return listed + unknown_errors(plan)
 

@@ -34,6 +34,9 @@ class ConvertSummary:
     label_source: str  # where the labels came from (inputs.labels.SOURCES; none: unlabelled)
     label_check: str  # which check the labels passed (inputs.groundtruth.LabelCheck)
     label_check_names: dict[str, int]
+    expected_images: int | None  # images the ground truth lists (None: no ground truth)
+    missing_images: int  # of those, how many the input does not hold (not converted)
+    missing_first: list[str]  # the first of their names, sorted
     skipped_non_images: int
     tasks: int  # tasks the output folder holds
     tasks_mine: int  # tasks this rank converts
@@ -78,6 +81,9 @@ def summarise(plan: Plan, world: World, assignment: Assignment, *, fresh: list[T
         label_source=plan.label_source,
         label_check=plan.label_check.mode,
         label_check_names=plan.label_check.names(),
+        expected_images=plan.label_check.expected,
+        missing_images=plan.label_check.missing,
+        missing_first=list(plan.label_check.missing_first),
         skipped_non_images=plan.listing.skipped,
         tasks=len(assignment.held),
         tasks_mine=len(assignment.mine),

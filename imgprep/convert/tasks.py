@@ -310,7 +310,8 @@ def _list_context(opts: ConvertOptions, source: SplitInput, classes: ClassTable,
                   spool: bool, rank: int) -> ListContext:
     return ListContext(workers=opts.workers, classes=classes,
                        spool_dir=spool_dir(opts, source) if spool else None,
-                       spool_start=rank, max_image_bytes=opts.max_image_bytes)
+                       spool_start=rank, max_image_bytes=opts.max_image_bytes,
+                       trust_labels=opts.trust_labels)
 
 
 def make_plan(opts: ConvertOptions, origin: ConvertOptions | None = None, *,
@@ -381,7 +382,7 @@ def split_inputs(opts: ConvertOptions, warn: bool = False) -> list[ConvertOption
         raise LabelError(f"--labels is validation ground truth, but {opts.input} holds no val "
                          "folder; drop --labels or point INPUT at the val images")
     if warn:
-        for skip in found.skipped:
+        for skip in found.not_converted(s.split for s in picks):
             log.warning(f"not converted: {skip}")
     # The split stays as the user gave it: a folder's name is not --split train, so
     # validation images in a train/ folder are still refused.

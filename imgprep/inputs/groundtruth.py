@@ -19,6 +19,7 @@ resolved and checked in ``imgprep.inputs.labels``.
 
 from __future__ import annotations
 
+import csv
 import posixpath
 import re
 from collections.abc import Sequence
@@ -46,7 +47,7 @@ UNKNOWN = -1  # labels.resolve_labels: named with a wnid outside the class table
 ONE_BASED_MIN_PER_CLASS = 10  # a set this large per class without a label 0 is 1-based
 ONE_BASED_MIN_RUN = 10  # labels exactly 1..K (K >= this: every class present, none is 0)
 SHIFT_MIN_NAMES = 2  # published names, all off by one constant: a shift, not a slip
-SHOW_DIFFERING = 3  # file:line entries named when labels differ from the published ones
+SHOW_DIFFERING = 20  # differing labels a refusal names (then how many more)
 PUBLISHED = "the published ILSVRC2012 validation labels"
 Row = tuple[str, str, str]  # (key, wnid, where: file:line) of one ground-truth line
 
@@ -63,15 +64,31 @@ class LabelCheck:
     or ``trusted`` (``--trust-labels``: no name compared, every name under the shape rules).
     ``canonical``/``other``: names of each kind checked; ``differing``: published names whose
     label differs from the published one (only with ``trusted``; otherwise it was refused).
+    ``expected``: images a ground truth lists (None: none was used); ``missing``: how many of
+    them the input does not hold, and ``missing_first`` the first (sorted) of their names.
     """
 
     mode: str = "none"
     canonical: int = 0
     other: int = 0
     differing: int = 0
+    expected: int | None = None
+    missing: int = 0
+    missing_first: tuple[str, ...] = ()
 
     def names(self) -> dict[str, int]:
         return {"canonical": self.canonical, "other": self.other, "differing": self.differing}
+
+
+def absent_note(expected: int | None, missing: int, first: Sequence[str]) -> str | None:
+    """What a run, its dry run and ``verify`` say of images a ground truth lists that the
+    input does not hold (None: there are none). They are not refused: a ground truth is often
+    the whole validation set's while the input holds part of it on purpose."""
+    if not missing or expected is None:
+        return None
+    return (f"the ground truth lists {expected:,} images and {missing:,} of them are not in "
+            f"the input, so not converted ({listed(first, missing)}); if they should be "
+            "there, the download or extraction is incomplete: fetch them and rerun")
 
 
 @dataclass(frozen=True)
@@ -90,12 +107,21 @@ def _stem(name: str) -> str:
     return posixpath.splitext(posixpath.basename(name.strip()))[0]
 
 
+def _csv_fields(line: str) -> list[str]:
+    """The fields of one CSV line as the csv module reads them (quoted fields unquoted)."""
+    try:
+        return next(csv.reader([line]), [])
+    except csv.Error:
+        return line.split(",")
+
+
 def detect_form(lines: list[str]) -> str:
     """Name the form of a ground-truth file from its non-empty lines, or ``unknown``."""
     body = [ln.split() for ln in lines if ln.strip()]
     if not body:
         return "unknown"
-    if lines[0].replace(" ", "").lower().startswith("imageid,predictionstring"):
+    if [f.replace(" ", "").lower() for f in _csv_fields(lines[0])[:2]] == \
+            ["imageid", "predictionstring"]:
         return "kaggle"
     if all(len(t) == 1 and t[0].isdigit() for t in body):
         return "devkit"
@@ -210,7 +236,7 @@ def _parse(path: TextFile, lines: list[str], form: str, classes: ClassTable,
     numbered = [(n, ln) for n, ln in enumerate(lines, 1) if ln.strip()]
     if form == "kaggle":
         for n, ln in numbered[1:]:
-            image_id, _, pred = ln.partition(",")
+            image_id, pred = (_csv_fields(ln) + ["", ""])[:2]
             tokens = pred.split()
             if not tokens or not WNID_RE.match(tokens[0]):
                 raise LabelError(f"{path}:{n}: no wnid in {ln.strip()!r}")
@@ -259,12 +285,22 @@ def _compare(rows: list[Row], classes: ClassTable, trust: bool) -> LabelCheck:
         files = sorted({w.rpartition(":")[0] for w, _, _ in differing.values()})
         raise LabelError(
             f"{', '.join(files)}: {len(differing)} of {len(canonical)} ILSVRC2012_val_* names "
-            f"are labelled otherwise than in {PUBLISHED} (first: {'; '.join(firsts)}"
-            f"{'; …' if len(differing) > SHOW_DIFFERING else ''}); fix the file, or pass "
-            "--trust-labels to convert with these labels on purpose")
+            f"are labelled otherwise than in {PUBLISHED} ({listed(firsts, len(differing))}); "
+            "fix the file, or pass --trust-labels to convert with these labels on purpose")
     mode = "canonical+heuristic" if canonical and other else \
         "canonical" if canonical else "heuristic"
     return LabelCheck(mode, len(canonical), len(other))
+
+
+def listed(entries: Sequence[str], total: int | None = None) -> str:
+    """Differing labels for a refusal: every one of ``entries`` when there are at most
+    ``SHOW_DIFFERING`` (``total``: how many there are, when ``entries`` holds the first ones
+    only), else the first ``SHOW_DIFFERING`` and how many more, so that one refusal is
+    enough to fix a file of a few wrong lines."""
+    total = len(entries) if total is None else total
+    shown = list(entries[:SHOW_DIFFERING])
+    more = total - len(shown)
+    return "; ".join(shown) + (f"; and {more} more" if more > 0 else "")
 
 
 def _index_text(classes: ClassTable, wnid: str) -> str:

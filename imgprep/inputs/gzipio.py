@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import gzip
 import importlib
+import sys
 import zlib
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
 from typing import IO, cast
@@ -42,11 +44,28 @@ def inflater() -> str:
     return "zlib-ng" if _GZIP_NG is not None else "zlib"
 
 
-def open_gzip(path: Path) -> IO[bytes]:
-    """``path``'s decompressed bytes as a binary file read front to back."""
+def open_gzip(path: Path | IO[bytes]) -> IO[bytes]:
+    """The decompressed bytes of ``path`` (a file name, or a file open for reading, which
+    stays the caller's to close) as a binary file read front to back."""
     if _GZIP_NG is not None:
         return cast("IO[bytes]", _GZIP_NG.open(path, "rb"))
     return cast("IO[bytes]", gzip.open(path, "rb"))
+
+
+@contextmanager
+def _compressed(path: Path, progress: bool) -> Iterator[Path | IO[bytes]]:
+    """``path`` itself, or with ``progress`` the file open with a progress bar of the
+    compressed bytes read on stderr (shown where stderr is a terminal)."""
+    if not progress:
+        yield path
+        return
+    from tqdm import tqdm
+    from tqdm.utils import CallbackIOWrapper
+
+    with open(path, "rb") as raw, tqdm(total=path.stat().st_size, desc=f"reading {path.name}",
+                                       unit="B", unit_scale=True, file=sys.stderr,
+                                       disable=None) as bar:
+        yield cast("IO[bytes]", CallbackIOWrapper(bar.update, raw, "read"))
 
 
 def damaged(source: Path, error: BaseException) -> SourceFormatError:
@@ -56,17 +75,17 @@ def damaged(source: Path, error: BaseException) -> SourceFormatError:
 
 
 def gzip_members(source: Path, keep: Callable[[str], bool], whose: str,
-                 max_bytes: int | None = None) -> Iterator[Item]:
+                 max_bytes: int | None = None, progress: bool = False) -> Iterator[Item]:
     """Every member of the gzip-compressed tar ``source`` with its bytes (empty for a member
     ``keep`` turns down: only its name is kept, its bytes skipped unread), in archive order;
     a kept member over ``max_bytes`` (by its header) is ``Refused`` and skipped unread.
     Refuses the archive at a member that must not be read (``whose``: the archive it should
-    have been)."""
+    have been). ``progress``: as ``open_gzip``'s."""
     def wanted(name: str, size: int) -> bool:
         return keep(name) and (max_bytes is None or size <= max_bytes)
 
     try:
-        with open_gzip(source) as f:
+        with _compressed(source, progress) as raw, open_gzip(raw) as f:
             for m in iter_stream(f, str(source), keep=wanted):
                 if m.refused is not None:
                     raise UnsafeArchiveError(

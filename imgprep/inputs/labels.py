@@ -19,7 +19,7 @@ columns, one pass for 1.28 M images; Python runs once per distinct wnid, not per
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -31,6 +31,7 @@ from imgprep.inputs.groundtruth import (
     UNKNOWN,
     GroundTruth,
     LabelCheck,
+    listed,
 )
 from imgprep.inputs.sources import Listing
 from imgprep.inputs.synsets import (
@@ -93,8 +94,7 @@ def _where(listing: Listing, i: int) -> str:
 
 
 def _firsts(rows: np.ndarray, show: Callable[[int], str]) -> str:
-    return "; ".join(show(int(i)) for i in rows[:SHOW_DIFFERING]) + \
-        ("; …" if len(rows) > SHOW_DIFFERING else "")
+    return listed([show(int(i)) for i in rows[:SHOW_DIFFERING]], len(rows))
 
 
 def _refuse_published(listing: Listing, classes: ClassTable, compared: np.ndarray,
@@ -121,10 +121,10 @@ def _refuse_published(listing: Listing, classes: ClassTable, compared: np.ndarra
         raise LabelError(
             f"{listing.root}: every one of its {len(compared)} {VAL_PREFIX}* images is labelled "
             f"{abs(shift)} {'above' if shift > 0 else 'below'} {PUBLISHED}{why}: the labels it "
-            f"carries are shifted (first: {_firsts(differ, show)}); {FIX}")
+            f"carries are shifted ({_firsts(differ, show)}); {FIX}")
     raise LabelError(
         f"{listing.root}: {len(differ)} of {len(compared)} {VAL_PREFIX}* images carry labels "
-        f"other than {PUBLISHED} (first: {_firsts(differ, show)}); {FIX}")
+        f"other than {PUBLISHED} ({_firsts(differ, show)}); {FIX}")
 
 
 def _clashes(listing: Listing, named: np.ndarray) -> tuple[np.ndarray, int]:
@@ -145,7 +145,7 @@ def _refuse_names(listing: Listing, named: np.ndarray) -> None:
 
         raise LabelError(
             f"{listing.root}: {len(clash)} of {both} images whose names start with "
-            f"a wnid are given another class (first: {_firsts(clash, show)}); move each into "
+            f"a wnid are given another class ({_firsts(clash, show)}); move each into "
             "its own class, or pass --trust-labels to convert them with the class they are "
             "given")
 
@@ -166,6 +166,16 @@ def _refuse_unlabelled(listing: Listing, labels: np.ndarray, numbers: np.ndarray
             else "pass --classes with a class list that has it")
     raise LabelError(f"cannot tell the class of {_where(listing, i)} "
                      f"({key.partition('_')[0]!r} is not a known wnid); {hint}")
+
+
+def _absent(listing: Listing, truth: GroundTruth) -> LabelCheck:
+    """``truth``'s check with how many images it lists are not in ``listing``, and the
+    first of them (sorted by name)."""
+    names = np.sort(np.asarray([k.encode("utf-8") for k in truth.labels] or [b""]))
+    names = names[:len(truth.labels)]
+    absent = names[~np.isin(names, listing.key)]
+    first = tuple(n.decode("utf-8") for n in absent[:SHOW_DIFFERING].tolist())
+    return replace(truth.check, expected=len(names), missing=len(absent), missing_first=first)
 
 
 def _from_truth(listing: Listing, truth: dict[str, str], classes: ClassTable) -> np.ndarray:
@@ -191,7 +201,7 @@ def label_listing(listing: Listing, classes: ClassTable, truth: GroundTruth | No
     LabelError naming the first image no source labels, or the labels that fail a check."""
     if truth is not None:
         labels = _from_truth(listing, truth.labels, classes)
-        return Labelled(labels.astype(np.int16), truth.check, "ground-truth")
+        return Labelled(labels.astype(np.int16), _absent(listing, truth), "ground-truth")
     carried = _indices(listing.wnid, classes)
     if (outside := np.flatnonzero(carried == OUTSIDE)).size:
         i = int(outside[0])

@@ -241,7 +241,7 @@ def cap_sizes(listing: Listing, max_bytes: int) -> Listing:
     if not over.any():
         return listing
     refused = tuple(ListingError(listing.member_str(i), over_cap(_recorded(listing, i),
-                                                                 max_bytes))
+                                                                 max_bytes), listing.key_str(i))
                     for i in np.flatnonzero(over).tolist())
     keep = np.flatnonzero(~over)
     return replace(listing, container=listing.container[keep], offset=listing.offset[keep],

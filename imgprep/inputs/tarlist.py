@@ -37,10 +37,12 @@ GZIP_MAGIC = b"\x1f\x8b"
 
 @dataclass(frozen=True)
 class ListingError:
-    """A member refused or unusable at listing time: recorded, counted, reported."""
+    """A member refused or unusable at listing time: recorded, counted, reported; ``key``:
+    the image's key, where the member is an image (the errors log names it)."""
 
     source: str
     reason: str
+    key: str = ""
 
 
 @dataclass

@@ -418,7 +418,7 @@ def test_missing_input_is_a_usage_error(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("content", "why"), [
     (os.urandom(5000), "not a readable tar"),
-    (b"", "not a readable tar"),
+    (b"", "is empty (0 bytes)"),
     (b"hello, not a tar\n" * 64, "not a readable tar"),
     (b"\x1f\x8b\x08\x00" + bytes(200), "gzip"),
 ])
@@ -780,7 +780,8 @@ def test_info_json_reports_the_manifest_and_pil(converted: dict[str, Path]) -> N
     r = invoke("info", converted["shards"], "--json")
     assert r.exit_code == 0, r.output
     info = summary_of(r)
-    assert set(info) == {"versions", "pil", "libjpeg", "convert", "manifests", "warning"}
+    assert set(info) == {"versions", "pil", "libjpeg", "convert", "manifests", "notes",
+                         "warning"}
     assert info["convert"]["transform_version"] == transform_version()
     assert set(info["versions"]) == {"imgprep", "python", "platform", "numpy", "torch",
                                      "webdataset", "tqdm", "click"}

@@ -25,7 +25,8 @@ from tests.support.cli import invoke, jpeg_tree, ok
 SUMMARY_KEYS = {
     "complete", "role", "rank", "world_size", "node_rank", "mode", "split", "format", "input",
     "input_kind", "images_listed", "samples", "errors", "max_errors", "unknown_wnids",
-    "label_source", "label_check", "label_check_names", "skipped_non_images", "tasks", "tasks_mine",
+    "label_source", "label_check", "label_check_names", "expected_images", "missing_images",
+    "missing_first", "skipped_non_images", "tasks", "tasks_mine",
     "tasks_resumed", "bytes", "seconds", "images_per_s", "workers", "out", "manifest",
     "error_log", "warnings", "warning_log",
 }

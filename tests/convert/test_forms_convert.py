@@ -215,6 +215,30 @@ def test_dry_run_refuses_what_the_run_refuses(fakes: dict[str, Path], tmp_path: 
     assert not (tmp_path / "out").exists()
 
 
+def test_a_label_refusal_names_every_differing_line_in_text_and_json(
+        fakes: dict[str, Path], tmp_path: Path) -> None:
+    tree = tmp_path / "kaggle"
+    shutil.copytree(fakes["kaggle"], tree)
+    csv = tree / "LOC_val_solution.csv"
+    header, *rows = csv.read_text().splitlines()
+    changed = []
+    for i in range(5):  # five of the eight lines get another class
+        key, _, rest = rows[i].partition(",")
+        other = next(w for w in CLASSES.wnids if w != rest.split()[0])
+        rows[i] = f"{key},{other} 1 2 3 4"
+        changed.append(f"{csv}:{i + 2}: {key} is {other}")
+    csv.write_text("\n".join([header, *rows]) + "\n")
+    for extra in (("--dry-run",), ("--dry-run", "--json"), (), ("--json",)):
+        r = invoke("convert", tree, "-o", tmp_path / "out", *extra)
+        assert r.exit_code == 3 and r.stdout == "", r.output
+        *warnings, error = r.stderr.strip().splitlines()  # what is not converted, then why
+        assert all(w.startswith("imgprep: warning: not converted: ") for w in warnings)
+        assert error.startswith("imgprep: error: ") and "more" not in error
+        for name in ("5 of 8 ILSVRC2012_val_* names", *changed):
+            assert name in error, (name, error)
+    assert not (tmp_path / "out").exists()
+
+
 # ---------------------------------------------------------------------------- refusals
 
 

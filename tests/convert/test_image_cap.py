@@ -62,6 +62,7 @@ def test_an_image_over_the_cap_is_a_bad_image_named_in_every_form(
         assert any(key in e["source"] for e in errors), (key, errors)
     for e in errors:
         assert f"over --max-image-bytes ({cap:,}); not read" in e["reason"]
+        assert e["key"] and e["key"] in e["source"], e  # the log names the member's key
         if form == "hf-parquet":
             assert e["reason"].startswith("its row group "), e
     if form != "hf-parquet":

@@ -135,8 +135,8 @@ def test_the_image_net_org_forms_are_the_last_resort(fakes: dict[str, Path],
 
 def test_a_named_form_is_used_or_refused(fakes: dict[str, Path]) -> None:
     assert detect(fakes["kaggle"], "kaggle").form == "kaggle"
-    with pytest.raises(SourceFormatError, match=r"is not in the kaggle-zip form; leave --form "
-                       "out to detect its form"):
+    with pytest.raises(SourceFormatError, match=r"is not in the kaggle-zip form: it is Kaggle "
+                       r".* \(--form kaggle\); leave --form out to detect its form"):
         detect(fakes["kaggle"], "kaggle-zip")
     with pytest.raises(SourceFormatError, match=r"--form nope is not a known form; pass one of"):
         detect(fakes["kaggle"], "nope")
@@ -223,9 +223,58 @@ def test_the_devkit_given_as_input_points_to_labels(tmp_path: Path) -> None:
 
 def test_a_web_page_saved_as_the_archive_is_named(tmp_path: Path) -> None:
     path = _other(tmp_path / "ILSVRC2012_img_train.tar", b"<!DOCTYPE html><html>Sign in")
-    with pytest.raises(SourceFormatError, match="is a text or web page .* not an archive: the "
-                       "download link returned a page"):
+    with pytest.raises(SourceFormatError, match="is a text or web page .* not ImageNet data: "
+                       "the download link returned a page"):
         detect(path)
+
+
+LFS = (b"version https://git-lfs.github.com/spec/v1\n"
+       b"oid sha256:4d7a214614ab2935c943f9e0ff69d22eadbb8f32b1258daaa5e2ca24d17e2393\n"
+       b"size 146800000\n")
+NAMES = ("train-00000-of-00294.parquet", ZIP, "ILSVRC2012_img_val.tar", "val_images.tar.gz",
+         "downloaded")
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("form", [None, "hf-parquet", "kaggle-zip"])
+def test_a_git_lfs_pointer_is_named_whatever_it_is_called(tmp_path: Path, name: str,
+                                                          form: str | None) -> None:
+    path = _other(tmp_path / name, LFS)
+    with pytest.raises(SourceFormatError, match=rf"{name} is a Git LFS pointer file \(oid "
+                       r"sha256:4d7a2146\w+, size 146800000\), not the data: .* `git lfs pull "
+                       rf"--include {name}`"):
+        detect(path, form)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_an_empty_file_is_named_whatever_it_is_called(tmp_path: Path, name: str) -> None:
+    path = _other(tmp_path / name, b"")
+    with pytest.raises(SourceFormatError, match=rf"{name} is empty \(0 bytes\): the download "
+                       "or copy wrote nothing; download it again"):
+        detect(path)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_web_page_is_named_whatever_it_is_called(tmp_path: Path, name: str) -> None:
+    path = _other(tmp_path / name, b"\n  <html><head><title>Quota exceeded</title>")
+    with pytest.raises(SourceFormatError, match=rf"{name} is a text or web page"):
+        detect(path, "hf-parquet")
+
+
+def test_a_named_form_the_file_is_not_says_what_the_file_is(fakes: dict[str, Path],
+                                                            tmp_path: Path) -> None:
+    zipped = fakes["kaggle-zip"] / ZIP if fakes["kaggle-zip"].is_dir() else fakes["kaggle-zip"]
+    with pytest.raises(SourceFormatError, match=rf"{ZIP} is not in the hf-parquet form: it is "
+                       r"Kaggle .* \(--form kaggle-zip\); leave --form out"):
+        detect(zipped, "hf-parquet")
+    tar = write_tar(tmp_path / "x.tar", [("n01440764_1.JPEG", jpeg((20, 20)))])
+    with pytest.raises(SourceFormatError, match=r"x.tar is not in the hf-parquet form: it is a "
+                       r"tar of ILSVRC2012 images .* \(--form ilsvrc\)"):
+        detect(tar, "hf-parquet")
+    other = _other(tmp_path / "x.bin", b"\x00\x01 not a known header" * 4)
+    with pytest.raises(SourceFormatError, match=r"x.bin is not in the wds form: it is in no "
+                       r"form imgprep reads \(it starts b'\\x00\\x01 not a known h'\)"):
+        detect(other, "wds")
 
 
 def test_a_plain_tar_is_not_refused(tmp_path: Path) -> None:

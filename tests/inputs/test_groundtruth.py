@@ -395,6 +395,19 @@ def test_a_shifted_file_names_the_label_offset_that_fixes_it(
         _val(k): CLASSES.wnids[c] for k, c in rows}
 
 
+def test_many_wrong_labels_are_refused_naming_the_first_twenty_and_how_many_more(
+        tmp_path: Path) -> None:
+    rows = _subset(200, seed=3)
+    bad = [(k, (c + 1) % 1000 if i % 8 == 0 else c) for i, (k, c) in enumerate(rows)]
+    gt = _name_labels(tmp_path / "val.txt", bad)
+    with pytest.raises(LabelError) as e:
+        load_ground_truth([gt], CLASSES)
+    msg = str(e.value)
+    named = [i for i in range(200) if f"{gt}:{i + 1}: " in msg]
+    assert msg.startswith(f"{gt}: 25 of 200 ILSVRC2012_val_* names are labelled otherwise")
+    assert named == list(range(0, 160, 8)) and "; and 5 more); fix the file" in msg
+
+
 def test_a_few_wrong_labels_are_refused_naming_count_and_lines(tmp_path: Path) -> None:
     rows = _subset(200, seed=2)
     wrong = (4, 57, 120, 150)
@@ -404,12 +417,12 @@ def test_a_few_wrong_labels_are_refused_naming_count_and_lines(tmp_path: Path) -
         load_ground_truth([gt], CLASSES)
     msg = str(e.value)
     assert msg.startswith(f"{gt}: 4 of 200 ILSVRC2012_val_* names are labelled otherwise")
-    for i in wrong[:3]:
+    for i in wrong:  # every differing line, so that one refusal is enough to fix the file
         k, c = rows[i]
         assert f"{gt}:{i + 1}: {_val(k)} is {CLASSES.wnids[(c + 1) % 1000]}" in msg
         assert f"published {CLASSES.wnids[c]} ({c})" in msg
-    assert f"{gt}:{wrong[3] + 1}:" not in msg and msg.endswith(
-        "; …); fix the file, or pass --trust-labels to convert with these labels on purpose")
+    assert "more" not in msg and msg.endswith(
+        "); fix the file, or pass --trust-labels to convert with these labels on purpose")
     trusted = read_ground_truth([gt], CLASSES, trust=True)
     assert trusted.check == LabelCheck("trusted", 0, 200, 4)
     assert trusted.labels == {_val(k): CLASSES.wnids[c] for k, c in bad}
@@ -433,7 +446,7 @@ def test_every_form_is_checked_against_the_published_labels(tmp_path: Path, form
     rows[6] = (7, (rows[6][1] + 500) % 1000)
     paths = _forms(tmp_path, rows)[form]
     line = 8 if form == "kaggle" else 7
-    with pytest.raises(LabelError, match=rf"1 of 30 .* \(first: {paths[0]}:{line}: {_val(7)} is"):
+    with pytest.raises(LabelError, match=rf"1 of 30 .* \({paths[0]}:{line}: {_val(7)} is"):
         load_ground_truth(paths, CLASSES)
 
 
@@ -441,7 +454,7 @@ def test_a_devkit_file_missing_a_line_is_refused(tmp_path: Path) -> None:
     """Positional: one line lost shifts every later label onto the wrong image."""
     rows = [(k, int(PUBLISHED[k - 1])) for k in range(1, 101)]
     paths = _forms(tmp_path, rows[:40] + rows[41:])["devkit"]
-    with pytest.raises(LabelError, match=rf"of 99 .* \(first: {paths[0]}:41: {_val(41)} is"):
+    with pytest.raises(LabelError, match=rf"of 99 .* \({paths[0]}:41: {_val(41)} is"):
         load_ground_truth(paths, CLASSES)
 
 
@@ -519,3 +532,13 @@ def test_real_known_entries(real_truths: dict[str, dict[str, str]], key: str) ->
 def test_real_first_caffe_line(real_data: Path, real_truths: dict[str, dict[str, str]]) -> None:
     first = (real_data / "meta" / "caffe_val.txt").read_text().splitlines()[0].split()
     assert real_truths["devkit"][_val(1)] == CLASSES.wnids[int(first[1])]
+
+
+def test_quoted_csv_fields_are_read_as_the_csv_module_reads_them(tmp_path: Path) -> None:
+    """Kaggle's CSV saved by a spreadsheet: every field quoted, the header too."""
+    rows = _subset(3, seed=4)
+    lines = ['"ImageId","PredictionString"'] + [
+        f'"{_val(k)}","{CLASSES.wnids[c]} 1 2 3 4 {CLASSES.wnids[c]} 5 6 7 8"' for k, c in rows]
+    gt = tmp_path / "LOC_val_solution.csv"
+    gt.write_text("\n".join(lines) + "\n")
+    assert load_ground_truth([gt], CLASSES) == {_val(k): CLASSES.wnids[c] for k, c in rows}

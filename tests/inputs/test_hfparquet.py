@@ -67,15 +67,19 @@ def test_a_label_that_disagrees_with_the_name_is_refused_naming_the_rows(tmp_pat
     rows[4] = (rows[4][0], rows[4][1], rows[4][2] + 1)
     (path,) = write_split(tmp_path, "train", rows, NAMES, files=1)
     with pytest.raises(LabelError, match=r"1 rows whose label is another class than the wnid "
-                       r"their image.path ends in \(first: row 4 \(n01689811_504_n01689811.JPEG: "
+                       r"their image.path ends in \(row 4 \(n01689811_504_n01689811.JPEG: "
                        r"label 45 = n01692333\)"):
         hfparquet.list_file(path, CLASSES, allow_test=False)
 
 
-def test_a_row_without_a_path_is_keyed_by_file_and_row(tmp_path: Path) -> None:
+def test_a_row_without_a_path_is_refused_unless_its_label_is_trusted(tmp_path: Path) -> None:
     rows = _rows(2)
     (path,) = write_split(tmp_path, "train", [("", rows[0][1], 3), rows[1]], NAMES, files=1)
-    listing = hfparquet.list_file(path, CLASSES, allow_test=False)
+    with pytest.raises(LabelError, match=r"1 of 2 rows have no image.path, or one that names "
+                       r"no class and no published image \(rows 0\), so their labels cannot "
+                       r"be checked .* or pass --trust-labels to accept the labels as given"):
+        hfparquet.list_file(path, CLASSES, allow_test=False)
+    listing = hfparquet.list_file(path, CLASSES, allow_test=False, trust=True)
     assert listing.key[0] == b"train-00000-of-00001_000000"
     assert listing.wnid[0] == CLASSES.wnids[3].encode()
 

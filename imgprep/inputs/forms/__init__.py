@@ -17,11 +17,11 @@ from pathlib import Path
 from imgprep.errors import InputMissingError, SourceFormatError
 from imgprep.inputs.forms import ilsvrc, in21k, kaggle, kagglezip, parquet, targz, wds
 from imgprep.inputs.forms.base import Detected, Form, ListContext, Skip, SplitInput, TextFile
-from imgprep.inputs.forms.refusals import refuse
+from imgprep.inputs.forms.refusals import is_tar, refuse
 from imgprep.inputs.sources import Listing
 
 __all__ = ["FORMS", "Detected", "Form", "ListContext", "Skip", "SplitInput", "TextFile",
-           "detect", "form_names", "form_of", "list_split"]
+           "detect", "form_names", "form_of", "list_split", "what_is"]
 
 # Probed in this order; the first Detected wins. ``ilsvrc`` (the image-net.org tars and
 # folders) takes whatever exists, so it comes last; ``in21k`` (archives of class tars, plain
@@ -44,13 +44,12 @@ def form_of(name: str) -> Form:
 
 def detect(path: Path, form: str | None = None) -> Detected:
     """What ``path`` holds, by the first form whose probe recognises it (only ``form``'s
-    when given: refused naming it when that form does not recognise ``path``)."""
+    when given: refused saying what ``path`` is when that form does not recognise it)."""
     if not path.exists():
         raise InputMissingError(
             f"input {path} does not exist; pass ImageNet as downloaded as INPUT "
             "(ILSVRC2012_img_train.tar, ILSVRC2012_img_val.tar, the Kaggle zip or a folder)")
-    if form is None:
-        refuse(path)
+    refuse(path)  # read by no form, whatever --form says
     forms = FORMS if form is None else tuple(f for f in FORMS if f.NAME == form)
     if not forms:
         raise SourceFormatError(f"--form {form} is not a known form; pass one of "
@@ -59,8 +58,25 @@ def detect(path: Path, form: str | None = None) -> Detected:
         found = f.probe(path)
         if found is not None:
             return found
-    raise SourceFormatError(f"{path} is not in the {form} form; leave --form out to detect "
-                            "its form, or pass the form it is in")
+    raise SourceFormatError(f"{path} is not in the {form} form: {what_is(path)}; leave --form "
+                            "out to detect its form, or pass the form it is in")
+
+
+def what_is(path: Path) -> str:
+    """What ``path`` holds ("it is …"), for the refusal of a ``--form`` it is not in: what
+    ``refuse`` or another form's probe finds, else its first bytes."""
+    try:
+        refuse(path)
+        for f in FORMS:
+            found = f.probe(path)
+            if found is not None and (f.NAME != "ilsvrc" or path.is_dir() or is_tar(path)):
+                return f"it is {found.description} (--form {found.form})"
+    except SourceFormatError as e:
+        said = str(e)
+        return f"it {said[len(str(path)) + 1:]}" if said.startswith(f"{path} ") else said
+    with open(path, "rb") as fh:
+        head = fh.read(16)
+    return f"it is in no form imgprep reads (it starts {head!r})"
 
 
 def list_split(split: SplitInput, ctx: ListContext) -> Listing:

@@ -12,7 +12,7 @@ checks every module of the registry against the protocol.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -40,6 +40,9 @@ class SplitInput:
     takes, for a form without random access (0: read in place). ``images``: the count, when
     it is cheap to know before listing. ``own_classes``: the class table is the sorted wnids
     the split holds (ImageNet-21k), not the ILSVRC2012 one, unless ``--classes`` gives one.
+    ``dry_listed``: ``--dry-run`` lists it (without a staging copy) and checks its labels as
+    the run does; False: it can be listed only through its staging copy, and a dry run says
+    what the probe tells.
     """
 
     form: str
@@ -54,6 +57,7 @@ class SplitInput:
     spool_bytes: int = 0
     images: int | None = None
     own_classes: bool = False
+    dry_listed: bool = True
 
     def __post_init__(self) -> None:
         if self.split is not None and self.split not in SPLITS:
@@ -64,10 +68,12 @@ class SplitInput:
 
 @dataclass(frozen=True, kw_only=True)
 class Skip:
-    """Something the input holds that is not converted, and why (said in one line)."""
+    """Something the input holds that is not converted, and why (said in one line);
+    ``split``: the split it is, when ``--split`` can pick it (then it is not said)."""
 
     what: str
     reason: str
+    split: str | None = None
 
     def __str__(self) -> str:
         return f"{self.what}: {self.reason}"
@@ -88,6 +94,12 @@ class Detected:
         """The split called ``name``, or None."""
         return next((s for s in self.splits if s.split == name), None)
 
+    def not_converted(self, picked: Iterable[str | None]) -> tuple[Skip, ...]:
+        """What is skipped when the splits ``picked`` are converted: a skipped split that
+        ``--split`` picked is converted, so it is not said."""
+        chosen = set(picked)
+        return tuple(s for s in self.skipped if s.split is None or s.split not in chosen)
+
 
 @dataclass(frozen=True, kw_only=True)
 class ListContext:
@@ -98,13 +110,15 @@ class ListContext:
     access; None: write nothing, as in ``--dry-run``), ``spool_start`` (which of its source
     files this process spools first: its rank, so that the ranks of a job share the work),
     ``max_image_bytes`` (the staging copy refuses an image larger than this before reading
-    it; None: no cap)."""
+    it; None: no cap), ``trust_labels`` (``--trust-labels``: a form that cannot check a
+    label against its image's name takes it as given instead of refusing it)."""
 
     workers: int | None = None
     classes: ClassTable = field(default_factory=imagenet_classes)
     spool_dir: Path | None = None
     spool_start: int = 0
     max_image_bytes: int | None = None
+    trust_labels: bool = False
 
 
 class Form(Protocol):
@@ -152,6 +166,6 @@ def hub_splits(*, form: str, path: Path, found: dict[str, list[Path]], files_are
             spool_bytes=sum(p.stat().st_size for p in files)))
         if test:
             counted = f"{images:,} " if images is not None else ""
-            skipped.append(Skip(what=where, reason=f"{counted}{TEST_REASON}"))
+            skipped.append(Skip(what=where, reason=f"{counted}{TEST_REASON}", split="test"))
     return Detected(form=form, root=path, splits=tuple(splits), skipped=tuple(skipped),
                     description=description)

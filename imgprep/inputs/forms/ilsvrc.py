@@ -49,7 +49,7 @@ def probe(path: Path) -> Detected | None:
         skipped = (Skip(what=names, reason="not a train or val folder; convert them on "
                                           "their own if you need them"),)
     if "test" in found:
-        skipped += (Skip(what=str(found["test"]), reason=TEST_REASON),)
+        skipped += (Skip(what=str(found["test"]), reason=TEST_REASON, split="test"),)
     return Detected(form=NAME, root=path, splits=splits, skipped=skipped,
                     description="a folder of split folders "
                                 f"({', '.join(p.name for p in found.values())})")

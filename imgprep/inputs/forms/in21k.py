@@ -120,7 +120,7 @@ def probe(path: Path) -> Detected | None:
     else:
         return None
     split = SplitInput(form=NAME, split="train", path=path, where=where, labels=LABELS,
-                       spool_bytes=spool, own_classes=True)
+                       spool_bytes=spool, own_classes=True, dry_listed=not spool)
     return Detected(form=NAME, root=path, splits=(split,),
                     description="ImageNet-21k as image-net.org ships it (winter21_whole.tar.gz"
                                 " or fall11_whole.tar: one tar per synset)")

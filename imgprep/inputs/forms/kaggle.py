@@ -105,7 +105,8 @@ def probe(path: Path) -> Detected | None:
             n = _count_images(folder)
             splits.append(SplitInput(form=NAME, split=s, path=folder, where=where,
                                      labels="none", labelled=False, by_default=False, images=n))
-            skipped.append(Skip(what=f"{shown}/{s}", reason=f"{n:,} {TEST_REASON}"))
+            skipped.append(Skip(what=f"{shown}/{s}", reason=f"{n:,} {TEST_REASON}",
+                                split="test"))
     skipped += [Skip(what=k, reason=v) for k, v in NOT_IMAGES.items() if (base / k).is_dir()]
     other = [n for n in OTHER_LOC if (base / n).is_file()]
     if other:

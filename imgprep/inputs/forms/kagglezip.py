@@ -72,7 +72,8 @@ def _under(name: str, prefix: str) -> bool:
 def _skips(index: ZipIndex, top: str, outside: int, counts: dict[str, int]) -> list[Skip]:
     out = []
     if "test" in counts:
-        out.append(Skip(what=f"{top}{CLS_LOC}/test", reason=f"{counts['test']:,} {TEST_REASON}"))
+        out.append(Skip(what=f"{top}{CLS_LOC}/test", reason=f"{counts['test']:,} {TEST_REASON}",
+                        split="test"))
     for folder, reason in NOT_IMAGES.items():
         files = sum(n for k, n in index.others.items() if f"{k}/".startswith(f"{top}{folder}/"))
         if files:

@@ -7,7 +7,11 @@ unless asked for. Each file is checked by its footer
 (``imgprep.inputs.parquetio``) and listed from its ``image.path`` and ``label`` columns
 alone, a row group at a time: the key is the canonical stem of ``image.path`` (the Hub's
 names end in ``_<wnid>``), the class is ``label`` in sorted-wnid order, cross-checked with
-the wnid the name carries. A row without a path is keyed ``<file stem>_<row>``.
+the wnid the name carries. A row without a path (``image.path`` null or empty, or no such
+column), or whose path names no class and no published image, has no name to check its
+label against: such a file is refused, naming it, unless
+``--trust-labels`` takes its labels as given (the check is then ``trusted``, as the summary
+and the manifest say); its rows are keyed ``<file stem>_<row>``.
 
 A parquet file has no per-image random access (a row group of ~100 images is the least
 that can be read), so converting it spools each file once (``imgprep.inputs.spool``) and
@@ -27,7 +31,8 @@ import numpy as np
 from imgprep.errors import LabelError, SourceFormatError
 from imgprep.inputs import parquetio
 from imgprep.inputs.forms.base import Detected, ListContext, SplitInput, hub_splits
-from imgprep.inputs.hfnames import PARQUET_NAME_RE, file_split, parse_name
+from imgprep.inputs.groundtruth import listed
+from imgprep.inputs.hfnames import PARQUET_NAME_RE, file_split, is_canonical, parse_name
 from imgprep.inputs.sources import Listing, build_listing
 from imgprep.inputs.spool import Item, SpoolJob, read_index, spool_all, spool_path
 from imgprep.inputs.synsets import ClassTable
@@ -89,13 +94,27 @@ class FileListing:
         return len(self.key)
 
 
+def _refuse_unnamed(path: Path, rows: list[int], total: int, trust: bool) -> None:
+    """Refuse a file with ``rows`` that have no ``image.path`` (their labels cannot be
+    checked against a name) unless ``trust``: never a silent unchecked label."""
+    if not rows or trust:
+        return
+    shown = ", ".join(str(r) for r in rows[:SHOWN]) + (" …" if len(rows) > SHOWN else "")
+    raise LabelError(
+        f"{path}: {len(rows)} of {total} rows have no image.path, or one that names no class "
+        f"and no published image (rows {shown}), so their labels cannot be checked against "
+        "a file name (the Hub's copy names every image); "
+        "download the file again, or pass --trust-labels to accept the labels as given")
+
+
 def _row_names(path: Path, groups: Iterator[parquetio.RowGroup],
-               classes: ClassTable) -> FileListing:
+               classes: ClassTable, trust: bool = False) -> FileListing:
     table = np.asarray([w.encode("ascii") for w in classes.wnids] + [b""], dtype="S9")
     member: list[bytes] = []
     key: list[bytes] = []
     wnids: list[np.ndarray] = []
     mismatch: list[str] = []
+    unnamed: list[int] = []
     for group in groups:
         named: list[bytes] = []
         for row, name in enumerate(group.paths, group.first_row):
@@ -104,6 +123,8 @@ def _row_names(path: Path, groups: Iterator[parquetio.RowGroup],
                 raise LabelError(f"{path}: row {row}: {hub.conflict}; the file is damaged or "
                                  "not the Hub's copy")
             member.append(f"{path.name}/{name or row}".encode())
+            if not (hub.wnid or is_canonical(hub.key)):
+                unnamed.append(row)
             key.append(hub.key.encode())
             named.append(hub.wnid.encode("ascii"))
         label_wnid = table[group.labels]  # -1 (test) picks the empty last entry
@@ -112,19 +133,22 @@ def _row_names(path: Path, groups: Iterator[parquetio.RowGroup],
         mismatch += [f"row {group.first_row + i} ({group.paths[i]}: label "
                      f"{int(group.labels[i])} = {label_wnid[i].decode()})" for i in differ]
         wnids.append(label_wnid)
+    _refuse_unnamed(path, unnamed, len(member), trust)
     if mismatch:
         raise LabelError(
             f"{path}: {len(mismatch)} rows whose label is another class than the wnid their "
-            f"image.path ends in (first: {'; '.join(mismatch[:SHOWN])}); the file is damaged "
+            f"image.path ends in ({listed(mismatch)}); the file is damaged "
             "or its labels are not in sorted-wnid order: download it again")
     return FileListing(path, np.asarray(member, dtype=bytes), np.asarray(key, dtype=bytes),
                        np.concatenate(wnids) if wnids else np.zeros(0, dtype="S9"))
 
 
-def list_file(path: Path, classes: ClassTable, allow_test: bool) -> FileListing:
-    """Check ``path``'s footer, then list its rows from ``image.path`` and ``label``."""
+def list_file(path: Path, classes: ClassTable, allow_test: bool,
+              trust: bool = False) -> FileListing:
+    """Check ``path``'s footer, then list its rows from ``image.path`` and ``label``;
+    ``trust`` (``--trust-labels``): take the labels of rows without a path as given."""
     parquetio.read_meta(path, classes)
-    return _row_names(path, parquetio.iter_labels(path, classes, allow_test), classes)
+    return _row_names(path, parquetio.iter_labels(path, classes, allow_test), classes, trust)
 
 
 def spool_items(source: Path, max_bytes: int | None = None) -> Iterator[Item]:
@@ -167,7 +191,7 @@ def columns(files: list[FileListing], spool_dir: Path | None, workers: int | Non
            else np.zeros(0, dtype="S9" if name == "wnid" else "S1")
            for name in ("member", "key", "wnid")},
     }
-    errors = [ListingError(col["member"][i].decode("utf-8"), why)
+    errors = [ListingError(col["member"][i].decode("utf-8"), why, col["key"][i].decode("utf-8"))
               for i, why in sorted(refused.items())]
     keep = np.setdiff1d(np.arange(n), np.fromiter(refused, np.int64, len(refused)))
     return containers, {k: v[keep] for k, v in col.items()}, errors
@@ -220,7 +244,9 @@ def list_split(split: SplitInput, ctx: ListContext) -> Listing:
     """Every image of ``split``: listed from the files' names and labels, then spooled
     into ``ctx.spool_dir`` and read from there (``--dry-run``: not spooled)."""
     files = parquet_files(split.path).get(split.split or "train", [])
-    listed = [list_file(p, ctx.classes, allow_test=split.split == "test") for p in files]
+    test = split.split == "test"  # unlabelled: nothing to check
+    listed = [list_file(p, ctx.classes, allow_test=test, trust=ctx.trust_labels or test)
+              for p in files]
     containers, cols, errors = columns(listed, ctx.spool_dir, ctx.workers, ctx.spool_start,
                                        ctx.max_image_bytes)
     return build_listing(str(split.path), NAME, containers, cols, errors, 0)

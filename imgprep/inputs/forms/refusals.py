@@ -2,9 +2,10 @@
 
 Not a form: ``refuse`` runs before any form is probed, so that none misreads them: another
 compression or container (told by its magic bytes, whatever the file is called), one part of
-a split archive (told by its name), or a web page saved under an archive's name. Each is
-refused saying what was seen and the command that makes a form imgprep reads in place;
-nothing here converts anything.
+a split archive (told by its name), and, whatever the file is called, told by its content:
+an empty file, a Git LFS pointer (a clone made without its LFS objects) or a web page (a
+download link that returned a login or quota page). Each is refused saying what was seen
+and the command that makes a form imgprep reads in place; nothing here converts anything.
 """
 
 from __future__ import annotations
@@ -30,7 +31,9 @@ NUMBERED_PART = re.compile(r"^(?P<whole>.+\.(?:zip|tar|7z|tgz|tar\.gz))\.(?P<n>\
                            re.IGNORECASE)
 ZIP_PART = re.compile(r"^(?P<stem>.+)\.z(?P<n>\d{2})$", re.IGNORECASE)
 DEVKIT = re.compile(r"^ILSVRC2012_devkit_t12\.(?:tar\.gz|tgz|tar)$", re.IGNORECASE)
-HEAD = 64
+LFS_POINTER = b"version https://git-lfs.github.com/spec/"
+LFS_FIELDS = re.compile(rb"^(oid \S+|size \d+)$", re.MULTILINE)
+HEAD = 256
 
 
 def _stem(path: Path) -> str:
@@ -85,8 +88,31 @@ def refuse(path: Path) -> None:
                 f"{path} is {what}, which imgprep does not read in place: "
                 f"`{command.format(f=src, s=out)}` gives {result}, which it reads "
                 f"(imgprep convert {result} -o OUT)")
-    if head and PAGE.match(head) and path.suffix.lower() in (".zip", ".tar", ".gz", ".tgz"):
+    _by_content(path, head)
+
+
+def _by_content(path: Path, head: bytes) -> None:
+    """Refuse an empty file, a Git LFS pointer or a web page, whatever it is called."""
+    if not head:
         raise SourceFormatError(
-            f"{path} is a text or web page (it starts {head[:24]!r}), not an archive: the "
+            f"{path} is empty (0 bytes): the download or copy wrote nothing; download it "
+            "again")
+    if head.startswith(LFS_POINTER):
+        fields = ", ".join(m.decode("ascii", "replace") for m in LFS_FIELDS.findall(head))
+        raise SourceFormatError(
+            f"{path} is a Git LFS pointer file ({fields or 'a few lines of text'}), not the "
+            "data: the repository was cloned without its LFS objects; fetch them in the "
+            f"clone with `git lfs pull --include {shlex.quote(path.name)}` (or `git lfs "
+            "pull`), then convert it")
+    if PAGE.match(head):
+        raise SourceFormatError(
+            f"{path} is a text or web page (it starts {head[:24]!r}), not ImageNet data: the "
             "download link returned a page (a login, an expired link or a quota message); "
-            "download the archive again from the page it came from")
+            "download the file again from the page it came from")
+
+
+def is_tar(path: Path) -> bool:
+    """Whether ``path`` holds a tar header's ``ustar`` magic where tar puts it."""
+    with open(path, "rb") as fh:
+        fh.seek(257)
+        return fh.read(5) == b"ustar"

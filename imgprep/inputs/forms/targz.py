@@ -85,9 +85,11 @@ def stream_members(source: Path, max_bytes: int | None = None) -> Iterator[Item]
 
 
 def _names_sizes(source: Path) -> tuple[list[str], list[int]]:
-    """The members' names and sizes (a dry run: the stream is read, nothing written)."""
+    """The members' names and sizes (a dry run: the stream is read to its end, so that a
+    damaged or cut-short archive is refused as the run refuses it; nothing is written; a
+    progress bar on stderr)."""
     names, sizes = [], []
-    for name, data in stream_members(source):
+    for name, data in gzip_members(source, is_image_name, "the Hub's archive", progress=True):
         names.append(name)
         sizes.append(len(data) if isinstance(data, bytes) else 0)
     return names, sizes
@@ -126,7 +128,8 @@ def columns(files: list[Path], spool_dir: Path | None, workers: int | None,
         cid = cols.container_id(container)
         for k, (name, offset, size) in enumerate(zip(names, offsets, sizes, strict=True)):
             if k in why:
-                cols.errors.append(ListingError(f"{path.name}/{name}", why[k]))
+                cols.errors.append(ListingError(f"{path.name}/{name}", why[k],
+                                                parse_name(name).key))
                 continue
             if not is_image_name(name):
                 cols.skipped += 1

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from imgprep.errors import LabelError, SourceFormatError
 from imgprep.inputs.forms.base import Detected, ListContext, SplitInput
+from imgprep.inputs.groundtruth import listed
 from imgprep.inputs.hfnames import is_canonical, parse_name
 from imgprep.inputs.sources import Listing, build_listing
 from imgprep.inputs.splitnames import WORD, split_of_word
@@ -42,7 +43,6 @@ SHARD_RE = re.compile(rf"^(?P<prefix>.+)-(?P<split>{WORD})-(?P<index>\d+)\.tar$"
 READ = ("train", "val")  # the splits of a shard set that are read; test shards are left out
 IMAGE_FIELDS = tuple(e.lstrip(".") for e in IMAGE_EXTS)
 MAX_SMALL = 1 << 16  # a .cls or .json bigger than this is not one
-SHOWN = 3
 LABELS = "each sample's .cls (sorted-wnid order), checked against its .json"
 
 
@@ -202,8 +202,8 @@ def list_shards(shards: list[Path], classes: ClassTable, workers: int | None) ->
     disagree = [d for p in parts for d in p.disagree]
     if disagree:
         raise LabelError(
-            f"{len(disagree)} samples whose .cls and .json name other classes (first: "
-            f"{'; '.join(disagree[:SHOWN])}); the shard set is damaged or was written with "
+            f"{len(disagree)} samples whose .cls and .json name other classes "
+            f"({listed(disagree)}); the shard set is damaged or was written with "
             "another class order: fix or re-download it")
     cols = Columns(containers=[str(p) for p in shards])
     for part in parts:
