@@ -13,7 +13,11 @@
   epoch's order done (one count when one says it for every pool); a state from another
   World resumes from the positions (elastic; partition data only on its own node count).
   It also records the order's version (``loaders.order``: absent means 1); a state of
-  another version is refused, since its positions mean other samples.
+  another version is refused, since its positions mean other samples. And the pixel version
+  (``PIXELS_KEY``: who decodes and resamples, ``loaders.decode.pixel_version``, or the GPU
+  backend's name): a state of other pixels is refused, naming both, since the batches after
+  the resume would not be the ones the run had made (a state without one, written before
+  pixel versions were recorded, resumes).
 """
 
 from __future__ import annotations
@@ -27,9 +31,12 @@ import torch
 from imgprep import ImgprepError, WorldError
 from loaders.backends import Backend, Source, backend_class
 from loaders.config import Config
+from loaders.decode import pixel_version
 from loaders.epochs import EpochPlan, as_samples, pool_starts
 from loaders.errors import LoaderError
 from loaders.order import ORDER_KEY
+
+PIXELS_KEY = "pixels"
 
 
 class PlannedLoader:
@@ -110,7 +117,14 @@ class PlannedLoader:
         return {"epoch": self.epoch, "batch": self._b0 + self._skip + self._yielded,
                 "samples": as_samples(done, self._sizes),
                 "from": as_samples(self._from, self._sizes),
-                ORDER_KEY: self.options.order_version, **self._shape()}
+                ORDER_KEY: self.options.order_version, PIXELS_KEY: self.pixels,
+                **self._shape()}
+
+    @property
+    def pixels(self) -> str:
+        """The pixel version of this loader's batches (``PIXELS_KEY``)."""
+        o = self.options
+        return pixel_version(o.crop_decode) if o.backend == "pillow" else o.backend
 
     def _b_at(self, epoch: int, starts: tuple[int, ...]) -> int:
         """The index of the batch of this World's whole epoch that a plan from ``starts``
@@ -134,6 +148,7 @@ class PlannedLoader:
         on another number of ranks or batch size) stands: each remaining sample of the epoch
         once, and on the same World exactly the batches an uninterrupted run yields."""
         self._check_order(state)
+        self._check_pixels(state)
         epoch, b = int(state["epoch"]), int(state["batch"])
         if "samples" not in state or all(state.get(k) == v for k, v in self._shape().items()):
             starts = self._starts(state, "from", epoch)
@@ -160,6 +175,18 @@ class PlannedLoader:
             f"this loader's is version {mine}: its positions would name other samples; make "
             f"the loader with order_version={theirs} to resume it exactly (later epochs keep "
             "that order), or start a new epoch on this loader with set_epoch")
+
+    def _check_pixels(self, state: Mapping[str, Any]) -> None:
+        """Refuse a state whose batches were made with other pixels than this loader's."""
+        theirs, mine = state.get(PIXELS_KEY), self.pixels
+        if theirs is None or theirs == mine:
+            return
+        raise LoaderError(
+            f"rank {self.world.rank}: the checkpoint's batches have pixel version {theirs!r}, "
+            f"this loader's are {mine!r} (loaders.decode: 'imgprep-1' is the extension's "
+            "decode and resampler, 'pillow' the installed Pillow's): resume with the "
+            "checkpoint's (crop_decode=False for 'pillow'; the extension built for "
+            "'imgprep-1'), or start a new epoch with set_epoch")
 
     def _check_elastic(self, state: Mapping[str, Any]) -> None:
         mode = self.cfg.mode

@@ -251,8 +251,8 @@ def loader_outcome(folder: Path, workers: int, on_error: str, ranks: int = 2
         try:
             results.append([torch.cat([b[0].flatten(), b[1]]) for b in run_epoch(loader, 1)])
             results.append(loader.skipped)
-        except LoaderError as e:
-            results.append(str(e))
+        except LoaderError as e:  # its words, not the worker's traceback (lines of code)
+            results.append(str(e).strip().splitlines()[-1])
     return results
 
 
