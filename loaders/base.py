@@ -13,11 +13,12 @@
   epoch's order done (one count when one says it for every pool); a state from another
   World resumes from the positions (elastic; partition data only on its own node count).
   It also records the order's version (``loaders.order``: absent means 1); a state of
-  another version is refused, since its positions mean other samples. And the pixel version
-  (``PIXELS_KEY``: who decodes and resamples, ``loaders.decode.pixel_version``, or the GPU
-  backend's name): a state of other pixels is refused, naming both, since the batches after
-  the resume would not be the ones the run had made (a state without one, written before
-  pixel versions were recorded, resumes).
+  another version is refused, since its positions mean other samples. And, with the pillow
+  backend, the pixel version (``PIXELS_KEY``: who decodes and resamples,
+  ``loaders.decode.pixel_version``): a pillow-backend state of other pixels is refused,
+  naming both, since the batches after the resume would not be the ones the run had made. A
+  state without one (another backend's, whose augmentation is its own, or one written
+  before pixel versions were recorded) resumes.
 """
 
 from __future__ import annotations
@@ -117,14 +118,15 @@ class PlannedLoader:
         return {"epoch": self.epoch, "batch": self._b0 + self._skip + self._yielded,
                 "samples": as_samples(done, self._sizes),
                 "from": as_samples(self._from, self._sizes),
-                ORDER_KEY: self.options.order_version, PIXELS_KEY: self.pixels,
-                **self._shape()}
+                ORDER_KEY: self.options.order_version, **self._shape(),
+                **({} if self.pixels is None else {PIXELS_KEY: self.pixels})}
 
     @property
-    def pixels(self) -> str:
-        """The pixel version of this loader's batches (``PIXELS_KEY``)."""
+    def pixels(self) -> str | None:
+        """The pixel version of this loader's batches (``PIXELS_KEY``), or None for a GPU
+        backend."""
         o = self.options
-        return pixel_version(o.crop_decode) if o.backend == "pillow" else o.backend
+        return pixel_version(o.crop_decode) if o.backend == "pillow" else None
 
     def _b_at(self, epoch: int, starts: tuple[int, ...]) -> int:
         """The index of the batch of this World's whole epoch that a plan from ``starts``
@@ -179,7 +181,7 @@ class PlannedLoader:
     def _check_pixels(self, state: Mapping[str, Any]) -> None:
         """Refuse a state whose batches were made with other pixels than this loader's."""
         theirs, mine = state.get(PIXELS_KEY), self.pixels
-        if theirs is None or theirs == mine:
+        if theirs is None or mine is None or theirs == mine:
             return
         raise LoaderError(
             f"rank {self.world.rank}: the checkpoint's batches have pixel version {theirs!r}, "
