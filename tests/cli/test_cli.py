@@ -33,8 +33,8 @@ from PIL import Image
 from imgprep import __version__, jpegcrop
 from imgprep.convert.image import transform_version
 from imgprep.inputs.synsets import imagenet_classes
-from imgprep.shards.manifest import read_manifest
 from imgprep.shards.info import loader_path
+from imgprep.shards.manifest import read_manifest
 from tests.support import (
     encode,
     interruptible,
