@@ -13,8 +13,10 @@ round is the stage's own cost:
   planes (CHW), and the whole sample (``apply``);
 - crop-aware path (``loaders.decode.SampleDecoder``): header probe, the random draws (the
   transform's ``geometry``), the decode of only the region the crop needs (and, for
-  comparison, of the whole image through the same decoder), ``resize(box=...)`` of the frame,
-  the one-pass pack (CHW and HWC), and the whole sample in both layouts.
+  comparison, of the whole image through the same decoder), ``resize(box=...)`` of the frame
+  by the installed Pillow and by imgprep's resampler (``imgprep.resample``, resize, flip and
+  CHW layout in one pass: what the loader's path runs), the one-pass pack (CHW and HWC), and
+  the whole sample in both layouts (one C call: ``jpegcrop.sample``).
 
 The ratios printed: the whole Pillow sample over the whole crop-aware one (the per-image
 speed-up), and the whole-image decode over the region decode (what decoding only the crop
@@ -37,7 +39,7 @@ import numpy as np
 from PIL import Image
 
 from bench.common import DEFAULT_IMAGES, run_main
-from imgprep import jpegcrop
+from imgprep import jpegcrop, resample
 from loaders import SampleDecoder, TrainTransform
 from loaders.transforms import apply, crop_box, into_chw
 
@@ -73,7 +75,8 @@ def stages(blobs: Sequence[bytes]) -> dict[str, Callable[[int], object]]:
                               jpegcrop.reach(bx[1], bx[3], T.size, 256))
         regions.append((x0, y0, x1, y1))
     frame = jpegcrop.Frame()
-    _, frame_img = frame.view(256, 256)
+    frame_buf, frame_img = frame.view(256, 256)
+    frame_px = frame_buf.reshape(256, 256, 4)
     planar, packed = SampleDecoder(T), SampleDecoder(T, channels_last=True)
 
     def flip(i: int) -> object:
@@ -91,6 +94,8 @@ def stages(blobs: Sequence[bytes]) -> dict[str, Callable[[int], object]]:
         "fast_decode_region": lambda i: frame.decode(blobs[i], probes[i], 1, regions[i]),
         "fast_decode_whole": lambda i: frame.decode(blobs[i], probes[i], 1, (0, 0, 256, 256)),
         "fast_resize": lambda i: frame_img.resize((T.size, T.size), BILINEAR, box=boxes[i]),
+        "fast_resample_chw": lambda i: resample.resize(frame_px, boxes[i], (T.size, T.size),
+                                                       chw, flip=flips[i], planar=True),
         "fast_pack_chw": lambda i: jpegcrop.pack(small[i], T.size, (0, 0, T.size, T.size), chw,
                                                  flip=flips[i], planar=True),
         "fast_pack_hwc": lambda i: jpegcrop.pack(small[i], T.size, (0, 0, T.size, T.size), hwc,
@@ -115,7 +120,7 @@ def run(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
     us = {name: round(min(v), 1) for name, v in times.items()}
     return {
         "images": len(blobs), "repeat": args.repeat, "us_per_image": us,
-        "crop_decode": jpegcrop.status(),
+        "crop_decode": jpegcrop.status(), "resampler": resample.status(),
         "pillow_over_fast_chw": round(us["pillow_sample"] / us["fast_sample_chw"], 3),
         "pillow_over_fast_hwc": round(us["pillow_sample"] / us["fast_sample_hwc"], 3),
         "whole_over_region_decode": round(us["fast_decode_whole"] / us["fast_decode_region"],

@@ -457,7 +457,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--limit", type=int, default=None,
                     help="convert only the first N images (sorted by name)")
     ap.add_argument("--dali", action=argparse.BooleanOptionalAction,
-                    default=importlib.util.find_spec("nvidia.dali") is not None,
+                    default=importlib.util.find_spec("nvidia") is not None
+                    and importlib.util.find_spec("nvidia.dali") is not None,
                     help="add the DALI CPU backend's rows (default: when DALI is installed)")
     ap.add_argument("--ffcv-python", default=os.environ.get(ffcv_peer.ENV) or None,
                     metavar="PATH", help="python of a virtualenv holding FFCV 1.0.2, for the "

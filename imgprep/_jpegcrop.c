@@ -50,6 +50,7 @@
 #include <jerror.h>
 
 #include "csrc/bindings.h"
+#include "csrc/frame.h"
 #include "csrc/jerr.h"
 #include "csrc/resample.h"
 
@@ -59,14 +60,6 @@ enum { FAST = 0, PROGRESSIVE = 1, COLOR = 2, TAIL = 3, BROKEN = 4 };
 /* The most memory probe's check gives libjpeg's coefficient buffers: a larger image is an
  * error there (no backing store), not an allocation the size its header claims. */
 #define CHECK_MEMORY (2048L * 1024 * 1024)
-
-/* The error manager's fields reset, then the decompressor made. Called after the caller's
- * setjmp: jpeg_create_decompress itself may fail (no memory, a library of another version). */
-static void setup(struct jpeg_decompress_struct *cinfo, JpegErr *err) {
-    memset(cinfo, 0, sizeof *cinfo);
-    jerr_init(&cinfo->err, err);
-    jpeg_create_decompress(cinfo);
-}
 
 static PyObject *report(const JpegErr *err, long trailing, int with_error) {
     return Py_BuildValue("{s:i,s:s,s:i,s:i,s:l,s:l,s:s}", "warnings", err->warnings,
@@ -110,7 +103,7 @@ static PyObject *probe(PyObject *Py_UNUSED(self), PyObject *args) {
         if (code == FAST) code = BROKEN;  /* a declined header keeps its own code */
         failed = 1;
     } else {
-        setup(&cinfo, &err);
+        frame_setup(&cinfo, &err);
         jpeg_mem_src(&cinfo, view.buf, (unsigned long)view.len);
         jpeg_read_header(&cinfo, TRUE);
         width = (long)cinfo.image_width;
@@ -139,79 +132,6 @@ static PyObject *probe(PyObject *Py_UNUSED(self), PyObject *args) {
     return Py_BuildValue("lliN", width, height, code, rep);
 }
 
-typedef struct {
-    JDIMENSION left, top, right, bottom;
-} Region;
-
-/* The decode proper; returns 0, or -1 with the message in err->message. ``*trailing``: the
- * bytes after EOI when ``whole`` read the data to its end. */
-static int decode_region(const unsigned char *data, size_t len, unsigned char *frame,
-                         size_t frame_len, int scale, Region *r, int whole, long *trailing,
-                         JpegErr *err) {
-    struct jpeg_decompress_struct cinfo;
-    if (setjmp(err->jump)) {
-        jpeg_destroy_decompress(&cinfo);
-        return -1;
-    }
-    setup(&cinfo, err);
-    jpeg_mem_src(&cinfo, data, (unsigned long)len);
-    jpeg_read_header(&cinfo, TRUE);
-    cinfo.out_color_space = JCS_EXT_RGBX;
-    cinfo.scale_num = 1;
-    cinfo.scale_denom = (unsigned int)scale;
-    jpeg_calc_output_dimensions(&cinfo);
-    JDIMENSION w = cinfo.output_width, h = cinfo.output_height;
-    size_t need;
-    if (__builtin_mul_overflow((size_t)w, (size_t)h, &need) ||
-        __builtin_mul_overflow(need, (size_t)4, &need) || need > frame_len) {
-        snprintf(err->message, JMSG_LENGTH_MAX, "the frame holds %zu bytes, the %ux%u image "
-                 "needs 4 a pixel", frame_len, (unsigned)w, (unsigned)h);
-        jpeg_destroy_decompress(&cinfo);
-        return -1;
-    }
-    /* libjpeg-turbo rounds the columns out to iMCU boundaries, and fancy upsampling treats
-     * the cropped columns' outer edges as the image's edges: one more column on each side
-     * keeps them out of the region. Skipped rows keep their context (libjpeg reads what
-     * the upsampler needs), and rows past ``bottom`` only feed the rows above them. */
-    JDIMENSION left = r->left > 0 ? r->left - 1 : 0;
-    JDIMENSION right = r->right < w ? r->right + 1 : w;
-    JDIMENSION top = r->top, bottom = r->bottom < h ? r->bottom : h;
-    if (top >= bottom || left >= right) {
-        snprintf(err->message, JMSG_LENGTH_MAX, "the region lies outside the %ux%u image",
-                 (unsigned)w, (unsigned)h);
-        jpeg_destroy_decompress(&cinfo);
-        return -1;
-    }
-    jpeg_start_decompress(&cinfo);
-    JDIMENSION width = right - left;
-    if (left > 0 || right < w) jpeg_crop_scanline(&cinfo, &left, &width);
-    if (top > 0) jpeg_skip_scanlines(&cinfo, top);
-    while (cinfo.output_scanline < bottom) {
-        JSAMPROW row = frame + ((size_t)cinfo.output_scanline * w + left) * 4;
-        jpeg_read_scanlines(&cinfo, &row, 1);
-    }
-    if (whole) {
-        /* Skipping to the very end would mark the data read without reading it: skip to the
-         * last row, write it (outside the region: undefined there), then read to EOI. */
-        if (cinfo.output_scanline + 1 < h)
-            jpeg_skip_scanlines(&cinfo, h - 1 - cinfo.output_scanline);
-        while (cinfo.output_scanline < h) {
-            JSAMPROW row = frame + ((size_t)cinfo.output_scanline * w + left) * 4;
-            jpeg_read_scanlines(&cinfo, &row, 1);
-        }
-        jpeg_finish_decompress(&cinfo);
-        *trailing = (long)cinfo.src->bytes_in_buffer;
-    } else {
-        jpeg_abort_decompress(&cinfo);
-    }
-    jpeg_destroy_decompress(&cinfo);
-    r->left = left;
-    r->top = top;
-    r->right = left + width;
-    r->bottom = bottom;
-    return 0;
-}
-
 /* An int argument in [lo, hi], or -1 with ValueError naming it. */
 static int in_range(const char *name, long long v, long long lo, long long hi) {
     if (v >= lo && v <= hi) return 0;
@@ -237,12 +157,12 @@ static PyObject *decode(PyObject *Py_UNUSED(self), PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "the data is too large for libjpeg");
     } else {
         JpegErr err;
-        Region r = {(JDIMENSION)x0, (JDIMENSION)y0, (JDIMENSION)x1, (JDIMENSION)y1};
+        FrameRegion r = {(JDIMENSION)x0, (JDIMENSION)y0, (JDIMENSION)x1, (JDIMENSION)y1};
         long trailing = 0;
         int rc;
         Py_BEGIN_ALLOW_THREADS
-        rc = decode_region(data.buf, (size_t)data.len, frame.buf, (size_t)frame.len, scale, &r,
-                           whole, &trailing, &err);
+        rc = frame_decode(data.buf, (size_t)data.len, frame.buf, (size_t)frame.len, scale, &r,
+                          whole, &trailing, &err);
         Py_END_ALLOW_THREADS
         if (rc != 0) {
             PyErr_Format(PyExc_ValueError, "cannot decode the JPEG (%s)", err.message);
@@ -284,38 +204,6 @@ static const unsigned char *arrow_pixels(PyObject *capsule, Py_ssize_t *len) {
     }
     *len = (Py_ssize_t)bytes;
     return (const unsigned char *)values->buffers[1] + values->offset + a->offset * 4;
-}
-
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-enum { SHIFT_R = 24, SHIFT_G = 16, SHIFT_B = 8 };
-#else
-enum { SHIFT_R = 0, SHIFT_G = 8, SHIFT_B = 16 };
-#endif
-
-static void pack_rows(const unsigned char *src, size_t stride, size_t w, size_t h,
-                      unsigned char *out, int flip, int planar) {
-    size_t plane = w * h;
-    ptrdiff_t step = flip ? -4 : 4;
-    for (size_t y = 0; y < h; y++) {
-        const unsigned char *p = src + y * stride + (flip ? (w - 1) * 4 : 0);
-        uint32_t v;
-        if (planar) {
-            unsigned char *r = out + y * w, *g = r + plane, *b = g + plane;
-            for (size_t x = 0; x < w; x++, p += step) {
-                memcpy(&v, p, 4);  /* one load; the bytes R, G, B, X in memory order */
-                r[x] = (unsigned char)(v >> SHIFT_R);
-                g[x] = (unsigned char)(v >> SHIFT_G);
-                b[x] = (unsigned char)(v >> SHIFT_B);
-            }
-        } else {
-            unsigned char *d = out + y * w * 3;
-            for (size_t x = 0; x + 1 < w; x++, p += step, d += 3) {
-                memcpy(&v, p, 4);
-                memcpy(d, &v, 4);  /* the 4th byte is overwritten by the next pixel */
-            }
-            memcpy(d, p, 3);
-        }
-    }
 }
 
 /* Whether the box (x0, y0, w, h) lies inside ``len`` bytes of rows ``src_w`` pixels wide,
@@ -373,8 +261,8 @@ static PyObject *pack(PyObject *Py_UNUSED(self), PyObject *args) {
     if (pixels != NULL && check_box(src_w, x0, y0, w, h, len, out.len) == 0) {
         size_t stride = (size_t)src_w * 4;
         Py_BEGIN_ALLOW_THREADS
-        pack_rows(pixels + (size_t)y0 * stride + (size_t)x0 * 4, stride, (size_t)w, (size_t)h,
-                  out.buf, flip, planar);
+        frame_pack(pixels + (size_t)y0 * stride + (size_t)x0 * 4, stride, (size_t)w, (size_t)h,
+                   out.buf, flip, planar);
         Py_END_ALLOW_THREADS
         result = Py_NewRef(Py_None);
     }
@@ -398,6 +286,9 @@ static PyMethodDef methods[] = {
     {"convert", py_convert, METH_VARARGS, "convert(data, ...) -> (status, message, jpeg, ...)"},
     {"finish", py_finish, METH_VARARGS, "finish(rgb, ...) -> (status, message, jpeg, ...)"},
     {"frame", py_frame, METH_VARARGS, "frame(data, ...) -> (status, message, rgbx, ...)"},
+    {"sample", py_sample, METH_VARARGS, "sample(data, width, height, draft, resize, box, crop, "
+     "flip, planar, whole, max_pixels, out) -> (status, path, warnings, message) "
+     "(imgprep/csrc/sample_py.c)"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -259,6 +259,40 @@ class Frame:
         return (None if scan.warnings else img), scan
 
 
+SAMPLE_DONE, SAMPLE_DECLINED, SAMPLE_FAILED = 0, 1, 2  # sample's statuses
+
+
+@dataclass(frozen=True)
+class Sampled:
+    """What ``sample`` did: ``status`` SAMPLE_DONE (``whole``: the whole image was decoded,
+    not a region), SAMPLE_DECLINED (a colour space libjpeg makes no RGB of: decode it with
+    Pillow) or SAMPLE_FAILED (``message`` says why)."""
+
+    status: int
+    whole: bool
+    message: str
+
+
+def sample(data: bytes, width: int, height: int, *, draft: tuple[int, int] | None,
+           resize: tuple[int, int] | None, box: Box | None, crop: tuple[int, int, int, int],
+           out: np.ndarray, flip: bool, planar: bool, whole: bool) -> Sampled:
+    """The loader's per-sample work in one C call without the GIL: the JPEG ``data`` (whose
+    header says ``width`` x ``height``) decoded at the DCT scale Pillow's ``draft`` picks for
+    ``draft`` (None: full size), only the rows and iMCU columns that the resample reads unless
+    ``whole``; ``box`` (original pixels; None: the whole image) resampled to ``resize`` by
+    imgprep's resampler (bilinear, Pillow's filter semantics; None: nothing resampled), and
+    the ``crop`` (left, top, right, bottom) of that written into ``out`` (uint8, C-contiguous:
+    3 x H x W when ``planar``, else H x W x 3), mirrored when ``flip``. A region that meets
+    corrupt data is decoded again whole, as Pillow decodes it. ValueError on bad arguments."""
+    if _jpegcrop is None or not hasattr(_jpegcrop, "sample"):
+        raise ValueError(f"the crop-aware decoder is not built ({_MISSING or 'an older one'})")
+    limit = pixel_limit()
+    status, path, _, message = _jpegcrop.sample(
+        data, width, height, draft or (0, 0), resize or (0, 0), box, crop, flip, planar, whole,
+        0 if limit is None else limit, out)
+    return Sampled(status, path == 1, message)
+
+
 def pack(src: Image.Image | np.ndarray, src_width: int, box: tuple[int, int, int, int],
          out: np.ndarray, *, flip: bool, planar: bool) -> None:
     """Copy ``box`` (left, top, right, bottom) of an RGBX/RGB Pillow image, or of a frame

@@ -16,7 +16,12 @@
   another version is refused, since its positions mean other samples. With a size schedule
   (``loaders.schedule``) it records the schedule (``size_schedule``, its one spelling); a
   state of another schedule, or of none, is refused: the rest of its epoch would be made
-  at other sizes than the run that wrote it made.
+  at other sizes than the run that wrote it made. And, with the pillow backend, the pixel
+  version (``PIXELS_KEY``: who decodes and resamples, ``loaders.decode.pixel_version``): a
+  pillow-backend state of other pixels is refused, naming both, since the batches after the
+  resume would not be the ones the run had made. A state without one (another backend's,
+  whose augmentation is its own, or one written before pixel versions were recorded)
+  resumes.
 """
 
 from __future__ import annotations
@@ -30,11 +35,13 @@ import torch
 from imgprep import ImgprepError, WorldError
 from loaders.backends import Backend, Source, backend_class
 from loaders.config import Config
+from loaders.decode import pixel_version
 from loaders.epochs import EpochPlan, as_samples, pool_starts
 from loaders.errors import LoaderError
 from loaders.order import ORDER_KEY
 
 SCHEDULE_KEY = "size_schedule"  # a state's size schedule (absent: none)
+PIXELS_KEY = "pixels"  # a pillow-backend state's pixel version (absent: any)
 
 
 class PlannedLoader:
@@ -117,7 +124,15 @@ class PlannedLoader:
                 "samples": as_samples(done, self._sizes),
                 "from": as_samples(self._from, self._sizes),
                 ORDER_KEY: self.options.order_version, **self._shape(),
-                **({} if sched is None else {SCHEDULE_KEY: str(sched)})}
+                **({} if sched is None else {SCHEDULE_KEY: str(sched)}),
+                **({} if self.pixels is None else {PIXELS_KEY: self.pixels})}
+
+    @property
+    def pixels(self) -> str | None:
+        """The pixel version of this loader's batches (``PIXELS_KEY``), or None for a GPU
+        backend."""
+        o = self.options
+        return pixel_version(o.crop_decode) if o.backend == "pillow" else None
 
     def _b_at(self, epoch: int, starts: tuple[int, ...]) -> int:
         """The index of the batch of this World's whole epoch that a plan from ``starts``
@@ -142,6 +157,7 @@ class PlannedLoader:
         once, and on the same World exactly the batches an uninterrupted run yields."""
         self._check_order(state)
         self._check_schedule(state)
+        self._check_pixels(state)
         epoch, b = int(state["epoch"]), int(state["batch"])
         if "samples" not in state or all(state.get(k) == v for k, v in self._shape().items()):
             starts = self._starts(state, "from", epoch)
@@ -181,6 +197,18 @@ class PlannedLoader:
             f"{then}, this loader has {now}: the rest of its epoch would be "
             "made at other sizes; make the loader with the checkpoint's size_schedule "
             "(SizeSchedule.parse), or start a new run")
+
+    def _check_pixels(self, state: Mapping[str, Any]) -> None:
+        """Refuse a state whose batches were made with other pixels than this loader's."""
+        theirs, mine = state.get(PIXELS_KEY), self.pixels
+        if theirs is None or mine is None or theirs == mine:
+            return
+        raise LoaderError(
+            f"rank {self.world.rank}: the checkpoint's batches have pixel version {theirs!r}, "
+            f"this loader's are {mine!r} (loaders.decode: 'imgprep-1' is the extension's "
+            "decode and resampler, 'pillow' the installed Pillow's): resume with the "
+            "checkpoint's (crop_decode=False for 'pillow'; the extension built for "
+            "'imgprep-1'), or start a new epoch with set_epoch")
 
     def _check_elastic(self, state: Mapping[str, Any]) -> None:
         mode = self.cfg.mode

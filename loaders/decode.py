@@ -1,20 +1,29 @@
-"""A worker's sample decoder: the crop-aware JPEG path where it applies, Pillow's otherwise.
+"""A worker's sample decoder: imgprep's own decode and resample where the extension is built,
+Pillow's otherwise.
 
-The crop-aware path (``imgprep.jpegcrop``) decodes only the rows and iMCU columns that the
-crop box and the resize filter's reach cover, at the DCT scale Pillow's ``draft`` would pick,
-into a frame that Pillow resamples in place (the same ``resize(box=...)`` as the Pillow
-path), then one C pass writes the batch row: RGB, mirrored if drawn so, planar (CHW) or
-channels-last (HWC). The pixels are the Pillow path's, byte for byte, so batches do not
-depend on which path made them (a resume on a host without the extension gives the same
-batches). What the fast path declines (``imgprep.jpegcrop.Probe.reason``: progressive, CMYK,
-PNG, truncated or corrupt data ...) takes the Pillow path (``loaders.transforms``), as does
-everything when the extension is not built.
+With the extension (``crop_decode`` None or True), a JPEG libjpeg-turbo reads becomes its
+batch row in one C call without the GIL (``imgprep.jpegcrop.sample``): decoded at the DCT
+scale Pillow's ``draft`` would pick (only the rows and iMCU columns the crop and the filter's
+reach cover, for a file the crop-aware probe takes; the whole image, read to its end, for
+one it declines: progressive, arithmetic-coded, RGB, trailing data ...), the transform's box
+resampled by imgprep's resampler (``imgprep.resample``: bilinear, Pillow's filter semantics,
+fixed point, the same bytes on every CPU), then written RGB, mirrored if drawn so, planar
+(CHW) or channels-last (HWC). Only what libjpeg-turbo cannot decode (PNG and other formats,
+CMYK and YCCK JPEGs) is decoded by Pillow, and is then resampled by the same resampler. So
+the pixels do not depend on which Pillow is installed, but for those few (docs/loaders.md);
+``PIXELS`` names them in the loader's state.
 
-A header that declares more pixels than Pillow's decompression-bomb check allows is a
-``SampleError`` (the loader's ``on_error`` policy) before any frame is made, with the words
-of the Pillow path's refusal (``jpegcrop.check_pixels``); a JPEG without its end-of-image
-marker or with large trailing data is one on both paths (``loaders.transforms``: the fast
-path takes only files that end with their marker).
+Without it (``crop_decode=False``, or the extension not built), every image takes the Pillow
+path (``loaders.transforms.apply``: Pillow's decode and resize), whose pixels are the
+installed Pillow's (pillow-simd's are the resampler's, byte for byte; stock Pillow's differ
+by a unit or two, docs/resampling.md).
+
+The transform's geometry is drawn once, from the header's size, in Python, so the sample
+order, boxes and flips are the same on every path. A header that declares more pixels than
+Pillow's decompression-bomb check allows is a ``SampleError`` (the loader's ``on_error``
+policy) before any frame is made, in the words of the Pillow path's refusal
+(``jpegcrop.check_pixels``); a JPEG without its end-of-image marker or with large trailing
+data is one on every path (``jpegcrop.tail_scan``).
 """
 
 from __future__ import annotations
@@ -22,10 +31,27 @@ from __future__ import annotations
 import numpy as np
 from PIL import Image
 
-from imgprep import jpegcrop
-from loaders.transforms import Geometry, SampleError, Transform, apply, bomb
+from imgprep import jpegcrop, resample
+from loaders.transforms import Geometry, SampleError, Transform, apply, bomb, pillow_decode
 
-_BILINEAR = Image.Resampling.BILINEAR
+# The pixel versions a loader's state records (``loaders.base``): who decodes and resamples.
+PIXELS_IMGPREP = "imgprep-1"  # the extension's libjpeg-turbo and resampler
+PIXELS_PILLOW = "pillow"  # the installed Pillow's decode and resize
+
+
+def uses_extension(fast: bool | None) -> bool:
+    """Whether a decoder made with ``fast`` runs the extension (ValueError for True without
+    it)."""
+    built = jpegcrop.AVAILABLE and resample.AVAILABLE
+    if fast and not built:
+        raise ValueError(f"fast=True, but the crop-aware decoder is {jpegcrop.status()}; "
+                         f"the resampler: {resample.status()}")
+    return built if fast is None else bool(fast)
+
+
+def pixel_version(fast: bool | None) -> str:
+    """The pixel version of a decoder made with ``fast`` (``crop_decode``)."""
+    return PIXELS_IMGPREP if uses_extension(fast) else PIXELS_PILLOW
 
 
 class SampleDecoder:
@@ -34,84 +60,78 @@ class SampleDecoder:
     Args:
         transform: the loader's ``TrainTransform`` or ``ValTransform``.
         channels_last: rows are size x size x 3 (else 3 x size x size).
-        fast: use the crop-aware path (None: when it is built; True: refuse to run without).
+        fast: use the extension (None: when it is built; True: refuse to run without).
 
-    ``fast_count`` and ``pillow_count`` count the images each path made.
+    ``fast_count``, ``whole_count`` and ``pillow_count`` count the images decoded by region,
+    whole by the extension, and by Pillow.
     """
 
     def __init__(self, transform: Transform, *, channels_last: bool = False,
                  fast: bool | None = None) -> None:
-        if fast and not jpegcrop.AVAILABLE:
-            raise ValueError(f"fast=True, but the crop-aware decoder is {jpegcrop.status()}")
         self.transform, self.planar = transform, not channels_last
-        self.frame = jpegcrop.Frame() if (jpegcrop.AVAILABLE if fast is None else fast) else None
-        self.fast_count = self.pillow_count = 0
+        self.extension = uses_extension(fast)
+        self.pixels = PIXELS_IMGPREP if self.extension else PIXELS_PILLOW
+        self.fast_count = self.whole_count = self.pillow_count = 0
 
     def __call__(self, data: bytes, rng: np.random.Generator, out: np.ndarray,
                  where: str = "sample") -> None:
         """Write ``data`` transformed into ``out``; ``SampleError`` when it cannot be decoded
-        (the message names ``where``). The transform's geometry is drawn once, from the
-        header's size when the crop-aware path takes the image, else by the Pillow path."""
-        p = jpegcrop.probe(data) if self.frame is not None else None
-        if p is not None and p.width > 0:  # libjpeg read the header
+        (the message names ``where``)."""
+        if not self.extension:
+            apply(data, self.transform, rng, out, where, planar=self.planar)
+            self.pillow_count += 1
+            return
+        p = jpegcrop.probe(data)
+        if p.width > 0:  # libjpeg read the header
             try:
                 jpegcrop.check_pixels(p.width, p.height)
             except Image.DecompressionBombError as e:
                 raise bomb(where, e) from e
-        g = None
-        if p is not None and p.reason is None:
+            damage = None if p.reason is None else jpegcrop.tail_scan(data).damage()
+            if damage is not None:  # the Pillow path's rule, before any draw
+                raise SampleError(f"{where}: {damage}")
             g = self.transform.geometry(p.width, p.height, rng)
-            if self._fast(data, p, g, out):
-                self.fast_count += 1
+            if self._jpeg(data, p, g, out, where):
                 return
-        apply(data, self.transform, rng, out, where, planar=self.planar, geometry=g)
-        self.pillow_count += 1
+            self._pillow(data, rng, out, where, g)
+        else:
+            self._pillow(data, rng, out, where, None)
 
-    def _decode(self, data: bytes, p: jpegcrop.Probe, scale: int,
-                region: tuple[int, int, int, int]) -> Image.Image | None:
-        assert self.frame is not None
-        try:
-            return self.frame.decode(data, p, scale, region)[0]
-        except ValueError:
-            return None  # libjpeg gave up: the Pillow path raises what it raises today
-
-    def _fast(self, data: bytes, p: jpegcrop.Probe, g: Geometry, out: np.ndarray) -> bool:
-        """Carry ``g`` out the crop-aware way: decode only the rows and columns the crop and
-        the filter's reach cover, at the draft's DCT scale; False where libjpeg gives up."""
-        w, h = p.width, p.height
-        if g.resize is None:  # a crop of the decoded pixels: nothing resampled
-            if self._decode(data, p, 1, g.crop) is None:
-                return False
-            assert self.frame is not None
-            jpegcrop.pack(self.frame.view(w, h)[0], w, g.crop, out, flip=g.flip,
-                          planar=self.planar)
-            return True
-        scale = 1 if g.draft is None else jpegcrop.draft_scale(w, h, g.draft)
-        sw, sh = -(-w // scale), -(-h // scale)
-        box, region = _region(g, g.resize, w, h, sw, sh)
-        img = self._decode(data, p, scale, region)
-        if img is None:
+    def _jpeg(self, data: bytes, p: jpegcrop.Probe, g: Geometry, out: np.ndarray,
+              where: str) -> bool:
+        """Carry ``g`` out in the extension; False where it declines the colour space."""
+        whole = p.reason is not None  # declined by the crop-aware probe: decode it all
+        done = jpegcrop.sample(data, p.width, p.height, draft=g.draft, resize=g.resize,
+                               box=g.box, crop=g.crop, out=out, flip=g.flip,
+                               planar=self.planar, whole=whole)
+        if done.status == jpegcrop.SAMPLE_FAILED:
+            raise SampleError(f"{where}: cannot decode ({done.message})")
+        if done.status == jpegcrop.SAMPLE_DECLINED:
             return False
-        jpegcrop.pack(img.resize(g.resize, _BILINEAR, box=box), g.resize[0], g.crop, out,
-                      flip=g.flip, planar=self.planar)
+        if done.whole:
+            self.whole_count += 1
+        else:
+            self.fast_count += 1
         return True
 
+    def _pillow(self, data: bytes, rng: np.random.Generator, out: np.ndarray, where: str,
+                g: Geometry | None) -> None:
+        """Decode with Pillow (what libjpeg-turbo cannot), resample with the extension."""
+        img, g, box = pillow_decode(data, self.transform, rng, where, g)
+        try:
+            pixels = np.asarray(img)
+        except (OSError, SyntaxError, ValueError) as e:
+            raise SampleError(f"{where}: cannot decode ({e})") from e
+        left, top, right, bottom = g.crop
+        if g.resize is None:
+            resize, box = (img.width, img.height), (0, 0, img.width, img.height)
+        else:
+            resize, box = g.resize, box or (0, 0, img.width, img.height)
+        resample.resize(pixels, box, resize, out, filter="bilinear",
+                        window=(left, top, right - left, bottom - top), flip=g.flip,
+                        planar=self.planar)
+        self.pillow_count += 1
 
-def _region(g: Geometry, resize: tuple[int, int], w: int, h: int, sw: int, sh: int
-            ) -> tuple[tuple[float, float, float, float] | None, tuple[int, int, int, int]]:
-    """For an image of ``w`` x ``h`` decoded at ``sw`` x ``sh``: the box to resample (in the
-    decoded pixels; None: the whole image) and the region to decode, which the crop and the
-    filter's reach cover."""
-    if g.box is not None:  # the crop is the whole resampled box
-        sx, sy = sw / w, sh / h
-        box = (g.box[0] * sx, g.box[1] * sy, g.box[2] * sx, g.box[3] * sy)
-        x0, x1 = jpegcrop.reach(box[0], box[2], resize[0], sw)
-        y0, y1 = jpegcrop.reach(box[1], box[3], resize[1], sh)
-        return box, (x0, y0, x1, y1)
-    (left, top, right, bottom), (rw, rh) = g.crop, resize
-    x0, x1 = jpegcrop.reach(left * sw / rw, right * sw / rw, right - left, sw)
-    y0, y1 = jpegcrop.reach(top * sh / rh, bottom * sh / rh, bottom - top, sh)
-    return None, (x0, y0, x1, y1)
 
-
-__all__ = ["SampleDecoder", "SampleError"]
+__all__ = ["PIXELS_IMGPREP", "PIXELS_PILLOW", "SampleDecoder", "SampleError", "pixel_version",
+           "uses_extension"]

@@ -1,4 +1,5 @@
-"""The ``pillow`` decoder backend: pillow-simd in persistent DataLoader worker processes.
+"""The ``pillow`` decoder backend: CPU decoding in persistent DataLoader worker processes
+(``loaders.decode``: imgprep's extension, or Pillow with ``crop_decode=False``).
 
 - Workers (persistent DataLoader processes, ``WorkerStream``) compute their rank's plan
   themselves from the epoch, the plan's starting positions and the batches to skip, which the

@@ -201,11 +201,11 @@ def _open(data: bytes, where: str) -> Image.Image:
     return img
 
 
-def apply(data: bytes, t: Transform, rng: np.random.Generator, out: np.ndarray,
-          where: str = "sample", *, planar: bool = True, geometry: Geometry | None = None
-          ) -> None:
-    """Run ``t`` on one encoded image the Pillow way, writing ``out`` (3×size×size uint8, or
-    size×size×3 unless ``planar``); ``geometry``: the one ``t`` already drew for it."""
+def pillow_decode(data: bytes, t: Transform, rng: np.random.Generator, where: str = "sample",
+                  geometry: Geometry | None = None) -> tuple[Image.Image, Geometry, Box | None]:
+    """Open ``data`` with Pillow, draft a JPEG as ``t``'s geometry (``geometry``: the one
+    ``t`` already drew for it) asks and make it RGB: the image (pixels decoded when first
+    read), the geometry, and its box in the decoded pixels (None: the whole image)."""
     img = _open(data, where)
     try:
         w, h = img.size
@@ -214,10 +214,23 @@ def apply(data: bytes, t: Transform, rng: np.random.Generator, out: np.ndarray,
             img.draft("RGB", g.draft)
         if img.mode != "RGB":
             img = img.convert("RGB")
+    except (OSError, SyntaxError, ValueError) as e:
+        raise SampleError(f"{where}: cannot decode ({e})") from e
+    sx, sy = img.width / w, img.height / h  # the draft's scale
+    box = None if g.box is None else (g.box[0] * sx, g.box[1] * sy, g.box[2] * sx,
+                                      g.box[3] * sy)
+    return img, g, box
+
+
+def apply(data: bytes, t: Transform, rng: np.random.Generator, out: np.ndarray,
+          where: str = "sample", *, planar: bool = True, geometry: Geometry | None = None
+          ) -> None:
+    """Run ``t`` on one encoded image the Pillow way (Pillow's decode and Pillow's resize),
+    writing ``out`` (3×size×size uint8, or size×size×3 unless ``planar``); ``geometry``:
+    the one ``t`` already drew for it."""
+    img, g, box = pillow_decode(data, t, rng, where, geometry)
+    try:
         if g.resize is not None:
-            sx, sy = img.width / w, img.height / h  # the draft's scale
-            box = None if g.box is None else (g.box[0] * sx, g.box[1] * sy, g.box[2] * sx,
-                                              g.box[3] * sy)
             img = img.resize(g.resize, _BILINEAR, box=box)
         if g.crop != (0, 0, *img.size):
             img = img.crop(g.crop)

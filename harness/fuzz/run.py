@@ -8,7 +8,7 @@ run with ``seed`` is a pure function of (seeds, seed, n) (``case``), so a findin
 replayed from its number.
 
     python -m harness.fuzz.run --inputs 20000 [--seconds 120] [--extension PATH]
-        [--target all|jpegcrop|convert] [--json]
+        [--target all|jpegcrop|convert|sample] [--json]
 """
 
 from __future__ import annotations
@@ -100,6 +100,7 @@ def fuzz(target: Target, seeds: Sequence[bytes], *, inputs: int, seconds: float 
 def main(argv: list[str] | None = None) -> int:
     from harness.fuzz.convert import convert_target
     from harness.fuzz.extension import jpegcrop_target, load_extension
+    from harness.fuzz.sample import sample_target
     from harness.fuzz.seeds import default_folder, load_seeds
     from harness.fuzz.target import alternate
 
@@ -111,15 +112,17 @@ def main(argv: list[str] | None = None) -> int:
                     help="the built _jpegcrop module to load (default: imgprep's own)")
     ap.add_argument("--seeds", type=Path, default=default_folder(),
                     help="the real ImageNet sample (synthetic photos where it is absent)")
-    ap.add_argument("--target", choices=("all", "jpegcrop", "convert"), default="all",
-                    help="the crop-aware decoder's calls, convert's, or each input to one")
+    ap.add_argument("--target", choices=("all", "jpegcrop", "convert", "sample"),
+                    default="all", help="the crop-aware decoder's calls, convert's, the "
+                    "loader's, or each input to one")
     ap.add_argument("--in-flight", type=Path, default=None)
     ap.add_argument("--keep", type=Path, default=None)
     ap.add_argument("--json", action="store_true", help="print only the JSON line")
     args = ap.parse_args(argv)
     seeds, where = load_seeds(args.seeds)
     mod = load_extension(args.extension)
-    targets = {"jpegcrop": jpegcrop_target(mod), "convert": convert_target(mod)}
+    targets = {"jpegcrop": jpegcrop_target(mod), "convert": convert_target(mod),
+               "sample": sample_target(mod)}
     target = alternate(*targets.values()) if args.target == "all" else targets[args.target]
     report = fuzz(target, seeds, inputs=args.inputs,
                   seconds=args.seconds, seed=args.seed, in_flight=args.in_flight,

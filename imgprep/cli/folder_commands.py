@@ -74,17 +74,19 @@ def verify(path: Path, split: str | None, decode: bool, workers: int | None, qui
 @click.argument("path", required=False, type=click.Path(exists=True, path_type=Path))
 @split_option
 @click.option("--strict", is_flag=True,
-              help="Exit 1 when the crop-aware decoder is not built or its libjpeg-turbo runs "
-                   "without SIMD, or PIL is not an AVX2 pillow-simd with libjpeg-turbo.")
+              help="Exit 1 when the crop-aware decoder or the resampler is not built, or its "
+                   "libjpeg-turbo runs without SIMD (a PIL that is not pillow-simd is only a "
+                   "warning).")
 @quiet_option
 @json_option
 def info(path: Path | None, split: str | None, strict: bool, quiet: bool,
          as_json: bool) -> None:
     """Versions, the crop-aware decoder's libjpeg-turbo (bundled or the system's, SIMD on or
-    off), whether PIL is pillow-simd (AVX2, libjpeg-turbo), and a manifest summary.
+    off), the resampler's kernel, what the loader decodes and resizes with, whether PIL is
+    pillow-simd (AVX2, libjpeg-turbo), and a manifest summary.
 
-    With --quiet or --json, a decoder or PIL that is not the fast build is said on stderr
-    only when --strict makes it a failure.
+    With --quiet or --json, a decoder or resampler that is not the fast build is said on
+    stderr only when --strict makes it a failure.
     """
     from imgprep import jpegcrop
     from imgprep.cli.report import info_lines
@@ -93,16 +95,18 @@ def info(path: Path | None, split: str | None, strict: bool, quiet: bool,
     from imgprep.shards.info import (
         ManifestSummary,
         decoder_warning,
+        loader_path,
         manifest_summaries,
         pil_info,
         pil_warning,
+        resampler_warning,
         versions,
     )
     from imgprep.shards.manifest import read_manifest
 
     ver, pil, lib = versions(), pil_info(), jpegcrop.library()
     convert = describe_transform(transform_version())
-    out: dict[str, Any] = {"versions": asdict(ver), "pil": asdict(pil),
+    out: dict[str, Any] = {"versions": asdict(ver), "pil": asdict(pil), "loader": loader_path(),
                            "libjpeg": asdict(lib) if lib is not None else None,
                            "convert": {"transform_version": transform_version(),
                                        "transform": convert}}
@@ -116,15 +120,17 @@ def info(path: Path | None, split: str | None, strict: bool, quiet: bool,
             fail(e)
         out["manifests"] = [m.to_json() for m in manifests]
         out["notes"] = notes
-    warning = "; ".join(w for w in (decoder_warning(lib), pil_warning(pil)) if w) or None
+    failing = "; ".join(w for w in (decoder_warning(lib), resampler_warning()) if w) or None
+    warning = "; ".join(w for w in (failing, pil_warning(pil)) if w) or None
     out["warning"] = warning
     emit(out, as_json, quiet, lambda: "\n".join(
-        info_lines(ver, pil, lib, manifests, convert) + [f"note: {n}" for n in notes]))
+        info_lines(ver, pil, lib, manifests, convert, out["loader"])
+        + [f"note: {n}" for n in notes]))
     if warning and not (quiet or as_json):
         click.echo(f"WARNING: {warning}", err=True)
-    if strict and warning:
+    if strict and failing:
         if quiet or as_json:
-            click.echo(f"imgprep: error: {warning}", err=True)
+            click.echo(f"imgprep: error: {failing}", err=True)
         sys.exit(EXIT_FAILED)
 
 

@@ -125,9 +125,11 @@ def stage_line(s: StageSummary, fanout: bool) -> str:
 
 
 def info_lines(versions: Versions, pil: PilInfo, lib: Library | None,
-               manifests: list[ManifestSummary], convert: str = "") -> list[str]:
+               manifests: list[ManifestSummary], convert: str = "", loader: str = ""
+               ) -> list[str]:
     """``imgprep info``: versions, which PIL, the decoder's libjpeg-turbo, how convert makes
-    images here (``convert``), and one line per manifest."""
+    images here (``convert``), what the loader decodes and resizes with (``loader``), and one
+    line per manifest."""
     lines = [f"{k:12s} {v}" for k, v in asdict(versions).items()]
     lines.append(f"{'PIL':12s} {pil.pil_version} ({'pillow-simd' if pil.pillow_simd else 'stock'}"
                  f", AVX2 build: {pil.avx2_build}, libjpeg-turbo: {pil.libjpeg_turbo} "
@@ -138,6 +140,8 @@ def info_lines(versions: Versions, pil: PilInfo, lib: Library | None,
         lines.append(f"{'extension':12s} {lib.extension}")
     if convert:
         lines.append(f"{'convert':12s} {convert}")
+    if loader:
+        lines.append(f"{'loader':12s} {loader}")
     for m in manifests:
         lines.append(f"{m.path}: {m.split} {m.format}, {m.samples} samples, {m.shards} shards, "
                      f"{m.bytes / 1e6:.1f} MB, {m.classes} classes, {m.errors} errors, "

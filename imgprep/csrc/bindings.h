@@ -10,5 +10,7 @@ PyObject *py_encode(PyObject *self, PyObject *args);
 PyObject *py_convert(PyObject *self, PyObject *args);
 PyObject *py_finish(PyObject *self, PyObject *args);
 PyObject *py_frame(PyObject *self, PyObject *args);
+/* The loader's per-sample call (imgprep/csrc/sample_py.c). */
+PyObject *py_sample(PyObject *self, PyObject *args);
 
 #endif

@@ -49,30 +49,11 @@ static double support_of(int filter) {
 
 static const char *mode_of(int components) { return components == 1 ? "L" : "RGB"; }
 
-/* The DCT scale Pillow's ``draft(mode, (size, size))`` picks: the largest that keeps the
- * image at least ``size`` on both sides. */
-static int draft_scale(unsigned w, unsigned h, int size) {
-    unsigned s = w / (unsigned)size < h / (unsigned)size ? w / (unsigned)size
-                                                          : h / (unsigned)size;
-    return s >= 8 ? 8 : s >= 4 ? 4 : s >= 2 ? 2 : 1;
-}
-
 /* Python's ``round(a / b)``: the nearest integer, ties to even (exact in integers: a true
  * quotient of these sizes is never within a rounding of a tie without being one). */
 static uint64_t round_ratio(uint64_t a, uint64_t b) {
     uint64_t q = a / b, twice = (a % b) * 2;
     return twice > b || (twice == b && (q & 1)) ? q + 1 : q;
-}
-
-/* The input pixels a resample of [lo, hi) to ``out`` pixels reads: the box widened by the
- * filter's support (times the shrink factor when shrinking), plus a pixel, within
- * [0, limit). */
-static void reach(double lo, double hi, unsigned out, unsigned limit, double support,
-                  unsigned *a, unsigned *b) {
-    double s = support * fmax(1.0, (hi - lo) / out);
-    double x0 = floor(lo - s) - 1, x1 = ceil(hi + s) + 1;
-    *a = x0 <= 0 ? 0 : (unsigned)x0;
-    *b = x1 >= limit ? limit : (unsigned)x1;
 }
 
 /* The box and output size of a ``w`` x ``h`` displayed image (of an original stored as
@@ -96,8 +77,10 @@ static int geometry(unsigned w, unsigned h, unsigned ow, unsigned oh, const Conv
         *g = (Geometry){{0, 0, w, h}, (unsigned)gw, (unsigned)gh, {0, 0, 0, 0}};
     }
     double support = support_of(o->filter);
-    reach(g->box[0], g->box[2], g->out_width, w, support, &g->reach.x0, &g->reach.x1);
-    reach(g->box[1], g->box[3], g->out_height, h, support, &g->reach.y0, &g->reach.y1);
+    jpegdec_reach(g->box[0], g->box[2], g->out_width, w, support, &g->reach.x0,
+                  &g->reach.x1);
+    jpegdec_reach(g->box[1], g->box[3], g->out_height, h, support, &g->reach.y0,
+                  &g->reach.y1);
     return CONVERTED;
 }
 
@@ -127,7 +110,7 @@ static int plan(const JpegHeader *h, const ConvertOpts *o, int whole, ConvertRes
     if (pixels > o->max_pixels)
         return fail(r, "%ux%u = %llu pixels is over the limit of %llu (--max-pixels)", h->width,
                     h->height, (unsigned long long)pixels, (unsigned long long)o->max_pixels);
-    p->scale = draft_scale(h->width, h->height, o->size);
+    p->scale = jpegdec_draft_scale(h->width, h->height, (unsigned)o->size, (unsigned)o->size);
     p->width = scaled(h->width, p->scale);
     p->height = scaled(h->height, p->scale);
     p->orientation = h->orientation >= 2 && h->orientation <= 8 ? h->orientation : 1;

@@ -4,6 +4,7 @@
 #ifndef IMGPREP_JPEGDEC_H
 #define IMGPREP_JPEGDEC_H
 
+#include <math.h>
 #include <stddef.h>
 #include <stdio.h>
 
@@ -54,6 +55,24 @@ long jpegdec_to_end(j_decompress_ptr cinfo, Scratch *row);
  * draft's) ceiling division. */
 static inline unsigned scaled(unsigned side, int scale) {
     return (unsigned)(((unsigned long)side + (unsigned long)scale - 1) / (unsigned long)scale);
+}
+
+/* The DCT scale (1, 2, 4 or 8) Pillow's ``draft(mode, (rw, rh))`` picks for a ``w`` x ``h``
+ * image: the largest that keeps it at least ``rw`` x ``rh`` (``rw``, ``rh`` >= 1). */
+static inline int jpegdec_draft_scale(unsigned w, unsigned h, unsigned rw, unsigned rh) {
+    unsigned s = w / rw < h / rh ? w / rw : h / rh;
+    return s >= 8 ? 8 : s >= 4 ? 4 : s >= 2 ? 2 : 1;
+}
+
+/* The input pixels a resample of [lo, hi) to ``out`` pixels reads with a filter of
+ * ``support`` (Pillow's, in input pixels at scale 1): the box widened by the support (times
+ * the shrink factor when shrinking), plus a pixel, within [0, limit). */
+static inline void jpegdec_reach(double lo, double hi, unsigned out, unsigned limit,
+                                 double support, unsigned *a, unsigned *b) {
+    double s = support * fmax(1.0, (hi - lo) / out);
+    double x0 = floor(lo - s) - 1, x1 = ceil(hi + s) + 1;
+    *a = x0 <= 0 ? 0 : (unsigned)x0;
+    *b = x1 >= limit ? limit : (unsigned)x1;
 }
 
 #endif

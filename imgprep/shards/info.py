@@ -83,17 +83,40 @@ def pil_info(check_avx2: bool = True) -> PilInfo:
 
 
 def pil_warning(info: PilInfo) -> str | None:
-    """One line saying why decoding will be slow, or None when PIL is pillow-simd."""
+    """One line saying why the Pillow-side work will be slow, or None when PIL is pillow-simd.
+    Not a failure of ``imgprep info --strict``: the loader decodes and resizes in the
+    extension, and only what libjpeg-turbo cannot decode (PNG, CMYK), convert's Pillow path
+    and ``crop_decode=False`` run on PIL."""
     if not info.pillow_simd:
         extra = " (stock Pillow is installed and replaced it)" if info.stock_pillow_installed \
             else ""
-        return (f"PIL {info.pil_version} is not pillow-simd{extra}: convert and loaders run "
-                "~2x slower; reinstall with `make setup` (builds pillow-simd with AVX2)")
+        return (f"PIL {info.pil_version} is not pillow-simd{extra}: the Pillow-side work "
+                "(PNG and CMYK images, crop_decode=False) runs ~2x slower; `make setup` builds "
+                "pillow-simd with AVX2")
     if info.avx2_build is False:
         return "pillow-simd was built without AVX2; rebuild with CC='cc -mavx2' (make setup)"
     if not info.libjpeg_turbo:
-        return "PIL is not linked against libjpeg-turbo: JPEG decoding will be slow"
+        return "PIL is not linked against libjpeg-turbo: its JPEG decoding will be slow"
     return None
+
+
+def loader_path() -> str:
+    """One line for ``imgprep info``: what decodes and resizes the pillow backend's samples
+    (by default, ``crop_decode=None``), and the pixel version its state records."""
+    if jpegcrop.AVAILABLE and resample.AVAILABLE:
+        lib = jpegcrop.library()
+        version = lib.version if lib is not None else "?"
+        return (f"imgprep's extension (libjpeg-turbo {version}, the resampler's "
+                f"{resample.kernel()} kernel); Pillow decodes only PNG and CMYK; pixel "
+                "version imgprep-1")
+    return "Pillow's decode and resize (the extension is not built); pixel version pillow"
+
+
+def resampler_warning() -> str | None:
+    """One line when the loader cannot resize in the extension, or None."""
+    if resample.AVAILABLE:
+        return None
+    return f"the resampler is {resample.status()}: the loader resizes with PIL"
 
 
 def decoder_warning(lib: jpegcrop.Library | None) -> str | None:

@@ -64,14 +64,16 @@ def loader_options(args: argparse.Namespace, device: torch.device, workers: int,
                    order_version: int = ORDER_VERSION) -> LoaderOptions:
     """The train loader's options from the flags: --batch-size (per rank), ``workers`` (the
     resolved --workers), --seed, --image-size or --res-schedule, --loader-backend and where
-    it decodes (DALI or nvJPEG on the training GPU, else the CPU), channels_last batches, and
-    epoch orders drawn by ``order_version`` (a resumed run's own)."""
+    it decodes (DALI or nvJPEG on the training GPU, else the CPU), --crop-decode,
+    channels_last batches, and epoch orders drawn by ``order_version`` (a resumed run's
+    own)."""
     gpu = args.loader_backend in GPU_BACKENDS and device.type == "cuda"
     return LoaderOptions(batch_size=args.batch_size, workers=workers, seed=args.seed,
                          transform=TrainTransform(size=args.image_size),
                          size_schedule=args.res_schedule,
                          backend=args.loader_backend, device="gpu" if gpu else "cpu",
-                         memory_format=MEMORY_FORMAT, order_version=order_version)
+                         memory_format=MEMORY_FORMAT, order_version=order_version,
+                         crop_decode=getattr(args, "crop_decode", None))
 
 
 def refuse_unlabelled(data: Path) -> None:

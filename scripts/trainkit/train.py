@@ -106,6 +106,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--compile", nargs="?", choices=compiled.MODES, const="on", default="auto",
                     help="torch.compile the model: auto (on CUDA, eager on the CPU), on (also a "
                          "bare --compile) or off; static shapes, one graph per size")
+    ap.add_argument("--crop-decode", action=argparse.BooleanOptionalAction, default=None,
+                    help="the pillow backend's extension path (imgprep's decode and "
+                    "resampler); --no-crop-decode: Pillow's decode and resize (default: the "
+                    "extension when it is built)")
     ap.add_argument("--normalize", type=normalize_arg, default="train", metavar="STATS",
                     help="mean/std for every split: train (the train manifest's, the default), "
                          "imagenet (0.485,0.456,0.406/0.229,0.224,0.225) or R,G,B/R,G,B")

@@ -33,6 +33,7 @@ from PIL import Image
 from imgprep import __version__, jpegcrop
 from imgprep.convert.image import transform_version
 from imgprep.inputs.synsets import imagenet_classes
+from imgprep.shards.info import loader_path
 from imgprep.shards.manifest import read_manifest
 from tests.support import (
     encode,
@@ -780,7 +781,7 @@ def test_info_json_reports_the_manifest_and_pil(converted: dict[str, Path]) -> N
     r = invoke("info", converted["shards"], "--json")
     assert r.exit_code == 0, r.output
     info = summary_of(r)
-    assert set(info) == {"versions", "pil", "libjpeg", "convert", "manifests", "notes",
+    assert set(info) == {"versions", "pil", "libjpeg", "convert", "loader", "manifests", "notes",
                          "warning"}
     assert info["convert"]["transform_version"] == transform_version()
     assert set(info["versions"]) == {"imgprep", "python", "platform", "numpy", "torch",
@@ -816,7 +817,7 @@ def test_info_json_reports_the_manifest_and_pil(converted: dict[str, Path]) -> N
     assert m["fast_decode"] == {}
     r = invoke("info", "--json")  # no manifest asked for: no "manifests" key
     assert r.exit_code == 0, r.output
-    assert set(summary_of(r)) == {"versions", "pil", "libjpeg", "convert", "warning"}
+    assert set(summary_of(r)) == {"versions", "pil", "libjpeg", "convert", "loader", "warning"}
 
 
 def test_info_human_and_strict(converted: dict[str, Path]) -> None:
@@ -825,6 +826,7 @@ def test_info_human_and_strict(converted: dict[str, Path]) -> None:
     assert "pillow-simd" in r.stdout and "48 samples" in r.stdout
     assert f"crop decode  {jpegcrop.status()}" in r.stdout
     assert "crop-aware decode: " in r.stdout
+    assert f"loader       {loader_path()}" in r.stdout
 
 
 def test_info_on_a_folder_without_manifest_exits_3(tmp_path: Path) -> None:

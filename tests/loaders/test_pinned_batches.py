@@ -6,9 +6,12 @@ its crop geometry drawn in one place. A change that alters them must be meant (a
 Each case is one loader configuration: shards or a label list, replicate or partition,
 contiguous or channels_last rows, train or val transforms, the tails, order version 1, and
 a resume mid-epoch from a state written before the change (on the same World, and elastic on
-another). The digests hold where ``make setup`` put pillow-simd (its JPEG encoder makes the
-fixture's files, and its resampler the batches): where the fixture's files come out other
-bytes, the case skips, naming the digest it got.
+another). The batches are the extension's (its libjpeg-turbo and resampler: the same bytes
+whichever Pillow is installed), and, with ``crop_decode=False``, the Pillow path's where PIL
+is pillow-simd, whose resize the resampler equals byte for byte. The states are those
+written before the pixel version was recorded, which resume; a state now also names its
+pixel version. Where the fixture's files come out other bytes (another PIL's JPEG
+encoder), the case skips, naming the digest it got.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import pytest
 import torch
 
 from imgprep.job.world import World
+from imgprep.shards.info import pil_info
 from loaders import (
     Loader,
     LoaderOptions,
@@ -153,6 +157,21 @@ def test_a_whole_epoch_gives_the_pinned_batches(folder: Path, name: str) -> None
     assert digest(loader) == PINNED[name]
 
 
+@pytest.mark.parametrize("name", CASES)
+def test_the_pillow_path_gives_the_same_pinned_batches_with_pillow_simd(folder: Path,
+                                                                         name: str) -> None:
+    needs_recorded_inputs()
+    if not pil_info(check_avx2=False).pillow_simd:
+        pytest.skip("crop_decode=False resizes with the installed PIL, which is not "
+                    "pillow-simd: its bytes are not the pinned ones")
+    case = CASES[name]
+    forced = Case(case.data, case.split, case.rank, case.nodes, case.local, case.workers,
+                  {**case.options, "crop_decode": False})
+    loader = forced.loader(folder)
+    loader.set_epoch(EPOCH)
+    assert digest(loader) == PINNED[name]
+
+
 def state(samples: int, mode: str, nodes: int, local: int, order: int = 2) -> dict[str, Any]:
     """A loader state as ``state_dict`` wrote it after 2 batches of epoch 1 (batch size 3)."""
     return {"epoch": 1, "batch": 2, "samples": samples, "from": 0, "order_version": order,
@@ -181,7 +200,7 @@ def test_a_mid_epoch_state_is_the_pinned_one_and_resumes_the_pinned_batches(
     head = [next(it) for _ in range(2)]
     state = loader.state_dict()
     del it
-    assert json.loads(json.dumps(state)) == STATES[name]
+    assert json.loads(json.dumps(state)) == {**STATES[name], "pixels": "imgprep-1"}
     fresh = case.loader(folder)
     fresh.load_state_dict(STATES[name])
     rest = list(fresh)
