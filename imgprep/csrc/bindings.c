@@ -207,7 +207,9 @@ PyObject *py_frame(PyObject *Py_UNUSED(self), PyObject *args) {
                            d.shown.pixels + (size_t)y * d.shown.stride,
                            (size_t)d.shown.width * 4);
                 result = Py_BuildValue("isNII(dddd)IIi", rc, r.message, rgbx, d.shown.width,
-                                       d.shown.height, d.box[0], d.box[1], d.box[2], d.box[3],
+                                       d.shown.height, d.box[0] - d.shown.x,
+                                       d.box[1] - d.shown.y, d.box[2] - d.shown.x,
+                                       d.box[3] - d.shown.y,
                                        d.out_width, d.out_height, r.path);
             }
         }

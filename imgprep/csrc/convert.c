@@ -125,7 +125,8 @@ static int plan(const JpegHeader *h, const ConvertOpts *o, int whole, ConvertRes
     return CONVERTED;
 }
 
-/* The decoded pixels ``px`` as displayed, and the box in their coordinates. */
+/* The decoded pixels ``px`` as displayed, where they lie in the displayed image, and the
+ * box. */
 static int show(const Pixels *px, const Plan *p, ConvertResult *r, Decoded *d) {
     Pixels s = *px;
     if (p->orientation != 1) {
@@ -139,10 +140,10 @@ static int show(const Pixels *px, const Plan *p, ConvertResult *r, Decoded *d) {
                      (size_t)(at.x1 - at.x0) * 4, 4};
     }
     d->shown = s;
-    d->box[0] = p->g.box[0] - s.x;
-    d->box[1] = p->g.box[1] - s.y;
-    d->box[2] = p->g.box[2] - s.x;
-    d->box[3] = p->g.box[3] - s.y;
+    int swaps = orientation_swaps(p->orientation);
+    d->full_width = swaps ? p->height : p->width;
+    d->full_height = swaps ? p->width : p->height;
+    memcpy(d->box, p->g.box, sizeof d->box);
     d->out_width = p->g.out_width;
     d->out_height = p->g.out_height;
     return CONVERTED;
@@ -225,7 +226,7 @@ static int finish(const Decoded *d, const ConvertOpts *o, ConvertResult *r) {
     rs_job job = {s->pixels, s->stride * (s->height - 1) + (size_t)s->width * s->channels,
                   s->width, s->height, (int64_t)s->stride, s->channels,
                   {d->box[0], d->box[1], d->box[2], d->box[3]}, w, h, 0, 0, w, h, out, n,
-                  o->filter, RS_AUTO, 0, 0};
+                  o->filter, RS_AUTO, 0, 0, s->x, s->y, d->full_width, d->full_height};
     char message[JMSG_LENGTH_MAX];
     if (rs_resize(&job, message, sizeof message) != RS_OK)
         return fail(r, "cannot resample %ux%u to %ux%u: %s", s->width, s->height, w, h,
@@ -259,7 +260,7 @@ int convert_rgb(const unsigned char *pixels, unsigned width, unsigned height,
     r->components = 3;
     r->path = PATH_PIXELS;
     if (geometry(width, height, orig_width, orig_height, o, r, &g) != CONVERTED) return FAILED;
-    Decoded d = {{pixels, 0, 0, width, height, (size_t)width * 3, 3},
+    Decoded d = {{pixels, 0, 0, width, height, (size_t)width * 3, 3}, width, height,
                  {g.box[0], g.box[1], g.box[2], g.box[3]}, g.out_width, g.out_height};
     return finish(&d, o, r);
 }

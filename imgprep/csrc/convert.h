@@ -52,10 +52,13 @@ typedef struct {
     char message[MESSAGE_LEN];
 } ConvertResult;
 
-/* What the decode stage gives the resample: the decoded pixels as displayed (turned), the
- * box to resample in their coordinates, and the output size. */
+/* What the decode stage gives the resample: the decoded pixels as displayed (turned: all of
+ * the image, or the part at (shown.x, shown.y) the resample reads), the size of the whole
+ * image as displayed, the box to resample in its coordinates, and the output size. The
+ * resample weighs the part as it would the whole image, so that the bytes are the same. */
 typedef struct {
     Pixels shown;
+    unsigned full_width, full_height;
     double box[4];
     unsigned out_width, out_height;
 } Decoded;

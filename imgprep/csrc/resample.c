@@ -297,6 +297,29 @@ static int fail(char *msg, size_t len, const char *what) {
     return RS_EINVAL;
 }
 
+/* The size of the image the box refers to: the source's own unless it is a part. */
+static int64_t full_width(const rs_job *j) { return j->full_width ? j->full_width : j->width; }
+static int64_t full_height(const rs_job *j) {
+    return j->full_width ? j->full_height : j->height;
+}
+
+/* The axis's taps moved from the image's coordinates to the part's (``origin``, ``in``
+ * pixels long), which must hold every tap with a weight. */
+static int axis_shift(rs_axis *a, int64_t origin, int64_t in, char *msg, size_t len) {
+    for (int64_t xx = 0; xx < a->out; xx++) {
+        int64_t lo = a->lo[xx] - origin;
+        if (a->count[xx] > 0 && (lo < 0 || lo + a->count[xx] > in)) {
+            snprintf(msg, len, "the source part (%lld pixels from %lld) does not hold the "
+                     "pixels %lld to %lld that the filter reads", (long long)in,
+                     (long long)origin, (long long)a->lo[xx],
+                     (long long)(a->lo[xx] + a->count[xx]));
+            return RS_EINVAL;
+        }
+        a->lo[xx] = (int32_t)(a->count[xx] > 0 ? lo : 0);
+    }
+    return RS_OK;
+}
+
 static int check_job(const rs_job *j, float box[4], char *msg, size_t len) {
     if (j->src == NULL || j->out == NULL) return fail(msg, len, "no source or output buffer");
     if (j->channels != 3 && j->channels != 4)
@@ -324,11 +347,19 @@ static int check_job(const rs_job *j, float box[4], char *msg, size_t len) {
         if (!isfinite(j->box[i]) || !isfinite(box[i]))
             return fail(msg, len, "box coordinates must be finite");
     }
-    if (box[0] < 0 || box[1] < 0 || box[2] > (float)j->width || box[3] > (float)j->height ||
+    const int64_t fw = full_width(j), fh = full_height(j);
+    if (fw > RS_MAX_SIDE || fh > RS_MAX_SIDE || j->origin_x < 0 || j->origin_y < 0 ||
+        j->origin_x > fw - j->width || j->origin_y > fh - j->height) {
+        snprintf(msg, len, "the %lldx%lld source at (%lld, %lld) must lie within its %lldx%lld "
+                 "image", (long long)j->width, (long long)j->height, (long long)j->origin_x,
+                 (long long)j->origin_y, (long long)fw, (long long)fh);
+        return RS_EINVAL;
+    }
+    if (box[0] < 0 || box[1] < 0 || box[2] > (float)fw || box[3] > (float)fh ||
         box[2] - box[0] < 0 || box[3] - box[1] < 0) {
-        snprintf(msg, len, "box (%g, %g, %g, %g) must lie within the %lldx%lld source, "
+        snprintf(msg, len, "box (%g, %g, %g, %g) must lie within the %lldx%lld image, "
                  "left <= right and top <= bottom", (double)box[0], (double)box[1],
-                 (double)box[2], (double)box[3], (long long)j->width, (long long)j->height);
+                 (double)box[2], (double)box[3], (long long)fw, (long long)fh);
         return RS_EINVAL;
     }
     if (j->left < 0 || j->top < 0 || j->cols < 1 || j->rows < 1 ||
@@ -358,13 +389,16 @@ static int check_job(const rs_job *j, float box[4], char *msg, size_t len) {
 /* ---- nearest: Pillow's nearest-neighbour scaling (ImagingScaleAffine) */
 
 /* Source index of each output position of the window along one axis, -1 outside. */
-static void nearest_axis(float b0, float b1, int64_t in, int64_t out, int64_t first, int64_t n,
-                         int32_t *index) {
+static int nearest_axis(float b0, float b1, int64_t in, int64_t origin, int64_t part,
+                        int64_t out, int64_t first, int64_t n, int32_t *index) {
     double step = (double)(b1 - b0) / (double)out, at = (double)b0 + step * 0.5;
     for (int64_t x = 0; x < first + n; x++, at += step) {
         int64_t i = at < 0.0 ? -1 : (int64_t)at;
-        if (x >= first) index[x - first] = i >= 0 && i < in ? (int32_t)i : -1;
+        if (x < first) continue;
+        if (i >= 0 && i < in && (i < origin || i >= origin + part)) return RS_EINVAL;
+        index[x - first] = i >= 0 && i < in ? (int32_t)(i - origin) : -1;
     }
+    return RS_OK;
 }
 
 static int resize_nearest(const rs_job *j, const float box[4]) {
@@ -375,8 +409,14 @@ static int resize_nearest(const rs_job *j, const float box[4]) {
         free(ys);
         return RS_ENOMEM;
     }
-    nearest_axis(box[0], box[2], j->width, j->out_width, j->left, j->cols, xs);
-    nearest_axis(box[1], box[3], j->height, j->out_height, j->top, j->rows, ys);
+    if (nearest_axis(box[0], box[2], full_width(j), j->origin_x, j->width, j->out_width,
+                     j->left, j->cols, xs) != RS_OK ||
+        nearest_axis(box[1], box[3], full_height(j), j->origin_y, j->height, j->out_height,
+                     j->top, j->rows, ys) != RS_OK) {
+        free(xs);
+        free(ys);
+        return RS_EINVAL;
+    }
     size_t plane = (size_t)(j->rows * j->cols);
     for (int64_t r = 0; r < j->rows; r++) {
         const uint8_t *row = ys[r] < 0 ? NULL : j->src + (size_t)ys[r] * (size_t)j->stride;
@@ -589,17 +629,22 @@ int rs_resize(const rs_job *job, char *message, size_t message_len) {
     if (rc != RS_OK) return rc;
     if (job->filter == RS_NEAREST) {
         rc = resize_nearest(job, box);
+        if (rc == RS_EINVAL)
+            snprintf(message, message_len, "the source part does not hold every pixel that "
+                     "nearest picks");
     } else {
         const rs_kernel_desc *kd = kernel_desc(rs_resolve_kernel(job->kernel));
         rs_axis ax, ay;
         rs_plan pl = {0};
-        rc = axis_weights(&ax, job->width, box[0], box[2], job->out_width, job->filter,
+        rc = axis_weights(&ax, full_width(job), box[0], box[2], job->out_width, job->filter,
                           message, message_len);
         if (rc == RS_OK)
-            rc = axis_weights(&ay, job->height, box[1], box[3], job->out_height, job->filter,
-                              message, message_len);
+            rc = axis_weights(&ay, full_height(job), box[1], box[3], job->out_height,
+                              job->filter, message, message_len);
         else
             memset(&ay, 0, sizeof ay);
+        if (rc == RS_OK) rc = axis_shift(&ax, job->origin_x, job->width, message, message_len);
+        if (rc == RS_OK) rc = axis_shift(&ay, job->origin_y, job->height, message, message_len);
         if (rc == RS_OK) rc = plan_build(&pl, job, kd, &ax, &ay, message, message_len);
         if (rc == RS_OK) run_passes(job, &pl, kd);
         free(pl.block);

@@ -53,6 +53,11 @@ typedef struct {
     int64_t kernel;            /* RS_AUTO, RS_PORTABLE, RS_AVX2 or RS_AVX512 */
     int planar;                /* CHW instead of HWC */
     int flip;                  /* mirror the window left to right */
+    /* Optional: src holds only the part of a larger image at (origin_x, origin_y) of a
+     * full_width x full_height image, and box is in that image's coordinates. The weights
+     * are those of resampling the whole image (the same bytes as from all of it), and the
+     * part must hold every pixel they read. full_width = 0: src is the whole image. */
+    int64_t origin_x, origin_y, full_width, full_height;
 } rs_job;
 
 /* Resize as ``job`` says. Every field is checked first; RS_OK, or an error with a one-line

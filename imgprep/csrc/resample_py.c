@@ -1,7 +1,7 @@
 /* The resampler's Python bindings, listed in _jpegcrop.c's method table.
  *
  * resize(src, width, height, stride, channels, box, out_width, out_height, window, out,
- *        filter, flip, planar, kernel) -> None
+ *        filter, flip, planar, kernel[, part]) -> None
  *     ``src``: a buffer of rows of ``width`` RGB (channels 3) or RGBX (4) pixels, ``stride``
  *     bytes apart; ``box``: (left, top, right, bottom) floats; ``window``: (left, top, cols,
  *     rows) of the out_width x out_height result, written into ``out`` (a writable buffer of
@@ -9,6 +9,8 @@
  *     ``filter``: Pillow's number; ``kernel``: -1 (the best this CPU runs), 0 portable,
  *     1 AVX2, 2 AVX-512. Every integer is read signed and checked, buffer sizes come from
  *     the buffer protocol: a wrong argument raises ValueError (TypeError for a wrong type).
+ *     ``part``: (origin_x, origin_y, full_width, full_height) when ``src`` is only the part
+ *     at that origin of a larger image, ``box`` in that image's coordinates (resample.h).
  *     The GIL is released while it runs.
  *
  * resample_kernel(kernel) -> str
@@ -39,11 +41,13 @@ static int as_int(PyObject *o, const char *name, int64_t *v) {
 PyObject *rs_py_resize(PyObject *Py_UNUSED(self), PyObject *args) {
     Py_buffer src, out;
     PyObject *w, *h, *stride, *channels, *ow, *oh, *left, *top, *cols, *rows, *filter, *kernel;
+    PyObject *ox = NULL, *oy = NULL, *fw = NULL, *fh = NULL;
     rs_job job;
     memset(&job, 0, sizeof job);
-    if (!PyArg_ParseTuple(args, "y*OOOO(dddd)OO(OOOO)w*OppO", &src, &w, &h, &stride, &channels,
-                          &job.box[0], &job.box[1], &job.box[2], &job.box[3], &ow, &oh, &left,
-                          &top, &cols, &rows, &out, &filter, &job.flip, &job.planar, &kernel))
+    if (!PyArg_ParseTuple(args, "y*OOOO(dddd)OO(OOOO)w*OppO|(OOOO)", &src, &w, &h, &stride,
+                          &channels, &job.box[0], &job.box[1], &job.box[2], &job.box[3], &ow,
+                          &oh, &left, &top, &cols, &rows, &out, &filter, &job.flip, &job.planar,
+                          &kernel, &ox, &oy, &fw, &fh))
         return NULL;
     int ok = as_int(w, "width", &job.width) == 0 && as_int(h, "height", &job.height) == 0 &&
              as_int(stride, "stride", &job.stride) == 0 &&
@@ -55,7 +59,11 @@ PyObject *rs_py_resize(PyObject *Py_UNUSED(self), PyObject *args) {
              as_int(cols, "window cols", &job.cols) == 0 &&
              as_int(rows, "window rows", &job.rows) == 0 &&
              as_int(filter, "filter", &job.filter) == 0 &&
-             as_int(kernel, "kernel", &job.kernel) == 0;
+             as_int(kernel, "kernel", &job.kernel) == 0 &&
+             (ox == NULL || (as_int(ox, "origin x", &job.origin_x) == 0 &&
+                             as_int(oy, "origin y", &job.origin_y) == 0 &&
+                             as_int(fw, "full width", &job.full_width) == 0 &&
+                             as_int(fh, "full height", &job.full_height) == 0));
     PyObject *result = NULL;
     if (ok) {
         char message[256];

@@ -141,7 +141,7 @@ static int write_out(const SampleGeometry *g, const Plan *p, const unsigned char
     rs_job job = {frame, frame_len, p->sw, p->sh, (int64_t)stride, 4,
                   {p->box[0], p->box[1], p->box[2], p->box[3]}, g->resize_w, g->resize_h,
                   c[0], c[1], c[2] - c[0], c[3] - c[1], out, out_len, RS_BILINEAR, RS_AUTO,
-                  g->planar, g->flip};
+                  g->planar, g->flip, 0, 0, 0, 0};
     char message[SAMPLE_MESSAGE];
     int rc = rs_resize(&job, message, sizeof message);
     if (rc != RS_OK) return fail(r, "cannot resample: %s", message);
