@@ -34,21 +34,6 @@ FLAGS = ["--arch", "tiny", "--batch-size", "8", "--workers", "0", "--image-size"
          "--epochs", "4", "--warmup-epochs", "1", "--threads", "1", "--log-every", "100"]
 
 
-@pytest.fixture(scope="module")
-def data(sample: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Read-only: the fake set's train split (48 images) and val split (20), converted."""
-    return convert_sample(sample, tmp_path_factory.mktemp("converted"), train_shards=2,
-                          val_shards=1, workers=1)
-
-
-@pytest.fixture(autouse=True)
-def threads() -> Iterator[None]:
-    """set_up sets torch's thread count; give this process its own back."""
-    before = torch.get_num_threads()
-    yield
-    torch.set_num_threads(before)
-
-
 def set_up(data: Path, *flags: str | Path) -> train_imagenet.Run:
     args = train_imagenet.parse_args(["--data", str(data), *FLAGS, *map(str, flags)])
     return train_imagenet.set_up(args, World())

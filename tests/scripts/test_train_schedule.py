@@ -9,7 +9,6 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,25 +17,11 @@ import torch
 from imgprep import World
 from scripts.trainkit import compiled
 from scripts.trainkit import train as train_imagenet
-from tests.support import REPO, convert_sample
+from tests.support import REPO
 
 TRAIN = REPO / "scripts" / "train_imagenet.py"
 FLAGS = ["--arch", "tiny", "--batch-size", "8", "--workers", "1", "--image-size", "32",
          "--epochs", "2", "--warmup-epochs", "1", "--threads", "1", "--log-every", "3"]
-
-
-@pytest.fixture(scope="module")
-def data(sample: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The fake set's train split (48 images: 6 steps of 8) and val split (20), converted."""
-    return convert_sample(sample, tmp_path_factory.mktemp("converted"), train_shards=2,
-                          val_shards=1, workers=1)
-
-
-@pytest.fixture(autouse=True)
-def threads() -> Iterator[None]:
-    before = torch.get_num_threads()
-    yield
-    torch.set_num_threads(before)
 
 
 def trainer(*args: str | Path, ok: bool = True) -> subprocess.CompletedProcess[str]:
