@@ -80,14 +80,18 @@ def test_the_cap_is_an_option_with_a_default_well_above_imagenet() -> None:
     assert DEFAULT_MAX_IMAGE_BYTES >= 4 * 15_000_000  # the largest ILSVRC2012 JPEG: ~15 MB
 
 
+SMALL = 400  # the bomb zip's real images: at about 1 ms each, workers that live long enough
+
+
 def _bomb_zip(path: Path, members: int, size: int) -> Path:
-    """Kaggle's zip with 40 small train images (enough for two workers) and ``members``
-    zero-filled ones of ``size`` bytes (deflated to about a thousandth)."""
+    """Kaggle's zip with ``SMALL`` train images (enough to keep two workers busy for a
+    while: the sampler must see them) and ``members`` zero-filled ones of ``size`` bytes
+    (deflated to about a thousandth)."""
     top = "ILSVRC/Data/CLS-LOC/train/"
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as zf:
-        for k in range(40):
+        for k in range(SMALL):
             wnid = ("n01440764", "n01443537")[k % 2]
-            zf.writestr(f"{top}{wnid}/{wnid}_{k}.JPEG", jpeg((48, 40), seed=k))
+            zf.writestr(f"{top}{wnid}/{wnid}_{k}.JPEG", jpeg((320, 240), seed=k % 16))
         zero = bytes(MIB)
         for k in range(members):
             info = zipfile.ZipInfo(f"{top}n01440764/n01440764_9999{k}.JPEG",
@@ -118,7 +122,7 @@ def test_a_zip_of_two_1_gib_zero_members_converts_on_2_workers_under_400_mb(
     src = _bomb_zip(tmp_path / ZIP, members=2, size=1 << 30)
     assert src.stat().st_size < 16 * MIB
     code, summary, peaks = _measured(src, tmp_path / "out", "-j", 2, "--max-errors", 2)
-    assert code == 0 and summary["samples"] == 40 and summary["errors"] == 2
+    assert code == 0 and summary["samples"] == SMALL and summary["errors"] == 2
     assert peaks.procs >= 3  # the run and its two workers were sampled
     assert peaks.rss_kb < 400 * 1024, f"{peaks.rss_kb // 1024} MB summed over the run"
     for entry in logged(tmp_path / "out"):
