@@ -14,7 +14,7 @@ import math
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -371,6 +371,18 @@ def train_epoch(run: Run, epoch: int) -> bool:
                                     run.config.num_classes, run.device, args.seed, len(loader))
     else:
         batches = iter(run.batches(loader))
+    try:
+        return _train_steps(run, epoch, batches)
+    finally:  # --steps stops mid-epoch: end the loader's threads now, not at exit
+        close = getattr(batches, "close", None)
+        if close is not None:
+            close()
+
+
+def _train_steps(run: Run, epoch: int, batches: Iterator[tuple[torch.Tensor, torch.Tensor]]
+                 ) -> bool:
+    """The steps of ``batches``; False once --steps is reached."""
+    args = run.args
     while True:
         t0 = time.perf_counter()
         try:
