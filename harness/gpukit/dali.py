@@ -10,49 +10,20 @@ and Pillow over the same epoch of one rank, the run's worker count as DALI's thr
 
 from __future__ import annotations
 
-from itertools import islice
 from typing import Any
 
 from imgprep import World
-from loaders import Loader, LoaderOptions, TrainTransform, make_loader, worker_count
+from loaders import worker_count
 
+from .backend_compare import loader, same_samples
 from .context import Context
 from .record import figure, holds, plural
 from .timing import batch_rate, median, rates
 
-STEPS = 3  # compared per rank
-
-
-def loader(ctx: Context, world: World, backend: str, workers: int) -> Loader:
-    device = "gpu" if backend == "dali" and ctx.device == "cuda" else "cpu"
-    return make_loader(ctx.data(), "train", world, LoaderOptions(
-        batch_size=ctx.profile.loader_batch, workers=workers, seed=0,
-        transform=TrainTransform(size=ctx.profile.image_size), backend=backend, device=device,
-        memory_format="channels_last"))
-
-
-def steps(ld: Loader) -> list[tuple[list[int], tuple[int, ...], str]]:
-    """The first steps' labels, image shape and dtype."""
-    ld.set_epoch(0)
-    return [(labels.cpu().tolist(), tuple(images.shape), str(images.dtype))
-            for images, labels in islice(iter(ld), STEPS)]
-
-
-def same_samples(ctx: Context) -> tuple[bool, str]:
-    ranks = [World(rank=r, world_size=2, local_rank=0, local_world_size=1, node_rank=r,
-                   num_nodes=2) for r in (0, 1)]
-    diffs = []
-    for w in ranks:
-        pil, dali = steps(loader(ctx, w, "pillow", 1)), steps(loader(ctx, w, "dali", 1))
-        if pil != dali or not pil:
-            diffs.append(f"rank {w.rank}")
-    return not diffs, "; ".join(diffs) + " differ" if diffs else \
-        f"2 ranks x {STEPS} steps: labels, shapes, dtype equal"
-
 
 def check(ctx: Context) -> dict[str, Any]:
     p = ctx.profile
-    ok, detail = same_samples(ctx)
+    ok, detail = same_samples(ctx, "dali")
     workers = worker_count("auto", World())
     sync = ctx.sync
     out = {}
