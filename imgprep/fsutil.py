@@ -18,6 +18,7 @@ from typing import IO, Any
 from imgprep.errors import OutputError
 
 TMP_PREFIX = ".tmp-"
+PIECE_MARK = ".piece-"  # a temporary piece of a file: ``.tmp-<final name>.piece-<n>``
 
 
 def fsync_dir(path: Path) -> None:
@@ -36,6 +37,20 @@ def tmp_name(final: Path) -> Path:
     that left it behind is redone, and nothing stale accumulates.
     """
     return final.with_name(f"{TMP_PREFIX}{final.name}")
+
+
+def piece_name(final: Path, n: int) -> Path:
+    """Where piece ``n`` of ``final`` is written before it is put into ``final``: a temporary
+    name that reruns sweep and that a sweep keeping ``final`` keeps."""
+    return final.with_name(f"{TMP_PREFIX}{final.name}{PIECE_MARK}{n}")
+
+
+def tmp_final(name: str) -> str:
+    """The final name a temporary file (or piece, or a piece's temporary file) of name
+    ``name`` is written for."""
+    while name.startswith(TMP_PREFIX):
+        name = name[len(TMP_PREFIX):]
+    return name.partition(PIECE_MARK)[0]
 
 
 def _no_follow(path: str, flags: int) -> int:
@@ -104,7 +119,7 @@ def sweep_tmp(folder: Path, keep: Collection[str] = ()) -> int:
     if folder.is_dir():
         for p in folder.iterdir():
             if (p.name.startswith(TMP_PREFIX) and (p.is_symlink() or p.is_file())
-                    and p.name[len(TMP_PREFIX):] not in keep):
+                    and tmp_final(p.name) not in keep):
                 with contextlib.suppress(FileNotFoundError):
                     p.unlink()
                     n += 1

@@ -21,7 +21,7 @@ from pathlib import Path
 from imgprep.convert.errorlog import error_log_path, warning_log_path
 from imgprep.convert.image import describe_transform
 from imgprep.errors import ImgprepError, OutputExistsError
-from imgprep.fsutil import TMP_PREFIX
+from imgprep.fsutil import TMP_PREFIX, tmp_final
 from imgprep.inputs.spool import SPOOL_DIR
 from imgprep.sections import SPLITS, ManifestOptions, SourceSection
 from imgprep.shards.folder import CONVERT_STATE, split_owns
@@ -57,7 +57,7 @@ def other_tmp_files(out: Path, split: str) -> set[str]:
     may be writing them now): a sweep for ``split`` must keep them."""
     if not out.is_dir():
         return set()
-    names = {p.name[len(TMP_PREFIX):] for p in out.iterdir() if p.name.startswith(TMP_PREFIX)}
+    names = {tmp_final(p.name) for p in out.iterdir() if p.name.startswith(TMP_PREFIX)}
     return {n for n in names if not split_owns(split, n)}
 
 

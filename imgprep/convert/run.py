@@ -180,7 +180,7 @@ def _convert_plan(plan: Plan, world: World, progress: Progress | None,
             resumed.append(r)
     if on_plan is not None:
         on_plan(plan, int(sum(len(t.items) for t in todo)))
-    fresh = run_tasks(plan, todo, plan.opts.workers, progress)
+    fresh = run_tasks(plan, todo, plan.opts.workers, progress, world.cores_per_rank())
     results = resumed + fresh
     final = None
     if finaliser:

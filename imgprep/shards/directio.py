@@ -22,6 +22,7 @@ import mmap
 import os
 import threading
 from collections.abc import Callable, Sequence
+from typing import Protocol
 
 ALIGN = 4096  # covers 512- and 4096-byte logical blocks, and the page size
 LOCAL_DISK_FS = frozenset({"ext2", "ext3", "ext4", "xfs", "btrfs", "f2fs"})
@@ -71,6 +72,12 @@ def set_direct(fd: int, on: bool) -> bool:
     return on
 
 
+class Digest(Protocol):
+    """What AppendWriter keeps up to date with the bytes appended: a hashlib object."""
+
+    def update(self, data: memoryview, /) -> None: ...
+
+
 def _buffer(size: int) -> mmap.mmap:
     """A page-aligned buffer of at least ``size`` bytes (whole ALIGN blocks)."""
     return mmap.mmap(-1, max(ALIGN, -(-size // ALIGN) * ALIGN), flags=mmap.MAP_PRIVATE)
@@ -80,11 +87,15 @@ class AppendWriter:
     """Append to the (empty) file open as ``fd``: ``write(pieces, size)`` copies them into the
     current buffer and returns a view of them (valid until the next call); its whole blocks
     are then written by a thread while the next call fills the other buffer. ``close()``
-    writes the rest and waits. A write's OSError is raised by the next call.
+    writes the rest and waits. A write's OSError is raised by the next call. ``digest`` (a
+    hashlib object) is updated with every byte appended, in order, on the same thread: the
+    checksum of a shard costs the caller nothing while it converts the next images.
     """
 
-    def __init__(self, fd: int, capacity: int, direct: bool = True) -> None:
+    def __init__(self, fd: int, capacity: int, direct: bool = True,
+                 digest: Digest | None = None) -> None:
         self.fd = fd
+        self.digest = digest
         self.direct = direct and file_system(fd) in LOCAL_DISK_FS and set_direct(fd, True)
         self._bufs = [_buffer(capacity), _buffer(capacity)]
         self._fill = 0  # bytes in the current buffer, a carried partial block first
@@ -95,6 +106,32 @@ class AppendWriter:
 
     def write(self, pieces: Sequence[bytes], size: int) -> memoryview:
         """Append ``pieces`` (``size`` bytes in all)."""
+        buf, start = self._room(size)
+        pos = start
+        for p in pieces:
+            n = len(p)
+            buf[pos:pos + n] = p
+            pos += n
+        if pos != start + size:
+            raise ValueError(f"pieces of {pos - start} bytes, said to be {size}")
+        return self._commit(buf, start, pos)
+
+    def copy_from(self, fd: int, size: int) -> None:
+        """Append the first ``size`` bytes of the file open as ``fd``, read straight into the
+        buffer (a piece of the file written elsewhere)."""
+        done, most = 0, len(self._bufs[0]) - ALIGN
+        while done < size:
+            n = min(size - done, most)
+            buf, start = self._room(n)
+            with memoryview(buf) as view:
+                got = os.preadv(fd, [view[start:start + n]], done)
+            if got != n:
+                raise OSError(f"short read of a piece: {got} bytes at {done}, not {n}")
+            self._commit(buf, start, start + n).release()
+            done += n
+
+    def _room(self, size: int) -> tuple[mmap.mmap, int]:
+        """The current buffer, grown to take ``size`` more bytes, and where they go."""
         self._wait()
         start = self._fill
         end = start + size
@@ -102,18 +139,17 @@ class AppendWriter:
             bigger = _buffer(2 * end)
             bigger[:start] = self._bufs[0][:start]
             self._bufs[0] = bigger
-        buf = self._bufs[0]
-        pos = start
-        for p in pieces:
-            n = len(p)
-            buf[pos:pos + n] = p
-            pos += n
-        if pos != end:
-            raise ValueError(f"pieces of {pos - start} bytes, said to be {size}")
+        return self._bufs[0], start
+
+    def _commit(self, buf: mmap.mmap, start: int, end: int) -> memoryview:
+        """Bytes ``[start, end)`` of ``buf`` are filled: hand its whole blocks to the thread
+        (the digest takes the new bytes there) and return a view of the new bytes."""
         whole = end - end % ALIGN
         if whole:
             view = memoryview(buf)[:whole]
-            self._thread = threading.Thread(target=self._write_at, args=(view, self._offset),
+            new = memoryview(buf)[start:end]
+            self._thread = threading.Thread(target=self._hash_write,
+                                            args=(new, view, self._offset),
                                             name="imgprep-append", daemon=True)
             self._thread.start()
             self._bufs[1][:end - whole] = buf[whole:end]  # the partial block goes first next
@@ -122,6 +158,8 @@ class AppendWriter:
             self._fill = end - whole
         else:
             self._fill = end
+            if self.digest is not None:
+                self.digest.update(memoryview(buf)[start:end])
         return memoryview(buf)[start:end]
 
     def close(self) -> None:
@@ -153,6 +191,15 @@ class AppendWriter:
         if self._error is not None:
             err, self._error = self._error, None
             raise err
+
+    def _hash_write(self, new: memoryview, view: memoryview, offset: int) -> None:
+        """On the thread: the digest takes the ``new`` bytes, then ``view`` is written."""
+        try:
+            if self.digest is not None:
+                self.digest.update(new)
+        finally:
+            new.release()
+        self._write_at(view, offset)
 
     def _write_at(self, view: memoryview, offset: int) -> None:
         """Write all of ``view`` at ``offset`` (on the thread); the first refusal of

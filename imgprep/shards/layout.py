@@ -76,6 +76,21 @@ class LayoutBuilder:
         self._size.append(size)
         self._ext.append(e)
 
+    def extend(self, other: Layout, shift: int) -> None:
+        """The samples of ``other`` (a layout with keys), their offsets moved by ``shift``:
+        a piece of the shard written elsewhere and appended here."""
+        if other.keys is None:
+            raise ValueError("a layout without keys cannot be appended")
+        ext = [self._exts.setdefault(e, len(self._exts)) for e in other.exts]
+        if len(self._exts) > 255:
+            raise ShardError(f"sample {other.keys[0]}: too many members for the index")
+        self._counts += other.counts.tolist()
+        self._keys += other.keys
+        self._key = other.keys[-1] if other.keys else self._key
+        self._offset += (other.offset + np.uint64(shift)).tolist()
+        self._size += other.size.tolist()
+        self._ext += [ext[e] for e in other.ext.tolist()]
+
     def layout(self) -> Layout:
         return Layout(tuple(self._exts), np.asarray(self._counts, np.uint8),
                       np.asarray(self._offset, np.uint64), np.asarray(self._size, np.uint32),

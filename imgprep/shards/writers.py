@@ -9,6 +9,7 @@ never a shard.
 from __future__ import annotations
 
 import hashlib
+import os
 from pathlib import Path
 from types import TracebackType
 
@@ -32,13 +33,14 @@ class ShardWriter:
     and size, for the sample index.
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, piece: bool = False) -> None:
         self.path = path
+        self.piece = piece
         self.samples = 0
         self.sha256 = ""
         self.bytes = 0
-        self._ctx = atomic_open(path, sync_dir=False)
-        self._sha = hashlib.sha256()
+        self._ctx = atomic_open(path, durable=not piece, sync_dir=False)
+        self._sha = None if piece else hashlib.sha256()
         self._pending: list[bytes] = []
         self._pending_bytes = 0
         self._layout = LayoutBuilder()
@@ -46,7 +48,8 @@ class ShardWriter:
     def __enter__(self) -> ShardWriter:
         f = self._ctx.__enter__()
         try:
-            self._out = AppendWriter(f.fileno(), 2 * FLUSH_BYTES)
+            self._out = AppendWriter(f.fileno(), 2 * FLUSH_BYTES, direct=not self.piece,
+                                     digest=self._sha)
         except BaseException as e:
             self._ctx.__exit__(type(e), e, e.__traceback__)
             raise
@@ -60,9 +63,25 @@ class ShardWriter:
             self._flush()
 
     def _flush(self) -> None:
-        self._sha.update(self._out.write(self._pending, self._pending_bytes))
+        self._out.write(self._pending, self._pending_bytes)
         self._pending.clear()
         self._pending_bytes = 0
+
+    def append_piece(self, piece: Path, layout: Layout) -> None:
+        """Append the members of ``piece`` (written by a ``piece=True`` writer, whose
+        ``layout()`` is ``layout``) and remove it."""
+        if self._pending:
+            self._flush()
+        fd = os.open(piece, os.O_RDONLY)
+        try:
+            size = os.fstat(fd).st_size
+            self._out.copy_from(fd, size)
+        finally:
+            os.close(fd)
+        self._layout.extend(layout, self.bytes)
+        self.bytes += size
+        self.samples += layout.samples
+        piece.unlink()
 
     def add(self, key: str, fields: dict[str, bytes]) -> None:
         """Append one sample: one member ``<key>.<ext>`` per field, extensions sorted."""
@@ -88,14 +107,15 @@ class ShardWriter:
                  tb: TracebackType | None) -> None:
         if et is None:
             try:
-                self._write(end_of_archive(self.bytes))
+                if not self.piece:
+                    self._write(end_of_archive(self.bytes))
                 self._flush()
                 self._out.close()
             except BaseException as e:
                 self._out.abort()
                 self._ctx.__exit__(type(e), e, e.__traceback__)
                 raise
-            self.sha256 = self._sha.hexdigest()
+            self.sha256 = "" if self._sha is None else self._sha.hexdigest()
         else:
             self._out.abort()
         self._ctx.__exit__(et, ev, tb)

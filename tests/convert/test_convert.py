@@ -802,3 +802,20 @@ def test_sample_metadata_bytes_are_json_dumps_sorted(layouts: dict[str, Path]) -
         assert sample_meta(fake, 0, conv) == json.dumps(  # type: ignore[arg-type]
             {"source": source, "original_size": [500, 375], "original_mode": "CMYK",
              "original_format": "JPEG"}, sort_keys=True).encode()
+
+
+@pytest.mark.parametrize("cores", [1, 8], ids=["reads-in-line", "reads-ahead"])
+def test_reading_ahead_or_not_gives_the_same_bytes_and_errors(
+        bad_sample: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cores: int) -> None:
+    """With cores to spare each worker reads ahead on a thread; the output, damaged
+    images' error records included, is the same bytes as when it reads in line."""
+    src = bad_sample / "ILSVRC2012_img_train.tar"
+    args = ("--max-errors", "5", "--size", "64")
+    want = convert(src, tmp_path / "ref", *args, workers=1)
+    monkeypatch.setattr(imgprep.World, "cores_per_rank", lambda self: cores)
+    monkeypatch.setattr(execute, "CHUNK", 3)  # chunks end inside the input, and on errors
+    for workers in (1, 2):
+        got = convert(src, tmp_path / f"w{workers}", *args, workers=workers)
+        assert (got["samples"], got["errors"]) == (want["samples"], want["errors"])
+        assert got["errors"] > 0
+        assert tree_bytes(tmp_path / f"w{workers}") == tree_bytes(tmp_path / "ref")

@@ -205,3 +205,28 @@ def test_a_file_on_a_local_disk_gets_o_direct(disk: Path) -> None:
         w.close()
     finally:
         os.close(fd)
+
+
+@pytest.mark.parametrize("direct", [True, False], ids=["direct", "page-cache"])
+def test_the_digest_and_copied_files_take_every_byte_in_order(tmp_path: Path,
+                                                              direct: bool) -> None:
+    """The digest updated on the writer's thread is the file's sha256; ``copy_from``
+    appends a whole file (larger than the buffer too) between ordinary writes."""
+    other = tmp_path / "other"
+    other.write_bytes(random.Random(5).randbytes(300_000))
+    pieces = _pieces(6, 60, 9000)
+    fd = os.open(tmp_path / "f", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    src = os.open(other, os.O_RDONLY)
+    digest = hashlib.sha256()
+    try:
+        w = AppendWriter(fd, 64 << 10, direct=direct, digest=digest)
+        w.write(pieces[:30], sum(map(len, pieces[:30])))
+        w.copy_from(src, 300_000)
+        w.write(pieces[30:], sum(map(len, pieces[30:])))
+        w.close()
+    finally:
+        os.close(fd)
+        os.close(src)
+    want = b"".join(pieces[:30]) + other.read_bytes() + b"".join(pieces[30:])
+    assert (tmp_path / "f").read_bytes() == want
+    assert digest.hexdigest() == hashlib.sha256(want).hexdigest()
