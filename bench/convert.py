@@ -22,6 +22,10 @@ What it measures, in one run, on the 1000 real ILSVRC2012 JPEGs of
   an interpreter with stock Pillow from PyPI, the library a user who writes it by hand gets.
 - convert: ``imgprep.convert_splits`` end to end (tar of the images -> webdataset shards +
   manifest) in-process with 1 and with 2 workers, a fresh output folder per pass.
+- ceiling_2: two floor loops at once, one forked process each over half the images: what
+  this machine allows two workers with nothing of imgprep between them (its shared caches,
+  memory bandwidth and clocks), so that ``convert_2w_over_1w`` can be read against
+  ``ceiling_2_over_floor``.
 - memory: ``python -m imgprep convert ... --workers 2 --json -q`` as a subprocess while /proc
   is polled for the RSS (and PSS) sum of its whole process tree.
 - listing: ``make_plan`` (list the tar, label, plan) of a synthetic ILSVRC2012-shaped train tar
@@ -240,6 +244,28 @@ def time_loop(fn: Callable[[bytes], bytes], blobs: Sequence[bytes]) -> float:
     return len(blobs) / (time.perf_counter() - t0)
 
 
+def time_floor_procs(blobs: Sequence[bytes], procs: int) -> float:
+    """Images per second of ``procs`` floor loops at once, one forked process each over its
+    share of ``blobs``: what the machine itself allows ``procs`` workers, with no imgprep
+    in between (shared caches, memory bandwidth and clocks included)."""
+    t0 = time.perf_counter()
+    pids = []
+    for k in range(procs):
+        pid = os.fork()
+        if pid == 0:  # the child: its share of the loop, then out without cleanup
+            code = 0
+            try:
+                time_loop(floor_one, blobs[k::procs])
+            except BaseException:  # noqa: BLE001 - reported through the exit code
+                code = 1
+            os._exit(code)
+        pids.append(pid)
+    failed = [pid for pid in pids if os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) != 0]
+    if failed:
+        raise SystemExit(f"bench_convert: {len(failed)} floor loop process(es) failed")
+    return len(blobs) / (time.perf_counter() - t0)
+
+
 def floor_matches_transform(blobs: Sequence[bytes]) -> bool:
     """Whether the floor loop gives imgprep's bytes (the same options, so the same work)."""
     return all(floor_one(b) == transform_one(b) for b in blobs)
@@ -451,6 +477,7 @@ def print_table(res: dict[str, Any]) -> None:
         "convert_1w": "convert --workers 1 (in-process, e2e)",
         "floor_after": "floor again, right after convert --workers 1",
         "convert_2w": "convert --workers 2 (in-process, e2e)",
+        "ceiling_2": "ceiling: 2 floor loops at once, 1 process each",
     }
     for k, label in labels.items():
         if k not in r:
@@ -572,7 +599,8 @@ def run(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
               "pillow-simd; the stock peer needs stock Pillow", file=sys.stderr)
         raise SystemExit(2)
     passes: dict[str, list[tuple[float, float]]] = {
-        k: [] for k in (*loops, "convert_1w", "convert_2w", *(["naive_stock"] if stock else []))}
+        k: [] for k in (*loops, "convert_1w", "convert_2w", "ceiling_2",
+                        *(["naive_stock"] if stock else []))}
     plan_s: list[float] = []
     cpu_passes: dict[str, list[float]] = {}  # CPU seconds per image, this process + children
     listing = measure_listing(scratch, args.listing_images)
@@ -584,10 +612,12 @@ def run(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
             < need):
         # the floor on both sides of convert_1w (a drift within the round weighs on both sides
         # of their ratio), then convert_2w right after it
-        for name in ("floor", "convert_1w", "floor_after", "convert_2w", "transform",
-                     "transform_whole", "floor_pillow", "naive"):
+        for name in ("floor", "convert_1w", "floor_after", "convert_2w", "ceiling_2",
+                     "transform", "transform_whole", "floor_pillow", "naive"):
             c0 = own_cpu_s()
-            if name.startswith("convert_"):
+            if name == "ceiling_2":
+                passes[name].append(measured(partial(time_floor_procs, blobs, 2)))
+            elif name.startswith("convert_"):
                 w = int(name[-2])
                 passes[name].append(measured(partial(
                     time_convert, tar, scratch / f"convert-{w}w-{rounds}", w, shards, n)))
@@ -623,6 +653,12 @@ def run(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
         "value": round(med["floor"] / med["naive"], 3), "target": None, "result": "info"}
     ratios["convert_2w_over_1w_best_passes"] = {
         "value": round(best["convert_2w"] / best["convert_1w"], 3),
+        "target": None, "result": "info"}
+    ratios["ceiling_2_over_floor"] = {
+        "value": round(paired_ratio(passes["ceiling_2"], passes["floor"]), 3),
+        "target": None, "result": "info"}
+    ratios["convert_2w_over_ceiling_2"] = {
+        "value": round(paired_ratio(passes["convert_2w"], passes["ceiling_2"]), 3),
         "target": None, "result": "info"}
     ratios["transform_over_floor"] = {
         "value": round(med["transform"] / med["floor"], 3), "target": None, "result": "info"}

@@ -126,6 +126,7 @@ from imgprep import (
     pil_info,
     read_manifest,
 )
+from imgprep.sections import TransformOptions
 from imgprep.shards.index import write_index
 from imgprep.shards.layout import Layout
 from imgprep.shards.manifest import write_manifest
@@ -182,10 +183,12 @@ def one_shard(folder: Path, scratch: Path) -> Path:
     return one
 
 
-def build_shards(images: Path, scratch: Path, samples: int, limit: int | None
-                 ) -> tuple[Path, list[bytes]]:
-    """Convert ``images`` once, then repeat the converted samples under new keys into more
-    shards until the set holds >= ``samples``; returns the folder and the distinct JPEGs."""
+def build_shards(images: Path, scratch: Path, samples: int, limit: int | None,
+                 store: int | None = None) -> tuple[Path, list[bytes]]:
+    """Convert ``images`` once (``imgprep convert``'s defaults, or with ``store`` their
+    short side resized to that, the aspect kept), then repeat the converted samples under new
+    keys into more shards until the set holds >= ``samples``; returns the folder and the
+    distinct JPEGs."""
     src: Path = images
     if limit is not None:
         src = scratch / "images"
@@ -195,8 +198,10 @@ def build_shards(images: Path, scratch: Path, samples: int, limit: int | None
             os.symlink(p, src / p.name)
     base = scratch / "base"
     listed = sum(1 for p in src.iterdir() if p.suffix.lower() in (".jpeg", ".jpg"))
+    transform = TransformOptions() if store is None else TransformOptions(
+        size=store, resize="short-side")
     summary = convert_splits(ConvertOptions(
-        input=src, out=base, workers=os.cpu_count() or 1,
+        input=src, out=base, workers=os.cpu_count() or 1, transform=transform,
         num_shards=max(1, math.ceil(listed / SHARD_SAMPLES))))[0]
     if not summary.complete or summary.errors:
         raise SystemExit(f"bench_loader: converting {images} failed: "
@@ -468,6 +473,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                          "folder); the scratch folder is removed afterwards")
     ap.add_argument("--sizes", action="store_true",
                     help="only the cost per image at each output size (bench.loader_sizes)")
+    ap.add_argument("--store-size", type=int, default=None, metavar="PX",
+                    help="convert the images with their short side resized to PX (aspect "
+                         "kept: shards as a resolution schedule's recipes store them) instead "
+                         "of the default 256 px centre crop")
     ap.add_argument("--size-list", type=lambda t: [int(x) for x in t.split(",")],
                     default=list(loader_sizes.SIZES), metavar="S,S,...",
                     help="the sizes of --sizes (default: %(default)s)")
@@ -618,7 +627,8 @@ def run(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
 
 def run_sizes(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
     """``--sizes``: the shard set built as for the full run, then ``bench.loader_sizes``."""
-    folder, blobs = build_shards(args.images, scratch, args.samples, args.limit)
+    folder, blobs = build_shards(args.images, scratch, args.samples, args.limit,
+                                 args.store_size)
     return loader_sizes.run_sizes(args, folder, blobs, measured)
 
 

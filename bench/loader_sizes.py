@@ -3,9 +3,10 @@ resolution schedule (128, 160, 192 and 224 px; ``--size-list`` for others), on t
 ``bench.loader`` builds from the real ILSVRC2012 sample.
 
 At each size: the floor (``loaders.SampleDecoder`` on preloaded bytes in this process, one
-core) and ``ShardLoader`` with 1 worker (whole epochs, end to end, after a warm-up epoch),
-``--repeat`` rounds interleaved across the sizes, medians over the quiet passes (as
-``bench.loader``). Reported: µs per image at each size, each size's cost over the 224 px
+core) and ``ShardLoader`` with 1 worker (whole epochs, end to end, after a warm-up epoch; one
+loader alive at a time, built afresh for each pass), ``--repeat`` rounds interleaved across
+the sizes, medians over the quiet passes (as ``bench.loader``). ``--store-size PX`` builds
+the shards with the images' short side at PX instead of the 256 px centre crop. Reported: µs per image at each size, each size's cost over the 224 px
 cost (target: 160 px <= 0.7 x 224 px, 1 worker), and what a size change would cost if the
 workers were restarted for it (their start-up: the warm-up epoch's first-batch latency less
 a later epoch's) against what the ring's slots sized for the largest size cost instead
@@ -15,6 +16,7 @@ a later epoch's) against what the ring's slots sized for the largest size cost i
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import statistics
 import time
@@ -64,17 +66,25 @@ def run_sizes(args: argparse.Namespace, folder: Path, blobs: list[bytes],
     start, load0 = time.perf_counter(), os.getloadavg()
     sizes = tuple(args.size_list)
     batch, n = args.batch_size, read_manifest(folder, "train").total_samples
-    loaders = {s: ShardLoader(folder, "train", World(), LoaderOptions(
-        batch_size=batch, workers=1, seed=0, transform=TrainTransform(size=s))) for s in sizes}
-    cold = {s: loader_epoch(ld, 0) for s, ld in loaders.items()}
+
+    def fresh(size: int) -> ShardLoader:
+        return ShardLoader(folder, "train", World(), LoaderOptions(
+            batch_size=batch, workers=1, seed=0, transform=TrainTransform(size=size)))
+
+    cold: dict[int, dict[str, float]] = {}
     passes: dict[str, list[dict[str, float]]] = {
         f"{kind}_{s}": [] for s in sizes for kind in ("floor", "loader")}
     for r in range(args.repeat):
-        for s, ld in loaders.items():
+        for s in sizes:
             passes[f"floor_{s}"].append(measured(partial(floor_pass, blobs, min(n, 2000),
                                                          batch, s)))
-            passes[f"loader_{s}"].append(measured(partial(loader_epoch, ld, r + 1)))
-    del loaders
+            # one loader (and its worker) alive at a time: a warm-up epoch, then the timed one
+            loader = fresh(s)
+            warm = loader_epoch(loader, 0)
+            cold.setdefault(s, warm)
+            passes[f"loader_{s}"].append(measured(partial(loader_epoch, loader, r + 1)))
+            del loader
+            gc.collect()
     return summarise(args, sizes, passes, cold, batch, start, load0, n)
 
 
@@ -103,6 +113,8 @@ def summarise(args: argparse.Namespace, sizes: tuple[int, ...],
     slot_mb = {s: round((2 + 2) * batch * 3 * s * s / MB, 1) for s in sizes}  # prefetch 2 + 2
     return {
         "benchmark": "loader", "mode": "sizes", "sizes": list(sizes), "samples": n,
+        "store": (f"short side {args.store_size} px" if args.store_size
+                  else "256 px centre crop"),
         "batch_size": batch, "repeat": args.repeat, "workers": 1,
         "us_per_image": us, "ratios": ratios,
         "worker_restart_s": restart, "ring_mb_per_worker": slot_mb,
@@ -117,7 +129,8 @@ def summarise(args: argparse.Namespace, sizes: tuple[int, ...],
 
 
 def print_sizes(res: dict[str, Any]) -> None:
-    print(f"loader cost per image by output size: {res['samples']:,} samples, batch "
+    print(f"loader cost per image by output size: {res['samples']:,} samples stored at "
+          f"{res['store']}, batch "
           f"{res['batch_size']}, 1 worker, {res['repeat']} interleaved rounds; load average "
           f"{res['loadavg_start']} -> {res['loadavg_end']}")
     print(f"{'size':>6s} {'floor us':>9s} {'loader us':>10s} {'loader/224':>11s} "
