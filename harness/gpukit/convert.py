@@ -12,6 +12,11 @@ imgprep in between, their images over the wall time from the first start to the 
 floor)`` is how the machine scales with every core busy (shared caches, memory, clocks), the
 bound against which every many-worker ratio here (convert's, the loader's) is read.
 
+Two rows tell whether the output disk is what holds convert back: the same conversion into
+tmpfs (``/dev/shm``, no disk, where it has room), and the work folder's sequential write rate
+(up to 1 GiB through the shard writer's own O_DIRECT path) beside the MB/s convert writes at its
+rate.
+
 The projection is measured, never derived, whichever PIL is installed (the C path does not use
 it for JPEGs). A run has a fixed cost (the workers' start, imports, finishing the manifest)
 that a short synthetic run pays in full and the 1,281,167 images pay once: the same tar with
@@ -24,20 +29,27 @@ plain rate's projection is a row too.
 from __future__ import annotations
 
 import multiprocessing
+import os
+import shutil
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from bench.convert import IMAGENET_TRAIN_IMAGES, floor_one, time_convert, time_loop
 from imgprep import pil_info
+from imgprep.shards.directio import AppendWriter
 
 from .context import Context
 from .data import HALF, TRAIN_TAR, pool_blobs
 from .machine import cores
-from .record import below, figure
+from .record import Row, below, figure
 from .timing import median, ratio_of
 
 TARGET_MINUTES = 2.5
+TMPFS = Path("/dev/shm")
+OUT_BYTES_PER_IMAGE = 60_000  # room asked of tmpfs per image (outputs are ~40 kB)
+DISK_TEST_MB = 1024
 
 
 _BLOBS: list[Sequence[bytes]] = []  # the floor's bytes, inherited by the forked loops
@@ -67,6 +79,35 @@ def ceiling(blobs: Sequence[bytes], loops: int) -> float:
     return loops * len(blobs) / (last - first)
 
 
+def tmpfs_room(images: int) -> Path | None:
+    """``/dev/shm`` when it is a writable folder with room for ``images`` outputs, else None."""
+    try:
+        room = shutil.disk_usage(TMPFS).free
+    except OSError:
+        return None
+    ok = TMPFS.is_dir() and os.access(TMPFS, os.W_OK) and room > images * OUT_BYTES_PER_IMAGE
+    return TMPFS if ok else None
+
+
+def disk_write_mbps(folder: Path, mb: int = DISK_TEST_MB) -> float:
+    """MB/s of a ``mb`` MB sequential write into ``folder`` through the shard writer's own
+    path (O_DIRECT where the file system allows, 1 MB writes on a thread), fsync included."""
+    path = folder / "disk-write-test"
+    chunk = os.urandom(1 << 20)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        t0 = time.perf_counter()
+        w = AppendWriter(fd, 2 << 20)
+        for _ in range(mb):
+            w.write([chunk], len(chunk))
+        w.close()
+        os.fsync(fd)
+        return mb * (1 << 20) / 1e6 / (time.perf_counter() - t0)
+    finally:
+        os.close(fd)
+        path.unlink(missing_ok=True)
+
+
 def check(ctx: Context) -> dict[str, Any]:
     p = ctx.profile
     folder = ctx.input()
@@ -77,7 +118,9 @@ def check(ctx: Context) -> dict[str, Any]:
     ceilings: list[float] = []
     converts: list[float] = []
     halves: list[float] = []
+    in_ram: list[float] = []
     half = p.images // 2
+    shm = tmpfs_room(p.images)
     for _ in range(p.rounds):
         floors.append(time_loop(floor_one, blobs))
         ceilings.append(ceiling(blobs, workers))
@@ -85,6 +128,12 @@ def check(ctx: Context) -> dict[str, Any]:
                                      None, p.images))
         halves.append(time_convert(folder / HALF / TRAIN_TAR, ctx.work / "convert-out",
                                    workers, None, half))
+        if shm is not None:
+            in_ram.append(time_convert(folder / TRAIN_TAR, shm / "imgprep-convert-out",
+                                       workers, None, p.images))
+    out_bytes = sum(len(floor_one(b)) for b in blobs) / len(blobs)
+    disk = disk_write_mbps(ctx.work, min(DISK_TEST_MB, max(
+        16, p.images * OUT_BYTES_PER_IMAGE >> 20)))
     rate = median(converts)
     many = [workers * f for f in floors]
     pil = pil_info(check_avx2=False)
@@ -101,6 +150,7 @@ def check(ctx: Context) -> dict[str, Any]:
         figure(c, f"ceiling / ({workers} x floor)", f"{ratio_of(ceilings, many):.3f}"),
         figure(c, f"convert / ({workers} x floor)", f"{ratio_of(converts, many):.3f}"),
         figure(c, "convert / ceiling", f"{ratio_of(converts, ceilings):.3f}"),
+        *_disk_rows(c, workers, in_ram, ceilings, disk, rate * out_bytes / 1e6),
         figure(c, f"fixed cost of a run (from {half:,} and {p.images:,} images), s", fixed, 2),
         figure(c, "marginal rate (past the fixed cost), img/s", marginal),
         figure(c, "marginal rate / ceiling", f"{marginal / median(ceilings):.3f}"),
@@ -111,8 +161,23 @@ def check(ctx: Context) -> dict[str, Any]:
               ctx.targets_apply),
     ]
     return {"rows": rows, "workers": workers, "floor": floors, "ceiling": ceilings,
-            "convert": converts, "half": halves, "fixed_s": fixed, "marginal": marginal,
+            "convert": converts, "half": halves, "in_ram": in_ram, "disk_mbps": disk,
+            "out_bytes_per_image": out_bytes, "fixed_s": fixed, "marginal": marginal,
             "minutes": minutes, "pillow_simd": pil.pillow_simd, "crop_decode": pil.crop_decode}
+
+
+def _disk_rows(c: str, workers: int, in_ram: list[float], ceilings: list[float],
+               disk: float, writes: float) -> list[Row]:
+    """The rows that tell the output disk's part: convert into tmpfs, the disk's write rate
+    and what convert writes."""
+    rows = [figure(c, "output disk (the work folder): sequential write, MB/s", disk),
+            figure(c, "what convert writes at its rate, MB/s", writes)]
+    if in_ram:
+        rows[:0] = [
+            figure(c, f"convert --workers {workers}, output in tmpfs ({TMPFS}), img/s",
+                   median(in_ram)),
+            figure(c, "convert in tmpfs / ceiling", f"{ratio_of(in_ram, ceilings):.3f}")]
+    return rows
 
 
 def _fixed_and_marginal(n: int, rate: float, half: int, half_rate: float

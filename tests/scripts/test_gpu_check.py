@@ -103,6 +103,8 @@ def test_cpu_form_records_the_figures_each_check_promises(cpu_run: Any) -> None:
     assert "convert / ceiling" in convert and rec["checks"]["convert"]["ceiling"][0] > 0
     assert "fixed cost + marginal rate" in convert and "marginal rate / ceiling" in convert
     conv = rec["checks"]["convert"]
+    assert "sequential write" in convert and conv["disk_mbps"] > 0
+    assert 1000 < conv["out_bytes_per_image"] < 200_000
     assert conv["marginal"] > 0 and conv["fixed_s"] >= 0 and len(conv["half"]) == len(
         conv["convert"])
     assert rec["checks"]["loader"]["ratio"] > 0
