@@ -121,12 +121,12 @@ from imgprep import (
     ConvertOptions,
     Manifest,
     ShardEntry,
+    TransformOptions,
     World,
     convert_splits,
     pil_info,
     read_manifest,
 )
-from imgprep.sections import TransformOptions
 from imgprep.shards.index import write_index
 from imgprep.shards.layout import Layout
 from imgprep.shards.manifest import write_manifest

@@ -6,8 +6,9 @@ At each size: the floor (``loaders.SampleDecoder`` on preloaded bytes in this pr
 core) and ``ShardLoader`` with 1 worker (whole epochs, end to end, after a warm-up epoch; one
 loader alive at a time, built afresh for each pass), ``--repeat`` rounds interleaved across
 the sizes, medians over the quiet passes (as ``bench.loader``). ``--store-size PX`` builds
-the shards with the images' short side at PX instead of the 256 px centre crop. Reported: µs per image at each size, each size's cost over the 224 px
-cost (target: 160 px <= 0.7 x 224 px, 1 worker), and what a size change would cost if the
+the shards with the images' short side at PX instead of the 256 px centre crop. Reported:
+µs per image at each size, each size's cost over the 224 px cost (target: 160 px <= 0.7 x
+224 px, 1 worker), and what a size change would cost if the
 workers were restarted for it (their start-up: the warm-up epoch's first-batch latency less
 a later epoch's) against what the ring's slots sized for the largest size cost instead
 (memory, MB a worker).

@@ -14,7 +14,7 @@ bound against which every many-worker ratio here (convert's, the loader's) is re
 
 Two rows tell whether the output disk is what holds convert back: the same conversion into
 tmpfs (``/dev/shm``, no disk, where it has room), and the work folder's sequential write rate
-(up to 1 GiB through the shard writer's own O_DIRECT path) beside the MB/s convert writes at its
+(up to 1 GiB in 1 MB writes, fsync included) beside the MB/s convert writes at its
 rate.
 
 The projection is measured, never derived, whichever PIL is installed (the C path does not use
@@ -38,7 +38,6 @@ from typing import Any
 
 from bench.convert import IMAGENET_TRAIN_IMAGES, floor_one, time_convert, time_loop
 from imgprep import pil_info
-from imgprep.shards.directio import AppendWriter
 
 from .context import Context
 from .data import HALF, TRAIN_TAR, pool_blobs
@@ -90,17 +89,16 @@ def tmpfs_room(images: int) -> Path | None:
 
 
 def disk_write_mbps(folder: Path, mb: int = DISK_TEST_MB) -> float:
-    """MB/s of a ``mb`` MB sequential write into ``folder`` through the shard writer's own
-    path (O_DIRECT where the file system allows, 1 MB writes on a thread), fsync included."""
+    """MB/s of a ``mb`` MB sequential write into ``folder`` in 1 MB writes, fsync included."""
     path = folder / "disk-write-test"
     chunk = os.urandom(1 << 20)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         t0 = time.perf_counter()
-        w = AppendWriter(fd, 2 << 20)
         for _ in range(mb):
-            w.write([chunk], len(chunk))
-        w.close()
+            view = memoryview(chunk)
+            while view:
+                view = view[os.write(fd, view):]
         os.fsync(fd)
         return mb * (1 << 20) / 1e6 / (time.perf_counter() - t0)
     finally:
