@@ -13,12 +13,12 @@ def passes(rate: float, rounds: int = 3) -> list[dict[str, float]]:
             for _ in range(rounds)]
 
 
-def result(rates: dict[int, float]) -> dict:
+def result(rates: dict[int, float], store: int | None = None) -> dict:
     sizes = tuple(rates)
     runs = {f"{k}_{s}": passes(r) for s, r in rates.items() for k in ("floor", "loader")}
     cold = {s: {"first_batch_s": 0.11} for s in sizes}
-    return loader_sizes.summarise(argparse.Namespace(repeat=3), sizes, runs, cold, 64,
-                                  0.0, (0.0, 0.0, 0.0), 1000)
+    return loader_sizes.summarise(argparse.Namespace(repeat=3, store_size=store), sizes, runs,
+                                  cold, 64, 0.0, (0.0, 0.0, 0.0), 1000)
 
 
 def test_costs_are_us_per_image_and_ratios_costs_over_224_px() -> None:
@@ -29,6 +29,11 @@ def test_costs_are_us_per_image_and_ratios_costs_over_224_px() -> None:
     assert res["ratios"]["loader_cost_128_over_224"]["result"] == "info"
     assert res["worker_restart_s"][160] == 0.1 and res["all_pass"]
     assert res["ring_mb_per_worker"][224] == round(4 * 64 * 3 * 224 * 224 / 1e6, 1)
+    assert res["store"] == "256 px centre crop"
+
+
+def test_the_store_is_named_when_the_shards_keep_a_larger_short_side() -> None:
+    assert result({160: 2500.0, 224: 2000.0}, store=384)["store"] == "short side 384 px"
 
 
 def test_160_px_costing_more_than_0_7_of_224_px_falls_short() -> None:
