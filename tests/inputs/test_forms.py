@@ -10,6 +10,7 @@ import gzip
 import importlib
 import lzma
 import os
+import random
 import zipfile
 from pathlib import Path
 
@@ -302,3 +303,26 @@ def test_a_wnid_suffix_is_split_off_only_when_it_is_a_wnid() -> None:
     assert split_wnid_suffix("ILSVRC2012_val_00000001_n01751748") == (
         "ILSVRC2012_val_00000001", "n01751748")
     assert split_wnid_suffix("n01440764_10026") == ("n01440764_10026", "")
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_binary_data_starting_like_a_page_is_not_called_one(tmp_path: Path, seed: int) -> None:
+    """Random bytes that happen to begin with ``{`` or ``<html`` are not named a web page."""
+    rng = random.Random(seed)
+    start = (b"{", b" {", b"<html", b"\n<?xml")[seed % 4]
+    path = _other(tmp_path / "ILSVRC2012_img_train.tar", start + rng.randbytes(4000))
+    try:
+        detect(path)  # detected by its name; the listing then says it is no tar
+    except SourceFormatError as e:
+        assert "web page" not in str(e)
+
+
+@pytest.mark.parametrize("body", [
+    b'{"error": "quota exceeded", "code": 429}',
+    "<html><body>Connexion requise — réessayez plus tard</body></html>".encode(),
+    b"<?xml version='1.0'?><Error><Code>AccessDenied</Code></Error>",
+])
+def test_text_pages_in_utf8_are_named(tmp_path: Path, body: bytes) -> None:
+    path = _other(tmp_path / "ILSVRC2012_img_train.tar", body)
+    with pytest.raises(SourceFormatError, match="is a text or web page"):
+        detect(path)

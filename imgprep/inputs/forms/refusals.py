@@ -34,6 +34,7 @@ DEVKIT = re.compile(r"^ILSVRC2012_devkit_t12\.(?:tar\.gz|tgz|tar)$", re.IGNORECA
 LFS_POINTER = b"version https://git-lfs.github.com/spec/"
 LFS_FIELDS = re.compile(rb"^(oid \S+|size \d+)$", re.MULTILINE)
 HEAD = 256
+TEXT_SHARE = 0.95  # of a page's first characters that are printable or whitespace
 
 
 def _stem(path: Path) -> str:
@@ -104,11 +105,24 @@ def _by_content(path: Path, head: bytes) -> None:
             "data: the repository was cloned without its LFS objects; fetch them in the "
             f"clone with `git lfs pull --include {shlex.quote(path.name)}` (or `git lfs "
             "pull`), then convert it")
-    if PAGE.match(head):
+    if PAGE.match(head) and _is_text(head):
         raise SourceFormatError(
             f"{path} is a text or web page (it starts {head[:24]!r}), not ImageNet data: the "
             "download link returned a page (a login, an expired link or a quota message); "
             "download the file again from the page it came from")
+
+
+def _is_text(head: bytes) -> bool:
+    """Whether ``head`` reads as text: UTF-8 (a character cut at the end allowed) and nearly
+    all printable: a page, not binary data that happens to start with ``{`` or ``<``."""
+    try:
+        text = head.decode("utf-8")
+    except UnicodeDecodeError as e:
+        if e.start < len(head) - 3:
+            return False
+        text = head[:e.start].decode("utf-8")
+    shown = sum(1 for c in text if c.isprintable() or c in "\t\n\r")
+    return bool(text) and shown >= TEXT_SHARE * len(text)
 
 
 def is_tar(path: Path) -> bool:
