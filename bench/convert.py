@@ -645,42 +645,30 @@ def run(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
     }
     ratios = {k: {"value": round(v, 3), "target": TARGETS[k], "result": verdict(v, TARGETS[k])}
               for k, v in values.items()}
+    info: dict[str, float] = {}  # figures without a target, in the table's order
     if stock:
-        ratios["convert_1w_over_naive_same_pil"] = {
-            "value": round(med["convert_1w"] / med["naive"], 3), "target": None,
-            "result": "info"}
-    ratios["floor_over_naive"] = {
-        "value": round(med["floor"] / med["naive"], 3), "target": None, "result": "info"}
-    ratios["convert_2w_over_1w_best_passes"] = {
-        "value": round(best["convert_2w"] / best["convert_1w"], 3),
-        "target": None, "result": "info"}
-    ratios["ceiling_2_over_floor"] = {
-        "value": round(paired_ratio(passes["ceiling_2"], passes["floor"]), 3),
-        "target": None, "result": "info"}
-    ratios["convert_2w_over_ceiling_2"] = {
-        "value": round(paired_ratio(passes["convert_2w"], passes["ceiling_2"]), 3),
-        "target": None, "result": "info"}
-    ratios["transform_over_floor"] = {
-        "value": round(med["transform"] / med["floor"], 3), "target": None, "result": "info"}
-    ratios["floor_over_floor_pillow"] = {
-        "value": round(paired_ratio(passes["floor"], passes["floor_pillow"]), 3),
-        "target": None, "result": "info"}
-    ratios["crop_decode_speedup"] = {
-        "value": round(paired_ratio(passes["transform"], passes["transform_whole"]), 3),
-        "target": None, "result": "info"}
-    ratios["convert_1w_over_transform"] = {
-        "value": round(med["convert_1w"] / med["transform"], 3), "target": None, "result": "info"}
-    # CPU time, not wall: what the ratios would be with free cores (the 2-worker figure is
-    # 2 x the CPU efficiency of the split: an upper bound that assumes a second idle core).
-    ratios["convert_1w_over_floor_cpu"] = {
-        "value": round(statistics.median(
+        info["convert_1w_over_naive_same_pil"] = med["convert_1w"] / med["naive"]
+    info |= {
+        "floor_over_naive": med["floor"] / med["naive"],
+        "convert_2w_over_1w_best_passes": best["convert_2w"] / best["convert_1w"],
+        "ceiling_2_over_floor": paired_ratio(passes["ceiling_2"], passes["floor"]),
+        "convert_2w_over_ceiling_2": paired_ratio(passes["convert_2w"], passes["ceiling_2"]),
+        "transform_over_floor": med["transform"] / med["floor"],
+        "floor_over_floor_pillow": paired_ratio(passes["floor"], passes["floor_pillow"]),
+        "crop_decode_speedup": paired_ratio(passes["transform"], passes["transform_whole"]),
+        "convert_1w_over_transform": med["convert_1w"] / med["transform"],
+        # CPU time, not wall: what the ratios would be with free cores (the 2-worker figure
+        # is 2 x the CPU efficiency of the split: an upper bound that assumes a second idle
+        # core).
+        "convert_1w_over_floor_cpu": statistics.median(
             (f + g) / 2 / c for f, g, c in zip(cpu_passes["floor"], cpu_passes["floor_after"],
                                                cpu_passes["convert_1w"], strict=True)),
-            3), "target": None, "result": "info"}
-    ratios["convert_2w_over_1w_cpu_bound"] = {
-        "value": round(statistics.median(
+        "convert_2w_over_1w_cpu_bound": statistics.median(
             2 * a / b for a, b in zip(cpu_passes["convert_1w"], cpu_passes["convert_2w"],
-                                      strict=True)), 3), "target": None, "result": "info"}
+                                      strict=True)),
+    }
+    ratios |= {k: {"value": round(v, 3), "target": None, "result": "info"}
+               for k, v in info.items()}
     projection = project(med["convert_1w"], statistics.median(plan_s) / n, listing,
                          args.disk_gbps)
     return {
