@@ -50,6 +50,7 @@
 #include <jerror.h>
 
 #include "csrc/bindings.h"
+#include "csrc/budget.h"
 #include "csrc/frame.h"
 #include "csrc/jerr.h"
 #include "csrc/resample.h"
@@ -57,15 +58,11 @@
 #include "csrc/libjpeg_info.h"
 
 enum { FAST = 0, PROGRESSIVE = 1, COLOR = 2, TAIL = 3, BROKEN = 4 };
-/* The most memory probe's check gives libjpeg's coefficient buffers: a larger image is an
- * error there (no backing store), not an allocation the size its header claims. */
-#define CHECK_MEMORY (2048L * 1024 * 1024)
 
 static PyObject *report(const JpegErr *err, long trailing, int with_error) {
-    return Py_BuildValue("{s:i,s:s,s:i,s:i,s:l,s:l,s:s}", "warnings", err->warnings,
-                         "first", err->first, "eof", err->eof, "hit_marker", err->hit_marker,
-                         "padding", err->padding, "trailing", trailing, "error",
-                         with_error ? err->message : "");
+    Scan scan;
+    jerr_scan(err, trailing, &scan);
+    return scan_dict(&scan, with_error ? err->message : "", with_error && err->refused);
 }
 
 /* Whether the bytes from ``p`` to the end are entropy-coded data with restart markers only,
@@ -96,6 +93,7 @@ static PyObject *probe(PyObject *Py_UNUSED(self), PyObject *args) {
     }
     struct jpeg_decompress_struct cinfo;
     JpegErr err;
+    Budget budget;
     volatile int code = FAST, failed = 0;
     volatile long width = 0, height = 0, trailing = 0;
     Py_BEGIN_ALLOW_THREADS
@@ -104,6 +102,7 @@ static PyObject *probe(PyObject *Py_UNUSED(self), PyObject *args) {
         failed = 1;
     } else {
         frame_setup(&cinfo, &err);
+        budget_attach(&cinfo, &budget);
         jpeg_mem_src(&cinfo, view.buf, (unsigned long)view.len);
         jpeg_read_header(&cinfo, TRUE);
         width = (long)cinfo.image_width;
@@ -117,7 +116,7 @@ static PyObject *probe(PyObject *Py_UNUSED(self), PyObject *args) {
                              (const unsigned char *)view.buf + view.len))
             code = TAIL;
         if (check) {
-            cinfo.mem->max_memory_to_use = CHECK_MEMORY;
+            budget_header(&cinfo, (size_t)view.len);
             jpeg_read_coefficients(&cinfo);
             jpeg_finish_decompress(&cinfo);
             trailing = (long)cinfo.src->bytes_in_buffer;
@@ -297,10 +296,20 @@ static struct PyModuleDef module = {
     methods, NULL, NULL, NULL, NULL,
 };
 
+/* The per-image budget's limits (imgprep/csrc/budget.h), which imgprep.budget reads. */
+static int add_budget(PyObject *m) {
+    return PyModule_AddIntConstant(m, "BUDGET_MAX_SCANS", BUDGET_MAX_SCANS) < 0 ||
+           PyModule_AddIntConstant(m, "BUDGET_MAX_BLOCK_SCANS", (long)BUDGET_MAX_BLOCK_SCANS) < 0 ||
+           PyModule_AddIntConstant(m, "BUDGET_BLOCKS_PER_BYTE", BUDGET_BLOCKS_PER_BYTE) < 0 ||
+           PyModule_AddIntConstant(m, "BUDGET_ARITH_BLOCKS_PER_BYTE",
+                                   BUDGET_ARITH_BLOCKS_PER_BYTE) < 0
+        ? -1 : 0;
+}
+
 PyMODINIT_FUNC PyInit__jpegcrop(void) {
     PyObject *m = PyModule_Create(&module);
     if (m != NULL && (PyModule_AddIntConstant(m, "LIBJPEG_VERSION", JPEG_LIB_VERSION) < 0 ||
-                      imgprep_add_libjpeg_info(m) < 0)) {
+                      imgprep_add_libjpeg_info(m) < 0 || add_budget(m) < 0)) {
         Py_DECREF(m);
         return NULL;
     }

@@ -17,11 +17,11 @@ decode would raise), corrupt data that makes libjpeg warn, and anything that is 
 Those go to the caller's Pillow path.
 
 Damage is never silent (``Scan``, ``check``): reading a JPEG's data to its end (``check``, or
-``Frame.decode(..., whole=True)`` on the fast path, at no extra decode) tells a file cut
-short, padded or carrying large trailing data, which is an error (``Scan.damage``), from one
-that decodes whole with libjpeg's warnings, which converts (``Scan.notes``); docs/convert.md
-gives the rule and the real files it was decided from. Images are held to Pillow's
-decompression-bomb limit before a frame is made (``check_pixels``).
+a whole decode, at no extra cost) tells a file cut short, padded or carrying large trailing
+data, which is an error (``Scan.damage``), from one that decodes whole with libjpeg's warnings,
+which converts (``Scan.notes``); docs/convert.md gives the rule and the real files it was
+decided from. Every decode runs under the per-image budget (``imgprep.budget``), and images
+are held to Pillow's decompression-bomb limit before a frame is made (``check_pixels``).
 """
 
 from __future__ import annotations
@@ -106,17 +106,20 @@ class Scan:
     padding: int = 0  # the most bytes libjpeg skipped before one marker
     trailing: int = 0  # bytes after the end-of-image marker
     error: str = ""  # libjpeg's error: the data could not be read to its end
+    refused: bool = False  # ``error`` is the budget's refusal (imgprep.budget)
 
     @classmethod
     def of(cls, report: dict[str, Any]) -> Scan:
         return cls(warnings=report["warnings"], first=report["first"],
                    eof=bool(report["eof"]), hit_marker=bool(report["hit_marker"]),
                    padding=report["padding"], trailing=report["trailing"],
-                   error=report["error"])
+                   error=report["error"], refused=bool(report.get("refused", 0)))
 
     def damage(self) -> str | None:
-        """Why the file is damaged (cut short, padded, trailing data, unreadable), or None
-        when its pixels are whole."""
+        """Why the file is damaged (cut short, padded, trailing data, unreadable) or refused
+        (over its budget), or None when its pixels are whole."""
+        if self.refused:
+            return f"refused: {self.error}"
         if self.error:
             return f"damaged JPEG data: {self.error}"
         end = "and no end-of-image marker" if self.eof else "before a marker"
@@ -148,20 +151,12 @@ class Scan:
 
 
 def check(data: bytes) -> Scan:
-    """Read every scan of the JPEG ``data`` to its end, making no pixels (about two thirds
-    of a decode's time); where the extension is not built, ``tail_scan``."""
+    """Read every scan of the JPEG ``data`` to its end under the per-image budget
+    (``imgprep.budget``), making no pixels (about two thirds of a decode's time); ValueError
+    where the extension is not built (``imgprep.imagefile.jpeg_scan`` serves either way)."""
     if _jpegcrop is None:
-        return tail_scan(data)
+        raise ValueError(f"the crop-aware decoder is not built ({_MISSING})")
     return Scan.of(_jpegcrop.probe(data, True)[3])
-
-
-def tail_scan(data: bytes) -> Scan:
-    """What the bytes alone show, in microseconds and the same on every host: whether the
-    JPEG ``data`` ends with its end-of-image marker, and what follows the last one."""
-    if data.endswith(b"\xff\xd9"):
-        return Scan()
-    end = data.rfind(b"\xff\xd9")
-    return Scan(eof=True) if end < 0 else Scan(trailing=len(data) - end - 2)
 
 
 def pixel_limit() -> int | None:
@@ -259,18 +254,21 @@ class Frame:
         return (None if scan.warnings else img), scan
 
 
-SAMPLE_DONE, SAMPLE_DECLINED, SAMPLE_FAILED = 0, 1, 2  # sample's statuses
+SAMPLE_DONE, SAMPLE_DECLINED, SAMPLE_FAILED, SAMPLE_REFUSED = 0, 1, 2, 3  # sample's statuses
 
 
 @dataclass(frozen=True)
 class Sampled:
-    """What ``sample`` did: ``status`` SAMPLE_DONE (``whole``: the whole image was decoded,
-    not a region), SAMPLE_DECLINED (a colour space libjpeg makes no RGB of: decode it with
-    Pillow) or SAMPLE_FAILED (``message`` says why)."""
+    """What ``sample`` did: ``status`` SAMPLE_DONE (``whole``: the whole image was decoded and
+    its data read to its end, ``scan`` saying what that found; else a region, ``scan``
+    None), SAMPLE_DECLINED (a colour space libjpeg makes no RGB of: decode it with Pillow),
+    SAMPLE_FAILED or SAMPLE_REFUSED (over its budget, ``imgprep.budget``; ``message`` says
+    why)."""
 
     status: int
     whole: bool
     message: str
+    scan: Scan | None = None
 
 
 def sample(data: bytes, width: int, height: int, *, draft: tuple[int, int] | None,
@@ -283,14 +281,15 @@ def sample(data: bytes, width: int, height: int, *, draft: tuple[int, int] | Non
     imgprep's resampler (bilinear, Pillow's filter semantics; None: nothing resampled), and
     the ``crop`` (left, top, right, bottom) of that written into ``out`` (uint8, C-contiguous:
     3 x H x W when ``planar``, else H x W x 3), mirrored when ``flip``. A region that meets
-    corrupt data is decoded again whole, as Pillow decodes it. ValueError on bad arguments."""
+    corrupt data is decoded again whole, as Pillow decodes it, and a whole decode's ``scan``
+    is for the caller to judge (``Scan.damage``). ValueError on bad arguments."""
     if _jpegcrop is None or not hasattr(_jpegcrop, "sample"):
         raise ValueError(f"the crop-aware decoder is not built ({_MISSING or 'an older one'})")
     limit = pixel_limit()
-    status, path, _, message = _jpegcrop.sample(
+    status, path, message, report = _jpegcrop.sample(
         data, width, height, draft or (0, 0), resize or (0, 0), box, crop, flip, planar, whole,
         0 if limit is None else limit, out)
-    return Sampled(status, path == 1, message)
+    return Sampled(status, path == 1, message, None if report is None else Scan.of(report))
 
 
 def pack(src: Image.Image | np.ndarray, src_width: int, box: tuple[int, int, int, int],

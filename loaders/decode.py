@@ -22,8 +22,10 @@ The transform's geometry is drawn once, from the header's size, in Python, so th
 order, boxes and flips are the same on every path. A header that declares more pixels than
 Pillow's decompression-bomb check allows is a ``SampleError`` (the loader's ``on_error``
 policy) before any frame is made, in the words of the Pillow path's refusal
-(``jpegcrop.check_pixels``); a JPEG without its end-of-image marker or with large trailing
-data is one on every path (``jpegcrop.tail_scan``).
+(``jpegcrop.check_pixels``). Every image is held to the per-image budget (``imgprep.budget``:
+inside the extension, or by ``imgprep.imagefile`` before Pillow decodes it), opened by
+convert's list of formats, and judged by convert's damage rule (``jpegcrop.Scan.damage``, on
+what a whole decode read to the end; docs/loaders.md says where a region decode reads less).
 """
 
 from __future__ import annotations
@@ -32,7 +34,15 @@ import numpy as np
 from PIL import Image
 
 from imgprep import jpegcrop, resample
-from loaders.transforms import Geometry, SampleError, Transform, apply, bomb, pillow_decode
+from loaders.transforms import (
+    Geometry,
+    SampleError,
+    Transform,
+    apply,
+    bomb,
+    decoding,
+    pillow_decode,
+)
 
 # The pixel versions a loader's state records (``loaders.base``): who decodes and resamples.
 PIXELS_IMGPREP = "imgprep-1"  # the extension's libjpeg-turbo and resampler
@@ -87,9 +97,6 @@ class SampleDecoder:
                 jpegcrop.check_pixels(p.width, p.height)
             except Image.DecompressionBombError as e:
                 raise bomb(where, e) from e
-            damage = None if p.reason is None else jpegcrop.tail_scan(data).damage()
-            if damage is not None:  # the Pillow path's rule, before any draw
-                raise SampleError(f"{where}: {damage}")
             g = self.transform.geometry(p.width, p.height, rng)
             if self._jpeg(data, p, g, out, where):
                 return
@@ -106,8 +113,13 @@ class SampleDecoder:
                                planar=self.planar, whole=whole)
         if done.status == jpegcrop.SAMPLE_FAILED:
             raise SampleError(f"{where}: cannot decode ({done.message})")
+        if done.status == jpegcrop.SAMPLE_REFUSED:
+            raise SampleError(f"{where}: refused: {done.message}")
         if done.status == jpegcrop.SAMPLE_DECLINED:
             return False
+        damage = None if done.scan is None else done.scan.damage()
+        if damage is not None:  # convert's rule, on what the whole decode read
+            raise SampleError(f"{where}: {damage}")
         if done.whole:
             self.whole_count += 1
         else:
@@ -118,10 +130,8 @@ class SampleDecoder:
                 g: Geometry | None) -> None:
         """Decode with Pillow (what libjpeg-turbo cannot), resample with the extension."""
         img, g, box = pillow_decode(data, self.transform, rng, where, g)
-        try:
+        with decoding(img, where):
             pixels = np.asarray(img)
-        except (OSError, SyntaxError, ValueError) as e:
-            raise SampleError(f"{where}: cannot decode ({e})") from e
         left, top, right, bottom = g.crop
         if g.resize is None:
             resize, box = (img.width, img.height), (0, 0, img.width, img.height)

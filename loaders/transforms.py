@@ -15,14 +15,15 @@ Pixels stay uint8 CHW; normalisation happens on the device (``loaders.device``).
 
 from __future__ import annotations
 
-import io
+import contextlib
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
 import numpy as np
 from PIL import Image
 
-from imgprep import ImgprepError, jpegcrop
+from imgprep import ImgprepError, imagefile
 
 _BILINEAR = Image.Resampling.BILINEAR
 _FLIP = Image.Transpose.FLIP_LEFT_RIGHT
@@ -185,20 +186,24 @@ def bomb(where: str, e: Image.DecompressionBombError) -> SampleError:
                        "sets the limit)")
 
 
-def _open(data: bytes, where: str) -> Image.Image:
-    """The image ``data`` holds, its declared size held to Pillow's decompression-bomb rule,
-    and a JPEG's end checked (``jpegcrop.tail_scan``: cut short, padded without its
-    end-of-image marker, or large trailing data is an error, never a smeared sample)."""
+@contextlib.contextmanager
+def _as_sample(where: str) -> Iterator[None]:
+    """``imagefile``'s refusals as the sample's ``SampleError`` (a bomb in the words both
+    decode paths use)."""
     try:
-        img = Image.open(io.BytesIO(data))
-    except Image.DecompressionBombError as e:
-        raise bomb(where, e) from e
-    except (OSError, SyntaxError, ValueError) as e:
-        raise SampleError(f"{where}: not a decodable image ({e})") from e
-    damage = jpegcrop.tail_scan(data).damage() if img.format == "JPEG" else None
-    if damage is not None:
-        raise SampleError(f"{where}: {damage}")
-    return img
+        yield
+    except ImgprepError as e:
+        if isinstance(e.__cause__, Image.DecompressionBombError):
+            raise bomb(where, e.__cause__) from e
+        raise SampleError(f"{where}: {e}") from e
+
+
+@contextlib.contextmanager
+def decoding(img: Image.Image, where: str) -> Iterator[None]:
+    """Any failure of Pillow's decoders on ``img`` (``imagefile.decoding``) as the sample's
+    ``SampleError``, so that ``on_error`` holds it whatever the decoder raised."""
+    with _as_sample(where), imagefile.decoding(img):
+        yield
 
 
 def pillow_decode(data: bytes, t: Transform, rng: np.random.Generator, where: str = "sample",
@@ -206,16 +211,17 @@ def pillow_decode(data: bytes, t: Transform, rng: np.random.Generator, where: st
     """Open ``data`` with Pillow, draft a JPEG as ``t``'s geometry (``geometry``: the one
     ``t`` already drew for it) asks and make it RGB: the image (pixels decoded when first
     read), the geometry, and its box in the decoded pixels (None: the whole image)."""
-    img = _open(data, where)
-    try:
-        w, h = img.size
-        g = geometry or t.geometry(w, h, rng)
+    with _as_sample(where):  # opened as convert opens it: formats, Pillow's bomb rule
+        img = imagefile.identify(data)
+    w, h = img.size
+    g = geometry or t.geometry(w, h, rng)  # drawn from the header, as the extension's path
+    with _as_sample(where):  # the budget and convert's damage rule, before any pixel
+        imagefile.check_budget(img, data)
+    with decoding(img, where):
         if g.draft is not None and img.format == "JPEG":
             img.draft("RGB", g.draft)
         if img.mode != "RGB":
             img = img.convert("RGB")
-    except (OSError, SyntaxError, ValueError) as e:
-        raise SampleError(f"{where}: cannot decode ({e})") from e
     sx, sy = img.width / w, img.height / h  # the draft's scale
     box = None if g.box is None else (g.box[0] * sx, g.box[1] * sy, g.box[2] * sx,
                                       g.box[3] * sy)
@@ -229,7 +235,7 @@ def apply(data: bytes, t: Transform, rng: np.random.Generator, out: np.ndarray,
     writing ``out`` (3×size×size uint8, or size×size×3 unless ``planar``); ``geometry``:
     the one ``t`` already drew for it."""
     img, g, box = pillow_decode(data, t, rng, where, geometry)
-    try:
+    with decoding(img, where):
         if g.resize is not None:
             img = img.resize(g.resize, _BILINEAR, box=box)
         if g.crop != (0, 0, *img.size):
@@ -237,5 +243,3 @@ def apply(data: bytes, t: Transform, rng: np.random.Generator, out: np.ndarray,
         if g.flip:
             img = img.transpose(_FLIP)
         into(img, out, planar)
-    except (OSError, SyntaxError, ValueError) as e:
-        raise SampleError(f"{where}: cannot decode ({e})") from e

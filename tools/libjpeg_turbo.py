@@ -5,10 +5,14 @@ position-independent, SIMD required.
     python tools/libjpeg_turbo.py build/libjpeg-turbo      # make setup and make wheel run it
 
 It writes ``DIR/lib/libjpeg.a``, ``DIR/include/`` (jpeglib.h, jconfig.h, jmorecfg.h, jerror.h:
-the headers of that build, so the version the extension reports is the code it runs) and
-``DIR/licenses/`` (LICENSE.md; README.ijg, whose LEGAL ISSUES the IJG licence asks to ship with
-the library; Debian's copyright file), working in ``DIR-src/`` (apt's lists, the source, the
-cmake build).
+the headers of that build, so the version the extension reports is the code it runs; and
+imgprep_backports.h, a macro for each backport below) and ``DIR/licenses/`` (LICENSE.md;
+README.ijg, whose LEGAL ISSUES the IJG licence asks to ship with the library; Debian's
+copyright file), working in ``DIR-src/`` (apt's lists, the source, the cmake build).
+
+On top of Debian's patches, the fixes of later libjpeg-turbo releases that the extension's
+partial decoding needs (``BACKPORTS``): each replaces one exact passage, is skipped where the
+source already has it, and stops the build where the passage is neither (another release).
 
 Why not Debian's own ``libjpeg.a``: it is compiled for executables (``-fPIE``: PC-relative
 references to libc's data, which a shared object cannot hold), so the linker refuses it in
@@ -36,6 +40,23 @@ CMAKE = ["-DCMAKE_BUILD_TYPE=Release", "-DENABLE_SHARED=OFF", "-DENABLE_STATIC=O
          "-DWITH_TURBOJPEG=OFF", "-DCMAKE_POSITION_INDEPENDENT_CODE=ON", "-DWITH_SIMD=ON",
          "-DREQUIRE_SIMD=ON"]
 APT_SOURCES = Path("/etc/apt")
+# (file, the passage as released, the passage as fixed, where the fix comes from, the macro
+# that include/imgprep_backports.h defines for it: the extension's decoders read it)
+BACKPORTS = [(
+    "jdapistd.c",
+    """      (JDIMENSION)jdiv_round_up((long)(cinfo->output_width *
+                                       compptr->h_samp_factor),
+                                (long)cinfo->max_h_samp_factor);""",
+    """      (JDIMENSION)jdiv_round_up((long)cinfo->output_width *
+                                (long)(compptr->h_samp_factor *
+                                       compptr->DCT_scaled_size),
+                                (long)(cinfo->max_h_samp_factor *
+                                       cinfo->min_DCT_scaled_size));""",
+    "libjpeg-turbo 3.0.0 (commit 3a53627): jpeg_crop_scanline() miscalculated the downsampled "
+    "width of 4x2- and 2x4-subsampled components when scaling, leaving them part-upsampled "
+    "(the colour converter then read uninitialised memory)",
+    "IMGPREP_BACKPORT_CROP_SCANLINE",
+)]
 
 
 class Refused(Exception):
@@ -126,6 +147,21 @@ def fetch(work: Path) -> Path:
     return src
 
 
+def backport(src: Path) -> None:
+    """Apply ``BACKPORTS`` to the unpacked source ``src``."""
+    for name, released, fixed, origin, _ in BACKPORTS:
+        path = src / name
+        text = path.read_text()
+        if fixed in text:
+            continue
+        if text.count(released) != 1:
+            raise Refused(f"{name} holds neither the released nor the fixed passage of "
+                          f"{origin.split(':')[0]}: another libjpeg-turbo release; check it "
+                          "for that fix and update BACKPORTS")
+        path.write_text(text.replace(released, fixed))
+        print(f"libjpeg_turbo: {name}: backported {origin}", flush=True)
+
+
 def build(src: Path, work: Path) -> Path:
     """The static library built from ``src``; the build folder."""
     obj = work / "obj"
@@ -144,6 +180,9 @@ def assemble(src: Path, obj: Path, out: Path) -> str:
     shutil.copyfile(obj / "libjpeg.a", out / "lib" / "libjpeg.a")
     for name, where in HEADERS.items():
         shutil.copyfile((src if where == "src" else obj) / name, out / "include" / name)
+    (out / "include" / "imgprep_backports.h").write_text(
+        "/* The fixes tools/libjpeg_turbo.py backported into this libjpeg-turbo. */\n"
+        + "".join(f"#define {macro} 1\n" for *_, macro in BACKPORTS))
     for name, dest in LICENSES.items():
         shutil.copyfile(src / name, out / "licenses" / dest)
     m = re.search(r"#define\s+LIBJPEG_TURBO_VERSION\s+(\S+)",
@@ -161,6 +200,7 @@ def main(argv: list[str]) -> int:
     try:
         ensure_tools()
         src = fetch(work)
+        backport(src)
         version = assemble(src, build(src, work), out)
     except Refused as e:
         print(f"libjpeg_turbo: error: {e}", file=sys.stderr)

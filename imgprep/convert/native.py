@@ -20,14 +20,13 @@ from __future__ import annotations
 import io
 import warnings
 from collections.abc import Callable
-from dataclasses import replace
 from types import ModuleType
 from typing import Any
 
 import numpy as np
 from PIL import Image
 
-from imgprep import jpegcrop
+from imgprep import imagefile, jpegcrop
 from imgprep.convert import pillowpath
 from imgprep.convert.converted import Converted
 from imgprep.errors import ImageError
@@ -41,7 +40,7 @@ except ImportError:  # built optionally: transform version 1 serves without it
 
 VERSION = 2
 AVAILABLE = _ext is not None
-JPEG_MAGIC = b"\xff\xd8\xff"  # what Pillow's JPEG opener accepts
+JPEG_MAGIC = imagefile.JPEG_MAGIC  # what Pillow's JPEG opener accepts
 CONVERTED, DECLINED, FAILED = 0, 1, 2  # the extension's status codes
 RESIZE = {"center-crop": 0, "short-side": 1}
 # the resampler's filters are numbered as Pillow's (imgprep/csrc/resample.h)
@@ -81,17 +80,11 @@ def convert_native(data: bytes, opts: TransformOptions, *, crop_decode: bool = T
         if r[0] != DECLINED:
             w, h, components, mpf = r[3:7]
             fmt = _pillow_format(data) if mpf else "JPEG"
-            return _converted(r, (w, h), _MODES[components], fmt,
-                              _of_format(jpegcrop.Scan.of(r[-1]), fmt))
+            return _converted(r, (w, h), _MODES.get(components, ""), fmt,
+                              imagefile.of_format(jpegcrop.Scan.of(r[-1]), fmt))
     with warnings.catch_warnings():  # Pillow's damaged-TIFF, bomb-size and palette chatter
         warnings.simplefilter("ignore")
         return _from_pillow(_ext, data, opts, histogram, pixels)
-
-
-def _of_format(scan: jpegcrop.Scan, fmt: str) -> jpegcrop.Scan:
-    """What reading a JPEG's data to its end found; an MPO's trailing bytes are its other
-    pictures."""
-    return replace(scan, trailing=0) if fmt == "MPO" else scan
 
 
 def _pillow_format(data: bytes) -> str:
@@ -109,10 +102,8 @@ def _from_pillow(ext: ModuleType, data: bytes, opts: TransformOptions, histogram
     """What the extension declines: decoded by Pillow, finished by the extension."""
     img = pillowpath.open_image(data, opts.max_pixels)
     fmt, mode, size0 = img.format or "?", img.mode, img.size
-    scan = _of_format(jpegcrop.check(data), fmt) if fmt in ("JPEG", "MPO") else None
-    if scan is not None and (damage := scan.damage()) is not None:
-        raise ImageError(damage)
-    with pillowpath.decode_errors(img):
+    scan = imagefile.check_budget(img, data)
+    with imagefile.decoding(img):
         rgb = pillowpath.decode(img, opts, draft=True)
         if rgb.mode != "RGB":
             rgb = rgb.convert("RGB")

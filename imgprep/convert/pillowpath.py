@@ -6,48 +6,33 @@ Adobe marker), P, RGBA, LA, 1-bit, 16-bit, and PNGs named ``.JPEG``. A JPEG is d
 DCT scale Pillow's ``draft`` picks (1/2, 1/4 or 1/8 while the image stays at least ``size``
 on both sides). Transform version 1 is what convert wrote before its own C path, and what it
 writes where the C extension is not built: draft (except under ``exif_transpose``), Pillow's
-resample of the crop box, Pillow's JPEG encoder, the original's comment kept; a JPEG's end is
-checked from its bytes alone (``jpegcrop.tail_scan``: no end-of-image marker, or large
-trailing data, is damage).
+resample of the crop box, Pillow's JPEG encoder, the original's comment kept. Every image is
+opened and held to its budget by ``imgprep.imagefile``, as the loaders' are.
 """
 
 from __future__ import annotations
 
-import contextlib
 import io
 import warnings
-from collections.abc import Iterator
 
 import numpy as np
-from PIL import Image, ImageOps, UnidentifiedImageError
+from PIL import Image, ImageOps
 
-from imgprep import jpegcrop
+from imgprep import imagefile
 from imgprep.convert.converted import Converted, channel_histogram
 from imgprep.errors import ImageError
 from imgprep.sections import FILTER_NAMES, TransformOptions
 
 VERSION = 1
 FILTERS = {name: Image.Resampling[name.upper()] for name in FILTER_NAMES}
-# MPO (multi-picture JPEG) has no opener of its own: the JPEG opener returns it.
-ACCEPTED_FORMATS = ("JPEG", "PNG", "GIF", "BMP", "TIFF", "WEBP")
 _SIXTEEN_BIT = ("I;16", "I;16B", "I;16L", "I;16N")
 
 
 def open_image(data: bytes, max_pixels: int) -> Image.Image:
-    """Identify ``data`` as an image and check its declared size before decoding anything.
-    Pillow's warnings (damaged TIFF, bomb size) are the caller's to silence."""
-    if not data:
-        raise ImageError("empty file (0 bytes)")
-    try:
-        img = Image.open(io.BytesIO(data), formats=ACCEPTED_FORMATS)
-    except UnidentifiedImageError as e:
-        head = data[:64].lstrip().lower()
-        what = "an HTML page" if head.startswith((b"<!doctype html", b"<html")) else "not an image"
-        raise ImageError(f"{what} (no image format recognised)") from e
-    except Image.DecompressionBombError as e:
-        raise ImageError(f"decompression bomb refused: {e}") from e
-    except (OSError, SyntaxError, ValueError) as e:
-        raise ImageError(f"unreadable image header: {e}") from e
+    """Identify ``data`` as an accepted image (``imagefile.identify``) and check its declared
+    size before decoding anything. Pillow's warnings (damaged TIFF, bomb size) are the
+    caller's to silence."""
+    img = imagefile.identify(data)
     w, h = img.size
     if w * h > max_pixels:
         raise ImageError(
@@ -56,21 +41,6 @@ def open_image(data: bytes, max_pixels: int) -> Image.Image:
     if w < 1 or h < 1:
         raise ImageError(f"degenerate size {w}x{h}")
     return img
-
-
-@contextlib.contextmanager
-def decode_errors(img: Image.Image) -> Iterator[None]:
-    """Pillow's decoding errors as ImageError, naming the image's format, mode and size."""
-    fmt, mode, (w, h) = img.format or "?", img.mode, img.size
-    try:
-        yield
-    except ImageError:
-        raise
-    except (OSError, SyntaxError, ValueError, EOFError) as e:
-        reason = str(e) or type(e).__name__
-        if "truncated" in reason or isinstance(e, EOFError):
-            reason = f"truncated image data ({reason})"
-        raise ImageError(f"cannot decode {fmt} {mode} {w}x{h}: {reason}") from e
 
 
 def _to_8bit(img: Image.Image) -> Image.Image:
@@ -90,7 +60,7 @@ def _to_8bit(img: Image.Image) -> Image.Image:
 def decode(img: Image.Image, opts: TransformOptions, *, draft: bool) -> Image.Image:
     """The opened ``img`` decoded (a JPEG at its draft scale when ``draft``), turned by its
     EXIF orientation under ``exif_transpose``, and made 8-bit RGB or L. Inside
-    ``decode_errors``."""
+    ``imagefile.decoding``."""
     if img.format in ("JPEG", "MPO") and draft:
         img.draft(img.mode, (opts.size, opts.size))
     img.load()
@@ -120,10 +90,8 @@ def convert_pillow(data: bytes, opts: TransformOptions, *, histogram: bool = Fal
         warnings.simplefilter("ignore")  # damaged-TIFF, bomb-size, palette and EXIF chatter
         img = open_image(data, opts.max_pixels)
         fmt, mode, size0 = img.format or "?", img.mode, img.size
-        scan = jpegcrop.tail_scan(data) if fmt == "JPEG" else None
-        if scan is not None and (damage := scan.damage()) is not None:
-            raise ImageError(damage)
-        with decode_errors(img):
+        scan = imagefile.check_budget(img, data)
+        with imagefile.decoding(img):
             img = decode(img, opts, draft=not opts.exif_transpose)
             box, out_size = crop_box(img.width, img.height, opts.resize, opts.size)
             if opts.resize == "short-side" and out_size[0] * out_size[1] > opts.max_pixels:

@@ -1,9 +1,10 @@
 /* Python bindings of the convert path (imgprep/csrc/bindings.h): arguments are checked here,
  * the work runs without the GIL in the plain C files beside this one.
  *
- * encode(pixels, width, height, channels, quality) -> bytes
+ * encode(pixels, width, height, channels, quality, sampling=()) -> bytes
  *     ``pixels``: width x height pixels, ``channels`` bytes each (3: RGB, 4: RGBX), in rows;
- *     the JPEG that convert writes for them (imgprep/csrc/encode.h).
+ *     the JPEG that convert writes for them (imgprep/csrc/encode.h); ``sampling``: () or
+ *     the Y, Cb and Cr components' (h, v) sampling factors, 1..4 each, as six ints.
  *
  * convert(data, size, resize, filter, quality, exif_transpose, whole, histogram, pixels,
  *         max_pixels, bomb_pixels) -> (status, message, jpeg, width, height, components, mpf,
@@ -69,11 +70,7 @@ static PyObject *result_tuple(const ConvertResult *r, int want_levels, int want_
     PyObject *levels = bytes_or_none(r->histogram, sizeof r->histogram, ok && want_levels);
     size_t n = (size_t)r->out_width * r->out_height * 3;
     PyObject *rgb = bytes_or_none(r->pixels, n, ok && want_pixels);
-    const Scan *s = &r->scan;
-    PyObject *scan = Py_BuildValue("{s:i,s:s,s:i,s:i,s:l,s:l,s:s}", "warnings", s->warnings,
-                                   "first", s->first, "eof", s->eof, "hit_marker",
-                                   s->hit_marker, "padding", s->padding, "trailing",
-                                   s->trailing, "error", "");
+    PyObject *scan = scan_dict(&r->scan, "", 0);
     PyObject *out = NULL;
     if (jpeg != NULL && levels != NULL && rgb != NULL && scan != NULL)
         out = Py_BuildValue("isOIIiiiOOIIO", r->status, r->message, jpeg, r->width, r->height,
@@ -86,13 +83,34 @@ static PyObject *result_tuple(const ConvertResult *r, int want_levels, int want_
     return out;
 }
 
+PyObject *scan_dict(const Scan *s, const char *error, int refused) {
+    return Py_BuildValue("{s:i,s:s,s:i,s:i,s:l,s:l,s:s,s:i}", "warnings", s->warnings,
+                         "first", s->first, "eof", s->eof, "hit_marker", s->hit_marker,
+                         "padding", s->padding, "trailing", s->trailing, "error", error,
+                         "refused", refused);
+}
+
 PyObject *py_encode(PyObject *Py_UNUSED(self), PyObject *args) {
     Py_buffer view;
-    int width, height, channels, quality;
-    if (!PyArg_ParseTuple(args, "y*iiii", &view, &width, &height, &channels, &quality))
+    int width, height, channels, quality, sampling[6] = {0};
+    PyObject *factors = NULL;
+    if (!PyArg_ParseTuple(args, "y*iiii|O!", &view, &width, &height, &channels, &quality,
+                          &PyTuple_Type, &factors))
         return NULL;
     PyObject *result = NULL;
-    if (width < 1 || height < 1 || width > MAX_SIDE || height > MAX_SIDE) {
+    Py_ssize_t nf = factors != NULL ? PyTuple_Size(factors) : 0;
+    int bad_factor = nf != 0 && nf != 6;
+    for (Py_ssize_t i = 0; !bad_factor && i < nf; i++) {
+        long f = PyLong_AsLong(PyTuple_GetItem(factors, i));
+        bad_factor = f < 1 || f > 4;
+        sampling[i] = (int)f;
+    }
+    if (PyErr_Occurred()) {
+        /* a factor that is not an int: the exception is set */
+    } else if (bad_factor) {
+        PyErr_SetString(PyExc_ValueError, "sampling must be () or six factors in 1..4 "
+                                          "(h, v of Y, Cb, Cr)");
+    } else if (width < 1 || height < 1 || width > MAX_SIDE || height > MAX_SIDE) {
         PyErr_Format(PyExc_ValueError, "width and height must be 1..%d, not %dx%d", MAX_SIDE,
                      width, height);
     } else if (channels != 3 && channels != 4) {
@@ -108,7 +126,8 @@ PyObject *py_encode(PyObject *Py_UNUSED(self), PyObject *args) {
         int rc;
         Py_BEGIN_ALLOW_THREADS
         rc = encode_jpeg(view.buf, (unsigned)width, (unsigned)height,
-                         (size_t)width * (size_t)channels, channels, quality, &out, message);
+                         (size_t)width * (size_t)channels, channels, quality,
+                         nf ? sampling : NULL, &out, message);
         Py_END_ALLOW_THREADS
         if (rc != 0)
             PyErr_Format(PyExc_ValueError, "cannot encode the JPEG (%s)", message);

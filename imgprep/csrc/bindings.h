@@ -6,6 +6,13 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include "jerr.h"
+
+/* What reading a JPEG's data found, as the module reports it: {"warnings", "first", "eof",
+ * "hit_marker", "padding", "trailing", "error", "refused"} (``error``: libjpeg's error or the
+ * budget's refusal, or ""; ``refused``: 1 for the budget's, imgprep/csrc/budget.h). */
+PyObject *scan_dict(const Scan *s, const char *error, int refused);
+
 PyObject *py_encode(PyObject *self, PyObject *args);
 PyObject *py_convert(PyObject *self, PyObject *args);
 PyObject *py_finish(PyObject *self, PyObject *args);

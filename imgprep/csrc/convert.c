@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "budget.h"
 #include "encode.h"
 #include "jerr.h"
 #include "resample.h"
@@ -150,6 +151,7 @@ static int show(const Pixels *px, const Plan *p, ConvertResult *r, Decoded *d) {
 }
 
 static int libjpeg_failed(int at, const JpegErr *err, ConvertResult *r) {
+    if (err->refused) return fail(r, "%s", err->message);  /* no other decode would do */
     if (at == AT_HEADER) {  /* Pillow reads it, or says why not */
         snprintf(r->message, MESSAGE_LEN, "%s", err->message);
         return r->status = DECLINED;
@@ -166,6 +168,7 @@ static int decode_once(const unsigned char *data, size_t len, const ConvertOpts 
                        ConvertResult *r, Decoded *d) {
     struct jpeg_decompress_struct cinfo;
     JpegErr err;
+    Budget budget;
     JpegHeader h;
     Plan p;
     Pixels px;
@@ -177,18 +180,19 @@ static int decode_once(const unsigned char *data, size_t len, const ConvertOpts 
         return libjpeg_failed(at, &err, r);
     }
     jpeg_create_decompress(&cinfo);
+    budget_attach(&cinfo, &budget);
     jpegdec_header(&cinfo, data, len, o->exif_transpose, &h);
     int rc = plan(&h, o, whole, r, &p);
     if (rc != CONVERTED) {
         jpeg_destroy_decompress(&cinfo);
         return rc;
     }
+    budget_header(&cinfo, len);
     at = p.region ? AT_REGION : AT_WHOLE;
     jpegdec_region(&cinfo, p.scale, p.stored, &region_mem, &px);
     long trailing = jpegdec_to_end(&cinfo, &row_mem);
     jpeg_destroy_decompress(&cinfo);
-    r->scan = (Scan){err.warnings, err.eof, err.hit_marker, err.padding, trailing, ""};
-    memcpy(r->scan.first, err.first, sizeof err.first);
+    jerr_scan(&err, trailing, &r->scan);
     if (p.region && err.warnings) return RETRY;  /* corrupt data: decode it all, as Pillow */
     if (err.eof) {
         snprintf(err.message, JMSG_LENGTH_MAX, "premature end of the JPEG data");
@@ -231,7 +235,7 @@ static int finish(const Decoded *d, const ConvertOpts *o, ConvertResult *r) {
     if (rs_resize(&job, message, sizeof message) != RS_OK)
         return fail(r, "cannot resample %ux%u to %ux%u: %s", s->width, s->height, w, h,
                     message);
-    if (encode_jpeg(out, w, h, (size_t)w * 3, 3, o->quality, &jpeg_mem, message) != 0)
+    if (encode_jpeg(out, w, h, (size_t)w * 3, 3, o->quality, NULL, &jpeg_mem, message) != 0)
         return fail(r, "cannot encode the %ux%u output: %s", w, h, message);
     if (o->histogram) count_levels(out, (size_t)w * h, r->histogram);
     r->out_width = w;

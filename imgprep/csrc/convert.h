@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "jerr.h"
 #include "jpegdec.h"
 
 enum { CONVERTED = 0, DECLINED = 1, FAILED = 2 };          /* ConvertResult.status */
@@ -29,13 +30,6 @@ typedef struct {
     uint64_t max_pixels;   /* larger originals fail (--max-pixels) */
     uint64_t bomb_pixels;  /* Pillow's decompression-bomb limit (0: none) */
 } ConvertOpts;
-
-/* What reading a JPEG's data to its end found (libjpeg's warnings, sorted; see jerr.h). */
-typedef struct {
-    int warnings, eof, hit_marker;
-    long padding, trailing;      /* trailing: bytes after the EOI marker */
-    char first[JMSG_LENGTH_MAX];  /* the first warning */
-} Scan;
 
 typedef struct {
     int status;               /* CONVERTED; DECLINED: take the Pillow path; FAILED: message */

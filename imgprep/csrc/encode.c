@@ -63,7 +63,7 @@ static void write_rows(j_compress_ptr cinfo, const unsigned char *pixels, size_t
 }
 
 int encode_jpeg(const unsigned char *pixels, unsigned width, unsigned height, size_t stride,
-                int channels, int quality, OutBuf *out, char *message) {
+                int channels, int quality, const int sampling[6], OutBuf *out, char *message) {
     struct jpeg_compress_struct cinfo;
     JpegErr err;
     Dest dest;
@@ -93,6 +93,10 @@ int encode_jpeg(const unsigned char *pixels, unsigned width, unsigned height, si
     jpeg_set_quality(&cinfo, quality, TRUE);
     cinfo.dct_method = JDCT_ISLOW;
     cinfo.optimize_coding = FALSE;
+    for (int c = 0; sampling != NULL && c < 3; c++) {
+        cinfo.comp_info[c].h_samp_factor = sampling[2 * c];
+        cinfo.comp_info[c].v_samp_factor = sampling[2 * c + 1];
+    }
     jpeg_start_compress(&cinfo, TRUE);
     write_rows(&cinfo, pixels, stride);
     jpeg_finish_compress(&cinfo);

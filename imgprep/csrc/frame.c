@@ -5,6 +5,9 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "budget.h"
+#include "crop_fix.h"
+
 void frame_setup(struct jpeg_decompress_struct *cinfo, JpegErr *err) {
     memset(cinfo, 0, sizeof *cinfo);
     jerr_init(&cinfo->err, err);
@@ -21,13 +24,16 @@ static int rgb_of(J_COLOR_SPACE cs, int components) {
 int frame_decode(const unsigned char *data, size_t len, unsigned char *frame, size_t frame_len,
                  int scale, FrameRegion *r, int whole, long *trailing, JpegErr *err) {
     struct jpeg_decompress_struct cinfo;
+    Budget budget;
     if (setjmp(err->jump)) {
         jpeg_destroy_decompress(&cinfo);
-        return FRAME_FAILED;
+        return err->refused ? FRAME_REFUSED : FRAME_FAILED;
     }
     frame_setup(&cinfo, err);
+    budget_attach(&cinfo, &budget);
     jpeg_mem_src(&cinfo, data, (unsigned long)len);
     jpeg_read_header(&cinfo, TRUE);
+    budget_header(&cinfo, len);
     if (!rgb_of(cinfo.jpeg_color_space, cinfo.num_components)) {
         snprintf(err->message, JMSG_LENGTH_MAX, "a %d-component JPEG libjpeg makes no RGB of",
                  cinfo.num_components);
@@ -62,7 +68,10 @@ int frame_decode(const unsigned char *data, size_t len, unsigned char *frame, si
     }
     jpeg_start_decompress(&cinfo);
     JDIMENSION width = right - left;
-    if (left > 0 || right < w) jpeg_crop_scanline(&cinfo, &left, &width);
+    if (left > 0 || right < w) {
+        if (crop_columns_exact(&cinfo)) jpeg_crop_scanline(&cinfo, &left, &width);
+        else left = 0, width = w;
+    }
     if (top > 0) jpeg_skip_scanlines(&cinfo, top);
     while (cinfo.output_scanline < bottom) {
         JSAMPROW row = frame + ((size_t)cinfo.output_scanline * w + left) * 4;

@@ -14,7 +14,8 @@
 
 #include "jerr.h"
 
-enum { FRAME_OK = 0, FRAME_FAILED = -1, FRAME_COLOUR = 1 };  /* frame_decode's results */
+/* frame_decode's results */
+enum { FRAME_OK = 0, FRAME_FAILED = -1, FRAME_COLOUR = 1, FRAME_REFUSED = 2 };
 
 typedef struct {
     JDIMENSION left, top, right, bottom;
@@ -29,7 +30,8 @@ void frame_setup(struct jpeg_decompress_struct *cinfo, JpegErr *err);
  * width), and sets ``r`` to the region written. ``whole``: read the rest of the data to its
  * end too (the rows below entropy-decoded, the last one written; ``*trailing``: the bytes
  * after EOI). FRAME_OK; FRAME_COLOUR for a colour space libjpeg makes no RGB of (CMYK,
- * YCCK ...); FRAME_FAILED with the reason in err->message. */
+ * YCCK ...); FRAME_FAILED with the reason in err->message; FRAME_REFUSED when the image breaks
+ * its budget (imgprep/csrc/budget.h; the reason in err->message). */
 int frame_decode(const unsigned char *data, size_t len, unsigned char *frame, size_t frame_len,
                  int scale, FrameRegion *r, int whole, long *trailing, JpegErr *err);
 

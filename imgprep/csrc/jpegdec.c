@@ -9,6 +9,8 @@
 
 #include <jerror.h>
 
+#include "crop_fix.h"
+
 enum { ROWS_AT_ONCE = 16, XMP_HEAD = 29 };
 static const char MPF[4] = {'M', 'P', 'F', 0};
 static const char EXIF[6] = {'E', 'x', 'i', 'f', 0, 0};
@@ -105,7 +107,10 @@ void jpegdec_region(j_decompress_ptr cinfo, int scale, Rect want, Scratch *mem, 
     JDIMENSION top = want.y0 < h ? want.y0 : h, bottom = want.y1 < h ? want.y1 : h;
     if (left >= right || top >= bottom) ERREXIT(cinfo, JERR_BAD_CROP_SPEC);
     JDIMENSION width = right - left;
-    if (left > 0 || right < w) jpeg_crop_scanline(cinfo, &left, &width);
+    if (left > 0 || right < w) {
+        if (crop_columns_exact(cinfo)) jpeg_crop_scanline(cinfo, &left, &width);
+        else left = 0, width = w;
+    }
     size_t stride = (size_t)width * 4;
     unsigned char *buf = scratch_reserve(mem, stride * (bottom - top));
     if (buf == NULL) ERREXIT1(cinfo, JERR_OUT_OF_MEMORY, 12);

@@ -120,12 +120,12 @@ static int decode(const unsigned char *data, size_t len, const Plan *p, int whol
     int rc = frame_decode(data, len, frame, frame_len, p->scale, &reg, whole, &trailing, &err);
     r->path = whole ? SAMPLE_WHOLE : SAMPLE_REGION;
     r->warnings = err.warnings;
-    if (rc == FRAME_COLOUR) {
+    if (rc == FRAME_COLOUR || rc == FRAME_REFUSED) {
         snprintf(r->message, SAMPLE_MESSAGE, "%s", err.message);
-        return r->status = SAMPLE_DECLINED;
+        return r->status = rc == FRAME_COLOUR ? SAMPLE_DECLINED : SAMPLE_REFUSED;
     }
     if (rc != FRAME_OK) return fail(r, "cannot decode the JPEG (%s)", err.message);
-    if (whole && err.eof) return fail(r, "truncated JPEG: the image data ends early");
+    if (whole) jerr_scan(&err, trailing, &r->scan);
     return r->status = SAMPLE_DONE;
 }
 

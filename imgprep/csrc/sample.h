@@ -12,7 +12,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-enum { SAMPLE_DONE = 0, SAMPLE_DECLINED = 1, SAMPLE_FAILED = 2 };  /* SampleResult.status */
+#include "jerr.h"
+
+/* SampleResult.status; REFUSED: the image broke its budget (imgprep/csrc/budget.h) */
+enum { SAMPLE_DONE = 0, SAMPLE_DECLINED = 1, SAMPLE_FAILED = 2, SAMPLE_REFUSED = 3 };
 enum { SAMPLE_REGION = 0, SAMPLE_WHOLE = 1 };  /* how a JPEG is decoded (SampleResult.path) */
 enum { SAMPLE_MESSAGE = 240 };
 
@@ -33,7 +36,8 @@ typedef struct {
     int status;                   /* SAMPLE_DONE; DECLINED: a colour space for Pillow */
     int path;                     /* SAMPLE_REGION or SAMPLE_WHOLE */
     int warnings;                 /* libjpeg's warnings (a whole decode keeps its pixels) */
-    char message[SAMPLE_MESSAGE]; /* why it failed or was declined */
+    Scan scan;                    /* SAMPLE_WHOLE: what reading the data to its end found */
+    char message[SAMPLE_MESSAGE]; /* why it failed, was refused or declined */
 } SampleResult;
 
 /* Checks ``g`` (every size, box and window inside what it refers to; ``out_len`` exactly
@@ -42,7 +46,8 @@ int sample_check(const SampleGeometry *g, size_t out_len, SampleResult *r);
 
 /* Decodes and transforms the JPEG ``data`` as ``g`` says into ``out`` (checked first). A
  * region decode that meets corrupt data, or fails, is redone whole (as Pillow decodes it:
- * warnings keep their pixels; data that ends before the image does fails). */
+ * warnings keep their pixels; what the whole decode found is in ``r->scan``, for the caller
+ * to judge); one that breaks its budget is not. */
 int sample_jpeg(const unsigned char *data, size_t len, const SampleGeometry *g,
                 unsigned char *out, size_t out_len, SampleResult *r);
 

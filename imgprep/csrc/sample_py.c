@@ -1,7 +1,7 @@
 /* The loader's per-sample call, listed in _jpegcrop.c's method table (imgprep/csrc/sample.h).
  *
  * sample(data, width, height, draft, resize, box, crop, flip, planar, whole, max_pixels, out)
- *     -> (status, path, warnings, message)
+ *     -> (status, path, message, scan)
  *     ``data``: a JPEG's bytes, whose header says ``width`` x ``height``; ``draft``: (w, h)
  *     asked of Pillow's draft, or (0, 0); ``resize``: (w, h) the box is resampled to (bilinear),
  *     or (0, 0); ``box``: (left, top, right, bottom) floats in the original's pixels, or None
@@ -10,8 +10,10 @@
  *     width x height x 3 bytes, written as HWC, or CHW when ``planar``, mirrored when
  *     ``flip``. ``whole``: decode all of it and read the data to its end (a file the
  *     crop-aware probe declines). ``max_pixels``: a larger original fails (0: no limit).
- *     status 0: done (path 0: a region was decoded, 1: the whole image); 1: declined (a
- *     colour space libjpeg makes no RGB of: decode it with Pillow); 2: failed (``message``).
+ *     status 0: done (path 0: a region was decoded, 1: the whole image, read to its end:
+ *     ``scan`` says what that found, as probe's report; else None); 1: declined (a colour
+ *     space libjpeg makes no RGB of: decode it with Pillow); 2: failed (``message``); 3:
+ *     refused, the image breaks its budget (imgprep/csrc/budget.h; ``message``).
  *     Bad arguments raise ValueError before any byte is read; the GIL is released while it
  *     runs.
  */
@@ -21,6 +23,7 @@
 
 #include <string.h>
 
+#include "bindings.h"
 #include "sample.h"
 
 /* ``box`` (None or four floats) into ``g``; -1 with an exception set. */
@@ -58,7 +61,9 @@ PyObject *py_sample(PyObject *Py_UNUSED(self), PyObject *args) {
         sample_jpeg(data.buf, (size_t)data.len, &g, out.buf, (size_t)out.len, &r);
         sample_trim();
         Py_END_ALLOW_THREADS
-        result = Py_BuildValue("iiis", r.status, r.path, r.warnings, r.message);
+        PyObject *scan = r.status == SAMPLE_DONE && r.path == SAMPLE_WHOLE
+            ? scan_dict(&r.scan, "", 0) : Py_NewRef(Py_None);
+        if (scan != NULL) result = Py_BuildValue("iisN", r.status, r.path, r.message, scan);
     }
     PyBuffer_Release(&out);
     PyBuffer_Release(&data);

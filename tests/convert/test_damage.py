@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from imgprep import jpegcrop
+from imgprep import imagefile, jpegcrop
 from imgprep.convert.image import convert_image
 from imgprep.errors import ImageError
 from imgprep.inputs.synsets import imagenet_classes
@@ -107,10 +107,15 @@ def test_without_the_extension_the_end_of_image_marker_is_still_checked(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(jpegcrop, "_jpegcrop", None)
     monkeypatch.setattr(jpegcrop, "AVAILABLE", False)
-    assert jpegcrop.check(half_written(WHOLE)).damage() == CUT_SHORT
-    assert jpegcrop.check(WHOLE + bytes(70_000)).damage() is not None
-    assert jpegcrop.check(WHOLE + b"tail").notes() == "4 bytes after the end-of-image marker"
-    assert jpegcrop.check(WHOLE) == jpegcrop.Scan()
+    scan = imagefile.jpeg_scan
+    assert scan(half_written(WHOLE)).damage() == CUT_SHORT
+    assert scan(WHOLE + bytes(70_000)).damage() is not None
+    assert scan(WHOLE + b"tail").notes() == "4 bytes after the end-of-image marker"
+    assert scan(WHOLE) == jpegcrop.Scan()
+    # the first end-of-image marker after the last scan counts, not a stray FF D9 later on
+    second = WHOLE + jpeg((300, 200), seed=9)
+    assert scan(second).trailing == len(second) - len(WHOLE) < 65536
+    assert scan(second).damage() is None
 
 
 # ---------------------------------------------------------------------------- end to end

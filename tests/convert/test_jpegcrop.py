@@ -100,14 +100,14 @@ def test_decode_checks_its_region_before_libjpeg_runs(region: tuple[int, int, in
 
 
 def test_the_whole_file_check_holds_its_memory_whatever_a_header_claims() -> None:
-    """65000 x 65000 pixels of coefficients would be 25 GB: refused by the check's own cap,
-    at once; the fast path's frame is refused by Pillow's bomb rule before it is made."""
+    """65000 x 65000 pixels of coefficients would be 25 GB: refused by the per-image budget
+    at the header (1,709 bytes cannot hold that image), at once; the fast path's frame is
+    refused by Pillow's bomb rule before it is made."""
     data = declaring(65_000, 65_000)
     w, h, code, report = C.probe(data, True)
     assert (w, h) == (65_000, 65_000) and code == 4 and report is not None
-    assert "Backing store not supported" in report["error"]
-    assert jpegcrop.check(data).damage() == ("damaged JPEG data: Backing store not "
-                                             "supported")
+    assert report["refused"] == 1 and "too few for that image" in report["error"]
+    assert jpegcrop.check(data).damage() == f"refused: {report['error']}"
     with pytest.raises(ValueError, match="a 65000x65000 frame is outside 1 .. 178956970"):
         jpegcrop.Frame().view(65_000, 65_000)
 

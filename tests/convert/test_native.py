@@ -433,7 +433,7 @@ def test_the_data_is_read_to_its_end_and_what_it_holds_is_reported() -> None:
     status, scan = _scan(whole)
     assert status == native.CONVERTED
     assert scan == {"warnings": 0, "first": "", "eof": 0, "hit_marker": 0, "padding": 0,
-                    "trailing": 0, "error": ""}
+                    "trailing": 0, "error": "", "refused": 0}
     assert _scan(whole + b"\0trailing")[1]["trailing"] == 9
     status, scan = _scan(whole[:-2] + bytes(70_000) + b"\xff\xd9")
     assert status == native.CONVERTED and 69_000 < scan["padding"] <= 70_000

@@ -13,7 +13,10 @@ import pytest
 from PIL import Image
 
 from imgprep import jpegcrop
+from imgprep.convert.image import convert_image
+from imgprep.errors import ImageError
 from imgprep.job.world import World
+from imgprep.sections import TransformOptions
 from loaders import LoaderError, ShardLoader
 from loaders.decode import SampleDecoder
 from loaders.transforms import SampleError, TrainTransform, Transform, ValTransform, apply
@@ -25,8 +28,6 @@ TRANSFORMS: dict[str, Transform] = {"train": TrainTransform(size=64),
 REFUSED = ("refused before decoding: Image size (4225000000 pixels) exceeds limit of "
            "178956970 pixels, could be decompression bomb DOS attack. "
            "(PIL.Image.MAX_IMAGE_PIXELS sets the limit)")
-HALF = ("truncated JPEG: the data ends without an end-of-image marker (cut short, or "
-        "written only in part)")
 
 
 def declaring(width: int, height: int) -> bytes:
@@ -89,12 +90,15 @@ def test_the_limit_is_the_one_the_user_gives_pillow(monkeypatch: pytest.MonkeyPa
 
 
 @pytest.mark.parametrize("name", TRANSFORMS)
-def test_a_half_written_jpeg_is_a_bad_sample_on_both_paths(name: str) -> None:
+def test_a_half_written_jpeg_is_a_bad_sample_on_both_paths_as_convert_says(name: str) -> None:
     t = TRANSFORMS[name]
     words = {refusal(None, t, half_written())}
     if jpegcrop.AVAILABLE:
         words.add(refusal(SampleDecoder(t, fast=True), t, half_written()))
-    assert words == {f"train-000000.tar/x: {HALF}"}
+    with pytest.raises(ImageError) as converting:  # convert's rule and words
+        convert_image(half_written(), TransformOptions())
+    assert str(converting.value).startswith("padded JPEG: the image data is followed by ")
+    assert words == {f"train-000000.tar/x: {converting.value}"}
 
 
 @pytest.mark.parametrize("workers", [0, 2])
