@@ -13,6 +13,7 @@ import warnings
 from dataclasses import dataclass
 
 import numpy as np
+import PIL
 import pytest
 from PIL import Image, ImageOps
 
@@ -154,6 +155,8 @@ FORMS = {
     "after-another-tag": Form((OTHER, SIX)),
     "before-another-tag": Form((Entry(ASCII, b"abc\0", tag=0x0131), SIX, OTHER)),
     "after-a-value-past-the-end": Form((Entry(LONG, (1, 1), at=BEYOND, tag=0x0111), SIX)),
+    "after-a-value-larger-than-the-payload": Form((Entry(LONG, (1, 1), count=2**30, at=0,
+                                                         tag=0x0111), SIX)),
     "count-past-the-end": Form((SIX,), count=40),
     "entry-cut-short": Form((OTHER, SIX), cut=6 + 8 + 2 + 12 + 6),
     "ifd0-past-the-end": Form((SIX,), ifd=BEYOND, cut=40),
@@ -174,6 +177,14 @@ FORMS = {
     "xmp-beside-a-cut-header": Form((SIX,), cut=6 + 6, xmp=True),
 }
 
+# Pillow 13 reads these otherwise (a repeated tag's first copy; at most two "Exif\0\0" headers
+# stripped; a value stored at an offset skipped, where it ended IFD0 before, once such values
+# add up past the payload). The C path reads them as Pillow 11.2 to 12.3 and pillow-simd 12.1.1
+# do whichever Pillow is installed, so that its output depends on none: the turn it makes.
+PILLOW_12_ONLY = {"repeated": 3, "repeated-second-out-of-range": 1,
+                  "after-a-value-larger-than-the-payload": 1, "three-exif-headers": 6}
+PILLOW_13 = int(PIL.__version__.split(".")[0]) >= 13
+
 
 def _turn(shown: np.ndarray, stored: np.ndarray) -> int:
     """The orientation (1..8) that turns the ``stored`` pixels into the ``shown`` ones."""
@@ -184,15 +195,15 @@ def _turn(shown: np.ndarray, stored: np.ndarray) -> int:
     raise AssertionError("the pixels shown are no turn of those stored")
 
 
-def c_turn(data: bytes, exif_transpose: int) -> int:
+def c_turn(data: bytes) -> int:
     """The turn the extension's decode stage makes (whole, at full scale)."""
-    def decoded(turn: int) -> np.ndarray:
+    def decoded(turn: bool) -> np.ndarray:
         status, message, rgbx, w, h, *_ = ext.frame(
             data, min(PICTURE.size), native.RESIZE["short-side"],
             native.FILTER_CODES["bilinear"], TransformOptions().max_pixels, turn, True, 0)
         assert status == native.CONVERTED, message
         return np.frombuffer(rgbx, np.uint8).reshape(h, w, 4)[..., :3]
-    return _turn(decoded(exif_transpose), decoded(False))
+    return _turn(decoded(True), decoded(False))
 
 
 def pillow_turn(data: bytes) -> int:
@@ -211,7 +222,12 @@ def test_the_c_path_turns_by_the_orientation_pillow_reads(name: str, order: str,
                                                           monkeypatch: pytest.MonkeyPatch
                                                           ) -> None:
     data = FORMS[name].jpeg(order)
-    assert c_turn(data, True) == pillow_turn(data)
+    turn = c_turn(data)
+    if name in PILLOW_12_ONLY:
+        assert turn == PILLOW_12_ONLY[name]
+        if PILLOW_13:
+            return  # the installed Pillow turns it otherwise
+    assert turn == pillow_turn(data)
     opts = TransformOptions(exif_transpose=True, resize="short-side", size=16)
     ours = native.convert_native(data, opts, pixels=True)
     monkeypatch.setattr(native, "JPEG_MAGIC", b"never a prefix")  # Pillow decodes and turns
