@@ -56,9 +56,13 @@ static int value_orientation(uint32_t type, const unsigned char *v, int le) {
     case T_SBYTE: num = sign_extend(v[0], 8); break;
     case T_SSHORT: num = sign_extend(get16(v, le), 16); break;
     case T_SLONG: num = sign_extend(get32(v, le), 32); break;
-    case T_RATIONAL: num = get32(v, le), den = get32(v + 4, le); break;
+    case T_RATIONAL:
+        num = get32(v, le);
+        den = get32(v + 4, le);
+        break;
     case T_SRATIONAL:
-        num = sign_extend(get32(v, le), 32), den = sign_extend(get32(v + 4, le), 32);
+        num = sign_extend(get32(v, le), 32);
+        den = sign_extend(get32(v + 4, le), 32);
         break;
     case T_LONG8: {
         uint64_t u = get64(v, le);
@@ -79,7 +83,8 @@ static int value_orientation(uint32_t type, const unsigned char *v, int le) {
     default: return 0;
     }
     if (den == 0 || num % den != 0) return 0;
-    return num / den >= 1 && num / den <= 8 ? (int)(num / den) : 0;
+    int64_t q = num / den;
+    return q >= 1 && q <= 8 ? (int)q : 0;
 }
 
 /* The byte order of the TIFF header Pillow accepts at ``p`` (1: little-endian, 0: big), or -1
@@ -121,7 +126,10 @@ int exif_orientation(const unsigned char *p, size_t n) {
             v = p + offset;
         }
         if (size == 0) continue;  /* a type Pillow skips, or no values */
-        if (get16(e, le) == TAG_ORIENTATION) value = v, type = t;  /* the last one kept */
+        if (get16(e, le) == TAG_ORIENTATION) {  /* the last copy is kept */
+            value = v;
+            type = t;
+        }
     }
     return value == NULL ? -1 : value_orientation(type, value, le);
 }
