@@ -45,7 +45,8 @@ static int exif_of(j_decompress_ptr cinfo) {
     return orientation;
 }
 
-/* Pillow's reading: the EXIF tag when there is one, else the last XMP packet's. */
+/* Pillow's reading: the EXIF tag when there is one (none, and no XMP either, when it cannot
+ * read the Exif payload's TIFF header), else the last XMP packet's. */
 static int orientation_of(j_decompress_ptr cinfo) {
     int o = exif_of(cinfo);
     if (o >= 0) return o;

@@ -6,8 +6,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* The orientation tag (0x0112) of an APP1 "Exif\0\0" payload: its value (SHORT or LONG,
- * count 1), or -1 when the payload holds no such tag (or is not readable TIFF). */
+/* The orientation Pillow's ``ImageOps.exif_transpose`` acts on for an APP1 "Exif\0\0" payload
+ * (the Exif segments joined as Pillow joins them), its IFD0 read as Pillow 11.2 to 12.3 read
+ * it: 1..8 where the tag's first value, of any numeric type, is a whole number 1..8 (of a
+ * repeated tag, the last copy Pillow keeps); 0 where the tag holds anything else, or where
+ * Pillow cannot read the TIFF header (it then reads no XMP packet either); -1 where Pillow
+ * finds no tag (it reads the XMP packet's). Pillow 13 reads a few malformed payloads
+ * otherwise (it keeps a repeated tag's first copy, strips at most two "Exif\0\0" headers,
+ * and skips a value stored at an offset, where 12 stopped reading, once such values add up
+ * past the payload); this reading is 12's whichever Pillow is installed. */
 int exif_orientation(const unsigned char *p, size_t n);
 
 /* The digit after ``tiff:Orientation="`` or ``tiff:Orientation>`` in an APP1 XMP payload
