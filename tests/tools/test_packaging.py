@@ -1,7 +1,8 @@
 """How imgprep installs (docs/install.md): no PIL among its dependencies and the error that
 says the one-liner when PIL is missing or too old; the wheel's build inputs (setup.py's
-sources, the libjpeg-turbo tool's apt list); and the checks ``make wheel-check`` makes of a
-wheel's name and files (tools/wheel_check.py). The wheel itself is built and installed by
+sources, the libjpeg-turbo tool's apt list, ``make wheel``'s own small virtualenv); the checks
+``make wheel-check`` makes of a wheel's name and files (tools/wheel_check.py); and the sizes
+install.md gives, against the wheel in dist/. The wheel itself is built and installed by
 ``make wheel-check``, which ``make test`` runs."""
 
 from __future__ import annotations
@@ -158,3 +159,23 @@ def test_wheel_check_holds_a_wheel_to_its_tags_and_files(
     else:
         with pytest.raises(Failed, match=re.escape(problem)):
             check_wheel(t, wheel)
+
+
+WHEELS = sorted((REPO / "dist").glob("imgprep-*manylinux*.whl"))
+
+
+def _stated(text: str, after: str) -> float:
+    """The size in bytes install.md gives in brackets after ``after`` (``(854 kB)``)."""
+    m = re.search(re.escape(after) + r"`? \((\d+(?:\.\d+)?) (kB|MB)\)", text)
+    assert m is not None, f"install.md gives no size after {after}"
+    return float(m.group(1)) * (1e3 if m.group(2) == "kB" else 1e6)
+
+
+@pytest.mark.skipif(not WHEELS, reason=f"no wheel in {REPO / 'dist'} (make wheel makes it)")
+def test_install_md_gives_the_sizes_of_the_wheel_make_wheel_built() -> None:
+    text = (REPO / "docs" / "install.md").read_text()
+    wheel = WHEELS[-1]
+    with zipfile.ZipFile(wheel) as z:
+        so = z.getinfo("imgprep/_jpegcrop.abi3.so").file_size
+    assert _stated(text, wheel.name) == pytest.approx(wheel.stat().st_size, rel=0.1)
+    assert _stated(text, "imgprep/_jpegcrop.abi3.so") == pytest.approx(so, rel=0.1)
