@@ -197,6 +197,8 @@ class ManifestSummary:
     bytes: int
     classes: int
     errors: int
+    expected_images: int | None  # what the split's ground truth listed (None: no such record)
+    missing_images: int  # of those, the images the input did not hold, so not converted
     mean: list[float]
     std: list[float]
     tool_version: str
@@ -225,7 +227,9 @@ def manifest_summaries(path: Path, split: str | None = None) -> list[ManifestSum
         out.append(ManifestSummary(
             path=str(p), split=m.split, format=m.format, samples=m.total_samples,
             shards=len(m.shards), bytes=m.total_bytes, classes=len(m.classes),
-            errors=m.errors, mean=m.mean, std=m.std, tool_version=m.tool_version,
+            errors=m.errors, expected_images=m.source.expected if m.source else None,
+            missing_images=m.source.missing if m.source else 0,
+            mean=m.mean, std=m.std, tool_version=m.tool_version,
             options=m.options, index=m.index is not None,
             transform_version=m.transform_version, fast_decode=probe_decode(p.parent, m)))
     return out
