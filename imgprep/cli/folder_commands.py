@@ -10,6 +10,7 @@ from typing import Any
 
 import click
 
+from imgprep.cli.logs import warn
 from imgprep.cli.options import (
     EXIT_FAILED,
     emit,
@@ -127,7 +128,7 @@ def info(path: Path | None, split: str | None, strict: bool, quiet: bool,
         info_lines(ver, pil, lib, manifests, convert, out["loader"])
         + [f"note: {n}" for n in notes]))
     if warning and not (quiet or as_json):
-        click.echo(f"WARNING: {warning}", err=True)
+        warn(warning)
     if strict and failing:
         if quiet or as_json:
             click.echo(f"imgprep: error: {failing}", err=True)

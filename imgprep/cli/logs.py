@@ -4,6 +4,7 @@ The library logs to ``imgprep`` and its children (one logger a module) and adds 
 its own; the command adds one that prints each record as one line on stderr, through click
 (so a test's runner sees it): ``imgprep: warning: …`` for a warning, ``imgprep: …`` for a
 note. ``--quiet`` keeps the warnings and drops the notes; errors are the commands' own lines.
+A command's own warnings go the same way (``warn``), so that every warning has one prefix.
 """
 
 from __future__ import annotations
@@ -46,3 +47,8 @@ def configure_logging(quiet: bool) -> None:
     handler.setFormatter(_Lines())
     logger.addHandler(handler)
     logger.setLevel(logging.WARNING if quiet else logging.INFO)
+
+
+def warn(message: str) -> None:
+    """A command's own warning, printed as the library's are: ``imgprep: warning: …``."""
+    logging.getLogger(f"{LIBRARY_LOGGER}.cli").warning(message)

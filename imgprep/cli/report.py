@@ -146,6 +146,9 @@ def info_lines(versions: Versions, pil: PilInfo, lib: Library | None,
         lines.append(f"{m.path}: {m.split} {m.format}, {m.samples} samples, {m.shards} shards, "
                      f"{m.bytes / 1e6:.1f} MB, {m.classes} classes, {m.errors} errors, "
                      f"transform version {m.transform_version}; mean {m.mean} std {m.std}")
+        if m.missing_images and m.expected_images is not None:
+            lines.append(f"  ground truth: {m.expected_images:,} images listed, "
+                         f"{m.missing_images:,} of them not in the input (not converted)")
         if m.fast_decode is not None:
             d = m.fast_decode
             why = "; ".join(f"{n} {r}" for r, n in d.declined.items())

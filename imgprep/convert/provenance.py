@@ -5,8 +5,10 @@ finished with the same fingerprint (the same images, labels and options) writes 
 again but converts nothing, so it keeps the ``source`` it finds: a no-op rerun from another
 form of the same images (the Kaggle tree after the Kaggle zip) does not claim shards it did
 not make. The label check (``trusted`` where ``--trust-labels`` took the labels as given)
-and the images a ground truth lists that the input lacked are recorded, so that ``imgprep
-verify`` can say so.
+is recorded, so that ``imgprep verify`` and ``imgprep info`` note it on every check. The
+images a ground truth lists that the input lacked are recorded too, but said once, by the
+run that converted the split (the one that can act on it); ``imgprep info`` shows their
+count as a fact of the manifest, not as a note.
 """
 
 from __future__ import annotations
@@ -16,7 +18,6 @@ from dataclasses import replace
 
 from imgprep.convert.tasks import Plan, source_section
 from imgprep.errors import ImgprepError
-from imgprep.inputs.groundtruth import absent_note
 from imgprep.sections import SourceSection
 from imgprep.shards.manifest import Manifest, manifest_path, read_manifest
 
@@ -48,17 +49,8 @@ def source_of(plan: Plan) -> SourceSection:
 
 
 def source_notes(manifests: Iterable[Manifest]) -> list[str]:
-    """What ``verify`` says of each split's source: labels taken as given, and images its
-    ground truth lists that were not there to convert."""
-    notes = []
-    for m in manifests:
-        src = m.source
-        if src is None:
-            continue
-        if src.label_check == "trusted":
-            notes.append(f"{m.split}: its labels were taken as given (--trust-labels), not "
-                         "checked against the published labels or the images' names")
-        first = src.missing_first.split(", ") if src.missing_first else []
-        if note := absent_note(src.expected, src.missing, first):
-            notes.append(f"{m.split}: {note}")
-    return notes
+    """What ``verify`` and ``info`` note of each split's source on every check: labels taken
+    as given (module docstring: what a ground truth lacked is not repeated)."""
+    return [f"{m.split}: its labels were taken as given (--trust-labels), not checked against "
+            "the published labels or the images' names"
+            for m in manifests if m.source is not None and m.source.label_check == "trusted"]

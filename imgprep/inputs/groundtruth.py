@@ -81,9 +81,9 @@ class LabelCheck:
 
 
 def absent_note(expected: int | None, missing: int, first: Sequence[str]) -> str | None:
-    """What a run, its dry run and ``verify`` say of images a ground truth lists that the
-    input does not hold (None: there are none). They are not refused: a ground truth is often
-    the whole validation set's while the input holds part of it on purpose."""
+    """What a run and its dry run say of images a ground truth lists that the input does not
+    hold (None: there are none). They are not refused: a ground truth is often the whole
+    validation set's while the input holds part of it on purpose."""
     if not missing or expected is None:
         return None
     return (f"the ground truth lists {expected:,} images and {missing:,} of them are not in "

@@ -49,7 +49,8 @@ class PilInfo:
 
     pil_version: str
     pillow_simd: bool  # the imported PIL is pillow-simd
-    stock_pillow_installed: str | None  # the version of a stock Pillow also installed
+    stock_pillow_installed: str | None  # the version of a stock Pillow installed, if any
+    pillow_simd_installed: str | None = None  # of a pillow-simd installed (imported or not)
     libjpeg_turbo: bool
     jpeg_version: str | None
     core: str | None  # the path of PIL's compiled core
@@ -72,6 +73,7 @@ def pil_info(check_avx2: bool = True) -> PilInfo:
         pil_version=PIL.__version__,
         pillow_simd=simd is not None and simd == PIL.__version__,
         stock_pillow_installed=_dist_version("pillow"),
+        pillow_simd_installed=simd,
         libjpeg_turbo=bool(features.check_feature("libjpeg_turbo")),
         jpeg_version=features.version("jpg"),
         core=core.__file__,
@@ -82,22 +84,39 @@ def pil_info(check_avx2: bool = True) -> PilInfo:
     )
 
 
-def pil_warning(info: PilInfo) -> str | None:
+def pil_warning(info: PilInfo, extension: bool | None = None) -> str | None:
     """One line saying why the Pillow-side work will be slow, or None when PIL is pillow-simd.
-    Not a failure of ``imgprep info --strict``: the loader decodes and resizes in the
-    extension, and only what libjpeg-turbo cannot decode (PNG, CMYK), convert's Pillow path
-    and ``crop_decode=False`` run on PIL."""
+    Not a failure of ``imgprep info --strict``: where imgprep's extension is built
+    (``extension``; default: whether it is here), the loader decodes and resizes in it, and
+    only what libjpeg-turbo cannot decode (PNG, CMYK), convert's Pillow path and
+    ``crop_decode=False`` run on PIL."""
     if not info.pillow_simd:
-        extra = " (stock Pillow is installed and replaced it)" if info.stock_pillow_installed \
-            else ""
-        return (f"PIL {info.pil_version} is not pillow-simd{extra}: the Pillow-side work "
-                "(PNG and CMYK images, crop_decode=False) runs ~2x slower; `make setup` builds "
-                "pillow-simd with AVX2")
+        return _not_simd(info, jpegcrop.AVAILABLE and resample.AVAILABLE
+                         if extension is None else extension)
     if info.avx2_build is False:
         return "pillow-simd was built without AVX2; rebuild with CC='cc -mavx2' (make setup)"
     if not info.libjpeg_turbo:
         return "PIL is not linked against libjpeg-turbo: its JPEG decoding will be slow"
     return None
+
+
+def _not_simd(info: PilInfo, extension: bool) -> str:
+    """What a PIL that is not pillow-simd costs, true for a wheel's user (stock Pillow, which
+    is fine) and for a development environment whose pillow-simd stock Pillow replaced."""
+    kind = "stock Pillow" if info.stock_pillow_installed else "not pillow-simd"
+    what = f"PIL {info.pil_version} is {kind}"
+    if info.pillow_simd_installed and info.stock_pillow_installed:
+        what += (f", installed over pillow-simd {info.pillow_simd_installed} (its files "
+                 "replaced pillow-simd's)")
+    if not extension:
+        return (f"{what}: without imgprep's extension the loader decodes and resizes every "
+                "image with it, ~2x slower than with pillow-simd (docs/install.md)")
+    back = ("to have pillow-simd back, reinstall it (docs/install.md)"
+            if info.pillow_simd_installed and info.stock_pillow_installed else
+            "pillow-simd is optional (a checkout's `make setup` builds it; docs/install.md)")
+    return (f"{what}: fine for the loader, which decodes and resizes JPEGs in imgprep's "
+            "extension; only the Pillow-side work (PNG and CMYK images, crop_decode=False) "
+            f"runs ~2x slower than on pillow-simd; {back}")
 
 
 def loader_path() -> str:
@@ -178,6 +197,8 @@ class ManifestSummary:
     bytes: int
     classes: int
     errors: int
+    expected_images: int | None  # what the split's ground truth listed (None: no such record)
+    missing_images: int  # of those, the images the input did not hold, so not converted
     mean: list[float]
     std: list[float]
     tool_version: str
@@ -206,7 +227,9 @@ def manifest_summaries(path: Path, split: str | None = None) -> list[ManifestSum
         out.append(ManifestSummary(
             path=str(p), split=m.split, format=m.format, samples=m.total_samples,
             shards=len(m.shards), bytes=m.total_bytes, classes=len(m.classes),
-            errors=m.errors, mean=m.mean, std=m.std, tool_version=m.tool_version,
+            errors=m.errors, expected_images=m.source.expected if m.source else None,
+            missing_images=m.source.missing if m.source else 0,
+            mean=m.mean, std=m.std, tool_version=m.tool_version,
             options=m.options, index=m.index is not None,
             transform_version=m.transform_version, fast_decode=probe_decode(p.parent, m)))
     return out

@@ -787,12 +787,12 @@ def test_info_json_reports_the_manifest_and_pil(converted: dict[str, Path]) -> N
     assert set(info["versions"]) == {"imgprep", "python", "platform", "numpy", "torch",
                                      "webdataset", "tqdm", "click"}
     assert set(info["pil"]) == {"pil_version", "pillow_simd", "stock_pillow_installed",
-                                "libjpeg_turbo", "jpeg_version", "core", "cpu_avx2",
-                                "avx2_build", "crop_decode", "resampler"}
+                                "pillow_simd_installed", "libjpeg_turbo", "jpeg_version",
+                                "core", "cpu_avx2", "avx2_build", "crop_decode", "resampler"}
     (m,) = info["manifests"]
     assert set(m) == {"path", "split", "format", "samples", "shards", "bytes", "classes",
-                      "errors", "mean", "std", "tool_version", "options", "index",
-                      "transform_version", "fast_decode"}
+                      "errors", "expected_images", "missing_images", "mean", "std",
+                      "tool_version", "options", "index", "transform_version", "fast_decode"}
     assert m["transform_version"] == transform_version()
     first = read_manifest(converted["shards"] / "train.json").shards[0].samples
     assert m["fast_decode"] == ({"probed": first, "fast": first, "declined": {}}

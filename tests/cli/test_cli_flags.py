@@ -5,6 +5,7 @@ fails here; and what the two flags do for the commands that had neither."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import click
@@ -80,6 +81,25 @@ def test_info_quiet_prints_nothing_but_a_strict_failure(
     r = invoke("info", "-q", "--strict")
     assert (r.exit_code, r.stdout) == (1, "")
     assert r.stderr == "imgprep: error: no resampler\n"
+
+
+def test_info_warns_of_stock_pillow_with_the_clis_warning_prefix(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A wheel user's environment: stock Pillow and no pillow-simd. One warning line, in the
+    form every command's warnings take (imgprep.cli.logs), that claims nothing replaced."""
+    import imgprep.shards.info
+    from imgprep.shards.info import pil_info
+
+    stock = replace(pil_info(check_avx2=False), pil_version="13.0.0", pillow_simd=False,
+                    stock_pillow_installed="13.0.0", pillow_simd_installed=None)
+    monkeypatch.setattr(imgprep.shards.info, "pil_info", lambda check_avx2=True: stock)
+    r = invoke("info")
+    assert r.exit_code == 0, r.output
+    (line,) = [ln for ln in r.stderr.splitlines() if "Pillow" in ln]
+    assert line.startswith("imgprep: warning: PIL 13.0.0 is stock Pillow: ")
+    assert "replaced" not in line and "WARNING" not in r.stderr
+    r = invoke("info", "--strict")  # a warning, not a failure
+    assert r.exit_code == 0 and "imgprep: warning: PIL 13.0.0 is stock Pillow" in r.stderr
 
 
 def test_make_sample_quiet_prints_nothing(tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ while spooling."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -24,7 +25,9 @@ from imgprep.inputs.spool import SPOOL_DIR, is_finished
 from imgprep.inputs.synsets import imagenet_classes
 from imgprep.job.world import World
 from imgprep.shards.manifest import read_manifest
-from tests.support import REPO, published_label
+from tests.support import REPO, one_line_error, published_label
+from tests.support.cli import invoke
+from tests.support.lfs import as_pointers
 from tests.support.shards import tar_samples
 
 SPEC = SampleSpec(classes=3, per_class=5, val=8, seed=5, test=3)
@@ -241,6 +244,25 @@ def test_an_imagenette_parquet_is_refused_not_read_as_imagenet(tmp_path: Path) -
     with pytest.raises(LabelError, match="names 10 classes"):
         convert_splits(ConvertOptions(input=tmp_path / "imagenette", out=tmp_path / "out"))
     assert not (tmp_path / "out" / "train.json").exists()
+
+
+@pytest.mark.parametrize("dry", [True, False], ids=["dry-run", "convert"])
+def test_a_parquet_clone_without_its_lfs_objects_is_refused_as_one(
+        fakes: dict[str, FakeSummary], tmp_path: Path, dry: bool) -> None:
+    """``git clone`` of ILSVRC/imagenet-1k without git-lfs: data/*.parquet are pointers. One
+    line names them and ``git lfs pull``; not a damaged file to download again."""
+    _needs("hf-parquet")
+    clone = tmp_path / "imagenet-1k"
+    shutil.copytree(Path(fakes["hf-parquet"].inputs[0]), clone)
+    files = as_pointers(sorted((clone / "data").glob("*.parquet")))
+    out = tmp_path / "out"
+    said = one_line_error(invoke("convert", clone, "-o", out, *(["--dry-run"] if dry else [])),
+                          3, f"{clone / 'data'}: all {len(files)} parquet files are Git LFS "
+                          f"pointer files, not the data ({files[0]}: oid sha256:",
+                          f"fetch them with `git lfs pull` in the clone (`git -C {clone} lfs "
+                          "pull`)")
+    assert "damaged" not in said and "download it again" not in said
+    assert not out.exists()
 
 
 def test_a_truncated_tar_gz_is_refused_naming_the_member(fakes: dict[str, FakeSummary],

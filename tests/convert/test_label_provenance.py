@@ -110,8 +110,33 @@ def test_validation_images_missing_from_the_input_are_reported_and_recorded(
     shutil.rmtree(out)
     text = invoke("convert", tree, "-o", out, "--split", "val", *SMALL)
     assert text.exit_code == 0 and f"missing: {want}" in text.stdout.splitlines()
-    r = invoke("verify", out, "--no-decode")
-    assert r.exit_code == 0 and f"imgprep: note: val: {want}" in r.stderr.splitlines()
+
+
+def test_images_missing_from_the_input_are_said_once_by_convert_not_by_verify_or_info(
+        fakes: dict[str, Path], tmp_path: Path) -> None:
+    """The run that can act on it says it; the commands that read the result do not repeat
+    it: verify not at all, info as one plain fact of the manifest, not a note."""
+    tree = tmp_path / "kaggle"
+    shutil.copytree(fakes["kaggle"], tree)
+    for p in sorted((tree / "ILSVRC" / "Data" / "CLS-LOC" / "val").iterdir())[1:3]:
+        p.unlink()
+    out = tmp_path / "out"
+    said = invoke("convert", tree, "-o", out, "--split", "val", *SMALL)
+    assert said.exit_code == 0, said.output
+    assert [ln for ln in said.output.splitlines() if "not in the input" in ln] == [
+        ln for ln in said.stdout.splitlines() if ln.startswith("missing: the ground truth")]
+    for args in (("verify", out, "--no-decode"), ("verify", out, "-q"), ("info", out)):
+        r = invoke(*args)
+        assert r.exit_code == 0, r.output
+        assert "not in the input" not in r.stderr and "note:" not in r.output, args
+        assert "fetch them and rerun" not in r.output, args
+    assert json.loads(invoke("verify", out, "--json").stdout)["notes"] == []
+    shown = [ln for ln in invoke("info", out).stdout.splitlines() if "ground truth" in ln]
+    assert shown == ["  ground truth: 8 images listed, 2 of them not in the input (not "
+                     "converted)"]
+    info = json.loads(invoke("info", out, "--json").stdout)
+    assert info["notes"] == []
+    assert [(m["expected_images"], m["missing_images"]) for m in info["manifests"]] == [(8, 2)]
 
 
 def test_a_whole_input_reports_nothing_missing(fakes: dict[str, Path], tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ import importlib
 import lzma
 import os
 import random
+import re
 import zipfile
 from pathlib import Path
 
@@ -25,6 +26,7 @@ from imgprep.inputs.keys import member_key, split_wnid_suffix
 from imgprep.inputs.reader import SourceReader
 from imgprep.inputs.ziplist import _cached
 from tests.support import jpeg, write_tar
+from tests.support.lfs import as_pointers
 
 SPEC = SampleSpec(classes=3, per_class=4, val=5, test=2, seed=7)
 ZIP = "imagenet-object-localization-challenge.zip"
@@ -245,6 +247,39 @@ def test_a_git_lfs_pointer_is_named_whatever_it_is_called(tmp_path: Path, name: 
                        r"sha256:4d7a2146\w+, size 146800000\), not the data: .* `git lfs pull "
                        rf"--include {name}`"):
         detect(path, form)
+
+
+@pytest.mark.parametrize(("form", "files_are"), [("hf-parquet", "parquet files"),
+                                               ("hf-targz", "tar.gz archives")])
+@pytest.mark.parametrize("given", ["the clone", "its data folder"])
+def test_a_hub_clone_without_its_lfs_objects_is_named_as_one(
+        tmp_path: Path, form: str, files_are: str, given: str) -> None:
+    """Not "damaged or cut short" file by file: the pointers, one of them named, and the
+    command that fetches the objects."""
+    if form == "hf-parquet":
+        pytest.importorskip("pyarrow")
+    clone = Path(make_fake(form, tmp_path / "clone", SPEC).inputs[0])
+    files = as_pointers(sorted((clone / "data").iterdir()))
+    path = clone if given == "the clone" else clone / "data"
+    for asked in (None, form):
+        with pytest.raises(SourceFormatError) as refused:
+            detect(path, asked)
+        said = str(refused.value)
+        assert said.startswith(f"{clone / 'data'}: all {len(files)} {files_are} are Git LFS "
+                               f"pointer files, not the data ({files[0]}: oid sha256:")
+        assert (f"the clone was made without its LFS objects; fetch them with `git lfs pull` "
+                f"in the clone (`git -C {path} lfs pull`), then convert it again") in said
+
+
+def test_a_hub_clone_with_some_lfs_objects_fetched_names_the_pointers_left(tmp_path: Path) -> None:
+    pytest.importorskip("pyarrow")
+    clone = Path(make_fake("hf-parquet", tmp_path / "clone", SPEC).inputs[0])
+    files = sorted((clone / "data").iterdir())
+    as_pointers(files[2:4])
+    with pytest.raises(SourceFormatError, match=rf": 2 of the {len(files)} parquet files are "
+                       rf"Git LFS pointer files, not the data \({re.escape(str(files[2]))}: "
+                       "oid sha256:"):
+        detect(clone)
 
 
 @pytest.mark.parametrize("name", NAMES)

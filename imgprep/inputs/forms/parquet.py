@@ -31,6 +31,7 @@ import numpy as np
 from imgprep.errors import LabelError, SourceFormatError
 from imgprep.inputs import parquetio
 from imgprep.inputs.forms.base import Detected, ListContext, SplitInput, hub_splits
+from imgprep.inputs.forms.refusals import refuse_lfs_pointers
 from imgprep.inputs.groundtruth import listed
 from imgprep.inputs.hfnames import PARQUET_NAME_RE, file_split, is_canonical, parse_name
 from imgprep.inputs.sources import Listing, build_listing
@@ -47,18 +48,19 @@ LABELS = "the 'label' column (sorted-wnid order), checked against the wnid in im
 def parquet_files(path: Path) -> dict[str, list[Path]]:
     """{split: its parquet files, sorted} in ``path`` (a parquet file, the ``data/`` folder
     or the folder holding it). Empty when there is no parquet file. A folder whose
-    numbered set is incomplete is refused."""
+    numbered set is incomplete, or whose files are Git LFS pointers, is refused."""
     if path.is_file():
         return {file_split(path.name): [path]} if parquetio.is_parquet(path) else {}
     folder = path / "data" if (path / "data").is_dir() else path
     if not folder.is_dir():
         return {}
+    files = [p for p in sorted(folder.iterdir()) if p.name.endswith(".parquet") and p.is_file()]
+    refuse_lfs_pointers(path, files, "parquet files")
     found: dict[str, list[Path]] = {}
-    for p in sorted(folder.iterdir()):
-        if p.name.endswith(".parquet") and p.is_file():
-            found.setdefault(file_split(p.name), []).append(p)
-    for files in found.values():
-        _check_complete(folder, files)
+    for p in files:
+        found.setdefault(file_split(p.name), []).append(p)
+    for split_files in found.values():
+        _check_complete(folder, split_files)
     return found
 
 

@@ -6,6 +6,10 @@ a split archive (told by its name), and, whatever the file is called, told by it
 an empty file, a Git LFS pointer (a clone made without its LFS objects) or a web page (a
 download link that returned a login or quota page). Each is refused saying what was seen
 and the command that makes a form imgprep reads in place; nothing here converts anything.
+
+A folder is not a file: the forms that find their files by name in a folder (the Hub's
+``data/*.parquet``, ``data/*.tar.gz``) call ``refuse_lfs_pointers`` on what they found, so
+that a clone made without its LFS objects is named as one, not as damaged files.
 """
 
 from __future__ import annotations
@@ -92,6 +96,36 @@ def refuse(path: Path) -> None:
     _by_content(path, head)
 
 
+def _lfs_fields(head: bytes) -> str:
+    """A pointer's ``oid`` and ``size`` lines, as it states them."""
+    found = ", ".join(m.decode("ascii", "replace") for m in LFS_FIELDS.findall(head))
+    return found or "a few lines of text"
+
+
+def _head(path: Path) -> bytes:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(HEAD)
+    except OSError:
+        return b""  # the form that lists it says why it cannot be read
+
+
+def refuse_lfs_pointers(where: Path, files: list[Path], what: str) -> None:
+    """Refuse ``where`` (a folder a form found ``files`` in by name; ``what``: what they are
+    called, "parquet files") when any of them is a Git LFS pointer, naming the first."""
+    pointers = [(p, head) for p in files if (head := _head(p)).startswith(LFS_POINTER)]
+    if not pointers:
+        return
+    first, head = pointers[0]
+    share = f"all {len(files)}" if len(pointers) == len(files) else \
+        f"{len(pointers)} of the {len(files)}"
+    raise SourceFormatError(
+        f"{first.parent}: {share} {what} are Git LFS pointer files, not the data ({first}: "
+        f"{_lfs_fields(head)}): the clone was made without its LFS objects; fetch them with "
+        f"`git lfs pull` in the clone (`git -C {shlex.quote(str(where))} lfs pull`), then "
+        "convert it again")
+
+
 def _by_content(path: Path, head: bytes) -> None:
     """Refuse an empty file, a Git LFS pointer or a web page, whatever it is called."""
     if not head:
@@ -99,9 +133,8 @@ def _by_content(path: Path, head: bytes) -> None:
             f"{path} is empty (0 bytes): the download or copy wrote nothing; download it "
             "again")
     if head.startswith(LFS_POINTER):
-        fields = ", ".join(m.decode("ascii", "replace") for m in LFS_FIELDS.findall(head))
         raise SourceFormatError(
-            f"{path} is a Git LFS pointer file ({fields or 'a few lines of text'}), not the "
+            f"{path} is a Git LFS pointer file ({_lfs_fields(head)}), not the "
             "data: the repository was cloned without its LFS objects; fetch them in the "
             f"clone with `git lfs pull --include {shlex.quote(path.name)}` (or `git lfs "
             "pull`), then convert it")

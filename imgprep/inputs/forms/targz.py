@@ -26,6 +26,7 @@ from pathlib import Path
 
 from imgprep.errors import LabelError, SourceFormatError
 from imgprep.inputs.forms.base import Detected, ListContext, SplitInput, hub_splits
+from imgprep.inputs.forms.refusals import refuse_lfs_pointers
 from imgprep.inputs.gzipio import gzip_members
 from imgprep.inputs.hfnames import TARGZ_NAME_RE, file_split, parse_name
 from imgprep.inputs.sources import Listing, build_listing
@@ -56,15 +57,18 @@ def targz_files(path: Path) -> dict[str, list[Path]]:
     """{split: its archives, sorted} in ``path`` (an archive, the ``data/`` folder or the
     folder holding it): the Hub's names in a folder; any ``.tar.gz`` given as a file (the
     split its name mentions: ``test``, ``val``, else train). Empty when there is none.
-    Train archives with a gap in their numbers are refused (an unfinished download)."""
+    Train archives with a gap in their numbers are refused (an unfinished download), and so
+    are archives that are Git LFS pointers (a clone made without its LFS objects)."""
     if path.is_file():
         return {file_split(path.name): [path]} if is_targz(path) else {}
     folder = path / "data" if (path / "data").is_dir() else path
     if not folder.is_dir():
         return {}
+    named = [p for p in sorted(folder.iterdir()) if TARGZ_NAME_RE.match(p.name) and p.is_file()]
+    refuse_lfs_pointers(path, named, "tar.gz archives")
     found: dict[str, list[Path]] = {}
-    for p in sorted(folder.iterdir()):
-        if TARGZ_NAME_RE.match(p.name) and is_targz(p):
+    for p in named:
+        if is_targz(p):
             found.setdefault(file_split(p.name), []).append(p)
     numbers = sorted(int(m.group(1)) for p in found.get("train", [])
                      if (m := _NUMBERED.match(p.name)))
