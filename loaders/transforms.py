@@ -228,6 +228,22 @@ def pillow_decode(data: bytes, t: Transform, rng: np.random.Generator, where: st
     return img, g, box
 
 
+# A resize larger than this (an extreme aspect ratio's short side brought to the val size: a
+# 1 x 20,000 strip to 256 is 256 x 5,120,000) resamples only the window kept: Pillow would
+# make the whole image first. The box is then Pillow's float32 one, so a pixel may differ by
+# a unit from a whole resize's (the extension's path keeps the whole resize's bytes).
+WHOLE_RESIZE_MOST = 1 << 24
+
+
+def _window_only(box: Box, size: tuple[int, int], crop: tuple[int, int, int, int]
+                 ) -> tuple[Box, tuple[int, int], tuple[int, int, int, int]]:
+    """The box, size and crop that resample only ``crop`` of ``box`` resized to ``size``."""
+    sx, sy = (box[2] - box[0]) / size[0], (box[3] - box[1]) / size[1]
+    left, top, right, bottom = crop
+    sub = (box[0] + left * sx, box[1] + top * sy, box[0] + right * sx, box[1] + bottom * sy)
+    return sub, (right - left, bottom - top), (0, 0, right - left, bottom - top)
+
+
 def apply(data: bytes, t: Transform, rng: np.random.Generator, out: np.ndarray,
           where: str = "sample", *, planar: bool = True, geometry: Geometry | None = None
           ) -> None:
@@ -236,10 +252,13 @@ def apply(data: bytes, t: Transform, rng: np.random.Generator, out: np.ndarray,
     the one ``t`` already drew for it."""
     img, g, box = pillow_decode(data, t, rng, where, geometry)
     with decoding(img, where):
-        if g.resize is not None:
-            img = img.resize(g.resize, _BILINEAR, box=box)
-        if g.crop != (0, 0, *img.size):
-            img = img.crop(g.crop)
+        size, crop = g.resize, g.crop
+        if size is not None and size[0] * size[1] > WHOLE_RESIZE_MOST:
+            box, size, crop = _window_only(box or (0, 0, *img.size), size, crop)
+        if size is not None:
+            img = img.resize(size, _BILINEAR, box=box)
+        if crop != (0, 0, *img.size):
+            img = img.crop(crop)
         if g.flip:
             img = img.transpose(_FLIP)
         into(img, out, planar)

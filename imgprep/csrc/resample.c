@@ -106,18 +106,24 @@ static double filter_support(int64_t filter) {
 
 typedef struct {
     int64_t out;       /* resized size on this axis */
+    int64_t first, n;  /* the outputs kept: the window's, [first, first + n) */
     int64_t per;       /* weights stored per output */
-    double *w;         /* out * per normalized weights (one allocation with lo and count) */
-    int32_t *lo, *count;  /* per output: first source pixel, taps used */
-    int precision;
+    double *w;         /* n * per normalized weights (one allocation with lo and count) */
+    int32_t *lo, *count;  /* per output kept: first source pixel, taps used */
+    int precision;     /* from the weights of every output, kept or not */
 } rs_axis;
 
 static void axis_free(rs_axis *a) {
     free(a->w);
 }
 
+/* The weights of the outputs [first, first + n) of a resize of [in0, in1) of ``in`` pixels
+ * to ``out``. Every output's weights are computed (the fixed-point precision is the whole
+ * axis's, so a window's bytes are the whole resize's), but only the window's are kept: an
+ * extreme aspect ratio resized whole (a 1 x 20,000 strip's short side to 256) costs time in
+ * proportion to its size, and memory in proportion to the window. */
 static int axis_weights(rs_axis *a, int64_t in, float in0, float in1, int64_t out,
-                        int64_t filter, char *msg, size_t len) {
+                        int64_t first, int64_t n, int64_t filter, char *msg, size_t len) {
     double scale = (double)(in1 - in0) / (double)out;
     double filterscale = scale < 1.0 ? 1.0 : scale;
     double support = filter_support(filter) * filterscale;
@@ -127,17 +133,22 @@ static int axis_weights(rs_axis *a, int64_t in, float in0, float in1, int64_t ou
     if (trig) sin_cos(tap_angle(filter, 1.0 / filterscale), &step_s, &step_c);
     memset(a, 0, sizeof *a);
     a->out = out;
+    a->first = first;
+    a->n = n;
     a->per = ksize < (double)in ? (int64_t)ksize : in;
-    if (a->per * out > RS_MAX_WEIGHTS) {
-        snprintf(msg, len, "resizing %lld pixels to %lld needs %lld filter weights, over the "
-                 "limit of %lld", (long long)in, (long long)out, (long long)(a->per * out),
-                 (long long)RS_MAX_WEIGHTS);
+    if (a->per * n > RS_MAX_WEIGHTS) {
+        snprintf(msg, len, "resizing %lld pixels to a window of %lld needs %lld filter "
+                 "weights, over the limit of %lld", (long long)in, (long long)n,
+                 (long long)(a->per * n), (long long)RS_MAX_WEIGHTS);
         return RS_EINVAL;
     }
-    a->w = malloc(sizeof(double) * (size_t)(a->per * out) + 2 * sizeof(int32_t) * (size_t)out);
+    /* the window's weights, then one output's scratch, then lo and count */
+    a->w = malloc(sizeof(double) * (size_t)(a->per * (n + 1)) +
+                  2 * sizeof(int32_t) * (size_t)n);
     if (a->w == NULL) return RS_ENOMEM;
-    a->lo = (int32_t *)(void *)(a->w + a->per * out);
-    a->count = a->lo + out;
+    double *spare = a->w + a->per * n;
+    a->lo = (int32_t *)(void *)(spare + a->per);
+    a->count = a->lo + n;
     for (int64_t xx = 0; xx < out; xx++) {
         double center = in0 + ((double)xx + 0.5) * scale, ww = 0.0, ss = 1.0 / filterscale;
         int64_t xmin = (int64_t)(center - support + 0.5), xmax;
@@ -147,7 +158,8 @@ static int axis_weights(rs_axis *a, int64_t in, float in0, float in1, int64_t ou
         xmax -= xmin;
         if (xmax < 0) xmax = 0;
         if (xmax > a->per) xmax = a->per;  /* never: Pillow's own bound */
-        double *k = a->w + xx * a->per, s = 0.0, c = 1.0;
+        const int kept = xx >= first && xx < first + n;
+        double *k = kept ? a->w + (xx - first) * a->per : spare, s = 0.0, c = 1.0;
         if (trig) sin_cos(tap_angle(filter, ((double)xmin - center + 0.5) * ss), &s, &c);
         for (int64_t x = 0; x < xmax; x++) {
             double w = filter_at(filter, ((double)(x + xmin) - center + 0.5) * ss, s, c);
@@ -163,8 +175,10 @@ static int axis_weights(rs_axis *a, int64_t in, float in0, float in1, int64_t ou
             if (k[x] > maxw) maxw = k[x];
             if (k[x] < minw) minw = k[x];
         }
-        a->lo[xx] = (int32_t)xmin;
-        a->count[xx] = (int32_t)xmax;
+        if (kept) {
+            a->lo[xx - first] = (int32_t)xmin;
+            a->count[xx - first] = (int32_t)xmax;
+        }
     }
     /* pillow-simd: the most fraction bits (up to 22) that keep the largest weight below 2^15;
      * fewer if the most negative one would not fit 16 bits (never, for these filters). */
@@ -182,21 +196,21 @@ static int16_t to_fixed(double w, int precision) {
     return (int16_t)(int)v;
 }
 
-/* The taps the window's outputs [first, first + n) need: the most any of them uses. */
-static int32_t window_taps(const rs_axis *a, int64_t first, int64_t n) {
+/* The taps the window's outputs need: the most any of them uses. */
+static int32_t window_taps(const rs_axis *a) {
     int32_t taps = 1;
-    for (int64_t i = first; i < first + n; i++)
+    for (int64_t i = 0; i < a->n; i++)
         if (a->count[i] > taps) taps = a->count[i];
     return taps;
 }
 
 /* The window's weights in fixed point, ``taps`` per output, each output's run of taps moved
  * left where it would pass the source's end (``in`` pixels), into ``coef`` zeroed before. */
-static void window_fill(const rs_axis *a, int64_t in, int64_t first, int64_t n, int flip,
-                        int32_t taps, int32_t *start, int16_t *coef) {
-    int64_t last_start = in - taps > 0 ? in - taps : 0;
+static void window_fill(const rs_axis *a, int64_t in, int flip, int32_t taps, int32_t *start,
+                        int16_t *coef) {
+    int64_t last_start = in - taps > 0 ? in - taps : 0, n = a->n;
     for (int64_t j = 0; j < n; j++) {
-        int64_t xx = flip ? first + n - 1 - j : first + j;
+        int64_t xx = flip ? n - 1 - j : j;
         int64_t lo = a->lo[xx], s = lo < last_start ? lo : last_start;
         int16_t *k = coef + j * taps;
         for (int32_t t = 0; t < a->count[xx]; t++)
@@ -306,7 +320,7 @@ static int64_t full_height(const rs_job *j) {
 /* The axis's taps moved from the image's coordinates to the part's (``origin``, ``in``
  * pixels long), which must hold every tap with a weight. */
 static int axis_shift(rs_axis *a, int64_t origin, int64_t in, char *msg, size_t len) {
-    for (int64_t xx = 0; xx < a->out; xx++) {
+    for (int64_t xx = 0; xx < a->n; xx++) {
         int64_t lo = a->lo[xx] - origin;
         if (a->count[xx] > 0 && (lo < 0 || lo + a->count[xx] > in)) {
             snprintf(msg, len, "the source part (%lld pixels from %lld) does not hold the "
@@ -501,9 +515,9 @@ static void simd_tables(rs_plan *pl, const rs_kernel_desc *kd, int32_t *wide, in
 static int plan_build(rs_plan *pl, const rs_job *j, const rs_kernel_desc *kd, rs_axis *ax,
                       rs_axis *ay, char *msg, size_t len) {
     const int g = kd->group;
-    const int32_t ht = (window_taps(ax, j->left, j->cols) + 1) & ~1;
+    const int32_t ht = (window_taps(ax) + 1) & ~1;
     const int32_t n = (int32_t)j->cols, padded = (n + g - 1) / g * g;
-    const int32_t vt = window_taps(ay, j->top, j->rows);
+    const int32_t vt = window_taps(ay);
     const size_t groups = (size_t)(padded / g), pairs = (size_t)ht / 2;
     pl->plane = j->planar ? (size_t)padded + RS_ROW_SLACK : 0;
     pl->row_bytes = j->planar ? 3 * pl->plane : (size_t)padded * 3 + RS_ROW_SLACK;
@@ -537,7 +551,7 @@ static int plan_build(rs_plan *pl, const rs_job *j, const rs_kernel_desc *kd, rs
     pl->hstart = (int32_t *)(b + at[0]);
     int32_t *offset = pl->hstart + padded;
     int16_t *hcoef = (int16_t *)(b + at[1]);
-    window_fill(ax, j->width, j->left, j->cols, j->flip, ht, pl->hstart, hcoef);
+    window_fill(ax, j->width, j->flip, ht, pl->hstart, hcoef);
     for (int32_t i = 0; i < padded; i++) {
         if (i >= n) pl->hstart[i] = pl->hstart[n - 1];  /* zero weights, reads in range */
         offset[i] = pl->hstart[i] * (int32_t)j->channels;
@@ -556,7 +570,7 @@ static int plan_build(rs_plan *pl, const rs_job *j, const rs_kernel_desc *kd, rs
     pl->vcoef = (int16_t *)(b + at[5]);
     pl->vtaps = vt;
     pl->vprecision = ay->precision;
-    window_fill(ay, j->height, j->top, j->rows, 0, vt, pl->vstart, pl->vcoef);
+    window_fill(ay, j->height, 0, vt, pl->vstart, pl->vcoef);
     for (int64_t r = 0; r < j->rows; r++) {  /* rows that are one source row: a copy */
         const int16_t *k = pl->vcoef + r * vt;
         int32_t one = -1, others = 0;
@@ -636,11 +650,11 @@ int rs_resize(const rs_job *job, char *message, size_t message_len) {
         const rs_kernel_desc *kd = kernel_desc(rs_resolve_kernel(job->kernel));
         rs_axis ax, ay;
         rs_plan pl = {0};
-        rc = axis_weights(&ax, full_width(job), box[0], box[2], job->out_width, job->filter,
-                          message, message_len);
+        rc = axis_weights(&ax, full_width(job), box[0], box[2], job->out_width, job->left,
+                          job->cols, job->filter, message, message_len);
         if (rc == RS_OK)
             rc = axis_weights(&ay, full_height(job), box[1], box[3], job->out_height,
-                              job->filter, message, message_len);
+                              job->top, job->rows, job->filter, message, message_len);
         else
             memset(&ay, 0, sizeof ay);
         if (rc == RS_OK) rc = axis_shift(&ax, job->origin_x, job->width, message, message_len);

@@ -100,12 +100,22 @@ def test_a_read_only_output_is_refused() -> None:
         call(out=bytes(8 * 6 * 3))
 
 
-def test_a_weight_table_too_large_raises_valueerror() -> None:
-    """A 1-pixel window of an 8 to 2^24 pixels lanczos upscale: 117 million weights."""
+def test_a_window_weight_table_too_large_raises_valueerror() -> None:
+    """A million-pixel window of an 8 to 2^24 pixels lanczos upscale: 7 million weights."""
     with pytest.raises(ValueError, match="filter weights"):
         call(src=np.zeros(32, np.uint8), width=8, height=1, stride=32, box=(0, 0, 8, 1),
-             out_width=2**24, out_height=1, window=(0, 0, 1, 1), filter=1,
-             out=np.zeros(3, np.uint8))
+             out_width=2**24, out_height=1, window=(0, 0, 2**20, 1), filter=1,
+             out=np.zeros(3 * 2**20, np.uint8))
+
+
+def test_a_small_window_of_a_huge_resize_keeps_only_its_own_weights() -> None:
+    """A 1-pixel window of an 8 to 2^24 pixels lanczos upscale (117 million weights in all):
+    every output's weights are computed for the precision, the window's alone are kept."""
+    src = np.full(32, 200, np.uint8)
+    out = np.zeros(3, np.uint8)
+    call(src=src, width=8, height=1, stride=32, box=(0, 0, 8, 1), out_width=2**24,
+         out_height=1, window=(2**23, 0, 1, 1), filter=1, out=out)
+    assert out.tolist() == [200, 200, 200]
 
 
 def test_a_resize_needing_over_a_gigabyte_of_scratch_raises_valueerror() -> None:
