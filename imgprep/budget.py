@@ -161,7 +161,8 @@ def prescan(data: bytes) -> JpegLayout:
 def unreadable(layout: JpegLayout) -> str | None:
     """What makes a JPEG one that no decoder here reads (its frame says so), or None."""
     if not layout.frame:
-        return "a JPEG without a frame header"
+        return ("an unreadable JPEG image: no frame header before its data ends or breaks "
+                "(truncated, or damaged there)")
     if layout.precision != 8:
         return (f"a {layout.precision}-bit JPEG (only 8-bit JPEGs are read; 12- and 16-bit "
                 "ones are medical and raw-photo formats)")

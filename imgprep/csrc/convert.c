@@ -151,7 +151,7 @@ static int show(const Pixels *px, const Plan *p, ConvertResult *r, Decoded *d) {
 }
 
 static int libjpeg_failed(int at, const JpegErr *err, ConvertResult *r) {
-    if (err->refused) return fail(r, "%s", err->message);  /* no other decode would do */
+    if (err->refused) return fail(r, "refused: %s", err->message);  /* none would do */
     if (at == AT_HEADER) {  /* Pillow reads it, or says why not */
         snprintf(r->message, MESSAGE_LEN, "%s", err->message);
         return r->status = DECLINED;
