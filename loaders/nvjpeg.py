@@ -35,7 +35,6 @@ torchvision's nvJPEG on this rank's GPU and cropped there in a few batched tenso
 
 from __future__ import annotations
 
-import io
 import logging
 import queue
 import threading
@@ -54,7 +53,7 @@ from loaders.batchcrop import boxes, crop_resize
 from loaders.config import Config
 from loaders.epochs import PAD, EpochPlan
 from loaders.errors import LoaderError
-from loaders.transforms import SampleError, into_chw
+from loaders.transforms import SampleError, decoding, into_chw, open_sample
 
 logger = logging.getLogger(__name__)
 SOI, EOI = b"\xff\xd8", b"\xff\xd9"  # a JPEG's first and last two bytes
@@ -103,11 +102,9 @@ def on_device(data: bytes) -> bool:
 def cpu_decode(data: bytes, where: str) -> torch.Tensor:
     """Pillow's decode of the whole image to RGB, as a 3 x H x W uint8 CPU tensor; a
     ``SampleError`` naming ``where`` when Pillow cannot decode it."""
-    try:
-        with Image.open(io.BytesIO(data)) as img:
-            rgb = img.convert("RGB")
-    except (OSError, SyntaxError, ValueError) as e:
-        raise SampleError(f"{where}: cannot decode ({e})") from e
+    img = open_sample(data, where)
+    with decoding(img, where):
+        rgb = img.convert("RGB")
     out = np.empty((3, rgb.height, rgb.width), np.uint8)
     into_chw(rgb, out)
     return torch.from_numpy(out)

@@ -206,6 +206,15 @@ def decoding(img: Image.Image, where: str) -> Iterator[None]:
         yield
 
 
+def open_sample(data: bytes, where: str) -> Image.Image:
+    """``data`` opened for Pillow as convert opens it (``imagefile``: the accepted formats,
+    Pillow's bomb rule, the per-image budget, convert's damage rule), or ``SampleError``."""
+    with _as_sample(where):
+        img = imagefile.identify(data)
+        imagefile.check_budget(img, data)
+    return img
+
+
 def pillow_decode(data: bytes, t: Transform, rng: np.random.Generator, where: str = "sample",
                   geometry: Geometry | None = None) -> tuple[Image.Image, Geometry, Box | None]:
     """Open ``data`` with Pillow, draft a JPEG as ``t``'s geometry (``geometry``: the one

@@ -22,7 +22,6 @@ for line, whatever the worker count.
 from __future__ import annotations
 
 import hashlib
-import io
 import multiprocessing as mp
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -32,9 +31,15 @@ from pathlib import Path
 from typing import TypeVar
 
 import numpy as np
-from PIL import Image, UnidentifiedImageError
 
-from imgprep.errors import ImgprepError, ManifestError, ShardError, UnsafeArchiveError
+from imgprep import imagefile
+from imgprep.errors import (
+    ImageError,
+    ImgprepError,
+    ManifestError,
+    ShardError,
+    UnsafeArchiveError,
+)
 from imgprep.fsutil import sha256_file
 from imgprep.job.world import World
 from imgprep.sections import TransformOptions
@@ -77,19 +82,21 @@ class VerifyReport:
 
 
 def _check_image(data: bytes, size: int, resize: str) -> str | None:
+    """Why a converted image is not what convert writes, or None: its format, mode and size
+    read from its header first, so a forged header is never decoded at the size it claims;
+    then decoded whole (opened as ``imgprep.imagefile`` opens every image)."""
     try:
-        with Image.open(io.BytesIO(data)) as img:
+        img = imagefile.identify(data)
+        w, h, mode, fmt = img.width, img.height, img.mode, img.format
+        if fmt != "JPEG" or mode != "RGB":
+            return f"is {fmt} {mode}, expected an RGB JPEG"
+        if (resize == "center-crop" and (w, h) != (size, size)) or \
+                (resize == "short-side" and min(w, h) != size):
+            return f"is {w}x{h}, expected {resize} {size}"
+        with imagefile.decoding(img):
             img.load()
-            w, h, mode, fmt = img.width, img.height, img.mode, img.format
-    except UnidentifiedImageError:
-        return "does not decode (not an image file)"
-    except (OSError, SyntaxError, ValueError) as e:
+    except ImageError as e:
         return f"does not decode ({e})"
-    if fmt != "JPEG" or mode != "RGB":
-        return f"is {fmt} {mode}, expected an RGB JPEG"
-    if (resize == "center-crop" and (w, h) != (size, size)) or \
-            (resize == "short-side" and min(w, h) != size):
-        return f"is {w}x{h}, expected {resize} {size}"
     return None
 
 
