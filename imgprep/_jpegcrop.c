@@ -39,7 +39,6 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
-#include <setjmp.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <limits.h>
@@ -47,39 +46,25 @@
 #include <string.h>
 
 #include <jpeglib.h>
-#include <jerror.h>
 
 #include "csrc/bindings.h"
+#include "csrc/bounds.h"
 #include "csrc/budget.h"
+#include "csrc/convert.h"
 #include "csrc/frame.h"
 #include "csrc/jerr.h"
+#include "csrc/probe.h"
 #include "csrc/resample.h"
+#include "csrc/results.h"
+#include "csrc/sample.h"
 
 #include "csrc/libjpeg_info.h"
 
-enum { FAST = 0, PROGRESSIVE = 1, COLOR = 2, TAIL = 3, BROKEN = 4 };
 
 static PyObject *report(const JpegErr *err, long trailing, int with_error) {
     Scan scan;
     jerr_scan(err, trailing, &scan);
     return scan_dict(&scan, with_error ? err->message : "", with_error && err->refused);
-}
-
-/* Whether the bytes from ``p`` to the end are entropy-coded data with restart markers only,
- * then EOI as the last two bytes. */
-static int clean_tail(const unsigned char *p, const unsigned char *end) {
-    if (end - p < 2 || end[-2] != 0xFF || end[-1] != 0xD9) return 0;
-    end -= 2;
-    while (p < end) {
-        const unsigned char *ff = memchr(p, 0xFF, (size_t)(end - p));
-        if (ff == NULL) return 1;
-        p = ff + 1;
-        while (p < end && *p == 0xFF) p++;  /* fill bytes */
-        if (p == end) return 0;
-        if (*p != 0x00 && (*p < 0xD0 || *p > 0xD7)) return 0;  /* a marker: not RSTn */
-        p++;
-    }
-    return 1;
 }
 
 static PyObject *probe(PyObject *Py_UNUSED(self), PyObject *args) {
@@ -91,44 +76,14 @@ static PyObject *probe(PyObject *Py_UNUSED(self), PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "the data is too large for libjpeg");
         return NULL;
     }
-    struct jpeg_decompress_struct cinfo;
-    JpegErr err;
-    Budget budget;
-    volatile int code = FAST, failed = 0;
-    volatile long width = 0, height = 0, trailing = 0;
+    ProbeResult r;
     Py_BEGIN_ALLOW_THREADS
-    if (setjmp(err.jump)) {
-        if (code == FAST) code = BROKEN;  /* a declined header keeps its own code */
-        failed = 1;
-    } else {
-        frame_setup(&cinfo, &err);
-        budget_attach(&cinfo, &budget);
-        jpeg_mem_src(&cinfo, view.buf, (unsigned long)view.len);
-        jpeg_read_header(&cinfo, TRUE);
-        width = (long)cinfo.image_width;
-        height = (long)cinfo.image_height;
-        if (cinfo.progressive_mode || cinfo.arith_code)
-            code = PROGRESSIVE;
-        else if (!((cinfo.num_components == 3 && cinfo.jpeg_color_space == JCS_YCbCr) ||
-                   (cinfo.num_components == 1 && cinfo.jpeg_color_space == JCS_GRAYSCALE)))
-            code = COLOR;
-        else if (!clean_tail(cinfo.src->next_input_byte,
-                             (const unsigned char *)view.buf + view.len))
-            code = TAIL;
-        if (check) {
-            budget_header(&cinfo, (size_t)view.len);
-            jpeg_read_coefficients(&cinfo);
-            jpeg_finish_decompress(&cinfo);
-            trailing = (long)cinfo.src->bytes_in_buffer;
-        }
-    }
-    jpeg_destroy_decompress(&cinfo);
+    probe_jpeg(view.buf, (size_t)view.len, check, &r);
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&view);
-    if (!check) return Py_BuildValue("lliO", width, height, code, Py_None);
-    PyObject *rep = report(&err, trailing, failed);
+    PyObject *rep = check ? report(&r.err, r.trailing, r.failed) : Py_NewRef(Py_None);
     if (rep == NULL) return NULL;
-    return Py_BuildValue("lliN", width, height, code, rep);
+    return named_result(RESULT_PROBE, Py_BuildValue("lliN", r.width, r.height, r.code, rep));
 }
 
 /* An int argument in [lo, hi], or -1 with ValueError naming it. */
@@ -156,7 +111,7 @@ static PyObject *decode(PyObject *Py_UNUSED(self), PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "the data is too large for libjpeg");
     } else {
         JpegErr err;
-        FrameRegion r = {(JDIMENSION)x0, (JDIMENSION)y0, (JDIMENSION)x1, (JDIMENSION)y1};
+        Rect r = {(unsigned)x0, (unsigned)y0, (unsigned)x1, (unsigned)y1};
         long trailing = 0;
         int rc;
         Py_BEGIN_ALLOW_THREADS
@@ -168,7 +123,8 @@ static PyObject *decode(PyObject *Py_UNUSED(self), PyObject *args) {
         } else {
             PyObject *rep = report(&err, trailing, 0);
             if (rep != NULL)
-                result = Py_BuildValue("IIIIN", r.left, r.top, r.right, r.bottom, rep);
+                result = named_result(RESULT_DECODE, Py_BuildValue("IIIIN", r.x0, r.y0, r.x1,
+                                                                   r.y1, rep));
         }
     }
     PyBuffer_Release(&frame);
@@ -296,20 +252,36 @@ static struct PyModuleDef module = {
     methods, NULL, NULL, NULL, NULL,
 };
 
-/* The per-image budget's limits (imgprep/csrc/budget.h), which imgprep.budget reads. */
-static int add_budget(PyObject *m) {
-    return PyModule_AddIntConstant(m, "BUDGET_MAX_SCANS", BUDGET_MAX_SCANS) < 0 ||
-           PyModule_AddIntConstant(m, "BUDGET_MAX_BLOCK_SCANS", (long)BUDGET_MAX_BLOCK_SCANS) < 0 ||
-           PyModule_AddIntConstant(m, "BUDGET_BLOCKS_PER_BYTE", BUDGET_BLOCKS_PER_BYTE) < 0 ||
-           PyModule_AddIntConstant(m, "BUDGET_ARITH_BLOCKS_PER_BYTE",
-                                   BUDGET_ARITH_BLOCKS_PER_BYTE) < 0
-        ? -1 : 0;
+/* The status codes and limits of the cores, exported so that Python reads them rather than
+ * copies them: imgprep.convert.native, imgprep.jpegcrop and imgprep.budget. */
+static const struct {
+    const char *name;
+    long value;
+} CONSTANTS[] = {
+    {"CONVERTED", CONVERTED}, {"DECLINED", DECLINED}, {"FAILED", FAILED},
+    {"PATH_REGION", PATH_REGION}, {"PATH_WHOLE", PATH_WHOLE}, {"PATH_PIXELS", PATH_PIXELS},
+    {"SAMPLE_DONE", SAMPLE_DONE}, {"SAMPLE_DECLINED", SAMPLE_DECLINED},
+    {"SAMPLE_FAILED", SAMPLE_FAILED}, {"SAMPLE_REFUSED", SAMPLE_REFUSED},
+    {"SAMPLE_REGION", SAMPLE_REGION}, {"SAMPLE_WHOLE", SAMPLE_WHOLE},
+    {"PROBE_FAST", PROBE_FAST}, {"PROBE_PROGRESSIVE", PROBE_PROGRESSIVE},
+    {"PROBE_COLOR", PROBE_COLOR}, {"PROBE_TAIL", PROBE_TAIL}, {"PROBE_BROKEN", PROBE_BROKEN},
+    {"MAX_SIDE", MAX_SIDE},
+    {"BUDGET_MAX_SCANS", BUDGET_MAX_SCANS}, {"BUDGET_MAX_BLOCK_SCANS", BUDGET_MAX_BLOCK_SCANS},
+    {"BUDGET_BLOCKS_PER_BYTE", BUDGET_BLOCKS_PER_BYTE},
+    {"BUDGET_ARITH_BLOCKS_PER_BYTE", BUDGET_ARITH_BLOCKS_PER_BYTE},
+};
+
+static int add_constants(PyObject *m) {
+    for (size_t i = 0; i < sizeof CONSTANTS / sizeof CONSTANTS[0]; i++)
+        if (PyModule_AddIntConstant(m, CONSTANTS[i].name, CONSTANTS[i].value) < 0) return -1;
+    return 0;
 }
 
 PyMODINIT_FUNC PyInit__jpegcrop(void) {
     PyObject *m = PyModule_Create(&module);
     if (m != NULL && (PyModule_AddIntConstant(m, "LIBJPEG_VERSION", JPEG_LIB_VERSION) < 0 ||
-                      imgprep_add_libjpeg_info(m) < 0 || add_budget(m) < 0)) {
+                      imgprep_add_libjpeg_info(m) < 0 || add_constants(m) < 0 ||
+                      results_add_types(m) < 0)) {
         Py_DECREF(m);
         return NULL;
     }

@@ -43,12 +43,14 @@ else:
     _MISSING = ""
 
 AVAILABLE = _jpegcrop is not None
-REASONS = {  # probe codes of the extension -> why the fast path declines
-    1: "progressive or arithmetic-coded",
-    2: "not YCbCr or grayscale (CMYK, Adobe RGB, ...)",
-    3: "data after the scan (several scans, a marker, or truncated: no EOI)",
-    4: "not a JPEG libjpeg reads",
+REASONS = {  # the extension's probe codes (its PROBE_* constants) -> why the fast path declines
+    "PROBE_PROGRESSIVE": "progressive or arithmetic-coded",
+    "PROBE_COLOR": "not YCbCr or grayscale (CMYK, Adobe RGB, ...)",
+    "PROBE_TAIL": "data after the scan (several scans, a marker, or truncated: no EOI)",
+    "PROBE_BROKEN": "not a JPEG libjpeg reads",
 }
+_REASON_OF = {getattr(_jpegcrop, name): why for name, why in REASONS.items()} \
+    if _jpegcrop is not None else {}
 Box = tuple[float, float, float, float]
 # Bytes a real photo never holds where libjpeg skips them: stray bytes before a marker
 # (libjpeg's "extraneous bytes") and data after the end-of-image marker above these are
@@ -156,7 +158,7 @@ def check(data: bytes) -> Scan:
     where the extension is not built (``imgprep.imagefile.jpeg_scan`` serves either way)."""
     if _jpegcrop is None:
         raise ValueError(f"the crop-aware decoder is not built ({_MISSING})")
-    return Scan.of(_jpegcrop.probe(data, True)[3])
+    return Scan.of(_jpegcrop.probe(data, True).report)
 
 
 def pixel_limit() -> int | None:
@@ -187,8 +189,8 @@ def probe(data: bytes) -> Probe:
     """Read ``data``'s headers (a few microseconds); ``reason`` is None for the fast path."""
     if _jpegcrop is None:
         return Probe(0, 0, f"the crop-aware decoder is not built ({_MISSING})")
-    w, h, code, _ = _jpegcrop.probe(data)
-    return Probe(w, h, REASONS.get(code) if code else None)
+    r = _jpegcrop.probe(data)
+    return Probe(r.width, r.height, _REASON_OF.get(r.code) if r.code else None)
 
 
 def draft_scale(width: int, height: int, request: tuple[int, int]) -> int:
@@ -249,12 +251,13 @@ class Frame:
             raise ValueError(f"the crop-aware decoder declines this image: {p.reason}")
         w, h = -(-p.width // scale), -(-p.height // scale)
         buf, img = self.view(w, h)
-        *_, report = _jpegcrop.decode(data, buf, scale, *region, whole)
-        scan = Scan.of(report)
+        scan = Scan.of(_jpegcrop.decode(data, buf, scale, *region, whole).report)
         return (None if scan.warnings else img), scan
 
 
-SAMPLE_DONE, SAMPLE_DECLINED, SAMPLE_FAILED, SAMPLE_REFUSED = 0, 1, 2, 3  # sample's statuses
+# sample's statuses, as the extension exports them (None where it is not built)
+SAMPLE_DONE, SAMPLE_DECLINED, SAMPLE_FAILED, SAMPLE_REFUSED = (
+    getattr(_jpegcrop, f"SAMPLE_{n}", None) for n in ("DONE", "DECLINED", "FAILED", "REFUSED"))
 
 
 @dataclass(frozen=True)
@@ -286,10 +289,10 @@ def sample(data: bytes, width: int, height: int, *, draft: tuple[int, int] | Non
     if _jpegcrop is None or not hasattr(_jpegcrop, "sample"):
         raise ValueError(f"the crop-aware decoder is not built ({_MISSING or 'an older one'})")
     limit = pixel_limit()
-    status, path, message, report = _jpegcrop.sample(
-        data, width, height, draft or (0, 0), resize or (0, 0), box, crop, flip, planar, whole,
-        0 if limit is None else limit, out)
-    return Sampled(status, path == 1, message, None if report is None else Scan.of(report))
+    r = _jpegcrop.sample(data, width, height, draft or (0, 0), resize or (0, 0), box, crop,
+                         flip, planar, whole, 0 if limit is None else limit, out)
+    return Sampled(r.status, r.path == _jpegcrop.SAMPLE_WHOLE, r.message,
+                   None if r.scan is None else Scan.of(r.scan))
 
 
 def pack(src: Image.Image | np.ndarray, src_width: int, box: tuple[int, int, int, int],

@@ -41,7 +41,9 @@ except ImportError:  # built optionally: transform version 1 serves without it
 VERSION = 2
 AVAILABLE = _ext is not None
 JPEG_MAGIC = imagefile.JPEG_MAGIC  # what Pillow's JPEG opener accepts
-CONVERTED, DECLINED, FAILED = 0, 1, 2  # the extension's status codes
+# the extension's status codes, as it exports them (None where it is not built)
+CONVERTED, DECLINED, FAILED = (getattr(_ext, n, None) for n in ("CONVERTED", "DECLINED",
+                                                                  "FAILED"))
 RESIZE = {"center-crop": 0, "short-side": 1}
 # the resampler's filters are numbered as Pillow's (imgprep/csrc/resample.h)
 FILTER_CODES = {name: int(Image.Resampling[name.upper()]) for name in FILTER_NAMES}
@@ -64,7 +66,7 @@ def one_call(opts: TransformOptions) -> Callable[[bytes], bytes] | None:
         return None
     args = (opts.size, RESIZE[opts.resize], FILTER_CODES[opts.filter], opts.quality,
             opts.exif_transpose, False, False, False, opts.max_pixels, bomb_pixels())
-    return lambda data: ext.convert(data, *args)[2]
+    return lambda data: ext.convert(data, *args).jpeg
 
 
 def convert_native(data: bytes, opts: TransformOptions, *, crop_decode: bool = True,
@@ -77,11 +79,10 @@ def convert_native(data: bytes, opts: TransformOptions, *, crop_decode: bool = T
         r = _ext.convert(data, opts.size, RESIZE[opts.resize], FILTER_CODES[opts.filter],
                          opts.quality, opts.exif_transpose, not crop_decode, histogram, pixels,
                          opts.max_pixels, bomb_pixels())
-        if r[0] != DECLINED:
-            w, h, components, mpf = r[3:7]
-            fmt = _pillow_format(data) if mpf else "JPEG"
-            return _converted(r, (w, h), _MODES.get(components, ""), fmt,
-                              imagefile.of_format(jpegcrop.Scan.of(r[-1]), fmt))
+        if r.status != DECLINED:
+            fmt = _pillow_format(data) if r.mpf else "JPEG"
+            return _converted(r, (r.width, r.height), _MODES.get(r.components, ""), fmt,
+                              imagefile.of_format(jpegcrop.Scan.of(r.scan), fmt))
     with warnings.catch_warnings():  # Pillow's damaged-TIFF, bomb-size and palette chatter
         warnings.simplefilter("ignore")
         return _from_pillow(_ext, data, opts, histogram, pixels)
@@ -114,16 +115,17 @@ def _from_pillow(ext: ModuleType, data: bytes, opts: TransformOptions, histogram
     return _converted(r, size0, mode, fmt, scan)
 
 
-def _converted(r: tuple[Any, ...], size0: tuple[int, int], mode: str, fmt: str,
+def _converted(r: Any, size0: tuple[int, int], mode: str, fmt: str,
                scan: jpegcrop.Scan | None) -> Converted:
-    """The extension's answer as a Converted, or why not as an ImageError (the damage the
-    scan shows first: it names what is wrong with the file, not where libjpeg stopped)."""
-    status, message, jpeg, *_, levels, rgb, out_w, out_h, _ = r
+    """The extension's answer (a ``ConvertResult``) as a Converted, or why not as an
+    ImageError (the damage the scan shows first: it names what is wrong with the file, not
+    where libjpeg stopped)."""
     if scan is not None and (damage := scan.damage()) is not None:
         raise ImageError(damage)
-    if status != CONVERTED:
-        raise ImageError(message)
-    hist = None if levels is None else np.frombuffer(levels, np.int64)
-    px = None if rgb is None else np.frombuffer(rgb, np.uint8).reshape(out_h, out_w, 3)
-    return Converted(jpeg, (out_w, out_h), size0, mode, fmt, hist, px,
+    if r.status != CONVERTED:
+        raise ImageError(r.message)
+    w, h = r.out_width, r.out_height
+    hist = None if r.levels is None else np.frombuffer(r.levels, np.int64)
+    px = None if r.rgb is None else np.frombuffer(r.rgb, np.uint8).reshape(h, w, 3)
+    return Converted(r.jpeg, (w, h), size0, mode, fmt, hist, px,
                      scan.notes() if scan is not None else "")

@@ -39,8 +39,9 @@
 
 #include "convert.h"
 #include "encode.h"
+#include "bounds.h"
+#include "results.h"
 
-enum { MAX_SIDE = 65500 };  /* JPEG_MAX_DIMENSION */
 
 /* Checks the options that every entry takes; 0, or -1 with an exception set. */
 static int check_opts(const ConvertOpts *o) {
@@ -73,9 +74,9 @@ static PyObject *result_tuple(const ConvertResult *r, int want_levels, int want_
     PyObject *scan = scan_dict(&r->scan, "", 0);
     PyObject *out = NULL;
     if (jpeg != NULL && levels != NULL && rgb != NULL && scan != NULL)
-        out = Py_BuildValue("isOIIiiiOOIIO", r->status, r->message, jpeg, r->width, r->height,
-                            r->components, r->mpf, r->path, levels, rgb, r->out_width,
-                            r->out_height, scan);
+        out = named_result(RESULT_CONVERT, Py_BuildValue(
+            "isOIIiiiOOIIO", r->status, r->message, jpeg, r->width, r->height, r->components,
+            r->mpf, r->path, levels, rgb, r->out_width, r->out_height, scan));
     Py_XDECREF(scan);
     Py_XDECREF(jpeg);
     Py_XDECREF(levels);
@@ -214,8 +215,8 @@ PyObject *py_frame(PyObject *Py_UNUSED(self), PyObject *args) {
         rc = convert_decode(data.buf, (size_t)data.len, &o, &r, &d);
         Py_END_ALLOW_THREADS
         if (rc != CONVERTED) {
-            result = Py_BuildValue("isOIIOIIi", rc, r.message, Py_None, 0u, 0u, Py_None, 0u, 0u,
-                                   r.path);
+            result = named_result(RESULT_FRAME, Py_BuildValue(
+                "isOIIOIIi", rc, r.message, Py_None, 0u, 0u, Py_None, 0u, 0u, r.path));
         } else {
             PyObject *rgbx = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)((size_t)d.shown.width *
                                                                          d.shown.height * 4));
@@ -225,11 +226,10 @@ PyObject *py_frame(PyObject *Py_UNUSED(self), PyObject *args) {
                     memcpy(p + (size_t)y * d.shown.width * 4,
                            d.shown.pixels + (size_t)y * d.shown.stride,
                            (size_t)d.shown.width * 4);
-                result = Py_BuildValue("isNII(dddd)IIi", rc, r.message, rgbx, d.shown.width,
-                                       d.shown.height, d.box[0] - d.shown.x,
-                                       d.box[1] - d.shown.y, d.box[2] - d.shown.x,
-                                       d.box[3] - d.shown.y,
-                                       d.out_width, d.out_height, r.path);
+                result = named_result(RESULT_FRAME, Py_BuildValue(
+                    "isNII(dddd)IIi", rc, r.message, rgbx, d.shown.width, d.shown.height,
+                    d.box[0] - d.shown.x, d.box[1] - d.shown.y, d.box[2] - d.shown.x,
+                    d.box[3] - d.shown.y, d.out_width, d.out_height, r.path));
             }
         }
         convert_trim();

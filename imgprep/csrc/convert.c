@@ -2,19 +2,20 @@
 #include "convert.h"
 
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <jerror.h>
+
 #include "budget.h"
 #include "encode.h"
 #include "jerr.h"
+#include "bounds.h"
 #include "resample.h"
 
 enum { RETRY = -1 };                     /* decode_once: decode the whole image instead */
 enum { AT_HEADER, AT_REGION, AT_WHOLE };  /* where a libjpeg error struck */
-enum { KEEP_BYTES = 16 << 20 };           /* scratch kept between images */
 
 /* Each thread's scratch: the decoded region, the region turned, the output's RGB pixels,
  * the last row read past the region, the output JPEG. */
@@ -27,26 +28,7 @@ typedef struct {
     Rect reach;           /* the displayed pixels the resample reads */
 } Geometry;
 
-static int fail(ConvertResult *r, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(r->message, MESSAGE_LEN, fmt, ap);
-    va_end(ap);
-    return r->status = FAILED;
-}
-
-/* Each filter's support in input pixels at scale 1 (Pillow's, as imgprep/csrc/resample.c
- * reads them), widened by the shrink factor when shrinking: how far around the box a
- * resample reads. 0: not a filter convert takes. */
-static double support_of(int filter) {
-    switch (filter) {
-    case RS_BOX: return 0.5;
-    case RS_BILINEAR: case RS_HAMMING: return 1.0;
-    case RS_BICUBIC: return 2.0;
-    case RS_LANCZOS: return 3.0;
-    default: return 0.0;
-    }
-}
+#define fail(r, ...) ((r)->status = fail_with(FAILED, (r)->message, MESSAGE_LEN, __VA_ARGS__))
 
 static const char *mode_of(int components) { return components == 1 ? "L" : "RGB"; }
 
@@ -77,7 +59,7 @@ static int geometry(unsigned w, unsigned h, unsigned ow, unsigned oh, const Conv
                         (unsigned long long)gw, (unsigned long long)gh);
         *g = (Geometry){{0, 0, w, h}, (unsigned)gw, (unsigned)gh, {0, 0, 0, 0}};
     }
-    double support = support_of(o->filter);
+    double support = rs_filter_support(o->filter);
     jpegdec_reach(g->box[0], g->box[2], g->out_width, w, support, &g->reach.x0,
                   &g->reach.x1);
     jpegdec_reach(g->box[1], g->box[3], g->out_height, h, support, &g->reach.y0,
@@ -99,7 +81,7 @@ static int plan(const JpegHeader *h, const ConvertOpts *o, int whole, ConvertRes
     r->height = h->height;
     r->components = h->components;
     r->mpf = h->mpf;
-    if (h->colour == COLOUR_OTHER) {
+    if (!colour_to_rgb(h->colour)) {
         snprintf(r->message, MESSAGE_LEN, "%d-component JPEG (CMYK, YCCK ...)", h->components);
         return r->status = DECLINED;
     }
@@ -120,7 +102,7 @@ static int plan(const JpegHeader *h, const ConvertOpts *o, int whole, ConvertRes
     if (geometry(w, hh, h->width, h->height, o, r, &p->g) != CONVERTED) return FAILED;
     Rect all = {0, 0, p->width, p->height};
     p->stored = turn_rect(inverse_orientation(p->orientation), w, hh, p->g.reach);
-    p->region = !whole && !h->arithmetic && h->colour != COLOUR_RGB &&
+    p->region = !whole && !h->arithmetic && colour_region_exact(h->colour) &&
                 memcmp(&p->stored, &all, sizeof all) != 0;
     if (!p->region) p->stored = all;
     return CONVERTED;
@@ -164,6 +146,26 @@ static int libjpeg_failed(int at, const JpegErr *err, ConvertResult *r) {
     return fail(r, "cannot decode JPEG %s %ux%u: %s", mode, r->width, r->height, err->message);
 }
 
+/* The region ``p`` plans decoded (the rows and columns covering ``p->stored``) into the
+ * thread's scratch; ``px``: the pixels of ``p->stored`` (those of a whole decode). */
+static void decode_region(j_decompress_ptr cinfo, const Plan *p, Pixels *px) {
+    unsigned w, h;
+    Rect got;
+    jpegdec_scale(cinfo, p->scale, &w, &h);
+    jpegdec_start(cinfo, p->stored, &got);
+    size_t stride = (size_t)(got.x1 - got.x0) * 4;
+    unsigned char *buf = scratch_reserve(&region_mem, stride * (got.y1 - got.y0));
+    if (buf == NULL) ERREXIT1(cinfo, JERR_OUT_OF_MEMORY, 12);
+    jpegdec_rows(cinfo, &got, buf, stride);
+    /* The columns asked for: the outer ones decoded beside them may differ from a whole
+     * decode's. */
+    unsigned x0 = p->stored.x0 > got.x0 ? p->stored.x0 : got.x0;
+    unsigned x1 = p->stored.x1 < w ? p->stored.x1 : w;
+    *px = (Pixels){.pixels = buf + (size_t)(x0 - got.x0) * 4, .x = x0, .y = got.y0,
+                   .width = x1 - x0, .height = got.y1 - got.y0, .stride = stride,
+                   .channels = 4};
+}
+
 static int decode_once(const unsigned char *data, size_t len, const ConvertOpts *o, int whole,
                        ConvertResult *r, Decoded *d) {
     struct jpeg_decompress_struct cinfo;
@@ -173,15 +175,11 @@ static int decode_once(const unsigned char *data, size_t len, const ConvertOpts 
     Plan p;
     Pixels px;
     volatile int at = AT_HEADER;
-    memset(&cinfo, 0, sizeof cinfo);  /* destroying it is safe whatever create reached */
-    jerr_init(&cinfo.err, &err);
     if (setjmp(err.jump)) {
         jpeg_destroy_decompress(&cinfo);
         return libjpeg_failed(at, &err, r);
     }
-    jpeg_create_decompress(&cinfo);
-    budget_attach(&cinfo, &budget);
-    jpegdec_header(&cinfo, data, len, o->exif_transpose, &h);
+    jpegdec_open(&cinfo, &err, &budget, data, len, o->exif_transpose, &h);
     int rc = plan(&h, o, whole, r, &p);
     if (rc != CONVERTED) {
         jpeg_destroy_decompress(&cinfo);
@@ -189,7 +187,7 @@ static int decode_once(const unsigned char *data, size_t len, const ConvertOpts 
     }
     budget_header(&cinfo, len);
     at = p.region ? AT_REGION : AT_WHOLE;
-    jpegdec_region(&cinfo, p.scale, p.stored, &region_mem, &px);
+    decode_region(&cinfo, &p, &px);
     long trailing = jpegdec_to_end(&cinfo, &row_mem);
     jpeg_destroy_decompress(&cinfo);
     jerr_scan(&err, trailing, &r->scan);
@@ -227,10 +225,14 @@ static int finish(const Decoded *d, const ConvertOpts *o, ConvertResult *r) {
     unsigned char *out = scratch_reserve(&out_mem, n);
     if (out == NULL) return fail(r, "out of memory for a %ux%u output", w, h);
     const Pixels *s = &d->shown;
-    rs_job job = {s->pixels, s->stride * (s->height - 1) + (size_t)s->width * s->channels,
-                  s->width, s->height, (int64_t)s->stride, s->channels,
-                  {d->box[0], d->box[1], d->box[2], d->box[3]}, w, h, 0, 0, w, h, out, n,
-                  o->filter, RS_AUTO, 0, 0, s->x, s->y, d->full_width, d->full_height};
+    rs_job job = {.src = s->pixels,
+                  .src_len = s->stride * (s->height - 1) + (size_t)s->width * s->channels,
+                  .width = s->width, .height = s->height, .stride = (int64_t)s->stride,
+                  .channels = s->channels, .box = {d->box[0], d->box[1], d->box[2], d->box[3]},
+                  .out_width = w, .out_height = h, .cols = w, .rows = h, .out = out,
+                  .out_len = n, .filter = o->filter, .kernel = RS_AUTO, .origin_x = s->x,
+                  .origin_y = s->y, .full_width = d->full_width,
+                  .full_height = d->full_height};
     char message[JMSG_LENGTH_MAX];
     if (rs_resize(&job, message, sizeof message) != RS_OK)
         return fail(r, "cannot resample %ux%u to %ux%u: %s", s->width, s->height, w, h,
@@ -264,19 +266,22 @@ int convert_rgb(const unsigned char *pixels, unsigned width, unsigned height,
     r->components = 3;
     r->path = PATH_PIXELS;
     if (geometry(width, height, orig_width, orig_height, o, r, &g) != CONVERTED) return FAILED;
-    Decoded d = {{pixels, 0, 0, width, height, (size_t)width * 3, 3}, width, height,
-                 {g.box[0], g.box[1], g.box[2], g.box[3]}, g.out_width, g.out_height};
+    Decoded d = {.shown = {.pixels = pixels, .width = width, .height = height,
+                           .stride = (size_t)width * 3, .channels = 3},
+                 .full_width = width, .full_height = height,
+                 .box = {g.box[0], g.box[1], g.box[2], g.box[3]}, .out_width = g.out_width,
+                 .out_height = g.out_height};
     return finish(&d, o, r);
 }
 
-int convert_filter_known(int filter) { return support_of(filter) > 0; }
+int convert_filter_known(int filter) { return rs_filter_support(filter) > 0; }
 
 void convert_trim(void) {
-    scratch_trim(&region_mem, KEEP_BYTES);
-    scratch_trim(&turned_mem, KEEP_BYTES);
-    scratch_trim(&out_mem, KEEP_BYTES);
-    scratch_trim(&row_mem, KEEP_BYTES);
-    if (jpeg_mem.cap > KEEP_BYTES) {
+    scratch_trim(&region_mem, SCRATCH_KEEP);
+    scratch_trim(&turned_mem, SCRATCH_KEEP);
+    scratch_trim(&out_mem, SCRATCH_KEEP);
+    scratch_trim(&row_mem, SCRATCH_KEEP);
+    if (jpeg_mem.cap > SCRATCH_KEEP) {
         free(jpeg_mem.data);
         jpeg_mem = (OutBuf){NULL, 0, 0};
     }

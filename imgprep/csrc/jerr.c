@@ -65,3 +65,11 @@ void jerr_scan(const JpegErr *err, long trailing, Scan *out) {
     out->trailing = trailing;
     memcpy(out->first, err->first, sizeof out->first);
 }
+
+int fail_with(int code, char *msg, size_t len, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, len, fmt, ap);
+    va_end(ap);
+    return code;
+}

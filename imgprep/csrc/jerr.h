@@ -36,6 +36,13 @@ void jerr_scan(const JpegErr *err, long trailing, Scan *out);
 /* Points ``err`` at ``cinfo`` (a compress or decompress object, before its create call). */
 void jerr_init(struct jpeg_error_mgr **slot, JpegErr *err);
 
+/* Writes the reason into ``msg`` (``len`` bytes) and returns ``code``: how every core says
+ * why it failed. */
+#if defined(__GNUC__)
+__attribute__((format(printf, 4, 5)))
+#endif
+int fail_with(int code, char *msg, size_t len, const char *fmt, ...);
+
 /* Ends the decode of ``cinfo`` (whose error manager is a JpegErr) as libjpeg's errors do,
  * with ``refused`` set and the reason in ``message``. */
 #if defined(__GNUC__)

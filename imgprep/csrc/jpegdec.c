@@ -1,4 +1,4 @@
-/* JPEG decoding for the convert path (see jpegdec.h), over libjpeg-turbo's partial
+/* The extension's libjpeg sequences (see jpegdec.h), over libjpeg-turbo's partial
  * decompression: jpeg_crop_scanline, jpeg_skip_scanlines, and stopping after the last row
  * needed. */
 #include "jpegdec.h"
@@ -57,8 +57,19 @@ static int orientation_of(j_decompress_ptr cinfo) {
     return o >= 0 ? o : 1;
 }
 
-void jpegdec_header(j_decompress_ptr cinfo, const unsigned char *data, size_t len,
-                    int orientation, JpegHeader *h) {
+static int colour_of(int components, J_COLOR_SPACE cs) {
+    if (components == 1 && cs == JCS_GRAYSCALE) return COLOUR_GRAY;
+    if (components == 3 && cs == JCS_YCbCr) return COLOUR_YCC;
+    if (components == 3 && cs == JCS_RGB) return COLOUR_RGB;
+    return COLOUR_OTHER;
+}
+
+void jpegdec_open(j_decompress_ptr cinfo, JpegErr *err, Budget *budget,
+                  const unsigned char *data, size_t len, int orientation, JpegHeader *h) {
+    memset(cinfo, 0, sizeof *cinfo);  /* destroying it is safe whatever create reached */
+    jerr_init(&cinfo->err, err);
+    jpeg_create_decompress(cinfo);
+    budget_attach(cinfo, budget);
     jpeg_mem_src(cinfo, data, (unsigned long)len);
     jpeg_save_markers(cinfo, JPEG_APP0 + 2, sizeof MPF);  /* its head only */
     if (orientation) jpeg_save_markers(cinfo, JPEG_APP0 + 1, 0xFFFF);
@@ -66,19 +77,59 @@ void jpegdec_header(j_decompress_ptr cinfo, const unsigned char *data, size_t le
     h->width = cinfo->image_width;
     h->height = cinfo->image_height;
     h->components = cinfo->num_components;
-    J_COLOR_SPACE cs = cinfo->jpeg_color_space;
-    if (h->components == 1 && cs == JCS_GRAYSCALE) h->colour = COLOUR_GRAY;
-    else if (h->components == 3 && cs == JCS_YCbCr) h->colour = COLOUR_YCC;
-    else if (h->components == 3 && cs == JCS_RGB) h->colour = COLOUR_RGB;
-    else h->colour = COLOUR_OTHER;
+    h->colour = colour_of(cinfo->num_components, cinfo->jpeg_color_space);
     h->multi_scan = jpeg_has_multiple_scans(cinfo);
     h->arithmetic = cinfo->arith_code;
+    h->progressive = cinfo->progressive_mode;
     h->mpf = 0;
     for (jpeg_saved_marker_ptr m = cinfo->marker_list; m != NULL; m = m->next)
         if (m->marker == JPEG_APP0 + 2 && m->data_length >= sizeof MPF &&
             memcmp(m->data, MPF, sizeof MPF) == 0)
             h->mpf = 1;
     h->orientation = orientation ? orientation_of(cinfo) : 1;
+}
+
+void jpegdec_scale(j_decompress_ptr cinfo, int scale, unsigned *width, unsigned *height) {
+    cinfo->out_color_space = JCS_EXT_RGBX;
+    cinfo->scale_num = 1;
+    cinfo->scale_denom = (unsigned int)scale;
+    cinfo->dct_method = JDCT_ISLOW;
+    jpeg_calc_output_dimensions(cinfo);
+    *width = cinfo->output_width;
+    *height = cinfo->output_height;
+}
+
+void jpegdec_start(j_decompress_ptr cinfo, Rect want, Rect *got) {
+    jpeg_start_decompress(cinfo);
+    JDIMENSION w = cinfo->output_width, h = cinfo->output_height;
+    JDIMENSION left = want.x0 > 0 ? want.x0 - 1 : 0;
+    JDIMENSION right = want.x1 < w ? want.x1 + 1 : w;
+    JDIMENSION top = want.y0 < h ? want.y0 : h, bottom = want.y1 < h ? want.y1 : h;
+    if (left >= right || top >= bottom) ERREXIT(cinfo, JERR_BAD_CROP_SPEC);
+    JDIMENSION width = right - left;
+    if (left > 0 || right < w) {
+        if (crop_columns_exact(cinfo)) jpeg_crop_scanline(cinfo, &left, &width);
+        else left = 0, width = w;
+    }
+    if (top > 0) jpeg_skip_scanlines(cinfo, top);
+    *got = (Rect){left, top, left + width, bottom};
+}
+
+void jpegdec_rows(j_decompress_ptr cinfo, const Rect *got, unsigned char *dst, size_t stride) {
+    JSAMPROW rows[ROWS_AT_ONCE];
+    while (cinfo->output_scanline < got->y1) {
+        JDIMENSION n = got->y1 - cinfo->output_scanline;
+        if (n > ROWS_AT_ONCE) n = ROWS_AT_ONCE;
+        for (JDIMENSION i = 0; i < n; i++)
+            rows[i] = dst + (size_t)(cinfo->output_scanline - got->y0 + i) * stride;
+        jpeg_read_scanlines(cinfo, rows, n);
+    }
+}
+
+long jpegdec_coefficients(j_decompress_ptr cinfo) {
+    jpeg_read_coefficients(cinfo);
+    jpeg_finish_decompress(cinfo);
+    return (long)cinfo->src->bytes_in_buffer;
 }
 
 long jpegdec_to_end(j_decompress_ptr cinfo, Scratch *row) {
@@ -94,38 +145,4 @@ long jpegdec_to_end(j_decompress_ptr cinfo, Scratch *row) {
     }
     jpeg_finish_decompress(cinfo);
     return (long)cinfo->src->bytes_in_buffer;
-}
-
-void jpegdec_region(j_decompress_ptr cinfo, int scale, Rect want, Scratch *mem, Pixels *out) {
-    cinfo->out_color_space = JCS_EXT_RGBX;
-    cinfo->scale_num = 1;
-    cinfo->scale_denom = (unsigned int)scale;
-    cinfo->dct_method = JDCT_ISLOW;
-    jpeg_start_decompress(cinfo);
-    JDIMENSION w = cinfo->output_width, h = cinfo->output_height;
-    JDIMENSION left = want.x0 > 0 ? want.x0 - 1 : 0;
-    JDIMENSION right = want.x1 < w ? want.x1 + 1 : w;
-    JDIMENSION top = want.y0 < h ? want.y0 : h, bottom = want.y1 < h ? want.y1 : h;
-    if (left >= right || top >= bottom) ERREXIT(cinfo, JERR_BAD_CROP_SPEC);
-    JDIMENSION width = right - left;
-    if (left > 0 || right < w) {
-        if (crop_columns_exact(cinfo)) jpeg_crop_scanline(cinfo, &left, &width);
-        else left = 0, width = w;
-    }
-    size_t stride = (size_t)width * 4;
-    unsigned char *buf = scratch_reserve(mem, stride * (bottom - top));
-    if (buf == NULL) ERREXIT1(cinfo, JERR_OUT_OF_MEMORY, 12);
-    if (top > 0) jpeg_skip_scanlines(cinfo, top);
-    JSAMPROW rows[ROWS_AT_ONCE];
-    while (cinfo->output_scanline < bottom) {
-        JDIMENSION n = bottom - cinfo->output_scanline;
-        if (n > ROWS_AT_ONCE) n = ROWS_AT_ONCE;
-        for (JDIMENSION i = 0; i < n; i++)
-            rows[i] = buf + (size_t)(cinfo->output_scanline - top + i) * stride;
-        jpeg_read_scanlines(cinfo, rows, n);
-    }
-    /* The columns asked for: the outer ones decoded beside them may differ from a whole
-     * decode's. */
-    JDIMENSION x0 = want.x0 > left ? want.x0 : left, x1 = want.x1 < w ? want.x1 : w;
-    *out = (Pixels){buf + (size_t)(x0 - left) * 4, x0, top, x1 - x0, bottom - top, stride, 4};
 }

@@ -1,6 +1,9 @@
-/* JPEG decoding for the convert path: what the headers say, and the rows and iMCU columns of
- * a region at a DCT scale (the whole image being the region that covers it). The calls longjmp
- * to the caller's setjmp on a libjpeg error (imgprep/csrc/jerr.h). */
+/* The one home of the extension's libjpeg sequences: a JPEG's headers read (its budget
+ * attached, imgprep/csrc/budget.h), its colour classified, and the rows and iMCU columns of a
+ * region decoded at a DCT scale (the whole image being the region that covers it), then the
+ * rest of the data read to its end; or every scan's coefficients read without pixels.
+ * Convert (convert.c), the loader's frame (frame.c) and the probe (probe.c) call these; the
+ * calls longjmp to the caller's setjmp on a libjpeg error or a refusal (imgprep/csrc/jerr.h). */
 #ifndef IMGPREP_JPEGDEC_H
 #define IMGPREP_JPEGDEC_H
 
@@ -10,17 +13,31 @@
 
 #include <jpeglib.h>
 
+#include "budget.h"
+#include "jerr.h"
 #include "orient.h"
 #include "scratch.h"
 
 enum { COLOUR_GRAY, COLOUR_YCC, COLOUR_RGB, COLOUR_OTHER };
 
+/* Whether libjpeg makes RGB of a JPEG of this colour (YCbCr, grayscale, RGB-coded); the others
+ * (CMYK, YCCK ...) are Pillow's to decode. */
+static inline int colour_to_rgb(int colour) { return colour != COLOUR_OTHER; }
+
+/* Whether a region of a JPEG of this colour decodes to the whole decode's pixels (YCbCr and
+ * grayscale: the widened columns keep fancy upsampling's edges out; an RGB-coded JPEG is
+ * decoded whole). */
+static inline int colour_region_exact(int colour) {
+    return colour == COLOUR_YCC || colour == COLOUR_GRAY;
+}
+
 typedef struct {
     unsigned width, height;  /* as stored */
     int components;
-    int colour;              /* COLOUR_*: what libjpeg decodes to RGB (OTHER: CMYK, YCCK ...) */
+    int colour;              /* COLOUR_* */
     int multi_scan;          /* progressive or several scans */
     int arithmetic;
+    int progressive;
     int mpf;                 /* an APP2 "MPF" segment (a multi-picture file to Pillow) */
     int orientation;         /* EXIF (else XMP) orientation when asked for, else 1 */
 } JpegHeader;
@@ -35,21 +52,34 @@ typedef struct {
     int channels;
 } Pixels;
 
-/* Points ``cinfo`` (created) at ``data`` and reads the headers into ``h``; ``orientation``:
- * read the EXIF/XMP orientation too. */
-void jpegdec_header(j_decompress_ptr cinfo, const unsigned char *data, size_t len,
-                    int orientation, JpegHeader *h);
+/* Makes ``cinfo`` (after the caller's setjmp on ``err->jump``: creating it may fail too),
+ * attaches ``budget``, points it at ``data`` and reads the headers into ``h``;
+ * ``orientation``: read the EXIF/XMP orientation too. */
+void jpegdec_open(j_decompress_ptr cinfo, JpegErr *err, Budget *budget,
+                  const unsigned char *data, size_t len, int orientation, JpegHeader *h);
 
-/* Decodes at 1/``scale`` the rows and iMCU columns that cover ``want`` (in scaled pixels)
- * into ``mem``, widened by a column each side (fancy upsampling treats a crop's outer columns
- * as the image's edge); ``out``: the pixels of ``want`` (those of a whole decode). After
- * ``jpegdec_header``. */
-void jpegdec_region(j_decompress_ptr cinfo, int scale, Rect want, Scratch *mem, Pixels *out);
+/* Sets the decode to 1/``scale``, RGBX out, and gives the size of the scaled image. */
+void jpegdec_scale(j_decompress_ptr cinfo, int scale, unsigned *width, unsigned *height);
 
-/* After ``jpegdec_region``: the rest of the data read to its end (the rows below the region
+/* Starts the decode (after ``jpegdec_scale``) of the rows and iMCU columns that cover
+ * ``want`` (scaled pixels), widened by a column each side (fancy upsampling treats a crop's
+ * outer columns as the image's edge) and clipped to the image; ``got``: the columns and rows
+ * ``jpegdec_rows`` writes, whose pixels in ``want`` are a whole decode's. A region outside
+ * the image is libjpeg's JERR_BAD_CROP_SPEC. */
+void jpegdec_start(j_decompress_ptr cinfo, Rect want, Rect *got);
+
+/* Decodes the rows of ``got`` into ``dst``: row y at ``dst + (y - got->y0) * stride``, its
+ * first pixel column ``got->x0``. */
+void jpegdec_rows(j_decompress_ptr cinfo, const Rect *got, unsigned char *dst, size_t stride);
+
+/* After ``jpegdec_rows``: the rest of the data read to its end (the rows below the region
  * entropy-decoded, the last one made into ``row``), so that libjpeg's warnings cover the
  * whole file; returns the bytes after the EOI marker. */
 long jpegdec_to_end(j_decompress_ptr cinfo, Scratch *row);
+
+/* After ``jpegdec_open``: every scan's coefficients read to the end, no pixels made; returns
+ * the bytes after the EOI marker. */
+long jpegdec_coefficients(j_decompress_ptr cinfo);
 
 /* The scaled size of a ``width`` x ``height`` image at 1/``scale``: libjpeg's (and Pillow's
  * draft's) ceiling division. */

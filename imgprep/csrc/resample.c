@@ -93,12 +93,13 @@ static double tap_angle(int64_t filter, double x) {
     return filter == RS_LANCZOS ? x * RS_PI / 3 : filter == RS_HAMMING ? x * RS_PI : 0.0;
 }
 
-static double filter_support(int64_t filter) {
+double rs_filter_support(int64_t filter) {
     switch (filter) {
         case RS_BOX: return 0.5;
+        case RS_BILINEAR: case RS_HAMMING: return 1.0;
         case RS_BICUBIC: return 2.0;
         case RS_LANCZOS: return 3.0;
-        default: return 1.0;  /* bilinear, hamming */
+        default: return 0.0;  /* nearest, and no filter */
     }
 }
 
@@ -126,7 +127,7 @@ static int axis_weights(rs_axis *a, int64_t in, float in0, float in1, int64_t ou
                         int64_t first, int64_t n, int64_t filter, char *msg, size_t len) {
     double scale = (double)(in1 - in0) / (double)out;
     double filterscale = scale < 1.0 ? 1.0 : scale;
-    double support = filter_support(filter) * filterscale;
+    double support = rs_filter_support(filter) * filterscale;
     double ksize = ceil(support) * 2 + 1;
     double maxw = 0.0, minw = 0.0, step_s = 0.0, step_c = 1.0;
     const int trig = filter == RS_LANCZOS || filter == RS_HAMMING;

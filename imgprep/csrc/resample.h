@@ -60,6 +60,11 @@ typedef struct {
     int64_t origin_x, origin_y, full_width, full_height;
 } rs_job;
 
+/* A filter's support in input pixels at scale 1 (Pillow's), widened by the shrink factor
+ * when shrinking: how far around its box a resample reads. 0 for RS_NEAREST and for what is
+ * no filter. */
+double rs_filter_support(int64_t filter);
+
 /* Resize as ``job`` says. Every field is checked first; RS_OK, or an error with a one-line
  * reason in ``message`` (``message_len`` bytes, NUL-terminated). Thread-safe; no global
  * state but the CPU's features, read once. */

@@ -14,8 +14,10 @@
 
 #include "jerr.h"
 
-/* SampleResult.status; REFUSED: the image broke its budget (imgprep/csrc/budget.h) */
-enum { SAMPLE_DONE = 0, SAMPLE_DECLINED = 1, SAMPLE_FAILED = 2, SAMPLE_REFUSED = 3 };
+/* SampleResult.status; REFUSED: the image broke its budget (imgprep/csrc/budget.h);
+ * INVALID: the geometry is not one (a caller's error: checked before any byte is read) */
+enum { SAMPLE_DONE = 0, SAMPLE_DECLINED = 1, SAMPLE_FAILED = 2, SAMPLE_REFUSED = 3,
+       SAMPLE_INVALID = 4 };
 enum { SAMPLE_REGION = 0, SAMPLE_WHOLE = 1 };  /* how a JPEG is decoded (SampleResult.path) */
 enum { SAMPLE_MESSAGE = 240 };
 
@@ -40,11 +42,9 @@ typedef struct {
     char message[SAMPLE_MESSAGE]; /* why it failed, was refused or declined */
 } SampleResult;
 
-/* Checks ``g`` (every size, box and window inside what it refers to; ``out_len`` exactly
- * the window's 3 bytes a pixel); SAMPLE_DONE, or SAMPLE_FAILED with the reason. */
-int sample_check(const SampleGeometry *g, size_t out_len, SampleResult *r);
-
-/* Decodes and transforms the JPEG ``data`` as ``g`` says into ``out`` (checked first). A
+/* Decodes and transforms the JPEG ``data`` as ``g`` says into ``out``. ``g`` is checked
+ * first (every size, box and window inside what it refers to; ``out_len`` exactly the
+ * window's 3 bytes a pixel): SAMPLE_INVALID with the reason. The DCT scale is chosen once. A
  * region decode that meets corrupt data, or fails, is redone whole (as Pillow decodes it:
  * warnings keep their pixels; what the whole decode found is in ``r->scan``, for the caller
  * to judge); one that breaks its budget is not. */

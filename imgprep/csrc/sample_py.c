@@ -1,7 +1,7 @@
 /* The loader's per-sample call, listed in _jpegcrop.c's method table (imgprep/csrc/sample.h).
  *
  * sample(data, width, height, draft, resize, box, crop, flip, planar, whole, max_pixels, out)
- *     -> (status, path, message, scan)
+ *     -> SampleResult(status, path, message, scan)
  *     ``data``: a JPEG's bytes, whose header says ``width`` x ``height``; ``draft``: (w, h)
  *     asked of Pillow's draft, or (0, 0); ``resize``: (w, h) the box is resampled to (bilinear),
  *     or (0, 0); ``box``: (left, top, right, bottom) floats in the original's pixels, or None
@@ -10,12 +10,13 @@
  *     width x height x 3 bytes, written as HWC, or CHW when ``planar``, mirrored when
  *     ``flip``. ``whole``: decode all of it and read the data to its end (a file the
  *     crop-aware probe declines). ``max_pixels``: a larger original fails (0: no limit).
+ *     The statuses are the module's SAMPLE_* constants.
  *     status 0: done (path 0: a region was decoded, 1: the whole image, read to its end:
  *     ``scan`` says what that found, as probe's report; else None); 1: declined (a colour
  *     space libjpeg makes no RGB of: decode it with Pillow); 2: failed (``message``); 3:
  *     refused, the image breaks its budget (imgprep/csrc/budget.h; ``message``).
- *     Bad arguments raise ValueError before any byte is read; the GIL is released while it
- *     runs.
+ *     Bad arguments raise ValueError (checked before any byte is read); the GIL is released
+ *     while it runs.
  */
 #define Py_LIMITED_API 0x030B0000
 #define PY_SSIZE_T_CLEAN
@@ -24,7 +25,17 @@
 #include <string.h>
 
 #include "bindings.h"
+#include "results.h"
 #include "sample.h"
+
+/* What ``sample_jpeg`` did, as the module's SampleResult. */
+static PyObject *sample_result(const SampleResult *r) {
+    PyObject *scan = r->status == SAMPLE_DONE && r->path == SAMPLE_WHOLE
+        ? scan_dict(&r->scan, "", 0) : Py_NewRef(Py_None);
+    if (scan == NULL) return NULL;
+    return named_result(RESULT_SAMPLE, Py_BuildValue("iisN", r->status, r->path, r->message,
+                                                     scan));
+}
 
 /* ``box`` (None or four floats) into ``g``; -1 with an exception set. */
 static int read_box(PyObject *box, SampleGeometry *g) {
@@ -52,18 +63,15 @@ PyObject *py_sample(PyObject *Py_UNUSED(self), PyObject *args) {
     g.max_pixels = max_pixels;
     PyObject *result = NULL;
     SampleResult r;
-    if (read_box(box, &g) != 0) {
-        /* the exception is set */
-    } else if (sample_check(&g, (size_t)out.len, &r) != SAMPLE_DONE) {
-        PyErr_SetString(PyExc_ValueError, r.message);
-    } else {
+    if (read_box(box, &g) == 0) {
         Py_BEGIN_ALLOW_THREADS
         sample_jpeg(data.buf, (size_t)data.len, &g, out.buf, (size_t)out.len, &r);
         sample_trim();
         Py_END_ALLOW_THREADS
-        PyObject *scan = r.status == SAMPLE_DONE && r.path == SAMPLE_WHOLE
-            ? scan_dict(&r.scan, "", 0) : Py_NewRef(Py_None);
-        if (scan != NULL) result = Py_BuildValue("iisN", r.status, r.path, r.message, scan);
+        if (r.status == SAMPLE_INVALID)
+            PyErr_SetString(PyExc_ValueError, r.message);
+        else
+            result = sample_result(&r);
     }
     PyBuffer_Release(&out);
     PyBuffer_Release(&data);
