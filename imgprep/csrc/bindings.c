@@ -65,7 +65,9 @@ static PyObject *bytes_or_none(const void *p, size_t n, int want) {
     return want ? PyBytes_FromStringAndSize(p, (Py_ssize_t)n) : Py_NewRef(Py_None);
 }
 
-static PyObject *result_tuple(const ConvertResult *r, int want_levels, int want_pixels) {
+/* ``r`` as the module's ConvertResult, the thread's scratch given back after (it holds the
+ * outputs until then). */
+static PyObject *answer(const ConvertResult *r, int want_levels, int want_pixels) {
     int ok = r->status == CONVERTED;
     PyObject *jpeg = bytes_or_none(r->jpeg, r->jpeg_len, ok);
     PyObject *levels = bytes_or_none(r->histogram, sizeof r->histogram, ok && want_levels);
@@ -81,6 +83,7 @@ static PyObject *result_tuple(const ConvertResult *r, int want_levels, int want_
     Py_XDECREF(jpeg);
     Py_XDECREF(levels);
     Py_XDECREF(rgb);
+    convert_trim();
     return out;
 }
 
@@ -151,17 +154,15 @@ PyObject *py_convert(PyObject *Py_UNUSED(self), PyObject *args) {
         return NULL;
     o.max_pixels = max_pixels;
     o.bomb_pixels = bomb_pixels;
-    PyObject *result = NULL;
-    if (check_opts(&o) == 0) {
-        ConvertResult r;
+    ConvertResult r;
+    int ok = check_opts(&o) == 0;
+    if (ok) {
         Py_BEGIN_ALLOW_THREADS
         convert_jpeg(data.buf, (size_t)data.len, &o, &r);
         Py_END_ALLOW_THREADS
-        result = result_tuple(&r, o.histogram, want_pixels);
-        convert_trim();
     }
     PyBuffer_Release(&data);
-    return result;
+    return ok ? answer(&r, o.histogram, want_pixels) : NULL;
 }
 
 PyObject *py_finish(PyObject *Py_UNUSED(self), PyObject *args) {
@@ -189,8 +190,7 @@ PyObject *py_finish(PyObject *Py_UNUSED(self), PyObject *args) {
         convert_rgb(view.buf, (unsigned)width, (unsigned)height, (unsigned)orig_width,
                     (unsigned)orig_height, &o, &r);
         Py_END_ALLOW_THREADS
-        result = result_tuple(&r, o.histogram, want_pixels);
-        convert_trim();
+        result = answer(&r, o.histogram, want_pixels);
     }
     PyBuffer_Release(&view);
     return result;
