@@ -6,7 +6,9 @@ A *source* says where samples come from (a shard set: ``loaders.shards``; a labe
 through the source (``Backend``). Every backend makes the same plan's batches (plans, tails
 and resume are the base's, ``loaders.base``); they differ only in how samples are decoded:
 
-- ``pillow``: pillow-simd in persistent worker processes (``loaders.pillow``);
+- ``pillow``: CPU decoding in persistent worker processes (``loaders.pillow``): imgprep's
+  extension (crop-aware libjpeg-turbo decode and its resampler), or Pillow with
+  ``crop_decode=False`` (``loaders.decode``);
 - ``dali``: NVIDIA DALI in threads of the loader's process, on the CPU or, with
   ``device="gpu"``, with nvJPEG on this rank's GPU (``loaders.dali``); an optional extra,
   ``pip install 'imgprep[dali]'``;

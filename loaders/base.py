@@ -7,8 +7,8 @@
   number. Plans, tails and resume are then one code.
 - Plans come from ``loaders.epochs``: equal step counts on every rank (``uneven`` aside),
   stated before the epoch.
-- A *decoder backend* (``loaders.backends``: ``pillow``, ``dali``) turns each pass's plan
-  into batches; the base picks it by name and only counts what it yields.
+- A *decoder backend* (``loaders.backends``: ``pillow``, ``dali``, ``nvjpeg``) turns each
+  pass's plan into batches; the base picks it by name and only counts what it yields.
 - ``state_dict`` holds the batches done on this World and, per pool, the positions of the
   epoch's order done (one count when one says it for every pool); a state from another
   World resumes from the positions (elastic; partition data only on its own node count).
@@ -244,7 +244,7 @@ class PlannedLoader:
         page-locked for CUDA, so that such a batch copies to a GPU asynchronously straight
         from where it was decoded (``DeviceLoader`` does this). Done as the next pass's first
         batch arrives; ``page_locked`` then says whether CUDA agreed. False where there is no
-        such memory (no worker processes, the DALI backend) or no CUDA device."""
+        such memory (no worker processes; the dali and nvjpeg backends) or no CUDA device."""
         return self._decoder.lock_pages()
 
     @property

@@ -58,8 +58,9 @@ class LoaderOptions:
 
     Attributes:
         batch_size: the batch of one rank (the global batch is ``batch_size`` x world size).
-        workers: decoding processes per rank; 0 decodes in the calling process; ``"auto"``:
-            the cores this rank may use less one (``worker_count``).
+        workers: decoding processes per rank (threads with the dali and nvjpeg backends);
+            0 decodes in the calling process; ``"auto"``: the cores this rank may use less
+            one (``worker_count``).
         seed: the epoch orders' and augmentations' seed.
         transform: a ``TrainTransform`` or ``ValTransform`` (size, crop, flip).
         tail: how an epoch ends: ``"drop"`` (full batches only), ``"short"`` (every sample
@@ -73,8 +74,8 @@ class LoaderOptions:
         prefetch_factor: batches made ahead (per worker with the pillow backend).
         backend: the decoder backend, a name of ``loaders.backends.BACKENDS``: ``"pillow"``
             (worker processes), ``"dali"`` (NVIDIA DALI, the optional extra
-            ``imgprep[dali]``) or ``"nvjpeg"`` (torchvision's nvJPEG): the same batches,
-            decoded another way.
+            ``imgprep[dali]``) or ``"nvjpeg"`` (torchvision's nvJPEG): the same samples in
+            every batch, decoded another way.
         device: where samples are decoded: ``"cpu"``, or with the dali and nvjpeg backends
             ``"gpu"`` (GPU ``local_rank``, CUDA batches out).
         memory_format: how the images of a batch lie in memory, a name of

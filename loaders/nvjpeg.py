@@ -112,7 +112,7 @@ def cpu_decode(data: bytes, where: str) -> torch.Tensor:
 
 def load_nvjpeg(rank: int) -> Decoder:
     """torchvision's batched nvJPEG decode (RGB out); a ``LoaderError`` saying how to install
-    torchvision without replacing pillow-simd or torch when it cannot be imported."""
+    torchvision without replacing the installed PIL or torch when it cannot be imported."""
     try:
         from torchvision.io import ImageReadMode, decode_jpeg
     except (ImportError, OSError, RuntimeError) as e:  # absent, or built for another torch
@@ -121,7 +121,7 @@ def load_nvjpeg(rank: int) -> Decoder:
             f"rank {rank}: backend='nvjpeg' with device='gpu' decodes with torchvision's "
             f"nvJPEG, which cannot be imported ({reason}); install the torchvision release "
             "made for this torch with pip install --no-deps 'torchvision==<its version>' "
-            "(--no-deps keeps pillow-simd and this torch), or load with device='cpu'") from None
+            "(--no-deps keeps this PIL and this torch), or load with device='cpu'") from None
 
     def decode(datas: list[torch.Tensor], device: torch.device) -> list[torch.Tensor]:
         return list(decode_jpeg(datas, mode=ImageReadMode.RGB, device=device))

@@ -1,4 +1,5 @@
-"""Per-sample decoding and augmentation with pillow-simd, straight into a uint8 CHW batch.
+"""The transforms (what a sample becomes: its crop geometry, drawn once) and the Pillow path
+that carries one out, straight into a uint8 CHW batch row.
 
 A transform decides what a sample becomes before any pixel is decoded: its ``geometry(w, h,
 rng)`` (a ``Geometry``: the DCT scale to draft a JPEG to, the region resampled and its size,

@@ -89,7 +89,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                     help="loader workers per rank (auto: this rank's cores less one); DALI "
                          "threads with --loader-backend dali, CPU-decode threads with nvjpeg")
     ap.add_argument("--loader-backend", choices=list(BACKENDS), default="pillow",
-                    help="decode with pillow-simd worker processes (default), NVIDIA DALI "
+                    help="decode in CPU worker processes (default: imgprep's extension, "
+                         "Pillow with --no-crop-decode), NVIDIA DALI "
                          "(pip install 'imgprep[dali]') or torchvision's nvJPEG; the last two "
                          "on the GPU when training on CUDA")
     ap.add_argument("--image-size", type=int, default=224,
