@@ -111,7 +111,10 @@ class ValTransform:
         object.__setattr__(self, "crop_ratio", ratio or self.size / resize)
 
     def at_size(self, size: int) -> ValTransform:
-        """The same crop ratio at ``size``: the short side resized to ``size / crop_ratio``."""
+        """The same crop ratio at ``size``: the short side resized to ``size / crop_ratio``
+        (at its own size, the transform itself)."""
+        if size == self.size:
+            return self
         return ValTransform(size=size, crop_ratio=self.crop_ratio)
 
     def geometry(self, w: int, h: int, rng: np.random.Generator) -> Geometry:
