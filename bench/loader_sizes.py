@@ -50,7 +50,7 @@ def floor_pass(blobs: list[bytes], n: int, batch: int, size: int) -> dict[str, f
 
 
 def loader_epoch(loader: ShardLoader, epoch: int) -> dict[str, float]:
-    size = loader.options.transform_at(epoch).size
+    size = loader.plan(epoch).size
 
     def problem(images: torch.Tensor) -> str | None:
         shape = tuple(images.shape[1:])

@@ -4,8 +4,10 @@ Converts ILSVRC2012 (nested tars, folders, validation ground truth in any common
 256 px RGB label lists or checksummed webdataset shards, deterministically and resumably,
 and stages them onto each node's local disk.
 
-The public API is what ``__all__`` names; everything else may move between releases. The
-names load on first use, so ``import imgprep`` stays cheap for the command line:
+The public API is what ``__all__`` names; everything else may move between releases. Each
+name is written once, in the imports under ``if TYPE_CHECKING:`` below (what mypy reads);
+``__all__`` and the table of the modules they load from (``_LAZY``) are made from those
+lines. The names load on first use, so ``import imgprep`` stays cheap for the command line:
 
     from imgprep import ConvertOptions, World, convert_splits, detect, stage_to_node, verify
 
@@ -24,24 +26,10 @@ import importlib
 import logging
 import re
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from imgprep.errors import (
-    DependencyError,
-    ImageError,
-    ImgprepError,
-    InputMissingError,
-    LabelError,
-    ManifestError,
-    OutputError,
-    OutputExistsError,
-    ShardError,
-    SourceFormatError,
-    StageError,
-    UnsafeArchiveError,
-    WaitTimeout,
-    WorldError,
-)
+from imgprep.errors import DependencyError
 
 __version__ = "0.1.0"
 PIL_MINIMUM = "11.2"  # Image.im.__arrow_c_array__, which imgprep.jpegcrop.pack reads
@@ -71,45 +59,25 @@ def _require_pil() -> None:
 
 _require_pil()
 
-_LAZY = {
-    "World": "imgprep.job.world",
-    "detect": "imgprep.job.world",
-    "MODES": "imgprep.job.assign",
-    "node_shards": "imgprep.job.assign",
-    "read_limits": "imgprep.job.cpus",
-    "Rendezvous": "imgprep.job.rendezvous",
-    "RendezvousError": "imgprep.job.rendezvous",
-    "rendezvous": "imgprep.job.rendezvous",
-    "ConvertOptions": "imgprep.convert.options",
-    "TransformOptions": "imgprep.sections",
-    "ManifestOptions": "imgprep.sections",
-    "SourceSection": "imgprep.sections",
-    "ConvertSummary": "imgprep.convert.summary",
-    "convert_splits": "imgprep.convert.run",
-    "StageOptions": "imgprep.stage.options",
-    "stage_to_node": "imgprep.stage.run",
-    "ClassTable": "imgprep.inputs.synsets",
-    "imagenet_classes": "imgprep.inputs.synsets",
-    "load_class_table": "imgprep.inputs.synsets",
-    "FakeSummary": "imgprep.inputs.fakeset",
-    "make_sample": "imgprep.inputs.fakeset",
-    "Manifest": "imgprep.shards.manifest",
-    "ShardEntry": "imgprep.shards.manifest",
-    "manifest_path": "imgprep.shards.manifest",
-    "read_manifest": "imgprep.shards.manifest",
-    "IndexedSplit": "imgprep.shards.indexing",
-    "index_folder": "imgprep.shards.indexing",
-    "PilInfo": "imgprep.shards.info",
-    "pil_info": "imgprep.shards.info",
-    "verify": "imgprep.shards.verify",
-    "atomic_open": "imgprep.fsutil",
-    "write_bytes_atomic": "imgprep.fsutil",
-}
-
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the public face, each name once: what mypy reads, and _LAZY and __all__
     from imgprep.convert.options import ConvertOptions
     from imgprep.convert.run import convert_splits
     from imgprep.convert.summary import ConvertSummary
+    from imgprep.errors import (
+        ImageError,
+        ImgprepError,
+        InputMissingError,
+        LabelError,
+        ManifestError,
+        OutputError,
+        OutputExistsError,
+        ShardError,
+        SourceFormatError,
+        StageError,
+        UnsafeArchiveError,
+        WaitTimeout,
+        WorldError,
+    )
     from imgprep.fsutil import atomic_open, write_bytes_atomic
     from imgprep.inputs.fakeset import FakeSummary, make_sample
     from imgprep.inputs.synsets import ClassTable, imagenet_classes, load_class_table
@@ -125,6 +93,21 @@ if TYPE_CHECKING:
     from imgprep.stage.options import StageOptions
     from imgprep.stage.run import stage_to_node
 
+
+def _face() -> dict[str, str]:
+    """Each name of the public face -> the module it loads from: the imports under ``if
+    TYPE_CHECKING:`` above, read from this file (at run time they import nothing)."""
+    import ast
+
+    tree = ast.parse(Path(__file__).read_text("utf-8"))
+    block = next(node for node in tree.body if isinstance(node, ast.If)
+                 and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING")
+    return {alias.asname or alias.name: imp.module for imp in block.body
+            if isinstance(imp, ast.ImportFrom) and imp.module for alias in imp.names}
+
+
+_LAZY = _face()
+
 logging.getLogger(__name__).addHandler(logging.NullHandler())
 
 
@@ -134,14 +117,4 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'imgprep' has no attribute {name!r}")
 
 
-__all__ = [
-    "ClassTable", "ConvertOptions", "ConvertSummary", "FakeSummary", "ImageError", "ImgprepError",
-    "IndexedSplit", "InputMissingError", "LabelError", "Manifest", "ManifestError",
-    "ManifestOptions", "OutputError", "OutputExistsError", "PilInfo", "Rendezvous",
-    "RendezvousError", "ShardEntry", "ShardError", "SourceFormatError", "SourceSection",
-    "StageError", "StageOptions", "TransformOptions", "UnsafeArchiveError",
-    "WaitTimeout", "World", "WorldError", "__version__", "atomic_open", "convert_splits",
-    "detect", "imagenet_classes", "index_folder", "make_sample", "manifest_path", "node_shards",
-    "pil_info", "read_limits", "read_manifest", "rendezvous", "stage_to_node", "verify",
-    "write_bytes_atomic", "MODES", "load_class_table",
-]
+__all__ = ["__version__", *_LAZY]

@@ -16,7 +16,7 @@ from pathlib import Path
 from imgprep import World, read_manifest
 from loaders.backends import BACKENDS, GPU_BACKENDS
 from loaders.batch import PAD_LABEL
-from loaders.config import LoaderOptions, worker_count
+from loaders.config import LoaderOptions, PlannedEpoch, worker_count
 from loaders.decode import SampleDecoder
 from loaders.device import DeviceLoader, normalize
 from loaders.epochs import PAD, job_summary, plan_epoch
@@ -71,6 +71,6 @@ def make_loader(data: str | Path, split: str, world: World, options: LoaderOptio
 
 __all__ = ["BACKENDS", "GPU_BACKENDS", "ORDER_KEY", "ORDER_VERSION", "PAD", "PAD_LABEL",
            "DeviceLoader", "LabelListLoader", "Loader", "LoaderError", "LoaderOptions",
-           "SampleDecoder", "ShardLoader", "SizeSchedule", "TrainTransform", "Transform",
-           "ValTransform", "job_summary", "make_loader", "normalize", "plan_epoch",
-           "read_label_list", "worker_count"]
+           "PlannedEpoch", "SampleDecoder", "ShardLoader", "SizeSchedule", "TrainTransform",
+           "Transform", "ValTransform", "job_summary", "make_loader", "normalize",
+           "plan_epoch", "read_label_list", "worker_count"]

@@ -4,9 +4,13 @@ A *source* says where samples come from (a shard set: ``loaders.shards``; a labe
 ``loaders.labellist``): it numbers its samples and fetches them by number (``Source``). A
 *decoder backend* (a *backend*) turns a rank's plan into batches, reading the plan's samples
 through the source (``Backend``). Every backend makes the same plan's batches (plans, tails
-and resume are the base's, ``loaders.base``); they differ only in how samples are decoded:
+and resume are the base's, ``loaders.base``), each epoch from the record the base hands it
+(``loaders.config.PlannedEpoch``: the samples, the epoch's transform and output size, the
+batches' seeds); they differ only in how samples are decoded:
 
-- ``pillow``: pillow-simd in persistent worker processes (``loaders.pillow``);
+- ``pillow``: CPU decoding in persistent worker processes (``loaders.pillow``): imgprep's
+  extension (crop-aware libjpeg-turbo decode and its resampler), or Pillow with
+  ``crop_decode=False`` (``loaders.decode``);
 - ``dali``: NVIDIA DALI in threads of the loader's process, on the CPU or, with
   ``device="gpu"``, with nvJPEG on this rank's GPU (``loaders.dali``); an optional extra,
   ``pip install 'imgprep[dali]'``;
@@ -17,7 +21,10 @@ and resume are the base's, ``loaders.base``); they differ only in how samples ar
 All keep one error rule: an undecodable sample raises a ``LoaderError`` naming it, or with
 ``on_error="skip"`` its slot takes a good sample of the same batch (``stand_ins``; a batch of
 none: padding) and is counted. A backend's module is imported when the backend is first
-asked for, so ``import loaders`` never imports DALI.
+asked for, so ``import loaders`` never imports DALI. The two that decode in threads of the
+loader's process (``dali``, ``nvjpeg``) share ``InProcessBackend``: where batches go, and
+the contract's members that have nothing to say there (no worker processes, no memory of
+their own to page-lock).
 """
 
 from __future__ import annotations
@@ -30,7 +37,7 @@ from typing import Protocol
 import numpy as np
 import torch
 
-from loaders.config import Config
+from loaders.config import Config, PlannedEpoch
 from loaders.epochs import EpochPlan
 from loaders.errors import LoaderError
 
@@ -72,7 +79,7 @@ class Backend(Protocol):
     @property
     def pids(self) -> tuple[int, ...]: ...  # decoding processes (0: not started)
 
-    def run(self, plan: EpochPlan, skip: int, in_place: bool = False) -> Iterator[Batch]: ...
+    def run(self, plan: PlannedEpoch, skip: int, in_place: bool = False) -> Iterator[Batch]: ...
 
     def dead(self, plan: EpochPlan, describe: Callable[[EpochPlan, int], str]) -> str: ...
 
@@ -87,6 +94,43 @@ class MakeBackend(Protocol):
     ``Config`` (whose ``options`` say where batches go and what may be kept in flight)."""
 
     def __call__(self, cfg: Config, source: Source) -> Backend: ...
+
+
+class InProcessBackend:
+    """The part of a backend that decodes in threads of the loader's process (``dali``,
+    ``nvjpeg``): its batches go to this rank's GPU with ``device="gpu"`` (refused where torch
+    sees no CUDA device), else stay on the CPU; every batch is its own memory (nothing to
+    page-lock, whether asked ``in_place`` or not), and there is no worker process to report
+    or to find dead. A subclass makes the batches (``run``), counting in ``_skipped`` the
+    samples it replaced this pass."""
+
+    def __init__(self, cfg: Config, source: Source) -> None:
+        o = cfg.options
+        if o.device == "gpu" and not torch.cuda.is_available():
+            raise LoaderError(f"rank {cfg.world.rank}: device='gpu' decodes on a CUDA GPU and "
+                              "torch sees none here; load with device='cpu'")
+        self.cfg, self.source, self.options = cfg, source, o
+        self.device = (torch.device("cuda", cfg.world.local_rank) if o.device == "gpu"
+                       else torch.device("cpu"))
+        self._skipped = 0
+
+    @property
+    def skipped(self) -> int:
+        return self._skipped
+
+    @property
+    def pids(self) -> tuple[int, ...]:
+        return ()  # decoding runs in threads of this process
+
+    def dead(self, plan: EpochPlan, describe: Callable[[EpochPlan, int], str]) -> str:
+        return ""
+
+    def lock_pages(self) -> bool:
+        return False
+
+    @property
+    def page_locked(self) -> bool:
+        return False
 
 
 def stand_ins(count: int, bad: list[int]) -> dict[int, int]:

@@ -6,9 +6,12 @@
   its plans are made from (``loaders.config``) and a ``Source`` that fetches samples by
   number. Plans, tails and resume are then one code.
 - Plans come from ``loaders.epochs``: equal step counts on every rank (``uneven`` aside),
-  stated before the epoch.
-- A *decoder backend* (``loaders.backends``: ``pillow``, ``dali``) turns each pass's plan
-  into batches; the base picks it by name and only counts what it yields.
+  stated before the epoch. The base holds each as the epoch's ``PlannedEpoch``
+  (``loaders.config``: the plan, the epoch's transform and output size, the batches' seeds),
+  which ``plan(epoch)`` gives to the trainer too.
+- A *decoder backend* (``loaders.backends``: ``pillow``, ``dali``, ``nvjpeg``) turns each
+  pass's planned epoch into batches; the base picks it by name and only counts what it
+  yields.
 - ``state_dict`` holds the batches done on this World and, per pool, the positions of the
   epoch's order done (one count when one says it for every pool); a state from another
   World resumes from the positions (elastic; partition data only on its own node count).
@@ -34,7 +37,7 @@ import torch
 
 from imgprep import ImgprepError, WorldError
 from loaders.backends import Backend, Source, backend_class
-from loaders.config import Config
+from loaders.config import Config, PlannedEpoch
 from loaders.decode import pixel_version
 from loaders.epochs import EpochPlan, as_samples, pool_starts
 from loaders.errors import LoaderError
@@ -54,7 +57,7 @@ class PlannedLoader:
         make = backend_class(cfg.options.backend)  # unknown or missing: fails before anything
         self.cfg, self.world, self.options = cfg, cfg.world, cfg.options
         self._sizes = cfg.pool_sizes
-        self._plans: dict[tuple[int, tuple[int, ...]], EpochPlan] = {}
+        self._plans: dict[tuple[int, tuple[int, ...]], PlannedEpoch] = {}
         self.set_epoch(0)
         self.plan(0)  # fail now, not in a worker, if this World cannot be served
         self._decoder: Backend = make(cfg, source)
@@ -80,9 +83,10 @@ class PlannedLoader:
         return self._decoder.pids
 
     def plan(self, epoch: int | None = None, start: int | tuple[int, ...] | None = None
-             ) -> EpochPlan:
-        """This rank's plan of ``epoch`` from ``start`` (per pool, or one count for all);
-        by default the current epoch's plan that the next pass continues."""
+             ) -> PlannedEpoch:
+        """This rank's plan of ``epoch`` from ``start`` (per pool, or one count for all),
+        with the epoch's transform and output size (``PlannedEpoch.size``); by default the
+        current epoch's plan that the next pass continues."""
         if epoch is None:
             epoch = self.epoch
             start = self._from if start is None else start
@@ -94,6 +98,12 @@ class PlannedLoader:
             self._plans = {k: v for k, v in self._plans.items() if k[0] == epoch}
             self._plans[key] = plan
         return self._plans[key]
+
+    @property
+    def output_sizes(self) -> tuple[int, ...]:
+        """Every output size this loader's epochs are made at, ascending (a size schedule's,
+        or the transform's one): what a compiled model is made for."""
+        return self.options.sizes.sizes
 
     @property
     def batches_per_epoch(self) -> int:
@@ -244,7 +254,7 @@ class PlannedLoader:
         page-locked for CUDA, so that such a batch copies to a GPU asynchronously straight
         from where it was decoded (``DeviceLoader`` does this). Done as the next pass's first
         batch arrives; ``page_locked`` then says whether CUDA agreed. False where there is no
-        such memory (no worker processes, the DALI backend) or no CUDA device."""
+        such memory (no worker processes; the dali and nvjpeg backends) or no CUDA device."""
         return self._decoder.lock_pages()
 
     @property

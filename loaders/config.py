@@ -10,7 +10,14 @@
   count, pinned memory when CUDA is present (``LoaderOptions.resolve``).
 - ``Config``: what a loader and its backend (its workers too) both need to compute a rank's
   batches: the sample counts plans are made from, the World, the node layout and the
-  resolved options.
+  resolved options; ``Config.plan`` makes an epoch's ``PlannedEpoch``.
+- ``PlannedEpoch``: one epoch of a rank's loader, the one record every backend makes batches
+  from and the trainer reads: the epoch's sample plan, its transform (hence its output size)
+  and each batch's augmentation generator.
+
+The output size has one home: ``ResolvedOptions.sizes`` (the size schedule, or the
+transform's own size every epoch) decides each epoch's, ``Config.plan`` puts it in the
+epoch's transform, and nothing else derives a size.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
+from typing import Any
 
 import numpy as np
 import torch
@@ -58,10 +66,12 @@ class LoaderOptions:
 
     Attributes:
         batch_size: the batch of one rank (the global batch is ``batch_size`` x world size).
-        workers: decoding processes per rank; 0 decodes in the calling process; ``"auto"``:
-            the cores this rank may use less one (``worker_count``).
+        workers: decoding processes per rank (threads with the dali and nvjpeg backends);
+            0 decodes in the calling process; ``"auto"``: the cores this rank may use less
+            one (``worker_count``).
         seed: the epoch orders' and augmentations' seed.
-        transform: a ``TrainTransform`` or ``ValTransform`` (size, crop, flip).
+        transform: a ``TrainTransform`` or ``ValTransform`` (size, crop, flip); with a
+            ``size_schedule`` it is held at the schedule's first size.
         tail: how an epoch ends: ``"drop"`` (full batches only), ``"short"`` (every sample
             once, short last batches), ``"pad"`` (every sample once; padding slots: label
             ``PAD_LABEL``, zero pixels) or ``"uneven"`` (every sample once, counts differ
@@ -73,8 +83,8 @@ class LoaderOptions:
         prefetch_factor: batches made ahead (per worker with the pillow backend).
         backend: the decoder backend, a name of ``loaders.backends.BACKENDS``: ``"pillow"``
             (worker processes), ``"dali"`` (NVIDIA DALI, the optional extra
-            ``imgprep[dali]``) or ``"nvjpeg"`` (torchvision's nvJPEG): the same batches,
-            decoded another way.
+            ``imgprep[dali]``) or ``"nvjpeg"`` (torchvision's nvJPEG): the same samples in
+            every batch, decoded another way.
         device: where samples are decoded: ``"cpu"``, or with the dali and nvjpeg backends
             ``"gpu"`` (GPU ``local_rank``, CUDA batches out).
         memory_format: how the images of a batch lie in memory, a name of
@@ -94,7 +104,8 @@ class LoaderOptions:
             progressive resizing), which sets the transform's ``size`` epoch by epoch
             (``transform.at_size``; a ``ValTransform`` keeps its crop ratio); None: the
             transform's own size every epoch. Recorded in ``state_dict``: a state of another
-            schedule is refused.
+            schedule is refused. Each epoch's size is read from the epoch's plan
+            (``loader.plan(epoch).size``), never from these fields.
 
     ``None`` leaves the choice to the split: training augments (``TrainTransform()``),
     ends with ``tail="drop"`` and shuffles; validation center-crops (``ValTransform()``),
@@ -143,6 +154,9 @@ class LoaderOptions:
         if self.size_schedule is not None and not isinstance(self.size_schedule, SizeSchedule):
             raise ValueError(f"size_schedule must be a SizeSchedule, not "
                              f"{self.size_schedule!r}")
+        if self.size_schedule is not None and self.transform is not None:  # one size, not two
+            object.__setattr__(self, "transform",
+                               self.transform.at_size(self.size_schedule.size_at(0)))
 
     @property
     def channels_last(self) -> bool:
@@ -188,17 +202,39 @@ class ResolvedOptions(LoaderOptions):
             raise ValueError(f"{', '.join(open_)} left open: make resolved options with "
                              "LoaderOptions.resolve")
 
-    def transform_at(self, epoch: int) -> Transform:
-        """The transform of ``epoch``: at the size schedule's size of that epoch."""
-        if self.size_schedule is None:
-            return self.transform
-        return self.transform.at_size(self.size_schedule.size_at(epoch))
+    @property
+    def sizes(self) -> SizeSchedule:
+        """Every epoch's output size, decided here only: the size schedule, or the
+        transform's own size every epoch (``largest``: what batch buffers are made for)."""
+        return self.size_schedule or SizeSchedule.constant(self.transform.size)
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class PlannedEpoch(EpochPlan):
+    """One epoch of a rank's loader (``Config.plan``), the record every backend makes its
+    batches from and the trainer reads: the ``EpochPlan`` (which samples each batch holds),
+    the epoch's ``transform`` (what each sample becomes, at the epoch's output ``size``) and
+    the augmentation seed each batch's generator is drawn from (``batch_rng``)."""
+
+    transform: Transform
+    seed: int  # the options' seed (LoaderOptions.seed)
+
+    @classmethod
+    def of(cls, plan: EpochPlan, transform: Transform, seed: int) -> PlannedEpoch:
+        given: dict[str, Any] = {f.name: getattr(plan, f.name) for f in fields(EpochPlan)}
+        return cls(**given, transform=transform, seed=seed)
 
     @property
-    def largest_size(self) -> int:
-        """The largest output size of any epoch (what batch buffers are made for)."""
-        s = self.size_schedule
-        return self.transform.size if s is None else s.largest
+    def size(self) -> int:
+        """The epoch's output size: its images are ``size`` x ``size``."""
+        return self.transform.size
+
+    def batch_rng(self, b: int) -> np.random.Generator:
+        """Batch ``b``'s augmentation generator, seeded by (seed, epoch, pool, the batch's
+        first position in the epoch's order): any worker count makes the same batches, and a
+        resume at batch k draws nothing for the batches before it."""
+        return np.random.default_rng([self.seed, self.epoch, self.group.pool,
+                                      int(self.first[b])])
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
@@ -224,10 +260,13 @@ class Config:
         return tuple(len(p) for p in pools(self.samples, self.world.num_nodes, self.mode,
                                            self.layout_seed))
 
-    def plan(self, epoch: int, starts: tuple[int, ...]) -> EpochPlan:
+    def plan(self, epoch: int, starts: tuple[int, ...]) -> PlannedEpoch:
+        """This rank's ``epoch`` from ``starts`` (per pool: positions of its order done), at
+        that epoch's size (``ResolvedOptions.sizes``)."""
         o = self.options
-        return plan_epoch(self.samples, self.world, self.mode, self.layout_seed, epoch,
+        plan = plan_epoch(self.samples, self.world, self.mode, self.layout_seed, epoch,
                           o.batch_size, o.workers, o.tail, o.shuffle, starts, o.order_version)
+        return PlannedEpoch.of(plan, o.transform.at_size(o.sizes.size_at(epoch)), o.seed)
 
     def slots(self, plan: EpochPlan, b: int) -> np.ndarray:
         """Batch ``b``'s slots: sample ids, and PAD for padding (tail="pad"; the others'

@@ -25,13 +25,13 @@
   tensors (``feed_ndarray``); with ``"cpu"`` everything runs on the CPU. Normalisation stays
   with ``DeviceLoader``.
 - Seeds: DALI's random ops draw from the pipeline's seed, fixed when it is built, so every
-  pass builds a pipeline seeded by (seed, epoch, rank, the order position of its first
-  batch): a rerun gives the same pixels. A mid-epoch resume gives the same samples in every
+  pass builds a pipeline seeded by (the plan's seed, epoch, rank, the order position of its
+  first batch): a rerun gives the same pixels. A mid-epoch resume gives the same samples in every
   step, with other crops and flips than the uninterrupted run (the Pillow backend seeds each
   batch and gives the same pixels too).
 - A size schedule (``LoaderOptions.size_schedule``) is followed pass by pass: each pass's
-  pipeline is built for its epoch's transform (``ResolvedOptions.transform_at``), so a
-  size change costs nothing beyond the pipeline every pass builds anyway.
+  pipeline is built for the transform of the epoch's plan (``loaders.config.PlannedEpoch``),
+  so a size change costs nothing beyond the pipeline every pass builds anyway.
 - Errors: DALI fails a whole batch on an undecodable image, and its pipeline cannot go on.
   The batches handed to DALI and not yet yielded are then decoded sample by sample with the
   Pillow backend's own transform (``loaders.transforms.apply``), which finds the bad samples
@@ -59,10 +59,10 @@ import numpy as np
 import torch
 
 from imgprep import ImgprepError
-from loaders.backends import Batch, EncodedSample, Source, stand_ins
+from loaders.backends import Batch, EncodedSample, InProcessBackend, Source, stand_ins
 from loaders.batch import PAD_LABEL, as_nchw, row_shape
-from loaders.config import Config
-from loaders.epochs import PAD, EpochPlan
+from loaders.config import Config, PlannedEpoch
+from loaders.epochs import PAD
 from loaders.errors import LoaderError
 from loaders.transforms import SampleError, TrainTransform, Transform, ValTransform, apply
 
@@ -164,55 +164,29 @@ class _Feed:
         return [np.frombuffer(d, np.uint8) for d in data]
 
 
-class DaliBackend:
+class DaliBackend(InProcessBackend):
     """The ``dali`` backend (module docstring): a DALI pipeline per pass of the plan."""
 
     def __init__(self, cfg: Config, source: Source) -> None:
-        options = cfg.options
-        if options.device not in DECODER:
-            raise ValueError(f"device must be one of {tuple(DECODER)}, not {options.device!r}")
-        rank = cfg.world.rank
-        if options.device == "gpu" and not torch.cuda.is_available():
-            raise LoaderError(f"rank {rank}: device='gpu' decodes on a CUDA GPU and torch "
-                              "sees none here; load with device='cpu'")
-        self.cfg, self.source, self.options = cfg, source, options
-        self.threads = max(1, options.workers)  # the Pillow backend's worker count
-        self.device = (torch.device("cuda", cfg.world.local_rank) if options.device == "gpu"
-                       else torch.device("cpu"))
-        self._skipped = 0
+        if cfg.options.device not in DECODER:
+            raise ValueError(f"device must be one of {tuple(DECODER)}, not "
+                             f"{cfg.options.device!r}")
+        super().__init__(cfg, source)
+        self.threads = max(1, self.options.workers)  # the Pillow backend's worker count
         self._stream: Any = None  # the CUDA stream batches are copied out on
-        self.transform = options.transform_at(0)  # the current pass's (a schedule's size)
-
-    @property
-    def skipped(self) -> int:
-        return self._skipped
-
-    @property
-    def pids(self) -> tuple[int, ...]:
-        return ()  # DALI decodes in threads of this process
-
-    def dead(self, plan: EpochPlan, describe: Callable[[EpochPlan, int], str]) -> str:
-        return ""
-
-    def lock_pages(self) -> bool:
-        return False  # every batch is its own memory (pinned when asked)
-
-    @property
-    def page_locked(self) -> bool:
-        return False
 
     # -- a pass
-    def run(self, plan: EpochPlan, skip: int, in_place: bool = False) -> Iterator[Batch]:
-        """The plan's batches from ``skip`` on (each its own memory, ``in_place`` or not)."""
+    def run(self, plan: PlannedEpoch, skip: int, in_place: bool = False) -> Iterator[Batch]:
+        """The plan's batches from ``skip`` on (each its own memory, ``in_place`` or not;
+        pinned when asked)."""
         self._skipped = 0
-        self.transform = self.options.transform_at(plan.epoch)
         fixes = _Fixes()
         b = skip
         pipe, feed = self._start(plan, b, fixes)
         while b < plan.batches:
             ids = self.cfg.slots(plan, b)
             if not (ids != PAD).any():  # padding only: nothing to decode
-                yield self._padding(len(ids))
+                yield self._padding(len(ids), plan.size)
                 b += 1
                 continue
             try:
@@ -228,22 +202,23 @@ class DaliBackend:
             assert done == b, (done, b)
             if b in fixes.errors:
                 raise fixes.errors[b]
-            yield self._batch(out[0], len(ids), items, fixes.swap.get(b, {}))
+            yield self._batch(out[0], plan.size, len(ids), items, fixes.swap.get(b, {}))
             b += 1
 
-    def _start(self, plan: EpochPlan, b: int, fixes: _Fixes) -> tuple[Any, _Feed]:
+    def _start(self, plan: PlannedEpoch, b: int, fixes: _Fixes) -> tuple[Any, _Feed]:
         """A pipeline making the plan's batches from ``b`` on (None when none has a
         sample), and its source."""
         rows = [(k, ids[ids != PAD]) for k in range(b, plan.batches)
                 if ((ids := self.cfg.slots(plan, k)) != PAD).any()]
-        feed = _Feed(self.source, rows, fixes, functools.partial(self._screen, fixes))
+        feed = _Feed(self.source, rows, fixes,
+                     functools.partial(self._screen, fixes, plan.transform))
         if not rows:
             return None, feed
-        seed = pass_seed(self.options.seed, plan.epoch, self.cfg.world.rank,
+        seed = pass_seed(plan.seed, plan.epoch, self.cfg.world.rank,
                          int(plan.first[rows[0][0]]))
-        return self._pipeline(feed, seed), feed
+        return self._pipeline(feed, seed, plan.transform), feed
 
-    def _pipeline(self, feed: _Feed, seed: int) -> Any:
+    def _pipeline(self, feed: _Feed, seed: int, transform: Transform) -> Any:
         from nvidia.dali import Pipeline, fn, types
 
         gpu = self.device.type == "cuda"
@@ -254,29 +229,28 @@ class DaliBackend:
             jpegs = fn.external_source(source=feed, batch=True, batch_info=True,
                                        dtype=types.DALIDataType.UINT8, ndim=1)
             layout = "HWC" if self.options.channels_last else "CHW"
-            pipe.set_outputs(decode_graph(jpegs, self.transform, self.options.device,
-                                          layout))
+            pipe.set_outputs(decode_graph(jpegs, transform, self.options.device, layout))
         pipe.build()
         return pipe
 
     # -- batches out
-    def _empty(self, n: int) -> torch.Tensor:
-        """``n`` rows as DALI lays them out (``loaders.batch.row_shape``)."""
-        size = self.transform.size
+    def _empty(self, n: int, size: int) -> torch.Tensor:
+        """``n`` rows of ``size`` px as DALI lays them out (``loaders.batch.row_shape``)."""
         pin = self.options.pin_memory and self.device.type == "cpu"
         return torch.empty((n, *row_shape(size, self.options.channels_last)), dtype=torch.uint8,
                            device=self.device, pin_memory=pin)
 
-    def _padding(self, n: int) -> Batch:
-        rows = self._empty(n)
+    def _padding(self, n: int, size: int) -> Batch:
+        rows = self._empty(n, size)
         rows.zero_()
         return (as_nchw(rows, self.options.channels_last),
                 torch.full((n,), PAD_LABEL, dtype=torch.int64, device=self.device))
 
-    def _batch(self, out: Any, n: int, items: list[EncodedSample], swap: dict[int, int]) -> Batch:
-        """DALI's output for ``items`` as ``n`` rows (padding after them), each bad slot
-        taking its stand-in's row and label."""
-        rows = self._empty(n)
+    def _batch(self, out: Any, size: int, n: int, items: list[EncodedSample],
+               swap: dict[int, int]) -> Batch:
+        """DALI's output for ``items`` as ``n`` rows of ``size`` px (padding after them), each
+        bad slot taking its stand-in's row and label."""
+        rows = self._empty(n, size)
         rows[len(items):] = 0
         self._copy(out.as_tensor(), rows[:len(items)])
         images = as_nchw(rows, self.options.channels_last)
@@ -300,17 +274,17 @@ class DaliBackend:
             feed_ndarray(tensor, into)
 
     # -- errors
-    def _screen(self, fixes: _Fixes, b: int, items: list[EncodedSample]) -> None:
+    def _screen(self, fixes: _Fixes, t: Transform, b: int, items: list[EncodedSample]) -> None:
         """Before DALI sees batch ``b``: a sample that does not end as a JPEG does (its EOI
         marker) is decoded by the Pillow backend's rule first. DALI's libjpeg-turbo decodes
         a JPEG whose last bytes are missing (the rest grey), which Pillow refuses."""
         if b in fixes.checked:
             return
         suspects = [slot for slot, s in enumerate(items) if not s.data.endswith(EOI)]
-        bad = self._bad([items[k] for k in suspects])
+        bad = self._bad([items[k] for k in suspects], t)
         self._settle(fixes, b, items, [(suspects[k], e) for k, e in bad])
 
-    def _recover(self, plan: EpochPlan, feed: _Feed, fixes: _Fixes,
+    def _recover(self, plan: PlannedEpoch, feed: _Feed, fixes: _Fixes,
                  error: RuntimeError) -> None:
         """After DALI failed: find the bad samples of the batches it was given and not yet
         yielded, with the Pillow backend's decoder, and settle them. Raises when there is
@@ -319,7 +293,7 @@ class DaliBackend:
         for b, items in feed.fed:
             if b not in fixes.checked:
                 fixes.checked.add(b)
-                found |= self._settle(fixes, b, items, self._bad(items))
+                found |= self._settle(fixes, b, items, self._bad(items, plan.transform))
         if not found:
             first = feed.fed[0][0] if feed.fed else "?"
             why = " ".join(str(error).split())[:300]
@@ -341,15 +315,15 @@ class DaliBackend:
                                           f"{self.source.fix}, or load with on_error='skip'")
         return True
 
-    def _bad(self, items: list[EncodedSample]) -> list[tuple[int, SampleError]]:
-        """The slots of ``items`` the Pillow backend cannot decode, with its errors."""
-        size = self.transform.size
-        scratch = np.empty((3, size, size), np.uint8)
+    def _bad(self, items: list[EncodedSample], t: Transform) -> list[tuple[int, SampleError]]:
+        """The slots of ``items`` the Pillow backend cannot decode with the epoch's transform
+        ``t``, with its errors."""
+        scratch = np.empty((3, t.size, t.size), np.uint8)
         rng = np.random.default_rng(0)
         bad = []
         for slot, s in enumerate(items):
             try:
-                apply(s.data, self.transform, rng, scratch, where=s.where)
+                apply(s.data, t, rng, scratch, where=s.where)
             except SampleError as e:
                 bad.append((slot, e))
         return bad

@@ -16,10 +16,11 @@ torchvision's nvJPEG on this rank's GPU and cropped there in a few batched tenso
   falls back to the CPU. ``device="cpu"`` (the backend's CPU form, and tests) decodes every
   sample on the CPU and runs the rest on the CPU; torchvision is needed only for ``"gpu"``.
 - Crops: each image's box and flip are drawn by the Pillow backend's own draws
-  (``loaders.batchcrop.boxes`` over the transform's ``geometry``, from a generator seeded as
-  the Pillow backend seeds the batch), so a batch whose samples all decode gets the Pillow
-  backend's boxes and flips; the pixels are resampled on the device for the whole batch at
-  once (``loaders.batchcrop.crop_resize``: bilinear, no antialiasing) from another decoder's
+  (``loaders.batchcrop.boxes`` over the epoch's transform's ``geometry``, from the batch's
+  generator of the epoch's plan, ``PlannedEpoch.batch_rng``, as the Pillow backend draws
+  them), so a batch whose samples all decode gets the Pillow backend's boxes and flips; the
+  pixels are resampled on the device for the whole batch at once, to the epoch's size
+  (``loaders.batchcrop.crop_resize``: bilinear, no antialiasing) from another decoder's
   pixels, so they are not the Pillow backend's (docs/nvjpeg.md).
   Batches leave as uint8 rows (CHW, or HWC for channels_last: NCHW-shaped either way) on
   the device, labels beside them; normalisation is ``DeviceLoader``'s, on the device.
@@ -47,11 +48,11 @@ import numpy as np
 import torch
 from PIL import Image
 
-from loaders.backends import Batch, EncodedSample, Source, stand_ins
+from loaders.backends import Batch, EncodedSample, InProcessBackend, Source, stand_ins
 from loaders.batch import PAD_LABEL, as_nchw, row_shape
 from loaders.batchcrop import boxes, crop_resize
-from loaders.config import Config
-from loaders.epochs import PAD, EpochPlan
+from loaders.config import Config, PlannedEpoch
+from loaders.epochs import PAD
 from loaders.errors import LoaderError
 from loaders.transforms import SampleError, decoding, into_chw, open_sample
 
@@ -112,7 +113,7 @@ def cpu_decode(data: bytes, where: str) -> torch.Tensor:
 
 def load_nvjpeg(rank: int) -> Decoder:
     """torchvision's batched nvJPEG decode (RGB out); a ``LoaderError`` saying how to install
-    torchvision without replacing pillow-simd or torch when it cannot be imported."""
+    torchvision without replacing the installed PIL or torch when it cannot be imported."""
     try:
         from torchvision.io import ImageReadMode, decode_jpeg
     except (ImportError, OSError, RuntimeError) as e:  # absent, or built for another torch
@@ -121,7 +122,7 @@ def load_nvjpeg(rank: int) -> Decoder:
             f"rank {rank}: backend='nvjpeg' with device='gpu' decodes with torchvision's "
             f"nvJPEG, which cannot be imported ({reason}); install the torchvision release "
             "made for this torch with pip install --no-deps 'torchvision==<its version>' "
-            "(--no-deps keeps pillow-simd and this torch), or load with device='cpu'") from None
+            "(--no-deps keeps this PIL and this torch), or load with device='cpu'") from None
 
     def decode(datas: list[torch.Tensor], device: torch.device) -> list[torch.Tensor]:
         return list(decode_jpeg(datas, mode=ImageReadMode.RGB, device=device))
@@ -228,45 +229,19 @@ def ahead(make: Callable[[int], Any], items: range, depth: int,
                            "%.0f s; it is left to finish alone", JOIN_S)
 
 
-class NvjpegBackend:
+class NvjpegBackend(InProcessBackend):
     """The ``nvjpeg`` backend (module docstring)."""
 
     def __init__(self, cfg: Config, source: Source) -> None:
-        options = cfg.options
-        rank = cfg.world.rank
-        gpu = options.device == "gpu"
-        if gpu and not torch.cuda.is_available():
-            raise LoaderError(f"rank {rank}: device='gpu' decodes on a CUDA GPU and torch "
-                              "sees none here; load with device='cpu'")
-        self._nvjpeg = load_nvjpeg(rank) if gpu else None
-        self.cfg, self.source, self.options = cfg, source, options
-        self.device = torch.device("cuda", cfg.world.local_rank) if gpu else torch.device("cpu")
-        self.threads = options.workers
+        super().__init__(cfg, source)
+        self._nvjpeg = load_nvjpeg(cfg.world.rank) if self.device.type == "cuda" else None
+        self.threads = self.options.workers
         self._pool: ThreadPoolExecutor | None = None
         self._side: torch.cuda.Stream | None = None  # the thread's CUDA stream
-        self._skipped = 0
         self.cpu_decoded = 0  # samples decoded on the CPU since the loader was made
 
-    @property
-    def skipped(self) -> int:
-        return self._skipped
-
-    @property
-    def pids(self) -> tuple[int, ...]:
-        return ()  # decoding runs in threads of this process
-
-    def dead(self, plan: EpochPlan, describe: Callable[[EpochPlan, int], str]) -> str:
-        return ""
-
-    def lock_pages(self) -> bool:
-        return False  # every batch is its own memory
-
-    @property
-    def page_locked(self) -> bool:
-        return False
-
     # -- a pass
-    def run(self, plan: EpochPlan, skip: int, in_place: bool = False) -> Iterator[Batch]:
+    def run(self, plan: PlannedEpoch, skip: int, in_place: bool = False) -> Iterator[Batch]:
         """The plan's batches from ``skip`` on (each its own memory, ``in_place`` or not)."""
         self._skipped = 0
         batches = range(skip, plan.batches)
@@ -295,12 +270,12 @@ class NvjpegBackend:
             yield
         self._side.synchronize()
 
-    def _make(self, plan: EpochPlan, b: int) -> tuple[torch.Tensor, torch.Tensor, int]:
+    def _make(self, plan: PlannedEpoch, b: int) -> tuple[torch.Tensor, torch.Tensor, int]:
         """Batch ``b``: its rows, labels and the count of bad samples it replaced."""
         cfg = self.cfg
         ids = cfg.slots(plan, b)
         o = cfg.options
-        n, size = len(ids), o.transform_at(plan.epoch).size
+        n, size = len(ids), plan.size
         items = self.source.fetch(ids[ids != PAD])
         decoded = self._decode(items)
         bad = [i for i, d in enumerate(decoded) if isinstance(d, SampleError)]
@@ -324,15 +299,12 @@ class NvjpegBackend:
             rows = rows.pin_memory()
         return as_nchw(rows, o.channels_last), labels.to(self.device), len(bad)
 
-    def _crop(self, plan: EpochPlan, b: int, images: list[Any]) -> torch.Tensor:
+    def _crop(self, plan: PlannedEpoch, b: int, images: list[Any]) -> torch.Tensor:
         """Batch ``b``'s decoded images cropped, resized and flipped, drawn as the Pillow
-        backend draws the batch (its generator's seed)."""
-        o = self.options
-        rng = np.random.default_rng([o.seed, plan.epoch, plan.group.pool,
-                                     int(plan.first[b])])
-        t = o.transform_at(plan.epoch)  # a size schedule's size of the epoch
-        box, flip = boxes([(im.shape[2], im.shape[1]) for im in images], t, rng)
-        return crop_resize(images, box, flip, t.size, o.channels_last)
+        backend draws the batch (the plan's generator of the batch)."""
+        box, flip = boxes([(im.shape[2], im.shape[1]) for im in images], plan.transform,
+                          plan.batch_rng(b))
+        return crop_resize(images, box, flip, plan.size, self.options.channels_last)
 
     # -- decoding
     def _decode(self, items: list[EncodedSample]) -> list[torch.Tensor | SampleError]:

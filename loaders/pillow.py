@@ -8,11 +8,12 @@
   loader's process copies them out in order, or hands them over in place (``PillowBackend``).
 - Rows are written as the loader's ``memory_format`` says: 3 x size x size, or size x size x
   3 (``channels_last``); either way the batch leaves NCHW-shaped with the same values. The
-  size is the epoch's (``ResolvedOptions.transform_at``: a size schedule's); the ring's
-  slots hold the largest, so the workers go on through every size change.
-- Augmentation draws come from a generator seeded by (seed, epoch, pool, the batch's first
-  position in the epoch's order): any worker count gives the same batches, and resuming at
-  batch k reads and decodes nothing before it.
+  size is the epoch's plan's (``loaders.config.PlannedEpoch``: a size schedule's); the
+  ring's slots hold the largest (``ResolvedOptions.sizes``), so the workers go on through
+  every size change.
+- Augmentation draws come from the plan's generator of the batch (``PlannedEpoch.batch_rng``:
+  seeded by the batch's first position in the epoch's order): any worker count gives the
+  same batches, and resuming at batch k reads and decodes nothing before it.
 - An undecodable sample raises a ``LoaderError`` naming it, or with ``on_error="skip"`` its
   slot takes a good sample of the same batch (``loaders.backends.stand_ins``) and is counted.
 - ``workers=0`` decodes in the loader's process, batch by batch.
@@ -29,12 +30,12 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from loaders.backends import Batch, EncodedSample, Source, stand_ins
 from loaders.batch import PAD_LABEL, as_nchw, row_shape
-from loaders.config import Config
+from loaders.config import Config, PlannedEpoch
 from loaders.decode import SampleDecoder
 from loaders.epochs import PAD, EpochPlan
 from loaders.errors import LoaderError
 from loaders.ring import Ring, is_dead
-from loaders.transforms import SampleError
+from loaders.transforms import SampleError, Transform
 
 
 class WorkerStream(IterableDataset):
@@ -43,10 +44,10 @@ class WorkerStream(IterableDataset):
 
     def __init__(self, cfg: Config, ring: Ring, source: Source) -> None:
         self.cfg, self.ring, self.source = cfg, ring, source
-        self._plan: EpochPlan | None = None
+        self._plan: PlannedEpoch | None = None
         self._decoder: SampleDecoder | None = None  # made in the worker, after the fork
 
-    def _plan_for(self, epoch: int, starts: tuple[int, ...]) -> EpochPlan:
+    def _plan_for(self, epoch: int, starts: tuple[int, ...]) -> PlannedEpoch:
         p = self._plan
         if p is None or (p.epoch, p.starts) != (epoch, starts):
             p = self._plan = self.cfg.plan(epoch, starts)
@@ -61,17 +62,16 @@ class WorkerStream(IterableDataset):
         generation = ring.generation
         epoch, starts, skip = ring.epoch()
         plan = self._plan_for(epoch, starts)
-        size = o.transform_at(epoch).size
+        size = plan.size
         made = 0
         for b in range(skip + w, plan.batches, max(1, o.workers)):
             ring.note(w, b)
             ids = cfg.slots(plan, b)
             samples = self.source.fetch(ids[ids != PAD])
-            rng = np.random.default_rng([o.seed, plan.epoch, plan.group.pool,
-                                         int(plan.first[b])])
+            rng = plan.batch_rng(b)
             if ring.data is None:
                 images = np.empty((len(ids), *row_shape(size, o.channels_last)), np.uint8)
-                labels = self._decode(samples, rng, images, w, epoch)
+                labels = self._decode(samples, rng, images, w, plan.transform)
                 yield (b, as_nchw(torch.from_numpy(images), o.channels_last),
                        torch.from_numpy(labels))
                 continue
@@ -79,24 +79,23 @@ class WorkerStream(IterableDataset):
                 return  # the main process started over: this iteration is abandoned
             slot = made % ring.slots
             rows = ring.slot_array(w, slot, len(ids), size)
-            labels = self._decode(samples, rng, rows, w, epoch)
+            labels = self._decode(samples, rng, rows, w, plan.transform)
             made += 1
             yield b, (generation, w, slot, len(ids), size), labels.tobytes()  # by value
 
-    def _decoder_at(self, epoch: int) -> SampleDecoder:
-        """The sample decoder of ``epoch``'s transform (made again when its size changes)."""
+    def _decoder_for(self, t: Transform) -> SampleDecoder:
+        """The sample decoder of an epoch's transform (made again when its size changes)."""
         o = self.cfg.options
-        t = o.transform_at(epoch)
         if self._decoder is None or self._decoder.transform != t:
             self._decoder = SampleDecoder(t, channels_last=o.channels_last, fast=o.crop_decode)
         return self._decoder
 
     def _decode(self, samples: list[EncodedSample], rng: np.random.Generator,
-                images: np.ndarray, w: int, epoch: int) -> np.ndarray:
+                images: np.ndarray, w: int, t: Transform) -> np.ndarray:
         """Decode and augment ``samples`` into ``images`` (n rows, ``row_shape``); rows past
         the samples (``tail="pad"``) are zeroed. Returns the labels, PAD_LABEL for padding."""
         cfg, o = self.cfg, self.cfg.options
-        decode = self._decoder_at(epoch)
+        decode = self._decoder_for(t)
         images[len(samples):] = 0
         labels = np.full(len(images), PAD_LABEL, dtype=np.int64)
         bad: list[int] = []
@@ -130,7 +129,7 @@ class PillowBackend:
                              "backend='dali' or backend='nvjpeg'")
         self.pin = o.pin_memory
         # prefetch_factor batches in flight per worker, one being decoded, one spare
-        self.ring = Ring(o.workers, o.prefetch_factor + 2, o.batch_size, o.largest_size,
+        self.ring = Ring(o.workers, o.prefetch_factor + 2, o.batch_size, o.sizes.largest,
                          pools=len(cfg.pool_sizes), channels_last=o.channels_last)
         self.loader = DataLoader(
             WorkerStream(cfg, self.ring, source), batch_size=None, num_workers=o.workers,
@@ -153,7 +152,7 @@ class PillowBackend:
     def page_locked(self) -> bool:
         return self.ring.page_locked
 
-    def run(self, plan: EpochPlan, skip: int, in_place: bool = False) -> Iterator[Batch]:
+    def run(self, plan: PlannedEpoch, skip: int, in_place: bool = False) -> Iterator[Batch]:
         self.ring.set_epoch(plan.epoch, plan.starts, skip)
         generation = self.ring.new_iteration()  # workers of an abandoned iteration stop
         return self.ring.in_order(self.loader, generation, self.pin, skip, in_place)

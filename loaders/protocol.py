@@ -8,6 +8,8 @@ from typing import Any, Protocol
 
 import torch
 
+from loaders.config import PlannedEpoch
+
 
 class Loader(Protocol):
     """A rank's loader: ``(uint8 NCHW images, int64 labels)`` batches of one epoch at a time
@@ -15,7 +17,9 @@ class Loader(Protocol):
 
     ``batches_per_epoch`` is a whole epoch's count for this World, stated before the epoch
     and unchanged by ``load_state_dict`` (a schedule's steps per epoch); ``len()`` is what the
-    next pass yields (less after a mid-epoch resume).
+    next pass yields (less after a mid-epoch resume). ``plan(epoch)`` is the epoch's record
+    (``PlannedEpoch``: its output ``size`` and transform; by default the current epoch's),
+    ``output_sizes`` every size its epochs are made at: what the trainer reads of sizes.
     """
 
     @property
@@ -29,6 +33,11 @@ class Loader(Protocol):
 
     @property
     def batches_per_epoch(self) -> int: ...
+
+    @property
+    def output_sizes(self) -> tuple[int, ...]: ...
+
+    def plan(self, epoch: int | None = None) -> PlannedEpoch: ...
 
     @property
     def skipped(self) -> int: ...

@@ -9,7 +9,7 @@
   shared-memory slots (``loaders.ring``).
 - Epochs, tails, resume (elastic too) are the base's (``loaders.base``), shared with the
   label-list loader; decoding and the error rule are the decoder backend's
-  (``loaders.backends``: ``pillow`` or ``dali``).
+  (``loaders.backends``: ``pillow``, ``dali`` or ``nvjpeg``).
 - Node-local data (a manifest with a ``node`` section, from stage-to-node or a partitioned
   convert): a partition copy holds one node's share of a layout for a node count, so only
   that node of a job with that node count may load it; a replicate copy holds every shard

@@ -1,4 +1,5 @@
-"""Per-sample decoding and augmentation with pillow-simd, straight into a uint8 CHW batch.
+"""The transforms (what a sample becomes: its crop geometry, drawn once) and the Pillow path
+that carries one out, straight into a uint8 CHW batch row.
 
 A transform decides what a sample becomes before any pixel is decoded: its ``geometry(w, h,
 rng)`` (a ``Geometry``: the DCT scale to draft a JPEG to, the region resampled and its size,
@@ -110,7 +111,10 @@ class ValTransform:
         object.__setattr__(self, "crop_ratio", ratio or self.size / resize)
 
     def at_size(self, size: int) -> ValTransform:
-        """The same crop ratio at ``size``: the short side resized to ``size / crop_ratio``."""
+        """The same crop ratio at ``size``: the short side resized to ``size / crop_ratio``
+        (at its own size, the transform itself)."""
+        if size == self.size:
+            return self
         return ValTransform(size=size, crop_ratio=self.crop_ratio)
 
     def geometry(self, w: int, h: int, rng: np.random.Generator) -> Geometry:

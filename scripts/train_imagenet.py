@@ -18,9 +18,10 @@ model, optimizer, step, loader position and RNG, so a resumed CPU run gives the 
 an uninterrupted one, and refuses a checkpoint of another model, data or optimisation.
 ``--bf16 auto`` (the default) runs forward and backward under bf16 autocast only where the
 device computes bf16 natively; the first line says which precision runs, and why.
-``--loader-backend dali`` decodes with NVIDIA DALI (``pip install 'imgprep[dali]'``) instead
-of pillow-simd workers: the same batches, decoded on the GPU (nvJPEG) when training on CUDA,
-in DALI's CPU threads otherwise (``--workers`` of them); the second line says which.
+``--loader-backend dali`` decodes with NVIDIA DALI (``pip install 'imgprep[dali]'``), and
+``--loader-backend nvjpeg`` with torchvision's nvJPEG, instead of the pillow backend's worker
+processes: the same samples in every batch, decoded on the GPU when training on CUDA, in
+CPU threads otherwise (``--workers`` of them); the second line says which.
 ``--res-schedule 160:192@11-13`` trains each epoch at its size (FFCV's ramp; or a table,
 ``0=128,10=160``), made by the loader itself and recorded in checkpoints; ``--val-size`` and
 ``--val-crop-ratio`` set validation's crop. ``--compile auto`` (the default) runs

@@ -7,7 +7,8 @@ Between the top-level folders (tests may import anything; nothing imports ``scri
     tools: nothing of the project
 
 ``scripts``, ``bench`` and ``harness`` reach the library only through its public face, the
-names in ``imgprep.__all__`` and ``loaders.__all__``, or through the white-box modules named
+names in ``imgprep.__all__`` and ``loaders.__all__`` (read as ``public_names`` says), or
+through the white-box modules named
 in ``WHITE_BOX`` below (docs/development.md says why each is needed); ``loaders`` reaches
 ``imgprep`` the same way. Inside ``imgprep``,
 each room (subpackage) imports only rooms below it:
@@ -239,13 +240,35 @@ def _own(name: str, mod: Module, known: dict[str, Module]) -> str:
 
 
 def public_names(repo: Path, package: str) -> set[str]:
-    """The names in ``package/__init__.py``'s ``__all__``."""
-    tree = ast.parse((repo / package / "__init__.py").read_text())
+    """The names in ``package/__init__.py``'s ``__all__``: a list of literal names, where a
+    starred entry (``*_LAZY``) stands for the names imported under the file's ``if
+    TYPE_CHECKING:``, the face the package loads lazily and makes that table from
+    (``imgprep/__init__.py``). Any other entry is a ``ValueError``: the check would not know
+    the face."""
+    path = repo / package / "__init__.py"
+    tree = ast.parse(path.read_text())
     for node in ast.walk(tree):
         if isinstance(node, ast.Assign) and any(
                 isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
-            return set(ast.literal_eval(node.value))
+            names: set[str] = set()
+            for entry in getattr(node.value, "elts", [node.value]):
+                if isinstance(entry, ast.Constant) and isinstance(entry.value, str):
+                    names.add(entry.value)
+                elif isinstance(entry, ast.Starred):
+                    names |= typing_imports(tree)
+                else:
+                    raise ValueError(f"{path}:{node.lineno}: __all__ holds "
+                                     f"{ast.unparse(entry)}; the layout check reads literal "
+                                     "names and *<the table of the TYPE_CHECKING imports>")
+            return names
     return set()
+
+
+def typing_imports(tree: ast.Module) -> set[str]:
+    """The names imported under a module's top-level ``if TYPE_CHECKING:``."""
+    return {alias.asname or alias.name for node in tree.body if isinstance(node, ast.If)
+            and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"
+            for imp in node.body if isinstance(imp, ast.ImportFrom) for alias in imp.names}
 
 
 def room_of(module: str) -> str:

@@ -89,7 +89,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                     help="loader workers per rank (auto: this rank's cores less one); DALI "
                          "threads with --loader-backend dali, CPU-decode threads with nvjpeg")
     ap.add_argument("--loader-backend", choices=list(BACKENDS), default="pillow",
-                    help="decode with pillow-simd worker processes (default), NVIDIA DALI "
+                    help="decode in CPU worker processes (default: imgprep's extension, "
+                         "Pillow with --no-crop-decode), NVIDIA DALI "
                          "(pip install 'imgprep[dali]') or torchvision's nvJPEG; the last two "
                          "on the GPU when training on CUDA")
     ap.add_argument("--image-size", type=int, default=224,
@@ -154,17 +155,6 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     if args.val_size is None:
         args.val_size = args.image_size
     return args
-
-
-def train_sizes(args: argparse.Namespace) -> tuple[int, ...]:
-    """Every size the model trains at: the schedule's, else --image-size."""
-    return args.res_schedule.sizes if args.res_schedule is not None else (args.image_size,)
-
-
-def size_at(args: argparse.Namespace, epoch: int) -> int:
-    """The train size of ``epoch``."""
-    s = args.res_schedule
-    return args.image_size if s is None else s.size_at(epoch)
 
 
 def learning_rate(samples: int, steps_per_epoch: int, args: argparse.Namespace,
@@ -297,10 +287,12 @@ def set_up(args: argparse.Namespace, world: World) -> Run:
         print(f"loader: {options.backend} backend, decoding on the {options.device}, "
               f"{workers} {unit}{'' if workers == 1 else 's'} per rank", flush=True)
         log({"loader": backend}, args.log_json)
-        print(compiled.line(args.compile, compile_on, device, train_sizes(args)), flush=True)
-        log({"compile": {"mode": args.compile, "on": compile_on,
-                         "sizes": list(train_sizes(args))}}, args.log_json)
     train_loader, val_loader = make_loaders(args, world, options)
+    sizes = train_loader.output_sizes  # the loader's, each epoch's in its plan
+    if world.rank == 0:
+        print(compiled.line(args.compile, compile_on, device, sizes), flush=True)
+        log({"compile": {"mode": args.compile, "on": compile_on, "sizes": list(sizes)}},
+            args.log_json)
     config = run_config(args, world, workers=workers, bf16=precision.bf16)
     model = model_by_name(args.arch, config.num_classes).to(device)
     model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
@@ -357,7 +349,7 @@ def distribute(run: Run) -> None:
                       else None, gradient_as_bucket_view=True)
         run.net.register_comm_hook(dist.group.WORLD, run.clock.hook)
     if run.compile:
-        run.net = compiled.compile_model(run.net, train_sizes(run.args))
+        run.net = compiled.compile_model(run.net, run.train_loader.output_sizes)
     run.t_log = time.perf_counter()  # the first log interval starts here
 
 
@@ -367,7 +359,7 @@ def train_epoch(run: Run, epoch: int) -> bool:
     if not (run.resumed and epoch == run.start_epoch):  # a resumed epoch goes on
         loader.set_epoch(epoch)
     if args.synthetic:  # one batch made on the device, as many times as the loader has
-        batches = synthetic_batches(args.batch_size, size_at(args, epoch),
+        batches = synthetic_batches(args.batch_size, loader.plan().size,
                                     run.config.num_classes, run.device, args.seed, len(loader))
     else:
         batches = iter(run.batches(loader))

@@ -110,6 +110,28 @@ def test_a_schedule_needs_rising_epochs_and_changing_sizes() -> None:
 
 # -- the loader: each epoch at its size
 
+def test_each_epochs_plan_carries_its_size_and_the_options_hold_it_once(data: Path) -> None:
+    """The options keep one size: a transform given with a schedule is held at the
+    schedule's first size; each epoch's plan carries the epoch's transform (its size), and
+    its batch generators are those of the seed, epoch, pool and first position."""
+    options = LoaderOptions(batch_size=4, transform=TrainTransform(size=224, flip=False),
+                            size_schedule=SCHEDULE)
+    assert options.transform == TrainTransform(size=32, flip=False)
+    val = LoaderOptions(batch_size=4, transform=ValTransform(size=64, resize=80),
+                        size_schedule=SCHEDULE)
+    assert val.transform == ValTransform(size=32, crop_ratio=0.8)
+    scheduled = loader(data, transform=TrainTransform(size=224, flip=False))
+    assert scheduled.output_sizes == (32, 40, 48)
+    for epoch in range(5):
+        plan = scheduled.plan(epoch)
+        assert plan.size == SCHEDULE.size_at(epoch)
+        assert plan.transform == TrainTransform(size=plan.size, flip=False)
+        first = np.random.default_rng([3, epoch, 0, int(plan.first[1])]).random(4)
+        assert np.array_equal(plan.batch_rng(1).random(4), first)
+    plain = loader(data, size_schedule=None, transform=ValTransform(size=56, crop_ratio=0.7))
+    assert plain.output_sizes == (56,) and plain.plan(7).transform == plain.options.transform
+
+
 @pytest.mark.parametrize("crop_decode", DECODE_PATHS)
 @pytest.mark.parametrize("memory_format", ["contiguous", "channels_last"])
 @pytest.mark.parametrize("workers", [0, 2])

@@ -5,6 +5,7 @@ spellings."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -15,8 +16,10 @@ import pytest
 import torch
 
 from imgprep import World
+from loaders import SizeSchedule
 from scripts.trainkit import compiled
 from scripts.trainkit import train as train_imagenet
+from scripts.trainkit.data import loader_options
 from tests.support import REPO
 
 TRAIN = REPO / "scripts" / "train_imagenet.py"
@@ -67,6 +70,7 @@ def test_each_epoch_feeds_the_model_its_schedule_size(data: Path) -> None:
                                       "--res-schedule", "0=32,1=40", "--steps", "8",
                                       "--compile", "off", "--val-size", "24"])
     run = train_imagenet.set_up(args, World())
+    assert run.train_loader.output_sizes == (32, 40)
     seen: list[tuple[int, ...]] = []
     run.model.register_forward_pre_hook(lambda _, x: seen.append(tuple(x[0].shape[1:])))
     train_imagenet.distribute(run)
@@ -79,13 +83,20 @@ def test_each_epoch_feeds_the_model_its_schedule_size(data: Path) -> None:
     assert run.compile is False and run.net is run.model
 
 
+def train_sizes(args: argparse.Namespace) -> SizeSchedule:
+    """The sizes of the train loader the flags make (the loader's options decide them)."""
+    options = loader_options(args, torch.device("cpu"), workers=0)
+    return options.resolve(train=True, world=World()).sizes
+
+
 def test_the_options_parse_to_one_spelling_and_refuse_what_is_not_one() -> None:
     args = train_imagenet.parse_args(["--data", "d", "--res-schedule", "160:192@11-13"])
     assert str(args.res_schedule) == "0=160,12=192" and args.val_size == 224
-    assert train_imagenet.train_sizes(args) == (160, 192)
-    assert [train_imagenet.size_at(args, e) for e in (0, 11, 12, 90)] == [160, 160, 192, 192]
+    sizes = train_sizes(args)
+    assert sizes.sizes == (160, 192)
+    assert [sizes.size_at(e) for e in (0, 11, 12, 90)] == [160, 160, 192, 192]
     plain = train_imagenet.parse_args(["--data", "d", "--image-size", "176"])
-    assert train_imagenet.train_sizes(plain) == (176,) and plain.val_size == 176
+    assert train_sizes(plain).sizes == (176,) and plain.val_size == 176
     assert plain.compile == "auto" and plain.val_crop_ratio == 0.875
     for bad in (["--res-schedule", "0=160,0=192"], ["--val-crop-ratio", "1.2"],
                 ["--compile", "yes"]):

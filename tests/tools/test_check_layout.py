@@ -5,10 +5,13 @@ itself."""
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 
+import pytest
+
 from tests.support import REPO
-from tools.check_layout import HARNESS_BENCH, WHITE_BOX, problems
+from tools.check_layout import HARNESS_BENCH, WHITE_BOX, problems, public_names
 
 TREE = {
     "imgprep/__init__.py": '__all__ = ["World", "convert_splits"]\n',
@@ -98,6 +101,28 @@ def test_loaders_reach_imgprep_through_its_public_face_or_the_white_box_list(
         "imgprep.__all__",
         "loaders/shards.py:2: loaders imports imgprep.job.world: use imgprep.__all__ or a "
         "white-box module (tools/check_layout.py WHITE_BOX, docs/development.md)"]
+
+
+def test_a_face_made_from_its_typing_imports_is_read_as_its_names(tmp_path: Path) -> None:
+    """``__all__ = ["__version__", *_LAZY]``: the literal names and those imported under
+    ``if TYPE_CHECKING:`` (the lazily loaded face); another entry is refused, naming it."""
+    face = ('from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n'
+            '    from imgprep.job.world import World\n_LAZY = {}\n'
+            '__all__ = ["__version__", *_LAZY]\n')
+    out = found(tmp_path, {"imgprep/__init__.py": face,
+                           "bench/loader.py": "from imgprep import World, __version__\n",
+                           "bench/stage.py": "from imgprep import convert_splits\n"})
+    assert [p for p in out if "import cycle" not in p] == [
+        "bench/stage.py:1: bench imports convert_splits from imgprep, which are not in "
+        "imgprep.__all__"]
+    (tmp_path / "imgprep/__init__.py").write_text("__all__ = sorted(NAMES)\n")
+    with pytest.raises(ValueError, match=r"__all__ holds sorted\(NAMES\)"):
+        public_names(tmp_path, "imgprep")
+
+
+@pytest.mark.parametrize("package", ["imgprep", "loaders"])
+def test_the_face_the_check_reads_is_the_packages_own(package: str) -> None:
+    assert public_names(REPO, package) == set(importlib.import_module(package).__all__)
 
 
 def test_the_repository_imports_with_the_grain() -> None:
