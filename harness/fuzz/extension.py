@@ -33,7 +33,8 @@ from harness.fuzz.target import Mismatch, Target
 FRAME_PIXELS = 1 << 21
 CHECK_PIXELS = 1 << 22
 CAPPED_PIXELS = 11 << 27  # 2 bytes a coefficient: over the 2 GiB cap whatever the sampling
-REPORT_KEYS = {"warnings", "first", "eof", "hit_marker", "padding", "trailing", "error"}
+REPORT_KEYS = {"warnings", "first", "eof", "hit_marker", "padding", "trailing", "error",
+               "refused"}
 CODES = {0: "fast", 1: "progressive", 2: "colour", 3: "tail", 4: "broken"}
 HUGE = (-1, -(2**31), 2**31, 2**40, 2**62)
 
@@ -57,10 +58,13 @@ def load_extension(path: Path | None) -> ModuleType:
 def _check_report(rep: Any, size: int, where: str) -> None:
     if not isinstance(rep, dict) or set(rep) != REPORT_KEYS:
         raise Mismatch(f"{where}: malformed report {rep!r}")
-    ints = ("warnings", "eof", "hit_marker", "padding", "trailing")
+    ints = ("warnings", "eof", "hit_marker", "padding", "trailing", "refused")
     if not all(isinstance(rep[k], int) and rep[k] >= 0 for k in ints) or \
-            rep["eof"] > 1 or rep["hit_marker"] > 1 or rep["trailing"] > size:
+            rep["eof"] > 1 or rep["hit_marker"] > 1 or rep["refused"] > 1 or \
+            rep["trailing"] > size or not isinstance(rep["error"], str):
         raise Mismatch(f"{where}: report values out of range {rep!r}")
+    if rep["refused"] and not rep["error"]:
+        raise Mismatch(f"{where}: refused without a reason {rep!r}")
 
 
 def _refused(call: Any, what: str) -> None:
@@ -140,11 +144,13 @@ def jpegcrop_target(mod: ModuleType) -> Target:
         w, h, code, none = mod.probe(data)
         if none is not None:
             raise Mismatch(f"probe without its check gave a report: {none!r}")
+        refused = ""
         if w * h <= CHECK_PIXELS or w * h > CAPPED_PIXELS:
             w2, h2, _, rep = mod.probe(data, True)
             if (w2, h2) != (w, h):
                 raise Mismatch(f"probe and its check disagree: {(w, h)} vs {(w2, h2)}")
             _check_report(rep, len(data), "probe")
+            refused = rep["error"] if rep["refused"] else ""
         _bad_arguments(mod, data, frame, rng)
         if code != 0:
             return f"declined:{CODES.get(code, code)}"
@@ -162,7 +168,9 @@ def jpegcrop_target(mod: ModuleType) -> Target:
         try:
             left, top, right, bottom, got = mod.decode(data, buf, scale, x0, y0, x1, y1, whole)
         except ValueError:
-            return "declined:decode-error"
+            return "declined:refused" if refused else "declined:decode-error"
+        if refused:  # one scan (code 0): every decode holds it to the same budget
+            raise Mismatch(f"decoded an image that probe's check refuses ({refused})")
         _check_report(got, len(data), "decode")
         if not (left <= x0 and top == y0 and right >= x1 and bottom == y1):
             raise Mismatch(f"decoded {(left, top, right, bottom)}, asked {(x0, y0, x1, y1)}")

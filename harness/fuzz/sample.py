@@ -2,7 +2,8 @@
 every input, its promises checked.
 
 - ``sample`` answers every input with a well-formed tuple: done (the batch row written),
-  declined (a colour space for Pillow) or failed with a message; never a crash.
+  declined (a colour space for Pillow), failed or refused (over the per-image budget) with
+  a message; never a crash.
 - For a file the crop-aware probe takes (code 0, what the loader decodes by region), the
   region decode and the whole decode give the same answer and, when done, the same row
   (the region is an optimisation, never a change of output). Other files are decoded whole
@@ -23,10 +24,13 @@ from typing import Any
 
 import numpy as np
 
+from harness.fuzz.extension import REPORT_KEYS
 from harness.fuzz.target import Mismatch, Target
+from imgprep import jpegcrop
 
 MAX_PIXELS = 1 << 22
-STATUS = {0: "done", 1: "declined", 2: "failed"}
+STATUS = {jpegcrop.SAMPLE_DONE: "done", jpegcrop.SAMPLE_DECLINED: "declined",
+          jpegcrop.SAMPLE_FAILED: "failed", jpegcrop.SAMPLE_REFUSED: "refused"}
 
 
 def _geometry(w: int, h: int, rng: np.random.Generator) -> dict[str, Any]:
@@ -52,8 +56,11 @@ def _call(mod: ModuleType, data: bytes, w: int, h: int, g: dict[str, Any], flip:
                    whole, MAX_PIXELS, out)
     if not isinstance(r, tuple) or len(r) != 4 or r[0] not in STATUS:
         raise Mismatch(f"sample {g}: malformed answer {r!r:.200}")
-    if r[0] != 0 and not r[3]:
-        raise Mismatch(f"sample {g}: {STATUS[r[0]]} without a message")
+    status, _path, message, scan = r
+    if status != jpegcrop.SAMPLE_DONE and not (isinstance(message, str) and message):
+        raise Mismatch(f"sample {g}: {STATUS[status]} without a message")
+    if scan is not None and (not isinstance(scan, dict) or set(scan) != REPORT_KEYS):
+        raise Mismatch(f"sample {g}: malformed scan report {scan!r}")
     return r, bytes(out)
 
 
@@ -89,9 +96,10 @@ def sample_target(mod: ModuleType) -> Target:
         try:
             region, rows = _call(mod, data, w, h, g, flip, planar, False)
         except ValueError as e:  # the header's size is outside what sample takes
-            return "sample:refused" if "over the limit" in str(e) else f"sample:refused:{e}"
+            return "sample:too-large" if "over the limit" in str(e) else f"sample:invalid:{e}"
         whole, whole_rows = _call(mod, data, w, h, g, flip, planar, True)
-        if code == 0 and (region[0] != whole[0] or (region[0] == 0 and rows != whole_rows)):
+        done = region[0] == jpegcrop.SAMPLE_DONE
+        if code == 0 and (region[0] != whole[0] or (done and rows != whole_rows)):
             raise Mismatch(f"sample {g} (probe code {code}): the region decode "
                            f"({STATUS[region[0]]}) and the whole decode "
                            f"({STATUS[whole[0]]}) differ")
