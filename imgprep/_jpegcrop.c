@@ -277,7 +277,7 @@ static PyMethodDef methods[] = {
     {"pack", pack, METH_VARARGS,
      "pack(src, src_width, x0, y0, width, height, out, flip, planar) -> None"},
     {"encode", py_encode, METH_VARARGS,
-     "encode(pixels, width, height, channels, quality) -> bytes"},
+     "encode(pixels, width, height, channels, quality, sampling=()) -> bytes"},
     {"resize", rs_py_resize, METH_VARARGS,
      "resize(src, width, height, stride, channels, box, out_width, out_height, window, out, "
      "filter, flip, planar, kernel) -> None (imgprep/csrc/resample_py.c)"},
@@ -286,7 +286,7 @@ static PyMethodDef methods[] = {
     {"finish", py_finish, METH_VARARGS, "finish(rgb, ...) -> (status, message, jpeg, ...)"},
     {"frame", py_frame, METH_VARARGS, "frame(data, ...) -> (status, message, rgbx, ...)"},
     {"sample", py_sample, METH_VARARGS, "sample(data, width, height, draft, resize, box, crop, "
-     "flip, planar, whole, max_pixels, out) -> (status, path, warnings, message) "
+     "flip, planar, whole, max_pixels, out) -> (status, path, message, scan) "
      "(imgprep/csrc/sample_py.c)"},
     {NULL, NULL, 0, NULL},
 };
