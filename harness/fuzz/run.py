@@ -119,8 +119,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep", type=Path, default=None)
     ap.add_argument("--json", action="store_true", help="print only the JSON line")
     args = ap.parse_args(argv)
-    seeds, where = load_seeds(args.seeds)
     mod = load_extension(args.extension)
+    seeds, where = load_seeds(args.seeds, mod)
     targets = {"jpegcrop": jpegcrop_target(mod), "convert": convert_target(mod),
                "sample": sample_target(mod)}
     target = alternate(*targets.values()) if args.target == "all" else targets[args.target]
