@@ -24,7 +24,7 @@ import numpy as np
 from PIL import Image
 
 from harness.fuzz.extension import REPORT_KEYS
-from harness.fuzz.target import Mismatch, Target
+from harness.fuzz.target import CPU_LIMIT, Mismatch, Target, bounded
 
 MAX_PIXELS = 1 << 22
 SIZES = (1, 17, 64, 224, 256)
@@ -85,8 +85,9 @@ def _pixels_checked(mod: ModuleType, rng: np.random.Generator) -> None:
         raise Mismatch(f"accepted {what}")
 
 
-def convert_target(mod: ModuleType) -> Target:
-    """The target over ``mod`` (the extension, however it was built)."""
+def convert_target(mod: ModuleType, cpu_limit: float = CPU_LIMIT) -> Target:
+    """The target over ``mod`` (the extension, however it was built); each call bounded to
+    ``cpu_limit`` seconds of CPU."""
 
     def target(data: bytes, rng: np.random.Generator) -> str:
         size, resize = int(rng.choice(SIZES)), int(rng.integers(2))
@@ -95,9 +96,9 @@ def convert_target(mod: ModuleType) -> Target:
         args = (size, resize, filt, quality, turn)
         tail = (hist, px, MAX_PIXELS, MAX_PIXELS)
         where = f"convert{args}"
-        region = mod.convert(data, *args, False, *tail)
+        region = bounded(cpu_limit, where, lambda: mod.convert(data, *args, False, *tail))
         label = _check_answer(region, where)
-        whole = mod.convert(data, *args, True, *tail)
+        whole = bounded(cpu_limit, f"{where} whole", lambda: mod.convert(data, *args, True, *tail))
         _check_answer(whole, f"{where} whole")
         if (region[0], region[2]) != (whole[0], whole[2]):
             raise Mismatch(f"{where}: the region decode ({STATUS[region[0]]}) and the whole "

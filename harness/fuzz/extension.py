@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from harness.fuzz.target import Mismatch, Target
+from harness.fuzz.target import CPU_LIMIT, Mismatch, Target, bounded
 
 FRAME_PIXELS = 1 << 21
 CHECK_PIXELS = 1 << 22
@@ -136,17 +136,18 @@ def _pack_matches(mod: ModuleType, rgbx: np.ndarray, rng: np.random.Generator,
         raise Mismatch(f"pack of {(a, c, b, d)} from Pillow's Arrow export differs")
 
 
-def jpegcrop_target(mod: ModuleType) -> Target:
-    """The target over ``mod`` (the extension, however it was built)."""
+def jpegcrop_target(mod: ModuleType, cpu_limit: float = CPU_LIMIT) -> Target:
+    """The target over ``mod`` (the extension, however it was built); each call bounded to
+    ``cpu_limit`` seconds of CPU."""
     frame = np.empty(FRAME_PIXELS * 4, np.uint8)
 
     def target(data: bytes, rng: np.random.Generator) -> str:
-        w, h, code, none = mod.probe(data)
+        w, h, code, none = bounded(cpu_limit, "probe", lambda: mod.probe(data))
         if none is not None:
             raise Mismatch(f"probe without its check gave a report: {none!r}")
         refused = ""
         if w * h <= CHECK_PIXELS or w * h > CAPPED_PIXELS:
-            w2, h2, _, rep = mod.probe(data, True)
+            w2, h2, _, rep = bounded(cpu_limit, "probe's check", lambda: mod.probe(data, True))
             if (w2, h2) != (w, h):
                 raise Mismatch(f"probe and its check disagree: {(w, h)} vs {(w2, h2)}")
             _check_report(rep, len(data), "probe")
@@ -166,8 +167,12 @@ def jpegcrop_target(mod: ModuleType) -> Target:
         whole = rng.random() < 0.75
         buf = frame[:sw * sh * 4]
         try:
-            left, top, right, bottom, got = mod.decode(data, buf, scale, x0, y0, x1, y1, whole)
-        except ValueError:
+            left, top, right, bottom, got = bounded(
+                cpu_limit, f"decode at 1/{scale}",
+                lambda: mod.decode(data, buf, scale, x0, y0, x1, y1, whole))
+        except ValueError as e:
+            if refused and refused not in str(e):
+                raise Mismatch(f"decode's refusal ({e}) is not the check's ({refused})") from e
             return "declined:refused" if refused else "declined:decode-error"
         if refused:  # one scan (code 0): every decode holds it to the same budget
             raise Mismatch(f"decoded an image that probe's check refuses ({refused})")

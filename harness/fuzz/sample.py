@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from harness.fuzz.extension import REPORT_KEYS
-from harness.fuzz.target import Mismatch, Target
+from harness.fuzz.target import CPU_LIMIT, Mismatch, Target, bounded
 from imgprep import jpegcrop
 
 MAX_PIXELS = 1 << 22
@@ -49,11 +49,12 @@ def _geometry(w: int, h: int, rng: np.random.Generator) -> dict[str, Any]:
 
 
 def _call(mod: ModuleType, data: bytes, w: int, h: int, g: dict[str, Any], flip: bool,
-          planar: bool, whole: bool) -> tuple[Any, bytes]:
+          planar: bool, whole: bool, cpu_limit: float) -> tuple[Any, bytes]:
     left, top, right, bottom = g["crop"]
     out = bytearray((right - left) * (bottom - top) * 3)
-    r = mod.sample(data, w, h, g["draft"], g["resize"], g["box"], g["crop"], flip, planar,
-                   whole, MAX_PIXELS, out)
+    r = bounded(cpu_limit, f"sample {g} whole={whole}", lambda: mod.sample(
+        data, w, h, g["draft"], g["resize"], g["box"], g["crop"], flip, planar, whole,
+        MAX_PIXELS, out))
     if not isinstance(r, tuple) or len(r) != 4 or r[0] not in STATUS:
         raise Mismatch(f"sample {g}: malformed answer {r!r:.200}")
     status, _path, message, scan = r
@@ -84,25 +85,29 @@ def _refusals(mod: ModuleType, data: bytes, w: int, h: int) -> None:
         raise Mismatch(f"sample accepted {what} ({w}x{h})")
 
 
-def sample_target(mod: ModuleType) -> Target:
-    """The target over ``mod`` (the extension, however it was built)."""
+def sample_target(mod: ModuleType, cpu_limit: float = CPU_LIMIT) -> Target:
+    """The target over ``mod`` (the extension, however it was built); each call bounded to
+    ``cpu_limit`` seconds of CPU."""
 
     def target(data: bytes, rng: np.random.Generator) -> str:
-        w, h, code, _ = mod.probe(data)
+        w, h, code, _ = bounded(cpu_limit, "probe", lambda: mod.probe(data))
         if w < 1 or h < 1:
             return "sample:no-header"
         g = _geometry(w, h, rng)
         flip, planar = (bool(v) for v in rng.integers(2, size=2))
         try:
-            region, rows = _call(mod, data, w, h, g, flip, planar, False)
+            region, rows = _call(mod, data, w, h, g, flip, planar, False, cpu_limit)
         except ValueError as e:  # the header's size is outside what sample takes
             return "sample:too-large" if "over the limit" in str(e) else f"sample:invalid:{e}"
-        whole, whole_rows = _call(mod, data, w, h, g, flip, planar, True)
+        whole, whole_rows = _call(mod, data, w, h, g, flip, planar, True, cpu_limit)
         done = region[0] == jpegcrop.SAMPLE_DONE
         if code == 0 and (region[0] != whole[0] or (done and rows != whole_rows)):
             raise Mismatch(f"sample {g} (probe code {code}): the region decode "
                            f"({STATUS[region[0]]}) and the whole decode "
                            f"({STATUS[whole[0]]}) differ")
+        if region[0] == jpegcrop.SAMPLE_REFUSED and whole[0] != region[0]:
+            raise Mismatch(f"sample {g}: the region decode was refused ({region[2]}), the "
+                           f"whole decode {STATUS[whole[0]]}")
         if rng.random() < 0.1:
             _refusals(mod, data, w, h)
         return f"sample:{STATUS[region[0]]}"
