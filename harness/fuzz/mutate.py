@@ -11,6 +11,7 @@ from the seed alone; ``mutate`` draws them by ``WEIGHTS``.
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import math
 import re
@@ -26,7 +27,7 @@ SOF_MARKERS = {0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD,
 ARITHMETIC = {0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF}
 INTERESTING = (0x00, 0x01, 0x7F, 0x80, 0xFE, 0xFF)
 FACTORS = (0, 1, 1, 2, 2, 3, 4, 4, 5, 15)  # a sampling factor: legal ones (1..4) most often
-MAX_BYTES = 1 << 19  # what repeating scans may grow an input to
+MAX_BYTES = 1 << 18  # what repeating scans may grow an input to
 MOST_REPEATS = 3000
 _NEXT_MARKER = re.compile(rb"\xff+[^\x00\xd0-\xd7\xff]")  # past entropy-coded data
 
@@ -338,7 +339,7 @@ MUTATORS: dict[str, Mutator] = {
 # to the targets' 4 megapixels, three times the cost of an average input
 WEIGHTS: dict[str, float] = {"declared-size": 0.5}
 _NAMES = list(MUTATORS)
-_P = np.array([WEIGHTS.get(n, 1.0) for n in _NAMES]) / sum(WEIGHTS.get(n, 1.0) for n in _NAMES)
+_CUMULATIVE = list(itertools.accumulate(WEIGHTS.get(n, 1.0) for n in _NAMES))
 
 
 def mutate(data: bytes, rng: np.random.Generator, others: Sequence[bytes]
@@ -347,7 +348,8 @@ def mutate(data: bytes, rng: np.random.Generator, others: Sequence[bytes]
     joined by ``+``."""
     names = []
     for _ in range(int(rng.integers(1, 4))):
-        name = _NAMES[int(rng.choice(len(_NAMES), p=_P))]
+        pick = bisect.bisect(_CUMULATIVE, rng.random() * _CUMULATIVE[-1])
+        name = _NAMES[min(pick, len(_NAMES) - 1)]
         data = MUTATORS[name](data, rng, others) if data else data
         names.append(name)
     return "+".join(names), data
