@@ -6,6 +6,7 @@ random options on every input, its promises checked.
   crash. The scan report is well formed.
 - The region decode and the whole decode give the same answer and the same bytes (the
   region is an optimisation, never a change of output).
+- No call takes more than ``cpu_limit`` seconds of CPU (``harness.fuzz.target.bounded``).
 - ``finish`` and ``encode`` of random pixels at random sizes give a JPEG Pillow opens at
   the size asked, and refuse out-of-range sizes and short buffers with ValueError; ``encode``
   takes every legal chroma sampling (and refuses factors outside 1..4), and a region of what

@@ -1,15 +1,18 @@
 """The fuzz target of the C extension ``_jpegcrop``: every entry point on every input, its
 promises checked.
 
-- ``probe`` and ``probe(check=True)`` never fail on any bytes; the report is well formed.
+- ``probe`` and ``probe(check=True)`` never fail on any bytes; the report is well formed,
+  and a refusal by the per-image budget carries its reason.
 - ``decode`` of a random region at a random DCT scale, whole or not, either declines
-  cleanly (ValueError) or writes the region; when libjpeg did not warn, the region's pixels
+  cleanly (ValueError; for an image the check refused, with the check's reason) or writes
+  the region; when libjpeg did not warn, the region's pixels
   are Pillow's full decode of the same bytes at that scale (Pillow links the same
   libjpeg-turbo), and a whole read that found nothing wrong is one Pillow decodes too.
 - ``pack`` of a random box of the decoded frame is the same box sliced by numpy, mirrored
   and laid out as asked, from the frame's buffer and from Pillow's Arrow export.
 - Arguments out of range (negative, past the image, past Py_ssize_t, an empty region, a
   frame too small, a wrong scale) raise ValueError or OverflowError, never reach memory.
+- No call takes more than ``cpu_limit`` seconds of CPU (``harness.fuzz.target.bounded``).
 
 Images past ``FRAME_PIXELS`` are not decoded and images between ``CHECK_PIXELS`` and
 ``CAPPED_PIXELS`` not checked, as the callers refuse them first (Pillow's bomb limit, before

@@ -7,7 +7,9 @@ every input, its promises checked.
 - For a file the crop-aware probe takes (code 0, what the loader decodes by region), the
   region decode and the whole decode give the same answer and, when done, the same row
   (the region is an optimisation, never a change of output). Other files are decoded whole
-  by the loader; a region call on them only has to answer.
+  by the loader; a region call on them only has to answer. A region the budget refuses is
+  refused whole too.
+- No call takes more than ``cpu_limit`` seconds of CPU (``harness.fuzz.target.bounded``).
 - Geometry outside the image (a box past its edge, an empty or outside crop, an output
   buffer of the wrong size, negative sizes) is refused with ValueError before any byte is
   read.
