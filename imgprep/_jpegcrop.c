@@ -1,6 +1,9 @@
 /* Crop-aware JPEG decoding with libjpeg-turbo's partial decompression.
  *
- * probe(data, check=False) -> (width, height, code, report)
+ * Results are the module's struct sequences (ProbeResult, DecodeResult, ConvertResult,
+ * FrameResult, SampleResult: imgprep/csrc/results.c); codes and limits its constants.
+ *
+ * probe(data, check=False) -> ProbeResult(width, height, code, report)
  *     Reads the headers. code 0: a sequential (not progressive) YCbCr or grayscale JPEG whose
  *     bytes after the start of scan hold only entropy-coded data, restart markers and the
  *     final EOI, so that stopping early cannot hide an error a full decode would raise.
@@ -8,7 +11,8 @@
  *     None, or with ``check`` what reading every scan's coefficients to the end found (no
  *     pixels made: any colour space, progressive too; below).
  *
- * decode(data, frame, scale, x0, y0, x1, y1, whole=False) -> (left, top, right, bottom, report)
+ * decode(data, frame, scale, x0, y0, x1, y1, whole=False) -> DecodeResult(left, top, right,
+ *                                                                          bottom, report)
  *     Decodes, at 1/scale, the rows and iMCU columns that cover [x0, x1) x [y0, y1) (output
  *     pixels) into ``frame``, a writable RGBX buffer of the whole scaled image (4 bytes a
  *     pixel, rows of scaled-width pixels), at their place in the image. The same library,
@@ -227,22 +231,22 @@ static PyObject *pack(PyObject *Py_UNUSED(self), PyObject *args) {
 }
 
 static PyMethodDef methods[] = {
-    {"probe", probe, METH_VARARGS, "probe(data, check=False) -> (width, height, code, report)"},
+    {"probe", probe, METH_VARARGS, "probe(data, check=False) -> ProbeResult(width, height, code, report)"},
     {"decode", decode, METH_VARARGS, "decode(data, frame, scale, x0, y0, x1, y1, whole=False) "
      "-> (left, top, right, bottom, report)"},
     {"pack", pack, METH_VARARGS,
      "pack(src, src_width, x0, y0, width, height, out, flip, planar) -> None"},
     {"encode", py_encode, METH_VARARGS,
-     "encode(pixels, width, height, channels, quality) -> bytes"},
+     "encode(pixels, width, height, channels, quality, sampling=()) -> bytes"},
     {"resize", rs_py_resize, METH_VARARGS,
      "resize(src, width, height, stride, channels, box, out_width, out_height, window, out, "
      "filter, flip, planar, kernel) -> None (imgprep/csrc/resample_py.c)"},
     {"resample_kernel", rs_py_kernel, METH_VARARGS, "resample_kernel(kernel) -> str"},
-    {"convert", py_convert, METH_VARARGS, "convert(data, ...) -> (status, message, jpeg, ...)"},
-    {"finish", py_finish, METH_VARARGS, "finish(rgb, ...) -> (status, message, jpeg, ...)"},
-    {"frame", py_frame, METH_VARARGS, "frame(data, ...) -> (status, message, rgbx, ...)"},
+    {"convert", py_convert, METH_VARARGS, "convert(data, ...) -> ConvertResult"},
+    {"finish", py_finish, METH_VARARGS, "finish(rgb, ...) -> ConvertResult"},
+    {"frame", py_frame, METH_VARARGS, "frame(data, ...) -> FrameResult"},
     {"sample", py_sample, METH_VARARGS, "sample(data, width, height, draft, resize, box, crop, "
-     "flip, planar, whole, max_pixels, out) -> (status, path, warnings, message) "
+     "flip, planar, whole, max_pixels, out) -> SampleResult(status, path, message, scan) "
      "(imgprep/csrc/sample_py.c)"},
     {NULL, NULL, 0, NULL},
 };

@@ -93,6 +93,7 @@ WHITE_BOX = {  # module -> why benchmarks and harnesses need it (docs/developmen
     "imgprep.resample": "the resampler timed alone, beside the installed Pillow's resize",
     "imgprep.imagefile": "an image opened for Pillow as convert opens it: the accepted formats, "
                          "the per-image budget, the damage rule, decoder failures as errors",
+    "imgprep.budget": "the per-image budget's limits, the declared sizes the fuzz mutators aim at",
     "loaders.shards": "open_shards, where each sample's bytes lie, to check batch labels",
     "imgprep.stage.fanout_net": "NET_CHUNK and IN_FLIGHT, for a Gloo floor streamed as "
                                 "fan-out streams",

@@ -1,15 +1,18 @@
 """The fuzz target of the C extension ``_jpegcrop``: every entry point on every input, its
 promises checked.
 
-- ``probe`` and ``probe(check=True)`` never fail on any bytes; the report is well formed.
+- ``probe`` and ``probe(check=True)`` never fail on any bytes; the report is well formed,
+  and a refusal by the per-image budget carries its reason.
 - ``decode`` of a random region at a random DCT scale, whole or not, either declines
-  cleanly (ValueError) or writes the region; when libjpeg did not warn, the region's pixels
+  cleanly (ValueError; for an image the check refused, with the check's reason) or writes
+  the region; when libjpeg did not warn, the region's pixels
   are Pillow's full decode of the same bytes at that scale (Pillow links the same
   libjpeg-turbo), and a whole read that found nothing wrong is one Pillow decodes too.
 - ``pack`` of a random box of the decoded frame is the same box sliced by numpy, mirrored
   and laid out as asked, from the frame's buffer and from Pillow's Arrow export.
 - Arguments out of range (negative, past the image, past Py_ssize_t, an empty region, a
   frame too small, a wrong scale) raise ValueError or OverflowError, never reach memory.
+- No call takes more than ``cpu_limit`` seconds of CPU (``harness.fuzz.target.bounded``).
 
 Images past ``FRAME_PIXELS`` are not decoded and images between ``CHECK_PIXELS`` and
 ``CAPPED_PIXELS`` not checked, as the callers refuse them first (Pillow's bomb limit, before
@@ -28,12 +31,13 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from harness.fuzz.target import Mismatch, Target
+from harness.fuzz.target import CPU_LIMIT, Mismatch, Target, bounded
 
 FRAME_PIXELS = 1 << 21
 CHECK_PIXELS = 1 << 22
 CAPPED_PIXELS = 11 << 27  # 2 bytes a coefficient: over the 2 GiB cap whatever the sampling
-REPORT_KEYS = {"warnings", "first", "eof", "hit_marker", "padding", "trailing", "error"}
+REPORT_KEYS = {"warnings", "first", "eof", "hit_marker", "padding", "trailing", "error",
+               "refused"}
 CODES = {0: "fast", 1: "progressive", 2: "colour", 3: "tail", 4: "broken"}
 HUGE = (-1, -(2**31), 2**31, 2**40, 2**62)
 
@@ -57,10 +61,13 @@ def load_extension(path: Path | None) -> ModuleType:
 def _check_report(rep: Any, size: int, where: str) -> None:
     if not isinstance(rep, dict) or set(rep) != REPORT_KEYS:
         raise Mismatch(f"{where}: malformed report {rep!r}")
-    ints = ("warnings", "eof", "hit_marker", "padding", "trailing")
+    ints = ("warnings", "eof", "hit_marker", "padding", "trailing", "refused")
     if not all(isinstance(rep[k], int) and rep[k] >= 0 for k in ints) or \
-            rep["eof"] > 1 or rep["hit_marker"] > 1 or rep["trailing"] > size:
+            rep["eof"] > 1 or rep["hit_marker"] > 1 or rep["refused"] > 1 or \
+            rep["trailing"] > size or not isinstance(rep["error"], str):
         raise Mismatch(f"{where}: report values out of range {rep!r}")
+    if rep["refused"] and not rep["error"]:
+        raise Mismatch(f"{where}: refused without a reason {rep!r}")
 
 
 def _refused(call: Any, what: str) -> None:
@@ -132,19 +139,22 @@ def _pack_matches(mod: ModuleType, rgbx: np.ndarray, rng: np.random.Generator,
         raise Mismatch(f"pack of {(a, c, b, d)} from Pillow's Arrow export differs")
 
 
-def jpegcrop_target(mod: ModuleType) -> Target:
-    """The target over ``mod`` (the extension, however it was built)."""
+def jpegcrop_target(mod: ModuleType, cpu_limit: float = CPU_LIMIT) -> Target:
+    """The target over ``mod`` (the extension, however it was built); each call bounded to
+    ``cpu_limit`` seconds of CPU."""
     frame = np.empty(FRAME_PIXELS * 4, np.uint8)
 
     def target(data: bytes, rng: np.random.Generator) -> str:
-        w, h, code, none = mod.probe(data)
+        w, h, code, none = bounded(cpu_limit, "probe", lambda: mod.probe(data))
         if none is not None:
             raise Mismatch(f"probe without its check gave a report: {none!r}")
+        refused = ""
         if w * h <= CHECK_PIXELS or w * h > CAPPED_PIXELS:
-            w2, h2, _, rep = mod.probe(data, True)
+            w2, h2, _, rep = bounded(cpu_limit, "probe's check", lambda: mod.probe(data, True))
             if (w2, h2) != (w, h):
                 raise Mismatch(f"probe and its check disagree: {(w, h)} vs {(w2, h2)}")
             _check_report(rep, len(data), "probe")
+            refused = rep["error"] if rep["refused"] else ""
         _bad_arguments(mod, data, frame, rng)
         if code != 0:
             return f"declined:{CODES.get(code, code)}"
@@ -160,9 +170,15 @@ def jpegcrop_target(mod: ModuleType) -> Target:
         whole = rng.random() < 0.75
         buf = frame[:sw * sh * 4]
         try:
-            left, top, right, bottom, got = mod.decode(data, buf, scale, x0, y0, x1, y1, whole)
-        except ValueError:
-            return "declined:decode-error"
+            left, top, right, bottom, got = bounded(
+                cpu_limit, f"decode at 1/{scale}",
+                lambda: mod.decode(data, buf, scale, x0, y0, x1, y1, whole))
+        except ValueError as e:
+            if refused and refused not in str(e):
+                raise Mismatch(f"decode's refusal ({e}) is not the check's ({refused})") from e
+            return "declined:refused" if refused else "declined:decode-error"
+        if refused:  # one scan (code 0): every decode holds it to the same budget
+            raise Mismatch(f"decoded an image that probe's check refuses ({refused})")
         _check_report(got, len(data), "decode")
         if not (left <= x0 and top == y0 and right >= x1 and bottom == y1):
             raise Mismatch(f"decoded {(left, top, right, bottom)}, asked {(x0, y0, x1, y1)}")

@@ -8,7 +8,7 @@ run with ``seed`` is a pure function of (seeds, seed, n) (``case``), so a findin
 replayed from its number.
 
     python -m harness.fuzz.run --inputs 20000 [--seconds 120] [--extension PATH]
-        [--target all|jpegcrop|convert|sample] [--json]
+        [--target all|jpegcrop|convert|sample] [--cpu-limit 2] [--json]
 """
 
 from __future__ import annotations
@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     from harness.fuzz.extension import jpegcrop_target, load_extension
     from harness.fuzz.sample import sample_target
     from harness.fuzz.seeds import default_folder, load_seeds
-    from harness.fuzz.target import alternate
+    from harness.fuzz.target import CPU_LIMIT, alternate
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--inputs", type=int, default=20_000)
@@ -115,14 +115,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--target", choices=("all", "jpegcrop", "convert", "sample"),
                     default="all", help="the crop-aware decoder's calls, convert's, the "
                     "loader's, or each input to one")
+    ap.add_argument("--cpu-limit", type=float, default=CPU_LIMIT,
+                    help="seconds of CPU any one call into the extension may take")
     ap.add_argument("--in-flight", type=Path, default=None)
     ap.add_argument("--keep", type=Path, default=None)
     ap.add_argument("--json", action="store_true", help="print only the JSON line")
     args = ap.parse_args(argv)
-    seeds, where = load_seeds(args.seeds)
     mod = load_extension(args.extension)
-    targets = {"jpegcrop": jpegcrop_target(mod), "convert": convert_target(mod),
-               "sample": sample_target(mod)}
+    seeds, where = load_seeds(args.seeds, mod)
+    limit = args.cpu_limit
+    targets = {"jpegcrop": jpegcrop_target(mod, limit), "convert": convert_target(mod, limit),
+               "sample": sample_target(mod, limit)}
     target = alternate(*targets.values()) if args.target == "all" else targets[args.target]
     report = fuzz(target, seeds, inputs=args.inputs,
                   seconds=args.seconds, seed=args.seed, in_flight=args.in_flight,

@@ -2,11 +2,14 @@
 every input, its promises checked.
 
 - ``sample`` answers every input with a well-formed tuple: done (the batch row written),
-  declined (a colour space for Pillow) or failed with a message; never a crash.
+  declined (a colour space for Pillow), failed or refused (over the per-image budget) with
+  a message; never a crash.
 - For a file the crop-aware probe takes (code 0, what the loader decodes by region), the
   region decode and the whole decode give the same answer and, when done, the same row
   (the region is an optimisation, never a change of output). Other files are decoded whole
-  by the loader; a region call on them only has to answer.
+  by the loader; a region call on them only has to answer. A region the budget refuses is
+  refused whole too.
+- No call takes more than ``cpu_limit`` seconds of CPU (``harness.fuzz.target.bounded``).
 - Geometry outside the image (a box past its edge, an empty or outside crop, an output
   buffer of the wrong size, negative sizes) is refused with ValueError before any byte is
   read.
@@ -23,10 +26,13 @@ from typing import Any
 
 import numpy as np
 
-from harness.fuzz.target import Mismatch, Target
+from harness.fuzz.extension import REPORT_KEYS
+from harness.fuzz.target import CPU_LIMIT, Mismatch, Target, bounded
+from imgprep import jpegcrop
 
 MAX_PIXELS = 1 << 22
-STATUS = {0: "done", 1: "declined", 2: "failed"}
+STATUS = {jpegcrop.SAMPLE_DONE: "done", jpegcrop.SAMPLE_DECLINED: "declined",
+          jpegcrop.SAMPLE_FAILED: "failed", jpegcrop.SAMPLE_REFUSED: "refused"}
 
 
 def _geometry(w: int, h: int, rng: np.random.Generator) -> dict[str, Any]:
@@ -45,15 +51,19 @@ def _geometry(w: int, h: int, rng: np.random.Generator) -> dict[str, Any]:
 
 
 def _call(mod: ModuleType, data: bytes, w: int, h: int, g: dict[str, Any], flip: bool,
-          planar: bool, whole: bool) -> tuple[Any, bytes]:
+          planar: bool, whole: bool, cpu_limit: float) -> tuple[Any, bytes]:
     left, top, right, bottom = g["crop"]
     out = bytearray((right - left) * (bottom - top) * 3)
-    r = mod.sample(data, w, h, g["draft"], g["resize"], g["box"], g["crop"], flip, planar,
-                   whole, MAX_PIXELS, out)
+    r = bounded(cpu_limit, f"sample {g} whole={whole}", lambda: mod.sample(
+        data, w, h, g["draft"], g["resize"], g["box"], g["crop"], flip, planar, whole,
+        MAX_PIXELS, out))
     if not isinstance(r, tuple) or len(r) != 4 or r[0] not in STATUS:
         raise Mismatch(f"sample {g}: malformed answer {r!r:.200}")
-    if r[0] != 0 and not r[3]:
-        raise Mismatch(f"sample {g}: {STATUS[r[0]]} without a message")
+    status, _path, message, scan = r
+    if status != jpegcrop.SAMPLE_DONE and not (isinstance(message, str) and message):
+        raise Mismatch(f"sample {g}: {STATUS[status]} without a message")
+    if scan is not None and (not isinstance(scan, dict) or set(scan) != REPORT_KEYS):
+        raise Mismatch(f"sample {g}: malformed scan report {scan!r}")
     return r, bytes(out)
 
 
@@ -77,24 +87,29 @@ def _refusals(mod: ModuleType, data: bytes, w: int, h: int) -> None:
         raise Mismatch(f"sample accepted {what} ({w}x{h})")
 
 
-def sample_target(mod: ModuleType) -> Target:
-    """The target over ``mod`` (the extension, however it was built)."""
+def sample_target(mod: ModuleType, cpu_limit: float = CPU_LIMIT) -> Target:
+    """The target over ``mod`` (the extension, however it was built); each call bounded to
+    ``cpu_limit`` seconds of CPU."""
 
     def target(data: bytes, rng: np.random.Generator) -> str:
-        w, h, code, _ = mod.probe(data)
+        w, h, code, _ = bounded(cpu_limit, "probe", lambda: mod.probe(data))
         if w < 1 or h < 1:
             return "sample:no-header"
         g = _geometry(w, h, rng)
         flip, planar = (bool(v) for v in rng.integers(2, size=2))
         try:
-            region, rows = _call(mod, data, w, h, g, flip, planar, False)
+            region, rows = _call(mod, data, w, h, g, flip, planar, False, cpu_limit)
         except ValueError as e:  # the header's size is outside what sample takes
-            return "sample:refused" if "over the limit" in str(e) else f"sample:refused:{e}"
-        whole, whole_rows = _call(mod, data, w, h, g, flip, planar, True)
-        if code == 0 and (region[0] != whole[0] or (region[0] == 0 and rows != whole_rows)):
+            return "sample:too-large" if "over the limit" in str(e) else f"sample:invalid:{e}"
+        whole, whole_rows = _call(mod, data, w, h, g, flip, planar, True, cpu_limit)
+        done = region[0] == jpegcrop.SAMPLE_DONE
+        if code == 0 and (region[0] != whole[0] or (done and rows != whole_rows)):
             raise Mismatch(f"sample {g} (probe code {code}): the region decode "
                            f"({STATUS[region[0]]}) and the whole decode "
                            f"({STATUS[whole[0]]}) differ")
+        if region[0] == jpegcrop.SAMPLE_REFUSED and whole[0] != region[0]:
+            raise Mismatch(f"sample {g}: the region decode was refused ({region[2]}), the "
+                           f"whole decode {STATUS[whole[0]]}")
         if rng.random() < 0.1:
             _refusals(mod, data, w, h)
         return f"sample:{STATUS[region[0]]}"
