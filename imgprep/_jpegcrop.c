@@ -233,7 +233,7 @@ static PyObject *pack(PyObject *Py_UNUSED(self), PyObject *args) {
 static PyMethodDef methods[] = {
     {"probe", probe, METH_VARARGS, "probe(data, check=False) -> ProbeResult(width, height, code, report)"},
     {"decode", decode, METH_VARARGS, "decode(data, frame, scale, x0, y0, x1, y1, whole=False) "
-     "-> (left, top, right, bottom, report)"},
+     "-> DecodeResult(left, top, right, bottom, report)"},
     {"pack", pack, METH_VARARGS,
      "pack(src, src_width, x0, y0, width, height, out, flip, planar) -> None"},
     {"encode", py_encode, METH_VARARGS,
