@@ -11,7 +11,7 @@
 
 #include "crop_fix.h"
 
-enum { ROWS_AT_ONCE = 16, XMP_HEAD = 29 };
+enum { ROWS_AT_ONCE = 16, XMP_HEAD = 29, MIN_COLUMNS = 8 };
 static const char MPF[4] = {'M', 'P', 'F', 0};
 static const char EXIF[6] = {'E', 'x', 'i', 'f', 0, 0};
 static const char XMP[XMP_HEAD] = "http://ns.adobe.com/xap/1.0/";  /* and its NUL */
@@ -106,6 +106,10 @@ void jpegdec_start(j_decompress_ptr cinfo, Rect want, Rect *got) {
     JDIMENSION right = want.x1 < w ? want.x1 + 1 : w;
     JDIMENSION top = want.y0 < h ? want.y0 : h, bottom = want.y1 < h ? want.y1 : h;
     if (left >= right || top >= bottom) ERREXIT(cinfo, JERR_BAD_CROP_SPEC);
+    if (right - left < MIN_COLUMNS) {  /* libjpeg-turbo's upsampling of a sliver differs */
+        right = left + MIN_COLUMNS < w ? left + MIN_COLUMNS : w;
+        left = right > MIN_COLUMNS ? right - MIN_COLUMNS : 0;
+    }
     JDIMENSION width = right - left;
     if (left > 0 || right < w) {
         if (crop_columns_exact(cinfo)) jpeg_crop_scanline(cinfo, &left, &width);

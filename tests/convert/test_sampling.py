@@ -129,3 +129,24 @@ def test_images_of_every_sampling_convert_to_the_same_shards_on_1_and_2_workers(
         trees.append({p.name: p.read_bytes() for p in sorted(out.iterdir()) if p.is_file()})
     assert trees[0] == trees[1]
     assert sum(name.endswith(".tar") for name in trees[0]) == 5
+
+
+def test_a_region_one_column_wide_decodes_to_the_whole_decodes_pixels() -> None:
+    """A sliver of one or two columns (widened to two or three) was upsampled differently by
+    libjpeg-turbo at the image's left edge (a fuzz finding): regions are now at least 8
+    columns wide."""
+    rng = np.random.default_rng(0)
+    bad = []
+    for w in range(17, 48):
+        h = 24
+        rgb = rng.integers(0, 256, (h, w, 3), np.uint8)
+        data = bytes(ext.encode(rgb.tobytes(), w, h, 3, 90))
+        whole = np.zeros(w * h * 4, np.uint8)
+        ext.decode(data, whole, 1, 0, 0, w, h)
+        for x0 in range(w):
+            frame = np.zeros(w * h * 4, np.uint8)
+            ext.decode(data, frame, 1, x0, 5, x0 + 1, 6)
+            got, want = frame.reshape(h, w, 4)[5, x0], whole.reshape(h, w, 4)[5, x0]
+            if not np.array_equal(got[:3], want[:3]):
+                bad.append((w, x0))
+    assert not bad, bad[:10]
