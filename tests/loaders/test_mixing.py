@@ -336,6 +336,21 @@ def test_cut_boxes_of_their_own_and_rows_not_mixed_exact_on_the_cpu() -> None:
                                                  [0.025, 0.025, 0.025, 0.925]]), atol=1e-7)
 
 
+def test_one_cutmix_box_for_the_batch_exact_on_the_cpu() -> None:
+    d = record(mix_mode="batch", partner=np.array([2, 1, 0, 3], np.int32),
+               lam=np.array([0.75, 1.0, 0.75, 1.0]), cut=np.array([True, False, True, False]),
+               box=np.array([[1, 3, 0, 2], [0] * 4, [1, 3, 0, 2], [0] * 4], np.int32))
+    labels = torch.tensor([0, 1, 2, PAD_LABEL])  # row 1 alone (the middle), row 3 padding
+    images, targets = apply_draws(rows_of(1, 2, 3, 0), labels, d)
+    want = torch.tensor([1.0, 2.0, 3.0, 0.0]).view(4, 1, 1).repeat(1, 4, 4)
+    want[0, 1:3, 0:2], want[2, 1:3, 0:2] = 3.0, 1.0
+    assert torch.equal(images, want[:, None].expand(4, 3, 4, 4))
+    assert torch.allclose(targets, torch.tensor([[0.7, 0.025, 0.25, 0.025],
+                                                 [0.025, 0.925, 0.025, 0.025],
+                                                 [0.25, 0.025, 0.7, 0.025],
+                                                 [0.0, 0.0, 0.0, 0.0]]), atol=1e-7)
+
+
 @pytest.mark.parametrize("mode", ["rand", "pixel"])
 def test_noise_comes_from_a_generator_seeded_by_the_batch(mode: str) -> None:
     rects = np.array([[[0, 1, 2, 3]], [[0] * 4], [[1, 0, 3, 1]], [[0] * 4]], np.int32)
@@ -494,3 +509,22 @@ def test_in_process_backends_draw_as_the_pillow_backend(data: Path, backend: str
     assert [b[1].tolist() for b in got] == [b[1].tolist() for b in want]
     assert all(torch.equal(g[2], w[2]) for g, w in zip(got, want, strict=True))
     assert len(on_cpu(loader(data, backend=backend))) == len(want)
+
+
+@pytest.mark.gpu
+def test_on_cuda_the_draws_make_the_cpu_batches_and_the_noise_repeats() -> None:
+    rng = np.random.default_rng(8)
+    x = torch.from_numpy(rng.integers(0, 256, (6, 3, 32, 32), dtype=np.uint8))
+    labels = torch.tensor([1, 4, 0, 2, PAD_LABEL, 3])
+    for mode in ("batch", "pair", "elem"):
+        for erase in ("const", "pixel"):
+            d = draw_batch(labels.numpy(), 32, 32, np.random.default_rng(len(mode)),
+                           erase=RandomErasing(probability=0.7, mode=erase, count=(1, 2)),
+                           mixup=Mixup(mode=mode, num_classes=5))
+            batch = [(x, labels, torch.frombuffer(bytearray(d.pack()), dtype=torch.uint8))]
+            cpu = list(DeviceLoader(batch, "cpu", MEAN, STD))[0]
+            gpu = [list(DeviceLoader(batch, "cuda", MEAN, STD))[0] for _ in range(2)]
+            assert torch.equal(gpu[0][0], gpu[1][0])  # the same noise on every pass
+            assert torch.allclose(gpu[0][1].cpu(), cpu[1], atol=1e-6)
+            if erase == "const":
+                assert torch.allclose(gpu[0][0].cpu(), cpu[0], atol=1e-5)
