@@ -8,12 +8,16 @@ resumed at any batch; batches leave as uint8 NCHW (contiguous, or with channels_
 come from a *source* (a shard set or a label list); decoder *backends* make the same
 batches from them: ``pillow`` (the default), ``dali`` (NVIDIA DALI,
 ``pip install 'imgprep[dali]'``) and ``nvjpeg`` (torchvision's nvJPEG on the GPU); each
-imported only when asked for.
+imported only when asked for. Training transforms may add an automatic augmentation policy
+(``TrainTransform(augment=augment_policy("ta_wide"))``: ``loaders.augment``, the pillow
+backend).
 """
 
 from pathlib import Path
 
 from imgprep import World, read_manifest
+from loaders.augment import POLICIES as AUGMENT_POLICIES
+from loaders.augment import policy as augment_policy
 from loaders.backends import BACKENDS, GPU_BACKENDS
 from loaders.batch import PAD_LABEL
 from loaders.config import LoaderOptions, PlannedEpoch, worker_count
@@ -69,8 +73,8 @@ def make_loader(data: str | Path, split: str, world: World, options: LoaderOptio
                            num_classes=num_classes, mean=mean or (), std=std or ())
 
 
-__all__ = ["BACKENDS", "GPU_BACKENDS", "ORDER_KEY", "ORDER_VERSION", "PAD", "PAD_LABEL",
-           "DeviceLoader", "LabelListLoader", "Loader", "LoaderError", "LoaderOptions",
+__all__ = ["AUGMENT_POLICIES", "BACKENDS", "GPU_BACKENDS", "ORDER_KEY", "ORDER_VERSION", "PAD",
+           "PAD_LABEL", "DeviceLoader", "LabelListLoader", "Loader", "LoaderError", "LoaderOptions",
            "PlannedEpoch", "SampleDecoder", "ShardLoader", "SizeSchedule", "TrainTransform",
-           "Transform", "ValTransform", "job_summary", "make_loader", "normalize",
-           "plan_epoch", "read_label_list", "worker_count"]
+           "Transform", "ValTransform", "augment_policy", "job_summary", "make_loader",
+           "normalize", "plan_epoch", "read_label_list", "worker_count"]
