@@ -34,44 +34,42 @@ static inline int32_t wrap_add(int32_t a, int32_t b) {
     return (int32_t)((uint32_t)a + (uint32_t)b);
 }
 
-static void fill_row(const Planes *o, int y, const int fill[3]) {
+/* Row y of ``o``: each pixel x from channel offset ``from[x]`` of ``s``, or ``fill`` where
+ * that is -1 (every channel of either layout lies at the same offset from its first byte). */
+static void emit_row(const Planes *o, int y, const Planes *s, const ptrdiff_t *from,
+                     const int fill[3]) {
     for (int c = 0; c < 3; c++) {
-        uint8_t *p = o->ch[c] + y * o->row;
+        uint8_t *restrict d = o->ch[c] + y * o->row;
+        const uint8_t *p = s->ch[c], f = (uint8_t)fill[c];
         if (o->px == 1) {
-            memset(p, fill[c], (size_t)o->w);
+            for (int x = 0; x < o->w; x++) d[x] = from[x] >= 0 ? p[from[x]] : f;
         } else {
-            for (int x = 0; x < o->w; x++) p[x * o->px] = (uint8_t)fill[c];
+            for (int x = 0; x < o->w; x++) d[x * 3] = from[x] >= 0 ? p[from[x]] : f;
         }
     }
 }
 
-static inline void put(const Planes *o, int x, int y, const Planes *s, int u, int v) {
-    ptrdiff_t to = y * o->row + x * o->px, from = v * s->row + u * s->px;
-    o->ch[0][to] = s->ch[0][from];
-    o->ch[1][to] = s->ch[1][from];
-    o->ch[2][to] = s->ch[2][from];
-}
-
-/* ImagingScaleAffine (b == d == 0). */
+/* ImagingScaleAffine (b == d == 0): the columns tabulated once. */
 static void nearest_scale(const Planes *o, const Planes *s, const double *a, const int fill[3],
-                          int32_t *xtab) {
+                          ptrdiff_t *cols, ptrdiff_t *from) {
     double xo = a[2] + a[0] * 0.5, yo = a[5] + a[4] * 0.5;
     int xmin = o->w, xmax = 0;
-    memset(xtab, 0, sizeof(int32_t) * (size_t)o->w);
     for (int x = 0; x < o->w; x++) {
         int32_t u = coord(xo);
+        cols[x] = 0;  /* Pillow's calloc'd table: 0 where a column is outside */
         if (u >= 0 && u < s->w) {
             xmax = x + 1;
             if (x < xmin) xmin = x;
-            xtab[x] = u;
+            cols[x] = u * s->px;
         }
         xo += a[0];
     }
     for (int y = 0; y < o->h; y++) {
         int32_t v = coord(yo);
-        fill_row(o, y, fill);
-        if (v >= 0 && v < s->h)
-            for (int x = xmin; x < xmax; x++) put(o, x, y, s, xtab[x], v);
+        int inside = v >= 0 && v < s->h;
+        for (int x = 0; x < o->w; x++)
+            from[x] = inside && x >= xmin && x < xmax ? v * s->row + cols[x] : -1;
+        emit_row(o, y, s, from, fill);
         yo += a[4];
     }
 }
@@ -82,7 +80,8 @@ static int fixed_ok(const double *a, int x, int y) {
 }
 
 /* affine_fixed: 16.16 fixed point. */
-static void nearest_fixed(const Planes *o, const Planes *s, const double *a, const int fill[3]) {
+static void nearest_fixed(const Planes *o, const Planes *s, const double *a, const int fill[3],
+                          ptrdiff_t *from) {
 #define FIX(v) floor32((v) * 65536.0 + 0.5)
     int32_t a0 = FIX(a[0]), a1 = FIX(a[1]), a3 = FIX(a[3]), a4 = FIX(a[4]);
     int32_t a2 = FIX(a[2] + a[0] * 0.5 + a[1] * 0.5);
@@ -90,33 +89,31 @@ static void nearest_fixed(const Planes *o, const Planes *s, const double *a, con
 #undef FIX
     for (int y = 0; y < o->h; y++) {
         int32_t xx = a2, yy = a5;
-        fill_row(o, y, fill);
         for (int x = 0; x < o->w; x++) {
             int32_t u = xx >> 16, v = yy >> 16;
-            if (u >= 0 && u < s->w && v >= 0 && v < s->h) put(o, x, y, s, u, v);
+            from[x] = u >= 0 && u < s->w && v >= 0 && v < s->h ? v * s->row + u * s->px : -1;
             xx = wrap_add(xx, a0);
             yy = wrap_add(yy, a3);
         }
+        emit_row(o, y, s, from, fill);
         a2 = wrap_add(a2, a1);
         a5 = wrap_add(a5, a4);
     }
 }
 
 /* ImagingTransformAffine's own loop, where fixed point cannot hold the positions. */
-static void nearest_float(const Planes *o, const Planes *s, const double *a, const int fill[3]) {
+static void nearest_float(const Planes *o, const Planes *s, const double *a, const int fill[3],
+                          ptrdiff_t *from) {
     double xo = a[2] + a[1] * 0.5 + a[0] * 0.5, yo = a[5] + a[4] * 0.5 + a[3] * 0.5;
     for (int y = 0; y < o->h; y++) {
         double xx = xo, yy = yo;
-        fill_row(o, y, fill);
         for (int x = 0; x < o->w; x++) {
-            int32_t u = coord(xx);
-            if (u >= 0 && u < s->w) {
-                int32_t v = coord(yy);
-                if (v >= 0 && v < s->h) put(o, x, y, s, u, v);
-            }
+            int32_t u = coord(xx), v = coord(yy);
+            from[x] = u >= 0 && u < s->w && v >= 0 && v < s->h ? v * s->row + u * s->px : -1;
             xx += a[0];
             yy += a[3];
         }
+        emit_row(o, y, s, from, fill);
         xo += a[1];
         yo += a[4];
     }
@@ -198,15 +195,15 @@ static void interpolated(const Planes *o, const Planes *s, const double *a, int 
 }
 
 void aug_affine(const Planes *out, const Planes *src, const double a[6], int resample,
-                const int fill[3], int32_t *xtab) {
+                const int fill[3], ptrdiff_t *rows) {
     if (resample != AUG_NEAREST) {
         interpolated(out, src, a, resample, fill);
     } else if (a[1] == 0 && a[3] == 0) {
-        nearest_scale(out, src, a, fill, xtab);
+        nearest_scale(out, src, a, fill, rows, rows + out->w);
     } else if (fixed_ok(a, 0, 0) && fixed_ok(a, out->w, out->h) && fixed_ok(a, 0, out->h) &&
                fixed_ok(a, out->w, 0)) {
-        nearest_fixed(out, src, a, fill);
+        nearest_fixed(out, src, a, fill, rows);
     } else {
-        nearest_float(out, src, a, fill);
+        nearest_float(out, src, a, fill, rows);
     }
 }
