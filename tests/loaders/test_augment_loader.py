@@ -122,11 +122,13 @@ def test_an_elastic_resume_three_ranks_to_two_sees_each_sample_once_and_repeats(
     """Stop after 2 steps on 3 ranks; resume on 2 from rank 0's state, twice: the same
     augmented batches both times, and every sample of the epoch once."""
     seen: list[int] = []
+    states = []
     for w in layout(3):
         ld = loader(folder, w, tail="short")
         ld.set_epoch(1)
         seen += labels(b for _, b in zip(range(2), ld, strict=False))
-    state = ld.state_dict()
+        states.append(ld.state_dict())
+    state = states[0]
     for w in layout(2):
         resumed = []
         for _ in range(2):

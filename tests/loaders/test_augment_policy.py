@@ -21,6 +21,7 @@ bits and thresholds their op functions pass.
 
 from __future__ import annotations
 
+import functools
 import math
 import zlib
 from collections import Counter
@@ -63,10 +64,11 @@ def chi_square_p(observed: Counter[Hashable], expected: dict[Hashable, float]) -
                                          torch.tensor(stat / 2, dtype=torch.float64)))
 
 
-def draws(name: str, seed: int = 0, **look: object) -> list[tuple[Step, ...]]:
-    """``N`` samples' steps of policy ``name``, from a generator of its own."""
-    rng = np.random.default_rng([zlib.crc32(name.encode()), seed])
-    p = policy(name, **look)  # type: ignore[arg-type]
+@functools.cache
+def draws(name: str) -> list[tuple[Step, ...]]:
+    """``N`` samples' steps of policy ``name``, from a generator of its own (made once)."""
+    rng = np.random.default_rng(zlib.crc32(name.encode()))
+    p = policy(name)
     return [p.steps(SIZE, rng) for _ in range(N)]
 
 
@@ -269,7 +271,7 @@ def test_timm_magnitude_noise_is_a_clipped_gaussian_and_the_sign_half_the_time()
     """mstd0.5: the magnitude N(9, 0.5) clipped to [0, 10]; a geometric op's argument is
     magnitude / 10 * its scale, negated where a uniform is above 0.5; its resample bilinear
     or bicubic, each half the time (timm's _RANDOM_INTERPOLATION)."""
-    steps = [s for d in draws("rand-m9-mstd0.5-inc1", seed=1) for s in d if s.name in SCALE]
+    steps = [s for d in draws("rand-m9-mstd0.5-inc1") for s in d if s.name in SCALE]
     edges = [-math.inf, 8.0, 8.5, 8.75, 9.0, 9.25, 9.5, 10.0]
     bins: dict[Hashable, float] = {
         (sign, i): (normal_cdf(edges[i + 1], 9, 0.5) - normal_cdf(edges[i], 9, 0.5)) / 2
@@ -290,7 +292,7 @@ def test_timm_magnitude_noise_is_a_clipped_gaussian_and_the_sign_half_the_time()
 
 def test_timm_mstd_over_100_draws_the_magnitude_uniformly_below_m() -> None:
     """mstd101: the magnitude uniform in [0, 9] (random.uniform(0, m)), the sign even."""
-    steps = [s for d in draws("rand-m9-mstd101", seed=2) for s in d if s.name in SCALE]
+    steps = [s for d in draws("rand-m9-mstd101") for s in d if s.name in SCALE]
     cells = Counter((int(abs(s.magnitude) / SCALE[s.name] * 10), s.magnitude >= 0)
                     for s in steps)
     expected: dict[Hashable, float] = {(i, sign): 1 / 18 for i in range(9)
