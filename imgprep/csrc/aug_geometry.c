@@ -30,22 +30,74 @@ static inline int32_t trunc32(double v) {
 static inline int32_t coord(double v) { return v < 0.0 ? -1 : trunc32(v); }
 static inline int32_t floor32(double v) { return v < 0.0 ? trunc32(floor(v)) : trunc32(v); }
 
+/* The offset of pixel (u, v) in a plane ``row`` bytes wide, or -1 where it lies outside
+ * ``w`` x ``h``: no branch (the loops that call it are the nearest paths' whole cost). */
+static inline ptrdiff_t offset_of(int32_t u, int32_t v, int w, int h, ptrdiff_t row) {
+    int inside = ((uint32_t)u < (uint32_t)w) & ((uint32_t)v < (uint32_t)h);
+    return inside ? v * row + u : -1;
+}
+
 static inline int32_t wrap_add(int32_t a, int32_t b) {
     return (int32_t)((uint32_t)a + (uint32_t)b);
 }
 
-/* Row y of ``o``: each pixel x from channel offset ``from[x]`` of ``s``, or ``fill`` where
- * that is -1 (every channel of either layout lies at the same offset from its first byte). */
+enum { RUN = 8 };  /* consecutive source pixels worth a memcpy */
+
+/* Pixels [x0, x1) of row y of ``o`` from consecutive pixels of ``s`` (planar) at ``from``,
+ * or ``fill`` where ``from`` is -1. */
+static void emit_span(const Planes *o, int y, int x0, int x1, const Planes *s, ptrdiff_t from,
+                      const int fill[3]) {
+    const int n = x1 - x0;
+    if (o->px == 1) {
+        for (int c = 0; c < 3; c++) {
+            uint8_t *d = o->ch[c] + y * o->row + x0;
+            if (from >= 0)
+                memcpy(d, s->ch[c] + from, (size_t)n);
+            else
+                memset(d, fill[c], (size_t)n);
+        }
+        return;
+    }
+    uint8_t *d = o->ch[0] + y * o->row + x0 * 3;  /* rows of pixels: interleaved in one pass */
+    if (from < 0) {
+        for (int x = 0; x < n; x++) {
+            d[3 * x] = (uint8_t)fill[0];
+            d[3 * x + 1] = (uint8_t)fill[1];
+            d[3 * x + 2] = (uint8_t)fill[2];
+        }
+        return;
+    }
+    const uint8_t *r = s->ch[0] + from, *g = s->ch[1] + from, *b = s->ch[2] + from;
+    for (int x = 0; x < n; x++) {
+        d[3 * x] = r[x];
+        d[3 * x + 1] = g[x];
+        d[3 * x + 2] = b[x];
+    }
+}
+
+/* Row y of ``o``: each pixel x from channel offset ``from[x]`` of ``s`` (planar), or ``fill``
+ * where that is -1; a run of consecutive source pixels (a translation's or a shear's rows) is
+ * copied whole. */
 static void emit_row(const Planes *o, int y, const Planes *s, const ptrdiff_t *from,
                      const int fill[3]) {
-    for (int c = 0; c < 3; c++) {
-        uint8_t *restrict d = o->ch[c] + y * o->row;
-        const uint8_t *p = s->ch[c], f = (uint8_t)fill[c];
-        if (o->px == 1) {
-            for (int x = 0; x < o->w; x++) d[x] = from[x] >= 0 ? p[from[x]] : f;
+    const int w = o->w;
+    for (int x = 0; x < w;) {
+        int end = x + 1;
+        if (from[x] < 0) {
+            while (end < w && from[end] < 0) end++;
         } else {
-            for (int x = 0; x < o->w; x++) d[x * 3] = from[x] >= 0 ? p[from[x]] : f;
+            while (end < w && from[end] == from[end - 1] + 1) end++;
         }
+        if (end - x >= RUN || from[x] < 0) {
+            emit_span(o, y, x, end, s, from[x], fill);
+        } else {
+            for (int c = 0; c < 3; c++) {
+                uint8_t *d = o->ch[c] + y * o->row;
+                const uint8_t *p = s->ch[c] + from[x];
+                for (int k = 0; k < end - x; k++) d[(x + k) * o->px] = p[k];
+            }
+        }
+        x = end;
     }
 }
 
@@ -60,15 +112,17 @@ static void nearest_scale(const Planes *o, const Planes *s, const double *a, con
         if (u >= 0 && u < s->w) {
             xmax = x + 1;
             if (x < xmin) xmin = x;
-            cols[x] = u * s->px;
+            cols[x] = u;
         }
         xo += a[0];
     }
+    const int w = o->w;
+    const ptrdiff_t row = s->row;
     for (int y = 0; y < o->h; y++) {
         int32_t v = coord(yo);
         int inside = v >= 0 && v < s->h;
-        for (int x = 0; x < o->w; x++)
-            from[x] = inside && x >= xmin && x < xmax ? v * s->row + cols[x] : -1;
+        for (int x = 0; x < w; x++)
+            from[x] = inside && x >= xmin && x < xmax ? v * row + cols[x] : -1;
         emit_row(o, y, s, from, fill);
         yo += a[4];
     }
@@ -87,11 +141,12 @@ static void nearest_fixed(const Planes *o, const Planes *s, const double *a, con
     int32_t a2 = FIX(a[2] + a[0] * 0.5 + a[1] * 0.5);
     int32_t a5 = FIX(a[5] + a[3] * 0.5 + a[4] * 0.5);
 #undef FIX
+    const int w = o->w, sw = s->w, sh = s->h;
+    const ptrdiff_t row = s->row;  /* held in locals: no store to ``from`` can change them */
     for (int y = 0; y < o->h; y++) {
         int32_t xx = a2, yy = a5;
-        for (int x = 0; x < o->w; x++) {
-            int32_t u = xx >> 16, v = yy >> 16;
-            from[x] = u >= 0 && u < s->w && v >= 0 && v < s->h ? v * s->row + u * s->px : -1;
+        for (int x = 0; x < w; x++) {
+            from[x] = offset_of(xx >> 16, yy >> 16, sw, sh, row);
             xx = wrap_add(xx, a0);
             yy = wrap_add(yy, a3);
         }
@@ -105,11 +160,12 @@ static void nearest_fixed(const Planes *o, const Planes *s, const double *a, con
 static void nearest_float(const Planes *o, const Planes *s, const double *a, const int fill[3],
                           ptrdiff_t *from) {
     double xo = a[2] + a[1] * 0.5 + a[0] * 0.5, yo = a[5] + a[4] * 0.5 + a[3] * 0.5;
+    const int w = o->w, sw = s->w, sh = s->h;
+    const ptrdiff_t row = s->row;
     for (int y = 0; y < o->h; y++) {
         double xx = xo, yy = yo;
-        for (int x = 0; x < o->w; x++) {
-            int32_t u = coord(xx), v = coord(yy);
-            from[x] = u >= 0 && u < s->w && v >= 0 && v < s->h ? v * s->row + u * s->px : -1;
+        for (int x = 0; x < w; x++) {
+            from[x] = offset_of(coord(xx), coord(yy), sw, sh, row);
             xx += a[0];
             yy += a[3];
         }
