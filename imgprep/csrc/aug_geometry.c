@@ -14,7 +14,12 @@
  * Where the source has no sample the output pixel is ``fill``. Conversions from double to int
  * are Pillow's x86-64 ones, made defined here: out of range or NaN gives INT32_MIN (what
  * cvttsd2si does), so those positions fall outside as they do in Pillow; fixed-point steps
- * wrap as the x86 integer adds Pillow compiles to. */
+ * wrap as the x86 integer adds Pillow compiles to.
+ *
+ * The source is the planar copy (augment.c), so a pixel is three reads where Pillow reads one
+ * four-byte pixel: nearest copies whole runs of consecutive source pixels where a row has
+ * them (translations, horizontal shears: memcpy), and otherwise gathers a pixel at a time as
+ * its position is made. */
 #include "aug_impl.h"
 #include "augment.h"
 
@@ -36,12 +41,6 @@ static inline ptrdiff_t offset_of(int32_t u, int32_t v, int w, int h, ptrdiff_t 
     int inside = ((uint32_t)u < (uint32_t)w) & ((uint32_t)v < (uint32_t)h);
     return inside ? v * row + u : -1;
 }
-
-static inline int32_t wrap_add(int32_t a, int32_t b) {
-    return (int32_t)((uint32_t)a + (uint32_t)b);
-}
-
-enum { RUN = 8 };  /* consecutive source pixels worth a memcpy */
 
 /* Pixels [x0, x1) of row y of ``o`` from consecutive pixels of ``s`` (planar) at ``from``,
  * or ``fill`` where ``from`` is -1. */
@@ -75,40 +74,49 @@ static void emit_span(const Planes *o, int y, int x0, int x1, const Planes *s, p
     }
 }
 
-/* Row y of ``o``: each pixel x from channel offset ``from[x]`` of ``s`` (planar), or ``fill``
- * where that is -1; a run of consecutive source pixels (a translation's or a shear's rows) is
- * copied whole. */
-static void emit_row(const Planes *o, int y, const Planes *s, const ptrdiff_t *from,
-                     const int fill[3]) {
-    const int w = o->w;
-    for (int x = 0; x < w;) {
-        int end = x + 1;
-        if (from[x] < 0) {
-            while (end < w && from[end] < 0) end++;
-        } else {
-            while (end < w && from[end] == from[end - 1] + 1) end++;
+/* Pixels [x0, x1) of row y of ``o``: each pixel x from channel offset ``base + from[x]`` of
+ * ``s`` (planar), or ``fill`` where ``from[x]`` is -1. With ``runs`` (a row that steps one
+ * source pixel a pixel: a translation's, a horizontal shear's) runs of consecutive source
+ * pixels are copied whole; otherwise a pixel at a time (looking for runs in a rotation's rows,
+ * a pixel or two long, would cost a mispredicted branch every other pixel). */
+static void emit_row(const Planes *o, int y, int x0, int x1, const Planes *s,
+                     const ptrdiff_t *from, ptrdiff_t base, const int fill[3], int runs) {
+    const ptrdiff_t px = o->px;
+    uint8_t *d0 = o->ch[0] + y * o->row, *d1 = o->ch[1] + y * o->row,
+            *d2 = o->ch[2] + y * o->row;
+    const uint8_t *p0 = s->ch[0] + base, *p1 = s->ch[1] + base, *p2 = s->ch[2] + base;
+    const uint8_t f0 = (uint8_t)fill[0], f1 = (uint8_t)fill[1], f2 = (uint8_t)fill[2];
+    if (!runs) {
+        for (int x = x0; x < x1; x++) {
+            const ptrdiff_t f = from[x];
+            d0[x * px] = f >= 0 ? p0[f] : f0;
+            d1[x * px] = f >= 0 ? p1[f] : f1;
+            d2[x * px] = f >= 0 ? p2[f] : f2;
         }
-        if (end - x >= RUN || from[x] < 0) {
-            emit_span(o, y, x, end, s, from[x], fill);
+        return;
+    }
+    for (int x = x0; x < x1;) {
+        const ptrdiff_t f = from[x];
+        int end = x + 1;
+        if (f < 0) {
+            while (end < x1 && from[end] < 0) end++;
+            emit_span(o, y, x, end, s, -1, fill);
         } else {
-            for (int c = 0; c < 3; c++) {
-                uint8_t *d = o->ch[c] + y * o->row;
-                const uint8_t *p = s->ch[c] + from[x];
-                for (int k = 0; k < end - x; k++) d[(x + k) * o->px] = p[k];
-            }
+            while (end < x1 && from[end] == f + (end - x)) end++;
+            emit_span(o, y, x, end, s, base + f, fill);
         }
         x = end;
     }
 }
 
-/* ImagingScaleAffine (b == d == 0): the columns tabulated once. */
+/* ImagingScaleAffine (b == d == 0): the columns tabulated once, the same for every row. */
 static void nearest_scale(const Planes *o, const Planes *s, const double *a, const int fill[3],
-                          ptrdiff_t *cols, ptrdiff_t *from) {
+                          ptrdiff_t *cols) {
     double xo = a[2] + a[0] * 0.5, yo = a[5] + a[4] * 0.5;
     int xmin = o->w, xmax = 0;
     for (int x = 0; x < o->w; x++) {
         int32_t u = coord(xo);
-        cols[x] = 0;  /* Pillow's calloc'd table: 0 where a column is outside */
+        cols[x] = -1;
         if (u >= 0 && u < s->w) {
             xmax = x + 1;
             if (x < xmin) xmin = x;
@@ -116,14 +124,14 @@ static void nearest_scale(const Planes *o, const Planes *s, const double *a, con
         }
         xo += a[0];
     }
-    const int w = o->w;
-    const ptrdiff_t row = s->row;
+    for (int x = xmin; x < xmax; x++)  /* Pillow's calloc'd table: column 0 for a gap */
+        if (cols[x] < 0) cols[x] = 0;
     for (int y = 0; y < o->h; y++) {
         int32_t v = coord(yo);
-        int inside = v >= 0 && v < s->h;
-        for (int x = 0; x < w; x++)
-            from[x] = inside && x >= xmin && x < xmax ? v * row + cols[x] : -1;
-        emit_row(o, y, s, from, fill);
+        if (v >= 0 && v < s->h)
+            emit_row(o, y, 0, o->w, s, cols, v * s->row, fill, a[0] == 1.0);
+        else
+            emit_span(o, y, 0, o->w, s, -1, fill);
         yo += a[4];
     }
 }
@@ -133,26 +141,40 @@ static int fixed_ok(const double *a, int x, int y) {
            fabs(x * a[3] + y * a[4] + a[5]) < 32768.0;
 }
 
-/* affine_fixed: 16.16 fixed point. */
+/* One pixel of a row without runs: from ``f`` of the planes at ``p``, or ``fill``. */
+static inline void gather(uint8_t *const d[3], ptrdiff_t at, const uint8_t *const p[3],
+                          ptrdiff_t f, const int fill[3]) {
+    d[0][at] = f >= 0 ? p[0][f] : (uint8_t)fill[0];
+    d[1][at] = f >= 0 ? p[1][f] : (uint8_t)fill[1];
+    d[2][at] = f >= 0 ? p[2][f] : (uint8_t)fill[2];
+}
+
+/* affine_fixed: 16.16 fixed point, the steps wrapping as Pillow's int32 adds do. A row that
+ * steps one source pixel a pixel (a = 1, d = 0) is tabulated, then copied in runs; any other
+ * is gathered as its positions are made. */
 static void nearest_fixed(const Planes *o, const Planes *s, const double *a, const int fill[3],
                           ptrdiff_t *from) {
-#define FIX(v) floor32((v) * 65536.0 + 0.5)
-    int32_t a0 = FIX(a[0]), a1 = FIX(a[1]), a3 = FIX(a[3]), a4 = FIX(a[4]);
-    int32_t a2 = FIX(a[2] + a[0] * 0.5 + a[1] * 0.5);
-    int32_t a5 = FIX(a[5] + a[3] * 0.5 + a[4] * 0.5);
+#define FIX(v) (uint32_t)floor32((v) * 65536.0 + 0.5)
+    uint32_t a0 = FIX(a[0]), a1 = FIX(a[1]), a3 = FIX(a[3]), a4 = FIX(a[4]);
+    uint32_t a2 = FIX(a[2] + a[0] * 0.5 + a[1] * 0.5);
+    uint32_t a5 = FIX(a[5] + a[3] * 0.5 + a[4] * 0.5);
 #undef FIX
-    const int w = o->w, sw = s->w, sh = s->h;
-    const ptrdiff_t row = s->row;  /* held in locals: no store to ``from`` can change them */
-    for (int y = 0; y < o->h; y++) {
-        int32_t xx = a2, yy = a5;
-        for (int x = 0; x < w; x++) {
-            from[x] = offset_of(xx >> 16, yy >> 16, sw, sh, row);
-            xx = wrap_add(xx, a0);
-            yy = wrap_add(yy, a3);
+    const int w = o->w, sw = s->w, sh = s->h, runs = a0 == 65536 && a3 == 0;
+    const ptrdiff_t row = s->row, px = o->px;  /* in locals: no store can change them */
+    const uint8_t *const p[3] = {s->ch[0], s->ch[1], s->ch[2]};
+    for (int y = 0; y < o->h; y++, a2 += a1, a5 += a4) {
+        uint32_t xx = a2, yy = a5;  /* >> of a negative int32 below: arithmetic */
+        if (runs) {
+            for (int x = 0; x < w; x++, xx += a0, yy += a3)
+                from[x] = offset_of((int32_t)xx >> 16, (int32_t)yy >> 16, sw, sh, row);
+            emit_row(o, y, 0, w, s, from, 0, fill, 1);
+            continue;
         }
-        emit_row(o, y, s, from, fill);
-        a2 = wrap_add(a2, a1);
-        a5 = wrap_add(a5, a4);
+        uint8_t *const d[3] = {o->ch[0] + y * o->row, o->ch[1] + y * o->row,
+                               o->ch[2] + y * o->row};
+        for (int x = 0; x < w; x++, xx += a0, yy += a3)
+            gather(d, x * px, p,
+                   offset_of((int32_t)xx >> 16, (int32_t)yy >> 16, sw, sh, row), fill);
     }
 }
 
@@ -169,7 +191,7 @@ static void nearest_float(const Planes *o, const Planes *s, const double *a, con
             xx += a[0];
             yy += a[3];
         }
-        emit_row(o, y, s, from, fill);
+        emit_row(o, y, 0, o->w, s, from, 0, fill, a[0] == 1.0 && a[3] == 0);
         xo += a[1];
         yo += a[4];
     }
@@ -255,7 +277,7 @@ void aug_affine(const Planes *out, const Planes *src, const double a[6], int res
     if (resample != AUG_NEAREST) {
         interpolated(out, src, a, resample, fill);
     } else if (a[1] == 0 && a[3] == 0) {
-        nearest_scale(out, src, a, fill, rows, rows + out->w);
+        nearest_scale(out, src, a, fill, rows);
     } else if (fixed_ok(a, 0, 0) && fixed_ok(a, out->w, out->h) && fixed_ok(a, 0, out->h) &&
                fixed_ok(a, out->w, 0)) {
         nearest_fixed(out, src, a, fill, rows);
