@@ -26,6 +26,10 @@
 #include <math.h>
 #include <string.h>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 /* (int)v as x86-64 computes it: truncation, and INT32_MIN out of range or for NaN. */
 static inline int32_t trunc32(double v) {
     return v > -2147483649.0 && v < 2147483648.0 ? (int32_t)v : INT32_MIN;
@@ -222,15 +226,27 @@ static inline double cubic(double v1, double v2, double v3, double v4, double d)
     return p1 + d * (p2 + d * (p3 + d * p4));
 }
 
-/* The same with 8-bit samples: Pillow sums those in int before the doubles. */
-static inline double cubic8(const uint8_t *p, const ptrdiff_t *xs, double d) {
-    int v1 = p[xs[0]], v2 = p[xs[1]], v3 = p[xs[2]], v4 = p[xs[3]];
-    double p1 = v2, p2 = -v1 + v3, p3 = 2 * (v1 - v2) + v3 - v4, p4 = -v1 + v2 - v3 + v4;
-    return p1 + d * (p2 + d * (p3 + d * p4));
+/* r[k] = p1[k] + d (p2[k] + d (p3[k] + d p4[k])) for the four rows. With SSE2 (every x86-64
+ * CPU) two rows a register: each lane is the same IEEE double multiply and add as the scalar
+ * code, in the same order (no fused multiply-add: setup.py), so the bits are the same. */
+static inline void horner4(const double *p1, const double *p2, const double *p3,
+                           const double *p4, double d, double *r) {
+#if defined(__SSE2__)
+    const __m128d vd = _mm_set1_pd(d);
+    for (int k = 0; k < 4; k += 2) {
+        __m128d t = _mm_add_pd(_mm_loadu_pd(p3 + k), _mm_mul_pd(vd, _mm_loadu_pd(p4 + k)));
+        t = _mm_add_pd(_mm_loadu_pd(p2 + k), _mm_mul_pd(vd, t));
+        _mm_storeu_pd(r + k, _mm_add_pd(_mm_loadu_pd(p1 + k), _mm_mul_pd(vd, t)));
+    }
+#else
+    for (int k = 0; k < 4; k++) r[k] = p1[k] + d * (p2[k] + d * (p3[k] + d * p4[k]));
+#endif
 }
 
 /* bicubic_filter32RGB for the position (u, v), inside the source: rows y-1..y+2 clamped
- * (Pillow repeats the last row in range, which is the same row). */
+ * (Pillow repeats the last row in range, which is the same row). Each row's cubic at dx is
+ * Pillow's BICUBIC on 8-bit samples, whose p2..p4 are sums in int before the doubles; the
+ * four rows' cubics are evaluated together (horner4). */
 static inline void bicubic(const Planes *s, double u, double v, uint8_t out[3]) {
     u -= 0.5;
     v -= 0.5;
@@ -242,9 +258,17 @@ static inline void bicubic(const Planes *s, double u, double v, uint8_t out[3]) 
         rows[k] = clampi(y - 1 + k, s->h) * s->row;
     }
     for (int c = 0; c < 3; c++) {
-        const uint8_t *p = s->ch[c];
-        double w = cubic(cubic8(p + rows[0], xs, dx), cubic8(p + rows[1], xs, dx),
-                         cubic8(p + rows[2], xs, dx), cubic8(p + rows[3], xs, dx), dy);
+        double p1[4], p2[4], p3[4], p4[4], r[4];
+        for (int k = 0; k < 4; k++) {
+            const uint8_t *p = s->ch[c] + rows[k];
+            int v1 = p[xs[0]], v2 = p[xs[1]], v3 = p[xs[2]], v4 = p[xs[3]];
+            p1[k] = v2;
+            p2[k] = -v1 + v3;
+            p3[k] = 2 * (v1 - v2) + v3 - v4;
+            p4[k] = -v1 + v2 - v3 + v4;
+        }
+        horner4(p1, p2, p3, p4, dx, r);
+        double w = cubic(r[0], r[1], r[2], r[3], dy);
         out[c] = w <= 0.0 ? 0 : w >= 255.0 ? 255 : (uint8_t)w;
     }
 }
