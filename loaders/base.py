@@ -24,7 +24,9 @@
   pillow-backend state of other pixels is refused, naming both, since the batches after the
   resume would not be the ones the run had made. A state without one (another backend's,
   whose augmentation is its own, or one written before pixel versions were recorded)
-  resumes.
+  resumes. With repeated augmentation (``loaders.repeats``) it records the repeat count
+  (``REPEATS_KEY``, only above 1); a state of another count is refused: its positions count
+  another epoch's repeated order.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from loaders.decode import pixel_version
 from loaders.epochs import EpochPlan, as_samples, pool_starts
 from loaders.errors import LoaderError
 from loaders.order import ORDER_KEY
+from loaders.repeats import REPEATS_KEY
 
 SCHEDULE_KEY = "size_schedule"  # a state's size schedule (absent: none)
 PIXELS_KEY = "pixels"  # a pillow-backend state's pixel version (absent: any)
@@ -129,12 +132,13 @@ class PlannedLoader:
         that began at ``from``: 0, or where a resume from another World began), and the
         positions of each pool's order done, which any World resumes from."""
         done = self.plan().position(self._skip + self._yielded)
-        sched = self.options.size_schedule
+        sched, k = self.options.size_schedule, self.options.repeats
         return {"epoch": self.epoch, "batch": self._b0 + self._skip + self._yielded,
                 "samples": as_samples(done, self._sizes),
                 "from": as_samples(self._from, self._sizes),
                 ORDER_KEY: self.options.order_version, **self._shape(),
                 **({} if sched is None else {SCHEDULE_KEY: str(sched)}),
+                **({} if k == 1 else {REPEATS_KEY: k}),
                 **({} if self.pixels is None else {PIXELS_KEY: self.pixels})}
 
     @property
@@ -166,6 +170,7 @@ class PlannedLoader:
         on another number of ranks or batch size) stands: each remaining sample of the epoch
         once, and on the same World exactly the batches an uninterrupted run yields."""
         self._check_order(state)
+        self._check_repeats(state)
         self._check_schedule(state)
         self._check_pixels(state)
         epoch, b = int(state["epoch"]), int(state["batch"])
@@ -194,6 +199,17 @@ class PlannedLoader:
             f"this loader's is version {mine}: its positions would name other samples; make "
             f"the loader with order_version={theirs} to resume it exactly (later epochs keep "
             "that order), or start a new epoch on this loader with set_epoch")
+
+    def _check_repeats(self, state: Mapping[str, Any]) -> None:
+        """Refuse a state written with another repeat count than this loader's."""
+        theirs, mine = state.get(REPEATS_KEY, 1), self.options.repeats
+        if theirs == mine:
+            return
+        raise LoaderError(
+            f"rank {self.world.rank}: the checkpoint was written with repeats={theirs}, this "
+            f"loader has repeats={mine}: its positions count another epoch of repeated "
+            f"samples; make the loader with repeats={theirs} to resume it, or start a new "
+            "epoch on this loader with set_epoch")
 
     def _check_schedule(self, state: Mapping[str, Any]) -> None:
         """Refuse a state written with another size schedule (or none) than this loader's."""

@@ -34,6 +34,7 @@ from imgprep import MODES, World, jpegcrop
 from loaders.batch import MEMORY_FORMATS
 from loaders.epochs import PAD, TAILS, EpochPlan, plan_epoch, pools
 from loaders.order import ORDER_VERSION, check_order_version
+from loaders.repeats import check_repeats
 from loaders.schedule import SizeSchedule
 from loaders.transforms import TrainTransform, Transform, ValTransform, check_transform
 
@@ -106,6 +107,11 @@ class LoaderOptions:
             transform's own size every epoch. Recorded in ``state_dict``: a state of another
             schedule is refused. Each epoch's size is read from the epoch's plan
             (``loader.plan(epoch).size``), never from these fields.
+        repeats: repeated augmentation (``loaders.repeats``, as RASampler): each epoch keeps
+            its length and holds about n / ``repeats`` distinct samples, each ``repeats``
+            times with its own draws, the copies on different ranks where the group has at
+            least ``repeats`` ranks; 1: every sample once. Recorded in ``state_dict`` when
+            above 1: a state of another count is refused.
 
     ``None`` leaves the choice to the split: training augments (``TrainTransform()``),
     ends with ``tail="drop"`` and shuffles; validation center-crops (``ValTransform()``),
@@ -127,6 +133,7 @@ class LoaderOptions:
     order_version: int = ORDER_VERSION
     crop_decode: bool | None = None
     size_schedule: SizeSchedule | None = None
+    repeats: int = 1
 
     def __post_init__(self) -> None:
         """Refuse values no loader understands (programming errors: ValueError)."""
@@ -142,6 +149,7 @@ class LoaderOptions:
             raise ValueError(f"memory_format must be one of {MEMORY_FORMATS}, not "
                              f"{self.memory_format!r}")
         check_order_version(self.order_version)
+        check_repeats(self.repeats)
         if self.transform is not None:
             check_transform(self.transform)
         if self.prefetch_factor < 1:
@@ -265,7 +273,8 @@ class Config:
         that epoch's size (``ResolvedOptions.sizes``)."""
         o = self.options
         plan = plan_epoch(self.samples, self.world, self.mode, self.layout_seed, epoch,
-                          o.batch_size, o.workers, o.tail, o.shuffle, starts, o.order_version)
+                          o.batch_size, o.workers, o.tail, o.shuffle, starts, o.order_version,
+                          o.repeats)
         return PlannedEpoch.of(plan, o.transform.at_size(o.sizes.size_at(epoch)), o.seed)
 
     def slots(self, plan: EpochPlan, b: int) -> np.ndarray:

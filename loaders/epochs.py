@@ -12,8 +12,11 @@ loader over its list (one "shard" of all its entries), so their tails are one im
   It does not depend on the World, so a checkpoint can say "the first k samples of the
   order are done" in words any World understands: that is what makes resume elastic.
 - Every rank takes the same number of steps; in a step, the g ranks of a group take
-  consecutive runs of the pool's order, rank slot r the r-th run (``Cut``). The tail decides
-  the runs:
+  consecutive runs of the pool's order, rank slot r the r-th run (``Cut``). With repeated
+  augmentation (``loaders.repeats``: ``repeats`` k > 1) the order is the epoch's repeated
+  order and a step's positions go to the slots strided (slot r: the step's r-th, r+g-th, ...
+  position, as many as its run is long), so that a sample's consecutive copies go to
+  different ranks. The tail decides the runs:
 
   ``drop``   every run is ``batch_size`` long: full steps only, one batch shape for the
              epoch (as PyTorch's ``drop_last``); fewer than g x batch_size samples of a pool
@@ -43,6 +46,7 @@ import numpy as np
 from imgprep import World, node_shards
 from loaders.errors import LoaderError
 from loaders.order import ORDER_VERSION, order_at
+from loaders.repeats import held
 
 # How an epoch ends (the module docstring, docs/loaders.md "Tails"): full batches only; every
 # sample once with short last batches; every sample once with padding; every sample once,
@@ -104,20 +108,25 @@ def pools(samples: Sequence[int], num_nodes: int, mode: str, seed: int) -> list[
 
 
 def order_positions(n: int, seed: int, epoch: int, pool: int, shuffle: bool,
-                    positions: np.ndarray, version: int = ORDER_VERSION) -> np.ndarray:
+                    positions: np.ndarray, version: int = ORDER_VERSION, repeats: int = 1
+                    ) -> np.ndarray:
     """Epoch ``epoch``'s order of a pool of ``n`` samples at ``positions``: the pool
-    position each holds (``loaders.order``; the positions themselves without shuffle)."""
+    position each holds (``loaders.order``; the positions themselves without shuffle); with
+    ``repeats`` k > 1, the epoch's repeated order (``loaders.repeats``)."""
+    key, at = held(positions, n, epoch, repeats)
     if not shuffle:
-        return np.asarray(positions, dtype=np.int64)
-    return order_at(positions, n, seed, epoch, pool, version)
+        return at
+    return order_at(at, n, seed, key, pool, version)
 
 
 def pool_order(ids: Pool, seed: int, epoch: int, pool: int, shuffle: bool,
-               version: int = ORDER_VERSION) -> np.ndarray:
+               version: int = ORDER_VERSION, repeats: int = 1) -> np.ndarray:
     """Epoch ``epoch``'s whole order of a pool's sample ids (pool-sized: for checks and
-    summaries; plans look up only their own positions)."""
+    summaries; plans look up only their own positions); with ``repeats`` k > 1 the
+    repeated order, each held sample k times."""
     n = len(ids)
-    return ids.ids(order_positions(n, seed, epoch, pool, shuffle, np.arange(n), version))
+    return ids.ids(order_positions(n, seed, epoch, pool, shuffle, np.arange(n), version,
+                                   repeats))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -154,6 +163,11 @@ class Cut:
         k = np.arange(self.steps, dtype=np.int64) * self.group + slot
         a = self.taken(pool, k)
         return a, self.taken(pool, k + 1) - a
+
+    def blocks(self, pool: int) -> np.ndarray:
+        """Per step, where its block of pool ``pool``'s positions starts (from the cut's
+        start): a step takes the positions from there up to its ``done``."""
+        return self.taken(pool, np.arange(self.steps, dtype=np.int64) * self.group)
 
     def done(self, pool: int) -> np.ndarray:
         """Per step, positions of pool ``pool``'s order taken once the step is done."""
@@ -297,12 +311,13 @@ class EpochPlan:
 
 def plan_epoch(samples: Sequence[int], world: World, mode: str, seed: int, epoch: int,
                batch_size: int, workers: int, tail: str, shuffle: bool = True,
-               start: int | Sequence[int] = 0, order_version: int = ORDER_VERSION
-               ) -> EpochPlan:
+               start: int | Sequence[int] = 0, order_version: int = ORDER_VERSION,
+               repeats: int = 1) -> EpochPlan:
     """This rank's plan for ``epoch`` once ``start`` positions of each pool's order are done
     (one count for every pool, or one per pool; 0: the whole epoch), its order of version
-    ``order_version`` (``loaders.order``). Every rank computes the same step count from the
-    counts alone; with version 2 the rest costs this rank's share, not the pool."""
+    ``order_version`` (``loaders.order``), repeated ``repeats`` times (``loaders.repeats``:
+    the slots of a step strided). Every rank computes the same step count from the counts
+    alone; with version 2 the rest costs this rank's share, not the pool."""
     group = group_of(world, mode)
     every = pools(samples, world.num_nodes, mode, seed)
     sizes = tuple(len(p) for p in every)
@@ -314,13 +329,17 @@ def plan_epoch(samples: Sequence[int], world: World, mode: str, seed: int, epoch
         raise LoaderError(f"rank {world.rank}: {e}") from None
     ids, n = every[group.pool], sizes[group.pool]
     offset, width = c.runs(group.pool, group.slot)
+    stride = 1
+    if repeats > 1:  # a step's consecutive positions (a sample's copies) to consecutive slots
+        offset, stride = c.blocks(group.pool) + group.slot, group.size
     first = starts[group.pool] + offset
     col = np.arange(batch_size, dtype=np.int64)[None, :]
-    pos = first[:, None] + col
+    pos = first[:, None] + stride * col
     real = (col < width[:, None]) & (pos < n)
     table = np.full(pos.shape, PAD, dtype=np.int64)
     if n:  # only this rank's positions are looked up
-        at = order_positions(n, seed, epoch, group.pool, shuffle, pos[real], order_version)
+        at = order_positions(n, seed, epoch, group.pool, shuffle, pos[real], order_version,
+                             repeats)
         table[real] = ids.ids(at)
     done = np.stack([s + c.done(p) for p, s in enumerate(starts)]).reshape(len(sizes), -1)
     if tail == "uneven":  # only batches with a real sample (always a leading run of them)
