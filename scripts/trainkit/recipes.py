@@ -61,11 +61,12 @@ class Setting:
 
 @dataclass(frozen=True, kw_only=True)
 class Gap:
-    """Something the source does that no flag of ours does: what, the source's, ours."""
+    """Something the source does that no flag of ours does: what, the source's, ours, why."""
 
     what: str
     source: str
     here: str
+    note: str
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -77,7 +78,7 @@ class Recipe:
 
 
 S = Setting
-PRECISION = "--bf16 auto: bf16 autocast where the device computes it natively"
+PRECISION = "bf16 autocast where the device computes it natively, else fp32"
 TORCHVISION_V2 = Recipe(name="torchvision-v2", title="torchvision's ResNet-50 IMAGENET1K_V2 "
                         "recipe (references/classification/train.py, 8 GPUs)", settings=(
     S(flag="--arch", value="resnet50", source="--model resnet50"),
@@ -115,7 +116,8 @@ TORCHVISION_V2 = Recipe(name="torchvision-v2", title="torchvision's ResNet-50 IM
     S(flag="--val-resize", value=232, source="--val-resize-size 232"),
     S(flag="--normalize", value="imagenet", source="ImageNet mean and std"),
 ), gaps=(
-    Gap(what="precision", source="fp32 (no --amp)", here=PRECISION),
+    Gap(what="precision", source="fp32 (no --amp)", here="--bf16 auto",
+        note=PRECISION + "; --bf16 off: fp32 as the source"),
 ))
 FFCV_RN50 = Recipe(name="ffcv-rn50", title="FFCV's ResNet-50, 88 epochs (ffcv-imagenet "
                    "rn50_88_epochs.yaml, 8 GPUs)", settings=(
@@ -143,9 +145,10 @@ FFCV_RN50 = Recipe(name="ffcv-rn50", title="FFCV's ResNet-50, 88 epochs (ffcv-im
     S(flag="--val-flip", value=True, source="lr_tta: the mirror's logits added"),
     S(flag="--normalize", value="imagenet", source="ImageNet mean and std"),
 ), gaps=(
-    Gap(what="precision", source="fp16 autocast, GradScaler", here=PRECISION),
-    Gap(what="train crop resize", source="OpenCV, INTER_AREA",
-        here="bilinear, antialiased (Pillow's filter)"),
+    Gap(what="precision", source="fp16 autocast, GradScaler", here="--bf16 auto",
+        note=PRECISION),
+    Gap(what="train crop resize", source="OpenCV, INTER_AREA", here="bilinear",
+        note="Pillow's filter, antialiased"),
 ))
 RSB_A3 = Recipe(name="rsb-a3", title="ResNet strikes back, procedure A3 (Table 1; timm's "
                 "train.py)", settings=(
@@ -178,10 +181,11 @@ RSB_A3 = Recipe(name="rsb-a3", title="ResNet strikes back, procedure A3 (Table 1
     S(flag="--val-resize", value=235, source="crop ratio 0.95: floor(224 / 0.95)"),
     S(flag="--normalize", value="imagenet", source="ImageNet mean and std"),
 ), gaps=(
-    Gap(what="precision", source="AMP (fp16)", here=PRECISION),
+    Gap(what="precision", source="AMP (fp16)", here="--bf16 auto", note=PRECISION),
     Gap(what="train crop resize", source="bilinear or bicubic, drawn per image",
-        here="bilinear (the loader's train crops offer no other)"),
-    Gap(what="val resize", source="bicubic (timm's resnet50)", here="bilinear"),
+        here="bilinear", note="the loader's train crops are bilinear"),
+    Gap(what="val resize", source="bicubic (timm's resnet50)", here="bilinear",
+        note="the loader's val resize is bilinear"),
 ))
 RECIPES: dict[str, Recipe] = {r.name: r for r in (TORCHVISION_V2, FFCV_RN50, RSB_A3)}
 
@@ -224,7 +228,9 @@ def _here(s: Setting, args: argparse.Namespace, world_size: int) -> str:
         decay = adjusted_decay(args.model_ema_decay, world_size=world_size,
                                batch_size=args.batch_size, steps=args.model_ema_steps,
                                epochs=args.epochs)
-        return f"{decay:.6f} here (x world x batch x steps / epochs)"
+        return (f"{decay:.6f} here (torchvision's adjustment: {world_size} x "
+                f"{args.batch_size} images x {args.model_ema_steps} steps / {args.epochs} "
+                "epochs)")
     return ""
 
 
@@ -239,8 +245,8 @@ def rows(args: argparse.Namespace, world_size: int) -> list[dict[str, str]]:
             notes.insert(0, f"given: the recipe's is {show(s.value)}")
         out.append({"option": s.flag, "value": show(value), "source": s.source,
                     "note": "; ".join(n for n in notes if n)})
-    out += [{"option": g.what, "value": g.here, "source": g.source, "note": "differs"}
-            for g in recipe.gaps]
+    out += [{"option": g.what, "value": g.here, "source": g.source,
+             "note": f"differs: {g.note}"} for g in recipe.gaps]
     return out
 
 
