@@ -34,6 +34,11 @@
  *     ``out`` as RGB, rows of pixels (HWC) or three planes (CHW), mirrored when ``flip``:
  *     one pass instead of a flip, a split and a copy.
  *
+ * augment(out, width, height, planar, ops)
+ *     Carries a list of augmentation ops out in place on one RGB image (three planes or rows
+ *     of pixels), each equal to stock Pillow's own call (imgprep/csrc/augment_py.c,
+ *     imgprep/augment.py).
+ *
  * Every argument is range-checked here, in signed arithmetic with overflow checks, before
  * any byte is touched (ValueError otherwise). Built for the stable ABI (3.11+), so one build
  * serves later Pythons, with -Wall -Wextra -Werror in development (setup.py). The GIL is
@@ -51,6 +56,7 @@
 
 #include <jpeglib.h>
 
+#include "csrc/augment.h"
 #include "csrc/bindings.h"
 #include "csrc/bounds.h"
 #include "csrc/budget.h"
@@ -248,6 +254,8 @@ static PyMethodDef methods[] = {
     {"sample", py_sample, METH_VARARGS, "sample(data, width, height, draft, resize, box, crop, "
      "flip, planar, whole, max_pixels, out) -> SampleResult(status, path, message, scan) "
      "(imgprep/csrc/sample_py.c)"},
+    {"augment", py_augment, METH_VARARGS, "augment(out, width, height, planar, ops) -> None "
+     "(imgprep/csrc/augment_py.c)"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -257,7 +265,8 @@ static struct PyModuleDef module = {
 };
 
 /* The status codes and limits of the cores, exported so that Python reads them rather than
- * copies them: imgprep.convert.native, imgprep.jpegcrop and imgprep.budget. */
+ * copies them: imgprep.convert.native, imgprep.jpegcrop, imgprep.budget and imgprep.augment
+ * (its op codes and filters, imgprep/csrc/augment.h). */
 static const struct {
     const char *name;
     long value;
@@ -273,6 +282,14 @@ static const struct {
     {"BUDGET_MAX_SCANS", BUDGET_MAX_SCANS}, {"BUDGET_MAX_BLOCK_SCANS", BUDGET_MAX_BLOCK_SCANS},
     {"BUDGET_BLOCKS_PER_BYTE", BUDGET_BLOCKS_PER_BYTE},
     {"BUDGET_ARITH_BLOCKS_PER_BYTE", BUDGET_ARITH_BLOCKS_PER_BYTE},
+    {"AUG_OP_IDENTITY", AUG_OP_IDENTITY}, {"AUG_OP_AFFINE", AUG_OP_AFFINE},
+    {"AUG_OP_BRIGHTNESS", AUG_OP_BRIGHTNESS}, {"AUG_OP_COLOR", AUG_OP_COLOR},
+    {"AUG_OP_CONTRAST", AUG_OP_CONTRAST}, {"AUG_OP_SHARPNESS", AUG_OP_SHARPNESS},
+    {"AUG_OP_POSTERIZE", AUG_OP_POSTERIZE}, {"AUG_OP_SOLARIZE", AUG_OP_SOLARIZE},
+    {"AUG_OP_SOLARIZE_ADD", AUG_OP_SOLARIZE_ADD}, {"AUG_OP_AUTOCONTRAST", AUG_OP_AUTOCONTRAST},
+    {"AUG_OP_EQUALIZE", AUG_OP_EQUALIZE}, {"AUG_OP_INVERT", AUG_OP_INVERT},
+    {"AUG_NEAREST", AUG_NEAREST}, {"AUG_BILINEAR", AUG_BILINEAR}, {"AUG_BICUBIC", AUG_BICUBIC},
+    {"AUG_MAX_OPS", AUG_MAX_OPS}, {"AUG_MAX_ARG", AUG_MAX_ARG},
 };
 
 static int add_constants(PyObject *m) {

@@ -19,5 +19,7 @@ PyObject *py_finish(PyObject *self, PyObject *args);
 PyObject *py_frame(PyObject *self, PyObject *args);
 /* The loader's per-sample call (imgprep/csrc/sample_py.c). */
 PyObject *py_sample(PyObject *self, PyObject *args);
+/* The per-sample augmentation ops (imgprep/csrc/augment_py.c). */
+PyObject *py_augment(PyObject *self, PyObject *args);
 
 #endif

@@ -1,0 +1,206 @@
+/* The colour and histogram ops (aug_impl.h), each Pillow 13.0.0's arithmetic on an RGB image:
+ *
+ * - lookup tables as PIL/ImageOps.py builds them, applied as Image.point applies a table
+ *   (each entry Python-rounded, then clipped to 0..255: _imaging.c's CLIP8);
+ * - ImageEnhance's blends (libImaging/Blend.c): in float, ``in1 + alpha * (in2 - in1)``,
+ *   clipped and truncated; the degenerate images: black (Brightness), the grayscale image
+ *   converted back (Color; libImaging/Convert.c's rgb2l), the grayscale mean (Contrast), and
+ *   ImageFilter.SMOOTH (Sharpness; libImaging/Filter.c's 3x3 float kernel, whose edge rows
+ *   and columns are the source's own).
+ *
+ * Compiled with -ffp-contract=off (setup.py): no fused multiply-add, so every float is the
+ * one Pillow's x86-64 build computes. */
+#include "aug_impl.h"
+
+#include <math.h>
+#include <string.h>
+
+/* libImaging/Convert.c's L24: ITU-R 601-2 luma in 16-bit fixed point. */
+static inline int luma(int r, int g, int b) {
+    return (r * 19595 + g * 38470 + b * 7471 + 0x8000) >> 16;
+}
+
+void aug_lut_posterize(uint8_t t[256], int bits) {
+    int mask = ~((1 << (8 - bits)) - 1);  /* bits 0: every value 0 */
+    for (int i = 0; i < 256; i++) t[i] = (uint8_t)(i & mask);
+}
+
+void aug_lut_solarize(uint8_t t[256], double threshold) {
+    for (int i = 0; i < 256; i++) t[i] = (uint8_t)((double)i < threshold ? i : 255 - i);
+}
+
+/* timm's ``min(255, i + add)`` below the threshold, through Image.point: round() (half to
+ * even: rint in the default rounding mode), then clipped to 0..255. */
+void aug_lut_solarize_add(uint8_t t[256], double add, double threshold) {
+    for (int i = 0; i < 256; i++) {
+        if (!((double)i < threshold)) {
+            t[i] = (uint8_t)i;
+            continue;
+        }
+        double v = rint(fmin(255.0, (double)i + add));
+        t[i] = (uint8_t)(v <= 0.0 ? 0 : v >= 255.0 ? 255 : (int)v);
+    }
+}
+
+void aug_lut_invert(uint8_t t[256]) {
+    for (int i = 0; i < 256; i++) t[i] = (uint8_t)(255 - i);
+}
+
+void aug_lut_blend(uint8_t t[256], int degenerate, float alpha) {
+    for (int i = 0; i < 256; i++) t[i] = blend8(degenerate, i, alpha);
+}
+
+/* ImageOps.autocontrast, cutoff 0: the lowest and highest levels present stretched to 0 and
+ * 255, ``int(ix * scale + offset)`` clipped; one level or none present: unchanged. */
+void aug_lut_autocontrast(uint8_t t[256], const uint64_t hist[256]) {
+    int lo = 0, hi = 255;
+    while (lo < 255 && hist[lo] == 0) lo++;
+    while (hi > 0 && hist[hi] == 0) hi--;
+    if (hi <= lo) {
+        for (int i = 0; i < 256; i++) t[i] = (uint8_t)i;
+        return;
+    }
+    double scale = 255.0 / (double)(hi - lo);
+    double offset = -(double)lo * scale;
+    for (int i = 0; i < 256; i++) {
+        double v = (double)i * scale + offset;  /* Python's int(): towards zero */
+        int ix = (int)v;
+        t[i] = (uint8_t)(ix < 0 ? 0 : ix > 255 ? 255 : ix);
+    }
+}
+
+/* ImageOps.equalize: step = (pixels - the count of the highest level present) // 255; with
+ * two levels present or more and step > 0, level i maps to (step // 2 + the pixels below i)
+ * // step, clipped to 255 as Image.point clips; else unchanged. */
+void aug_lut_equalize(uint8_t t[256], const uint64_t hist[256]) {
+    uint64_t total = 0, last = 0;
+    int present = 0;
+    for (int i = 0; i < 256; i++) {
+        if (hist[i] == 0) continue;
+        total += hist[i];
+        last = hist[i];
+        present++;
+    }
+    uint64_t step = present > 1 ? (total - last) / 255 : 0;
+    if (step == 0) {
+        for (int i = 0; i < 256; i++) t[i] = (uint8_t)i;
+        return;
+    }
+    uint64_t n = step / 2;
+    for (int i = 0; i < 256; i++) {
+        uint64_t v = n / step;
+        t[i] = (uint8_t)(v > 255 ? 255 : v);
+        n += hist[i];
+    }
+}
+
+void aug_histogram(const Planes *im, const Lut lut, uint64_t hist[3][256]) {
+    uint64_t raw[3][256];
+    memset(raw, 0, sizeof raw);
+    for (int c = 0; c < 3; c++) {
+        for (int y = 0; y < im->h; y++) {
+            const uint8_t *p = im->ch[c] + y * im->row;
+            for (int x = 0; x < im->w; x++) raw[c][p[x * im->px]]++;
+        }
+    }
+    memset(hist, 0, sizeof(uint64_t) * 3 * 256);
+    for (int c = 0; c < 3; c++)
+        for (int v = 0; v < 256; v++) hist[c][lut[c][v]] += raw[c][v];
+}
+
+/* ImageStat's mean is sum / count, a correctly rounded division (both exact in a double
+ * here), and ImageEnhance.Contrast takes int(mean + 0.5). */
+int aug_gray_mean(const Planes *im, const Lut lut) {
+    uint64_t sum = 0;
+    for (int y = 0; y < im->h; y++) {
+        const uint8_t *r = im->ch[0] + y * im->row, *g = im->ch[1] + y * im->row,
+                      *b = im->ch[2] + y * im->row;
+        uint32_t row = 0;  /* at most 255 x 65500: no overflow */
+        for (int x = 0; x < im->w; x++) {
+            ptrdiff_t i = x * im->px;
+            row += (uint32_t)luma(lut[0][r[i]], lut[1][g[i]], lut[2][b[i]]);
+        }
+        sum += row;
+    }
+    double mean = (double)sum / ((double)im->w * (double)im->h);
+    return (int)(mean + 0.5);
+}
+
+void aug_apply_lut(const Planes *dst, const Planes *src, const Lut lut) {
+    for (int c = 0; c < 3; c++) {
+        const uint8_t *t = lut[c];
+        for (int y = 0; y < src->h; y++) {
+            const uint8_t *s = src->ch[c] + y * src->row;
+            uint8_t *d = dst->ch[c] + y * dst->row;
+            if (src->px == 1 && dst->px == 1) {
+                for (int x = 0; x < src->w; x++) d[x] = t[s[x]];
+            } else {
+                for (int x = 0; x < src->w; x++) d[x * dst->px] = t[s[x * src->px]];
+            }
+        }
+    }
+}
+
+/* One row of Color with ``px`` bytes between pixels (a constant at each call: the compiler
+ * makes a loop for each layout). */
+static inline __attribute__((always_inline)) void
+color_row(uint8_t *r, uint8_t *g, uint8_t *b, int w, ptrdiff_t px, float alpha) {
+    for (int x = 0; x < w; x++) {
+        ptrdiff_t i = x * px;
+        int l = luma(r[i], g[i], b[i]);
+        r[i] = blend8(l, r[i], alpha);
+        g[i] = blend8(l, g[i], alpha);
+        b[i] = blend8(l, b[i], alpha);
+    }
+}
+
+void aug_color(const Planes *im, float alpha) {
+    for (int y = 0; y < im->h; y++) {
+        uint8_t *r = im->ch[0] + y * im->row, *g = im->ch[1] + y * im->row,
+                *b = im->ch[2] + y * im->row;
+        if (im->px == 1)
+            color_row(r, g, b, im->w, 1, alpha);
+        else
+            color_row(r, g, b, im->w, 3, alpha);
+    }
+}
+
+/* ImageFilter.SMOOTH's value at ``mid`` (the rows above and below beside it): the kernel's
+ * rows summed in Pillow's order (the row below first) onto 0.5, then clipped and truncated. */
+static inline __attribute__((always_inline)) uint8_t
+smooth(const uint8_t *above, const uint8_t *mid, const uint8_t *below, ptrdiff_t px) {
+    const float k1 = 1.0f / 13.0f, k5 = 5.0f / 13.0f;
+    float ss = 0.5f;
+    ss += ((float)below[-px] * k1 + (float)below[0] * k1) + (float)below[px] * k1;
+    ss += ((float)mid[-px] * k1 + (float)mid[0] * k5) + (float)mid[px] * k1;
+    ss += ((float)above[-px] * k1 + (float)above[0] * k1) + (float)above[px] * k1;
+    ss = ss < 0.0f ? 0.0f : ss;
+    ss = ss > 255.0f ? 255.0f : ss;
+    return (uint8_t)ss;
+}
+
+static inline __attribute__((always_inline)) void
+sharpen_row(uint8_t *out, const uint8_t *src, ptrdiff_t row, int w, ptrdiff_t px, float alpha) {
+    out[0] = src[0];
+    for (int x = 1; x < w - 1; x++) {
+        const uint8_t *s = src + x * px;
+        out[x * px] = blend8(smooth(s - row, s, s + row, px), s[0], alpha);
+    }
+    out[(w - 1) * px] = src[(w - 1) * px];
+}
+
+void aug_sharpness(const Planes *im, const Planes *src, float alpha) {
+    for (int c = 0; c < 3; c++) {
+        for (int y = 0; y < im->h; y++) {
+            uint8_t *out = im->ch[c] + y * im->row;
+            const uint8_t *s = src->ch[c] + y * src->row;
+            if (y == 0 || y == im->h - 1 || im->w < 3 || im->h < 3) {
+                for (int x = 0; x < im->w; x++) out[x * im->px] = s[x * src->px];
+            } else if (im->px == 1) {
+                sharpen_row(out, s, src->row, im->w, 1, alpha);
+            } else {
+                sharpen_row(out, s, src->row, im->w, 3, alpha);
+            }
+        }
+    }
+}

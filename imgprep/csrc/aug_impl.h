@@ -1,0 +1,69 @@
+/* What the augmentation's files share (imgprep/csrc/augment.h is the interface): a view of an
+ * image's three channels that serves both layouts, and the ops' kernels, colour
+ * (aug_colour.c) and geometry (aug_geometry.c). */
+#ifndef IMGPREP_AUG_IMPL_H
+#define IMGPREP_AUG_IMPL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* An image's channels: channel c's pixel (x, y) is ch[c][y * row + x * px]. Planar: three
+ * planes, px 1; rows of pixels: px 3. */
+typedef struct {
+    uint8_t *ch[3];
+    ptrdiff_t px, row;
+    int w, h;
+} Planes;
+
+static inline Planes planes_of(uint8_t *base, int w, int h, int planar) {
+    size_t plane = (size_t)w * (size_t)h;
+    Planes p = {
+        .ch = {base, planar ? base + plane : base + 1, planar ? base + 2 * plane : base + 2},
+        .px = planar ? 1 : 3, .row = planar ? w : (ptrdiff_t)w * 3, .w = w, .h = h,
+    };
+    return p;
+}
+
+/* A lookup table for each channel. */
+typedef uint8_t Lut[3][256];
+
+/* Pillow's float blend of two 8-bit values (libImaging/Blend.c: in1 + alpha * (in2 - in1) in
+ * float, then clipped and truncated), where ``a`` is the degenerate image's value. */
+static inline uint8_t blend8(int a, int b, float alpha) {
+    float t = (float)a + alpha * (float)(b - a);
+    return t <= 0.0f ? 0 : t >= 255.0f ? 255 : (uint8_t)t;
+}
+
+/* --- aug_colour.c: lookup tables and the per-pixel colour ops --- */
+
+/* ImageOps.posterize (bits 0..8), solarize, ImageOps.invert, timm's solarize_add */
+void aug_lut_posterize(uint8_t t[256], int bits);
+void aug_lut_solarize(uint8_t t[256], double threshold);
+void aug_lut_solarize_add(uint8_t t[256], double add, double threshold);
+void aug_lut_invert(uint8_t t[256]);
+/* Blending every value against the constant ``degenerate`` (Brightness: 0; Contrast: the
+ * grayscale mean) by ``alpha``. */
+void aug_lut_blend(uint8_t t[256], int degenerate, float alpha);
+/* ImageOps.autocontrast (no cutoff) and ImageOps.equalize of one channel's histogram. */
+void aug_lut_autocontrast(uint8_t t[256], const uint64_t hist[256]);
+void aug_lut_equalize(uint8_t t[256], const uint64_t hist[256]);
+
+/* Each channel's histogram of ``im`` as ``lut`` maps it. */
+void aug_histogram(const Planes *im, const Lut lut, uint64_t hist[3][256]);
+/* ImageEnhance.Contrast's degenerate value: the mean of the grayscale ("L") image of ``im``
+ * as ``lut`` maps it, rounded as Pillow rounds it. */
+int aug_gray_mean(const Planes *im, const Lut lut);
+/* ``dst`` = ``lut`` of ``src`` (the same layout and size; they may be the same image). */
+void aug_apply_lut(const Planes *dst, const Planes *src, const Lut lut);
+/* ImageEnhance.Color: each pixel blended with its grayscale value, in place. */
+void aug_color(const Planes *im, float alpha);
+/* ImageEnhance.Sharpness: ``im`` = ``src`` blended with ImageFilter.SMOOTH of ``src``. */
+void aug_sharpness(const Planes *im, const Planes *src, float alpha);
+
+/* --- aug_geometry.c: Image.transform(size, AFFINE, a, resample, fillcolor=fill) --- */
+
+/* ``out`` (the same size as ``src``) from ``src``; ``xtab``: ``out->w`` ints of scratch. */
+void aug_affine(const Planes *out, const Planes *src, const double a[6], int resample,
+                const int fill[3], int32_t *xtab);
+
+#endif

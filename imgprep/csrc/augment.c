@@ -1,0 +1,186 @@
+/* The augmentation's entry (augment.h): checks, then the ops in order. Ops that are a lookup
+ * table of the current pixels (posterize, solarize, solarize_add, invert, brightness, and
+ * contrast, autocontrast and equalize once their statistics are known) are composed into one
+ * pending table per channel, so a run of them costs one pass over the image (the statistics
+ * are taken through the pending table); the other ops first apply it, fused into the copy of
+ * the source that affine and sharpness read (colour applies it in place). */
+#include "augment.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "aug_impl.h"
+#include "bounds.h"
+#include "scratch.h"
+
+static _Thread_local Scratch aug_mem;  /* the source copy, then the row table */
+
+static const signed char ARITY[AUG_OP_KINDS] = {
+    [AUG_OP_IDENTITY] = 0, [AUG_OP_AFFINE] = 6, [AUG_OP_BRIGHTNESS] = 1,
+    [AUG_OP_COLOR] = 1, [AUG_OP_CONTRAST] = 1, [AUG_OP_SHARPNESS] = 1,
+    [AUG_OP_POSTERIZE] = 1, [AUG_OP_SOLARIZE] = 1, [AUG_OP_SOLARIZE_ADD] = 2,
+    [AUG_OP_AUTOCONTRAST] = 0, [AUG_OP_EQUALIZE] = 0, [AUG_OP_INVERT] = 0,
+};
+
+__attribute__((format(printf, 3, 4)))
+static int invalid(char *msg, size_t len, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, len, fmt, ap);
+    va_end(ap);
+    return AUG_INVALID;
+}
+
+static int check_op(const AugOp *op, size_t i, char *msg, size_t len) {
+    if (op->kind < 0 || op->kind >= AUG_OP_KINDS)
+        return invalid(msg, len, "op %zu: no op kind %d (0..%d)", i, op->kind, AUG_OP_KINDS - 1);
+    if (op->nargs != ARITY[op->kind])
+        return invalid(msg, len, "op %zu (kind %d) takes %d arguments, not %d", i, op->kind,
+                       ARITY[op->kind], op->nargs);
+    for (int k = 0; k < op->nargs; k++)
+        if (!isfinite(op->args[k]) || fabs(op->args[k]) > AUG_MAX_ARG)
+            return invalid(msg, len, "op %zu (kind %d): argument %d is %g; each must be finite "
+                           "and at most %d in size", i, op->kind, k, op->args[k], AUG_MAX_ARG);
+    double bits = op->nargs ? op->args[0] : 0;
+    if (op->kind == AUG_OP_POSTERIZE && (bits != floor(bits) || bits < 0 || bits > 8))
+        return invalid(msg, len, "op %zu: posterize keeps 0..8 bits, not %g", i, bits);
+    if (op->kind != AUG_OP_AFFINE) return AUG_OK;
+    if (op->resample != AUG_NEAREST && op->resample != AUG_BILINEAR &&
+        op->resample != AUG_BICUBIC)
+        return invalid(msg, len, "op %zu: affine resamples with filter %d, %d or %d (nearest, "
+                       "bilinear, bicubic), not %d", i, AUG_NEAREST, AUG_BILINEAR, AUG_BICUBIC,
+                       op->resample);
+    for (int c = 0; c < 3; c++)
+        if (op->fill[c] < 0 || op->fill[c] > 255)
+            return invalid(msg, len, "op %zu: affine's fill must be three values in 0..255, "
+                           "not (%d, %d, %d)", i, op->fill[0], op->fill[1], op->fill[2]);
+    return AUG_OK;
+}
+
+static int check(const AugImage *im, const AugOp *ops, size_t n, char *msg, size_t len) {
+    if (im->width < 1 || im->height < 1 || im->width > MAX_SIDE || im->height > MAX_SIDE)
+        return invalid(msg, len, "the image's size %lldx%lld is outside 1..%d",
+                       (long long)im->width, (long long)im->height, MAX_SIDE);
+    size_t need = (size_t)im->width * (size_t)im->height * 3;  /* < 2^34: no overflow */
+    if (im->len != need)
+        return invalid(msg, len, "the image holds %zu bytes; %lldx%lld RGB needs %zu", im->len,
+                       (long long)im->width, (long long)im->height, need);
+    if (n > AUG_MAX_OPS)
+        return invalid(msg, len, "%zu ops in one call; at most %d", n, AUG_MAX_OPS);
+    for (size_t i = 0; i < n; i++)
+        if (check_op(&ops[i], i, msg, len) != AUG_OK) return AUG_INVALID;
+    return AUG_OK;
+}
+
+/* The lookup tables not yet applied to the pixels, per channel. */
+typedef struct {
+    Lut t;
+    int identity;
+} Pending;
+
+static void pending_reset(Pending *p) {
+    for (int c = 0; c < 3; c++)
+        for (int i = 0; i < 256; i++) p->t[c][i] = (uint8_t)i;
+    p->identity = 1;
+}
+
+/* ``next`` after what is pending. */
+static void pending_then(Pending *p, const Lut next) {
+    for (int c = 0; c < 3; c++)
+        for (int i = 0; i < 256; i++) p->t[c][i] = next[c][p->t[c][i]];
+    p->identity = 0;
+}
+
+static void pending_then1(Pending *p, const uint8_t next[256]) {
+    Lut all;
+    for (int c = 0; c < 3; c++) memcpy(all[c], next, 256);
+    pending_then(p, all);
+}
+
+/* ``src`` = the pixels with what is pending applied; nothing pending after. */
+static void take_copy(const Planes *img, const Planes *src, uint8_t *copy, size_t len,
+                      Pending *p) {
+    if (p->identity)
+        memcpy(copy, img->ch[0], len);  /* either layout starts at channel 0's first byte */
+    else
+        aug_apply_lut(src, img, p->t);
+    pending_reset(p);
+}
+
+typedef struct {
+    Planes img, src;      /* the image; the copy of its source (affine, sharpness) */
+    uint8_t *copy;
+    size_t len;
+    int32_t *xtab;        /* a row's table (the nearest scale path) */
+    Pending pending;
+} Run;
+
+static void step(Run *r, const AugOp *op) {
+    uint8_t t[256];
+    Lut lut;
+    uint64_t hist[3][256];
+    float factor = op->nargs ? (float)op->args[0] : 0.0f;  /* Pillow's blend takes a float */
+    switch (op->kind) {
+    case AUG_OP_POSTERIZE: aug_lut_posterize(t, (int)op->args[0]); break;
+    case AUG_OP_SOLARIZE: aug_lut_solarize(t, op->args[0]); break;
+    case AUG_OP_SOLARIZE_ADD: aug_lut_solarize_add(t, op->args[0], op->args[1]); break;
+    case AUG_OP_INVERT: aug_lut_invert(t); break;
+    case AUG_OP_BRIGHTNESS: aug_lut_blend(t, 0, factor); break;
+    case AUG_OP_CONTRAST: aug_lut_blend(t, aug_gray_mean(&r->img, r->pending.t), factor); break;
+    case AUG_OP_AUTOCONTRAST:
+    case AUG_OP_EQUALIZE:
+        aug_histogram(&r->img, r->pending.t, hist);
+        for (int c = 0; c < 3; c++) {
+            if (op->kind == AUG_OP_EQUALIZE)
+                aug_lut_equalize(lut[c], hist[c]);
+            else
+                aug_lut_autocontrast(lut[c], hist[c]);
+        }
+        pending_then(&r->pending, lut);
+        return;
+    case AUG_OP_COLOR:
+        if (!r->pending.identity) aug_apply_lut(&r->img, &r->img, r->pending.t);
+        pending_reset(&r->pending);
+        aug_color(&r->img, factor);
+        return;
+    case AUG_OP_SHARPNESS:
+        take_copy(&r->img, &r->src, r->copy, r->len, &r->pending);
+        aug_sharpness(&r->img, &r->src, factor);
+        return;
+    case AUG_OP_AFFINE:
+        take_copy(&r->img, &r->src, r->copy, r->len, &r->pending);
+        aug_affine(&r->img, &r->src, op->args, op->resample, op->fill, r->xtab);
+        return;
+    default:  /* identity */
+        return;
+    }
+    pending_then1(&r->pending, t);
+}
+
+int aug_run(const AugImage *im, const AugOp *ops, size_t n, char *msg, size_t msg_len) {
+    if (check(im, ops, n, msg, msg_len) != AUG_OK) return AUG_INVALID;
+    int w = (int)im->width, h = (int)im->height;
+    Run r = {.img = planes_of(im->pixels, w, h, im->planar), .len = im->len};
+    int copies = 0;
+    for (size_t i = 0; i < n; i++)
+        copies |= ops[i].kind == AUG_OP_AFFINE || ops[i].kind == AUG_OP_SHARPNESS;
+    if (copies) {  /* had before any byte changes */
+        size_t at = (im->len + 15) & ~(size_t)15;
+        uint8_t *mem = scratch_reserve(&aug_mem, at + sizeof(int32_t) * (size_t)w);
+        if (mem == NULL) {
+            snprintf(msg, msg_len, "no memory for a %dx%d image's copy", w, h);
+            return AUG_ENOMEM;
+        }
+        r.copy = mem;
+        r.src = planes_of(mem, w, h, im->planar);
+        r.xtab = (int32_t *)(void *)(mem + at);
+    }
+    pending_reset(&r.pending);
+    for (size_t i = 0; i < n; i++) step(&r, &ops[i]);
+    if (!r.pending.identity) aug_apply_lut(&r.img, &r.img, r.pending.t);
+    return AUG_OK;
+}
+
+void aug_trim(void) { scratch_trim(&aug_mem, SCRATCH_KEEP); }
