@@ -20,7 +20,8 @@
   (``loaders.schedule``) it records the schedule (``size_schedule``, its one spelling); a
   state of another schedule, or of none, is refused: the rest of its epoch would be made
   at other sizes than the run that wrote it made. And, with the pillow backend, the pixel
-  version (``PIXELS_KEY``: who decodes and resamples, ``loaders.decode.pixel_version``): a
+  version (``PIXELS_KEY``: who decodes and resamples, and with an augmentation policy the
+  version of its draws and ops, ``loaders.decode.pixel_version``): a
   pillow-backend state of other pixels is refused, naming both, since the batches after the
   resume would not be the ones the run had made. A state without one (another backend's,
   whose augmentation is its own, or one written before pixel versions were recorded)
@@ -40,7 +41,7 @@ import torch
 from imgprep import ImgprepError, WorldError
 from loaders.backends import Backend, Source, backend_class
 from loaders.config import Config, PlannedEpoch
-from loaders.decode import pixel_version
+from loaders.decode import augments, pixel_version
 from loaders.epochs import EpochPlan, as_samples, pool_starts
 from loaders.errors import LoaderError
 from loaders.order import ORDER_KEY
@@ -146,7 +147,9 @@ class PlannedLoader:
         """The pixel version of this loader's batches (``PIXELS_KEY``), or None for a GPU
         backend."""
         o = self.options
-        return pixel_version(o.crop_decode) if o.backend == "pillow" else None
+        if o.backend != "pillow":
+            return None
+        return pixel_version(o.crop_decode, augments(o.transform))
 
     def _b_at(self, epoch: int, starts: tuple[int, ...]) -> int:
         """The index of the batch of this World's whole epoch that a plan from ``starts``
@@ -232,9 +235,10 @@ class PlannedLoader:
         raise LoaderError(
             f"rank {self.world.rank}: the checkpoint's batches have pixel version {theirs!r}, "
             f"this loader's are {mine!r} (loaders.decode: 'imgprep-1' is the extension's "
-            "decode and resampler, 'pillow' the installed Pillow's): resume with the "
-            "checkpoint's (crop_decode=False for 'pillow'; the extension built for "
-            "'imgprep-1'), or start a new epoch with set_epoch")
+            "decode and resampler, 'pillow' the installed Pillow's, '+augment-N' a version of "
+            "the augmentation draws and ops): resume with the checkpoint's (crop_decode=False "
+            "for 'pillow'; the extension built for 'imgprep-1'; the same augment, or none), "
+            "or start a new epoch with set_epoch")
 
     def _check_elastic(self, state: Mapping[str, Any]) -> None:
         mode = self.cfg.mode

@@ -31,6 +31,7 @@ import numpy as np
 import torch
 
 from imgprep import MODES, World, jpegcrop
+from imgprep.augment import AVAILABLE as AUGMENT_BUILT
 from loaders.batch import MEMORY_FORMATS
 from loaders.epochs import PAD, TAILS, EpochPlan, plan_epoch, pools
 from loaders.order import ORDER_VERSION, check_order_version
@@ -60,6 +61,21 @@ def _fixed_count(workers: object) -> int:
     return workers
 
 
+def _check_augment(t: Transform, backend: str) -> None:
+    """Refuse augmentation where it would not be carried out: another backend than pillow
+    (dali and nvjpeg draw and decode their own way), or no extension (its C ops)."""
+    if not isinstance(t, TrainTransform) or t.augment is None:
+        return
+    name = t.augment.name
+    if backend != "pillow":
+        raise ValueError(f"backend={backend!r} does not carry out augmentation policies "
+                         f"(transform.augment {name!r}); the pillow backend does: load with "
+                         "backend='pillow', or without augment")
+    if not AUGMENT_BUILT:
+        raise ValueError(f"transform.augment {name!r} runs in imgprep's C extension, which is "
+                         f"{jpegcrop.status()}")
+
+
 @dataclass(frozen=True, kw_only=True)
 class LoaderOptions:
     """How a loader runs, whatever its source: the record ``make_loader``, ``ShardLoader``
@@ -71,8 +87,10 @@ class LoaderOptions:
             0 decodes in the calling process; ``"auto"``: the cores this rank may use less
             one (``worker_count``).
         seed: the epoch orders' and augmentations' seed.
-        transform: a ``TrainTransform`` or ``ValTransform`` (size, crop, flip); with a
-            ``size_schedule`` it is held at the schedule's first size.
+        transform: a ``TrainTransform`` or ``ValTransform`` (size, crop, flip; a train
+            transform's ``augment`` policy, ``loaders.augment``, which only the pillow backend
+            carries out, with imgprep's extension built); with a ``size_schedule`` it is held
+            at the schedule's first size.
         tail: how an epoch ends: ``"drop"`` (full batches only), ``"short"`` (every sample
             once, short last batches), ``"pad"`` (every sample once; padding slots: label
             ``PAD_LABEL``, zero pixels) or ``"uneven"`` (every sample once, counts differ
@@ -152,6 +170,7 @@ class LoaderOptions:
         check_repeats(self.repeats)
         if self.transform is not None:
             check_transform(self.transform)
+            _check_augment(self.transform, self.backend)
         if self.prefetch_factor < 1:
             raise ValueError(f"prefetch_factor must be >= 1, not {self.prefetch_factor}")
         if self.device not in DEVICES:

@@ -19,10 +19,14 @@ installed Pillow's (pillow-simd's are the resampler's, byte for byte; stock Pill
 by a unit or two, docs/resampling.md).
 
 The transform's geometry is drawn once, from the header's size, in Python, so the sample
-order, boxes and flips are the same on every path. A header that declares more pixels than
-Pillow's decompression-bomb check allows is a ``SampleError`` (the loader's ``on_error``
-policy) before any frame is made, in the words of the Pillow path's refusal
-(``jpegcrop.check_pixels``). Every image is held to the per-image budget (``imgprep.budget``:
+order, boxes, flips and augmentation ops are the same on every path. A training transform's
+augmentation ops (``TrainTransform.augment``, ``loaders.augment``) are carried out on the
+written row after the resample and flip by one C call (``imgprep.augment.apply``, through
+``loaders.transforms.augmented``) on every path: the crop-aware and whole decodes, the
+Pillow-decoded fallback, and the Pillow path; the pixel version says so (``pixel_version``:
+``"+augment-1"``). A header that declares more pixels than Pillow's decompression-bomb check
+allows is a ``SampleError`` (the loader's ``on_error`` policy) before any frame is made, in
+the words of the Pillow path's refusal (``jpegcrop.check_pixels``). Every image is held to the per-image budget (``imgprep.budget``:
 inside the extension, or by ``imgprep.imagefile`` before Pillow decodes it), opened by
 convert's list of formats, and judged by convert's damage rule (``jpegcrop.Scan.damage``, on
 what a whole decode read to the end; docs/loaders.md says where a region decode reads less).
@@ -34,17 +38,21 @@ import numpy as np
 from PIL import Image
 
 from imgprep import jpegcrop, resample
+from loaders.augment import AUGMENT_VERSION
 from loaders.transforms import (
     Geometry,
     SampleError,
+    TrainTransform,
     Transform,
     apply,
+    augmented,
     bomb,
     decoding,
     pillow_decode,
 )
 
-# The pixel versions a loader's state records (``loaders.base``): who decodes and resamples.
+# The pixel versions a loader's state records (``loaders.base``): who decodes and resamples,
+# and, for a transform that augments, the version of its draws and ops (AUGMENT_VERSION).
 PIXELS_IMGPREP = "imgprep-1"  # the extension's libjpeg-turbo and resampler
 PIXELS_PILLOW = "pillow"  # the installed Pillow's decode and resize
 
@@ -59,9 +67,17 @@ def uses_extension(fast: bool | None) -> bool:
     return built if fast is None else bool(fast)
 
 
-def pixel_version(fast: bool | None) -> str:
-    """The pixel version of a decoder made with ``fast`` (``crop_decode``)."""
-    return PIXELS_IMGPREP if uses_extension(fast) else PIXELS_PILLOW
+def augments(t: Transform) -> bool:
+    """Whether ``t`` carries augmentation ops out (a ``TrainTransform`` with a policy)."""
+    return isinstance(t, TrainTransform) and t.augment is not None
+
+
+def pixel_version(fast: bool | None, augment: bool = False) -> str:
+    """The pixel version of a decoder made with ``fast`` (``crop_decode``), of a transform
+    that augments (``augment``) or not: ``"imgprep-1"``, ``"pillow"``, or either
+    ``"+augment-1"``."""
+    pixels = PIXELS_IMGPREP if uses_extension(fast) else PIXELS_PILLOW
+    return f"{pixels}+{AUGMENT_VERSION}" if augment else pixels
 
 
 class SampleDecoder:
@@ -80,29 +96,34 @@ class SampleDecoder:
                  fast: bool | None = None) -> None:
         self.transform, self.planar = transform, not channels_last
         self.extension = uses_extension(fast)
-        self.pixels = PIXELS_IMGPREP if self.extension else PIXELS_PILLOW
+        self.pixels = pixel_version(fast, augments(transform))
         self.fast_count = self.whole_count = self.pillow_count = 0
 
     def __call__(self, data: bytes, rng: np.random.Generator, out: np.ndarray,
                  where: str = "sample") -> None:
-        """Write ``data`` transformed into ``out``; ``SampleError`` when it cannot be decoded
-        (the message names ``where``)."""
-        if not self.extension:
+        """Write ``data`` transformed (and augmented) into ``out``; ``SampleError`` when it
+        cannot be decoded (the message names ``where``)."""
+        if not self.extension:  # the Pillow path augments the row it wrote
             apply(data, self.transform, rng, out, where, planar=self.planar)
             self.pillow_count += 1
             return
+        augmented(out, self._decode(data, rng, out, where), self.planar)
+
+    def _decode(self, data: bytes, rng: np.random.Generator, out: np.ndarray,
+                where: str) -> Geometry:
+        """Write ``data`` resampled (and mirrored) into ``out`` with the extension; the
+        geometry drawn for it."""
         p = jpegcrop.probe(data)
-        if p.width > 0:  # libjpeg read the header
-            try:
-                jpegcrop.check_pixels(p.width, p.height)
-            except Image.DecompressionBombError as e:
-                raise bomb(where, e) from e
-            g = self.transform.geometry(p.width, p.height, rng)
-            if self._jpeg(data, p, g, out, where):
-                return
-            self._pillow(data, rng, out, where, g)
-        else:
-            self._pillow(data, rng, out, where, None)
+        if p.width <= 0:  # libjpeg could not read the header: Pillow's format
+            return self._pillow(data, rng, out, where, None)
+        try:
+            jpegcrop.check_pixels(p.width, p.height)
+        except Image.DecompressionBombError as e:
+            raise bomb(where, e) from e
+        g = self.transform.geometry(p.width, p.height, rng)
+        if self._jpeg(data, p, g, out, where):
+            return g
+        return self._pillow(data, rng, out, where, g)
 
     def _jpeg(self, data: bytes, p: jpegcrop.Probe, g: Geometry, out: np.ndarray,
               where: str) -> bool:
@@ -127,8 +148,9 @@ class SampleDecoder:
         return True
 
     def _pillow(self, data: bytes, rng: np.random.Generator, out: np.ndarray, where: str,
-                g: Geometry | None) -> None:
-        """Decode with Pillow (what libjpeg-turbo cannot), resample with the extension."""
+                g: Geometry | None) -> Geometry:
+        """Decode with Pillow (what libjpeg-turbo cannot), resample with the extension; the
+        geometry (drawn here when ``g`` is None)."""
         img, g, box = pillow_decode(data, self.transform, rng, where, g)
         with decoding(img, where):
             pixels = np.asarray(img)
@@ -141,7 +163,8 @@ class SampleDecoder:
                         window=(left, top, right - left, bottom - top), flip=g.flip,
                         planar=self.planar)
         self.pillow_count += 1
+        return g
 
 
-__all__ = ["PIXELS_IMGPREP", "PIXELS_PILLOW", "SampleDecoder", "SampleError", "pixel_version",
-           "uses_extension"]
+__all__ = ["PIXELS_IMGPREP", "PIXELS_PILLOW", "SampleDecoder", "SampleError", "augments",
+           "pixel_version", "uses_extension"]

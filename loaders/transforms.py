@@ -9,7 +9,10 @@ crop-aware path (``loaders.decode``) both carry a geometry out, so their pixels 
 
 Train: random-resized-crop (torchvision's sampling: scale 0.08–1 of the area, aspect ratio
 3/4–4/3, ten tries then a center fallback) done as JPEG draft + one ``resize(box=…)`` of the
-crop, so no full-size intermediate is ever made, then a horizontal flip by index reversal.
+crop, so no full-size intermediate is ever made, then a horizontal flip by index reversal,
+then, with an augmentation policy (``TrainTransform(augment=...)``, ``loaders.augment``), its
+ops, drawn after the box and the flip from the same generator and carried out on the batch
+row by ``imgprep.augment`` (``augmented``), the same C call on every path.
 Val: the short side to ``resize`` (a no-op for 256 px shards), then the center ``size`` crop.
 Pixels stay uint8 CHW; normalisation happens on the device (``loaders.device``).
 """
@@ -25,6 +28,9 @@ import numpy as np
 from PIL import Image
 
 from imgprep import ImgprepError, imagefile
+from imgprep.augment import Op
+from imgprep.augment import apply as apply_ops
+from loaders.augment import Policy, check_policy
 
 _BILINEAR = Image.Resampling.BILINEAR
 _FLIP = Image.Transpose.FLIP_LEFT_RIGHT
@@ -43,40 +49,46 @@ class Geometry:
     drafted so that its whole would be at least ``draft``; None: full size), resample
     ``box`` (the source's pixels; None: the whole image) to ``resize`` (None: nothing is
     resampled), keep the ``crop`` of the result (left, top, right, bottom), mirror it if
-    ``flip``."""
+    ``flip``, then carry out the ``augment`` ops in order (``imgprep.augment``)."""
 
     draft: tuple[int, int] | None
     resize: tuple[int, int] | None
     box: Box | None
     crop: tuple[int, int, int, int]
     flip: bool
+    augment: tuple[Op, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
 class TrainTransform:
-    """Random-resized-crop + horizontal flip (the ResNet-50 training recipe)."""
+    """Random-resized-crop + horizontal flip (the ResNet-50 training recipe), then, with
+    ``augment`` (a ``loaders.augment`` policy: ``policy("ta_wide")``...), its ops."""
 
     size: int = 224
     scale: tuple[float, float] = (0.08, 1.0)  # of the image's area
     ratio: tuple[float, float] = (3 / 4, 4 / 3)  # width / height
     flip: bool = True
+    augment: Policy | None = None
 
     def __post_init__(self) -> None:
         lo, hi = self.scale
         if self.size < 1 or not 0 < lo <= hi <= 1 or not 0 < self.ratio[0] <= self.ratio[1]:
             raise ValueError(f"{self}: size must be >= 1, 0 < scale[0] <= scale[1] <= 1 "
                              "and 0 < ratio[0] <= ratio[1]")
+        check_policy(self.augment)
 
     def geometry(self, w: int, h: int, rng: np.random.Generator) -> Geometry:
-        """A sample's random draws, always in this order: its crop box, then its flip; the
-        box is resampled to ``size`` x ``size`` from a JPEG drafted as far as it allows."""
+        """A sample's random draws, always in this order: its crop box, then its flip, then
+        (with ``augment``) its ops; the box is resampled to ``size`` x ``size`` from a JPEG
+        drafted as far as it allows. Without ``augment`` nothing more is drawn."""
         box = crop_box(w, h, self, rng)
         flip = self.flip and bool(rng.random() < 0.5)
+        ops = () if self.augment is None else self.augment.draw(self.size, rng)
         left, top, right, bottom = box
         draft = (math.ceil(w * self.size / (right - left)),
                  math.ceil(h * self.size / (bottom - top)))
         return Geometry(draft=draft, resize=(self.size, self.size), box=box,
-                        crop=(0, 0, self.size, self.size), flip=flip)
+                        crop=(0, 0, self.size, self.size), flip=flip, augment=ops)
 
     def at_size(self, size: int) -> TrainTransform:
         """The same transform making ``size`` x ``size`` images (a size schedule's epoch)."""
@@ -183,6 +195,13 @@ def into(img: Image.Image, out: np.ndarray, planar: bool) -> None:
         out[...] = np.frombuffer(img.tobytes(), np.uint8).reshape(out.shape)
 
 
+def augmented(out: np.ndarray, g: Geometry, planar: bool) -> None:
+    """Carry ``g``'s augmentation ops out on a written batch row (``imgprep.augment.apply``:
+    one C call, the same on every decode path); nothing without ops."""
+    if g.augment:
+        apply_ops(out, g.augment, planar=planar)
+
+
 def bomb(where: str, e: Image.DecompressionBombError) -> SampleError:
     """The error of a sample whose header declares more pixels than Pillow's bomb check
     allows (twice ``Image.MAX_IMAGE_PIXELS``), the same from either decode path."""
@@ -275,3 +294,4 @@ def apply(data: bytes, t: Transform, rng: np.random.Generator, out: np.ndarray,
         if g.flip:
             img = img.transpose(_FLIP)
         into(img, out, planar)
+    augmented(out, g, planar)
