@@ -142,7 +142,7 @@ def paired_ratio(num: Sequence[tuple[float, float]], den: Sequence[tuple[float, 
     return statistics.median(quiet or [a / b for (a, _), (b, _) in pairs])
 
 
-def timed_epoch(batches: Iterable[tuple[Any, Any]],
+def timed_epoch(batches: Iterable[tuple[Any, ...]],
                 problem: Callable[[Any], str | None]) -> dict[str, float]:
     """One epoch end to end, each batch ``(images, labels)`` with the batch size first:
     images/s, first-batch latency, and the rate after it. ``problem(images)`` looks at the

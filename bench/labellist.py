@@ -74,7 +74,7 @@ def tree_cpu_s() -> float:
     return total
 
 
-def timed(batches: Iterable[tuple[torch.Tensor, torch.Tensor]]) -> dict[str, float]:
+def timed(batches: Iterable[tuple[torch.Tensor, ...]]) -> dict[str, float]:
     """One epoch end to end: images/s, CPU ms per image, and other processes' cores."""
     cpu0, busy0, t0 = tree_cpu_s(), machine_busy_s(), time.perf_counter()
     n = 0
@@ -86,7 +86,7 @@ def timed(batches: Iterable[tuple[torch.Tensor, torch.Tensor]]) -> dict[str, flo
             "foreign_cores": max(0.0, machine_busy_s() - busy0 - cpu) / wall}
 
 
-def floor_epoch(lst: Path, batch: int, epoch: int) -> Iterable[tuple[torch.Tensor, torch.Tensor]]:
+def floor_epoch(lst: Path, batch: int, epoch: int) -> Iterable[tuple[torch.Tensor, ...]]:
     """The loader's per-image work in this process: read, decode, crop, flip, into a batch."""
     e = read_label_list(lst)
     plan = plan_epoch([len(e.paths)], World(), "replicate", 0, epoch, batch, 1, "drop")
@@ -99,8 +99,7 @@ def floor_epoch(lst: Path, batch: int, epoch: int) -> Iterable[tuple[torch.Tenso
         yield torch.from_numpy(out), torch.from_numpy(e.labels[chunk])
 
 
-def loader_epoch(loader: LabelListLoader, epoch: int) -> Iterable[tuple[torch.Tensor,
-                                                                          torch.Tensor]]:
+def loader_epoch(loader: LabelListLoader, epoch: int) -> Iterable[tuple[torch.Tensor, ...]]:
     loader.set_epoch(epoch)
     return loader
 

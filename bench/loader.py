@@ -156,7 +156,7 @@ BILINEAR = Image.Resampling.BILINEAR
 FLIP = Image.Transpose.FLIP_LEFT_RIGHT
 TRAIN = TrainTransform()
 
-Batch = tuple[torch.Tensor, torch.Tensor]
+Batch = tuple[torch.Tensor, ...]  # (images, labels), or with batch-level draws third
 
 
 # ---------------------------------------------------------------------------- data

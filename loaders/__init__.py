@@ -8,7 +8,9 @@ resumed at any batch; batches leave as uint8 NCHW (contiguous, or with channels_
 come from a *source* (a shard set or a label list); decoder *backends* make the same
 batches from them: ``pillow`` (the default), ``dali`` (NVIDIA DALI,
 ``pip install 'imgprep[dali]'``) and ``nvjpeg`` (torchvision's nvJPEG on the GPU); each
-imported only when asked for.
+imported only when asked for. Batch-level augmentation (random erasing, mixup, cutmix:
+``LoaderOptions.random_erase``, ``mixup``) is drawn with each batch and carried out by
+``DeviceLoader`` on the device (``loaders.mixing``).
 """
 
 from pathlib import Path
@@ -23,6 +25,7 @@ from loaders.epochs import PAD, job_summary, plan_epoch
 from loaders.errors import LoaderError, refuse_unlabelled
 from loaders.labellist import LabelListLoader, read_label_list
 from loaders.legacy import takes_loose_options
+from loaders.mixing import BatchDraws, Mixup, RandomErasing, draw_batch
 from loaders.order import ORDER_KEY, ORDER_VERSION
 from loaders.protocol import Loader
 from loaders.schedule import SizeSchedule
@@ -70,7 +73,8 @@ def make_loader(data: str | Path, split: str, world: World, options: LoaderOptio
 
 
 __all__ = ["BACKENDS", "GPU_BACKENDS", "ORDER_KEY", "ORDER_VERSION", "PAD", "PAD_LABEL",
-           "DeviceLoader", "LabelListLoader", "Loader", "LoaderError", "LoaderOptions",
-           "PlannedEpoch", "SampleDecoder", "ShardLoader", "SizeSchedule", "TrainTransform",
-           "Transform", "ValTransform", "job_summary", "make_loader", "normalize",
-           "plan_epoch", "read_label_list", "worker_count"]
+           "BatchDraws", "DeviceLoader", "LabelListLoader", "Loader", "LoaderError",
+           "LoaderOptions", "Mixup", "PlannedEpoch", "RandomErasing", "SampleDecoder",
+           "ShardLoader", "SizeSchedule", "TrainTransform", "Transform", "ValTransform",
+           "draw_batch", "job_summary", "make_loader", "normalize", "plan_epoch",
+           "read_label_list", "worker_count"]

@@ -46,7 +46,9 @@ BACKENDS = {"pillow": "loaders.pillow:PillowBackend", "dali": "loaders.dali:Dali
 GPU_BACKENDS = ("dali", "nvjpeg")  # the backends that decode on a GPU with device="gpu"
 EXTRAS = {"dali": ("nvidia.dali", "NVIDIA DALI", "imgprep[dali]")}  # what a backend needs
 
-Batch = tuple[torch.Tensor, torch.Tensor]  # uint8 NCHW-shaped images, int64 labels
+# uint8 NCHW-shaped images, int64 labels, and with random_erase or mixup set the batch's
+# packed draws (a uint8 tensor: loaders.mixing.BatchDraws)
+Batch = tuple[torch.Tensor, ...]
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,10 +36,9 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy as np
-import torch
 
 from imgprep import ImgprepError, WorldError
-from loaders.backends import Backend, Source, backend_class
+from loaders.backends import Backend, Batch, Source, backend_class
 from loaders.config import Config, PlannedEpoch
 from loaders.decode import augments, pixel_version
 from loaders.epochs import EpochPlan, as_samples, pool_starts
@@ -254,10 +253,10 @@ class PlannedLoader:
                 "next epoch (set_epoch) after restaging")
 
     # -- iteration
-    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    def __iter__(self) -> Iterator[Batch]:
         return self._batches(in_place=False)
 
-    def in_place(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    def in_place(self) -> Iterator[Batch]:
         """The next pass's batches as ``iter(loader)`` gives them, handed over without the
         copy out of the workers' shared memory: each batch's images are a view of the slot
         its worker decoded them into, valid only until the next batch is asked for from
@@ -282,7 +281,7 @@ class PlannedLoader:
         """Whether ``in_place`` batches are in page-locked memory (``lock_pages``)."""
         return self._decoder.page_locked
 
-    def _batches(self, in_place: bool) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    def _batches(self, in_place: bool) -> Iterator[Batch]:
         plan, skip = self.plan(), self._skip
         self._yielded = 0
         try:

@@ -4,7 +4,9 @@ Rows are decoded 3 x size x size (planes) or, for ``memory_format="channels_last
 size x 3; either way the batch is handed over NCHW-shaped (channels_last rows as a permuted
 view with ``torch.channels_last`` strides, nothing copied), with the same values
 (docs/loaders.md "Memory format"). A padding slot (``tail="pad"``) has zero pixels and the
-label ``PAD_LABEL``.
+label ``PAD_LABEL``. A batch with batch-level draws (``random_erase`` or ``mixup`` set:
+``loaders.mixing``) carries them third, as a uint8 tensor of the packed record
+(``with_draws``).
 """
 
 from __future__ import annotations
@@ -26,3 +28,13 @@ def as_nchw(rows: torch.Tensor, channels_last: bool) -> torch.Tensor:
     permuted view of channels_last rows (its strides are torch.channels_last; nothing is
     copied)."""
     return rows.permute(0, 3, 1, 2) if channels_last else rows
+
+
+def with_draws(images: torch.Tensor, labels: torch.Tensor, draws: bytes | None
+               ) -> tuple[torch.Tensor, ...]:
+    """A batch as a loader yields it: ``(images, labels)``, or with ``draws`` (a packed
+    ``loaders.mixing.BatchDraws``) ``(images, labels, draws)``, the draws a uint8 CPU tensor
+    of their own."""
+    if draws is None:
+        return images, labels
+    return images, labels, torch.frombuffer(bytearray(draws), dtype=torch.uint8)

@@ -13,7 +13,8 @@
   resolved options; ``Config.plan`` makes an epoch's ``PlannedEpoch``.
 - ``PlannedEpoch``: one epoch of a rank's loader, the one record every backend makes batches
   from and the trainer reads: the epoch's sample plan, its transform (hence its output size)
-  and each batch's augmentation generator.
+  and each batch's augmentation generators (the samples', and the batch-level draws' of
+  ``loaders.mixing``: ``Config.draws``).
 
 The output size has one home: ``ResolvedOptions.sizes`` (the size schedule, or the
 transform's own size every epoch) decides each epoch's, ``Config.plan`` puts it in the
@@ -34,6 +35,7 @@ from imgprep import MODES, World, jpegcrop
 from imgprep.augment import AVAILABLE as AUGMENT_BUILT
 from loaders.batch import MEMORY_FORMATS
 from loaders.epochs import PAD, TAILS, EpochPlan, plan_epoch, pools
+from loaders.mixing import Mixup, RandomErasing, draw_batch
 from loaders.order import ORDER_VERSION, check_order_version
 from loaders.repeats import check_repeats
 from loaders.schedule import SizeSchedule
@@ -42,6 +44,7 @@ from loaders.transforms import TrainTransform, Transform, ValTransform, check_tr
 DEVICES = ("cpu", "gpu")  # where batches are decoded ("gpu": this rank's; dali and nvjpeg)
 ON_ERROR = ("raise", "skip")  # an undecodable sample: fail the epoch, or replace and count it
 AUTO = "auto"  # workers: sized from the cores this rank may use (worker_count)
+DRAWS_SALT = 0x4D1C  # sets the batch-level draws' generator apart from the samples'
 
 
 def worker_count(workers: int | str, world: World) -> int:
@@ -130,6 +133,14 @@ class LoaderOptions:
             times with its own draws, the copies on different ranks where the group has at
             least ``repeats`` ranks; 1: every sample once. Recorded in ``state_dict`` when
             above 1: a state of another count is refused.
+        random_erase: a ``loaders.mixing.RandomErasing`` (timm's random erasing of the
+            normalised images), None: none.
+        mixup: a ``loaders.mixing.Mixup`` (timm's mixup and cutmix, soft targets; its
+            ``num_classes`` None: the loader's class count), None: none. With either set,
+            each batch's draws are made with it (``loaders.mixing``) and the loader yields
+            ``(images, labels, draws)``; ``DeviceLoader`` carries them out on the device.
+            Set them for the training split only (a validation loader's options without
+            them).
 
     ``None`` leaves the choice to the split: training augments (``TrainTransform()``),
     ends with ``tail="drop"`` and shuffles; validation center-crops (``ValTransform()``),
@@ -152,6 +163,8 @@ class LoaderOptions:
     crop_decode: bool | None = None
     size_schedule: SizeSchedule | None = None
     repeats: int = 1
+    random_erase: RandomErasing | None = None
+    mixup: Mixup | None = None
 
     def __post_init__(self) -> None:
         """Refuse values no loader understands (programming errors: ValueError)."""
@@ -181,6 +194,10 @@ class LoaderOptions:
         if self.size_schedule is not None and not isinstance(self.size_schedule, SizeSchedule):
             raise ValueError(f"size_schedule must be a SizeSchedule, not "
                              f"{self.size_schedule!r}")
+        for name, kind in (("random_erase", RandomErasing), ("mixup", Mixup)):
+            if (value := getattr(self, name)) is not None and not isinstance(value, kind):
+                raise ValueError(f"{name} must be a loaders.mixing.{kind.__name__} or None, "
+                                 f"not {value!r}")
         if self.size_schedule is not None and self.transform is not None:  # one size, not two
             object.__setattr__(self, "transform",
                                self.transform.at_size(self.size_schedule.size_at(0)))
@@ -190,11 +207,14 @@ class LoaderOptions:
         """Whether batch rows are stored H x W x 3 (``memory_format="channels_last"``)."""
         return self.memory_format == "channels_last"
 
-    def resolve(self, *, train: bool, world: World) -> ResolvedOptions:
+    def resolve(self, *, train: bool, world: World, num_classes: int | None = None
+                ) -> ResolvedOptions:
         """These options for one loader: what ``None`` and ``"auto"`` leave open decided for
-        the split (``train``: the training split's defaults) and this rank."""
+        the split (``train``: the training split's defaults), this rank and the loader's
+        ``num_classes`` (``Mixup.num_classes``)."""
         given = {f.name: getattr(self, f.name) for f in fields(self)}
         return ResolvedOptions(**given | {
+            "mixup": None if self.mixup is None else self.mixup.for_classes(num_classes),
             "workers": worker_count(self.workers, world),
             "transform": self.transform or (TrainTransform() if train else ValTransform()),
             "tail": self.tail or ("drop" if train else "pad"),
@@ -203,11 +223,13 @@ class LoaderOptions:
                            else self.pin_memory)})
 
     def config(self, *, train: bool, samples: Sequence[int], world: World, mode: str,
-               layout_seed: int) -> Config:
-        """The ``Config`` of a loader with these options over ``samples``, resolved for its
-        split (``train``: the training split's defaults) and rank."""
+               layout_seed: int, num_classes: int | None = None) -> Config:
+        """The ``Config`` of a loader with these options over ``samples`` (of
+        ``num_classes`` classes), resolved for its split (``train``: the training split's
+        defaults) and rank."""
+        resolved = self.resolve(train=train, world=world, num_classes=num_classes)
         return Config(samples=tuple(int(n) for n in samples), world=world, mode=mode,
-                      layout_seed=layout_seed, options=self.resolve(train=train, world=world))
+                      layout_seed=layout_seed, options=resolved)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -225,6 +247,8 @@ class ResolvedOptions(LoaderOptions):
         super().__post_init__()
         narrowed = ResolvedOptions.__annotations__  # the fields declared again above, only
         open_ = [name for name in narrowed if getattr(self, name) in (None, AUTO)]
+        if self.mixup is not None and self.mixup.num_classes is None:
+            open_.append("mixup.num_classes")
         if open_:
             raise ValueError(f"{', '.join(open_)} left open: make resolved options with "
                              "LoaderOptions.resolve")
@@ -263,6 +287,13 @@ class PlannedEpoch(EpochPlan):
         return np.random.default_rng([self.seed, self.epoch, self.group.pool,
                                       int(self.first[b])])
 
+    def batch_draws_rng(self, b: int) -> np.random.Generator:
+        """Batch ``b``'s generator of its batch-level draws (``loaders.mixing``), seeded as
+        ``batch_rng`` and ``DRAWS_SALT``: apart from the samples' draws, and like them the
+        same for any worker count and on a resume."""
+        return np.random.default_rng([self.seed, self.epoch, self.group.pool,
+                                      int(self.first[b]), DRAWS_SALT])
+
 
 @dataclass(frozen=True, eq=False, kw_only=True)
 class Config:
@@ -295,6 +326,16 @@ class Config:
                           o.batch_size, o.workers, o.tail, o.shuffle, starts, o.order_version,
                           o.repeats)
         return PlannedEpoch.of(plan, o.transform.at_size(o.sizes.size_at(epoch)), o.seed)
+
+    def draws(self, plan: PlannedEpoch, b: int, labels: np.ndarray) -> bytes | None:
+        """Batch ``b``'s batch-level draws (``loaders.mixing``), made once its ``labels``
+        are known (``PAD_LABEL``: padding), packed to travel with it; None when the options
+        ask for none."""
+        o = self.options
+        if o.random_erase is None and o.mixup is None:
+            return None
+        return draw_batch(labels, plan.size, plan.size, plan.batch_draws_rng(b),
+                          erase=o.random_erase, mixup=o.mixup).pack()
 
     def slots(self, plan: EpochPlan, b: int) -> np.ndarray:
         """Batch ``b``'s slots: sample ids, and PAD for padding (tail="pad"; the others'

@@ -23,7 +23,9 @@
   ``device="gpu"`` the decoders run ``"mixed"`` (nvJPEG on GPU ``local_rank``; DALI falls back
   to the CPU for what it refuses) and the rest on that GPU, and batches come out as CUDA
   tensors (``feed_ndarray``); with ``"cpu"`` everything runs on the CPU. Normalisation stays
-  with ``DeviceLoader``.
+  with ``DeviceLoader``. With ``random_erase`` or ``mixup`` set, each batch's batch-level
+  draws are made in the loader's process as the Pillow backend makes them (``Config.draws``,
+  from the batch's labels) and travel third: the same draws for the same labels.
 - Seeds: DALI's random ops draw from the pipeline's seed, fixed when it is built, so every
   pass builds a pipeline seeded by (the plan's seed, epoch, rank, the order position of its
   first batch): a rerun gives the same pixels. A mid-epoch resume gives the same samples in every
@@ -60,7 +62,7 @@ import torch
 
 from imgprep import ImgprepError
 from loaders.backends import Batch, EncodedSample, InProcessBackend, Source, stand_ins
-from loaders.batch import PAD_LABEL, as_nchw, row_shape
+from loaders.batch import PAD_LABEL, as_nchw, row_shape, with_draws
 from loaders.config import Config, PlannedEpoch
 from loaders.epochs import PAD
 from loaders.errors import LoaderError
@@ -186,7 +188,7 @@ class DaliBackend(InProcessBackend):
         while b < plan.batches:
             ids = self.cfg.slots(plan, b)
             if not (ids != PAD).any():  # padding only: nothing to decode
-                yield self._padding(len(ids), plan.size)
+                yield self._drawn(plan, b, *self._padding(len(ids), plan.size))
                 b += 1
                 continue
             try:
@@ -202,7 +204,8 @@ class DaliBackend(InProcessBackend):
             assert done == b, (done, b)
             if b in fixes.errors:
                 raise fixes.errors[b]
-            yield self._batch(out[0], plan.size, len(ids), items, fixes.swap.get(b, {}))
+            batch = self._batch(out[0], plan.size, len(ids), items, fixes.swap.get(b, {}))
+            yield self._drawn(plan, b, *batch)
             b += 1
 
     def _start(self, plan: PlannedEpoch, b: int, fixes: _Fixes) -> tuple[Any, _Feed]:
@@ -234,22 +237,30 @@ class DaliBackend(InProcessBackend):
         return pipe
 
     # -- batches out
+    def _drawn(self, plan: PlannedEpoch, b: int, images: torch.Tensor, labels: torch.Tensor
+               ) -> Batch:
+        """The batch with its labels (made on the CPU) on the batch's device, and its
+        batch-level draws if the options ask for them."""
+        draws = self.cfg.draws(plan, b, labels.numpy())
+        return with_draws(images, labels.to(self.device), draws)
+
     def _empty(self, n: int, size: int) -> torch.Tensor:
         """``n`` rows of ``size`` px as DALI lays them out (``loaders.batch.row_shape``)."""
         pin = self.options.pin_memory and self.device.type == "cpu"
         return torch.empty((n, *row_shape(size, self.options.channels_last)), dtype=torch.uint8,
                            device=self.device, pin_memory=pin)
 
-    def _padding(self, n: int, size: int) -> Batch:
+    def _padding(self, n: int, size: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """``n`` padding rows, and their labels (on the CPU)."""
         rows = self._empty(n, size)
         rows.zero_()
         return (as_nchw(rows, self.options.channels_last),
-                torch.full((n,), PAD_LABEL, dtype=torch.int64, device=self.device))
+                torch.full((n,), PAD_LABEL, dtype=torch.int64))
 
     def _batch(self, out: Any, size: int, n: int, items: list[EncodedSample],
-               swap: dict[int, int]) -> Batch:
+               swap: dict[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
         """DALI's output for ``items`` as ``n`` rows of ``size`` px (padding after them), each
-        bad slot taking its stand-in's row and label."""
+        bad slot taking its stand-in's row and label; the labels on the CPU."""
         rows = self._empty(n, size)
         rows[len(items):] = 0
         self._copy(out.as_tensor(), rows[:len(items)])
@@ -260,7 +271,7 @@ class DaliBackend(InProcessBackend):
             images[slot] = images[good] if good >= 0 else 0
             labels[slot] = labels[good] if good >= 0 else PAD_LABEL
         self._skipped += len(swap)
-        return images, labels.to(self.device)
+        return images, labels
 
     def _copy(self, tensor: Any, into: torch.Tensor) -> None:
         from nvidia.dali.plugin.pytorch import feed_ndarray

@@ -14,6 +14,11 @@ memory is page-locked (``PlannedLoader.lock_pages``) so the copy to the GPU runs
 asynchronously straight from the slot, and it is waited for before the next batch is asked
 for (it has had the trainer's whole step to finish). Where CUDA refuses to page-lock it, each
 batch is copied out into pinned memory first, as ``iter(loader)`` does for other loaders.
+
+A loader with ``random_erase`` or ``mixup`` set yields ``(images, labels, draws)``: the
+batch's draws (``loaders.mixing``), made where it was decoded, are carried out here after
+the normalisation, on the same device and, on CUDA, on the same side stream
+(``loaders.mixapply``): erasing, then mixing; with mixup the labels become soft targets.
 """
 
 from __future__ import annotations
@@ -24,6 +29,8 @@ from typing import Any
 import torch
 
 from loaders.base import PlannedLoader
+from loaders.mixapply import apply_draws
+from loaders.mixing import BatchDraws
 
 
 def normalize(images: torch.Tensor, mean: torch.Tensor, std: torch.Tensor,
@@ -41,16 +48,25 @@ def normalize(images: torch.Tensor, mean: torch.Tensor, std: torch.Tensor,
 
 
 class DeviceLoader:
-    """Wrap a loader of ``(uint8 images, labels)``: yields them normalised on ``device``.
+    """Wrap a loader of ``(uint8 images, labels)``: yields them normalised on ``device``;
+    or of ``(uint8 images, labels, draws)`` (``random_erase`` or ``mixup`` set): yields them
+    normalised, then erased and mixed as the draws say (``loaders.mixapply``).
 
     On CUDA the next batch is copied (non-blocking, from pinned memory) and converted on a
     side stream while the current one is in use; on CPU it is a plain conversion of each
     batch in place in the loader's shared memory (module docstring).
 
+    Yields ``(images, labels)``: float images, normalised, and the labels; with mixup in
+    the draws, ``(images, targets)``, the targets float32 (batch, classes), label smoothing
+    folded in (timm's ``mixup_target``; a padding row's are zeros). Erasing with
+    ``mode="rand"`` or ``"pixel"`` draws its noise from a ``torch.Generator`` on ``device``
+    seeded by the batch's draws: the same on every run on one kind of device, not the same
+    numbers on the CPU and on CUDA.
+
     Args:
-        loader: any iterable of ``(uint8 NCHW images, labels)`` (a ``ShardLoader`` or
-            ``LabelListLoader``, contiguous or channels_last); its length is passed
-            through.
+        loader: any iterable of ``(uint8 NCHW images, labels)`` or ``(uint8 NCHW images,
+            labels, draws)`` (a ``ShardLoader`` or ``LabelListLoader``, contiguous or
+            channels_last); its length is passed through.
         device: where the batches go (``"cuda"``, ``"cuda:1"``, ``"cpu"``).
         mean, std: per channel on the 0-1 scale (the loader's ``mean``/``std``, from the
             manifest).
@@ -58,7 +74,7 @@ class DeviceLoader:
         channels_last: hand the images over in channels-last memory format.
     """
 
-    def __init__(self, loader: Iterable[tuple[torch.Tensor, torch.Tensor]],
+    def __init__(self, loader: Iterable[tuple[torch.Tensor, ...]],
                  device: torch.device | str, mean: Sequence[float], std: Sequence[float],
                  dtype: torch.dtype = torch.float32, channels_last: bool = True) -> None:
         if len(mean) != 3 or len(std) != 3 or not all(s > 0 for s in std):
@@ -73,19 +89,25 @@ class DeviceLoader:
     def __len__(self) -> int:
         return len(self.loader)  # type: ignore[arg-type]
 
-    def _convert(self, images: torch.Tensor, labels: torch.Tensor
-                 ) -> tuple[torch.Tensor, torch.Tensor]:
-        images = images.to(self.device, non_blocking=True)
-        labels = labels.to(self.device, non_blocking=True)
-        return normalize(images, self.mean, self.std, self.dtype, self.channels_last), labels
+    def _convert(self, batch: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, torch.Tensor]:
+        """One batch moved, normalised, and erased and mixed where it has draws."""
+        if len(batch) not in (2, 3):
+            raise ValueError(f"DeviceLoader takes batches of (images, labels) or (images, "
+                             f"labels, draws), not {len(batch)} items")
+        images = batch[0].to(self.device, non_blocking=True)
+        labels = batch[1].to(self.device, non_blocking=True)
+        images = normalize(images, self.mean, self.std, self.dtype, self.channels_last)
+        if len(batch) == 2:
+            return images, labels
+        return apply_draws(images, labels, BatchDraws.unpack(batch[2].numpy()))
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         if self.device.type != "cuda":
             batches = self.loader
             if self.device.type == "cpu" and isinstance(self.loader, PlannedLoader):
                 batches = self.loader.in_place()
-            for images, labels in batches:
-                yield self._convert(images, labels)  # a new tensor: the slot may go back
+            for batch in batches:
+                yield self._convert(batch)  # a new tensor: the slot may go back
             return
         yield from self._to_cuda()
 
@@ -98,11 +120,11 @@ class DeviceLoader:
             and self.loader.lock_pages() else None
         batches = iter(self.loader) if planned is None else planned.in_place()
         ahead: Any = None
-        for images, labels in batches:
-            if planned is not None and not planned.page_locked:
-                images = images.pin_memory()  # CUDA refused: copy out, as iter() would
+        for given in batches:
+            if planned is not None and not planned.page_locked:  # CUDA refused: copy out,
+                given = (given[0].pin_memory(), *given[1:])  # as iter() would
             with torch.cuda.stream(stream):
-                batch = self._convert(images, labels)
+                batch = self._convert(given)
                 copied = stream.record_event()
             if ahead is not None:
                 yield ahead

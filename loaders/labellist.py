@@ -151,7 +151,8 @@ class LabelListLoader(PlannedLoader):
         self.mean, self.std = mean, std
         self._source = _ListSource(self.entries, world.rank)
         cfg = options.config(train=train, samples=(len(self.entries.paths),), world=world,
-                             mode="replicate", layout_seed=options.seed)
+                             mode="replicate", layout_seed=options.seed,
+                             num_classes=self.num_classes)
         super().__init__(cfg, self._source)
 
     def describe(self, plan: EpochPlan, b: int) -> str:

@@ -23,7 +23,9 @@ torchvision's nvJPEG on this rank's GPU and cropped there in a few batched tenso
   (``loaders.batchcrop.crop_resize``: bilinear, no antialiasing) from another decoder's
   pixels, so they are not the Pillow backend's (docs/nvjpeg.md).
   Batches leave as uint8 rows (CHW, or HWC for channels_last: NCHW-shaped either way) on
-  the device, labels beside them; normalisation is ``DeviceLoader``'s, on the device.
+  the device, labels beside them; normalisation is ``DeviceLoader``'s, on the device. With
+  ``random_erase`` or ``mixup`` set, each batch's batch-level draws are made as the Pillow
+  backend makes them (``Config.draws``, once its labels are known) and travel third.
 - Errors: a sample neither nvJPEG nor Pillow decodes is bad by the Pillow backend's rule
   (Pillow's verdict): ``on_error="raise"`` raises the Pillow backend's ``LoaderError`` naming
   it; ``"skip"`` gives its slot a good sample of the same batch (``stand_ins``), or padding
@@ -49,7 +51,7 @@ import torch
 from PIL import Image
 
 from loaders.backends import Batch, EncodedSample, InProcessBackend, Source, stand_ins
-from loaders.batch import PAD_LABEL, as_nchw, row_shape
+from loaders.batch import PAD_LABEL, as_nchw, row_shape, with_draws
 from loaders.batchcrop import boxes, crop_resize
 from loaders.config import Config, PlannedEpoch
 from loaders.epochs import PAD
@@ -245,19 +247,19 @@ class NvjpegBackend(InProcessBackend):
         """The plan's batches from ``skip`` on (each its own memory, ``in_place`` or not)."""
         self._skipped = 0
         batches = range(skip, plan.batches)
-        made: Iterator[tuple[torch.Tensor, torch.Tensor, int]]
+        made: Iterator[tuple[torch.Tensor, torch.Tensor, int, bytes | None]]
         if self.threads == 0:
             made = (self._make(plan, b) for b in batches)
         else:
             made = ahead(lambda b: self._make(plan, b), batches, self.options.prefetch_factor,
                          self._on_stream if self.device.type == "cuda" else nullcontext)
-        for images, labels, bad in made:
+        for images, labels, bad, draws in made:
             if images.is_cuda and self.threads:  # made on the thread's stream, used on ours
                 stream = torch.cuda.current_stream(self.device)
                 images.record_stream(stream)
                 labels.record_stream(stream)
             self._skipped += bad
-            yield images, labels
+            yield with_draws(images, labels, draws)
 
     @contextmanager
     def _on_stream(self) -> Iterator[None]:
@@ -270,8 +272,10 @@ class NvjpegBackend(InProcessBackend):
             yield
         self._side.synchronize()
 
-    def _make(self, plan: PlannedEpoch, b: int) -> tuple[torch.Tensor, torch.Tensor, int]:
-        """Batch ``b``: its rows, labels and the count of bad samples it replaced."""
+    def _make(self, plan: PlannedEpoch, b: int
+              ) -> tuple[torch.Tensor, torch.Tensor, int, bytes | None]:
+        """Batch ``b``: its rows, labels, the count of bad samples it replaced and its
+        batch-level draws (``Config.draws``)."""
         cfg = self.cfg
         ids = cfg.slots(plan, b)
         o = cfg.options
@@ -297,7 +301,8 @@ class NvjpegBackend(InProcessBackend):
             labels[slot] = labels[g] if g >= 0 else PAD_LABEL
         if o.pin_memory and not rows.is_cuda:
             rows = rows.pin_memory()
-        return as_nchw(rows, o.channels_last), labels.to(self.device), len(bad)
+        draws = cfg.draws(plan, b, labels.numpy())
+        return as_nchw(rows, o.channels_last), labels.to(self.device), len(bad), draws
 
     def _crop(self, plan: PlannedEpoch, b: int, images: list[Any]) -> torch.Tensor:
         """Batch ``b``'s decoded images cropped, resized and flipped, drawn as the Pillow

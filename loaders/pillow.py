@@ -13,7 +13,10 @@
   every size change.
 - Augmentation draws come from the plan's generator of the batch (``PlannedEpoch.batch_rng``:
   seeded by the batch's first position in the epoch's order): any worker count gives the
-  same batches, and resuming at batch k reads and decodes nothing before it.
+  same batches, and resuming at batch k reads and decodes nothing before it. With
+  ``random_erase`` or ``mixup`` set, the worker then makes the batch's batch-level draws
+  (``Config.draws``, from ``PlannedEpoch.batch_draws_rng``), which travel packed beside the
+  labels, by value (``loaders.mixing``).
 - An undecodable sample raises a ``LoaderError`` naming it, or with ``on_error="skip"`` its
   slot takes a good sample of the same batch (``loaders.backends.stand_ins``) and is counted.
 - ``workers=0`` decodes in the loader's process, batch by batch.
@@ -53,7 +56,7 @@ class WorkerStream(IterableDataset):
             p = self._plan = self.cfg.plan(epoch, starts)
         return p
 
-    def __iter__(self) -> Iterator[tuple[int, Any, Any]]:
+    def __iter__(self) -> Iterator[tuple[int, Any, Any, bytes | None]]:
         cfg, ring, o = self.cfg, self.ring, self.cfg.options
         info = get_worker_info()
         w = info.id if info is not None else 0
@@ -73,7 +76,7 @@ class WorkerStream(IterableDataset):
                 images = np.empty((len(ids), *row_shape(size, o.channels_last)), np.uint8)
                 labels = self._decode(samples, rng, images, w, plan.transform)
                 yield (b, as_nchw(torch.from_numpy(images), o.channels_last),
-                       torch.from_numpy(labels))
+                       torch.from_numpy(labels), cfg.draws(plan, b, labels))
                 continue
             if not ring.acquire(w, generation):
                 return  # the main process started over: this iteration is abandoned
@@ -81,7 +84,8 @@ class WorkerStream(IterableDataset):
             rows = ring.slot_array(w, slot, len(ids), size)
             labels = self._decode(samples, rng, rows, w, plan.transform)
             made += 1
-            yield b, (generation, w, slot, len(ids), size), labels.tobytes()  # by value
+            draws = cfg.draws(plan, b, labels)
+            yield b, (generation, w, slot, len(ids), size), labels.tobytes(), draws  # by value
 
     def _decoder_for(self, t: Transform) -> SampleDecoder:
         """The sample decoder of an epoch's transform (made again when its size changes)."""

@@ -6,14 +6,14 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any, Protocol
 
-import torch
-
+from loaders.backends import Batch
 from loaders.config import PlannedEpoch
 
 
 class Loader(Protocol):
     """A rank's loader: ``(uint8 NCHW images, int64 labels)`` batches of one epoch at a time
-    (``memory_format="channels_last"``: NCHW-shaped, channels_last strides).
+    (``memory_format="channels_last"``: NCHW-shaped, channels_last strides); with
+    ``random_erase`` or ``mixup`` set, ``(images, labels, draws)`` (``loaders.mixing``).
 
     ``batches_per_epoch`` is a whole epoch's count for this World, stated before the epoch
     and unchanged by ``load_state_dict`` (a schedule's steps per epoch); ``len()`` is what the
@@ -44,9 +44,9 @@ class Loader(Protocol):
 
     def __len__(self) -> int: ...
 
-    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]: ...
+    def __iter__(self) -> Iterator[Batch]: ...
 
-    def in_place(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]: ...
+    def in_place(self) -> Iterator[Batch]: ...
 
     def lock_pages(self) -> bool: ...
 

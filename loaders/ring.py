@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from loaders.batch import as_nchw, row_shape
+from loaders.batch import as_nchw, row_shape, with_draws
 
 _EPOCH, _SKIP, _GENERATION, _HEAD = range(4)  # then the pools' starts, then the workers
 _PER_WORKER = 3  # pid, batch in the making, skipped samples
@@ -129,16 +129,17 @@ class Ring:
             sem.release()  # wakes a worker blocked in an abandoned iteration
         return self.generation
 
-    def in_order(self, items: Iterable[tuple[Any, Any, Any]], generation: int, pin: bool,
-                 first: int = 0, in_place: bool = False
-                 ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        """The DataLoader's ``(batch number, ring ticket, label bytes)`` items (or, with no
-        workers, ``(number, images, labels)``) as batches in batch-number order from
-        ``first``: each ticket's slot is copied out (``in_place``: handed over as a view of
-        the slot, given back when the next batch is asked for), tickets of an abandoned
-        iteration are dropped, and batches that arrive early wait for their turn."""
-        pending: dict[int, tuple[torch.Tensor, torch.Tensor, int]] = {}
-        for number, images, labels in items:
+    def in_order(self, items: Iterable[tuple[Any, ...]], generation: int, pin: bool,
+                 first: int = 0, in_place: bool = False) -> Iterator[tuple[torch.Tensor, ...]]:
+        """The DataLoader's ``(batch number, ring ticket, label bytes[, draws])`` items (or,
+        with no workers, ``(number, images, labels[, draws])``) as batches in batch-number
+        order from ``first``: each ticket's slot is copied out (``in_place``: handed over as
+        a view of the slot, given back when the next batch is asked for), tickets of an
+        abandoned iteration are dropped, and batches that arrive early wait for their turn.
+        A batch is ``(images, labels)``, or ``(images, labels, draws)`` where its item
+        carries draws' bytes (``loaders.mixing``: a uint8 tensor of them)."""
+        pending: dict[int, tuple[tuple[torch.Tensor, ...], int]] = {}
+        for number, images, labels, *rest in items:
             held = -1  # the worker whose slot holds the batch (in place), else -1
             if not isinstance(images, torch.Tensor):
                 gen, w, slot, n, *size = (int(x) for x in images)
@@ -152,10 +153,10 @@ class Ring:
                 else:
                     images = self.take(w, slot, n, pin, s)
                 labels = torch.frombuffer(bytearray(labels), dtype=torch.int64)
-            pending[int(number)] = (images, labels, held)
+            pending[int(number)] = (with_draws(images, labels, rest[0] if rest else None), held)
             while first in pending:
-                images, labels, held = pending.pop(first)
-                yield images, labels
+                batch, held = pending.pop(first)
+                yield batch
                 if held >= 0 and self.generation == generation:
                     self._free[held].release()  # its consumer asked for the next batch
                 first += 1

@@ -205,7 +205,7 @@ class ShardLoader(PlannedLoader):
         s = self.shards
         check_world(s, world)
         cfg = options.config(train=split == "train", samples=s.samples, world=world,
-                             mode=s.mode, layout_seed=s.seed)
+                             mode=s.mode, layout_seed=s.seed, num_classes=s.num_classes)
         super().__init__(cfg, _ShardSource(s.where, world.rank))
 
     @property

@@ -18,7 +18,7 @@ import torch
 
 from bench.common import paired_ratio
 
-Batch = tuple[torch.Tensor, torch.Tensor]
+Batch = tuple[torch.Tensor, ...]  # (images, labels), or with batch-level draws third
 
 
 def no_sync() -> None:
