@@ -28,15 +28,16 @@ from torch.optim.swa_utils import AveragedModel
 
 class ExponentialMovingAverage(AveragedModel):
     """An exponential moving average of ``model``'s parameters and buffers, kept on
-    ``device`` (torchvision's ``utils.ExponentialMovingAverage``)."""
+    ``device`` (None: where the model is; torchvision's ``utils.ExponentialMovingAverage``)."""
 
-    def __init__(self, model: nn.Module, decay: float, device: torch.device | str = "cpu"
+    def __init__(self, model: nn.Module, decay: float, device: torch.device | None = None
                  ) -> None:
         if not 0 <= decay <= 1:
             raise ValueError(f"EMA decay {decay} must be in [0, 1]")
         self.decay = decay
 
-        def ema_avg(avg: torch.Tensor, param: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
+        def ema_avg(avg: torch.Tensor, param: torch.Tensor, n: torch.Tensor | int
+                    ) -> torch.Tensor:
             return decay * avg + (1 - decay) * param
 
         super().__init__(model, device, ema_avg, use_buffers=True)
@@ -61,5 +62,5 @@ def update(ema: ExponentialMovingAverage, model: nn.Module, *, batch_index: int,
         return False
     ema.update_parameters(model)
     if epoch < warmup_epochs:
-        ema.n_averaged.fill_(0)  # type: ignore[operator]
+        ema.n_averaged.fill_(0)
     return True

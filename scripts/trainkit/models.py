@@ -231,6 +231,7 @@ class BlurPoolConv2d(nn.Module):
         taps = torch.tensor([1.0, 2.0, 1.0])
         kernel = (taps[:, None] * taps[None, :] / 16).expand(conv.in_channels, 1, 3, 3)
         self.conv = conv
+        self.blur_filter: Tensor
         self.register_buffer("blur_filter", kernel.clone())
 
     def forward(self, x: Tensor) -> Tensor:

@@ -44,7 +44,6 @@ from .ema import adjusted_decay
 from .optim import peak_lr
 
 
-
 @dataclass(frozen=True, kw_only=True)
 class Setting:
     """One option a recipe sets: ``flag``'s value, the source's spelling, where we differ."""
@@ -194,7 +193,7 @@ def augment_policy(name: str) -> Any:
     """``loaders.policy(name)`` as the name's source runs it: torchvision's policies with the
     train crop's resampling (its reference passes ``--interpolation``, bilinear, to them),
     timm's ``rand-`` strings with timm's own fill and resampling (``create_transform``'s)."""
-    from loaders import policy
+    from loaders.augment import policy
 
     if name.startswith("rand"):
         return policy(name)
