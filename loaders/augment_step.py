@@ -3,13 +3,12 @@ code names it, and the check of the look of the geometric ops."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from imgprep.augment import RESAMPLES
 
 
-@dataclass(frozen=True, slots=True)
-class Step:
+class Step(NamedTuple):
     """One op as the published code names it (``"ShearX"``, ``"TranslateXRel"``...), with the
     argument its op function is called with (signed; 0.0 for an op that takes none) and,
     where a policy draws it per op (timm's random interpolation), the resample drawn."""
@@ -17,6 +16,11 @@ class Step:
     name: str
     magnitude: float = 0.0
     resample: str | None = None
+
+
+def pick(u: float, n: int) -> int:
+    """The index of ``n`` equal choices a uniform ``u`` in [0, 1) falls in."""
+    return min(int(u * n), n - 1)
 
 
 def check_look(interpolation: str, fill: tuple[int, int, int], what: str) -> None:

@@ -22,7 +22,8 @@ silently), ``t3a``/``t3aw`` (their Desaturate and GaussianBlur are not ops of
 ``imgprep.augment``), another ``t`` name (timm falls back to the default list), ``p``
 outside 0..1, more ops per image than a weighted list can give without replacement.
 
-Per image (``RandAugment.__call__``, ``AugmentOp.__call__``): ``n`` ops drawn uniformly with
+Per image (``RandAugment.__call__``, ``AugmentOp.__call__``; from numpy: a block of uniforms
+and, with gaussian noise, standard normals, one call each): ``n`` ops drawn uniformly with
 replacement (weighted without), then each: kept if a uniform is at most ``p``; its magnitude
 ``m``, with noise when ``mstd`` > 0, clipped to ``[0, mmax]``; its argument from the level
 function (``_LEVEL_DENOM`` 10; a sign drawn for the signed ones: negative where a uniform is
@@ -43,7 +44,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from imgprep.augment import Op, rotate_matrix
-from loaders.augment_step import Step, check_look
+from loaders.augment_step import Step, check_look, pick
 
 LEVEL_DENOM = 10.0  # _LEVEL_DENOM
 TIMM_FILL = (124, 116, 104)  # create_transform's img_mean for IMAGENET_DEFAULT_MEAN
@@ -72,41 +73,42 @@ RAND_CHOICE_WEIGHTS_0 = {  # v0.6.13 'w0', by the names of RAND_TRANSFORMS
 GEOMETRIC = ("Rotate", "ShearX", "ShearY", "TranslateXRel", "TranslateYRel")
 
 
-def _negate(v: float, rng: np.random.Generator) -> float:
-    return -v if rng.random() > 0.5 else v  # _randomly_negate
+def _negate(v: float, u: float) -> float:
+    return -v if u > 0.5 else v  # _randomly_negate, with the uniform drawn for it
 
 
-def _enhance(level: float, rng: np.random.Generator) -> float:
+def _enhance(level: float, u: float) -> float:
     return level / LEVEL_DENOM * 1.8 + 0.1
 
 
-def _enhance_increasing(level: float, rng: np.random.Generator) -> float:
-    return max(0.1, 1.0 + _negate(level / LEVEL_DENOM * .9, rng))
+def _enhance_increasing(level: float, u: float) -> float:
+    return max(0.1, 1.0 + _negate(level / LEVEL_DENOM * .9, u))
 
 
-def _posterize(level: float, rng: np.random.Generator) -> float:
+def _posterize(level: float, u: float) -> float:
     return int(level / LEVEL_DENOM * 4)
 
 
-def _solarize(level: float, rng: np.random.Generator) -> float:
+def _solarize(level: float, u: float) -> float:
     return min(256, int(level / LEVEL_DENOM * 256))
 
 
-# LEVEL_TO_ARG: an op's argument from its magnitude (the ops absent take none).
-LEVEL_TO_ARG: dict[str, Callable[[float, np.random.Generator], float]] = {
-    "Rotate": lambda level, rng: _negate(level / LEVEL_DENOM * 30., rng),
+# LEVEL_TO_ARG: an op's argument from its magnitude and a uniform for the sign (the ops
+# absent take none).
+LEVEL_TO_ARG: dict[str, Callable[[float, float], float]] = {
+    "Rotate": lambda level, u: _negate(level / LEVEL_DENOM * 30., u),
     "Posterize": _posterize,
-    "PosterizeIncreasing": lambda level, rng: 4 - _posterize(level, rng),
+    "PosterizeIncreasing": lambda level, u: 4 - _posterize(level, u),
     "Solarize": _solarize,
-    "SolarizeIncreasing": lambda level, rng: 256 - _solarize(level, rng),
-    "SolarizeAdd": lambda level, rng: min(128, int(level / LEVEL_DENOM * 110)),
+    "SolarizeIncreasing": lambda level, u: 256 - _solarize(level, u),
+    "SolarizeAdd": lambda level, u: min(128, int(level / LEVEL_DENOM * 110)),
     **dict.fromkeys(("Color", "Contrast", "Brightness", "Sharpness"), _enhance),
     **dict.fromkeys(("ColorIncreasing", "ContrastIncreasing", "BrightnessIncreasing",
                      "SharpnessIncreasing"), _enhance_increasing),
     **dict.fromkeys(("ShearX", "ShearY"),
-                    lambda level, rng: _negate(level / LEVEL_DENOM * 0.3, rng)),
+                    lambda level, u: _negate(level / LEVEL_DENOM * 0.3, u)),
     **dict.fromkeys(("TranslateXRel", "TranslateYRel"),
-                    lambda level, rng: _negate(level / LEVEL_DENOM * TRANSLATE_PCT, rng)),
+                    lambda level, u: _negate(level / LEVEL_DENOM * TRANSLATE_PCT, u)),
 }
 
 
@@ -207,15 +209,18 @@ def _resolve(config: str, got: dict[str, float], increasing: bool,
                   magnitude_max=None if mmax is None else int(mmax))
 
 
-def _choose(p: Parsed, rng: np.random.Generator) -> list[int]:
-    """``np.random.choice(ops, n, replace=weights is None, p=weights)``: uniform with
-    replacement, or each next op by the weights of those not yet chosen."""
+def _choose(p: Parsed, u: list[float]) -> list[int]:
+    """``np.random.choice(ops, n, replace=weights is None, p=weights)`` from one uniform a
+    slot: uniform with replacement, or each next op by the weights of those not chosen."""
     if p.weights is None:
-        return [int(i) for i in rng.integers(len(p.ops), size=p.num_layers)]
-    left, chosen = np.array(p.weights), []
-    for _ in range(p.num_layers):
-        cdf = np.cumsum(left)
-        i = min(int(np.searchsorted(cdf, rng.random() * cdf[-1], side="right")), len(left) - 1)
+        return [pick(x, len(p.ops)) for x in u]
+    left, chosen = list(p.weights), []
+    for x in u:
+        total, at, i = sum(left), 0.0, 0
+        for i, w in enumerate(left):  # noqa: B007 (the last index is the fallback)
+            at += w
+            if x * total < at:
+                break
         chosen.append(i)
         left[i] = 0.0
     return chosen
@@ -241,23 +246,27 @@ class RandAugmentTimm:
         return self.config
 
     def steps(self, size: int, rng: np.random.Generator) -> tuple[Step, ...]:
+        """A sample's draws: per slot a block of uniforms (op, keep, magnitude, sign,
+        resample; one call) and, with gaussian noise, a standard normal (one call)."""
         p, out = self.parsed, []
-        upper = p.magnitude_max or LEVEL_DENOM
-        for i in _choose(p, rng):
-            op = p.ops[i]
-            if p.prob < 1.0 and rng.random() > p.prob:
+        upper, std = p.magnitude_max or LEVEL_DENOM, p.magnitude_std
+        u = rng.random((p.num_layers, 5)).tolist()
+        z = rng.standard_normal(p.num_layers).tolist() if 0 < std < math.inf else None
+        for j, i in enumerate(_choose(p, [row[0] for row in u])):
+            op, (_, keep, u_mag, u_sign, u_look) = p.ops[i], u[j]
+            if p.prob < 1.0 and keep > p.prob:
                 continue
             arg = 0.0
             if op in LEVEL_TO_ARG:
                 m: float = p.magnitude
-                if p.magnitude_std == math.inf:
-                    m = rng.uniform(0, m)
-                elif p.magnitude_std > 0:
-                    m = rng.normal(m, p.magnitude_std)
-                arg = LEVEL_TO_ARG[op](max(0.0, min(m, upper)), rng)
+                if std == math.inf:
+                    m = u_mag * m  # random.uniform(0, m)
+                elif z is not None:
+                    m = m + std * z[j]  # random.gauss(m, std)
+                arg = LEVEL_TO_ARG[op](max(0.0, min(m, upper)), u_sign)
             resample = None
             if op in GEOMETRIC:
-                resample = self.interpolation or RANDOM_RESAMPLES[int(rng.integers(2))]
+                resample = self.interpolation or RANDOM_RESAMPLES[pick(u_look, 2)]
             out.append(Step(op, float(arg), resample))
         return tuple(out)
 

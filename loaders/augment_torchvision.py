@@ -5,8 +5,9 @@ torchvision 0.20.1 (git 3ac97aa9), ``torchvision/transforms/autoaugment.py``.
 - Tables: each policy's ``_augmentation_space`` (``tv_space``), its magnitudes made as torch
   makes them (``torch.linspace``, float32; Posterize ``8 - (arange / ((bins - 1) / k))
   .round().int()``), so every argument is the one torchvision passes.
-- Draws: ``steps(size, rng)``, in torchvision's order (op, magnitude bin, sign; AutoAugment:
-  sub-policy, two uniforms, two signs), from numpy's ``Generator`` instead of torch's.
+- Draws: ``steps(size, rng)``, what torchvision draws (op, magnitude bin, sign; AutoAugment:
+  sub-policy, two uniforms, two signs), each from one uniform of a block numpy's
+  ``Generator`` gives per sample (``rng.random(k)``: one call) instead of torch's calls.
 - Ops: ``_apply_op`` on a PIL image, each call as one ``Op`` (``tv_op``): ``F.affine`` ->
   ``Image.transform`` with the matrix ``_get_inverse_affine_matrix`` makes (``inverse_affine``;
   ``center=[0, 0]`` for the shears, the image's center for the translations, whose pixels are
@@ -28,7 +29,7 @@ import numpy as np
 import torch
 
 from imgprep.augment import Op, rotate_matrix
-from loaders.augment_step import Step, check_look
+from loaders.augment_step import Step, check_look, pick
 
 Space = dict[str, tuple[tuple[float, ...] | None, bool]]  # op -> (magnitudes or none, signed)
 
@@ -146,10 +147,11 @@ class TrivialAugmentWide(_Torchvision):
 
     def steps(self, size: int, rng: np.random.Generator) -> tuple[Step, ...]:
         space = tv_space("wide", self.num_magnitude_bins, size)
-        op = tuple(space)[int(rng.integers(len(space)))]
+        u_op, u_bin, u_sign = rng.random(3).tolist()
+        op = tuple(space)[pick(u_op, len(space))]
         magnitudes, signed = space[op]
-        m = 0.0 if magnitudes is None else magnitudes[int(rng.integers(len(magnitudes)))]
-        return (Step(op, _signed(m, signed, signed and bool(rng.integers(2)))),)
+        m = 0.0 if magnitudes is None else magnitudes[pick(u_bin, len(magnitudes))]
+        return (Step(op, _signed(m, signed, u_sign < 0.5)),)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -172,11 +174,11 @@ class RandAugment(_Torchvision):
     def steps(self, size: int, rng: np.random.Generator) -> tuple[Step, ...]:
         space = tv_space("ra", self.num_magnitude_bins, size)
         names, out = tuple(space), []
-        for _ in range(self.num_ops):
-            op = names[int(rng.integers(len(names)))]
+        for u_op, u_sign in rng.random((self.num_ops, 2)).tolist():
+            op = names[pick(u_op, len(names))]
             magnitudes, signed = space[op]
             m = 0.0 if magnitudes is None else magnitudes[self.magnitude]
-            out.append(Step(op, _signed(m, signed, signed and bool(rng.integers(2)))))
+            out.append(Step(op, _signed(m, signed, u_sign < 0.5)))
         return tuple(out)
 
 
@@ -220,14 +222,14 @@ class AutoAugmentImageNet(_Torchvision):
     name: str = field(default="aa-imagenet", init=False)
 
     def steps(self, size: int, rng: np.random.Generator) -> tuple[Step, ...]:
-        sub = IMAGENET_POLICY[int(rng.integers(len(IMAGENET_POLICY)))]
-        probs, signs = rng.random(2), rng.integers(2, size=2)
+        u_sub, *u = rng.random(5).tolist()
+        sub = IMAGENET_POLICY[pick(u_sub, len(IMAGENET_POLICY))]
         space, out = tv_space("aa", 10, size), []
-        for (op, p, bin_), u, sign in zip(sub, probs, signs, strict=True):
-            if u <= p:
+        for (op, p, bin_), prob, u_sign in zip(sub, u[:2], u[2:], strict=True):
+            if prob <= p:
                 magnitudes, signed = space[op]
                 m = 0.0 if bin_ is None or magnitudes is None else magnitudes[bin_]
-                out.append(Step(op, _signed(m, signed, sign == 0)))
+                out.append(Step(op, _signed(m, signed, u_sign < 0.5)))
         return tuple(out)
 
 

@@ -26,9 +26,10 @@ written row after the resample and flip by one C call (``imgprep.augment.apply``
 Pillow-decoded fallback, and the Pillow path; the pixel version says so (``pixel_version``:
 ``"+augment-1"``). A header that declares more pixels than Pillow's decompression-bomb check
 allows is a ``SampleError`` (the loader's ``on_error`` policy) before any frame is made, in
-the words of the Pillow path's refusal (``jpegcrop.check_pixels``). Every image is held to the per-image budget (``imgprep.budget``:
-inside the extension, or by ``imgprep.imagefile`` before Pillow decodes it), opened by
-convert's list of formats, and judged by convert's damage rule (``jpegcrop.Scan.damage``, on
+the words of the Pillow path's refusal (``jpegcrop.check_pixels``). Every image is held to
+the per-image budget (``imgprep.budget``: inside the extension, or by ``imgprep.imagefile``
+before Pillow decodes it), opened by convert's list of formats, and judged by convert's
+damage rule (``jpegcrop.Scan.damage``, on
 what a whole decode read to the end; docs/loaders.md says where a region decode reads less).
 """
 
