@@ -254,6 +254,8 @@ class PlannedLoader:
 
     # -- iteration
     def __iter__(self) -> Iterator[Batch]:
+        """The next pass's batches: ``(images, labels)``, or with ``random_erase`` or
+        ``mixup`` set ``(images, labels, draws)`` (``loaders.mixing``)."""
         return self._batches(in_place=False)
 
     def in_place(self) -> Iterator[Batch]:

@@ -8,9 +8,12 @@ their device: random erasing, then mixup or cutmix, and the soft targets.
   for the whole batch): the same on every run on one kind of device, but not the same
   numbers on the CPU and on CUDA (their generators differ), and rounded to the images'
   dtype.
-- Mixing: every row takes ``lam * itself + (1 - lam) * its partner`` (a blend row) or its
-  partner's pixels inside its box (a cutmix row), both from the images as they were before
-  mixing; a row not mixed (lam 1, its own partner: padding among them) keeps its values.
+- Mixing: every row takes ``lam * itself + (1 - lam) * its partner`` (a blend row, computed
+  as ``torch.lerp``: the same up to rounding) or its partner's pixels inside its box (a
+  cutmix row), both from the images as they were before mixing; a row not mixed (lam 1, its
+  own partner: padding among them) keeps its values exactly. The work: a gather of the
+  partners, one fused pass for the blends and a copy of each box; for the one box of a
+  batch-mode cutmix, a copy of the box alone.
 - Targets (with mixup): float32, rows x classes, timm's ``mixup_target``: each real row's
   one-hot label smoothed (off = smoothing / classes, on = 1 - smoothing + off), then
   ``lam * own + (1 - lam) * partner's``; a padding row's targets are zeros (it adds nothing
@@ -66,46 +69,26 @@ def erase_(images: torch.Tensor, draws: BatchDraws) -> None:
 
 
 def mix(images: torch.Tensor, draws: BatchDraws) -> torch.Tensor:
-    """The images mixed with their partners (``images`` itself, changed in place)."""
+    """The images mixed with their partners, in place."""
     mixed = draws.lam != 1.0
     if not mixed.any():
         return images
+    cut, blend = mixed & draws.cut, mixed & ~draws.cut
     dev = images.device
-    partner = _to(draws.partner.astype(np.int64), dev)
-    blend, cut = mixed & ~draws.cut, mixed & draws.cut
-    if blend.any():  # the partners' pixels as they were, before a cutmix row changes
-        rows = _to(np.flatnonzero(blend), dev)
-        theirs = images.index_select(0, partner[rows])
-    if cut.any():
-        _cut(images, partner, draws, cut)
-    if blend.any():
-        lam = draws.lam[blend]
-        own, other = (_to(v, dev, images.dtype).view(-1, 1, 1, 1) for v in (lam, 1.0 - lam))
-        sub = images.index_select(0, rows).mul_(own).add_(theirs.mul_(other))
-        images.index_copy_(0, rows, sub)
-    return images
-
-
-def _cut(images: torch.Tensor, partner: torch.Tensor, draws: BatchDraws,
-         cut: np.ndarray) -> None:
-    """Each cutmix row takes its partner's pixels inside its box (from the images before any
-    of them changed)."""
-    boxes = draws.box[cut]
-    rows = np.flatnonzero(cut)
-    dev = images.device
-    if (boxes == boxes[0]).all():  # one box (mode "batch"): slices, not a mask
-        top, bottom, left, right = (int(v) for v in boxes[0])
+    if not blend.any() and (draws.box[cut] == draws.box[cut][0]).all():  # one box
+        top, bottom, left, right = (int(v) for v in draws.box[cut][0])
         region = images[:, :, top:bottom, left:right]
-        r = _to(rows, dev)
-        region.index_copy_(0, r, region.index_select(0, partner[r]))  # a copy first
-        return
-    b = _to(draws.box.astype(np.int64), dev)
-    ys = torch.arange(images.shape[2], device=dev)
-    xs = torch.arange(images.shape[3], device=dev)
-    inside = (((ys >= b[:, :1]) & (ys < b[:, 1:2]))[:, None, :, None]
-              & ((xs >= b[:, 2:3]) & (xs < b[:, 3:4]))[:, None, None, :])
-    inside &= _to(cut, dev).view(-1, 1, 1, 1)
-    images.copy_(torch.where(inside, images.index_select(0, partner), images))
+        theirs = region[_to(draws.partner[cut].astype(np.int64), dev)]  # a copy, first
+        region.index_copy_(0, _to(np.flatnonzero(cut), dev), theirs)
+        return images
+    theirs = images[_to(draws.partner.astype(np.int64), dev)]  # keeps the memory format
+    if blend.any():  # lerp gives its start exactly at weight 0: rows not blended stay
+        weight = np.where(blend, 1.0 - draws.lam, 0.0)
+        images.lerp_(theirs, _to(weight, dev, images.dtype).view(-1, 1, 1, 1))
+    for r in np.flatnonzero(cut).tolist():
+        top, bottom, left, right = (int(v) for v in draws.box[r])
+        images[r, :, top:bottom, left:right] = theirs[r, :, top:bottom, left:right]
+    return images
 
 
 def soft_targets(labels: torch.Tensor, draws: BatchDraws) -> torch.Tensor:
