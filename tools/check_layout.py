@@ -102,6 +102,8 @@ WHITE_BOX = {  # module -> why benchmarks and harnesses need it (docs/developmen
     "loaders.nvjpeg": "the nvjpeg backend's decodes (nvJPEG's batch, Pillow's fallback), timed "
                       "alone by the GPU kit's spike",
     "loaders.batchcrop": "the batched crop, resize and flip, timed alone by the GPU kit's spike",
+    "loaders.augment": "policy, the augmentation policy the trainer's --auto-augment names "
+                       "(the one name of the interface agreed for it)",
     "imgprep.cli.commands": "main, the imgprep command run in a child that counts its reads",
 }
 # bench module -> the harness rooms that may import it (None: every room and harness's top)
