@@ -241,9 +241,7 @@ def check(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     if not 0 < args.val_crop_ratio <= 1:
         ap.error(f"--val-crop-ratio must be in (0, 1], not {args.val_crop_ratio}")
     if args.val_resize is not None and "val_crop_ratio" in args.explicit:
-        if "val_resize" in args.explicit:
-            ap.error("give --val-resize or --val-crop-ratio, not both")
-        args.val_resize = None  # the recipe's resize gives way to the ratio given
+        ap.error("give --val-resize or --val-crop-ratio, not both")
     for name in ("random_erase", "mixup_switch_prob"):
         if not 0 <= getattr(args, name) <= 1:
             ap.error(f"--{name.replace('_', '-')} must be in [0, 1]")

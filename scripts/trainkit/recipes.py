@@ -200,10 +200,25 @@ def augment_policy(name: str) -> Any:
     return policy(name, interpolation="bilinear")
 
 
+# an option a recipe sets that another flag, when given, replaces: the schedule gives way to a
+# size given, one way of sizing the validation resize to the other
+GIVES_WAY = {"res_schedule": "image_size", "val_resize": "val_crop_ratio",
+             "val_crop_ratio": "val_resize"}
+
+
+def overridden(dest: str, given: set[str]) -> str | None:
+    """The flag given on the command line that sets (or replaces) option ``dest``."""
+    if dest in given:
+        return dest
+    other = GIVES_WAY.get(dest)
+    return other if other in given else None
+
+
 def apply(name: str, args: argparse.Namespace, given: set[str]) -> None:
-    """Set every option of recipe ``name`` that was not ``given`` on the command line."""
+    """Set every option of recipe ``name`` that no flag ``given`` on the command line sets or
+    replaces."""
     for s in RECIPES[name].settings:
-        if s.dest not in given:
+        if overridden(s.dest, given) is None:
             setattr(args, s.dest, s.value)
 
 
@@ -240,8 +255,10 @@ def rows(args: argparse.Namespace, world_size: int) -> list[dict[str, str]]:
     for s in recipe.settings:
         value = getattr(args, s.dest)
         notes = [s.note, _here(s, args, world_size)]
-        if s.dest in args.explicit and value != s.value:
-            notes.insert(0, f"given: the recipe's is {show(s.value)}")
+        by = overridden(s.dest, args.explicit)
+        if by is not None and value != s.value:
+            flag = "" if by == s.dest else f" --{by.replace('_', '-')}"
+            notes.insert(0, f"given{flag}: the recipe's is {show(s.value)}")
         out.append({"option": s.flag, "value": show(value), "source": s.source,
                     "note": "; ".join(n for n in notes if n)})
     out += [{"option": g.what, "value": g.here, "source": g.source,

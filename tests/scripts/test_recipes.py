@@ -55,8 +55,13 @@ def test_a_recipe_sets_its_options_and_a_given_flag_wins() -> None:
     assert peak_lr(ffcv, 8) == pytest.approx(1.7) and str(ffcv.res_schedule) == "0=160,71=192"
     assert (ffcv.val_size, ffcv.val_flip, ffcv.blurpool, ffcv.schedule) == (256, True, True,
                                                                            "linear")
-    # the recipe's --val-resize gives way to a --val-crop-ratio given; both given: refused
-    assert args_of("--recipe", "torchvision-v2", "--val-crop-ratio", "0.9").val_resize is None
+    # the recipe's --val-resize gives way to a --val-crop-ratio given, its --res-schedule to
+    # an --image-size given; --val-resize and --val-crop-ratio both given: refused
+    ratio = args_of("--recipe", "torchvision-v2", "--val-crop-ratio", "0.9")
+    assert (ratio.val_resize, ratio.val_crop_ratio) == (None, 0.9)
+    assert "given --val-crop-ratio: the recipe's is 232" in recipes.table(ratio, 1)
+    sized = args_of("--recipe", "ffcv-rn50", "--image-size", "128")
+    assert (sized.res_schedule, sized.image_size) == (None, 128)
     with pytest.raises(SystemExit):
         args_of("--val-resize", "232", "--val-crop-ratio", "0.9")
     with pytest.raises(SystemExit):
