@@ -68,14 +68,13 @@ def no_val_warning(data: Path, stage_from: Path | None) -> str:
 
 
 def loader_options(args: argparse.Namespace, device: torch.device, workers: int,
-                   order_version: int = ORDER_VERSION, num_classes: int | None = None
-                   ) -> LoaderOptions:
+                   order_version: int = ORDER_VERSION) -> LoaderOptions:
     """The train loader's options from the flags: --batch-size (per rank), ``workers`` (the
     resolved --workers), --seed, --image-size or --res-schedule, --auto-augment (the policy
     drawn after crop and flip), --loader-backend and where it decodes (DALI or nvJPEG on the
     training GPU, else the CPU), --crop-decode, channels_last batches, epoch orders drawn by
     ``order_version`` (a resumed run's own), and the batch-level draws carried out on the
-    device: --random-erase, --mixup / --cutmix (soft targets over ``num_classes``, label
+    device: --random-erase, --mixup / --cutmix (soft targets over the loader's classes, label
     smoothing folded in), and --ra-reps (repeated augmentation)."""
     gpu = args.loader_backend in GPU_BACKENDS and device.type == "cuda"
     return LoaderOptions(batch_size=args.batch_size, workers=workers, seed=args.seed,
@@ -85,7 +84,7 @@ def loader_options(args: argparse.Namespace, device: torch.device, workers: int,
                          backend=args.loader_backend, device="gpu" if gpu else "cpu",
                          memory_format=MEMORY_FORMAT, order_version=order_version,
                          crop_decode=getattr(args, "crop_decode", None),
-                         random_erase=random_erase(args), mixup=mixup(args, num_classes),
+                         random_erase=random_erase(args), mixup=mixup(args),
                          repeats=args.ra_reps)
 
 
@@ -101,14 +100,14 @@ def random_erase(args: argparse.Namespace) -> RandomErasing | None:
     return RandomErasing(probability=args.random_erase, mode=args.random_erase_mode)
 
 
-def mixup(args: argparse.Namespace, num_classes: int | None) -> Mixup | None:
+def mixup(args: argparse.Namespace) -> Mixup | None:
     """--mixup / --cutmix: timm's Mixup (every batch mixed; with both alphas, cutmix with
     --mixup-switch-prob), --label-smoothing folded into its targets."""
     if not (args.mixup or args.cutmix):
         return None
     return Mixup(mixup_alpha=args.mixup, cutmix_alpha=args.cutmix,
                  switch_prob=args.mixup_switch_prob, mode=args.mixup_mode,
-                 label_smoothing=args.label_smoothing, num_classes=num_classes)
+                 label_smoothing=args.label_smoothing)
 
 
 def refuse_unlabelled(data: Path) -> None:
