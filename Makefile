@@ -7,6 +7,11 @@ BIN := $(VENV)/bin
 TORCH_PIN ?= torch==2.13.0
 PILLOW_SIMD_PIN ?= pillow-simd==12.1.1.post0
 DEMO ?= demo-out
+# Stock Pillow, the augmentation ops' reference (tests/augment/, bench.augment,
+# docs/augment.md): a small virtualenv of its own holding these pins and nothing else (the
+# main one holds pillow-simd, whose bytes differ); tests/support/pillow_reference.py runs in it.
+PILLOW_REF := build/pillow-reference
+PILLOW_REF_PINS := pillow==13.0.0 numpy==2.4.6
 # libjpeg-turbo built static with SIMD from Debian's source package (tools/libjpeg_turbo.py),
 # linked into the extension by `make setup` and `make wheel` (setup.py: IMGPREP_LIBJPEG)
 LIBJPEG := build/libjpeg-turbo
@@ -22,7 +27,7 @@ WBIN := $(WHEEL_ENV)/bin
 # and `pip install torchvision` would replace pillow-simd with stock Pillow. The backend's CPU
 # form, which the tests run, needs none; a GPU machine installs it with --no-deps
 # (docs/nvjpeg.md).
-setup: $(VENV)/.ready
+setup: $(VENV)/.ready $(PILLOW_REF)/.ready
 
 $(VENV)/.ready: pyproject.toml Makefile $(LIBJPEG)/.ready
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +36,12 @@ $(VENV)/.ready: pyproject.toml Makefile $(LIBJPEG)/.ready
 	rm -rf build/lib.* build/temp.*
 	IMGPREP_LIBJPEG=$(abspath $(LIBJPEG)) $(BIN)/python -m pip install -q -e ".[dev,s3,dali,parquet]"
 	$(BIN)/imgprep info --strict
+	touch $@
+
+$(PILLOW_REF)/.ready: Makefile
+	rm -rf $(PILLOW_REF)
+	$(PYTHON) -m venv $(PILLOW_REF)
+	$(PILLOW_REF)/bin/python -m pip install -q $(PILLOW_REF_PINS)
 	touch $@
 
 $(LIBJPEG)/.ready: tools/libjpeg_turbo.py

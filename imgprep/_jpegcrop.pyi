@@ -1,6 +1,7 @@
 """Types of the optional C extension (imgprep/_jpegcrop.c, imgprep/csrc/); see
-imgprep.jpegcrop and imgprep.resample. Its results are struct sequences (named tuples, made
-in imgprep/csrc/results.c); its status codes and limits are the constants below."""
+imgprep.jpegcrop, imgprep.resample and imgprep.augment. Its results are struct sequences
+(named tuples, made in imgprep/csrc/results.c); its status codes and limits are the
+constants below."""
 
 from typing import Any, Literal, NamedTuple, overload
 
@@ -31,6 +32,23 @@ BUDGET_MAX_SCANS: int
 BUDGET_MAX_BLOCK_SCANS: int
 BUDGET_BLOCKS_PER_BYTE: int
 BUDGET_ARITH_BLOCKS_PER_BYTE: int
+AUG_OP_IDENTITY: int
+AUG_OP_AFFINE: int
+AUG_OP_BRIGHTNESS: int
+AUG_OP_COLOR: int
+AUG_OP_CONTRAST: int
+AUG_OP_SHARPNESS: int
+AUG_OP_POSTERIZE: int
+AUG_OP_SOLARIZE: int
+AUG_OP_SOLARIZE_ADD: int
+AUG_OP_AUTOCONTRAST: int
+AUG_OP_EQUALIZE: int
+AUG_OP_INVERT: int
+AUG_NEAREST: int
+AUG_BILINEAR: int
+AUG_BICUBIC: int
+AUG_MAX_OPS: int
+AUG_MAX_ARG: int
 # warnings, first, eof, hit_marker, padding, trailing, error, refused
 Report = dict[str, Any]
 
@@ -107,3 +125,7 @@ def sample(data: Buffer, width: int, height: int, draft: tuple[int, int],
            resize: tuple[int, int], box: tuple[float, float, float, float] | None,
            crop: tuple[int, int, int, int], flip: bool, planar: bool, whole: bool,
            max_pixels: int, out: Buffer, /) -> SampleResult: ...
+# (kind, args, resample, fill): an AUG_OP_* code, its arguments, an AUG_* filter, RGB 0..255
+AugOp = tuple[int, tuple[float, ...], int, tuple[int, int, int]]
+def augment(out: Buffer, width: int, height: int, planar: bool, ops: tuple[AugOp, ...],
+            /) -> None: ...

@@ -92,7 +92,8 @@ WHITE_BOX = {  # module -> why benchmarks and harnesses need it (docs/developmen
                         "module the fuzz target drives",
     "imgprep.resample": "the resampler timed alone, beside the installed Pillow's resize",
     "imgprep.augment": "the augmentation ops every decode path of the loaders carries out, "
-                       "and the matrices the policies hand them",
+                       "and the matrices the policies hand them; timed alone beside stock "
+                       "Pillow's calls",
     "imgprep.imagefile": "an image opened for Pillow as convert opens it: the accepted formats, "
                          "the per-image budget, the damage rule, decoder failures as errors",
     "imgprep.budget": "the per-image budget's limits, the declared sizes the fuzz mutators aim at",

@@ -95,30 +95,47 @@ void aug_lut_equalize(uint8_t t[256], const uint64_t hist[256]) {
 }
 
 void aug_histogram(const Planes *im, const Lut lut, uint64_t hist[3][256]) {
-    uint64_t raw[3][256];
+    uint64_t raw[3][4][256];  /* four tables a channel: no store waits on the one before */
     memset(raw, 0, sizeof raw);
+    const int w = im->w;
+    const ptrdiff_t px = im->px;
     for (int c = 0; c < 3; c++) {
         for (int y = 0; y < im->h; y++) {
             const uint8_t *p = im->ch[c] + y * im->row;
-            for (int x = 0; x < im->w; x++) raw[c][p[x * im->px]]++;
+            int x = 0;
+            for (; x + 4 <= w; x += 4) {
+                raw[c][0][p[x * px]]++;
+                raw[c][1][p[(x + 1) * px]]++;
+                raw[c][2][p[(x + 2) * px]]++;
+                raw[c][3][p[(x + 3) * px]]++;
+            }
+            for (; x < w; x++) raw[c][0][p[x * px]]++;
         }
     }
     memset(hist, 0, sizeof(uint64_t) * 3 * 256);
     for (int c = 0; c < 3; c++)
-        for (int v = 0; v < 256; v++) hist[c][lut[c][v]] += raw[c][v];
+        for (int v = 0; v < 256; v++)
+            hist[c][lut ? lut[c][v] : v] += raw[c][0][v] + raw[c][1][v] + raw[c][2][v] +
+                                           raw[c][3][v];
 }
 
 /* ImageStat's mean is sum / count, a correctly rounded division (both exact in a double
  * here), and ImageEnhance.Contrast takes int(mean + 0.5). */
 int aug_gray_mean(const Planes *im, const Lut lut) {
     uint64_t sum = 0;
+    const int w = im->w;
+    const ptrdiff_t px = im->px;
     for (int y = 0; y < im->h; y++) {
         const uint8_t *r = im->ch[0] + y * im->row, *g = im->ch[1] + y * im->row,
                       *b = im->ch[2] + y * im->row;
         uint32_t row = 0;  /* at most 255 x 65500: no overflow */
-        for (int x = 0; x < im->w; x++) {
-            ptrdiff_t i = x * im->px;
-            row += (uint32_t)luma(lut[0][r[i]], lut[1][g[i]], lut[2][b[i]]);
+        if (lut == NULL && px == 1) {
+            for (int x = 0; x < w; x++) row += (uint32_t)luma(r[x], g[x], b[x]);
+        } else if (lut == NULL) {
+            for (int x = 0; x < w; x++) row += (uint32_t)luma(r[x * px], g[x * px], b[x * px]);
+        } else {
+            for (int x = 0; x < w; x++)
+                row += (uint32_t)luma(lut[0][r[x * px]], lut[1][g[x * px]], lut[2][b[x * px]]);
         }
         sum += row;
     }
@@ -127,79 +144,84 @@ int aug_gray_mean(const Planes *im, const Lut lut) {
 }
 
 void aug_apply_lut(const Planes *dst, const Planes *src, const Lut lut) {
-    for (int c = 0; c < 3; c++) {
-        const uint8_t *t = lut[c];
-        for (int y = 0; y < src->h; y++) {
-            const uint8_t *s = src->ch[c] + y * src->row;
-            uint8_t *d = dst->ch[c] + y * dst->row;
-            if (src->px == 1 && dst->px == 1) {
-                for (int x = 0; x < src->w; x++) d[x] = t[s[x]];
-            } else {
-                for (int x = 0; x < src->w; x++) d[x * dst->px] = t[s[x * src->px]];
+    for (int y = 0; y < src->h; y++) {
+        if (src->px == 1 && dst->px == 1) {  /* plane by plane */
+            for (int c = 0; c < 3; c++) {
+                const uint8_t *s = src->ch[c] + y * src->row;
+                uint8_t *d = dst->ch[c] + y * dst->row, t[256];
+                if (lut == NULL) {
+                    if (d != s) memcpy(d, s, (size_t)src->w);
+                    continue;
+                }
+                memcpy(t, lut[c], sizeof t);  /* a table no store can change: no reloads */
+                for (int x = 0, w = src->w; x < w; x++) d[x] = t[s[x]];
             }
+            continue;
+        }
+        const uint8_t *r = src->ch[0] + y * src->row, *g = src->ch[1] + y * src->row,
+                      *b = src->ch[2] + y * src->row;
+        uint8_t *dr = dst->ch[0] + y * dst->row, *dg = dst->ch[1] + y * dst->row,
+                *db = dst->ch[2] + y * dst->row;
+        for (int x = 0; x < src->w; x++) {  /* a pixel at a time: one pass over each row */
+            ptrdiff_t i = x * src->px, o = x * dst->px;
+            uint8_t vr = r[i], vg = g[i], vb = b[i];
+            dr[o] = lut ? lut[0][vr] : vr;
+            dg[o] = lut ? lut[1][vg] : vg;
+            db[o] = lut ? lut[2][vb] : vb;
         }
     }
 }
 
-/* One row of Color with ``px`` bytes between pixels (a constant at each call: the compiler
- * makes a loop for each layout). */
-static inline __attribute__((always_inline)) void
-color_row(uint8_t *r, uint8_t *g, uint8_t *b, int w, ptrdiff_t px, float alpha) {
-    for (int x = 0; x < w; x++) {
-        ptrdiff_t i = x * px;
-        int l = luma(r[i], g[i], b[i]);
-        r[i] = blend8(l, r[i], alpha);
-        g[i] = blend8(l, g[i], alpha);
-        b[i] = blend8(l, b[i], alpha);
-    }
-}
-
 void aug_color(const Planes *im, float alpha) {
+    const int w = im->w;  /* held in a local: the loop's count is then known to the compiler */
     for (int y = 0; y < im->h; y++) {
-        uint8_t *r = im->ch[0] + y * im->row, *g = im->ch[1] + y * im->row,
-                *b = im->ch[2] + y * im->row;
-        if (im->px == 1)
-            color_row(r, g, b, im->w, 1, alpha);
-        else
-            color_row(r, g, b, im->w, 3, alpha);
+        uint8_t *restrict r = im->ch[0] + y * im->row, *restrict g = im->ch[1] + y * im->row,
+                *restrict b = im->ch[2] + y * im->row;
+        for (int x = 0; x < w; x++) {
+            int l = luma(r[x], g[x], b[x]);
+            r[x] = blend8(l, r[x], alpha);
+            g[x] = blend8(l, g[x], alpha);
+            b[x] = blend8(l, b[x], alpha);
+        }
     }
 }
 
 /* ImageFilter.SMOOTH's value at ``mid`` (the rows above and below beside it): the kernel's
- * rows summed in Pillow's order (the row below first) onto 0.5, then clipped and truncated. */
-static inline __attribute__((always_inline)) uint8_t
-smooth(const uint8_t *above, const uint8_t *mid, const uint8_t *below, ptrdiff_t px) {
+ * rows summed in Pillow's order (the row below first) onto 0.5, then truncated. Pillow clips
+ * the sum to 0..255 first, which changes nothing here: the weights are positive, so the sum
+ * is at least 0.5, and at most 255.5 (all nine 255); leaving the clip out lets the compiler
+ * vectorise the loop. */
+static inline __attribute__((always_inline)) int
+smooth(const uint8_t *above, const uint8_t *mid, const uint8_t *below) {
     const float k1 = 1.0f / 13.0f, k5 = 5.0f / 13.0f;
     float ss = 0.5f;
-    ss += ((float)below[-px] * k1 + (float)below[0] * k1) + (float)below[px] * k1;
-    ss += ((float)mid[-px] * k1 + (float)mid[0] * k5) + (float)mid[px] * k1;
-    ss += ((float)above[-px] * k1 + (float)above[0] * k1) + (float)above[px] * k1;
-    ss = ss < 0.0f ? 0.0f : ss;
-    ss = ss > 255.0f ? 255.0f : ss;
-    return (uint8_t)ss;
+    ss += ((float)below[-1] * k1 + (float)below[0] * k1) + (float)below[1] * k1;
+    ss += ((float)mid[-1] * k1 + (float)mid[0] * k5) + (float)mid[1] * k1;
+    ss += ((float)above[-1] * k1 + (float)above[0] * k1) + (float)above[1] * k1;
+    return (int)ss;
 }
 
-static inline __attribute__((always_inline)) void
-sharpen_row(uint8_t *out, const uint8_t *src, ptrdiff_t row, int w, ptrdiff_t px, float alpha) {
+/* A row of the result from a source row (and its neighbours ``row`` bytes away). */
+static void sharpen_row(uint8_t *restrict out, const uint8_t *restrict src, ptrdiff_t row,
+                        int w, float alpha) {
     out[0] = src[0];
-    for (int x = 1; x < w - 1; x++) {
-        const uint8_t *s = src + x * px;
-        out[x * px] = blend8(smooth(s - row, s, s + row, px), s[0], alpha);
-    }
-    out[(w - 1) * px] = src[(w - 1) * px];
+    for (int x = 1; x < w - 1; x++)
+        out[x] = blend8(smooth(src + x - row, src + x, src + x + row), src[x], alpha);
+    out[w - 1] = src[w - 1];
 }
 
-void aug_sharpness(const Planes *im, const Planes *src, float alpha) {
+void aug_sharpness(const Planes *im, const Planes *src, float alpha, uint8_t *line) {
     for (int c = 0; c < 3; c++) {
         for (int y = 0; y < im->h; y++) {
             uint8_t *out = im->ch[c] + y * im->row;
             const uint8_t *s = src->ch[c] + y * src->row;
             if (y == 0 || y == im->h - 1 || im->w < 3 || im->h < 3) {
-                for (int x = 0; x < im->w; x++) out[x * im->px] = s[x * src->px];
+                for (int x = 0; x < im->w; x++) out[x * im->px] = s[x];
             } else if (im->px == 1) {
-                sharpen_row(out, s, src->row, im->w, 1, alpha);
+                sharpen_row(out, s, src->row, im->w, alpha);
             } else {
-                sharpen_row(out, s, src->row, im->w, 3, alpha);
+                sharpen_row(line, s, src->row, im->w, alpha);
+                for (int x = 0; x < im->w; x++) out[x * im->px] = line[x];
             }
         }
     }

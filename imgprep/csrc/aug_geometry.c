@@ -30,48 +30,100 @@ static inline int32_t trunc32(double v) {
 static inline int32_t coord(double v) { return v < 0.0 ? -1 : trunc32(v); }
 static inline int32_t floor32(double v) { return v < 0.0 ? trunc32(floor(v)) : trunc32(v); }
 
+/* The offset of pixel (u, v) in a plane ``row`` bytes wide, or -1 where it lies outside
+ * ``w`` x ``h``: no branch (the loops that call it are the nearest paths' whole cost). */
+static inline ptrdiff_t offset_of(int32_t u, int32_t v, int w, int h, ptrdiff_t row) {
+    int inside = ((uint32_t)u < (uint32_t)w) & ((uint32_t)v < (uint32_t)h);
+    return inside ? v * row + u : -1;
+}
+
 static inline int32_t wrap_add(int32_t a, int32_t b) {
     return (int32_t)((uint32_t)a + (uint32_t)b);
 }
 
-static void fill_row(const Planes *o, int y, const int fill[3]) {
-    for (int c = 0; c < 3; c++) {
-        uint8_t *p = o->ch[c] + y * o->row;
-        if (o->px == 1) {
-            memset(p, fill[c], (size_t)o->w);
-        } else {
-            for (int x = 0; x < o->w; x++) p[x * o->px] = (uint8_t)fill[c];
+enum { RUN = 8 };  /* consecutive source pixels worth a memcpy */
+
+/* Pixels [x0, x1) of row y of ``o`` from consecutive pixels of ``s`` (planar) at ``from``,
+ * or ``fill`` where ``from`` is -1. */
+static void emit_span(const Planes *o, int y, int x0, int x1, const Planes *s, ptrdiff_t from,
+                      const int fill[3]) {
+    const int n = x1 - x0;
+    if (o->px == 1) {
+        for (int c = 0; c < 3; c++) {
+            uint8_t *d = o->ch[c] + y * o->row + x0;
+            if (from >= 0)
+                memcpy(d, s->ch[c] + from, (size_t)n);
+            else
+                memset(d, fill[c], (size_t)n);
         }
+        return;
+    }
+    uint8_t *d = o->ch[0] + y * o->row + x0 * 3;  /* rows of pixels: interleaved in one pass */
+    if (from < 0) {
+        for (int x = 0; x < n; x++) {
+            d[3 * x] = (uint8_t)fill[0];
+            d[3 * x + 1] = (uint8_t)fill[1];
+            d[3 * x + 2] = (uint8_t)fill[2];
+        }
+        return;
+    }
+    const uint8_t *r = s->ch[0] + from, *g = s->ch[1] + from, *b = s->ch[2] + from;
+    for (int x = 0; x < n; x++) {
+        d[3 * x] = r[x];
+        d[3 * x + 1] = g[x];
+        d[3 * x + 2] = b[x];
     }
 }
 
-static inline void put(const Planes *o, int x, int y, const Planes *s, int u, int v) {
-    ptrdiff_t to = y * o->row + x * o->px, from = v * s->row + u * s->px;
-    o->ch[0][to] = s->ch[0][from];
-    o->ch[1][to] = s->ch[1][from];
-    o->ch[2][to] = s->ch[2][from];
+/* Row y of ``o``: each pixel x from channel offset ``from[x]`` of ``s`` (planar), or ``fill``
+ * where that is -1; a run of consecutive source pixels (a translation's or a shear's rows) is
+ * copied whole. */
+static void emit_row(const Planes *o, int y, const Planes *s, const ptrdiff_t *from,
+                     const int fill[3]) {
+    const int w = o->w;
+    for (int x = 0; x < w;) {
+        int end = x + 1;
+        if (from[x] < 0) {
+            while (end < w && from[end] < 0) end++;
+        } else {
+            while (end < w && from[end] == from[end - 1] + 1) end++;
+        }
+        if (end - x >= RUN || from[x] < 0) {
+            emit_span(o, y, x, end, s, from[x], fill);
+        } else {
+            for (int c = 0; c < 3; c++) {
+                uint8_t *d = o->ch[c] + y * o->row;
+                const uint8_t *p = s->ch[c] + from[x];
+                for (int k = 0; k < end - x; k++) d[(x + k) * o->px] = p[k];
+            }
+        }
+        x = end;
+    }
 }
 
-/* ImagingScaleAffine (b == d == 0). */
+/* ImagingScaleAffine (b == d == 0): the columns tabulated once. */
 static void nearest_scale(const Planes *o, const Planes *s, const double *a, const int fill[3],
-                          int32_t *xtab) {
+                          ptrdiff_t *cols, ptrdiff_t *from) {
     double xo = a[2] + a[0] * 0.5, yo = a[5] + a[4] * 0.5;
     int xmin = o->w, xmax = 0;
-    memset(xtab, 0, sizeof(int32_t) * (size_t)o->w);
     for (int x = 0; x < o->w; x++) {
         int32_t u = coord(xo);
+        cols[x] = 0;  /* Pillow's calloc'd table: 0 where a column is outside */
         if (u >= 0 && u < s->w) {
             xmax = x + 1;
             if (x < xmin) xmin = x;
-            xtab[x] = u;
+            cols[x] = u;
         }
         xo += a[0];
     }
+    const int w = o->w;
+    const ptrdiff_t row = s->row;
     for (int y = 0; y < o->h; y++) {
         int32_t v = coord(yo);
-        fill_row(o, y, fill);
-        if (v >= 0 && v < s->h)
-            for (int x = xmin; x < xmax; x++) put(o, x, y, s, xtab[x], v);
+        int inside = v >= 0 && v < s->h;
+        for (int x = 0; x < w; x++)
+            from[x] = inside && x >= xmin && x < xmax ? v * row + cols[x] : -1;
+        emit_row(o, y, s, from, fill);
         yo += a[4];
     }
 }
@@ -82,41 +134,42 @@ static int fixed_ok(const double *a, int x, int y) {
 }
 
 /* affine_fixed: 16.16 fixed point. */
-static void nearest_fixed(const Planes *o, const Planes *s, const double *a, const int fill[3]) {
+static void nearest_fixed(const Planes *o, const Planes *s, const double *a, const int fill[3],
+                          ptrdiff_t *from) {
 #define FIX(v) floor32((v) * 65536.0 + 0.5)
     int32_t a0 = FIX(a[0]), a1 = FIX(a[1]), a3 = FIX(a[3]), a4 = FIX(a[4]);
     int32_t a2 = FIX(a[2] + a[0] * 0.5 + a[1] * 0.5);
     int32_t a5 = FIX(a[5] + a[3] * 0.5 + a[4] * 0.5);
 #undef FIX
+    const int w = o->w, sw = s->w, sh = s->h;
+    const ptrdiff_t row = s->row;  /* held in locals: no store to ``from`` can change them */
     for (int y = 0; y < o->h; y++) {
         int32_t xx = a2, yy = a5;
-        fill_row(o, y, fill);
-        for (int x = 0; x < o->w; x++) {
-            int32_t u = xx >> 16, v = yy >> 16;
-            if (u >= 0 && u < s->w && v >= 0 && v < s->h) put(o, x, y, s, u, v);
+        for (int x = 0; x < w; x++) {
+            from[x] = offset_of(xx >> 16, yy >> 16, sw, sh, row);
             xx = wrap_add(xx, a0);
             yy = wrap_add(yy, a3);
         }
+        emit_row(o, y, s, from, fill);
         a2 = wrap_add(a2, a1);
         a5 = wrap_add(a5, a4);
     }
 }
 
 /* ImagingTransformAffine's own loop, where fixed point cannot hold the positions. */
-static void nearest_float(const Planes *o, const Planes *s, const double *a, const int fill[3]) {
+static void nearest_float(const Planes *o, const Planes *s, const double *a, const int fill[3],
+                          ptrdiff_t *from) {
     double xo = a[2] + a[1] * 0.5 + a[0] * 0.5, yo = a[5] + a[4] * 0.5 + a[3] * 0.5;
+    const int w = o->w, sw = s->w, sh = s->h;
+    const ptrdiff_t row = s->row;
     for (int y = 0; y < o->h; y++) {
         double xx = xo, yy = yo;
-        fill_row(o, y, fill);
-        for (int x = 0; x < o->w; x++) {
-            int32_t u = coord(xx);
-            if (u >= 0 && u < s->w) {
-                int32_t v = coord(yy);
-                if (v >= 0 && v < s->h) put(o, x, y, s, u, v);
-            }
+        for (int x = 0; x < w; x++) {
+            from[x] = offset_of(coord(xx), coord(yy), sw, sh, row);
             xx += a[0];
             yy += a[3];
         }
+        emit_row(o, y, s, from, fill);
         xo += a[1];
         yo += a[4];
     }
@@ -198,15 +251,15 @@ static void interpolated(const Planes *o, const Planes *s, const double *a, int 
 }
 
 void aug_affine(const Planes *out, const Planes *src, const double a[6], int resample,
-                const int fill[3], int32_t *xtab) {
+                const int fill[3], ptrdiff_t *rows) {
     if (resample != AUG_NEAREST) {
         interpolated(out, src, a, resample, fill);
     } else if (a[1] == 0 && a[3] == 0) {
-        nearest_scale(out, src, a, fill, xtab);
+        nearest_scale(out, src, a, fill, rows, rows + out->w);
     } else if (fixed_ok(a, 0, 0) && fixed_ok(a, out->w, out->h) && fixed_ok(a, 0, out->h) &&
                fixed_ok(a, out->w, 0)) {
-        nearest_fixed(out, src, a, fill);
+        nearest_fixed(out, src, a, fill, rows);
     } else {
-        nearest_float(out, src, a, fill);
+        nearest_float(out, src, a, fill, rows);
     }
 }

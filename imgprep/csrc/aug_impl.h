@@ -28,10 +28,14 @@ static inline Planes planes_of(uint8_t *base, int w, int h, int planar) {
 typedef uint8_t Lut[3][256];
 
 /* Pillow's float blend of two 8-bit values (libImaging/Blend.c: in1 + alpha * (in2 - in1) in
- * float, then clipped and truncated), where ``a`` is the degenerate image's value. */
+ * float, then clipped and truncated), where ``a`` is the degenerate image's value. The clip
+ * is written as two selects, which the compiler vectorises: the same bytes as Pillow's
+ * branches (t <= 0 gives 0 either way, t >= 255 gives 255). */
 static inline uint8_t blend8(int a, int b, float alpha) {
     float t = (float)a + alpha * (float)(b - a);
-    return t <= 0.0f ? 0 : t >= 255.0f ? 255 : (uint8_t)t;
+    t = t < 0.0f ? 0.0f : t;
+    t = t > 255.0f ? 255.0f : t;
+    return (uint8_t)(int)t;
 }
 
 /* --- aug_colour.c: lookup tables and the per-pixel colour ops --- */
@@ -48,22 +52,26 @@ void aug_lut_blend(uint8_t t[256], int degenerate, float alpha);
 void aug_lut_autocontrast(uint8_t t[256], const uint64_t hist[256]);
 void aug_lut_equalize(uint8_t t[256], const uint64_t hist[256]);
 
-/* Each channel's histogram of ``im`` as ``lut`` maps it. */
+/* Each channel's histogram of ``im`` as ``lut`` maps it (NULL: as it is). */
 void aug_histogram(const Planes *im, const Lut lut, uint64_t hist[3][256]);
 /* ImageEnhance.Contrast's degenerate value: the mean of the grayscale ("L") image of ``im``
- * as ``lut`` maps it, rounded as Pillow rounds it. */
+ * as ``lut`` maps it (NULL: as it is), rounded as Pillow rounds it. */
 int aug_gray_mean(const Planes *im, const Lut lut);
-/* ``dst`` = ``lut`` of ``src`` (the same layout and size; they may be the same image). */
+/* ``dst`` = ``lut`` of ``src`` (NULL: a copy); the same size, either layout each (the same
+ * image too, in place). */
 void aug_apply_lut(const Planes *dst, const Planes *src, const Lut lut);
-/* ImageEnhance.Color: each pixel blended with its grayscale value, in place. */
+/* ImageEnhance.Color: each pixel blended with its grayscale value, in place; planar. */
 void aug_color(const Planes *im, float alpha);
-/* ImageEnhance.Sharpness: ``im`` = ``src`` blended with ImageFilter.SMOOTH of ``src``. */
-void aug_sharpness(const Planes *im, const Planes *src, float alpha);
+/* ImageEnhance.Sharpness: ``im`` = ``src`` blended with ImageFilter.SMOOTH of ``src``;
+ * ``src`` planar, ``line``: a row's scratch (``im->w`` bytes) for an ``im`` of rows of
+ * pixels. */
+void aug_sharpness(const Planes *im, const Planes *src, float alpha, uint8_t *line);
 
 /* --- aug_geometry.c: Image.transform(size, AFFINE, a, resample, fillcolor=fill) --- */
 
-/* ``out`` (the same size as ``src``) from ``src``; ``xtab``: ``out->w`` ints of scratch. */
+/* ``out`` (the same size as ``src``, either layout) from ``src`` (planar); ``rows``: scratch
+ * for 2 x ``out->w`` offsets. */
 void aug_affine(const Planes *out, const Planes *src, const double a[6], int resample,
-                const int fill[3], int32_t *xtab);
+                const int fill[3], ptrdiff_t *rows);
 
 #endif

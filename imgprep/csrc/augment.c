@@ -3,7 +3,9 @@
  * contrast, autocontrast and equalize once their statistics are known) are composed into one
  * pending table per channel, so a run of them costs one pass over the image (the statistics
  * are taken through the pending table); the other ops first apply it, fused into the copy of
- * the source that affine and sharpness read (colour applies it in place). */
+ * the source that affine and sharpness read, which is always planar so that every kernel
+ * reads three planes (colour works in place on a planar image, and on the copy otherwise,
+ * where its loop vectorises too). */
 #include "augment.h"
 
 #include <math.h>
@@ -15,7 +17,7 @@
 #include "bounds.h"
 #include "scratch.h"
 
-static _Thread_local Scratch aug_mem;  /* the source copy, then the row table */
+static _Thread_local Scratch aug_mem;  /* the source copy, then the rows' offsets */
 
 static const signed char ARITY[AUG_OP_KINDS] = {
     [AUG_OP_IDENTITY] = 0, [AUG_OP_AFFINE] = 6, [AUG_OP_BRIGHTNESS] = 1,
@@ -99,23 +101,17 @@ static void pending_then1(Pending *p, const uint8_t next[256]) {
     pending_then(p, all);
 }
 
-/* ``src`` = the pixels with what is pending applied; nothing pending after. */
-static void take_copy(const Planes *img, const Planes *src, uint8_t *copy, size_t len,
-                      Pending *p) {
-    if (p->identity)
-        memcpy(copy, img->ch[0], len);  /* either layout starts at channel 0's first byte */
-    else
-        aug_apply_lut(src, img, p->t);
-    pending_reset(p);
-}
-
 typedef struct {
-    Planes img, src;      /* the image; the copy of its source (affine, sharpness) */
-    uint8_t *copy;
-    size_t len;
-    int32_t *xtab;        /* a row's table (the nearest scale path) */
+    Planes img, src;      /* the image; the planar copy of its source */
+    ptrdiff_t *rows;      /* two rows' offsets (the nearest paths), or a row's bytes */
     Pending pending;
 } Run;
+
+/* The source copy = the pixels with what is pending applied, planar; nothing pending after. */
+static void take_copy(Run *r) {
+    aug_apply_lut(&r->src, &r->img, r->pending.identity ? NULL : r->pending.t);
+    pending_reset(&r->pending);
+}
 
 static void step(Run *r, const AugOp *op) {
     uint8_t t[256];
@@ -128,10 +124,13 @@ static void step(Run *r, const AugOp *op) {
     case AUG_OP_SOLARIZE_ADD: aug_lut_solarize_add(t, op->args[0], op->args[1]); break;
     case AUG_OP_INVERT: aug_lut_invert(t); break;
     case AUG_OP_BRIGHTNESS: aug_lut_blend(t, 0, factor); break;
-    case AUG_OP_CONTRAST: aug_lut_blend(t, aug_gray_mean(&r->img, r->pending.t), factor); break;
+    case AUG_OP_CONTRAST:
+        aug_lut_blend(t, aug_gray_mean(&r->img, r->pending.identity ? NULL : r->pending.t),
+                      factor);
+        break;
     case AUG_OP_AUTOCONTRAST:
     case AUG_OP_EQUALIZE:
-        aug_histogram(&r->img, r->pending.t, hist);
+        aug_histogram(&r->img, r->pending.identity ? NULL : r->pending.t, hist);
         for (int c = 0; c < 3; c++) {
             if (op->kind == AUG_OP_EQUALIZE)
                 aug_lut_equalize(lut[c], hist[c]);
@@ -141,17 +140,23 @@ static void step(Run *r, const AugOp *op) {
         pending_then(&r->pending, lut);
         return;
     case AUG_OP_COLOR:
-        if (!r->pending.identity) aug_apply_lut(&r->img, &r->img, r->pending.t);
-        pending_reset(&r->pending);
-        aug_color(&r->img, factor);
+        if (r->img.px == 1) {  /* in place */
+            if (!r->pending.identity) aug_apply_lut(&r->img, &r->img, r->pending.t);
+            pending_reset(&r->pending);
+            aug_color(&r->img, factor);
+        } else {  /* on the planar copy, where it vectorises, and back */
+            take_copy(r);
+            aug_color(&r->src, factor);
+            aug_apply_lut(&r->img, &r->src, NULL);
+        }
         return;
     case AUG_OP_SHARPNESS:
-        take_copy(&r->img, &r->src, r->copy, r->len, &r->pending);
-        aug_sharpness(&r->img, &r->src, factor);
+        take_copy(r);
+        aug_sharpness(&r->img, &r->src, factor, (uint8_t *)r->rows);
         return;
     case AUG_OP_AFFINE:
-        take_copy(&r->img, &r->src, r->copy, r->len, &r->pending);
-        aug_affine(&r->img, &r->src, op->args, op->resample, op->fill, r->xtab);
+        take_copy(r);
+        aug_affine(&r->img, &r->src, op->args, op->resample, op->fill, r->rows);
         return;
     default:  /* identity */
         return;
@@ -159,23 +164,27 @@ static void step(Run *r, const AugOp *op) {
     pending_then1(&r->pending, t);
 }
 
+/* Whether ``op`` reads the source copy. */
+static int copies(const AugOp *op, int planar) {
+    return op->kind == AUG_OP_AFFINE || op->kind == AUG_OP_SHARPNESS ||
+           (op->kind == AUG_OP_COLOR && !planar);
+}
+
 int aug_run(const AugImage *im, const AugOp *ops, size_t n, char *msg, size_t msg_len) {
     if (check(im, ops, n, msg, msg_len) != AUG_OK) return AUG_INVALID;
     int w = (int)im->width, h = (int)im->height;
-    Run r = {.img = planes_of(im->pixels, w, h, im->planar), .len = im->len};
-    int copies = 0;
-    for (size_t i = 0; i < n; i++)
-        copies |= ops[i].kind == AUG_OP_AFFINE || ops[i].kind == AUG_OP_SHARPNESS;
-    if (copies) {  /* had before any byte changes */
+    Run r = {.img = planes_of(im->pixels, w, h, im->planar)};
+    int copy = 0;
+    for (size_t i = 0; i < n; i++) copy |= copies(&ops[i], im->planar);
+    if (copy) {  /* had before any byte changes */
         size_t at = (im->len + 15) & ~(size_t)15;
-        uint8_t *mem = scratch_reserve(&aug_mem, at + sizeof(int32_t) * (size_t)w);
+        uint8_t *mem = scratch_reserve(&aug_mem, at + sizeof(ptrdiff_t) * 2 * (size_t)w);
         if (mem == NULL) {
             snprintf(msg, msg_len, "no memory for a %dx%d image's copy", w, h);
             return AUG_ENOMEM;
         }
-        r.copy = mem;
-        r.src = planes_of(mem, w, h, im->planar);
-        r.xtab = (int32_t *)(void *)(mem + at);
+        r.src = planes_of(mem, w, h, 1);
+        r.rows = (ptrdiff_t *)(void *)(mem + at);
     }
     pending_reset(&r.pending);
     for (size_t i = 0; i < n; i++) step(&r, &ops[i]);

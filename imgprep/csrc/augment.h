@@ -58,9 +58,9 @@ typedef struct {
 
 /* Carries ``ops`` (``n`` of them) out in order on ``im``, in place. Everything is checked
  * before a byte is touched: AUG_INVALID with the reason in ``msg``. Scratch: one copy of the
- * image (affine and sharpness read their source from it) and a row's table, the thread's,
- * kept between calls up to SCRATCH_KEEP (aug_trim), had before a byte is touched too
- * (AUG_ENOMEM when it cannot be). */
+ * image (affine and sharpness read their source from it) and two rows of offsets, the
+ * thread's, kept between calls up to SCRATCH_KEEP (aug_trim), had before a byte is touched
+ * too (AUG_ENOMEM when it cannot be). */
 int aug_run(const AugImage *im, const AugOp *ops, size_t n, char *msg, size_t msg_len);
 
 /* Gives back the calling thread's scratch where an image grew it past SCRATCH_KEEP. */

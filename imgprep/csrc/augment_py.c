@@ -60,7 +60,8 @@ PyObject *py_augment(PyObject *Py_UNUSED(self), PyObject *args) {
     int ok = n <= AUG_MAX_OPS;
     if (!ok)
         PyErr_Format(PyExc_ValueError, "%zd ops in one call; at most %d", n, AUG_MAX_OPS);
-    for (Py_ssize_t i = 0; ok && i < n; i++) ok = read_op(PyTuple_GetItem(ops, i), i, &list[i]) == 0;
+    for (Py_ssize_t i = 0; ok && i < n; i++)
+        ok = read_op(PyTuple_GetItem(ops, i), i, &list[i]) == 0;
     PyObject *result = NULL;
     if (ok) {
         AugImage im = {.pixels = out.buf, .len = (size_t)out.len, .width = width,

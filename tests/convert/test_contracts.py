@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from imgprep import budget, jpegcrop
+from imgprep import augment, budget, jpegcrop
 from imgprep.convert import native
 from imgprep.sections import TransformOptions
 from tests.support import jpeg
@@ -63,3 +63,9 @@ def test_the_python_side_reads_the_modules_codes_and_limits() -> None:
     codes = {ext.PROBE_FAST, ext.PROBE_PROGRESSIVE, ext.PROBE_COLOR, ext.PROBE_TAIL,
              ext.PROBE_BROKEN}
     assert len(codes) == 5 and ext.MAX_SIDE == 65500
+    # the augmentation's op codes and filters: defined in imgprep/csrc/augment.h, read here
+    assert augment._CODES == {name: getattr(ext, f"AUG_OP_{name.upper()}")
+                              for name in augment.OPS}
+    assert len(set(augment._CODES.values())) == len(augment.OPS)
+    assert augment._FILTERS == {"nearest": ext.AUG_NEAREST, "bilinear": ext.AUG_BILINEAR,
+                                "bicubic": ext.AUG_BICUBIC}

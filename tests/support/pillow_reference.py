@@ -9,8 +9,8 @@ chains, each a list of steps ``{"op", "args", "resample", "fill"}``, carried out
 every crop). Each step is the Pillow call that imgprep.augment's op of the same name equals
 (docs/augment.md), plus ``rotate`` (``args`` [degrees]: ``Image.rotate``). OUT.npz holds
 ``digests`` (chains x N x 16: BLAKE2b-128 of each result's H x W x 3 bytes), with ``--full``
-also ``images`` (chains x N x H x W x 3), or with ``--time R`` only ``us`` (per chain, the
-mean over the crops of the least of R timed runs, microseconds) and ``version``.
+also ``images`` (chains x N x H x W x 3), or with ``--time R`` only ``us`` (chains x N: each
+call's least wall time over R runs, microseconds); and ``version``, PIL's.
 
 Standard library, numpy and PIL only: it runs where imgprep is not installed.
 """
@@ -101,18 +101,16 @@ def results(crops: np.ndarray, chains: list[list[dict[str, Any]]],
 
 
 def timings(crops: np.ndarray, chains: list[list[dict[str, Any]]], repeat: int) -> np.ndarray:
-    """Per chain, the mean over the crops of the least of ``repeat`` runs, in microseconds."""
+    """Each chain's least wall time on each crop over ``repeat`` rounds, microseconds."""
     images = [Image.fromarray(c, "RGB") for c in crops]
-    us = np.empty(len(chains))
-    for k, chain in enumerate(chains):
-        best = [float("inf")] * len(images)
-        for _ in range(repeat):
+    best = np.full((len(chains), len(images)), np.inf)
+    for _ in range(repeat):
+        for k, chain in enumerate(chains):
             for i, img in enumerate(images):
                 t0 = time.perf_counter_ns()
                 run_chain(img, chain)
-                best[i] = min(best[i], time.perf_counter_ns() - t0)
-        us[k] = sum(best) / len(best) / 1e3
-    return us
+                best[k, i] = min(best[k, i], (time.perf_counter_ns() - t0) / 1e3)
+    return best
 
 
 def main(argv: list[str] | None = None) -> int:
