@@ -65,6 +65,11 @@ spell of a shared machine weighs on both sides of it. Peak RSS (VmHWM) of every 
 read from /proc before the workers are shut down. A compact table goes to stdout and the last
 line of stdout is one JSON object with every figure. Linux only.
 
+``--augment NAME``: instead, an augmentation policy's cost per image (``loaders.augment``:
+``ta_wide``, ``ra``, ``aa-imagenet``, a timm ``rand-...`` string) against plain RRC 224 in the
+same run, floor and 1-worker loader (``bench.loader_augment``); the same JSON line form
+(``"mode": "augment"``).
+
 ``--sizes``: instead, the cost per image at each output size of a resolution schedule
 (128, 160, 192, 224 px; ``bench.loader_sizes``), floor and 1-worker loader, with the target
 160 px <= 0.7 x 224 px, what a worker restart per size change would cost and the ring's
@@ -75,6 +80,7 @@ Run (from the repository root, in the project's environment)::
     python -m bench.loader                            # full run, ~2 min on 2 cores
     python -m bench.loader --samples 3000 --repeat 1  # a quick look
     python -m bench.loader --sizes --samples 2000     # cost per image by output size
+    python -m bench.loader --augment ta_wide --samples 2000  # a policy's cost over RRC
     python -m bench.loader --ffcv-python VENV/bin/python  # with FFCV (docs/benchmarks.md)
 
 Exit code 2 when the image folder is missing.
@@ -105,7 +111,7 @@ import webdataset as wds
 from PIL import Image
 from torch.utils.data import DataLoader, get_worker_info
 
-from bench import ffcv_peer, loader_sizes
+from bench import ffcv_peer, loader_augment, loader_sizes
 from bench.common import (
     DEFAULT_IMAGES,
     QUIET_FOREIGN_CORES,
@@ -132,7 +138,14 @@ from imgprep.shards.layout import Layout
 from imgprep.shards.manifest import write_manifest
 from imgprep.shards.tario import iter_samples
 from imgprep.shards.writers import ShardWriter
-from loaders import LoaderOptions, SampleDecoder, ShardLoader, TrainTransform
+from loaders import (
+    AUGMENT_POLICIES,
+    LoaderOptions,
+    SampleDecoder,
+    ShardLoader,
+    TrainTransform,
+    augment_policy,
+)
 from loaders.transforms import crop_box
 
 SPLIT = "train"
@@ -477,6 +490,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                     help="convert the images with their short side resized to PX (aspect "
                          "kept: shards as a resolution schedule's recipes store them) instead "
                          "of the default 256 px centre crop")
+    ap.add_argument("--augment", default=None, metavar="NAME",
+                    help="only an augmentation policy's cost over plain RRC (bench."
+                         f"loader_augment): one of {', '.join(AUGMENT_POLICIES)}, ra-nN-mM "
+                         "or a timm rand-... string")
     ap.add_argument("--size-list", type=lambda t: [int(x) for x in t.split(",")],
                     default=list(loader_sizes.SIZES), metavar="S,S,...",
                     help="the sizes of --sizes (default: %(default)s)")
@@ -484,6 +501,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     if (args.repeat < 1 or args.samples < 1 or args.batch_size < 1
             or (args.limit is not None and args.limit < 1)):
         ap.error("--repeat, --samples, --batch-size and --limit must be >= 1")
+    if args.augment:
+        try:
+            augment_policy(args.augment)
+        except ValueError as e:
+            ap.error(f"--augment: {e}")
     return args
 
 
@@ -632,8 +654,18 @@ def run_sizes(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
     return loader_sizes.run_sizes(args, folder, blobs, measured)
 
 
+def run_augment(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
+    """``--augment``: the shard set built as for the full run, then
+    ``bench.loader_augment``."""
+    folder, blobs = build_shards(args.images, scratch, args.samples, args.limit)
+    return loader_augment.run_augment(args, folder, blobs, measured)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.augment:
+        return run_main("bench_loader", args.images, args.out, partial(run_augment, args),
+                        loader_augment.print_augment)
     if args.sizes:
         return run_main("bench_loader", args.images, args.out, partial(run_sizes, args),
                         loader_sizes.print_sizes)

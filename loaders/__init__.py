@@ -8,7 +8,9 @@ resumed at any batch; batches leave as uint8 NCHW (contiguous, or with channels_
 come from a *source* (a shard set or a label list); decoder *backends* make the same
 batches from them: ``pillow`` (the default), ``dali`` (NVIDIA DALI,
 ``pip install 'imgprep[dali]'``) and ``nvjpeg`` (torchvision's nvJPEG on the GPU); each
-imported only when asked for. Batch-level augmentation (random erasing, mixup, cutmix:
+imported only when asked for. Training transforms may add an automatic augmentation policy
+(``TrainTransform(augment=augment_policy("ta_wide"))``: ``loaders.augment``, the pillow
+backend). Batch-level augmentation (random erasing, mixup, cutmix:
 ``LoaderOptions.random_erase``, ``mixup``) is drawn with each batch and carried out by
 ``DeviceLoader`` on the device (``loaders.mixing``).
 """
@@ -16,6 +18,8 @@ imported only when asked for. Batch-level augmentation (random erasing, mixup, c
 from pathlib import Path
 
 from imgprep import World, read_manifest
+from loaders.augment import POLICIES as AUGMENT_POLICIES
+from loaders.augment import policy as augment_policy
 from loaders.backends import BACKENDS, GPU_BACKENDS
 from loaders.batch import PAD_LABEL
 from loaders.config import LoaderOptions, PlannedEpoch, worker_count
@@ -72,9 +76,9 @@ def make_loader(data: str | Path, split: str, world: World, options: LoaderOptio
                            num_classes=num_classes, mean=mean or (), std=std or ())
 
 
-__all__ = ["BACKENDS", "GPU_BACKENDS", "ORDER_KEY", "ORDER_VERSION", "PAD", "PAD_LABEL",
-           "BatchDraws", "DeviceLoader", "LabelListLoader", "Loader", "LoaderError",
+__all__ = ["AUGMENT_POLICIES", "BACKENDS", "GPU_BACKENDS", "ORDER_KEY", "ORDER_VERSION", "PAD",
+           "PAD_LABEL", "BatchDraws", "DeviceLoader", "LabelListLoader", "Loader", "LoaderError",
            "LoaderOptions", "Mixup", "PlannedEpoch", "RandomErasing", "SampleDecoder",
            "ShardLoader", "SizeSchedule", "TrainTransform", "Transform", "ValTransform",
-           "draw_batch", "job_summary", "make_loader", "normalize", "plan_epoch",
-           "read_label_list", "worker_count"]
+           "augment_policy", "draw_batch", "job_summary", "make_loader", "normalize",
+           "plan_epoch", "read_label_list", "worker_count"]

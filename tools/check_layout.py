@@ -91,9 +91,8 @@ WHITE_BOX = {  # module -> why benchmarks and harnesses need it (docs/developmen
     "imgprep.jpegcrop": "the crop-aware decoder's stages, timed one by one; the extension "
                         "module the fuzz target drives",
     "imgprep.resample": "the resampler timed alone, beside the installed Pillow's resize",
-    "imgprep.augment": "the augmentation ops every decode path of the loaders carries out, "
-                       "and the matrices the policies hand them; timed alone beside stock "
-                       "Pillow's calls",
+    "imgprep.augment": "the per-sample augmentation ops the loaders carry out (Op, apply, "
+                       "Pillow's matrices), timed alone beside stock Pillow's calls",
     "imgprep.imagefile": "an image opened for Pillow as convert opens it: the accepted formats, "
                          "the per-image budget, the damage rule, decoder failures as errors",
     "imgprep.budget": "the per-image budget's limits, the declared sizes the fuzz mutators aim at",
@@ -103,8 +102,6 @@ WHITE_BOX = {  # module -> why benchmarks and harnesses need it (docs/developmen
     "loaders.nvjpeg": "the nvjpeg backend's decodes (nvJPEG's batch, Pillow's fallback), timed "
                       "alone by the GPU kit's spike",
     "loaders.batchcrop": "the batched crop, resize and flip, timed alone by the GPU kit's spike",
-    "loaders.augment": "policy, the augmentation policy the trainer's --auto-augment names "
-                       "(the one name of the interface agreed for it)",
     "imgprep.cli.commands": "main, the imgprep command run in a child that counts its reads",
 }
 # bench module -> the harness rooms that may import it (None: every room and harness's top)

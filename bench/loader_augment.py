@@ -1,0 +1,117 @@
+"""``python -m bench.loader --augment NAME``: what an augmentation policy adds to the loader's
+cost per image, against plain random-resized-crop in the same run, on the shard set
+``bench.loader`` builds from the real ILSVRC2012 sample (256 px, quality 90).
+
+Two transforms, ``TrainTransform()`` (RRC 224 + flip) and ``TrainTransform(augment=
+loaders.augment_policy(NAME))`` (the same, then the policy's ops, ``imgprep.augment``), each
+measured as the floor (``loaders.SampleDecoder`` on preloaded bytes in this process, one
+core) and as ``ShardLoader`` with 1 worker (whole epochs, end to end, after a warm-up epoch;
+one loader alive at a time), ``--repeat`` rounds interleaved, medians over the quiet passes
+(as ``bench.loader``). Reported: µs per image of each, and the policy's cost over plain RRC
+(each round's own ratio, the median over rounds); the draws alone (``policy.draw`` for 224
+px, µs per image). No target: the ratios are information.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import statistics
+import time
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bench.common import QUIET_FOREIGN_CORES, paired_ratio
+from bench.loader_sizes import loader_epoch
+from imgprep import World, read_manifest
+from loaders import LoaderOptions, SampleDecoder, ShardLoader, TrainTransform
+from loaders import augment_policy as policy
+
+KINDS = ("plain", "augment")
+
+
+def transforms(name: str) -> dict[str, TrainTransform]:
+    return {"plain": TrainTransform(), "augment": TrainTransform(augment=policy(name))}
+
+
+def floor_pass(blobs: list[bytes], n: int, batch: int, t: TrainTransform) -> dict[str, float]:
+    """The loader's per-sample work with ``t`` on preloaded bytes, one process."""
+    decode = SampleDecoder(t)
+    out = np.empty((batch, 3, t.size, t.size), dtype=np.uint8)
+    rng = np.random.default_rng(0)
+    t0 = time.perf_counter()
+    for i in range(n):
+        decode(blobs[i % len(blobs)], rng, out[i % batch])
+    return {"rate": n / (time.perf_counter() - t0), "images": n}
+
+
+def draw_us(name: str, n: int = 20_000) -> float:
+    """The policy's draws alone: µs per image for a 224 px crop."""
+    p, rng = policy(name), np.random.default_rng(0)
+    t0 = time.perf_counter()
+    for _ in range(n):
+        p.draw(224, rng)
+    return (time.perf_counter() - t0) / n * 1e6
+
+
+def run_augment(args: argparse.Namespace, folder: Path, blobs: list[bytes],
+                measured: Any) -> dict[str, Any]:
+    """Both transforms' floor and 1-worker loader, interleaved; ``measured`` wraps a pass
+    with the machine's load (``bench.loader.measured``)."""
+    start, load0 = time.perf_counter(), os.getloadavg()
+    ts = transforms(args.augment)
+    batch, n = args.batch_size, read_manifest(folder, "train").total_samples
+    passes: dict[str, list[dict[str, float]]] = {
+        f"{where}_{k}": [] for k in KINDS for where in ("floor", "loader")}
+    for r in range(args.repeat):
+        for k in KINDS:
+            passes[f"floor_{k}"].append(measured(partial(floor_pass, blobs, min(n, 2000),
+                                                         batch, ts[k])))
+            loader = ShardLoader(folder, "train", World(), LoaderOptions(
+                batch_size=batch, workers=1, seed=0, transform=ts[k]))
+            loader_epoch(loader, 0)  # the warm-up: worker start-up, page cache
+            passes[f"loader_{k}"].append(measured(partial(loader_epoch, loader, r + 1)))
+            del loader
+            gc.collect()
+    return summarise(args, passes, n, batch, start, load0)
+
+
+def _quiet_median(passes: list[dict[str, float]]) -> float:
+    quiet = [p for p in passes if p["foreign_cores"] < QUIET_FOREIGN_CORES] or passes
+    return statistics.median(p["rate"] for p in quiet)
+
+
+def summarise(args: argparse.Namespace, passes: dict[str, list[dict[str, float]]], n: int,
+              batch: int, start: float, load0: tuple[float, ...]) -> dict[str, Any]:
+    pairs = {k: [(p["rate"], p["foreign_cores"]) for p in v] for k, v in passes.items()}
+    us = {k: round(1e6 / _quiet_median(v), 1) for k, v in passes.items()}
+    ratios = {f"{where}_cost_augment_over_plain": {
+        "value": round(paired_ratio(pairs[f"{where}_plain"], pairs[f"{where}_augment"]), 3),
+        "target": None, "result": "info"} for where in ("floor", "loader")}
+    return {
+        "benchmark": "loader", "mode": "augment", "policy": args.augment, "samples": n,
+        "size": 224, "batch_size": batch, "repeat": args.repeat, "workers": 1,
+        "us_per_image": us, "ratios": ratios, "draw_us_per_image": round(draw_us(args.augment), 1),
+        "quiet_passes": {k: sum(1 for p in v if p["foreign_cores"] < QUIET_FOREIGN_CORES)
+                         for k, v in passes.items()},
+        "loadavg_start": [round(x, 2) for x in load0],
+        "loadavg_end": [round(x, 2) for x in os.getloadavg()],
+        "cpus": os.cpu_count() or 1,
+        "seconds": round(time.perf_counter() - start, 1),
+    }
+
+
+def print_augment(res: dict[str, Any]) -> None:
+    print(f"augmentation cost: policy {res['policy']}, {res['samples']:,} samples (256 px, "
+          f"q90), RRC {res['size']}, batch {res['batch_size']}, 1 worker, {res['repeat']} "
+          f"interleaved rounds; load average {res['loadavg_start']} -> {res['loadavg_end']}")
+    print(f"{'':8s} {'plain us':>9s} {'policy us':>10s} {'policy/plain':>13s}")
+    for where in ("floor", "loader"):
+        r = res["ratios"][f"{where}_cost_augment_over_plain"]
+        print(f"{where:8s} {res['us_per_image'][f'{where}_plain']:9.1f} "
+              f"{res['us_per_image'][f'{where}_augment']:10.1f} {r['value']:13.3f}")
+    print(f"(the draws alone: {res['draw_us_per_image']:.1f} us per image)")
