@@ -46,7 +46,7 @@ import numpy as np
 from imgprep import World, node_shards
 from loaders.errors import LoaderError
 from loaders.order import ORDER_VERSION, order_at
-from loaders.repeats import held
+from loaders.repeats import check_repeats, held
 
 # How an epoch ends (the module docstring, docs/loaders.md "Tails"): full batches only; every
 # sample once with short last batches; every sample once with padding; every sample once,
@@ -318,6 +318,7 @@ def plan_epoch(samples: Sequence[int], world: World, mode: str, seed: int, epoch
     ``order_version`` (``loaders.order``), repeated ``repeats`` times (``loaders.repeats``:
     the slots of a step strided). Every rank computes the same step count from the counts
     alone; with version 2 the rest costs this rank's share, not the pool."""
+    repeats = check_repeats(repeats)
     group = group_of(world, mode)
     every = pools(samples, world.num_nodes, mode, seed)
     sizes = tuple(len(p) for p in every)

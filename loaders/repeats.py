@@ -41,7 +41,7 @@ REPEATS_KEY = "repeats"  # the state_dict key that records k > 1 (absent: 1)
 
 def check_repeats(repeats: object) -> int:
     """``repeats`` as a repeat count, or a ValueError."""
-    if isinstance(repeats, bool) or not isinstance(repeats, int | np.integer) or repeats < 1:
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
         raise ValueError(f"repeats must be an integer >= 1, not {repeats!r}")
     return int(repeats)
 

@@ -168,7 +168,7 @@ def test_the_held_samples_change_every_epoch_and_a_cycle_holds_the_pool() -> Non
 
 
 def test_repeats_must_be_a_positive_integer() -> None:
-    for bad in (0, -1, True, 1.5, "3"):
+    for bad in (0, -1, True, 1.5, "3", np.int64(3)):
         with pytest.raises(ValueError, match="repeats must be an integer >= 1"):
             LoaderOptions(batch_size=4, repeats=bad)  # type: ignore[arg-type]
     assert LoaderOptions(batch_size=4).repeats == 1
