@@ -42,7 +42,7 @@ from loaders import (
     make_loader,
 )
 
-from .recipes import augment_policy
+from .recipes import policy_for
 
 logger = logging.getLogger("train_imagenet")
 MEMORY_FORMAT = "channels_last"  # the model's layout (train.set_up), so the batches'
@@ -89,8 +89,8 @@ def loader_options(args: argparse.Namespace, device: torch.device, workers: int,
 
 
 def augment(args: argparse.Namespace) -> Any:
-    """--auto-augment's policy, as its source runs it (``recipes.augment_policy``)."""
-    return None if args.auto_augment is None else augment_policy(args.auto_augment)
+    """--auto-augment's policy, as its source runs it (``recipes.policy_for``)."""
+    return None if args.auto_augment is None else policy_for(args.auto_augment)
 
 
 def random_erase(args: argparse.Namespace) -> RandomErasing | None:

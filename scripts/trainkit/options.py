@@ -42,11 +42,11 @@ def schedule_arg(text: str) -> SizeSchedule:
 
 
 def augment_arg(text: str) -> str | None:
-    """``--auto-augment``: a policy name ``loaders.policy`` knows, or ``none``."""
+    """``--auto-augment``: a policy name ``loaders.augment_policy`` knows, or ``none``."""
     if text == "none":
         return None
     try:
-        recipes.augment_policy(text)
+        recipes.policy_for(text)
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e)) from e
     return text

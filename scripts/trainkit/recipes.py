@@ -38,7 +38,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from loaders import SizeSchedule
+from loaders import SizeSchedule, augment_policy
 
 from .ema import adjusted_decay
 from .optim import peak_lr
@@ -189,15 +189,13 @@ RSB_A3 = Recipe(name="rsb-a3", title="ResNet strikes back, procedure A3 (Table 1
 RECIPES: dict[str, Recipe] = {r.name: r for r in (TORCHVISION_V2, FFCV_RN50, RSB_A3)}
 
 
-def augment_policy(name: str) -> Any:
-    """``loaders.policy(name)`` as the name's source runs it: torchvision's policies with the
-    train crop's resampling (its reference passes ``--interpolation``, bilinear, to them),
-    timm's ``rand-`` strings with timm's own fill and resampling (``create_transform``'s)."""
-    from loaders.augment import policy
-
+def policy_for(name: str) -> Any:
+    """``loaders.augment_policy(name)`` as the name's source runs it: torchvision's policies
+    with the train crop's resampling (its reference passes ``--interpolation``, bilinear, to
+    them), timm's ``rand-`` strings with timm's own fill and resampling (``create_transform``'s)."""
     if name.startswith("rand"):
-        return policy(name)
-    return policy(name, interpolation="bilinear")
+        return augment_policy(name)
+    return augment_policy(name, interpolation="bilinear")
 
 
 # an option a recipe sets that another flag, when given, replaces: the schedule gives way to a
