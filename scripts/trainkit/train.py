@@ -1,5 +1,7 @@
-"""The embedded trainer, top to bottom: arguments, set-up (process group, device, staging,
-loaders, model, optimizer), the training loop with its time split, evaluation, checkpoints.
+"""The embedded trainer, top to bottom: set-up (process group, device, staging, loaders,
+model, its moving average, optimizer, loss), the training loop with its time split,
+evaluation, checkpoints. Its flags, and ``--recipe``'s presets under them, are
+``trainkit.options``.
 
 ``scripts/train_imagenet.py`` runs ``main``; its docstring says how to launch it and what each
 line it prints means.
