@@ -27,6 +27,12 @@ CPU threads otherwise (``--workers`` of them); the second line says which.
 ``--val-crop-ratio`` set validation's crop. ``--compile auto`` (the default) runs
 torch.compile on CUDA, eager on the CPU, static shapes with one graph per size; the third line
 says which.
+``--recipe torchvision-v2`` (or ``ffcv-rn50``, ``rsb-a3``) sets every option of a published
+ImageNet recipe, flags given winning over it, and prints a table of them beside the source's
+values after those three lines: ``--auto-augment``, ``--random-erase``, ``--mixup`` /
+``--cutmix`` (soft targets), ``--ra-reps``, ``--model-ema`` (validated and checkpointed
+beside the model), ``--norm-weight-decay``, ``--bce``, ``--opt lamb`` and the rest, each also
+a flag of its own (docs/trainer.md).
 
 The trainer reads top to bottom in ``trainkit/train.py`` (set-up, the loop, evaluation,
 checkpoint); this file is what you launch.

@@ -6,7 +6,11 @@ run the trainer's defaults for the device (bf16 autocast where it is native, cha
 ``--compile auto``: torch.compile on CUDA). Then, at each size of the profile's
 ``res_sizes`` (160 and 224 px: a resolution schedule's ends; 160 px alone in the quick CPU
 form), fed and synthetic again, eager (``--compile off``) and compiled (``--compile on``):
-their rates, fed over synthetic, and compiled over eager.
+their rates, fed over synthetic, and compiled over eager. Last, the torchvision-v2 recipe
+(``--recipe torchvision-v2`` at the profile's model, size, batch and steps: TrivialAugment,
+random erasing, mixup / cutmix, repeated augmentation x4, the model's moving average), fed
+and synthetic: its rates, fed over synthetic, and its fed rate over the plain fed run's (what
+the recipe's augmentation and average cost a step).
 
 The trainer runs as users launch it, ``python scripts/train_imagenet.py``, in a child process;
 its ``--log-json`` records give the rates, the first log interval (loader start-up, cuDNN's
@@ -118,8 +122,27 @@ def check(ctx: Context) -> dict[str, Any]:
     rows.append(figure(c, "torch.compile (--compile auto)",
                        "on" if fed_run.summary["compile"] else "off"))
     by_size, size_rows = sizes_check(ctx)
-    return {"rows": rows + size_rows, "synthetic": synth, "fed": fed, "workers": workers,
-            "precision": precision, "sizes": by_size}
+    recipe, recipe_rows = recipe_check(ctx, fed)
+    return {"rows": rows + size_rows + recipe_rows, "synthetic": synth, "fed": fed,
+            "workers": workers, "precision": precision, "sizes": by_size, "recipe": recipe}
+
+
+RECIPE = "torchvision-v2"
+
+
+def recipe_check(ctx: Context, plain_fed: dict[str, Any]) -> tuple[dict[str, Any], list[Row]]:
+    """``--recipe torchvision-v2`` synthetic and fed, at the profile's model, size, batch and
+    steps (given flags win over the preset): its steady figures, and its rows."""
+    c = "trainer"
+    _, synth = run_one(ctx, f"synthetic-{RECIPE}", "--recipe", RECIPE, "--synthetic")
+    fed_run, fed = run_one(ctx, f"fed-{RECIPE}", "--recipe", RECIPE)
+    rows = [figure(c, f"--recipe {RECIPE} (ta_wide, random erasing, mixup/cutmix, RA x4, "
+                      "EMA): synthetic / fed img/s (fed / synthetic)",
+                   f"{synth['images_per_s']:,.1f} / {fed['images_per_s']:,.1f} "
+                   f"({fed['images_per_s'] / synth['images_per_s']:.3f})"),
+            figure(c, f"--recipe {RECIPE}: fed / the plain fed run",
+                   f"{fed['images_per_s'] / plain_fed['images_per_s']:.3f}")]
+    return {"synthetic": synth, "fed": fed, "config": fed_run.summary["config"]}, rows
 
 
 def sizes_check(ctx: Context) -> tuple[dict[str, Any], list[Row]]:

@@ -4,10 +4,12 @@ when there is no val split to validate on.
 The loaders' options are one record made from the flags (``loader_options``): the train
 loader makes ``--image-size`` crops, or each epoch at its ``--res-schedule`` size (the
 schedule is the loader's: its state records it, and a resume with another is refused). The
-val loader's differ only in its transform and schedule (none): it center-crops ``--val-size``
-(default ``--image-size``) from the image resized so that the crop is ``--val-crop-ratio`` of
-its short side (0.875: 224 of 256, as the usual ImageNet evaluation does; FFCV's recipe
-trains up to 192 and validates at 256), and decodes with the same backend. The
+val loader's differ only in its transform, schedule (none) and batch-level draws (none: no
+erasing, mixing or repeats): it center-crops ``--val-size`` (default ``--image-size``) from the
+image resized so that the crop is ``--val-crop-ratio`` of its short side (0.875: 224 of 256,
+as the usual ImageNet evaluation does; FFCV's recipe trains up to 192 and validates at 256),
+or whose short side is ``--val-resize`` (torchvision's 232 for 224), and decodes with the same
+backend. The
 model runs channels_last (``train.set_up``), so both ask for channels_last batches
 (``MEMORY_FORMAT``): the workers decode rows in that layout and no batch is transposed on the
 CPU. Normalisation is not theirs:
@@ -23,6 +25,7 @@ import logging
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -32,10 +35,14 @@ from loaders import (
     ORDER_VERSION,
     Loader,
     LoaderOptions,
+    Mixup,
+    RandomErasing,
     TrainTransform,
     ValTransform,
     make_loader,
 )
+
+from .recipes import policy_for
 
 logger = logging.getLogger("train_imagenet")
 MEMORY_FORMAT = "channels_last"  # the model's layout (train.set_up), so the batches'
@@ -63,17 +70,44 @@ def no_val_warning(data: Path, stage_from: Path | None) -> str:
 def loader_options(args: argparse.Namespace, device: torch.device, workers: int,
                    order_version: int = ORDER_VERSION) -> LoaderOptions:
     """The train loader's options from the flags: --batch-size (per rank), ``workers`` (the
-    resolved --workers), --seed, --image-size or --res-schedule, --loader-backend and where
-    it decodes (DALI or nvJPEG on the training GPU, else the CPU), --crop-decode,
-    channels_last batches, and epoch orders drawn by ``order_version`` (a resumed run's
-    own)."""
+    resolved --workers), --seed, --image-size or --res-schedule, --auto-augment (the policy
+    drawn after crop and flip), --loader-backend and where it decodes (DALI or nvJPEG on the
+    training GPU, else the CPU), --crop-decode, channels_last batches, epoch orders drawn by
+    ``order_version`` (a resumed run's own), and the batch-level draws carried out on the
+    device: --random-erase, --mixup / --cutmix (soft targets over the loader's classes, label
+    smoothing folded in), and --ra-reps (repeated augmentation)."""
     gpu = args.loader_backend in GPU_BACKENDS and device.type == "cuda"
     return LoaderOptions(batch_size=args.batch_size, workers=workers, seed=args.seed,
-                         transform=TrainTransform(size=args.image_size),
+                         transform=TrainTransform(size=args.image_size,
+                                                  augment=augment(args)),
                          size_schedule=args.res_schedule,
                          backend=args.loader_backend, device="gpu" if gpu else "cpu",
                          memory_format=MEMORY_FORMAT, order_version=order_version,
-                         crop_decode=getattr(args, "crop_decode", None))
+                         crop_decode=getattr(args, "crop_decode", None),
+                         random_erase=random_erase(args), mixup=mixup(args),
+                         repeats=args.ra_reps)
+
+
+def augment(args: argparse.Namespace) -> Any:
+    """--auto-augment's policy, as its source runs it (``recipes.policy_for``)."""
+    return None if args.auto_augment is None else policy_for(args.auto_augment)
+
+
+def random_erase(args: argparse.Namespace) -> RandomErasing | None:
+    """--random-erase P (and its mode): timm's RandomErasing, one box an image."""
+    if not args.random_erase:
+        return None
+    return RandomErasing(probability=args.random_erase, mode=args.random_erase_mode)
+
+
+def mixup(args: argparse.Namespace) -> Mixup | None:
+    """--mixup / --cutmix: timm's Mixup (every batch mixed; with both alphas, cutmix with
+    --mixup-switch-prob), --label-smoothing folded into its targets."""
+    if not (args.mixup or args.cutmix):
+        return None
+    return Mixup(mixup_alpha=args.mixup, cutmix_alpha=args.cutmix,
+                 switch_prob=args.mixup_switch_prob, mode=args.mixup_mode,
+                 label_smoothing=args.label_smoothing)
 
 
 def refuse_unlabelled(data: Path) -> None:
@@ -106,9 +140,12 @@ def make_loaders(args: argparse.Namespace, world: World, options: LoaderOptions
         logger.warning(no_val_warning(args.data, args.stage_from))
     if not args.validate or no_val:
         return train_loader, None
-    val = ValTransform(size=args.val_size, crop_ratio=args.val_crop_ratio)
-    return train_loader, make_loader(args.data, "val", world,
-                                     replace(options, transform=val, size_schedule=None))
+    resize = getattr(args, "val_resize", None)
+    val = ValTransform(size=args.val_size, crop_ratio=None if resize else args.val_crop_ratio,
+                       resize=resize)
+    plain = replace(options, transform=val, size_schedule=None, random_erase=None,
+                    mixup=None, repeats=1)
+    return train_loader, make_loader(args.data, "val", world, plain)
 
 
 def synthetic_batches(batch_size: int, image_size: int, num_classes: int,

@@ -6,6 +6,9 @@
 - ``tiny``: a three-stage BasicBlock net (widths 16/32/64, one block per stage) for tests and the
   demo; a training step at batch 8, 112 px, takes a few milliseconds on two CPU cores.
 - ``param_groups``: weight decay on conv/linear weights only, none on norm parameters or biases.
+- ``add_blurpool``: FFCV's BlurPool (Zhang, "Making Convolutional Networks Shift-Invariant
+  Again", 2019): every strided conv with at least 16 input channels is preceded by a fixed 3x3
+  binomial blur (``BlurPoolConv2d``), as FFCV's ImageNet example applies it (``--blurpool``).
 
 Initialisation follows torchvision: Kaiming normal (fan_out, ReLU) for convs, norm weight 1 and
 bias 0, and by default the last BN of every residual branch starts at gamma 0 (Goyal et al.,
@@ -19,13 +22,16 @@ from collections.abc import Sequence
 from typing import Any, ClassVar, TypeVar
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 __all__ = [
     "MODEL_NAMES",
     "BasicBlock",
+    "BlurPoolConv2d",
     "Bottleneck",
     "ResNet",
+    "add_blurpool",
     "model_by_name",
     "param_groups",
     "resnet18",
@@ -213,6 +219,35 @@ def model_by_name(name: str, num_classes: int, zero_init_residual: bool = True) 
     if name not in builders:
         raise ValueError(f"unknown model {name!r}; choose one of: {', '.join(MODEL_NAMES)}")
     return builders[name](num_classes=num_classes, zero_init_residual=zero_init_residual)
+
+
+class BlurPoolConv2d(nn.Module):
+    """``conv`` after a depthwise 3x3 blur ([1, 2, 1] x [1, 2, 1] / 16, stride 1, padding 1):
+    FFCV's ``BlurPoolConv2d``; the filter is a buffer (``blur_filter``), the conv keeps its
+    weights under ``conv``."""
+
+    def __init__(self, conv: nn.Conv2d) -> None:
+        super().__init__()
+        taps = torch.tensor([1.0, 2.0, 1.0])
+        kernel = (taps[:, None] * taps[None, :] / 16).expand(conv.in_channels, 1, 3, 3)
+        self.conv = conv
+        self.blur_filter: Tensor
+        self.register_buffer("blur_filter", kernel.clone())
+
+    def forward(self, x: Tensor) -> Tensor:
+        blurred = F.conv2d(x, self.blur_filter, stride=1, padding=1, groups=self.conv.in_channels)
+        return self.conv(blurred)
+
+
+def add_blurpool(model: nn.Module) -> nn.Module:
+    """Wrap every conv with a stride above 1 and at least 16 input channels in
+    ``BlurPoolConv2d``, in place (FFCV's ``apply_blurpool``); returns ``model``."""
+    for name, child in model.named_children():
+        if isinstance(child, nn.Conv2d) and max(child.stride) > 1 and child.in_channels >= 16:
+            setattr(model, name, BlurPoolConv2d(child))
+        else:
+            add_blurpool(child)
+    return model
 
 
 def to_device(

@@ -3,10 +3,12 @@
 A checkpoint holds ``RunConfig.record()`` under ``config``. Each field's metadata says how a
 resume treats another value:
 
-- ``same``: the model, the data and the optimisation (arch, image size and resolution
-  schedule, classes, the train split's conversion fingerprint and size, ``--normalize``,
-  seed, the learning-rate schedule, precision). Another value is refused, naming the option
-  and both values.
+- ``same``: the model, the data and the optimisation (arch, its initialisation and BlurPool,
+  image size and resolution schedule, classes, the train split's conversion fingerprint and
+  size, ``--normalize``, seed, the optimizer, its weight-decay groups and learning-rate
+  schedule, the loss, the augmentations and mixing, repeated augmentation, the model's
+  average, precision). Another value is refused, naming the option and both values; a
+  field a checkpoint's record lacks (written before the option existed) is not compared.
 - ``elastic``: what the loaders' elastic resume serves (world size, batch size per rank,
   workers, decoder, all-reduce dtype, the data's folder): allowed, said in one line.
 - ``stats``: the normalisation statistics themselves. They follow ``--normalize``; with
@@ -48,6 +50,8 @@ class RunConfig:
     image_size: int = _opt("--image-size")
     res_schedule: str | None = _opt("--res-schedule")  # its one spelling (str(SizeSchedule))
     sync_bn: bool = _opt("--sync-bn")
+    zero_init_residual: bool = _opt("--zero-init-residual")
+    blurpool: bool = _opt("--blurpool")
     num_classes: int = _opt("--data (classes)")
     data_fingerprint: str | None = _opt("--data (the train split's conversion fingerprint)")
     train_samples: int = _opt("--data (train samples)")
@@ -62,6 +66,23 @@ class RunConfig:
     schedule: str = _opt("--schedule")
     epochs: int = _opt("--epochs")
     label_smoothing: float = _opt("--label-smoothing")
+    opt: str = _opt("--opt")
+    lr_scaling: str = _opt("--lr-scaling")
+    norm_weight_decay: float | None = _opt("--norm-weight-decay")
+    bias_weight_decay: float | None = _opt("--bias-weight-decay")
+    bce: bool = _opt("--bce")
+    bce_target_thresh: float | None = _opt("--bce-target-thresh")
+    auto_augment: str | None = _opt("--auto-augment")
+    random_erase: float = _opt("--random-erase")
+    random_erase_mode: str = _opt("--random-erase-mode")
+    mixup: float = _opt("--mixup")
+    cutmix: float = _opt("--cutmix")
+    mixup_switch_prob: float = _opt("--mixup-switch-prob")
+    mixup_mode: str = _opt("--mixup-mode")
+    ra_reps: int = _opt("--ra-reps")
+    model_ema: bool = _opt("--model-ema")
+    model_ema_decay: float = _opt("--model-ema-decay")
+    model_ema_steps: int = _opt("--model-ema-steps")
     bf16: bool = _opt("--bf16 (bf16 autocast)")
     world_size: int = _opt("world size", "elastic")
     batch_size: int = _opt("--batch-size", "elastic")
@@ -129,23 +150,25 @@ def stats_for(normalize: str, train_mean: list[float],
     return parse_stats(normalize)
 
 
+# the fields that are the option of the same name as given (after --recipe)
+AS_GIVEN = frozenset(f.name for f in fields(RunConfig)) - {
+    "res_schedule", "num_classes", "data_fingerprint", "train_samples", "mean", "std", "bf16",
+    "world_size", "workers", "data"}
+
+
 def run_config(args: argparse.Namespace, world: World, *, workers: int,
                bf16: bool) -> RunConfig:
     """The run's config from its options, this World and the train split's manifest in
     ``args.data`` (read after staging; a node-local one counts the whole set's samples)."""
     m = read_manifest(args.data, "train")
     mean, std = stats_for(args.normalize, m.mean, m.std)
+    same = {f.name: getattr(args, f.name) for f in fields(RunConfig) if f.name in AS_GIVEN}
     return RunConfig(
-        arch=args.arch, image_size=args.image_size, sync_bn=args.sync_bn,
-        res_schedule=None if args.res_schedule is None else str(args.res_schedule),
+        **same, res_schedule=None if args.res_schedule is None else str(args.res_schedule),
         num_classes=len(m.classes), data_fingerprint=m.options.fingerprint,
         train_samples=m.node.total_samples if m.node is not None else m.total_samples,
-        normalize=args.normalize, mean=mean, std=std, seed=args.seed, lr=args.lr,
-        momentum=args.momentum, weight_decay=args.weight_decay,
-        warmup_epochs=args.warmup_epochs, schedule=args.schedule, epochs=args.epochs,
-        label_smoothing=args.label_smoothing, bf16=bf16, world_size=world.world_size,
-        batch_size=args.batch_size, workers=workers, loader_backend=args.loader_backend,
-        allreduce_dtype=args.allreduce_dtype, data=str(args.data))
+        mean=mean, std=std, bf16=bf16, world_size=world.world_size, workers=workers,
+        data=str(args.data))
 
 
 def _show(value: Any) -> str:

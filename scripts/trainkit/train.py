@@ -1,5 +1,7 @@
-"""The embedded trainer, top to bottom: arguments, set-up (process group, device, staging,
-loaders, model, optimizer), the training loop with its time split, evaluation, checkpoints.
+"""The embedded trainer, top to bottom: set-up (process group, device, staging, loaders,
+model, its moving average, optimizer, loss), the training loop with its time split,
+evaluation, checkpoints. Its flags, and ``--recipe``'s presets under them, are
+``trainkit.options``.
 
 ``scripts/train_imagenet.py`` runs ``main``; its docstring says how to launch it and what each
 line it prints means.
@@ -10,7 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import math
 import os
 import sys
 import time
@@ -22,28 +23,22 @@ from typing import Any
 import torch
 import torch.distributed as dist
 import torch.nn as nn
-import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from imgprep import ImgprepError, World, detect, read_limits
-from loaders import (
-    BACKENDS,
-    ORDER_VERSION,
-    PAD_LABEL,
-    DeviceLoader,
-    Loader,
-    SizeSchedule,
-    worker_count,
-)
+from loaders import ORDER_VERSION, PAD_LABEL, DeviceLoader, Loader, worker_count
 
-from . import TrainError, compiled, distributed
+from . import TrainError, compiled, distributed, ema, recipes
 from .checkpoint import load_checkpoint, order_version_of, resume_config, save_checkpoint
 from .data import loader_options, make_loaders, stage, synthetic_batches
 from .logs import configure_logging
-from .models import model_by_name, param_groups
-from .precision import MODES, Precision
+from .loss import Loss
+from .models import add_blurpool, model_by_name
+from .optim import learning_rate, make_optimizer
+from .options import parse_args
+from .precision import Precision
 from .precision import detect as detect_precision
-from .runconfig import RunConfig, normalize_arg, run_config
+from .runconfig import RunConfig, run_config
 from .timing import (
     BucketClock,
     DataWaitHint,
@@ -55,136 +50,20 @@ from .timing import (
 logger = logging.getLogger("train_imagenet")  # notes from rank 0 (trainkit.logs)
 
 
-def workers_arg(text: str) -> int | str:
-    """``--workers``: ``auto`` or a count >= 0."""
-    if text == "auto":
-        return text
-    if not text.isdigit():
-        raise argparse.ArgumentTypeError(f"expected 'auto' or a count >= 0, got {text!r}")
-    return int(text)
-
-
-def schedule_arg(text: str) -> SizeSchedule:
-    """``--res-schedule``: a size schedule (``loaders.SizeSchedule.parse``)."""
-    try:
-        return SizeSchedule.parse(text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from e
-
-
-def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--data", type=Path, required=True, help="folder with train/val manifests")
-    ap.add_argument("--stage-from", type=Path, default=None,
-                    help="stage shards from this shared folder into --data first")
-    ap.add_argument("--stage-mode", choices=["replicate", "partition"], default="replicate")
-    ap.add_argument("--fanout", action="store_true",
-                    help="with --stage-from and replicate: read the file server once in all, "
-                         "nodes pass shards to each other")
-    ap.add_argument("--arch", default="resnet50", help="resnet50, resnet18 or tiny")
-    ap.add_argument("--epochs", type=int, default=90)
-    ap.add_argument("--steps", type=int, default=0, help="stop after this many steps (0: all)")
-    ap.add_argument("--batch-size", type=int, default=64, help="per rank")
-    ap.add_argument("--workers", type=workers_arg, default="auto",
-                    help="loader workers per rank (auto: this rank's cores less one); DALI "
-                         "threads with --loader-backend dali, CPU-decode threads with nvjpeg")
-    ap.add_argument("--loader-backend", choices=list(BACKENDS), default="pillow",
-                    help="decode in CPU worker processes (default: imgprep's extension, "
-                         "Pillow with --no-crop-decode), NVIDIA DALI "
-                         "(pip install 'imgprep[dali]') or torchvision's nvJPEG; the last two "
-                         "on the GPU when training on CUDA")
-    ap.add_argument("--image-size", type=int, default=224,
-                    help="train crop, and the default --val-size")
-    ap.add_argument("--res-schedule", type=schedule_arg, default=None, metavar="SCHEDULE",
-                    help="train size by epoch, instead of --image-size: LOW:HIGH@START-END "
-                         "(FFCV's ramp, multiples of 32 px; /STEP for another step: "
-                         "160:192@11-13), EPOCH=SIZE,... (0=128,10=160,20=192) or SIZE")
-    ap.add_argument("--val-size", type=int, default=None,
-                    help="validation center crop (default: --image-size)")
-    ap.add_argument("--val-crop-ratio", type=float, default=0.875,
-                    help="the val crop over the resized short side (default 0.875: the short "
-                         "side resized to --val-size / 0.875, 256 for 224)")
-    ap.add_argument("--compile", nargs="?", choices=compiled.MODES, const="on", default="auto",
-                    help="torch.compile the model: auto (on CUDA, eager on the CPU), on (also a "
-                         "bare --compile) or off; static shapes, one graph per size")
-    ap.add_argument("--crop-decode", action=argparse.BooleanOptionalAction, default=None,
-                    help="the pillow backend's extension path (imgprep's decode and "
-                    "resampler); --no-crop-decode: Pillow's decode and resize (default: the "
-                    "extension when it is built)")
-    ap.add_argument("--normalize", type=normalize_arg, default="train", metavar="STATS",
-                    help="mean/std for every split: train (the train manifest's, the default), "
-                         "imagenet (0.485,0.456,0.406/0.229,0.224,0.225) or R,G,B/R,G,B")
-    ap.add_argument("--lr", type=float, default=0.1, help="per 256 images (Goyal et al.)")
-    ap.add_argument("--momentum", type=float, default=0.9)
-    ap.add_argument("--weight-decay", type=float, default=1e-4)
-    ap.add_argument("--warmup-epochs", type=float, default=5.0)
-    ap.add_argument("--schedule", choices=["step", "cosine"], default="step")
-    ap.add_argument("--label-smoothing", type=float, default=0.1)
-    ap.add_argument("--sync-bn", action="store_true")
-    ap.add_argument("--allreduce-dtype", choices=["fp32", "bf16", "fp16"], default="fp32")
-    ap.add_argument("--bf16", nargs="?", choices=MODES, const="on", default="auto",
-                    help="bf16 autocast for forward/backward: auto (where the device computes "
-                         "bf16 natively: CUDA with bf16, CPUs with AMX or AVX-512 BF16), on "
-                         "(also a bare --bf16) or off")
-    ap.add_argument("--no-bf16", dest="bf16", action="store_const", const="off",
-                    help="the same as --bf16 off")
-    ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: cores/ranks)")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--checkpoint", type=Path, default=None, help="checkpoint folder")
-    ap.add_argument("--checkpoint-every", type=int, default=0, help="steps (0: epoch ends)")
-    ap.add_argument("--resume", action="store_true", help="continue from --checkpoint")
-    ap.add_argument("--validate", action=argparse.BooleanOptionalAction, default=True)
-    ap.add_argument("--log-every", type=int, default=20)
-    ap.add_argument("--log-json", type=Path, default=None)
-    ap.add_argument("--timeout", type=float, default=300.0, help="process-group timeout, s")
-    ap.add_argument("--backend", choices=distributed.BACKENDS, default="auto",
-                    help="process-group backend: auto (NCCL with CUDA, else Gloo; opened only "
-                         "for more than one process), nccl or gloo (opened even for one "
-                         "process: DDP's all-reduce then runs alone)")
-    ap.add_argument("--deterministic", action="store_true",
-                    help="deterministic cuDNN algorithms and cuBLAS workspace: a rerun on the "
-                         "same GPU with the same seed gives the same losses")
-    ap.add_argument("--synthetic", action="store_true",
-                    help="train on one random batch made once on the device, no loader (the "
-                         "compute ceiling); --data still gives the classes and the statistics")
-    args = ap.parse_args(argv)
-    if args.fanout and args.stage_mode != "replicate":
-        ap.error("--fanout goes with --stage-mode replicate")
-    if not 0 < args.val_crop_ratio <= 1:
-        ap.error(f"--val-crop-ratio must be in (0, 1], not {args.val_crop_ratio}")
-    if args.val_size is None:
-        args.val_size = args.image_size
-    return args
-
-
-def learning_rate(samples: int, steps_per_epoch: int, args: argparse.Namespace,
-                  world: World) -> float:
-    """Linear scaling (base x global batch / 256), linear warm-up, then step or cosine; where
-    the schedule stands is the images trained on (all ranks), so a resume on another global
-    batch goes on from there."""
-    global_batch = args.batch_size * world.world_size
-    peak, per_epoch = args.lr * global_batch / 256, max(steps_per_epoch, 1) * global_batch
-    epoch = samples / per_epoch
-    if epoch < args.warmup_epochs:
-        return peak * (epoch + global_batch / per_epoch) / args.warmup_epochs
-    if args.schedule == "cosine":
-        span = max(args.epochs - args.warmup_epochs, 1e-9)
-        return peak * 0.5 * (1 + math.cos(math.pi * min(1.0, (epoch - args.warmup_epochs)
-                                                         / span)))
-    return peak * 0.1 ** sum(epoch >= args.epochs * f for f in (1 / 3, 2 / 3, 8 / 9))
-
-
 @torch.no_grad()
 def validate(model: nn.Module, batches: DeviceLoader, device: torch.device, world: World,
-             bf16: bool) -> dict[str, float]:
-    """Exact top-1/top-5: every sample once across ranks (padding masked), counts summed."""
+             bf16: bool, flip: bool = False) -> dict[str, float]:
+    """Exact top-1/top-5: every sample once across ranks (padding masked), counts summed;
+    with ``flip`` (--val-flip) on the logits of each image plus its mirror's."""
     model.eval()
     counts = torch.zeros(3, dtype=torch.float64, device=device)
     for images, labels in batches:
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
-            logits = model(images)
+            logits = model(images).float()
+            if flip:
+                logits = logits + model(images.flip(3)).float()
         real = labels != PAD_LABEL
-        top5 = logits.float().topk(5, dim=1).indices
+        top5 = logits.topk(5, dim=1).indices
         hit = top5 == labels[:, None]
         counts += torch.tensor([float((hit[:, 0] & real).sum()), float((hit.any(1) & real).sum()),
                                 float(real.sum())], dtype=torch.float64, device=device)
@@ -215,6 +94,8 @@ class Run:
     model: nn.Module
     net: nn.Module  # the model, wrapped in DDP once distributed
     optimizer: torch.optim.Optimizer
+    loss: Loss
+    average: ema.ExponentialMovingAverage | None  # --model-ema
     clock: BucketClock
     hint: DataWaitHint
     config: RunConfig  # what defines the run; its mean/std normalise every split
@@ -224,6 +105,7 @@ class Run:
     ckpt: Path | None = None
     step: int = 0
     start_epoch: int = 0
+    batch_in_epoch: int = 0  # the index in its epoch of the next batch (the EMA's count)
     resumed: bool = False
     losses: list[float] = field(default_factory=list)
     split: Split = field(default_factory=Split)
@@ -293,23 +175,43 @@ def set_up(args: argparse.Namespace, world: World) -> Run:
         print(compiled.line(args.compile, compile_on, device, sizes), flush=True)
         log({"compile": {"mode": args.compile, "on": compile_on, "sizes": list(sizes)}},
             args.log_json)
+        if args.recipe is not None:
+            print(recipes.table(args, world.world_size), flush=True)
+            log({"recipe": {"name": args.recipe, "rows": recipes.rows(args, world.world_size)}},
+                args.log_json)
     config = run_config(args, world, workers=workers, bf16=precision.bf16)
-    model = model_by_name(args.arch, config.num_classes).to(device)
-    model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
-    # (the loaders' batches come channels_last too: data.MEMORY_FORMAT)
-    if args.sync_bn and distributed.grouped():
-        model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
-    optimizer = torch.optim.SGD(param_groups(model, args.weight_decay), lr=args.lr,
-                                momentum=args.momentum, nesterov=False)
+    model, optimizer, average = build_model(args, config.num_classes, device, world)
     hint = DataWaitHint(workers, world.cores_per_rank(), world.local_world_size,
                         staged=args.stage_from is not None,
                         one_cpu=read_limits().affinity == 1 < (os.cpu_count() or 1))
+    loss = Loss(smoothing=args.label_smoothing, bce=args.bce,
+                target_threshold=args.bce_target_thresh)
     return Run(args, world, device, precision, train_loader, val_loader, model, model,
-               optimizer, BucketClock(wire_dtype(args.allreduce_dtype)), hint, config,
-               {"backend": dist_backend, "world_size": world.world_size,
-                "precision": precision.record(), "loader": backend,
-                "synthetic": args.synthetic, "compile": compile_on},
+               optimizer, loss, average, BucketClock(wire_dtype(args.allreduce_dtype)), hint,
+               config, {"backend": dist_backend, "world_size": world.world_size,
+                        "precision": precision.record(), "loader": backend,
+                        "synthetic": args.synthetic, "compile": compile_on,
+                        "recipe": args.recipe},
                train_loader.batches_per_epoch, ckpt=ckpt, compile=compile_on)
+
+
+def build_model(args: argparse.Namespace, num_classes: int, device: torch.device, world: World
+                ) -> tuple[nn.Module, torch.optim.Optimizer, ema.ExponentialMovingAverage | None]:
+    """The model (channels_last, as the loaders' batches: data.MEMORY_FORMAT; BlurPool and
+    SyncBN when asked), its optimizer, and its moving average with --model-ema."""
+    model = model_by_name(args.arch, num_classes, zero_init_residual=args.zero_init_residual)
+    if args.blurpool:
+        add_blurpool(model)
+    model = model.to(device).to(memory_format=torch.channels_last)  # type: ignore[call-overload]
+    if args.sync_bn and distributed.grouped():
+        model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
+    average = None
+    if args.model_ema:
+        decay = ema.adjusted_decay(args.model_ema_decay, world_size=world.world_size,
+                                   batch_size=args.batch_size, steps=args.model_ema_steps,
+                                   epochs=args.epochs)
+        average = ema.ExponentialMovingAverage(model, decay, device)
+    return model, make_optimizer(args, model), average
 
 
 def resume(run: Run) -> None:
@@ -324,7 +226,14 @@ def resume(run: Run) -> None:
         logger.info(note)
     run.model.load_state_dict(state["model"])
     run.optimizer.load_state_dict(state["optimizer"])
+    if run.average is not None:
+        if "model_ema" not in state:
+            raise TrainError(f"cannot resume from {run.ckpt} with --model-ema: it holds no "
+                             "moving average; resume without --model-ema, or start a new run "
+                             "in another --checkpoint folder")
+        run.average.load_state_dict(state["model_ema"])
     run.step, run.start_epoch = int(state["step"]), int(state["loader"]["epoch"])
+    run.batch_in_epoch = int(state["loader"]["batch"])
     run.train_loader.load_state_dict(state["loader"])
     torch.set_rng_state(state["rng"])
     run.resumed = True
@@ -358,6 +267,7 @@ def train_epoch(run: Run, epoch: int) -> bool:
     args, loader = run.args, run.train_loader
     if not (run.resumed and epoch == run.start_epoch):  # a resumed epoch goes on
         loader.set_epoch(epoch)
+        run.batch_in_epoch = 0
     if args.synthetic:  # one batch made on the device, as many times as the loader has
         batches = synthetic_batches(args.batch_size, loader.plan().size,
                                     run.config.num_classes, run.device, args.seed, len(loader))
@@ -382,7 +292,7 @@ def _train_steps(run: Run, epoch: int, batches: Iterator[tuple[torch.Tensor, tor
         except StopIteration:
             return True
         run.sync()
-        optimise(run, images, labels, t0)
+        optimise(run, images, labels, t0, epoch)
         run.seen += images.shape[0]
         run.samples += images.shape[0] * run.world.world_size  # equal batches on every rank
         if run.step % args.log_every == 0:  # logged before its checkpoint: a kill between
@@ -393,16 +303,17 @@ def _train_steps(run: Run, epoch: int, batches: Iterator[tuple[torch.Tensor, tor
             return False
 
 
-def optimise(run: Run, images: torch.Tensor, labels: torch.Tensor, t0: float) -> None:
-    """One step; the time since ``t0`` split into data wait, forward+backward, exposed
-    all-reduce and optimizer."""
+def optimise(run: Run, images: torch.Tensor, targets: torch.Tensor, t0: float,
+             epoch: int) -> None:
+    """One step on a batch and its targets (labels, or soft targets with --mixup/--cutmix);
+    the time since ``t0`` split into data wait, forward+backward, exposed all-reduce and
+    optimizer (the moving average's update included)."""
     args, net = run.args, run.net
     t1 = time.perf_counter()
     for group in run.optimizer.param_groups:
         group["lr"] = learning_rate(run.samples, run.steps_per_epoch, args, run.world)
     with torch.autocast(run.device.type, dtype=torch.bfloat16, enabled=run.precision.bf16):
-        loss = F.cross_entropy(net(images).float(), labels,
-                               label_smoothing=args.label_smoothing)
+        loss = run.loss(net(images), targets)
     if not torch.isfinite(loss):
         raise TrainError(f"rank {run.world.rank}: loss is {loss.item()} at step {run.step}; "
                          "lower --lr or check the data")
@@ -412,6 +323,10 @@ def optimise(run: Run, images: torch.Tensor, labels: torch.Tensor, t0: float) ->
     exposed = max(0.0, t2 - run.clock.last_ready) if distributed.grouped() else 0.0
     run.optimizer.step()
     run.optimizer.zero_grad(set_to_none=True)
+    if run.average is not None:
+        ema.update(run.average, run.model, batch_index=run.batch_in_epoch, epoch=epoch,
+                   steps=args.model_ema_steps, warmup_epochs=args.warmup_epochs)
+    run.batch_in_epoch += 1
     run.sync()
     t3 = time.perf_counter()
     run.split.add(t1 - t0, (t2 - t1) - exposed, exposed, t3 - t2)
@@ -435,15 +350,21 @@ def log_interval(run: Run, epoch: int) -> None:
 
 
 def evaluate(run: Run) -> None:
-    """Exact top-1/top-5 on the val split, printed and logged by rank 0."""
+    """Exact top-1/top-5 on the val split, of the model and of its moving average
+    (--model-ema: ``val_ema``), printed and logged by rank 0."""
     if run.val_loader is None:
         return
-    val = run.result["val"] = validate(run.model, run.batches(run.val_loader), run.device,
-                                       run.world, run.precision.bf16)
-    if run.world.rank == 0:
-        log({"step": run.step, "val": val}, run.args.log_json)
-        print(f"val: top-1 {val['top1']:.3f} top-5 {val['top5']:.3f} on {val['samples']} "
-              "images", flush=True)
+    models = {"val": run.model}
+    if run.average is not None:
+        models["val_ema"] = run.average.module
+    for key, model in models.items():
+        val = run.result[key] = validate(model, run.batches(run.val_loader), run.device,
+                                         run.world, run.precision.bf16, run.args.val_flip)
+        if run.world.rank == 0:
+            log({"step": run.step, key: val}, run.args.log_json)
+            which = " (moving average)" if key == "val_ema" else ""
+            print(f"val{which}: top-1 {val['top1']:.3f} top-5 {val['top5']:.3f} on "
+                  f"{val['samples']} images", flush=True)
 
 
 def save(run: Run) -> None:
@@ -454,7 +375,8 @@ def save(run: Run) -> None:
         save_checkpoint(run.ckpt, {
             "model": run.model.state_dict(), "optimizer": run.optimizer.state_dict(),
             "step": run.step, "samples": run.samples, "loader": run.train_loader.state_dict(),
-            "rng": torch.get_rng_state(), "config": run.config.record()})
+            "rng": torch.get_rng_state(), "config": run.config.record(),
+            **({} if run.average is None else {"model_ema": run.average.state_dict()})})
     if run.world.is_distributed:
         dist.barrier()
 

@@ -101,6 +101,14 @@ def test_cpu_form_records_the_figures_each_check_promises(cpu_run: Any) -> None:
     assert trainer["synthetic"]["images_per_s"] > 0 and trainer["fed"]["images_per_s"] > 0
     assert set(trainer["fed"]["ms"]) == {"data", "compute", "allreduce", "optimizer"}
     assert rows_of(rec, "trainer")["fed / synthetic"]["target"] == ">= 0.95"
+    recipe = trainer["recipe"]  # --recipe torchvision-v2, fed and synthetic
+    assert recipe["synthetic"]["images_per_s"] > 0 and recipe["fed"]["images_per_s"] > 0
+    assert (recipe["config"]["ra_reps"], recipe["config"]["model_ema"]) == (4, True)
+    assert (recipe["config"]["arch"], recipe["config"]["mixup"]) == ("tiny", 0.2)  # given, preset
+    assert [m for m in rows_of(rec, "trainer") if m.startswith("--recipe")] == [
+        "--recipe torchvision-v2 (ta_wide, random erasing, mixup/cutmix, RA x4, EMA): "
+        "synthetic / fed img/s (fed / synthetic)",
+        "--recipe torchvision-v2: fed / the plain fed run"]
     nccl = rows_of(rec, "nccl")
     assert any(m.startswith("losses equal") and r["result"] == "PASS" for m, r in nccl.items())
     assert rec["checks"]["nccl"]["pair"] == ["gloo", "gloo"]

@@ -20,7 +20,9 @@ def test_the_trainers_batches_come_channels_last(tmp_path: Path) -> None:
         write_split(tmp_path, split, (5, 3), lambda i: jpeg((64, 64), seed=i))
     args = argparse.Namespace(data=tmp_path, batch_size=2, seed=0, image_size=32,
                               res_schedule=None, val_size=32, val_crop_ratio=0.875,
-                              validate=True, stage_from=None, loader_backend="pillow")
+                              validate=True, stage_from=None, loader_backend="pillow",
+                              auto_augment=None, random_erase=0.0, mixup=0.0, cutmix=0.0,
+                              ra_reps=1, val_resize=None)
     options = loader_options(args, torch.device("cpu"), workers=0)
     train, val = make_loaders(args, World(), options)
     assert val is not None
