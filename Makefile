@@ -160,6 +160,7 @@ bench: setup bench-out/stock-pillow/.ready
 	$(BIN)/python -m bench.loader
 	$(BIN)/python -m bench.labellist
 	$(BIN)/python -m bench.resample
+	$(BIN)/python -m bench.augment
 	$(BIN)/python -m bench.plan
 	$(BIN)/python -m bench.allreduce
 	$(BIN)/python -m bench.scaling --svg bench-out/scaling.svg

@@ -154,8 +154,9 @@ static inline void gather(uint8_t *const d[3], ptrdiff_t at, const uint8_t *cons
 }
 
 /* affine_fixed: 16.16 fixed point, the steps wrapping as Pillow's int32 adds do. A row that
- * steps one source pixel a pixel (a = 1, d = 0) is tabulated, then copied in runs; any other
- * is gathered as its positions are made. */
+ * steps one source pixel a pixel (a = 1, d = 0: a horizontal shear) is one run of a source
+ * row, copied whole (tabulated where its positions would wrap); any other row is gathered as
+ * its positions are made. */
 static void nearest_fixed(const Planes *o, const Planes *s, const double *a, const int fill[3],
                           ptrdiff_t *from) {
 #define FIX(v) (uint32_t)floor32((v) * 65536.0 + 0.5)
@@ -168,6 +169,18 @@ static void nearest_fixed(const Planes *o, const Planes *s, const double *a, con
     const uint8_t *const p[3] = {s->ch[0], s->ch[1], s->ch[2]};
     for (int y = 0; y < o->h; y++, a2 += a1, a5 += a4) {
         uint32_t xx = a2, yy = a5;  /* >> of a negative int32 below: arithmetic */
+        if (runs && (int64_t)(int32_t)xx + (int64_t)(w - 1) * 65536 <= INT32_MAX) {
+            /* no wrap: the row is the source row v from column u0 on, one run */
+            int64_t u0 = (int32_t)xx >> 16, v = (int32_t)yy >> 16;
+            int64_t lo = u0 < 0 ? -u0 : 0, hi = sw - u0;
+            lo = lo < w ? lo : w;
+            hi = hi < lo ? lo : hi < w ? hi : w;
+            if (v < 0 || v >= sh) lo = hi = w;
+            if (lo > 0) emit_span(o, y, 0, (int)lo, s, -1, fill);
+            if (hi > lo) emit_span(o, y, (int)lo, (int)hi, s, v * row + u0 + lo, fill);
+            if (hi < w) emit_span(o, y, (int)hi, w, s, -1, fill);
+            continue;
+        }
         if (runs) {
             for (int x = 0; x < w; x++, xx += a0, yy += a3)
                 from[x] = offset_of((int32_t)xx >> 16, (int32_t)yy >> 16, sw, sh, row);

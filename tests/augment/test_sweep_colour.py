@@ -1,6 +1,7 @@
 """The colour and histogram ops against stock Pillow 13.0.0's own calls, on 50 real 64 px
-crops at every TrivialAugmentWide magnitude bin (tests/augment/sweep.py): byte-equal. (64 px,
-not larger: the 17,150 calls on each side keep the test to its share of the time budget.)"""
+crops at every TrivialAugmentWide magnitude bin (tests/support/augment.py): byte-equal.
+(64 px, not larger: the 17,150 calls on each side keep the test to its share of the time
+budget.)"""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.augment.sweep import colour_chains, differing
+from tests.support.augment import colour_chains, differing
 
 
 @pytest.mark.slow

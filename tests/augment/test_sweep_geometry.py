@@ -1,8 +1,8 @@
 """The affine op against stock Pillow 13.0.0's Image.transform and Image.rotate, on 50 real
 crops at every TrivialAugmentWide magnitude bin of shear x and y, translate x and y and rotate
 (both signs), with nearest, bilinear and bicubic resampling and two fills: byte-equal
-(tests/augment/sweep.py). The crops are 32 px: 91,500 transforms on each side (bicubic's cost
-grows with the pixels) keep the test to its share of the time budget, and every path of
+(tests/support/augment.py). The crops are 32 px: 91,500 transforms on each side (bicubic's
+cost grows with the pixels) keep the test to its share of the time budget, and every path of
 Pillow's is met at that size (nearest's scale and fixed-point paths, rotate's 90-degree
 shortcut, the interpolations' clamped edges, fill where a sample falls outside)."""
 
@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.augment.sweep import differing, geometry_chains
+from tests.support.augment import differing, geometry_chains
 
 
 @pytest.mark.slow
