@@ -14,11 +14,16 @@ memory is page-locked (``PlannedLoader.lock_pages``) so the copy to the GPU runs
 asynchronously straight from the slot, and it is waited for before the next batch is asked
 for (it has had the trainer's whole step to finish). Where CUDA refuses to page-lock it, each
 batch is copied out into pinned memory first, as ``iter(loader)`` does for other loaders.
+
+``state_dict``, ``load_state_dict`` and ``set_epoch`` pass through to the wrapped loader, so a
+training framework that checkpoints the ``DeviceLoader`` it was handed checkpoints the loader.
+The state is as of the batches handed out: on CUDA the loader has given one batch more (the
+one being copied ahead), so the state is the one taken before that batch was asked for.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -69,9 +74,49 @@ class DeviceLoader:
         self.dtype, self.channels_last = dtype, channels_last
         self.mean = torch.tensor(mean, dtype=dtype, device=self.device).view(1, 3, 1, 1)
         self.std = torch.tensor(std, dtype=dtype, device=self.device).view(1, 3, 1, 1)
+        self._behind: dict[str, Any] | None = None  # CUDA: the state as of the batches out
 
     def __len__(self) -> int:
         return len(self.loader)  # type: ignore[arg-type]
+
+    # -- resume: the wrapped loader's, as of the batches handed out
+    def _stateful(self, name: str) -> Any:
+        method = getattr(self.loader, name, None)
+        if method is None:
+            raise TypeError(f"DeviceLoader: the loader it wraps ({type(self.loader).__name__}) "
+                            f"has no {name}(); wrap a ShardLoader or LabelListLoader to resume")
+        return method
+
+    def state_dict(self) -> dict[str, Any]:
+        """The wrapped loader's ``state_dict`` as of the batches this one has handed out."""
+        if self._behind is not None:
+            return dict(self._behind)
+        return dict(self._stateful("state_dict")())
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """The wrapped loader's ``load_state_dict``: the next pass resumes there."""
+        self._behind = None
+        self._stateful("load_state_dict")(state)
+
+    def set_epoch(self, epoch: int) -> None:
+        """The wrapped loader's ``set_epoch``."""
+        self._behind = None
+        self._stateful("set_epoch")(epoch)
+
+    def _with_state(self, batches: Iterable[tuple[torch.Tensor, torch.Tensor]]
+                    ) -> Iterator[tuple[dict[str, Any] | None,
+                                        tuple[torch.Tensor, torch.Tensor]]]:
+        """Each batch with the wrapped loader's state from before it was asked for (None for
+        a loader that keeps none)."""
+        state = getattr(self.loader, "state_dict", None)
+        it = iter(batches)
+        while True:
+            before = None if state is None else state()
+            try:
+                batch = next(it)
+            except StopIteration:
+                return
+            yield before, batch
 
     def _convert(self, images: torch.Tensor, labels: torch.Tensor
                  ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -80,6 +125,7 @@ class DeviceLoader:
         return normalize(images, self.mean, self.std, self.dtype, self.channels_last), labels
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        self._behind = None
         if self.device.type != "cuda":
             batches = self.loader
             if self.device.type == "cpu" and isinstance(self.loader, PlannedLoader):
@@ -98,13 +144,14 @@ class DeviceLoader:
             and self.loader.lock_pages() else None
         batches = iter(self.loader) if planned is None else planned.in_place()
         ahead: Any = None
-        for images, labels in batches:
+        for before, (images, labels) in self._with_state(batches):
             if planned is not None and not planned.page_locked:
                 images = images.pin_memory()  # CUDA refused: copy out, as iter() would
             with torch.cuda.stream(stream):
                 batch = self._convert(images, labels)
                 copied = stream.record_event()
             if ahead is not None:
+                self._behind = before  # the loader has given this batch too: not yet out
                 yield ahead
             torch.cuda.current_stream(self.device).wait_stream(stream)
             for t in batch:  # memory made on the side stream is now used on the main one
@@ -112,5 +159,6 @@ class DeviceLoader:
             ahead = batch
             if planned is not None:
                 copied.synchronize()  # the slot is read: it may go back to its worker
+        self._behind = None
         if ahead is not None:
             yield ahead
