@@ -25,6 +25,7 @@ from loaders.labellist import LabelListLoader, read_label_list
 from loaders.legacy import takes_loose_options
 from loaders.order import ORDER_KEY, ORDER_VERSION
 from loaders.protocol import Loader
+from loaders.resumable import ResumableLoader
 from loaders.schedule import SizeSchedule
 from loaders.shards import ShardLoader
 from loaders.transforms import TrainTransform, Transform, ValTransform
@@ -71,6 +72,6 @@ def make_loader(data: str | Path, split: str, world: World, options: LoaderOptio
 
 __all__ = ["BACKENDS", "GPU_BACKENDS", "ORDER_KEY", "ORDER_VERSION", "PAD", "PAD_LABEL",
            "DeviceLoader", "LabelListLoader", "Loader", "LoaderError", "LoaderOptions",
-           "PlannedEpoch", "SampleDecoder", "ShardLoader", "SizeSchedule", "TrainTransform",
-           "Transform", "ValTransform", "job_summary", "make_loader", "normalize",
-           "plan_epoch", "read_label_list", "worker_count"]
+           "PlannedEpoch", "ResumableLoader", "SampleDecoder", "ShardLoader", "SizeSchedule",
+           "TrainTransform", "Transform", "ValTransform", "job_summary", "make_loader",
+           "normalize", "plan_epoch", "read_label_list", "worker_count"]
