@@ -6,11 +6,13 @@ batch to ``OUT/rank<r>.jsonl``: the epoch, the steps of it done (this batch incl
 epoch's length as the framework counts it, the batch's labels (a sample's label is its id in
 the tests' data) and a sha256 of its pixels. With ``HOLD`` = ``E:S`` the rank writes
 ``OUT/held<r>`` (its pid) after step S of epoch E is recorded and then sleeps, for the test
-to SIGKILL it there; ``-`` never holds.
+to SIGKILL it there; ``-`` never holds. It imports nothing of the tests' support (each rank
+would pay for its imports), only what the example does.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import json
 import os
@@ -21,8 +23,14 @@ from typing import Any
 
 import torch
 
-from tests.support.frameworks import digest
-from tests.support.paths import REPO
+REPO = Path(__file__).resolve().parents[2]
+
+
+def digest(images: torch.Tensor, labels: torch.Tensor) -> str:
+    """A batch's pixels and labels, whatever their memory layout."""
+    h = hashlib.sha256(images.detach().cpu().contiguous().numpy().tobytes())
+    h.update(labels.detach().cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()
 
 
 class Recorder:

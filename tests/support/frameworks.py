@@ -10,7 +10,6 @@ with 2 samples), 12 on one.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import signal
@@ -22,11 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from bench.common import descendants
 from imgprep import World
 from loaders import DeviceLoader, LoaderOptions, ShardLoader, TrainTransform
+from tests.frameworks.child import digest
 from tests.support.images import jpeg
 from tests.support.paths import REPO
 from tests.support.procs import clean_env, free_port
@@ -57,13 +55,6 @@ def options(workers: int = 0) -> LoaderOptions:
 
 def ranks(n: int) -> list[World]:
     return [World(rank=r, world_size=n, local_rank=r, local_world_size=n) for r in range(n)]
-
-
-def digest(images: torch.Tensor, labels: torch.Tensor) -> str:
-    """A batch's pixels and labels, whatever their memory layout."""
-    h = hashlib.sha256(images.detach().cpu().contiguous().numpy().tobytes())
-    h.update(labels.detach().cpu().contiguous().numpy().tobytes())
-    return h.hexdigest()
 
 
 def reference(folder: Path, world_size: int) -> Reference:
