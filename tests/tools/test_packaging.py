@@ -115,7 +115,7 @@ def closure(requirements: list[str]) -> set[str]:
 
 def test_the_framework_extras_bring_neither_torchvision_nor_pillow() -> None:
     """``imgprep[lightning]`` and ``imgprep[accelerate]`` are the frameworks' base packages
-    (their [extra]/[all] sets bring torchvision, which brings stock Pillow): what they bring
+    (their own extra sets bring stock Pillow, through matplotlib or torchvision): what they bring
     in, read from the installed packages, holds neither; ``make setup`` installs them with
     torch and pillow-simd pinned and checks that neither came in; pillow-simd is still the
     PIL here."""
