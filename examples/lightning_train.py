@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from pytorch_lightning.callbacks import Callback, ModelCheckpoint
 
-from loaders import PAD_LABEL, LoaderOptions, TrainTransform
+from loaders import PAD_LABEL, LoaderOptions, TrainTransform, ValTransform
 from loaders.lightning import ImgprepDataModule
 
 
@@ -38,6 +38,12 @@ class Classifier(pl.LightningModule):
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         images, labels = batch  # normalised on the trainer's device; padding is PAD_LABEL
         return F.cross_entropy(self.net(images), labels, ignore_index=PAD_LABEL)
+
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        images, labels = batch  # each rank its share of the split, padded to equal batches
+        real = labels != PAD_LABEL
+        hits = (self.net(images).argmax(1) == labels)[real].sum()
+        self.log("val_acc", hits / real.sum().clamp(min=1), sync_dist=True)
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return torch.optim.SGD(self.parameters(), lr=self.lr)
@@ -58,11 +64,14 @@ def main(argv: Sequence[str] | None = None, callbacks: Sequence[Callback] = ()) 
     p.add_argument("--num-classes", type=int, default=1000)
     p.add_argument("--save-every", type=int, default=100, help="steps between checkpoints")
     p.add_argument("--resume", type=Path, help="a checkpoint to resume from (OUT/last.ckpt)")
+    p.add_argument("--no-val", action="store_true", help="skip the val split")
     args = p.parse_args(argv)
     workers = args.workers if args.workers == "auto" else int(args.workers)
     options = LoaderOptions(batch_size=args.batch_size, workers=workers, tail="pad",
                             transform=TrainTransform(size=args.image_size))
-    data = ImgprepDataModule(args.data, options)
+    val = LoaderOptions(batch_size=args.batch_size, workers=workers,
+                        transform=ValTransform(size=args.image_size))  # tail="pad": all once
+    data = ImgprepDataModule(args.data, options, val=not args.no_val, val_options=val)
     last = ModelCheckpoint(dirpath=args.out, save_top_k=0, save_last=True,
                            every_n_train_steps=args.save_every)
     ranks = args.devices * args.nodes

@@ -39,14 +39,24 @@ class Recorder:
 
     def __call__(self, epoch: int, step: int, images: torch.Tensor, labels: torch.Tensor,
                  length: int) -> None:
-        rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
+        r = rank()
         line = {"epoch": epoch, "step": step, "len": length, "labels": labels.tolist(),
                 "digest": digest(images, labels)}
-        with open(self.out / f"rank{rank}.jsonl", "a") as f:
+        with open(self.out / f"rank{r}.jsonl", "a") as f:
             f.write(json.dumps(line) + "\n")
         if (epoch, step) == self.hold:
-            (self.out / f"held{rank}").write_text(str(os.getpid()))
+            (self.out / f"held{r}").write_text(str(os.getpid()))
             time.sleep(3600)  # the test kills this process here
+
+
+    def validated(self, epoch: int, labels: torch.Tensor) -> None:
+        """A val batch's labels, to ``OUT/val<r>.jsonl``."""
+        with open(self.out / f"val{rank()}.jsonl", "a") as f:
+            f.write(json.dumps({"epoch": epoch, "labels": labels.tolist()}) + "\n")
+
+
+def rank() -> int:
+    return torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
 
 
 def lightning_callback(record: Recorder) -> Any:
@@ -57,6 +67,10 @@ def lightning_callback(record: Recorder) -> Any:
                                batch_idx: int) -> None:
             record(trainer.current_epoch, batch_idx + 1, batch[0], batch[1],
                    int(trainer.num_training_batches))
+
+        def on_validation_batch_end(self, trainer: Any, pl_module: Any, outputs: Any,
+                                    batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
+            record.validated(trainer.current_epoch, batch[1])
 
     return Record()
 

@@ -78,10 +78,14 @@ def test_a_run_killed_mid_epoch_resumes_exactly_from_lightnings_checkpoint(
     """Resumed under torchrun from ``last.ckpt`` (step 4): on each rank exactly the batches
     an uninterrupted run yields from step 5 of epoch 0 (the step the killed run had done is
     done again), through epoch 1 (set_epoch at its start, not at the restart); both ranks
-    the same count; Lightning counts a whole epoch (6 steps); epoch 0 every sample once."""
+    the same count; Lightning counts a whole epoch (6 steps); epoch 0 every sample once; the
+    val split's every sample once at each epoch's end."""
     ckpt, run = killed
     resumed = resume(data, ckpt, tmp_path, "torchrun", 2)
     check_resume(reference(data, 2), run, resumed, 2, SAVED_AT)
+    for epoch in range(2):  # the val split, each rank its share, at each epoch's end
+        assert resumed.validated(2, epoch) == list(range(TOTAL))
+    assert len(resumed.records(0, "val")) == len(resumed.records(1, "val")) == 2 * 6
 
 
 @pytest.mark.slow
@@ -95,3 +99,4 @@ def test_an_elastic_resume_on_one_process_sees_every_remaining_sample_once(
     resumed = resume(data, ckpt, tmp_path, "python", 1)
     check_elastic(reference(data, 1), run, resumed, 2, SAVED_AT)
     assert len([x for x in resumed.records(0) if x["epoch"] == 0]) == 4
+    assert resumed.validated(1, 0) == resumed.validated(1, 1) == list(range(TOTAL))

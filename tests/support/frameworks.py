@@ -42,8 +42,10 @@ Reference = dict[tuple[int, int], list[tuple[list[int], str]]]  # (rank, epoch) 
 
 
 def write_data(folder: Path) -> Path:
+    """The train split, and the same samples as a val split."""
     folder.mkdir(parents=True, exist_ok=True)
-    write_split(folder, "train", SIZES, lambda i: jpeg((64, 64), seed=i))
+    for split in ("train", "val"):
+        write_split(folder, split, SIZES, lambda i: jpeg((64, 64), seed=i))
     return folder
 
 
@@ -80,11 +82,17 @@ class Run:
     rec: Path
     log: Path
 
-    def records(self, rank: int) -> list[Record]:
-        path = self.rec / f"rank{rank}.jsonl"
+    def records(self, rank: int, kind: str = "rank") -> list[Record]:
+        """What ``rank`` recorded of each train batch (``kind="val"``: of each val batch)."""
+        path = self.rec / f"{kind}{rank}.jsonl"
         if not path.exists():
             return []
         return [json.loads(line) for line in path.read_text().splitlines()]
+
+    def validated(self, nproc: int, epoch: int) -> list[int]:
+        """The real samples the ranks' val batches held at the end of ``epoch``, sorted."""
+        return sorted(x for r in range(nproc) for b in self.records(r, "val")
+                      if b["epoch"] == epoch for x in b["labels"] if x >= 0)
 
 
 def launch(kind: str, nproc: int) -> list[str]:
