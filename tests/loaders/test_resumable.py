@@ -218,3 +218,23 @@ def test_at_most_an_epoch_refuses_a_resume_on_more_ranks_that_would_drop_samples
     end = resumable(data, ranks(2)[0], at_most_an_epoch=True)
     end.load_state_dict(first.state_dict())
     assert list(end) == [] and end.start_epoch(1) and len(list(end)) == 6
+
+
+@pytest.mark.gpu
+def test_device_loader_on_cuda_states_the_batches_handed_out_not_the_one_ahead(
+        data: Path) -> None:
+    """On CUDA the loader has given one batch more than is out (the one copied ahead): the
+    state is as of the batches out, so a resume from it repeats none and skips none; a
+    ResumableLoader over it resumes the same."""
+    loader = ShardLoader(data, "train", World(), options(workers=1))
+    want = digests([(x.cpu(), y.cpu()) for x, y in
+                    DeviceLoader(loader, "cuda", loader.mean, loader.std)])
+    first = ResumableLoader(DeviceLoader(ShardLoader(data, "train", World(), options(workers=1)),
+                                         "cuda", loader.mean, loader.std))
+    got = digests([(x.cpu(), y.cpu()) for x, y in take(first, 5)])
+    state = first.state_dict()
+    assert state["steps"] == 5 and state["loader"]["batch"] == 5
+    then = ResumableLoader(DeviceLoader(ShardLoader(data, "train", World(), options(workers=1)),
+                                        "cuda", loader.mean, loader.std))
+    then.load_state_dict(state)
+    assert got + digests([(x.cpu(), y.cpu()) for x, y in then]) == want
