@@ -117,7 +117,8 @@ def start(tmp: Path, name: str, example: str, launcher: list[str], hold: str,
     """Start ``examples/<example>.py`` under ``launcher`` through the recording child."""
     run = Run(tmp / name, tmp / f"{name}.log")
     run.rec.mkdir(parents=True)
-    env = clean_env(OMP_NUM_THREADS=1, PYTHONPATH=str(REPO))
+    # HF_HOME: no accelerate config of this machine's user (~/.cache/huggingface) applies
+    env = clean_env(OMP_NUM_THREADS=1, PYTHONPATH=str(REPO), HF_HOME=tmp / "hf")
     cmd = [*launcher, "-m", "tests.frameworks.child", example, str(run.rec), hold, "--",
            *args]
     with open(run.log, "wb") as log:
