@@ -10,9 +10,11 @@ yields (``tests.support.frameworks.reference``), by its labels and a digest of i
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
+from imgprep import World, WorldError
 from tests.support.frameworks import (
     EXAMPLE_ARGS,
     Run,
@@ -25,6 +27,7 @@ from tests.support.frameworks import (
     start,
     write_data,
 )
+from tests.support.procs import torchrun_env
 
 RUN_TIMEOUT = 240.0  # one run; a quiet 2-core machine takes 6-9 s, 25 s seen under load
 HELD_AT, SAVED_AT = "0:5", 4  # held after step 5 of epoch 0; its last checkpoint is step 4
@@ -77,3 +80,21 @@ def test_an_elastic_resume_on_one_process_sees_every_remaining_sample_once(
     ckpt, run = killed
     resumed = resume(data, ckpt, tmp_path, "python", 1)
     check_elastic(reference(data, 1), run, resumed, 2, SAVED_AT)
+
+
+def test_accelerate_world_is_the_launchers_checked_against_accelerates_ranks(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The World is the launcher's (torchrun's variables, which accelerate launch sets); an
+    Accelerator that runs each process alone (made without cpu=True on a machine without
+    GPUs) is refused, naming both counts, instead of every rank loading the whole set."""
+    from loaders.accelerate import accelerate_world
+
+    for k, v in torchrun_env(1, 2, 2).items():
+        monkeypatch.setenv(k, v)
+    same = SimpleNamespace(process_index=1, num_processes=2, local_process_index=1)
+    assert accelerate_world(same) == World(rank=1, world_size=2, local_rank=1,  # type: ignore[arg-type]
+                                           local_world_size=2)
+    alone = SimpleNamespace(process_index=0, num_processes=1, local_process_index=0)
+    with pytest.raises(WorldError, match="torchrun.*rank 1 of 2, local rank 1; Accelerate runs "
+                       "rank 0 of 1, local rank 0 .*cpu=True"):
+        accelerate_world(alone)  # type: ignore[arg-type]
