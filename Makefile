@@ -29,12 +29,20 @@ WBIN := $(WHEEL_ENV)/bin
 # (docs/nvjpeg.md).
 setup: $(VENV)/.ready $(PILLOW_REF)/.ready
 
+# What pip may not change while it installs imgprep and its extras (the training frameworks
+# among them): torch and pillow-simd, pinned; and nothing may bring torchvision or stock
+# Pillow, which `pip show` then finds (it exits 1 when it finds neither).
+SETUP_CONSTRAINTS := build/setup-constraints.txt
+
 $(VENV)/.ready: pyproject.toml Makefile $(LIBJPEG)/.ready
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q "$(TORCH_PIN)"
 	CC="cc -mavx2" $(BIN)/python -m pip install -q --no-cache-dir --no-binary pillow-simd "$(PILLOW_SIMD_PIN)"
 	rm -rf build/lib.* build/temp.*
-	IMGPREP_LIBJPEG=$(abspath $(LIBJPEG)) $(BIN)/python -m pip install -q -e ".[dev,s3,dali,parquet]"
+	mkdir -p build && printf '%s\n' "$(TORCH_PIN)" "$(PILLOW_SIMD_PIN)" > $(SETUP_CONSTRAINTS)
+	IMGPREP_LIBJPEG=$(abspath $(LIBJPEG)) $(BIN)/python -m pip install -q -c $(SETUP_CONSTRAINTS) \
+		-e ".[dev,s3,dali,parquet,lightning,accelerate]"
+	! $(BIN)/python -m pip show -q torchvision pillow 2>/dev/null  # neither came in
 	$(BIN)/imgprep info --strict
 	touch $@
 
@@ -117,7 +125,7 @@ ext: setup
 	IMGPREP_STRICT_BUILD=1 IMGPREP_LIBJPEG=$(abspath $(LIBJPEG)) $(BIN)/python setup.py -q build_ext --inplace
 
 lint: setup ext
-	$(BIN)/ruff check imgprep loaders scripts bench harness tools tests
+	$(BIN)/ruff check imgprep loaders scripts bench harness tools tests examples
 	$(BIN)/mypy
 	$(BIN)/python tools/check_sizes.py
 	$(BIN)/python tools/check_layout.py

@@ -32,6 +32,7 @@ from loaders.legacy import takes_loose_options
 from loaders.mixing import BatchDraws, Mixup, RandomErasing, draw_batch
 from loaders.order import ORDER_KEY, ORDER_VERSION
 from loaders.protocol import Loader
+from loaders.resumable import ResumableLoader
 from loaders.schedule import SizeSchedule
 from loaders.shards import ShardLoader
 from loaders.transforms import TrainTransform, Transform, ValTransform
@@ -79,7 +80,7 @@ def make_loader(data: str | Path, split: str, world: World, options: LoaderOptio
 __all__ = ["AUGMENT_POLICIES", "BACKENDS", "GPU_BACKENDS", "ORDER_KEY", "ORDER_VERSION",
            "PAD", "PAD_LABEL", "BatchDraws", "DeviceLoader", "LabelListLoader",
            "Loader", "LoaderError", "LoaderOptions", "Mixup", "PlannedEpoch",
-           "RandomErasing", "SampleDecoder", "ShardLoader", "SizeSchedule",
-           "TrainTransform", "Transform", "ValTransform", "augment_policy",
-           "draw_batch", "job_summary", "make_loader", "normalize", "plan_epoch",
-           "read_label_list", "worker_count"]
+           "RandomErasing", "ResumableLoader", "SampleDecoder", "ShardLoader",
+           "SizeSchedule", "TrainTransform", "Transform", "ValTransform",
+           "augment_policy", "draw_batch", "job_summary", "make_loader", "normalize",
+           "plan_epoch", "read_label_list", "worker_count"]

@@ -19,11 +19,16 @@ A loader with ``random_erase`` or ``mixup`` set yields ``(images, labels, draws)
 batch's draws (``loaders.mixing``), made where it was decoded, are carried out here after
 the normalisation, on the same device and, on CUDA, on the same side stream
 (``loaders.mixapply``): erasing, then mixing; with mixup the labels become soft targets.
+
+``state_dict``, ``load_state_dict`` and ``set_epoch`` pass through to the wrapped loader, so a
+training framework that checkpoints the ``DeviceLoader`` it was handed checkpoints the loader.
+The state is as of the batches handed out: on CUDA the loader has given one batch more (the
+one being copied ahead), so the state is the one taken before that batch was asked for.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -85,9 +90,49 @@ class DeviceLoader:
         self.dtype, self.channels_last = dtype, channels_last
         self.mean = torch.tensor(mean, dtype=dtype, device=self.device).view(1, 3, 1, 1)
         self.std = torch.tensor(std, dtype=dtype, device=self.device).view(1, 3, 1, 1)
+        self._behind: dict[str, Any] | None = None  # CUDA: the state as of the batches out
 
     def __len__(self) -> int:
         return len(self.loader)  # type: ignore[arg-type]
+
+    # -- resume: the wrapped loader's, as of the batches handed out
+    def _stateful(self, name: str) -> Any:
+        method = getattr(self.loader, name, None)
+        if method is None:
+            raise TypeError(f"DeviceLoader: the loader it wraps ({type(self.loader).__name__}) "
+                            f"has no {name}(); wrap a ShardLoader or LabelListLoader to resume")
+        return method
+
+    def state_dict(self) -> dict[str, Any]:
+        """The wrapped loader's ``state_dict`` as of the batches this one has handed out."""
+        if self._behind is not None:
+            return dict(self._behind)
+        return dict(self._stateful("state_dict")())
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """The wrapped loader's ``load_state_dict``: the next pass resumes there."""
+        self._behind = None
+        self._stateful("load_state_dict")(state)
+
+    def set_epoch(self, epoch: int) -> None:
+        """The wrapped loader's ``set_epoch``."""
+        self._behind = None
+        self._stateful("set_epoch")(epoch)
+
+    def _with_state(self, batches: Iterable[tuple[torch.Tensor, ...]]
+                    ) -> Iterator[tuple[dict[str, Any] | None,
+                                        tuple[torch.Tensor, ...]]]:
+        """Each batch with the wrapped loader's state from before it was asked for (None for
+        a loader that keeps none)."""
+        state = getattr(self.loader, "state_dict", None)
+        it = iter(batches)
+        while True:
+            before = None if state is None else state()
+            try:
+                batch = next(it)
+            except StopIteration:
+                return
+            yield before, batch
 
     def _convert(self, batch: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, torch.Tensor]:
         """One batch moved, normalised, and erased and mixed where it has draws."""
@@ -102,6 +147,7 @@ class DeviceLoader:
         return apply_draws(images, labels, BatchDraws.unpack(batch[2].numpy()))
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        self._behind = None
         if self.device.type != "cuda":
             batches = self.loader
             if self.device.type == "cpu" and isinstance(self.loader, PlannedLoader):
@@ -120,13 +166,14 @@ class DeviceLoader:
             and self.loader.lock_pages() else None
         batches = iter(self.loader) if planned is None else planned.in_place()
         ahead: Any = None
-        for given in batches:
+        for before, given in self._with_state(batches):
             if planned is not None and not planned.page_locked:  # CUDA refused: copy out,
                 given = (given[0].pin_memory(), *given[1:])  # as iter() would
             with torch.cuda.stream(stream):
                 batch = self._convert(given)
                 copied = stream.record_event()
             if ahead is not None:
+                self._behind = before  # the loader has given this batch too: not yet out
                 yield ahead
             torch.cuda.current_stream(self.device).wait_stream(stream)
             for t in batch:  # memory made on the side stream is now used on the main one
@@ -134,5 +181,6 @@ class DeviceLoader:
             ahead = batch
             if planned is not None:
                 copied.synchronize()  # the slot is read: it may go back to its worker
+        self._behind = None
         if ahead is not None:
             yield ahead

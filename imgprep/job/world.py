@@ -3,7 +3,9 @@
 Detected from, in order: torchrun (``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``,
 ``LOCAL_WORLD_SIZE``, ``GROUP_RANK``), Open MPI (``OMPI_COMM_WORLD_*``), MPICH/Hydra PMI
 (``PMI_RANK``, ``PMI_SIZE``, ``MPI_LOCALRANKID``, ``MPI_LOCALNRANKS``), Slurm (``SLURM_PROCID``,
-``SLURM_NTASKS``, ``SLURM_LOCALID``, ``SLURM_NODEID``, ``SLURM_NNODES``), else a single process.
+``SLURM_NTASKS``, ``SLURM_LOCALID``, ``SLURM_NODEID``, ``SLURM_NNODES``), else a single process;
+``LOCAL_RANK`` with a ``WORLD_SIZE`` above 1 and none of these (PyTorch Lightning's own launcher,
+which sets no global rank) is refused rather than read as one process.
 Only the CLI and the trainer call ``detect()``; everything rank-aware takes a World argument,
 so tests build Worlds directly.
 
@@ -204,4 +206,19 @@ def detect(env: Mapping[str, str] | None = None) -> World:
                              f"{local_size} tasks per node is on node {world.node_rank}; use "
                              "srun --distribution=block")
         return world
+    _refuse_rankless(env)
     return World.single()
+
+
+def _refuse_rankless(env: Mapping[str, str]) -> None:
+    """A launcher that sets ``LOCAL_RANK`` and a ``WORLD_SIZE`` above 1 but no global rank
+    (PyTorch Lightning's own, which passes the global rank to its trainer instead) would
+    otherwise read as one process, and every rank would load the whole data set."""
+    if "LOCAL_RANK" not in env or "WORLD_SIZE" not in env or _int(env, "WORLD_SIZE") <= 1:
+        return
+    raise WorldError(
+        f"LOCAL_RANK={env['LOCAL_RANK']} and WORLD_SIZE={env['WORLD_SIZE']} are set but no "
+        "global rank (RANK): a launcher that keeps the rank to itself (PyTorch Lightning's "
+        "own); build the World from its trainer (loaders.lightning), or start the job with "
+        "torchrun"
+    )

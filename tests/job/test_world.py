@@ -161,6 +161,18 @@ def test_torchrun_needs_rank_world_size_and_local_rank() -> None:
     assert detect({"RANK": "3", "WORLD_SIZE": "4"}) == World()
 
 
+def test_a_launcher_that_sets_no_global_rank_is_refused_not_read_as_one_process() -> None:
+    """PyTorch Lightning's own launcher sets LOCAL_RANK, NODE_RANK and WORLD_SIZE, and no
+    RANK: read as one process, every rank would load the whole data set."""
+    lightning = {"LOCAL_RANK": "1", "NODE_RANK": "0", "WORLD_SIZE": "2", "MASTER_PORT": "1"}
+    with pytest.raises(WorldError, match="LOCAL_RANK=1 and WORLD_SIZE=2 .*no global rank "
+                       "\\(RANK\\).*Lightning.*torchrun"):
+        detect(lightning)
+    assert detect(lightning | {"WORLD_SIZE": "1"}) == World()  # one process: nothing lost
+    assert detect(lightning | {"RANK": "1", "LOCAL_WORLD_SIZE": "2"}) == World(
+        rank=1, world_size=2, local_rank=1, local_world_size=2)  # under torchrun
+
+
 @pytest.mark.parametrize("env, missing", [
     ({"OMPI_COMM_WORLD_RANK": "2", "OMPI_COMM_WORLD_SIZE": "4"}, "OMPI_COMM_WORLD_LOCAL_RANK"),
     ({"PMI_RANK": "2", "PMI_SIZE": "4"}, "MPI_LOCALRANKID"),

@@ -13,9 +13,13 @@ import subprocess
 import sys
 import tomllib
 import zipfile
+from importlib import metadata
 from pathlib import Path
 
+import PIL
 import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 import imgprep
 from tests.support import REPO, clean_env
@@ -88,6 +92,49 @@ def make(*args: str, **variables: str) -> str:
     done = subprocess.run([tool, *args, *(f"{k}={v}" for k, v in variables.items())],
                           cwd=REPO, capture_output=True, text=True, timeout=60, check=True)
     return done.stdout
+
+
+def closure(requirements: list[str]) -> set[str]:
+    """The distributions ``requirements`` bring in, as this environment's installed metadata
+    says: each one's requirements, markers evaluated here, its extras only where asked for."""
+    seen: set[tuple[str, frozenset[str]]] = set()
+    todo = [Requirement(r) for r in requirements]
+    while todo:
+        req = todo.pop()
+        key = (canonicalize_name(req.name), frozenset(req.extras))
+        if key in seen:
+            continue
+        seen.add(key)
+        for line in metadata.requires(req.name) or []:
+            dep = Requirement(line)
+            if dep.marker is None or any(dep.marker.evaluate({"extra": e})
+                                         for e in ("", *req.extras)):
+                todo.append(dep)
+    return {name for name, _ in seen}
+
+
+def test_the_framework_extras_bring_neither_torchvision_nor_pillow() -> None:
+    """``imgprep[lightning]`` and ``imgprep[accelerate]`` are the frameworks' base packages
+    (their own extra sets bring stock Pillow, through matplotlib or torchvision): what they bring
+    in, read from the installed packages, holds neither; ``make setup`` installs them with
+    torch and pillow-simd pinned and checks that neither came in; pillow-simd is still the
+    PIL here."""
+    extras = PYPROJECT["project"]["optional-dependencies"]
+    assert extras["lightning"] == ["pytorch-lightning>=2.6,<3"]
+    assert extras["accelerate"] == ["accelerate>=1.15,<2"]
+    brought = closure(extras["lightning"] + extras["accelerate"])
+    assert {"pytorch-lightning", "accelerate", "torch"} <= brought
+    assert not brought & {"torchvision", "pillow", "pillow-simd"}, sorted(brought)
+    plan = make("-n", "-B", "setup", PYTHON=sys.executable)
+    assert re.search(r"printf '%s\\n' \"torch==[\d.]+\" \"pillow-simd==[\w.]+\" > "
+                     r"build/setup-constraints.txt", plan), plan
+    assert "pip install -q -c build/setup-constraints.txt" in plan
+    assert "lightning,accelerate]" in plan and "! .venv/bin/python -m pip show -q torchvision "\
+        "pillow" in plan
+    pil = {d.metadata["Name"].lower(): d.version for d in metadata.distributions()
+           if "PIL" in (d.read_text("top_level.txt") or "").split()}
+    if "pillow-simd" in pil:  # the development environment (make setup)
+        assert pil == {"pillow-simd": PIL.__version__}
 
 
 def test_make_wheel_builds_only_what_the_wheel_needs(tmp_path: Path) -> None:
