@@ -39,7 +39,7 @@ import torch
 
 from loaders.errors import LoaderError
 
-Batch = tuple[torch.Tensor, torch.Tensor]
+Batch = tuple[torch.Tensor, ...]  # (images, labels), or (images, labels, draws) before DeviceLoader
 
 
 class Stateful(Protocol):
