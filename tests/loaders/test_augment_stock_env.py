@@ -62,6 +62,7 @@ def test_augmented_epochs_in_the_wheels_stock_pillow_env_equal_these(
             pytest.fail(why)
         pytest.skip(why)
     folder = tmp_path / "shards"
+    folder.mkdir()
     write_split(folder, "train", UNEQUAL_SIZES, image)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     done = subprocess.run([str(STOCK), "-c", EPOCHS, str(folder), *POLICIES], cwd=tmp_path,
