@@ -19,5 +19,8 @@ PyObject *py_finish(PyObject *self, PyObject *args);
 PyObject *py_frame(PyObject *self, PyObject *args);
 /* The loader's per-sample call (imgprep/csrc/sample_py.c). */
 PyObject *py_sample(PyObject *self, PyObject *args);
+/* Stored pixels (imgprep/csrc/rawstore_py.c): a JPEG made a record, a record to a batch row. */
+PyObject *py_raw_record(PyObject *self, PyObject *args);
+PyObject *py_raw_sample(PyObject *self, PyObject *args);
 
 #endif
