@@ -34,6 +34,7 @@ import numpy as np
 from PIL import Image
 
 from imgprep import jpegcrop, resample
+from loaders import rawdecode
 from loaders.transforms import (
     Geometry,
     SampleError,
@@ -73,7 +74,8 @@ class SampleDecoder:
         fast: use the extension (None: when it is built; True: refuse to run without).
 
     ``fast_count``, ``whole_count`` and ``pillow_count`` count the images decoded by region,
-    whole by the extension, and by Pillow.
+    whole by the extension, and by Pillow; ``raw_count`` the stored-pixel samples
+    (``loaders.rawdecode``: no decode, crop first).
     """
 
     def __init__(self, transform: Transform, *, channels_last: bool = False,
@@ -81,12 +83,16 @@ class SampleDecoder:
         self.transform, self.planar = transform, not channels_last
         self.extension = uses_extension(fast)
         self.pixels = PIXELS_IMGPREP if self.extension else PIXELS_PILLOW
-        self.fast_count = self.whole_count = self.pillow_count = 0
+        self.fast_count = self.whole_count = self.pillow_count = self.raw_count = 0
 
     def __call__(self, data: bytes, rng: np.random.Generator, out: np.ndarray,
                  where: str = "sample") -> None:
         """Write ``data`` transformed into ``out``; ``SampleError`` when it cannot be decoded
         (the message names ``where``)."""
+        if rawdecode.is_record(data):  # stored pixels, crop first: no decode
+            rawdecode.sample(data, self.transform, rng, out, where, planar=self.planar)
+            self.raw_count += 1
+            return
         if not self.extension:
             apply(data, self.transform, rng, out, where, planar=self.planar)
             self.pillow_count += 1

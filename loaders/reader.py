@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from imgprep.shards.rawformat import IMAGE_EXTS
 from imgprep.shards.tarfmt import BLOCK, HeaderError, checksum_ok, header_bytes, octal
 from loaders.errors import LoaderError
 
@@ -31,14 +32,17 @@ Raw = tuple[str, str, bytes, int]  # shard name, key, jpeg bytes, label
 
 @dataclass(frozen=True, eq=False)
 class Locations:
-    """Per sample id of the whole set: its shard, and its jpg and cls members (-1: absent)."""
+    """Per sample id of the whole set: its shard, and its image and cls members (-1:
+    absent); the image is the ``.jpg``, or where ``image_ext`` says, the member of that
+    extension (stored pixels: ``imgprep.shards.rawformat.IMAGE_EXTS``)."""
 
     folder: Path
     names: tuple[str, ...]
     shard_bytes: np.ndarray  # i8[shards]
     first: np.ndarray  # i8[shards + 1]
-    jpg: tuple[np.ndarray, np.ndarray]  # data offset, size
+    jpg: tuple[np.ndarray, np.ndarray]  # the image member's data offset, size
     cls: tuple[np.ndarray, np.ndarray]
+    image_ext: np.ndarray | None = None  # u1[samples]: index into IMAGE_EXTS; None: all jpg
 
     def shard_of(self, ids: np.ndarray) -> np.ndarray:
         return np.searchsorted(self.first, ids, side="right") - 1
@@ -85,7 +89,7 @@ class Reader:
         if (jo < 0).any() or (co < 0).any():
             k = int(np.flatnonzero((jo < 0) | (co < 0))[0])
             raise LoaderError(f"rank {self.rank}: {loc.names[shard[k]]}: sample "
-                              f"{int(ids[k] - loc.first[shard[k]])} has no jpg or no cls "
+                              f"{int(ids[k] - loc.first[shard[k]])} has no image or no cls "
                               "member; verify or restage the shard")
         runs = _runs(shard, np.minimum(jo, co) - BLOCK, np.maximum(jo + js, co + cs))
         out: list[Raw | None] = [None] * len(ids)
@@ -94,11 +98,13 @@ class Reader:
             for run, start, end in chunk:
                 os.posix_fadvise(self._fd(int(shard[run[0]])), start, end - start,
                                  os.POSIX_FADV_WILLNEED)
+            exts = None if loc.image_ext is None else loc.image_ext[ids]
             for run, start, end in chunk:
                 buf = self._pread(int(shard[run[0]]), start, end - start)
                 for j in run:
+                    ext = "jpg" if exts is None else IMAGE_EXTS[int(exts[j])]
                     out[j] = self._sample(buf, start, int(shard[j]), int(jo[j]), int(js[j]),
-                                          int(co[j]), int(cs[j]))
+                                          int(co[j]), int(cs[j]), ext)
         return out  # type: ignore[return-value]
 
     def _pread(self, shard: int, offset: int, size: int) -> bytes:
@@ -114,9 +120,9 @@ class Reader:
         return data
 
     def _sample(self, buf: bytes, base: int, shard: int, jo: int, js: int, co: int,
-                cs: int) -> Raw:
+                cs: int, ext: str = "jpg") -> Raw:
         name = self.loc.names[shard]
-        key = self._header(buf, base, jo - base, "jpg", js, name)
+        key = self._header(buf, base, jo - base, ext, js, name)
         self._header(buf, base, co - base, "cls", cs, name)
         text = buf[co - base:co - base + cs]
         try:
