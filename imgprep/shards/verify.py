@@ -1,7 +1,9 @@
 """``imgprep verify``: re-check a conversion against its manifest, or any Chainer label list.
 
-Shards: size and sha256 against the manifest, sample count, every sample has ``.jpg`` and
-``.cls``, labels in range, every JPEG decodes to RGB at the converted size, no key twice; the
+Shards: size and sha256 against the manifest, sample count, every sample has one image
+(``.jpg``, or stored pixels: ``.yuv420``, ``.rgb24``) and ``.cls``, labels in range, every
+JPEG decodes to RGB at the converted size and every stored-pixel record is whole (its length
+its header's) and of that size, no key twice; the
 sample index the loaders read by is named by the manifest, matches it, and gives every
 member where the shard's tar headers put it; where the manifest says so, each shard's DALI
 index (``imgprep.shards.dali``) is the one the sample index and the shard's keys give.
@@ -52,6 +54,7 @@ from imgprep.shards.manifest import (
     ShardEntry,
     read_manifest,
 )
+from imgprep.shards.rawformat import IMAGE_EXTS, read_header
 from imgprep.shards.tario import iter_samples
 
 Tick = Callable[[int], None]
@@ -157,10 +160,33 @@ def _file_problem(job: _ShardJob) -> str | None:
     return None
 
 
+def _check_raw(data: bytes, size: int, resize: str) -> str | None:
+    """Why a stored-pixel record is not what convert writes (``imgprep.shards.rawformat``):
+    its header and length, then its size, as ``_check_image``'s."""
+    try:
+        head = read_header(data)
+    except ValueError as e:
+        return f"is damaged ({e})"
+    w, h = head.width, head.height
+    if (resize == "center-crop" and (w, h) != (size, size)) or \
+            (resize == "short-side" and min(w, h) != size):
+        return f"is {w}x{h}, expected {resize} {size}"
+    return None
+
+
+def _image_of(fields: dict[str, bytes]) -> str | None:
+    """The extension of the sample's one image member (.jpg, or stored pixels), or None when
+    it has none or more than one."""
+    found = [e for e in IMAGE_EXTS if e in fields]
+    return found[0] if len(found) == 1 else None
+
+
 def _sample_problems(job: _ShardJob, key: str, fields: dict[str, bytes]) -> list[str]:
     where = f"{job.entry.name}:{key}"
-    if "jpg" not in fields or ("cls" in fields) != job.labelled:
-        need = "jpg and cls" if job.labelled else "jpg and no cls (the split is unlabelled)"
+    image = _image_of(fields)
+    if image is None or ("cls" in fields) != job.labelled:
+        img = "one image (jpg, yuv420 or rgb24)"
+        need = f"{img} and cls" if job.labelled else f"{img} and no cls (the split is unlabelled)"
         return [f"{where}: has {sorted(fields)}, needs {need}"]
     out = []
     try:
@@ -169,8 +195,9 @@ def _sample_problems(job: _ShardJob, key: str, fields: dict[str, bytes]) -> list
         label = -1
     if not 0 <= label < job.n_classes:
         out.append(f"{where}: label {fields['cls']!r} outside 0..{job.n_classes - 1}")
-    if job.decode and (why := _check_image(fields["jpg"], job.size, job.resize)):
-        out.append(f"{where}.jpg {why}")
+    check = _check_image if image == "jpg" else _check_raw
+    if job.decode and (why := check(fields[image], job.size, job.resize)):
+        out.append(f"{where}.{image} {why}")
     return out
 
 
@@ -191,7 +218,7 @@ def _check_shard(job: _ShardJob) -> _ShardResult:
                 res.keys.append(key)
             if i % job.parts != job.part:
                 continue
-            res.checked += "jpg" in fields and ("cls" in fields) == job.labelled
+            res.checked += _image_of(fields) is not None and ("cls" in fields) == job.labelled
             for p in _sample_problems(job, key, fields):
                 seq += 1
                 res.problems.append((i, seq, p))
