@@ -65,6 +65,9 @@ spell of a shared machine weighs on both sides of it. Peak RSS (VmHWM) of every 
 read from /proc before the workers are shut down. A compact table goes to stdout and the last
 line of stdout is one JSON object with every figure. Linux only.
 
+``--stores``: instead, the loader by storage mode (``convert --store``) and FFCV in each of
+its own (``bench.loader_stores``).
+
 ``--sizes``: instead, the cost per image at each output size of a resolution schedule
 (128, 160, 192, 224 px; ``bench.loader_sizes``), floor and 1-worker loader, with the target
 160 px <= 0.7 x 224 px, what a worker restart per size change would cost and the ring's
@@ -105,7 +108,7 @@ import webdataset as wds
 from PIL import Image
 from torch.utils.data import DataLoader, get_worker_info
 
-from bench import ffcv_peer, loader_sizes
+from bench import ffcv_peer, loader_sizes, loader_stores
 from bench.common import (
     DEFAULT_IMAGES,
     QUIET_FOREIGN_CORES,
@@ -477,6 +480,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                     help="convert the images with their short side resized to PX (aspect "
                          "kept: shards as a resolution schedule's recipes store them) instead "
                          "of the default 256 px centre crop")
+    ap.add_argument("--stores", action="store_true",
+                    help="instead: the loader by storage mode (convert --store), and FFCV in "
+                         "each of its own (bench.loader_stores)")
     ap.add_argument("--size-list", type=lambda t: [int(x) for x in t.split(",")],
                     default=list(loader_sizes.SIZES), metavar="S,S,...",
                     help="the sizes of --sizes (default: %(default)s)")
@@ -632,8 +638,17 @@ def run_sizes(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
     return loader_sizes.run_sizes(args, folder, blobs, measured)
 
 
+def run_stores(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
+    """``--stores``: the shard set built as for the full run, then ``bench.loader_stores``."""
+    folder, _ = build_shards(args.images, scratch, args.samples, args.limit)
+    return loader_stores.run_stores(args, folder, measured, scratch)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.stores:
+        return run_main("bench_loader", args.images, args.out, partial(run_stores, args),
+                        loader_stores.print_stores)
     if args.sizes:
         return run_main("bench_loader", args.images, args.out, partial(run_sizes, args),
                         loader_sizes.print_sizes)
