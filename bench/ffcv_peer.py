@@ -77,7 +77,7 @@ class PeerError(RuntimeError):
 
 
 RAW_MAGIC = b"IPXL"  # a source record holding RGB pixels: imgprep's rgb24 record
-RAW_HEAD = struct.Struct("<4sBBHII")  # imgprep.shards.rawformat's header (magic ... height)
+RAW_HEAD = struct.Struct("<4sBBHII")  # imgprep.rawformat's header (magic ... height)
 
 
 def stored(data: bytes | memoryview) -> bytes | memoryview:
@@ -128,8 +128,8 @@ def shard_samples(folder: Path, split: str, raw: Callable[[str], bool] | None = 
     """(label, converted JPEG bytes) of every sample of a shard set, in the set's order; for
     the samples whose key ``raw`` picks, their full-scale RGB decode instead (an rgb24
     record, ``imgprep.rawpixels``: FFCV's raw mode stores those pixels)."""
-    from imgprep import read_manifest, rawpixels
-    from imgprep.shards.rawformat import BY_NAME
+    from imgprep import rawpixels, read_manifest
+    from imgprep.rawformat import BY_NAME
     from imgprep.shards.tario import iter_samples
 
     for s in read_manifest(folder, split).shards:

@@ -40,11 +40,9 @@ import numpy as np
 
 from bench import ffcv_peer
 from bench.common import QUIET_FOREIGN_CORES, paired_ratio, timed_epoch, verdict
-from imgprep import World, read_manifest
-from imgprep.convert.fromshards import restore
+from imgprep import StoreOptions, World, from_shards, read_manifest
 from imgprep.convert.store import unit_hash
-from imgprep.sections import StoreOptions
-from imgprep.shards.rawformat import IMAGE_EXTS
+from imgprep.rawformat import IMAGE_EXTS
 from imgprep.shards.tario import iter_samples
 from loaders import LoaderOptions, SampleDecoder, ShardLoader, TrainTransform
 
@@ -67,7 +65,7 @@ def store_sets(folder: Path, scratch: Path) -> dict[str, Path]:
     for name, opts in STORES.items():
         out[name] = folder if opts is None else scratch / f"store-{name}"
         if opts is not None:
-            restore(folder, out[name], opts, workers=os.cpu_count() or 1)
+            from_shards(folder, out[name], opts, workers=os.cpu_count() or 1)
     return out
 
 
@@ -97,14 +95,19 @@ def loader_pass(loader: ShardLoader, epoch: int) -> dict[str, float]:
     return timed_epoch(loader.in_place(), lambda images: None)
 
 
+def kept_raw(share: float, key: str) -> bool:
+    """Whether the sample ``key`` is kept as pixels where ``share`` of them are (the key
+    hash of imgprep's ``mixed`` store, so FFCV's raw images are imgprep's)."""
+    return share >= 1.0 or unit_hash(key) < share
+
+
 def ffcv_bytes(folder: Path, share: float) -> int:
     """The bytes FFCV's images take in a mode storing ``share`` of them raw (the same
     images as imgprep's ``mixed``): a JPEG's bytes, or 3 a pixel."""
     total = 0
     for s in read_manifest(folder, SPLIT).shards:
         for key, fields in iter_samples(folder / s.name):
-            raw = share >= 1.0 or unit_hash(key) < share
-            total += 3 * 256 * 256 if raw else len(fields["jpg"])
+            total += 3 * 256 * 256 if kept_raw(share, key) else len(fields["jpg"])
     return total
 
 
@@ -135,7 +138,7 @@ def _ffcv(args: argparse.Namespace, folder: Path, scratch: Path, batch: int
     try:
         for mode, share in FFCV_MODES.items():
             got = peer.write_beton(folder, SPLIT, scratch, name=f"ffcv-{mode}",
-                                   raw=lambda key, s=share: s >= 1.0 or unit_hash(key) < s)
+                                   raw=partial(kept_raw, share))
             info["betons"][mode] = got
             rows |= peer.open_loaders(got["beton"], batch, (1, 2), prefix=f"ffcv_{mode}")
     except BaseException:
@@ -154,7 +157,7 @@ def run_stores(args: argparse.Namespace, folder: Path, measured: Any,
     nbytes = {k: read_manifest(p, SPLIT).total_bytes for k, p in sets.items()}
     loaders = _loaders(sets, batch)
     ffcv, ffcv_rows, ffcv_info = _ffcv(args, folder, scratch, batch)
-    for name, loader in loaders.items():
+    for loader in loaders.values():
         loader_pass(loader, 0)  # warm-up: worker start-up, page cache
     for row in ffcv_rows.values():
         row()  # warm-up: numba compiles FFCV's pipeline

@@ -1,6 +1,6 @@
 """Stored pixels through the C extension: a JPEG made a stored-pixel record (``record``),
 and a record carried to a batch row crop first (``sample``). The record's layout is
-``imgprep.shards.rawformat``'s.
+``imgprep.rawformat``'s.
 
 ``record`` keeps the JPEG's full-scale decode by the extension's libjpeg-turbo: for ``yuv420``
 its own Y, Cb and Cr planes (libjpeg's raw-data decode, nothing upsampled or converted; a
@@ -19,7 +19,7 @@ from types import ModuleType
 import numpy as np
 
 from imgprep.errors import ImageError
-from imgprep.shards.rawformat import BY_CODE, BY_NAME, Kind
+from imgprep.rawformat import BY_CODE, BY_NAME, Kind
 
 _ext: ModuleType | None
 try:

@@ -39,7 +39,7 @@ DEFAULT_SHARD_SIZE = 1250  # samples a shard, unless --shards gives the count
 HOLDOUT_PREFIX = "holdout_"  # the holdout's fields sit in ``options`` under this prefix
 STORE_PREFIX = "store_"  # so do the storage mode's (``StoreOptions``)
 STORE_MODES = ("jpeg", "yuv420", "rgb", "mixed")  # how a sample's image is kept
-RAW_MODES = ("yuv420", "rgb")  # the kinds of stored pixels (imgprep.shards.rawformat)
+RAW_MODES = ("yuv420", "rgb")  # the kinds of stored pixels (imgprep.rawformat)
 HEX64 = re.compile(r"^[0-9a-f]{64}$")
 FIX = "reconvert or restore the file"
 

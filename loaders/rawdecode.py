@@ -1,4 +1,4 @@
-"""Stored-pixel samples (``imgprep.shards.rawformat``): carried to a batch row crop first.
+"""Stored-pixel samples (``imgprep.rawformat``): carried to a batch row crop first.
 
 A sample whose image member is a stored-pixel record (a set converted with ``--store
 yuv420``, ``rgb`` or ``mixed``) is not decoded: its header gives the image's size, from
@@ -24,9 +24,8 @@ from __future__ import annotations
 import numpy as np
 from PIL import Image
 
-from imgprep import jpegcrop, rawpixels
-from imgprep.errors import ImageError
-from imgprep.shards.rawformat import is_record, read_header
+from imgprep import ImageError, jpegcrop, rawpixels
+from imgprep.rawformat import is_record, read_header
 from loaders.errors import LoaderError
 from loaders.transforms import Geometry, SampleError, Transform, bomb
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from imgprep.shards.rawformat import IMAGE_EXTS
+from imgprep.rawformat import IMAGE_EXTS
 from imgprep.shards.tarfmt import BLOCK, HeaderError, checksum_ok, header_bytes, octal
 from loaders.errors import LoaderError
 
@@ -34,7 +34,7 @@ Raw = tuple[str, str, bytes, int]  # shard name, key, jpeg bytes, label
 class Locations:
     """Per sample id of the whole set: its shard, and its image and cls members (-1:
     absent); the image is the ``.jpg``, or where ``image_ext`` says, the member of that
-    extension (stored pixels: ``imgprep.shards.rawformat.IMAGE_EXTS``)."""
+    extension (stored pixels: ``imgprep.rawformat.IMAGE_EXTS``)."""
 
     folder: Path
     names: tuple[str, ...]

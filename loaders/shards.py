@@ -27,8 +27,8 @@ from pathlib import Path
 import numpy as np
 
 from imgprep import MODES, Manifest, ManifestError, World, WorldError, read_manifest
+from imgprep.rawformat import IMAGE_EXTS
 from imgprep.shards.index import SampleIndex, read_index
-from imgprep.shards.rawformat import IMAGE_EXTS
 from loaders import rawdecode
 from loaders.backends import EncodedSample
 from loaders.base import PlannedLoader

@@ -206,13 +206,13 @@ def convert(input: Path, out: Path, fmt: str, split: str | None, labels: tuple[P
 def _from_shards(src: Path, out: Path, store: StoreOptions, workers: int, overwrite: bool,
                  quiet: bool, as_json: bool) -> None:
     """``--from-shards``: the set's shards rewritten as ``store`` says; one line a split."""
-    from imgprep.convert.fromshards import restore
+    from imgprep.convert.fromshards import from_shards
 
     if not store.stored:
         raise click.UsageError("--from-shards rewrites a set's JPEGs as stored pixels: pass "
                                "--store yuv420, rgb or mixed")
     try:
-        done = restore(src, out, store, workers=workers, overwrite=overwrite)
+        done = from_shards(src, out, store, workers=workers, overwrite=overwrite)
     except ImgprepError as e:
         fail(e)
     emit({"splits": [asdict(d) for d in done]}, as_json, quiet, lambda: "\n".join(

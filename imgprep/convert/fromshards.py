@@ -109,7 +109,7 @@ def _check(src: Path, out: Path, m: Manifest, overwrite: bool, want: str) -> boo
     return True
 
 
-def restore(src: Path, out: Path, opts: StoreOptions, *, workers: int = 1,
+def from_shards(src: Path, out: Path, opts: StoreOptions, *, workers: int = 1,
             overwrite: bool = False, tick: Tick | None = None) -> list[Restored]:
     """Rewrite every shard split of ``src`` into ``out`` as ``opts`` says (module docstring);
     one ``Restored`` a split, in the order of its manifests."""

@@ -1,5 +1,5 @@
 """Which member holds a sample's image (``--store``): the converted JPEG as ``.jpg``, or its
-full-scale decode as stored pixels (``imgprep.shards.rawformat``: ``.yuv420``, ``.rgb24``).
+full-scale decode as stored pixels (``imgprep.rawformat``: ``.yuv420``, ``.rgb24``).
 
 The choice is a pure function of the store options, the sample's key and its JPEG's bytes,
 so it is the same for every worker count and rank layout, in ``convert`` as in
@@ -20,8 +20,8 @@ import hashlib
 
 from imgprep import jpegcrop, rawpixels
 from imgprep.errors import ImageError
+from imgprep.rawformat import Kind, record_size
 from imgprep.sections import StoreOptions
-from imgprep.shards.rawformat import Kind, record_size
 
 JPEG_EXT = "jpg"
 

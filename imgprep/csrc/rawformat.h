@@ -1,4 +1,4 @@
-/* The stored-pixel record: the C home of its layout (imgprep/shards/rawformat.py is the
+/* The stored-pixel record: the C home of its layout (imgprep/rawformat.py is the
  * Python one; a test holds the two equal through the constants the module exports).
  *
  * A shard sample whose image is stored as decoded pixels has, instead of ``<key>.jpg``, a

@@ -44,6 +44,7 @@ from imgprep.errors import (
 )
 from imgprep.fsutil import sha256_file
 from imgprep.job.world import World
+from imgprep.rawformat import image_member, record_problem
 from imgprep.sections import TransformOptions
 from imgprep.shards.dali import has_dali, idx_problem
 from imgprep.shards.folder import Unfinished, folder_manifests
@@ -54,7 +55,6 @@ from imgprep.shards.manifest import (
     ShardEntry,
     read_manifest,
 )
-from imgprep.shards.rawformat import IMAGE_EXTS, read_header
 from imgprep.shards.tario import iter_samples
 
 Tick = Callable[[int], None]
@@ -160,34 +160,13 @@ def _file_problem(job: _ShardJob) -> str | None:
     return None
 
 
-def _check_raw(data: bytes, size: int, resize: str) -> str | None:
-    """Why a stored-pixel record is not what convert writes (``imgprep.shards.rawformat``):
-    its header and length, then its size, as ``_check_image``'s."""
-    try:
-        head = read_header(data)
-    except ValueError as e:
-        return f"is damaged ({e})"
-    w, h = head.width, head.height
-    if (resize == "center-crop" and (w, h) != (size, size)) or \
-            (resize == "short-side" and min(w, h) != size):
-        return f"is {w}x{h}, expected {resize} {size}"
-    return None
-
-
-def _image_of(fields: dict[str, bytes]) -> str | None:
-    """The extension of the sample's one image member (.jpg, or stored pixels), or None when
-    it has none or more than one."""
-    found = [e for e in IMAGE_EXTS if e in fields]
-    return found[0] if len(found) == 1 else None
-
-
 def _sample_problems(job: _ShardJob, key: str, fields: dict[str, bytes]) -> list[str]:
     where = f"{job.entry.name}:{key}"
-    image = _image_of(fields)
+    image = image_member(fields)
     if image is None or ("cls" in fields) != job.labelled:
-        img = "one image (jpg, yuv420 or rgb24)"
-        need = f"{img} and cls" if job.labelled else f"{img} and no cls (the split is unlabelled)"
-        return [f"{where}: has {sorted(fields)}, needs {need}"]
+        need = "jpg and cls" if job.labelled else "jpg and no cls (the split is unlabelled)"
+        return [f"{where}: has {sorted(fields)}, needs {need} (or one of yuv420, rgb24: "
+                "stored pixels, in place of jpg)"]
     out = []
     try:
         label = int(fields["cls"]) if job.labelled else 0
@@ -195,7 +174,7 @@ def _sample_problems(job: _ShardJob, key: str, fields: dict[str, bytes]) -> list
         label = -1
     if not 0 <= label < job.n_classes:
         out.append(f"{where}: label {fields['cls']!r} outside 0..{job.n_classes - 1}")
-    check = _check_image if image == "jpg" else _check_raw
+    check = _check_image if image == "jpg" else record_problem
     if job.decode and (why := check(fields[image], job.size, job.resize)):
         out.append(f"{where}.{image} {why}")
     return out
@@ -218,7 +197,7 @@ def _check_shard(job: _ShardJob) -> _ShardResult:
                 res.keys.append(key)
             if i % job.parts != job.part:
                 continue
-            res.checked += _image_of(fields) is not None and ("cls" in fields) == job.labelled
+            res.checked += image_member(fields) is not None and ("cls" in fields) == job.labelled
             for p in _sample_problems(job, key, fields):
                 seq += 1
                 res.problems.append((i, seq, p))

@@ -12,16 +12,16 @@ import numpy as np
 import pytest
 
 from imgprep import jpegcrop
-from imgprep.convert.fromshards import restore
+from imgprep.convert.fromshards import from_shards
 from imgprep.convert.options import ConvertOptions
 from imgprep.convert.run import convert
 from imgprep.convert.store import stored_kind, unit_hash
 from imgprep.errors import ManifestError, OutputError
 from imgprep.job.world import World
+from imgprep.rawformat import BY_NAME, read_header
 from imgprep.sections import ManifestOptions, StoreOptions
 from imgprep.shards.indexing import index_folder
 from imgprep.shards.manifest import read_manifest
-from imgprep.shards.rawformat import BY_NAME, read_header
 from imgprep.shards.tario import iter_samples
 from imgprep.shards.verify import verify
 from imgprep.stage.options import StageOptions
@@ -131,11 +131,11 @@ def test_from_shards_writes_what_convert_writes(sample: Path, sets: dict[str, Pa
     ours, theirs = read_manifest(direct, "train"), read_manifest(sets["mixed"], "train")
     assert [(e.name, e.bytes, e.sha256) for e in ours.shards] == \
         [(e.name, e.bytes, e.sha256) for e in theirs.shards]
-    assert restore(sets["jpeg"], sets["mixed"], STORES["mixed"])[0].done is False
+    assert from_shards(sets["jpeg"], sets["mixed"], STORES["mixed"])[0].done is False
     with pytest.raises(OutputError, match="--overwrite"):
-        restore(sets["jpeg"], sets["mixed"], STORES["rgb"])
+        from_shards(sets["jpeg"], sets["mixed"], STORES["rgb"])
     with pytest.raises(ManifestError, match="stored pixels already"):
-        restore(sets["yuv420"], tmp_path / "again", STORES["rgb"])
+        from_shards(sets["yuv420"], tmp_path / "again", STORES["rgb"])
 
 
 def test_verify_checks_records_and_finds_a_flipped_byte(sets: dict[str, Path],

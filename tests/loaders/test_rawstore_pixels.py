@@ -22,8 +22,8 @@ import pytest
 
 from imgprep import jpegcrop, rawpixels
 from imgprep.convert import native
+from imgprep.rawformat import BY_NAME, read_header
 from imgprep.sections import TransformOptions
-from imgprep.shards.rawformat import BY_NAME, read_header
 from loaders.decode import SampleDecoder
 from loaders.transforms import TrainTransform, ValTransform
 

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from imgprep import jpegcrop
+from imgprep.rawformat import read_header
 from imgprep.shards.manifest import read_manifest
-from imgprep.shards.rawformat import read_header
 from tests.support.rawstore import stored_sets
 from tests.support.shards import tar_samples
 

@@ -8,10 +8,9 @@ import struct
 import numpy as np
 import pytest
 
-from imgprep import jpegcrop, rawpixels
+from imgprep import jpegcrop, rawformat, rawpixels
 from imgprep.errors import ImageError
-from imgprep.shards import rawformat
-from imgprep.shards.rawformat import BY_NAME, HEADER, read_header, record_size
+from imgprep.rawformat import BY_NAME, HEADER, read_header, record_size
 from tests.support.images import jpeg
 
 pytestmark = pytest.mark.skipif(not jpegcrop.AVAILABLE, reason="needs the extension")

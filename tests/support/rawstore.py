@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from imgprep.convert.fromshards import restore
+from imgprep.convert.fromshards import from_shards
 from imgprep.sections import StoreOptions
 
 STORES = {"yuv420": StoreOptions(mode="yuv420"), "rgb": StoreOptions(mode="rgb"),
@@ -18,5 +18,5 @@ def stored_sets(jpeg: Path, root: Path, modes: tuple[str, ...] = tuple(STORES)
     out = {"jpeg": jpeg}
     for mode in modes:
         out[mode] = root / mode
-        restore(jpeg, out[mode], STORES[mode], workers=1)
+        from_shards(jpeg, out[mode], STORES[mode], workers=1)
     return out

@@ -98,3 +98,25 @@ def read_header(data: bytes | memoryview) -> RawHeader:
 def is_record(data: bytes | memoryview) -> bool:
     """Whether ``data`` begins as a record does (its magic; ``read_header`` checks the rest)."""
     return bytes(data[:4]) == MAGIC
+
+
+def image_member(fields: dict[str, bytes]) -> str | None:
+    """The extension of a sample's one image member (``.jpg``, or stored pixels), or None
+    when it has none or more than one."""
+    found = [e for e in IMAGE_EXTS if e in fields]
+    return found[0] if len(found) == 1 else None
+
+
+def record_problem(data: bytes, size: int, resize: str) -> str | None:
+    """Why a record is not what convert writes at ``size`` (``resize``: ``center-crop``, a
+    square of that side; ``short-side``, that short side), or None: its header and length,
+    then its size (what ``imgprep verify`` checks of each stored-pixel sample)."""
+    try:
+        head = read_header(data)
+    except ValueError as e:
+        return f"is damaged ({e})"
+    w, h = head.width, head.height
+    if (resize == "center-crop" and (w, h) != (size, size)) or \
+            (resize == "short-side" and min(w, h) != size):
+        return f"is {w}x{h}, expected {resize} {size}"
+    return None
