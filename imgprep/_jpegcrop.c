@@ -253,7 +253,8 @@ static PyMethodDef methods[] = {
      "RawRecordResult(status, message, record, mode, width, height) "
      "(imgprep/csrc/rawstore_py.c)"},
     {"raw_sample", py_raw_sample, METH_VARARGS, "raw_sample(record, width, height, resize, "
-     "box, crop, flip, planar, max_pixels, out) -> SampleResult (imgprep/csrc/rawstore_py.c)"},
+     "box, crop, flip, planar, max_pixels, out, kernel=-1) -> SampleResult "
+     "(imgprep/csrc/rawstore_py.c)"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -53,14 +53,15 @@ def record(jpeg: bytes, kind: Kind, max_pixels: int = 0) -> tuple[bytes, Kind]:
 
 def sample(data: bytes, width: int, height: int, *, resize: tuple[int, int] | None,
            box: Box | None, crop: tuple[int, int, int, int], out: np.ndarray, flip: bool,
-           planar: bool, max_pixels: int = 0) -> None:
+           planar: bool, max_pixels: int = 0, kernel: int = -1) -> None:
     """The record ``data`` (``width`` x ``height`` as its header says) carried to ``out`` as
     ``jpegcrop.sample`` carries a JPEG at DCT scale 1 (``resize``, ``box``, ``crop``,
     ``flip``, ``planar`` are its); ImageError for a record that is not one, ValueError for a
-    geometry that does not fit it (both before any pixel is read)."""
+    geometry that does not fit it (both before any pixel is read). ``kernel``: the
+    resampler's (``imgprep.resample``; -1, the best this CPU runs: the same bytes)."""
     ext = require()
     r = ext.raw_sample(data, width, height, resize or (0, 0), box, crop, flip, planar,
-                       max_pixels, out)
+                       max_pixels, out, kernel)
     if r.status != ext.SAMPLE_DONE:
         raise ImageError(r.message)
 

@@ -19,9 +19,9 @@ static _Thread_local Scratch rows_mem;
 /* The resample of ``g`` (its box to its size; without a resize, the crop itself at scale 1,
  * which the resampler copies exactly) from ``src``, a source of the record's size. */
 static rs_job job_of(const SampleGeometry *g, const SamplePlan *p, unsigned char *out,
-                     size_t out_len) {
+                     size_t out_len, int64_t kernel) {
     const int64_t *c = g->crop;
-    rs_job job = {.out = out, .out_len = out_len, .filter = RS_BILINEAR, .kernel = RS_AUTO,
+    rs_job job = {.out = out, .out_len = out_len, .filter = RS_BILINEAR, .kernel = kernel,
                   .planar = g->planar, .flip = g->flip, .left = c[0], .top = c[1],
                   .cols = c[2] - c[0], .rows = c[3] - c[1]};
     if (g->resize_w) {
@@ -46,7 +46,7 @@ static Rect widened(const Rect *r, unsigned w, unsigned h) {
 }
 
 int sample_raw(const unsigned char *data, size_t len, const SampleGeometry *g,
-               unsigned char *out, size_t out_len, SampleResult *r) {
+               unsigned char *out, size_t out_len, int64_t kernel, SampleResult *r) {
     memset(r, 0, sizeof *r);
     RawImage im;
     const char *why = raw_parse(data, len, &im);
@@ -59,7 +59,9 @@ int sample_raw(const unsigned char *data, size_t len, const SampleGeometry *g,
     at1.whole = 0;
     SamplePlan p;
     if (sample_plan(&at1, out_len, &p, r) != SAMPLE_DONE) return r->status;
-    rs_job job = job_of(&at1, &p, out, out_len);
+    if (rs_resolve_kernel(kernel) < 0)
+        return invalid(r, "kernel %lld cannot run on this CPU", (long long)kernel);
+    rs_job job = job_of(&at1, &p, out, out_len, kernel);
     YuvRows yuv;
     if (im.mode == RAW_RGB24) {
         job.src = im.pixels;
@@ -69,7 +71,7 @@ int sample_raw(const unsigned char *data, size_t len, const SampleGeometry *g,
         job.channels = 3;
     } else {  /* only the region the resample reads, its rows made as they are asked for */
         Rect a = widened(&p.region, im.width, im.height);
-        if (yuv_rows_init(&yuv, &im, a.x0, a.y0, a.x1 - a.x0, &rows_mem) != 0)
+        if (yuv_rows_init(&yuv, &im, a.x0, a.y0, a.x1 - a.x0, kernel, &rows_mem) != 0)
             return fail(r, "out of memory for a %u-pixel row", a.x1 - a.x0);
         job.make_rows = &yuv.base;
         job.width = a.x1 - a.x0, job.height = a.y1 - a.y0;

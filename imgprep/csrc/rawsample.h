@@ -17,9 +17,10 @@
 /* Transforms the record ``data`` as ``g`` says into ``out`` (SampleResult as sample_jpeg's:
  * SAMPLE_INVALID for a geometry that is none or does not fit the record's size, which is
  * checked before any byte is read; SAMPLE_FAILED for a record that is not one, with the
- * reason). ``g->draft`` and ``g->whole`` are not read. */
+ * reason). ``g->draft`` and ``g->whole`` are not read. ``kernel``: the resampler's (and the
+ * YUV rows' loop), RS_AUTO for the best this CPU runs; the same bytes whichever. */
 int sample_raw(const unsigned char *data, size_t len, const SampleGeometry *g,
-               unsigned char *out, size_t out_len, SampleResult *r);
+               unsigned char *out, size_t out_len, int64_t kernel, SampleResult *r);
 
 /* Gives back the calling thread's scratch where an image grew it past the usual. */
 void sample_raw_trim(void);

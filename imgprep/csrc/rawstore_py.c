@@ -9,14 +9,15 @@
  *     per-image budget, or more than ``max_pixels`` pixels; 0: no limit) with ``message``.
  *     (imgprep/csrc/rawstore.h)
  *
- * raw_sample(record, width, height, resize, box, crop, flip, planar, max_pixels, out)
- *     -> SampleResult(status, path, message, None)
+ * raw_sample(record, width, height, resize, box, crop, flip, planar, max_pixels, out,
+ *            kernel=-1) -> SampleResult(status, path, message, None)
  *     The loader's call for a stored-pixel sample: ``width`` x ``height`` as the record's
  *     header says (the geometry was drawn from it), ``resize``, ``box``, ``crop``, ``flip``,
  *     ``planar`` and ``out`` as sample()'s (imgprep/csrc/sample_py.c). status SAMPLE_DONE, or
  *     SAMPLE_FAILED when the record is not one (its header, or a length that is not its
  *     header's); a geometry that is none or does not fit the record raises ValueError before
- *     any pixel is read. (imgprep/csrc/rawsample.h)
+ *     any pixel is read. ``kernel``: the resampler's, as resize()'s (-1: the best here).
+ *     (imgprep/csrc/rawsample.h)
  *
  * The GIL is released while each runs.
  */
@@ -54,11 +55,12 @@ PyObject *py_raw_sample(PyObject *Py_UNUSED(self), PyObject *args) {
     Py_buffer data, out;
     PyObject *box;
     unsigned long long max_pixels;
+    long long kernel = -1;
     SampleGeometry g;
     memset(&g, 0, sizeof g);
-    if (!PyArg_ParseTuple(args, "y*LL(LL)O(LLLL)ppKw*", &data, &g.width, &g.height,
+    if (!PyArg_ParseTuple(args, "y*LL(LL)O(LLLL)ppKw*|L", &data, &g.width, &g.height,
                           &g.resize_w, &g.resize_h, &box, &g.crop[0], &g.crop[1], &g.crop[2],
-                          &g.crop[3], &g.flip, &g.planar, &max_pixels, &out))
+                          &g.crop[3], &g.flip, &g.planar, &max_pixels, &out, &kernel))
         return NULL;
     g.max_pixels = max_pixels;
     g.has_box = box != Py_None;
@@ -71,7 +73,7 @@ PyObject *py_raw_sample(PyObject *Py_UNUSED(self), PyObject *args) {
     } else {
         SampleResult r;
         Py_BEGIN_ALLOW_THREADS
-        sample_raw(data.buf, (size_t)data.len, &g, out.buf, (size_t)out.len, &r);
+        sample_raw(data.buf, (size_t)data.len, &g, out.buf, (size_t)out.len, kernel, &r);
         sample_raw_trim();
         Py_END_ALLOW_THREADS
         if (r.status == SAMPLE_INVALID)

@@ -4,6 +4,10 @@
 #include <stddef.h>
 #include <string.h>
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#endif
+
 /* libjpeg-turbo's jdcolor.c: the tables' factors in 16-bit fixed point (FIX(1.40200) ...). */
 enum { CR_R = 91881, CB_B = 116130, CB_G = 22554, CR_G = 46802, HALF = 1 << 15 };
 
@@ -62,7 +66,8 @@ INLINE void to_rgbx(const uint8_t *restrict y, const uint8_t *restrict cb,
     }
 }
 
-INLINE void row_body(const YuvRows *s, int64_t yp, uint8_t *dst) {
+/* The row's chroma upsampled into s->up_b and s->up_r (from column x0 & ~1); the Y row. */
+INLINE const uint8_t *chroma_row(const YuvRows *s, int64_t yp) {
     const RawImage *im = s->img;
     const unsigned y = s->y0 + (unsigned)yp, cw = im->chroma_width, ch = im->chroma_height;
     const unsigned c = y >> 1;
@@ -78,24 +83,70 @@ INLINE void row_body(const YuvRows *s, int64_t yp, uint8_t *dst) {
         replicate(im->cb + near_at, c0, c1 - c0, s->up_b);
         replicate(im->cr + near_at, c0, c1 - c0, s->up_r);
     }
-    const unsigned skip = s->x0 & 1;
-    to_rgbx(im->pixels + (size_t)y * im->width + s->x0, s->up_b + skip, s->up_r + skip,
-            s->width, dst);
+    return im->pixels + (size_t)y * im->width + s->x0;
 }
 
 static void row_portable(const rs_rows *self, int64_t y, uint8_t *dst) {
-    row_body((const YuvRows *)(const void *)self, y, dst);
+    const YuvRows *s = (const YuvRows *)(const void *)self;
+    const uint8_t *luma = chroma_row(s, y);
+    const unsigned skip = s->x0 & 1;
+    to_rgbx(luma, s->up_b + skip, s->up_r + skip, s->width, dst);
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
-__attribute__((target("avx2"))) static void row_avx2(const rs_rows *self, int64_t y,
-                                                     uint8_t *dst) {
-    row_body((const YuvRows *)(const void *)self, y, dst);
+#define AVX2 __attribute__((target("avx2")))
+
+/* to_rgbx, 16 pixels a step in 16-bit lanes: each product of the tables split as
+ * k x = 65536 m x + k' x with |k'| < 2^15 (91881 = 65536 + 26345, 116130 = 131072 - 14942,
+ * -46802 = -65536 + 18734), so that floor((k x + c) / 65536) = m x + floor((k' x + c) /
+ * 65536) exactly, and k' x + c is one vpmaddwd of (x, 2) by (k', c / 2): the same integers
+ * as the portable loop, byte for byte. */
+AVX2 static void to_rgbx_avx2(const uint8_t *y, const uint8_t *cb, const uint8_t *cr,
+                              size_t n, uint8_t *dst) {
+    const __m256i c128 = _mm256_set1_epi16(128), two = _mm256_set1_epi16(2);
+    const __m256i kr = _mm256_set1_epi32((int)(16384u << 16 | 26345u));
+    const __m256i kb = _mm256_set1_epi32((int)(16384u << 16 | (uint16_t)-14942));
+    const __m256i kg = _mm256_set1_epi32((int)(18734u << 16 | (uint16_t)-22554));
+    const __m256i half = _mm256_set1_epi32(HALF), zero = _mm256_setzero_si256();
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m256i l = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(const void *)(y + i)));
+        __m256i b = _mm256_sub_epi16(_mm256_cvtepu8_epi16(
+            _mm_loadu_si128((const __m128i *)(const void *)(cb + i))), c128);
+        __m256i r = _mm256_sub_epi16(_mm256_cvtepu8_epi16(
+            _mm_loadu_si128((const __m128i *)(const void *)(cr + i))), c128);
+#define FRACTION(x, w, k, add) _mm256_packs_epi32( \
+        _mm256_srai_epi32(_mm256_add_epi32(_mm256_madd_epi16(_mm256_unpacklo_epi16(x, w), k), \
+                                           add), 16), \
+        _mm256_srai_epi32(_mm256_add_epi32(_mm256_madd_epi16(_mm256_unpackhi_epi16(x, w), k), \
+                                           add), 16))
+        __m256i R = _mm256_add_epi16(_mm256_add_epi16(l, r), FRACTION(r, two, kr, zero));
+        __m256i G = _mm256_add_epi16(_mm256_sub_epi16(l, r), FRACTION(b, r, kg, half));
+        __m256i B = _mm256_add_epi16(_mm256_add_epi16(l, _mm256_add_epi16(b, b)),
+                                     FRACTION(b, two, kb, zero));
+#undef FRACTION
+        __m256i rg = _mm256_unpacklo_epi8(_mm256_packus_epi16(R, zero),
+                                          _mm256_packus_epi16(G, zero));
+        __m256i bx = _mm256_unpacklo_epi8(_mm256_packus_epi16(B, zero), zero);
+        __m256i lo = _mm256_unpacklo_epi16(rg, bx), hi = _mm256_unpackhi_epi16(rg, bx);
+        _mm256_storeu_si256((__m256i *)(void *)(dst + 4 * i),
+                            _mm256_permute2x128_si256(lo, hi, 0x20));
+        _mm256_storeu_si256((__m256i *)(void *)(dst + 4 * i + 32),
+                            _mm256_permute2x128_si256(lo, hi, 0x31));
+    }
+    to_rgbx(y + i, cb + i, cr + i, n - i, dst + 4 * i);
+}
+
+AVX2 static void row_avx2(const rs_rows *self, int64_t y, uint8_t *dst) {
+    const YuvRows *s = (const YuvRows *)(const void *)self;
+    const uint8_t *luma = chroma_row(s, y);
+    const unsigned skip = s->x0 & 1;
+    to_rgbx_avx2(luma, s->up_b + skip, s->up_r + skip, s->width, dst);
 }
 #endif
 
 int yuv_rows_init(YuvRows *s, const RawImage *img, unsigned x0, unsigned y0, unsigned width,
-                  Scratch *mem) {
+                  int64_t kernel, Scratch *mem) {
     const size_t sums = ((size_t)width / 2 + 4) * sizeof(uint16_t);
     const size_t ups = (size_t)width + 4;
     unsigned char *b = scratch_reserve(mem, 2 * sums + 2 * ups);
@@ -105,7 +156,7 @@ int yuv_rows_init(YuvRows *s, const RawImage *img, unsigned x0, unsigned y0, uns
                    .sum_r = (uint16_t *)(void *)(b + sums), .up_b = b + 2 * sums,
                    .up_r = b + 2 * sums + ups};
 #if defined(__x86_64__) && defined(__GNUC__)
-    if (rs_resolve_kernel(RS_AVX2) == RS_AVX2) s->base.row = row_avx2;
+    if (rs_resolve_kernel(kernel) >= RS_AVX2) s->base.row = row_avx2;
 #endif
     return 0;
 }

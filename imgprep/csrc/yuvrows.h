@@ -25,8 +25,10 @@ typedef struct {
 } YuvRows;
 
 /* Sets ``s`` up to make rows of the part at (x0, y0), ``width`` columns wide, of ``img``,
- * its buffers in ``mem``; 0, or -1 when memory is short. */
+ * its buffers in ``mem``, with the loop of the resampler's ``kernel`` (RS_PORTABLE: the
+ * portable one; else the AVX2 one where the CPU has it: the same bytes, checked on every
+ * (Y, Cb, Cr) triple); 0, or -1 when memory is short. */
 int yuv_rows_init(YuvRows *s, const RawImage *img, unsigned x0, unsigned y0, unsigned width,
-                  Scratch *mem);
+                  int64_t kernel, Scratch *mem);
 
 #endif

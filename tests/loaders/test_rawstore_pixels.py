@@ -89,3 +89,24 @@ def test_where_the_jpeg_path_drafts_the_difference_is_bounded(
         jpegs: list[bytes], transform: TrainTransform | ValTransform) -> None:
     d = diffs(jpegs, transform)
     assert np.mean(d) <= MEAN_BOUND and max(d) <= IMAGE_BOUND, (np.mean(d), max(d))
+
+
+def test_every_kernel_makes_the_same_bytes(jpegs: list[bytes]) -> None:
+    """The portable loops and the SIMD ones (the YUV rows' and the resampler's) agree."""
+    from imgprep import resample
+
+    kernels = [resample.KERNELS.index(k) for k in resample.kernels()]
+    t = TrainTransform(size=96)
+    rng = np.random.default_rng(0)
+    for jpeg in jpegs[:8]:
+        for kind in ("yuv420", "rgb"):
+            rec, _ = rawpixels.record(jpeg, BY_NAME[kind])
+            head = read_header(rec)
+            g = t.geometry(head.width, head.height, rng)
+            rows = []
+            for k in kernels:
+                out = np.empty((t.size, t.size, 3), np.uint8)
+                rawpixels.sample(rec, head.width, head.height, resize=g.resize, box=g.box,
+                                 crop=g.crop, out=out, flip=g.flip, planar=False, kernel=k)
+                rows.append(out)
+            assert all(np.array_equal(rows[0], r) for r in rows[1:]), kind
