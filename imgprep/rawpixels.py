@@ -51,7 +51,7 @@ def record(jpeg: bytes, kind: Kind, max_pixels: int = 0) -> tuple[bytes, Kind]:
     return r.record, BY_CODE[r.mode]
 
 
-def sample(data: bytes, width: int, height: int, *, resize: tuple[int, int] | None,
+def sample(data: bytes | memoryview, width: int, height: int, *, resize: tuple[int, int] | None,
            box: Box | None, crop: tuple[int, int, int, int], out: np.ndarray, flip: bool,
            planar: bool, max_pixels: int = 0, kernel: int = -1) -> None:
     """The record ``data`` (``width`` x ``height`` as its header says) carried to ``out`` as

@@ -85,11 +85,12 @@ class SampleDecoder:
         self.pixels = PIXELS_IMGPREP if self.extension else PIXELS_PILLOW
         self.fast_count = self.whole_count = self.pillow_count = self.raw_count = 0
 
-    def __call__(self, data: bytes, rng: np.random.Generator, out: np.ndarray,
+    def __call__(self, data: bytes | memoryview, rng: np.random.Generator, out: np.ndarray,
                  where: str = "sample") -> None:
         """Write ``data`` transformed into ``out``; ``SampleError`` when it cannot be decoded
-        (the message names ``where``)."""
-        if rawdecode.is_record(data):  # stored pixels, crop first: no decode
+        (the message names ``where``). A stored-pixel record (bytes, or a view of its shard)
+        is not decoded: ``loaders.rawdecode``."""
+        if not isinstance(data, bytes) or rawdecode.is_record(data):  # crop first, no decode
             rawdecode.sample(data, self.transform, rng, out, where, planar=self.planar)
             self.raw_count += 1
             return

@@ -32,7 +32,7 @@ from loaders.transforms import Geometry, SampleError, Transform, bomb
 __all__ = ["check_backend", "is_record", "pixel_version", "sample"]
 
 
-def sample(data: bytes, t: Transform, rng: np.random.Generator, out: np.ndarray,
+def sample(data: bytes | memoryview, t: Transform, rng: np.random.Generator, out: np.ndarray,
            where: str, *, planar: bool) -> Geometry:
     """The record ``data`` carried out as ``t`` draws for it into ``out``; the geometry
     drawn. ``SampleError`` (naming ``where``) for a record that is not whole or over the

@@ -193,7 +193,8 @@ class _ShardSource:
     def fetch(self, ids: np.ndarray) -> list[EncodedSample]:
         if self._reader is None:
             self._reader = Reader(self.where, self.rank)
-        return [EncodedSample(f"{shard}: sample {key}", jpg, label)
+        return [EncodedSample(f"{shard}: sample {key}", jpg, label) if isinstance(jpg, bytes)
+                else EncodedSample(f"{shard}: sample {key}", b"", label, jpg)
                 for shard, key, jpg, label in self._reader.read(ids)]
 
 
