@@ -177,3 +177,21 @@ def test_stage_to_node_copies_and_verifies_stored_shards(sets: dict[str, Path],
         assert local.options.store == full.options.store
         assert s.bytes_written >= sum(e.bytes for e in local.shards) > 0
         assert verify(dst, workers=1).ok
+
+
+def test_the_command_line_takes_the_store_and_refuses_half_a_rule(sets: dict[str, Path],
+                                                                  tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from imgprep.cli.commands import cli
+
+    run = CliRunner().invoke
+    bad = run(cli, ["convert", str(sets["jpeg"]), "-o", str(tmp_path / "x"), "--store", "mixed"])
+    assert bad.exit_code == 2 and "--raw-fraction or --raw-ratio" in bad.output
+    plain = run(cli, ["convert", str(sets["jpeg"]), "-o", str(tmp_path / "x"), "--from-shards"])
+    assert plain.exit_code == 2 and "--store yuv420, rgb or mixed" in plain.output
+    ok = run(cli, ["convert", str(sets["jpeg"]), "-o", str(tmp_path / "y"), "--from-shards",
+                   "--store", "rgb", "--workers", "1", "--json"])
+    assert ok.exit_code == 0, ok.output
+    done = json.loads(ok.output.strip().splitlines()[-1])["splits"][0]
+    assert done["stored"] == done["samples"] == read_manifest(sets["jpeg"], "train").total_samples
