@@ -4,8 +4,10 @@
 The shard set ``bench.loader`` builds (the real sample, 256 px centre crops, repeated under
 new keys) is rewritten once per store with ``convert --from-shards`` (``jpeg``, ``yuv420``,
 ``rgb``, ``mixed-0.5`` and ``mixed-0.9``: half or 90 % of the images as YUV 4:2:0, picked by
-a hash of the key). Each round, interleaved: the floor of each store (``SampleDecoder`` over
-the store's member bytes preloaded, one core, 224 px; ``jpeg`` and ``yuv420`` also at 160 px)
+a hash of the key; ``mixed-r0.226``: the images whose JPEG is at least 0.226 x their YUV
+4:2:0 record, half of the sample's, by the bytes rule). Each round, interleaved: the floor
+of each store (``SampleDecoder`` over the store's member bytes preloaded, one core, 224 px;
+``jpeg`` and ``yuv420`` also at 160 px)
 and the channels-last loader taken in place (FFCV's layout and buffer reuse, as
 ``bench.loader``'s FFCV rows) with 1 worker for every store and 2 for ``jpeg`` and
 ``yuv420``, plus ``yuv420`` at 160 px with 1 worker. Rates are medians of the quiet passes.
@@ -50,7 +52,10 @@ SPLIT = "train"
 STORES: dict[str, StoreOptions | None] = {
     "jpeg": None, "yuv420": StoreOptions(mode="yuv420"), "rgb": StoreOptions(mode="rgb"),
     "mixed-0.5": StoreOptions(mode="mixed", fraction=0.5),
-    "mixed-0.9": StoreOptions(mode="mixed", fraction=0.9)}
+    "mixed-0.9": StoreOptions(mode="mixed", fraction=0.9),
+    # the bytes rule at the sample's median JPEG / yuv420 record ratio: half the images, the
+    # largest JPEGs
+    "mixed-r0.226": StoreOptions(mode="mixed", min_ratio=0.226)}
 FFCV_MODES = {"jpg": 0.0, "proportion-0.5": 0.5, "proportion-0.1": 0.9, "raw": 1.0}  # raw share
 TWO_WORKERS = ("jpeg", "yuv420")
 BYTES_SLACK = 1.05  # an imgprep store is paired with a .beton it is at most this x the bytes of
