@@ -351,7 +351,8 @@ static int check_job(const rs_job *j, float box[4], char *msg, size_t len) {
                  (long long)j->out_width, (long long)j->out_height);
         return RS_EINVAL;
     }
-    if (j->make_rows == NULL && (j->stride < j->width * j->channels || j->stride > RS_MAX_SIDE * 64))
+    if (j->make_rows == NULL &&
+        (j->stride < j->width * j->channels || j->stride > RS_MAX_SIDE * 64))
         return fail(msg, len, "stride must hold a row (width * channels) and be below 2^30");
     /* at most 2^24 rows of 2^30 bytes: no overflow in 64 bits */
     if (j->make_rows == NULL &&
