@@ -84,3 +84,37 @@ def test_a_jpeg_of_other_sampling_is_stored_as_rgb() -> None:
     assert made.name == "rgb" and read_header(data).kind.name == "rgb"
     with pytest.raises(ImageError):
         rawpixels.record(b"\xff\xd8\xff" + b"\0" * 40, BY_NAME["yuv420"])
+
+
+def test_mutated_records_fail_or_decode_never_more() -> None:
+    """Hostile records (random bytes flipped, cut, grown, or a forged header): the C call
+    gives a row or a refusal, and the Python header check agrees on which."""
+    rng = np.random.default_rng(7)
+    base = [record("yuv420", (31, 17)), record("rgb", (31, 17))]
+    out = np.empty((3, 12, 12), np.uint8)
+    for i in range(300):
+        rec = bytearray(base[i % 2])
+        kind = i % 4
+        if kind == 0:
+            for at in rng.integers(0, 16, 2).tolist():  # the header
+                rec[at] = int(rng.integers(0, 256))
+        elif kind == 1:
+            rec = rec[:int(rng.integers(0, len(rec)))]
+        elif kind == 2:
+            rec += bytes(int(rng.integers(1, 64)))
+        else:
+            struct.pack_into("<II", rec, 8, *rng.integers(1, 70000, 2).tolist())
+        try:
+            head = read_header(bytes(rec))
+        except ValueError:
+            head = None
+        try:
+            rawpixels.sample(bytes(rec), 31, 17, resize=(12, 12), box=(1.5, 2.0, 30.0, 16.0),
+                             crop=(0, 0, 12, 12), out=out, flip=True, planar=True)
+            made = True
+        except ImageError:
+            made = False
+        except ValueError:  # a whole record of another size than the geometry's
+            made = False
+            assert head is not None and (head.width, head.height) != (31, 17)
+        assert made == (head is not None and (head.width, head.height) == (31, 17)), i
