@@ -186,6 +186,9 @@ def convert(input: Path, out: Path, fmt: str, split: str | None, labels: tuple[P
                              min_ratio=raw_ratio)
     except ValueError as e:
         raise click.UsageError(str(e)) from None
+    if store.stored and fmt != "shards":
+        raise click.UsageError(f"--store {store_mode} keeps pixels in shards; a label list "
+                               "holds JPEG files: pass --format shards, or --store jpeg")
     if from_shards:
         return _from_shards(input, out, store, workers or world.cores_per_rank(), overwrite,
                             quiet, as_json)

@@ -188,6 +188,9 @@ def test_the_command_line_takes_the_store_and_refuses_half_a_rule(sets: dict[str
     run = CliRunner().invoke
     bad = run(cli, ["convert", str(sets["jpeg"]), "-o", str(tmp_path / "x"), "--store", "mixed"])
     assert bad.exit_code == 2 and "--raw-fraction or --raw-ratio" in bad.output
+    listed = run(cli, ["convert", str(sets["jpeg"]), "-o", str(tmp_path / "x"), "--store",
+                       "yuv420", "--format", "list"])
+    assert listed.exit_code == 2 and "--format shards" in listed.output
     plain = run(cli, ["convert", str(sets["jpeg"]), "-o", str(tmp_path / "x"), "--from-shards"])
     assert plain.exit_code == 2 and "--store yuv420, rgb or mixed" in plain.output
     ok = run(cli, ["convert", str(sets["jpeg"]), "-o", str(tmp_path / "y"), "--from-shards",
