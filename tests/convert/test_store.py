@@ -198,3 +198,17 @@ def test_the_command_line_takes_the_store_and_refuses_half_a_rule(sets: dict[str
     assert ok.exit_code == 0, ok.output
     done = json.loads(ok.output.strip().splitlines()[-1])["splits"][0]
     assert done["stored"] == done["samples"] == read_manifest(sets["jpeg"], "train").total_samples
+
+
+def test_preview_shows_stored_pixels_as_the_jpegs(sets: dict[str, Path], tmp_path: Path) -> None:
+    from PIL import Image
+
+    from imgprep.shards.preview import make_sheet
+
+    sheets = {}
+    for mode in ("jpeg", "yuv420", "mixed"):
+        done = make_sheet(sets[mode], tmp_path / f"{mode}.png", n=6, seed=3)
+        assert done.samples == 6
+        sheets[mode] = np.asarray(Image.open(done.output).convert("RGB"), np.int16)
+    for mode in ("yuv420", "mixed"):  # the same samples, the same pixels (one libjpeg apart)
+        assert np.abs(sheets[mode] - sheets["jpeg"]).mean() < 0.5, mode
