@@ -66,36 +66,80 @@ INLINE void to_rgbx(const uint8_t *restrict y, const uint8_t *restrict cb,
     }
 }
 
-/* The row's chroma upsampled into s->up_b and s->up_r (from column x0 & ~1); the Y row. */
-INLINE const uint8_t *chroma_row(const YuvRows *s, int64_t yp) {
+#if defined(__x86_64__) && defined(__GNUC__)
+#define AVX2 __attribute__((target("avx2")))
+
+/* column_sums and upsample, 16 columns a step in 16-bit lanes (a sum is at most 4 x 255, and
+ * 4 sums + 8 fit 16 bits): the same integers, byte for byte. */
+AVX2 static void column_sums_avx2(const uint8_t *near, const uint8_t *far, unsigned c0,
+                                  unsigned c1, unsigned cw, uint16_t *sum) {
+    const size_t n = c1 - c0;
+    const uint8_t *a = near + c0, *b = far + c0;
+    size_t k = 0;
+    for (; k + 16 <= n; k += 16) {
+        __m256i x = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(const void *)(a + k)));
+        __m256i y = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(const void *)(b + k)));
+        __m256i v = _mm256_add_epi16(_mm256_add_epi16(x, _mm256_add_epi16(x, x)), y);
+        _mm256_storeu_si256((__m256i *)(void *)(sum + 1 + k), v);
+    }
+    for (; k < n; k++) sum[k + 1] = (uint16_t)(3 * a[k] + b[k]);
+    sum[0] = c0 > 0 ? (uint16_t)(3 * near[c0 - 1] + far[c0 - 1]) : sum[1];
+    sum[n + 1] = c1 < cw ? (uint16_t)(3 * near[c1] + far[c1]) : sum[n];
+}
+
+AVX2 static void upsample_avx2(const uint16_t *sum, size_t n, uint8_t *up) {
+    const __m256i eight = _mm256_set1_epi16(8), seven = _mm256_set1_epi16(7);
+    size_t k = 0;
+    for (; k + 16 <= n; k += 16) {
+        __m256i s0 = _mm256_loadu_si256((const __m256i *)(const void *)(sum + k));
+        __m256i s1 = _mm256_loadu_si256((const __m256i *)(const void *)(sum + k + 1));
+        __m256i s2 = _mm256_loadu_si256((const __m256i *)(const void *)(sum + k + 2));
+        __m256i here = _mm256_add_epi16(s1, _mm256_add_epi16(s1, s1));
+        __m256i even = _mm256_srli_epi16(_mm256_add_epi16(_mm256_add_epi16(here, s0), eight), 4);
+        __m256i odd = _mm256_srli_epi16(_mm256_add_epi16(_mm256_add_epi16(here, s2), seven), 4);
+        _mm256_storeu_si256((__m256i *)(void *)(up + 2 * k),
+                            _mm256_or_si256(even, _mm256_slli_epi16(odd, 8)));
+    }
+    upsample(sum + k, n - k, up + 2 * k);
+}
+#endif
+
+/* The row's chroma upsampled into s->up_b and s->up_r (from column x0 & ~1), with the AVX2
+ * loops when ``simd``; the Y row. */
+INLINE const uint8_t *chroma_row(const YuvRows *s, int64_t yp, const int simd) {
     const RawImage *im = s->img;
     const unsigned y = s->y0 + (unsigned)yp, cw = im->chroma_width, ch = im->chroma_height;
     const unsigned c = y >> 1;
     const unsigned far = y & 1 ? (c + 1 < ch ? c + 1 : c) : (c > 0 ? c - 1 : 0);
     const unsigned c0 = s->x0 >> 1, c1 = ((s->x0 + s->width - 1) >> 1) + 1;
     const size_t near_at = (size_t)c * cw, far_at = (size_t)far * cw;
-    if (cw > 2) {
+    if (cw <= 2) {
+        replicate(im->cb + near_at, c0, c1 - c0, s->up_b);
+        replicate(im->cr + near_at, c0, c1 - c0, s->up_r);
+#if defined(__x86_64__) && defined(__GNUC__)
+    } else if (simd) {
+        column_sums_avx2(im->cb + near_at, im->cb + far_at, c0, c1, cw, s->sum_b);
+        column_sums_avx2(im->cr + near_at, im->cr + far_at, c0, c1, cw, s->sum_r);
+        upsample_avx2(s->sum_b, c1 - c0, s->up_b);
+        upsample_avx2(s->sum_r, c1 - c0, s->up_r);
+#endif
+    } else {
         column_sums(im->cb + near_at, im->cb + far_at, c0, c1, cw, s->sum_b);
         column_sums(im->cr + near_at, im->cr + far_at, c0, c1, cw, s->sum_r);
         upsample(s->sum_b, c1 - c0, s->up_b);
         upsample(s->sum_r, c1 - c0, s->up_r);
-    } else {
-        replicate(im->cb + near_at, c0, c1 - c0, s->up_b);
-        replicate(im->cr + near_at, c0, c1 - c0, s->up_r);
     }
     return im->pixels + (size_t)y * im->width + s->x0;
 }
 
 static void row_portable(const rs_rows *self, int64_t y, uint8_t *dst) {
     const YuvRows *s = (const YuvRows *)(const void *)self;
-    const uint8_t *luma = chroma_row(s, y);
+    const uint8_t *luma = chroma_row(s, y, 0);
     const unsigned skip = s->x0 & 1;
     to_rgbx(luma, s->up_b + skip, s->up_r + skip, s->width, dst);
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
-#define AVX2 __attribute__((target("avx2")))
-
 /* to_rgbx, 16 pixels a step in 16-bit lanes: each product of the tables split as
  * k x = 65536 m x + k' x with |k'| < 2^15 (91881 = 65536 + 26345, 116130 = 131072 - 14942,
  * -46802 = -65536 + 18734), so that floor((k x + c) / 65536) = m x + floor((k' x + c) /
@@ -139,7 +183,7 @@ AVX2 static void to_rgbx_avx2(const uint8_t *y, const uint8_t *cb, const uint8_t
 
 AVX2 static void row_avx2(const rs_rows *self, int64_t y, uint8_t *dst) {
     const YuvRows *s = (const YuvRows *)(const void *)self;
-    const uint8_t *luma = chroma_row(s, y);
+    const uint8_t *luma = chroma_row(s, y, 1);
     const unsigned skip = s->x0 & 1;
     to_rgbx_avx2(luma, s->up_b + skip, s->up_r + skip, s->width, dst);
 }
