@@ -12,7 +12,10 @@ imports into the project's environment. This module has two sides:
   asks for a .beton and for epochs;
 - the FFCV side (``serve``): it writes the .beton from the source file, an ``RGBImageField``
   in jpg mode holding each JPEG's bytes as given (``_StoredJpegField``: no decode, no
-  re-encode; FFCV keeps such a subclass as a custom field, read back as ``RGBImageField``)
+  re-encode; FFCV keeps such a subclass as a custom field, read back as ``RGBImageField``),
+  or in raw mode for a record of RGB pixels (FFCV's own storage modes: its ``proportion``
+  and ``raw`` write modes, the images picked by the benchmark so that imgprep's stores and
+  FFCV's keep the same images as pixels: ``bench.loader_stores``)
   and the label as an ``IntField``, reads every sample back through FFCV's ``Reader`` and
   returns a digest of what it stored; then it builds one ``Loader`` per worker count (kept
   across epochs: FFCV compiles its pipeline on the first) and times whole epochs.
@@ -73,10 +76,22 @@ class PeerError(RuntimeError):
 # ---------------------------------------------------------------------------- source file
 
 
+RAW_MAGIC = b"IPXL"  # a source record holding RGB pixels: imgprep's rgb24 record
+RAW_HEAD = struct.Struct("<4sBBHII")  # imgprep.rawformat's header (magic ... height)
+
+
+def stored(data: bytes | memoryview) -> bytes | memoryview:
+    """What FFCV stores of a source record's bytes: a JPEG as it is, an RGB record's pixels
+    (FFCV's raw mode) without its header."""
+    return data[RAW_HEAD.size:] if bytes(data[:4]) == RAW_MAGIC else data
+
+
 def fold(digest: Any, label: int, jpeg: bytes | memoryview) -> None:
-    """Add one sample to a running sha256: what both sides digest, in sample order."""
-    digest.update(RECORD.pack(label, len(jpeg)))
-    digest.update(jpeg)
+    """Add one sample to a running sha256 (what FFCV stores of it: ``stored``): what both
+    sides digest, in sample order."""
+    kept = stored(jpeg)
+    digest.update(RECORD.pack(label, len(kept)))
+    digest.update(kept)
 
 
 def write_source(path: Path, samples: Iterable[tuple[int, bytes]]) -> tuple[int, str]:
@@ -108,14 +123,21 @@ def read_source(data: bytes | mmap.mmap) -> list[tuple[int, int, int]]:
     return out
 
 
-def shard_samples(folder: Path, split: str) -> Iterator[tuple[int, bytes]]:
-    """(label, converted JPEG bytes) of every sample of a shard set, in the set's order."""
-    from imgprep import read_manifest
+def shard_samples(folder: Path, split: str, raw: Callable[[str], bool] | None = None
+                  ) -> Iterator[tuple[int, bytes]]:
+    """(label, converted JPEG bytes) of every sample of a shard set, in the set's order; for
+    the samples whose key ``raw`` picks, their full-scale RGB decode instead (an rgb24
+    record, ``imgprep.rawpixels``: FFCV's raw mode stores those pixels)."""
+    from imgprep import rawpixels, read_manifest
+    from imgprep.rawformat import BY_NAME
     from imgprep.shards.tario import iter_samples
 
     for s in read_manifest(folder, split).shards:
-        for _key, fields in iter_samples(folder / s.name):
-            yield int(fields["cls"]), fields["jpg"]
+        for key, fields in iter_samples(folder / s.name):
+            jpeg = fields["jpg"]
+            if raw is not None and raw(key):
+                jpeg = rawpixels.record(jpeg, BY_NAME["rgb"])[0]
+            yield int(fields["cls"]), jpeg
 
 
 # ---------------------------------------------------------------------------- protocol
@@ -194,11 +216,14 @@ class FfcvPeer:
         """One timed epoch of the loader ``name`` (see ``open_loaders``)."""
         return dict(self.request("epoch", name=name)["pass"])
 
-    def write_beton(self, folder: Path, split: str, scratch: Path) -> dict[str, Any]:
-        """The shard set's samples written into ``scratch/<split>.beton``; PeerError unless
-        the .beton holds every sample's label and JPEG bytes as the shards do."""
-        source, beton = scratch / "ffcv-source.bin", scratch / f"{split}.beton"
-        n, digest = write_source(source, shard_samples(folder, split))
+    def write_beton(self, folder: Path, split: str, scratch: Path,
+                    raw: Callable[[str], bool] | None = None, name: str | None = None
+                    ) -> dict[str, Any]:
+        """The shard set's samples written into ``scratch/<name or split>.beton``; PeerError
+        unless the .beton holds every sample's label and JPEG bytes as the shards do (the
+        samples ``raw`` picks by key: their RGB pixels, in FFCV's raw mode)."""
+        source, beton = scratch / "ffcv-source.bin", scratch / f"{name or split}.beton"
+        n, digest = write_source(source, shard_samples(folder, split, raw))
         try:
             reply = self.request("write", source=str(source), beton=str(beton))
         finally:
@@ -210,11 +235,12 @@ class FfcvPeer:
                 "beton_mb": round(beton.stat().st_size / 1e6, 1), "write_s": reply["seconds"]}
 
     def open_loaders(self, beton: str, batch: int, workers: Sequence[int],
-                     seed: int = 0) -> Rows:
-        """One FFCV loader per worker count, ``ffcv_<w>w``: what times one epoch of each."""
+                     seed: int = 0, prefix: str = "ffcv") -> Rows:
+        """One FFCV loader per worker count, ``<prefix>_<w>w``: what times one epoch of
+        each."""
         rows: Rows = {}
         for w in workers:
-            name = f"ffcv_{w}w"
+            name = f"{prefix}_{w}w"
             self.request("open", name=name, beton=beton, batch_size=batch, workers=w,
                          seed=seed)
             rows[name] = partial(self.epoch, name)
@@ -308,11 +334,17 @@ def _write(source: str, beton: str) -> dict[str, Any]:
         """An RGBImageField in jpg mode that stores the given JPEG bytes as they are."""
 
         def encode(self, destination: Any, jpeg: bytes, malloc: Any) -> None:
-            destination["mode"] = 0  # ffcv.fields.rgb_image.IMAGE_MODES["jpg"]
-            w, h = Image.open(io.BytesIO(jpeg)).size  # the header only
+            if jpeg[:4] == RAW_MAGIC:  # RGB pixels: IMAGE_MODES["raw"], stored as given
+                _, _, _, _, w, h = RAW_HEAD.unpack_from(jpeg)
+                destination["mode"] = 1
+                data = stored(jpeg)
+            else:
+                destination["mode"] = 0  # ffcv.fields.rgb_image.IMAGE_MODES["jpg"]
+                w, h = Image.open(io.BytesIO(jpeg)).size  # the header only
+                data = jpeg
             destination["width"], destination["height"] = w, h
-            destination["data_ptr"], storage = malloc(len(jpeg))
-            storage[:] = np.frombuffer(jpeg, dtype=np.uint8)
+            destination["data_ptr"], storage = malloc(len(data))
+            storage[:] = np.frombuffer(data, dtype=np.uint8)
 
     t0 = time.perf_counter()
     with open(source, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
@@ -332,12 +364,12 @@ def _write(source: str, beton: str) -> dict[str, Any]:
     size = dict(zip(reader.alloc_table["ptr"].tolist(), reader.alloc_table["size"].tolist(),
                     strict=True))
     digest = hashlib.sha256()
-    with open(beton, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as stored:
+    with open(beton, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as kept:
         for image, label in zip(reader.metadata["f0"], reader.metadata["f1"], strict=True):
-            ptr = int(image["data_ptr"])
-            if int(image["mode"]) != 0:
-                raise ValueError(f"{beton}: a sample was stored in mode {image['mode']}, not jpg")
-            fold(digest, int(label), stored[ptr:ptr + size[ptr]])
+            ptr, mode = int(image["data_ptr"]), int(image["mode"])
+            if mode not in (0, 1):
+                raise ValueError(f"{beton}: a sample was stored in mode {mode}, not jpg or raw")
+            fold(digest, int(label), kept[ptr:ptr + size[ptr]])
     return {"samples": int(reader.num_samples), "digest": digest.hexdigest(),
             "seconds": round(time.perf_counter() - t0, 3)}
 

@@ -69,6 +69,8 @@ line of stdout is one JSON object with every figure. Linux only.
 ``ta_wide``, ``ra``, ``aa-imagenet``, a timm ``rand-...`` string) against plain RRC 224 in the
 same run, floor and 1-worker loader (``bench.loader_augment``); the same JSON line form
 (``"mode": "augment"``).
+``--stores``: instead, the loader by storage mode (``convert --store``) and FFCV in each of
+its own (``bench.loader_stores``).
 
 ``--sizes``: instead, the cost per image at each output size of a resolution schedule
 (128, 160, 192, 224 px; ``bench.loader_sizes``), floor and 1-worker loader, with the target
@@ -111,7 +113,7 @@ import webdataset as wds
 from PIL import Image
 from torch.utils.data import DataLoader, get_worker_info
 
-from bench import ffcv_peer, loader_augment, loader_sizes
+from bench import ffcv_peer, loader_augment, loader_sizes, loader_stores
 from bench.common import (
     DEFAULT_IMAGES,
     QUIET_FOREIGN_CORES,
@@ -494,6 +496,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                     help="only an augmentation policy's cost over plain RRC (bench."
                          f"loader_augment): one of {', '.join(AUGMENT_POLICIES)}, ra-nN-mM "
                          "or a timm rand-... string")
+    ap.add_argument("--stores", action="store_true",
+                    help="instead: the loader by storage mode (convert --store), and FFCV in "
+                         "each of its own (bench.loader_stores)")
     ap.add_argument("--size-list", type=lambda t: [int(x) for x in t.split(",")],
                     default=list(loader_sizes.SIZES), metavar="S,S,...",
                     help="the sizes of --sizes (default: %(default)s)")
@@ -661,11 +666,20 @@ def run_augment(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
     return loader_augment.run_augment(args, folder, blobs, measured)
 
 
+def run_stores(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
+    """``--stores``: the shard set built as for the full run, then ``bench.loader_stores``."""
+    folder, _ = build_shards(args.images, scratch, args.samples, args.limit)
+    return loader_stores.run_stores(args, folder, measured, scratch)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     if args.augment:
         return run_main("bench_loader", args.images, args.out, partial(run_augment, args),
                         loader_augment.print_augment)
+    if args.stores:
+        return run_main("bench_loader", args.images, args.out, partial(run_stores, args),
+                        loader_stores.print_stores)
     if args.sizes:
         return run_main("bench_loader", args.images, args.out, partial(run_sizes, args),
                         loader_sizes.print_sizes)

@@ -60,6 +60,7 @@ def _require_pil() -> None:
 _require_pil()
 
 if TYPE_CHECKING:  # the public face, each name once: what mypy reads, and _LAZY and __all__
+    from imgprep.convert.fromshards import Restored, from_shards
     from imgprep.convert.options import ConvertOptions
     from imgprep.convert.run import convert_splits
     from imgprep.convert.summary import ConvertSummary
@@ -85,7 +86,7 @@ if TYPE_CHECKING:  # the public face, each name once: what mypy reads, and _LAZY
     from imgprep.job.cpus import read_limits
     from imgprep.job.rendezvous import Rendezvous, RendezvousError, rendezvous
     from imgprep.job.world import World, detect
-    from imgprep.sections import ManifestOptions, SourceSection, TransformOptions
+    from imgprep.sections import ManifestOptions, SourceSection, StoreOptions, TransformOptions
     from imgprep.shards.indexing import IndexedSplit, index_folder
     from imgprep.shards.info import PilInfo, pil_info
     from imgprep.shards.manifest import Manifest, ShardEntry, manifest_path, read_manifest

@@ -64,6 +64,7 @@
 #include "csrc/frame.h"
 #include "csrc/jerr.h"
 #include "csrc/probe.h"
+#include "csrc/rawformat.h"
 #include "csrc/resample.h"
 #include "csrc/results.h"
 #include "csrc/sample.h"
@@ -256,6 +257,12 @@ static PyMethodDef methods[] = {
      "(imgprep/csrc/sample_py.c)"},
     {"augment", py_augment, METH_VARARGS, "augment(out, width, height, planar, ops) -> None "
      "(imgprep/csrc/augment_py.c)"},
+    {"raw_record", py_raw_record, METH_VARARGS, "raw_record(jpeg, mode, max_pixels) -> "
+     "RawRecordResult(status, message, record, mode, width, height) "
+     "(imgprep/csrc/rawstore_py.c)"},
+    {"raw_sample", py_raw_sample, METH_VARARGS, "raw_sample(record, width, height, resize, "
+     "box, crop, flip, planar, max_pixels, out, kernel=-1) -> SampleResult "
+     "(imgprep/csrc/rawstore_py.c)"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -279,6 +286,8 @@ static const struct {
     {"PROBE_FAST", PROBE_FAST}, {"PROBE_PROGRESSIVE", PROBE_PROGRESSIVE},
     {"PROBE_COLOR", PROBE_COLOR}, {"PROBE_TAIL", PROBE_TAIL}, {"PROBE_BROKEN", PROBE_BROKEN},
     {"MAX_SIDE", MAX_SIDE},
+    {"RAW_HEADER", RAW_HEADER}, {"RAW_VERSION", RAW_VERSION}, {"RAW_RGB24", RAW_RGB24},
+    {"RAW_YUV420", RAW_YUV420},
     {"BUDGET_MAX_SCANS", BUDGET_MAX_SCANS}, {"BUDGET_MAX_BLOCK_SCANS", BUDGET_MAX_BLOCK_SCANS},
     {"BUDGET_BLOCKS_PER_BYTE", BUDGET_BLOCKS_PER_BYTE},
     {"BUDGET_ARITH_BLOCKS_PER_BYTE", BUDGET_ARITH_BLOCKS_PER_BYTE},

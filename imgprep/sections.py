@@ -37,6 +37,9 @@ QUALITY_RANGE = (1, 100)
 DEFAULT_MAX_PIXELS = 89_478_485  # Pillow's own bomb threshold (~0.25 GB of RGB pixels)
 DEFAULT_SHARD_SIZE = 1250  # samples a shard, unless --shards gives the count
 HOLDOUT_PREFIX = "holdout_"  # the holdout's fields sit in ``options`` under this prefix
+STORE_PREFIX = "store_"  # so do the storage mode's (``StoreOptions``)
+STORE_MODES = ("jpeg", "yuv420", "rgb", "mixed")  # how a sample's image is kept
+RAW_MODES = ("yuv420", "rgb")  # the kinds of stored pixels (imgprep.rawformat)
 HEX64 = re.compile(r"^[0-9a-f]{64}$")
 FIX = "reconvert or restore the file"
 
@@ -157,6 +160,47 @@ class Holdout:
 
 
 @dataclass(frozen=True, kw_only=True)
+class StoreOptions:
+    """How a sample's image is kept in its shard (``--store``): the converted JPEG (``jpeg``),
+    its full-scale decode as stored pixels (``yuv420``: the JPEG's own planes; ``rgb``), or a
+    mix, image by image (``mixed``: stored as ``raw`` where ``fraction`` of the images are,
+    picked by a hash of the key, or where the JPEG is at least ``min_ratio`` of the stored
+    pixels' bytes: where decoding costs most for the bytes it saves). In ``options`` as
+    ``store_<field>``, and only when not ``jpeg``: a JPEG conversion's manifest is as before.
+    """
+
+    mode: str = "jpeg"
+    raw: str = "yuv420"
+    fraction: float | None = None
+    min_ratio: float | None = None
+
+    def __post_init__(self) -> None:
+        one_of("store mode", self.mode, STORE_MODES)
+        one_of("raw", self.raw, RAW_MODES)
+        rules = [r for r in (self.fraction, self.min_ratio) if r is not None]
+        if (self.mode == "mixed") != (len(rules) == 1) or len(rules) > 1:
+            raise ValueError("--store mixed takes one rule, --raw-fraction or --raw-ratio, and "
+                             "the other modes none")
+        if self.fraction is not None and (isinstance(self.fraction, bool) or not
+                                          0.0 <= self.fraction <= 1.0):
+            raise ValueError(f"raw fraction must be within 0..1, not {self.fraction!r}")
+        if self.min_ratio is not None and (isinstance(self.min_ratio, bool) or not
+                                           self.min_ratio > 0.0):
+            raise ValueError(f"raw ratio must be above 0, not {self.min_ratio!r}")
+        if self.mode in RAW_MODES and self.raw != self.mode:
+            object.__setattr__(self, "raw", self.mode)
+
+    @property
+    def stored(self) -> bool:
+        """Whether any image is kept as stored pixels."""
+        return self.mode != "jpeg"
+
+    def to_json(self) -> dict[str, Any]:
+        return {STORE_PREFIX + f.name: getattr(self, f.name) for f in fields(self)
+                if getattr(self, f.name) is not None}
+
+
+@dataclass(frozen=True, kw_only=True)
 class ManifestOptions:
     """The manifest's ``options``: every option that decides the output bytes, and their
     ``fingerprint`` (with the class table, the listing and the labels: what a rerun compares;
@@ -170,10 +214,15 @@ class ManifestOptions:
     num_shards: int | None = None
     transform: TransformOptions = field(default_factory=TransformOptions)
     holdout: Holdout | None = None
+    store: StoreOptions = field(default_factory=StoreOptions)
     fingerprint: str | None = None
 
     def __post_init__(self) -> None:
         one_of("format", self.format, FORMATS)
+        of_type("store", self.store, StoreOptions)
+        if self.store.stored and self.format != "shards":
+            raise ValueError(f"--store {self.store.mode} keeps pixels in shards; a label list "
+                             "holds JPEG files (--format shards, or --store jpeg)")
         one_of("split", self.split, SPLITS)
         of_type("seed", self.seed, int)
         of_type("meta", self.meta, bool)
@@ -190,10 +239,12 @@ class ManifestOptions:
         """The JSON object, holdout fields flat beside the others, and the fingerprint when
         there is one (without it: what the fingerprint itself is computed from)."""
         d = {f.name: getattr(self, f.name) for f in fields(self)
-             if f.name not in ("transform", "holdout", "fingerprint")}
+             if f.name not in ("transform", "holdout", "store", "fingerprint")}
         d["transform"] = self.transform.to_json()
         if self.holdout is not None:
             d.update(self.holdout.to_json())
+        if self.store.stored:
+            d.update(self.store.to_json())
         if self.fingerprint is not None:
             d["fingerprint"] = self.fingerprint
         return d
@@ -216,8 +267,11 @@ class ManifestOptions:
             else TransformOptions()
         holdout = read_record(Holdout, d, w, HOLDOUT_PREFIX) \
             if f"{HOLDOUT_PREFIX}per_class" in d else None
+        store = read_record(StoreOptions, d, w, STORE_PREFIX) \
+            if f"{STORE_PREFIX}mode" in d else StoreOptions()
         known = {k: v for k, v in (("format", fmt), ("split", split)) if k not in d}
-        return read_record(cls, d, w, transform=transform, holdout=holdout, **known)
+        return read_record(cls, d, w, transform=transform, holdout=holdout, store=store,
+                           **known)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -58,6 +58,7 @@ class EncodedSample:
     where: str  # the sample, for messages (shard and key, or list line and path)
     data: bytes  # the encoded image
     label: int
+    view: memoryview | None = None  # a stored-pixel record, in place of data (loaders.reader)
 
 
 class Source(Protocol):

@@ -39,6 +39,7 @@ import numpy as np
 from PIL import Image
 
 from imgprep import jpegcrop, resample
+from loaders import rawdecode
 from loaders.augment import AUGMENT_VERSION
 from loaders.transforms import (
     Geometry,
@@ -90,7 +91,8 @@ class SampleDecoder:
         fast: use the extension (None: when it is built; True: refuse to run without).
 
     ``fast_count``, ``whole_count`` and ``pillow_count`` count the images decoded by region,
-    whole by the extension, and by Pillow.
+    whole by the extension, and by Pillow; ``raw_count`` the stored-pixel samples
+    (``loaders.rawdecode``: no decode, crop first).
     """
 
     def __init__(self, transform: Transform, *, channels_last: bool = False,
@@ -98,12 +100,18 @@ class SampleDecoder:
         self.transform, self.planar = transform, not channels_last
         self.extension = uses_extension(fast)
         self.pixels = pixel_version(fast, augments(transform))
-        self.fast_count = self.whole_count = self.pillow_count = 0
+        self.fast_count = self.whole_count = self.pillow_count = self.raw_count = 0
 
-    def __call__(self, data: bytes, rng: np.random.Generator, out: np.ndarray,
+    def __call__(self, data: bytes | memoryview, rng: np.random.Generator, out: np.ndarray,
                  where: str = "sample") -> None:
         """Write ``data`` transformed (and augmented) into ``out``; ``SampleError`` when it
-        cannot be decoded (the message names ``where``)."""
+        cannot be decoded (the message names ``where``). A stored-pixel record (bytes, or a
+        view of its shard) is not decoded: ``loaders.rawdecode``."""
+        if not isinstance(data, bytes) or rawdecode.is_record(data):  # crop first, no decode
+            g = rawdecode.sample(data, self.transform, rng, out, where, planar=self.planar)
+            self.raw_count += 1
+            augmented(out, g, self.planar)
+            return
         if not self.extension:  # the Pillow path augments the row it wrote
             apply(data, self.transform, rng, out, where, planar=self.planar)
             self.pillow_count += 1

@@ -105,7 +105,8 @@ class WorkerStream(IterableDataset):
         bad: list[int] = []
         for i, sample in enumerate(samples):
             try:
-                decode(sample.data, rng, images[i], where=sample.where)
+                decode(sample.data if sample.view is None else sample.view, rng, images[i],
+                       where=sample.where)
                 labels[i] = sample.label
             except SampleError as e:
                 if o.on_error == "raise":

@@ -8,10 +8,16 @@ first is waited for: on a set larger than the page cache the disk then serves th
 queue depth instead of one sample's latency at a time. Each member's tar
 header (the 512 bytes before its data) is checked against the index: its checksum, its
 extension and its size, so a shard changed since it was indexed is named, never misread.
+
+A stored-pixel record (``imgprep.rawformat``: ~100-200 KB, of which a crop reads only the
+rows it covers) is not read into memory: it is announced the same way, and handed over as a
+view of the shard's read-only mapping (``mmap``), so that only the pages the decoder touches
+are brought in and nothing is copied; its tar header is checked as any other's.
 """
 
 from __future__ import annotations
 
+import mmap
 import os
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -19,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from imgprep.rawformat import IMAGE_EXTS
 from imgprep.shards.tarfmt import BLOCK, HeaderError, checksum_ok, header_bytes, octal
 from loaders.errors import LoaderError
 
@@ -26,19 +33,22 @@ GAP = 64 << 10  # read across a gap this small rather than make another call
 MAX_READ = 8 << 20
 MAX_OPEN = 64  # shard files a reader keeps open
 
-Raw = tuple[str, str, bytes, int]  # shard name, key, jpeg bytes, label
+Raw = tuple[str, str, bytes | memoryview, int]  # shard, key, image (a record: a view), label
 
 
 @dataclass(frozen=True, eq=False)
 class Locations:
-    """Per sample id of the whole set: its shard, and its jpg and cls members (-1: absent)."""
+    """Per sample id of the whole set: its shard, and its image and cls members (-1:
+    absent); the image is the ``.jpg``, or where ``image_ext`` says, the member of that
+    extension (stored pixels: ``imgprep.rawformat.IMAGE_EXTS``)."""
 
     folder: Path
     names: tuple[str, ...]
     shard_bytes: np.ndarray  # i8[shards]
     first: np.ndarray  # i8[shards + 1]
-    jpg: tuple[np.ndarray, np.ndarray]  # data offset, size
+    jpg: tuple[np.ndarray, np.ndarray]  # the image member's data offset, size
     cls: tuple[np.ndarray, np.ndarray]
+    image_ext: np.ndarray | None = None  # u1[samples]: index into IMAGE_EXTS; None: all jpg
 
     def shard_of(self, ids: np.ndarray) -> np.ndarray:
         return np.searchsorted(self.first, ids, side="right") - 1
@@ -51,10 +61,24 @@ class Reader:
     loc: Locations
     rank: int
     _fds: OrderedDict[int, int] = field(default_factory=OrderedDict)
+    _maps: OrderedDict[int, mmap.mmap] = field(default_factory=OrderedDict)
 
     def close(self) -> None:
+        self._maps.clear()  # dropped, not closed: a view handed out keeps its mapping alive
         while self._fds:
             os.close(self._fds.popitem()[1])
+
+    def _map(self, shard: int) -> mmap.mmap:
+        """Shard ``shard`` mapped read-only (its stored-pixel records are views of it)."""
+        mm = self._maps.get(shard)
+        if mm is not None:
+            self._maps.move_to_end(shard)
+            return mm
+        mm = mmap.mmap(self._fd(shard), 0, access=mmap.ACCESS_READ)
+        if len(self._maps) >= MAX_OPEN:
+            self._maps.popitem(last=False)  # dropped, not closed (see close)
+        self._maps[shard] = mm
+        return mm
 
     def _fd(self, shard: int) -> int:
         fd = self._fds.get(shard)
@@ -85,9 +109,15 @@ class Reader:
         if (jo < 0).any() or (co < 0).any():
             k = int(np.flatnonzero((jo < 0) | (co < 0))[0])
             raise LoaderError(f"rank {self.rank}: {loc.names[shard[k]]}: sample "
-                              f"{int(ids[k] - loc.first[shard[k]])} has no jpg or no cls "
+                              f"{int(ids[k] - loc.first[shard[k]])} has no image or no cls "
                               "member; verify or restage the shard")
-        runs = _runs(shard, np.minimum(jo, co) - BLOCK, np.maximum(jo + js, co + cs))
+        exts = np.zeros(len(ids), np.uint8) if loc.image_ext is None else loc.image_ext[ids]
+        mapped = exts != 0  # stored pixels: the record is mapped, not read (module docstring)
+        for j in np.flatnonzero(mapped).tolist():
+            os.posix_fadvise(self._fd(int(shard[j])), int(jo[j]) - BLOCK, int(js[j]) + BLOCK,
+                             os.POSIX_FADV_WILLNEED)
+        runs = _runs(shard, np.where(mapped, co, np.minimum(jo, co)) - BLOCK,
+                     np.where(mapped, co + cs, np.maximum(jo + js, co + cs)))
         out: list[Raw | None] = [None] * len(ids)
         for at in range(0, len(runs), MAX_OPEN):  # up to MAX_OPEN reads in flight at once
             chunk = runs[at:at + MAX_OPEN]
@@ -98,7 +128,7 @@ class Reader:
                 buf = self._pread(int(shard[run[0]]), start, end - start)
                 for j in run:
                     out[j] = self._sample(buf, start, int(shard[j]), int(jo[j]), int(js[j]),
-                                          int(co[j]), int(cs[j]))
+                                          int(co[j]), int(cs[j]), IMAGE_EXTS[int(exts[j])])
         return out  # type: ignore[return-value]
 
     def _pread(self, shard: int, offset: int, size: int) -> bytes:
@@ -114,9 +144,16 @@ class Reader:
         return data
 
     def _sample(self, buf: bytes, base: int, shard: int, jo: int, js: int, co: int,
-                cs: int) -> Raw:
+                cs: int, ext: str = "jpg") -> Raw:
         name = self.loc.names[shard]
-        key = self._header(buf, base, jo - base, "jpg", js, name)
+        data: bytes | memoryview
+        if ext == "jpg":
+            key = self._header(buf, base, jo - base, ext, js, name)
+            data = buf[jo - base:jo - base + js]
+        else:  # a view of the mapping: only the pages the decoder reads are touched
+            mm = self._map(shard)
+            key = self._header(mm, 0, jo, ext, js, name)
+            data = memoryview(mm)[jo:jo + js]
         self._header(buf, base, co - base, "cls", cs, name)
         text = buf[co - base:co - base + cs]
         try:
@@ -124,9 +161,10 @@ class Reader:
         except ValueError:
             raise LoaderError(f"rank {self.rank}: {name}: sample {key} has label {text!r}; "
                               "verify or restage the shard") from None
-        return name, key, buf[jo - base:jo - base + js], label
+        return name, key, data, label
 
-    def _header(self, buf: bytes, base: int, at: int, ext: str, size: int, shard: str) -> str:
+    def _header(self, buf: bytes | mmap.mmap, base: int, at: int, ext: str, size: int,
+                shard: str) -> str:
         """Check the tar header before member data at ``at`` in ``buf`` (read from byte
         ``base`` of the shard); the sample's key."""
         h = buf[at - BLOCK:at]

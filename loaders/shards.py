@@ -27,7 +27,9 @@ from pathlib import Path
 import numpy as np
 
 from imgprep import MODES, Manifest, ManifestError, World, WorldError, read_manifest
-from imgprep.shards.index import read_index
+from imgprep.rawformat import IMAGE_EXTS
+from imgprep.shards.index import SampleIndex, read_index
+from loaders import rawdecode
 from loaders.backends import EncodedSample
 from loaders.base import PlannedLoader
 from loaders.batch import PAD_LABEL
@@ -61,6 +63,7 @@ class ShardSet:
     std: tuple[float, ...]
     num_classes: int
     where: Locations
+    store: str = "jpeg"  # how the images are kept (the manifest's store mode)
 
     def __post_init__(self) -> None:
         if len(self.names) != len(self.samples):
@@ -108,26 +111,45 @@ def open_shards(folder: Path, split: str, mode: str | None = None, seed: int = 0
                     present=frozenset(pos[s.name] for s in m.shards), mode=mode,
                     seed=laid_seed if laid_seed >= 0 else seed, num_nodes=nodes,
                     node_rank=node_rank, mean=tuple(m.mean), std=tuple(m.std),
-                    num_classes=len(m.classes), where=_locations(folder, m, names, samples))
+                    num_classes=len(m.classes), where=_locations(folder, m, names, samples),
+                    store=m.options.store.mode)
 
 
 def _locations(folder: Path, m: Manifest, names: tuple[str, ...], samples: tuple[int, ...]
                ) -> Locations:
-    """Every sample's jpg and cls members, in the whole set's numbering (-1 where absent)."""
+    """Every sample's image and cls members, in the whole set's numbering (-1 where absent):
+    the image is its ``.jpg`` or, in a set that stores pixels, its stored-pixel member."""
     ix = read_index(folder, m)
     first = np.concatenate([[0], np.cumsum(np.asarray(samples, np.int64))])
     ix_first = ix.first_sample
     ix_pos = {n: i for i, n in enumerate(ix.names)}
     cols = [np.full(int(first[-1]), -1, np.int64) for _ in range(4)]
+    kinds = np.zeros(int(first[-1]), np.uint8) if m.options.store.stored else None
     shard_bytes = np.zeros(len(names), np.int64)
-    jpg, cls = ix.members("jpg"), ix.members("cls")
+    image, image_ext = _image_members(ix)
+    cls = ix.members("cls")
     for s in m.shards:
         i, k = names.index(s.name), ix_pos[s.name]
         shard_bytes[i] = s.bytes
         src, dst = slice(ix_first[k], ix_first[k + 1]), slice(first[i], first[i + 1])
-        for col, arr in zip(cols, (*jpg, *cls), strict=True):
+        for col, arr in zip(cols, (*image, *cls), strict=True):
             col[dst] = arr[src]
-    return Locations(folder, names, shard_bytes, first, (cols[0], cols[1]), (cols[2], cols[3]))
+        if kinds is not None:
+            kinds[dst] = image_ext[src]
+    return Locations(folder, names, shard_bytes, first, (cols[0], cols[1]), (cols[2], cols[3]),
+                     kinds)
+
+
+def _image_members(ix: SampleIndex) -> tuple[tuple[np.ndarray, np.ndarray], np.ndarray]:
+    """Per sample of the index, its image member's offset and size (-1: none) and the
+    extension it has (an index into ``IMAGE_EXTS``)."""
+    off, size = ix.members(IMAGE_EXTS[0])
+    which = np.zeros(len(off), np.uint8)
+    for e, ext in enumerate(IMAGE_EXTS[1:], 1):
+        o, n = ix.members(ext)
+        has = o >= 0
+        off[has], size[has], which[has] = o[has], n[has], e
+    return (off, size), which
 
 
 def check_world(shards: ShardSet, world: World) -> None:
@@ -171,7 +193,8 @@ class _ShardSource:
     def fetch(self, ids: np.ndarray) -> list[EncodedSample]:
         if self._reader is None:
             self._reader = Reader(self.where, self.rank)
-        return [EncodedSample(f"{shard}: sample {key}", jpg, label)
+        return [EncodedSample(f"{shard}: sample {key}", jpg, label) if isinstance(jpg, bytes)
+                else EncodedSample(f"{shard}: sample {key}", b"", label, jpg)
                 for shard, key, jpg, label in self._reader.read(ids)]
 
 
@@ -204,9 +227,16 @@ class ShardLoader(PlannedLoader):
         self.shards = open_shards(Path(folder), split, mode, options.seed)
         s = self.shards
         check_world(s, world)
+        rawdecode.check_backend(s.store, options.backend, options.crop_decode,
+                                f"{folder}/{split}.json")
         cfg = options.config(train=split == "train", samples=s.samples, world=world,
                              mode=s.mode, layout_seed=s.seed, num_classes=s.num_classes)
         super().__init__(cfg, _ShardSource(s.where, world.rank))
+
+    @property
+    def pixels(self) -> str | None:
+        """The pixel version (``PlannedLoader.pixels``), with the set's store mode."""
+        return rawdecode.pixel_version(super().pixels, self.shards.store)
 
     @property
     def mean(self) -> tuple[float, ...]:

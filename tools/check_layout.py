@@ -93,6 +93,12 @@ WHITE_BOX = {  # module -> why benchmarks and harnesses need it (docs/developmen
     "imgprep.resample": "the resampler timed alone, beside the installed Pillow's resize",
     "imgprep.augment": "the per-sample augmentation ops the loaders carry out (Op, apply, "
                        "Pillow's matrices), timed alone beside stock Pillow's calls",
+    "imgprep.rawformat": "the stored-pixel record's header and member extensions, where the "
+                         "loaders and the benchmarks read stored-pixel samples",
+    "imgprep.rawpixels": "stored-pixel records made and carried to a batch row (the loaders' "
+                         "per-sample call; FFCV's raw images in its storage modes)",
+    "imgprep.convert.store": "the key hash that picks the images a mixed store keeps as pixels, "
+                             "so that FFCV's proportion modes keep the same ones",
     "imgprep.imagefile": "an image opened for Pillow as convert opens it: the accepted formats, "
                          "the per-image budget, the damage rule, decoder failures as errors",
     "imgprep.budget": "the per-image budget's limits, the declared sizes the fuzz mutators aim at",

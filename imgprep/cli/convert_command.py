@@ -31,8 +31,11 @@ from imgprep.job.world import World
 from imgprep.sections import (
     FILTER_NAMES,
     QUALITY_RANGE,
+    RAW_MODES,
     RESIZE_MODES,
     SIZE_RANGE,
+    STORE_MODES,
+    StoreOptions,
     TransformOptions,
 )
 
@@ -47,6 +50,10 @@ def _of_convert(name: str) -> Any:
 
 def _of_transform(name: str) -> Any:
     return default(TransformOptions, name)
+
+
+def _of_store(name: str) -> Any:
+    return default(StoreOptions, name)
 
 
 @click.command()
@@ -105,6 +112,23 @@ def _of_transform(name: str) -> Any:
                    "--holdout-seed: the same images whatever the workers.")
 @click.option("--holdout-seed", type=int, default=_of_convert("holdout_seed"),
               show_default=True, help="Key of the hash that picks the held-out images.")
+@click.option("--store", "store_mode", type=click.Choice(STORE_MODES),
+              default=_of_store("mode"), show_default=True,
+              help="How each image is kept: the JPEG (.jpg), its full-scale decode as stored "
+                   "pixels (yuv420: the JPEG's own planes, 1.5 bytes a pixel, .yuv420; rgb: 3 "
+                   "bytes a pixel, .rgb24), or mixed image by image (--raw-fraction or "
+                   "--raw-ratio). Stored pixels load 2-4x faster and take 4-8x the bytes.")
+@click.option("--raw-format", type=click.Choice(RAW_MODES), default=_of_store("raw"),
+              show_default=True, help="--store mixed: the stored pixels' kind.")
+@click.option("--raw-fraction", type=click.FloatRange(0, 1), default=None,
+              help="--store mixed: keep this share of the images as pixels (picked by a hash "
+                   "of the key; FFCV's proportion).")
+@click.option("--raw-ratio", type=click.FloatRange(0, min_open=True), default=None,
+              help="--store mixed: keep as pixels the images whose JPEG is at least this "
+                   "share of the pixels' bytes (where decoding costs most for the bytes).")
+@click.option("--from-shards", is_flag=True,
+              help="INPUT is a finished conversion (shards and manifests): rewrite its shards "
+                   "into --out with their images kept as --store says, nothing else read.")
 @click.option("--meta/--no-meta", default=_of_convert("meta"), show_default=True,
               help="Store <key>.json (wnid, original size and mode, source) in shards.")
 @workers_option
@@ -130,7 +154,9 @@ def convert(input: Path, out: Path, fmt: str, split: str | None, labels: tuple[P
             label_offset: int | None, trust_labels: bool, classes: Path | None, form: str | None,
             dry_run: bool, overwrite: bool, size: int, resize: str, filt: str, quality: int,
             max_pixels: int, exif_transpose: bool, shard_size: int, num_shards: int | None,
-            seed: int, holdout_per_class: int, holdout_seed: int, meta: bool,
+            seed: int, holdout_per_class: int, holdout_seed: int, store_mode: str,
+            raw_format: str, raw_fraction: float | None, raw_ratio: float | None,
+            from_shards: bool, meta: bool,
             workers: int | None, max_errors: int, max_image_bytes: int, rank_mode: str,
             wait_timeout: float, num_nodes: int | None, node_rank: int | None, quiet: bool,
             as_json: bool) -> None:
@@ -155,6 +181,17 @@ def convert(input: Path, out: Path, fmt: str, split: str | None, labels: tuple[P
         fail(e)
     transform = TransformOptions(size=size, resize=resize, filter=filt, quality=quality,
                                  max_pixels=max_pixels, exif_transpose=exif_transpose)
+    try:
+        store = StoreOptions(mode=store_mode, raw=raw_format, fraction=raw_fraction,
+                             min_ratio=raw_ratio)
+    except ValueError as e:
+        raise click.UsageError(str(e)) from None
+    if store.stored and fmt != "shards":
+        raise click.UsageError(f"--store {store_mode} keeps pixels in shards; a label list "
+                               "holds JPEG files: pass --format shards, or --store jpeg")
+    if from_shards:
+        return _from_shards(input, out, store, workers or world.cores_per_rank(), overwrite,
+                            quiet, as_json)
     opts = ConvertOptions(
         input=input, out=node_path(out, world.node_rank), format=fmt, split=split,
         labels=labels, classes=classes, transform=transform, shard_size=shard_size,
@@ -162,11 +199,29 @@ def convert(input: Path, out: Path, fmt: str, split: str | None, labels: tuple[P
         max_errors=max_errors, max_image_bytes=max_image_bytes, meta=meta, mode=rank_mode,
         wait_timeout=wait_timeout, overwrite=overwrite, label_offset=label_offset,
         trust_labels=trust_labels, form=form,
-        holdout_per_class=holdout_per_class, holdout_seed=holdout_seed,
+        holdout_per_class=holdout_per_class, holdout_seed=holdout_seed, store=store,
     )
     if dry_run:
         return _dry_run(opts, as_json, quiet)
     _report(_run(opts, world, quiet), as_json, quiet, max_errors)
+
+
+def _from_shards(src: Path, out: Path, store: StoreOptions, workers: int, overwrite: bool,
+                 quiet: bool, as_json: bool) -> None:
+    """``--from-shards``: the set's shards rewritten as ``store`` says; one line a split."""
+    from imgprep.convert.fromshards import from_shards
+
+    if not store.stored:
+        raise click.UsageError("--from-shards rewrites a set's JPEGs as stored pixels: pass "
+                               "--store yuv420, rgb or mixed")
+    try:
+        done = from_shards(src, out, store, workers=workers, overwrite=overwrite)
+    except ImgprepError as e:
+        fail(e)
+    emit({"splits": [asdict(d) for d in done]}, as_json, quiet, lambda: "\n".join(
+        f"{d.split}: {d.samples} samples, {d.stored} stored as pixels, "
+        f"{d.bytes_before / 1e6:.1f} MB -> {d.bytes_after / 1e6:.1f} MB ({d.manifest})"
+        if d.done else f"{d.split}: already rewritten ({d.manifest})" for d in done))
 
 
 def _dry_run(opts: ConvertOptions, as_json: bool, quiet: bool) -> None:

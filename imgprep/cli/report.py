@@ -146,6 +146,12 @@ def info_lines(versions: Versions, pil: PilInfo, lib: Library | None,
         lines.append(f"{m.path}: {m.split} {m.format}, {m.samples} samples, {m.shards} shards, "
                      f"{m.bytes / 1e6:.1f} MB, {m.classes} classes, {m.errors} errors, "
                      f"transform version {m.transform_version}; mean {m.mean} std {m.std}")
+        if m.options.store.stored:
+            st = m.options.store
+            rule = (f", {st.raw} where the key hashes below {st.fraction}"
+                    if st.fraction is not None else f", {st.raw} where the JPEG is at least "
+                    f"{st.min_ratio} of the pixels' bytes" if st.min_ratio is not None else "")
+            lines.append(f"  store: {st.mode}{rule} (stored pixels: docs/formats.md)")
         if m.missing_images and m.expected_images is not None:
             lines.append(f"  ground truth: {m.expected_images:,} images listed, "
                          f"{m.missing_images:,} of them not in the input (not converted)")

@@ -33,6 +33,7 @@ class Converted:
     histogram: np.ndarray | None = None
     pixels: np.ndarray | None = None
     warning: str = ""  # what reading the whole original found (the warnings log), if anything
+    image: tuple[str, bytes] | None = None  # the shard's image member (--store); None: .jpg
 
 
 def channel_histogram(img: Image.Image) -> np.ndarray:

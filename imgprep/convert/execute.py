@@ -14,13 +14,13 @@ import itertools
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
 
-from imgprep.convert import image, samples
+from imgprep.convert import image, samples, store
 from imgprep.convert.converted import Converted, center_pixels, sums_of_histogram
 from imgprep.convert.errorlog import ErrorRecord, WarningRecord
 from imgprep.convert.pool import part_cuts, run_pool
@@ -117,9 +117,14 @@ def _read_chunk(reader: SourceReader, plan: Plan, chunk: list[int]) -> list[byte
 def _convert(plan: Plan, i: int, data: bytes | Outcome) -> Outcome:
     if not isinstance(data, bytes):
         return data
+    opts = plan.opts
     try:
-        return image.convert_image(data, plan.opts.transform, histogram=i % STATS_EVERY == 0,
+        conv = image.convert_image(data, opts.transform, histogram=i % STATS_EVERY == 0,
                                    pixels=plan.wants_mean_image)
+        if opts.store.stored:  # the JPEG's pixels kept instead (imgprep.convert.store)
+            conv = replace(conv, image=store.image_member(
+                opts.store, plan.listing.key_str(i), conv.jpeg, opts.transform.max_pixels))
+        return conv
     except (ImageError, OSError) as e:
         return e
 

@@ -18,6 +18,7 @@ from imgprep.sections import (
     DEFAULT_SHARD_SIZE,
     FORMATS,
     SPLITS,
+    StoreOptions,
     TransformOptions,
     one_of,
     within,
@@ -44,6 +45,7 @@ class ConvertOptions:
     labels: tuple[Path, ...] = ()
     classes: Path | None = None
     transform: TransformOptions = field(default_factory=TransformOptions)
+    store: StoreOptions = field(default_factory=StoreOptions)  # --store: how images are kept
     shard_size: int = DEFAULT_SHARD_SIZE
     num_shards: int | None = None
     seed: int = 0
@@ -78,6 +80,11 @@ class ConvertOptions:
             raise ValueError(f"wait_timeout must be above 0 seconds, not {self.wait_timeout!r}")
         if not isinstance(self.transform, TransformOptions):
             raise ValueError(f"transform must be TransformOptions, not {self.transform!r}")
+        if not isinstance(self.store, StoreOptions):
+            raise ValueError(f"store must be StoreOptions, not {self.store!r}")
+        if self.store.stored and self.format != "shards":
+            raise ValueError(f"--store {self.store.mode} keeps pixels in shards; a label list "
+                             "holds JPEG files (--format shards, or --store jpeg)")
 
 
 def default(cls: type, name: str) -> Any:

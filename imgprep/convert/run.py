@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from imgprep.convert import outdir
+from imgprep.convert import outdir, store
 from imgprep.convert.errorlog import ErrorRecord
 from imgprep.convert.execute import Progress, run_tasks
 from imgprep.convert.finalise import finalise
@@ -103,6 +103,7 @@ def convert_splits(opts: ConvertOptions, world: World | None = None,
     if opts.mode == "partition" and opts.format != "shards":
         raise OutputError("--mode partition writes node-local shards; use --format shards")
     check_out_not_input(opts)
+    store.check_available(opts.store)
     created = outdir.created_dirs(opts.out / STATE_DIR)  # with --out and its missing parents
     spools: list[Path] = []
     try:

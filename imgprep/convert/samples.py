@@ -1,5 +1,6 @@
-"""What one converted image becomes in the output: its shard members (``.jpg``, ``.cls``,
-``.json``), or its path under the output root and its line in the label list.
+"""What one converted image becomes in the output: its shard members (``.jpg``, or the
+stored pixels ``--store`` asks for: ``imgprep.convert.store``; ``.cls``, ``.json``), or its
+path under the output root and its line in the label list.
 
 A split converted without labels (the test split: ``Plan.labelled`` is False) gets no ``.cls``
 member, no ``label`` or ``wnid`` in its ``.json``, images under ``<split>/`` directly, and list
@@ -31,7 +32,8 @@ def sample_meta(plan: Plan, i: int, conv: Converted) -> bytes:
 
 def shard_members(plan: Plan, i: int, conv: Converted) -> dict[str, bytes]:
     """The members of listing item ``i``'s sample, by extension, in the order written."""
-    fields = {"jpg": conv.jpeg}
+    ext, image = conv.image or ("jpg", conv.jpeg)  # stored pixels: imgprep.convert.store
+    fields = {ext: image}
     if plan.labelled:
         fields["cls"] = b"%d" % int(plan.labels[i])
     if plan.opts.meta:

@@ -255,7 +255,8 @@ def output_options(opts: ConvertOptions, split: str, holdout: Holdout | None = N
     with ``--holdout-per-class``'s record; without ``fingerprint``: what it is computed from."""
     return ManifestOptions(format=opts.format, split=split, seed=opts.seed, meta=opts.meta,
                            shard_size=opts.shard_size, num_shards=opts.num_shards,
-                           transform=opts.transform, holdout=holdout, fingerprint=fingerprint)
+                           transform=opts.transform, holdout=holdout, store=opts.store,
+                           fingerprint=fingerprint)
 
 
 def source_section(listing: Listing) -> SourceSection:

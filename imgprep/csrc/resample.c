@@ -336,9 +336,13 @@ static int axis_shift(rs_axis *a, int64_t origin, int64_t in, char *msg, size_t 
 }
 
 static int check_job(const rs_job *j, float box[4], char *msg, size_t len) {
-    if (j->src == NULL || j->out == NULL) return fail(msg, len, "no source or output buffer");
+    if ((j->src == NULL && j->make_rows == NULL) || j->out == NULL)
+        return fail(msg, len, "no source or output buffer");
     if (j->channels != 3 && j->channels != 4)
         return fail(msg, len, "channels must be 3 (RGB) or 4 (RGBX)");
+    if (j->make_rows != NULL && (j->channels != 4 || j->filter == RS_NEAREST))
+        return fail(msg, len, "a source of made rows gives RGBX (channels 4), and is resampled "
+                    "by a filter");
     if (j->width < 1 || j->width > RS_MAX_SIDE || j->height < 1 || j->height > RS_MAX_SIDE ||
         j->out_width < 1 || j->out_width > RS_MAX_SIDE || j->out_height < 1 ||
         j->out_height > RS_MAX_SIDE) {
@@ -347,10 +351,12 @@ static int check_job(const rs_job *j, float box[4], char *msg, size_t len) {
                  (long long)j->out_width, (long long)j->out_height);
         return RS_EINVAL;
     }
-    if (j->stride < j->width * j->channels || j->stride > RS_MAX_SIDE * 64)
+    if (j->make_rows == NULL &&
+        (j->stride < j->width * j->channels || j->stride > RS_MAX_SIDE * 64))
         return fail(msg, len, "stride must hold a row (width * channels) and be below 2^30");
     /* at most 2^24 rows of 2^30 bytes: no overflow in 64 bits */
-    if ((uint64_t)((j->height - 1) * j->stride + j->width * j->channels) > (uint64_t)j->src_len) {
+    if (j->make_rows == NULL &&
+        (uint64_t)((j->height - 1) * j->stride + j->width * j->channels) > (uint64_t)j->src_len) {
         snprintf(msg, len, "the source holds %zu bytes, a %lldx%lld image of stride %lld needs "
                  "%lld", j->src_len, (long long)j->width, (long long)j->height,
                  (long long)j->stride,
@@ -588,8 +594,13 @@ static int plan_build(rs_plan *pl, const rs_job *j, const rs_kernel_desc *kd, rs
 }
 
 /* Source row y for the horizontal kernel: in place, or copied where the kernel's reads would
- * pass the end of the buffer (its last rows; reads past a row's end only feed zero weights). */
+ * pass the end of the buffer (its last rows; reads past a row's end only feed zero weights),
+ * or made by the job's ``make_rows``. */
 static const uint8_t *source_row(const rs_job *j, const rs_plan *pl, int64_t y) {
+    if (j->make_rows != NULL) {  /* made on demand into the scratch row, which the reads fit */
+        j->make_rows->row(j->make_rows, y, pl->scratch);
+        return pl->scratch;
+    }
     size_t at = (size_t)y * (size_t)j->stride;
     if (at + pl->max_read <= j->src_len) return j->src + at;
     memcpy(pl->scratch, j->src + at, (size_t)(j->width * j->channels));

@@ -38,6 +38,14 @@ enum { RS_OK = 0, RS_EINVAL = -1, RS_ENOMEM = -2 };
 
 #define RS_MAX_SIDE ((int64_t)1 << 24)  /* the largest width or height taken, in pixels */
 
+/* A source whose rows are made on demand instead of read from memory (rs_job.make_rows): ``row``
+ * writes row ``y`` (0 <= y < the job's height) as the job's width RGBX pixels at ``dst``. A
+ * planar source (YUV 4:2:0 stored pixels, imgprep/csrc/yuvrows.h) converts its rows so, one
+ * at a time, as the horizontal pass asks for them: no whole frame is made. */
+typedef struct rs_rows {
+    void (*row)(const struct rs_rows *self, int64_t y, uint8_t *dst);
+} rs_rows;
+
 typedef struct {
     const uint8_t *src;        /* the source image: rows of width pixels */
     size_t src_len;            /* bytes readable at src */
@@ -58,6 +66,9 @@ typedef struct {
      * are those of resampling the whole image (the same bytes as from all of it), and the
      * part must hold every pixel they read. full_width = 0: src is the whole image. */
     int64_t origin_x, origin_y, full_width, full_height;
+    /* Optional: the rows are made by ``make_rows`` (channels must be 4; src, src_len and stride
+     * are then not read). NULL: they are read at src. */
+    const rs_rows *make_rows;
 } rs_job;
 
 /* A filter's support in input pixels at scale 1 (Pillow's), widened by the shrink factor

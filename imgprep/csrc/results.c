@@ -32,6 +32,11 @@ static PyStructSequence_Field sample_fields[] = {
     F("status", "SAMPLE_DONE, SAMPLE_DECLINED, SAMPLE_FAILED or SAMPLE_REFUSED"),
     F("path", "SAMPLE_REGION or SAMPLE_WHOLE"), F("message", "why it failed or was declined"),
     F("scan", "a whole decode's reading to the end, or None"), {NULL, NULL}};
+static PyStructSequence_Field raw_fields[] = {
+    F("status", "SAMPLE_DONE, SAMPLE_FAILED or SAMPLE_REFUSED"),
+    F("message", "why it failed or was refused"), F("record", "the record's bytes, or None"),
+    F("mode", "RAW_RGB24 or RAW_YUV420: what was stored"), F("width", "the image's width"),
+    F("height", "its height"), {NULL, NULL}};
 #undef F
 
 static PyStructSequence_Desc descs[RESULT_KINDS] = {
@@ -41,6 +46,7 @@ static PyStructSequence_Desc descs[RESULT_KINDS] = {
      probe_fields, 4},
     {"imgprep._jpegcrop.DecodeResult", "a region decoded into a frame", decode_fields, 5},
     {"imgprep._jpegcrop.SampleResult", "the loader's one call a sample", sample_fields, 4},
+    {"imgprep._jpegcrop.RawRecordResult", "a JPEG made a stored-pixel record", raw_fields, 6},
 };
 static PyTypeObject *types[RESULT_KINDS];
 

@@ -49,13 +49,7 @@ static int check_args(const SampleGeometry *g, SampleResult *r) {
     return SAMPLE_DONE;
 }
 
-typedef struct {
-    int scale;             /* the DCT scale, chosen once */
-    unsigned sw, sh;       /* the decoded (scaled) image */
-    int64_t cw, ch;        /* the image the crop is taken from: resampled, or decoded */
-    double box[4];         /* the resampled box, scaled pixels */
-    Rect region;           /* what the resample (or the crop) reads, scaled pixels */
-} Plan;
+typedef SamplePlan Plan;
 
 static void plan(const SampleGeometry *g, Plan *p) {
     p->scale = g->draft_w ? jpegdec_draft_scale((unsigned)g->width, (unsigned)g->height,
@@ -141,13 +135,17 @@ static int write_out(const SampleGeometry *g, const Plan *p, const unsigned char
     return SAMPLE_DONE;
 }
 
+int sample_plan(const SampleGeometry *g, size_t out_len, SamplePlan *p, SampleResult *r) {
+    if (check_args(g, r) != SAMPLE_DONE) return r->status;
+    plan(g, p);
+    return check_crop(g, p, out_len, r);
+}
+
 int sample_jpeg(const unsigned char *data, size_t len, const SampleGeometry *g,
                 unsigned char *out, size_t out_len, SampleResult *r) {
     memset(r, 0, sizeof *r);
     Plan p;
-    if (check_args(g, r) != SAMPLE_DONE) return r->status;
-    plan(g, &p);
-    if (check_crop(g, &p, out_len, r) != SAMPLE_DONE) return r->status;
+    if (sample_plan(g, out_len, &p, r) != SAMPLE_DONE) return r->status;
     size_t frame_len = (size_t)p.sw * p.sh * 4;
     unsigned char *frame = scratch_reserve(&frame_mem, frame_len);
     if (frame == NULL) return fail(r, "out of memory for a %ux%u frame", p.sw, p.sh);

@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "jerr.h"
+#include "orient.h"
 
 /* SampleResult.status; REFUSED: the image broke its budget (imgprep/csrc/budget.h);
  * INVALID: the geometry is not one (a caller's error: checked before any byte is read) */
@@ -41,6 +42,22 @@ typedef struct {
     Scan scan;                    /* SAMPLE_WHOLE: what reading the data to its end found */
     char message[SAMPLE_MESSAGE]; /* why it failed, was refused or declined */
 } SampleResult;
+
+/* What a geometry asks of a source image (sample_plan): the DCT scale (1 for stored
+ * pixels, whose geometry has no draft), the decoded (scaled) size, the size of the image the
+ * crop is taken from, the box resampled, and the region the resample (or the crop) reads. */
+typedef struct {
+    int scale;             /* the DCT scale, chosen once */
+    unsigned sw, sh;       /* the decoded (scaled) image */
+    int64_t cw, ch;        /* the image the crop is taken from: resampled, or decoded */
+    double box[4];         /* the resampled box, scaled pixels */
+    Rect region;           /* what the resample (or the crop) reads, scaled pixels */
+} SamplePlan;
+
+/* ``g`` checked (as sample_jpeg checks it: SAMPLE_INVALID with the reason) and planned into
+ * ``p``; SAMPLE_DONE. The one home of the geometry's checks and reach, for the JPEG path
+ * and the stored-pixel one (imgprep/csrc/rawsample.h). */
+int sample_plan(const SampleGeometry *g, size_t out_len, SamplePlan *p, SampleResult *r);
 
 /* Decodes and transforms the JPEG ``data`` as ``g`` says into ``out``. ``g`` is checked
  * first (every size, box and window inside what it refers to; ``out_len`` exactly the

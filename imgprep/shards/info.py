@@ -239,7 +239,8 @@ def probe_decode(folder: Path, m: Manifest, limit: int = PROBED) -> FastDecode |
     """Which of the first ``limit`` JPEGs of ``m``'s first shard the crop-aware decoder takes,
     and why it declines the others; None for a label list or a missing first shard. A shard
     set written elsewhere (progressive or CMYK JPEGs) is seen to take the slower path."""
-    if m.format != "shards" or not m.shards or not (folder / m.shards[0].name).is_file():
+    if m.format != "shards" or not m.shards or not (folder / m.shards[0].name).is_file() \
+            or m.options.store.mode in ("yuv420", "rgb"):  # no JPEG to decode
         return None
     declined: dict[str, int] = {}
     probed = fast = 0

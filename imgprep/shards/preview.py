@@ -1,4 +1,5 @@
-"""``imgprep preview``: a contact sheet of random converted samples, to check crops by eye."""
+"""``imgprep preview``: a contact sheet of random converted samples, to check crops by eye
+(stored pixels, ``convert --store``, shown as their RGB: ``imgprep.rawpixels``)."""
 
 from __future__ import annotations
 
@@ -7,9 +8,12 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 from PIL import Image, ImageDraw
 
+from imgprep import rawpixels
 from imgprep.fsutil import write_bytes_atomic
+from imgprep.rawformat import image_member, is_record, read_header
 from imgprep.shards.manifest import Manifest, read_manifest
 from imgprep.shards.tario import iter_samples
 from imgprep.shards.verify import folder_manifests
@@ -25,7 +29,8 @@ def _pick(m: Manifest, folder: Path, n: int, seed: int) -> list[tuple[bytes, int
         for s in shards:
             samples = list(iter_samples(folder / s.name))
             for key, f in rng.sample(samples, min(per, len(samples))):
-                picked.append((f["jpg"], int(f["cls"]) if m.labelled else -1, key))
+                image = f[image_member(f) or "jpg"]  # the JPEG, or its stored pixels
+                picked.append((image, int(f["cls"]) if m.labelled else -1, key))
             if len(picked) >= n:
                 break
     else:
@@ -49,6 +54,17 @@ class Sheet:
     samples: int
 
 
+def _opened(data: bytes) -> Image.Image:
+    """A sample's image for Pillow: the JPEG opened, or the stored pixels made RGB."""
+    if not is_record(data):
+        return Image.open(io.BytesIO(data))
+    head = read_header(data)
+    rgb = np.empty((head.height, head.width, 3), np.uint8)
+    rawpixels.sample(data, head.width, head.height, resize=None, box=None,
+                     crop=(0, 0, head.width, head.height), out=rgb, flip=False, planar=False)
+    return Image.fromarray(rgb)
+
+
 def make_sheet(folder: Path, out: Path, n: int = 32, split: str | None = None, seed: int = 0,
                cols: int = 8, thumb: int = 128) -> Sheet:
     """Write a PNG grid of ``n`` random samples with their class names; returns what it
@@ -62,7 +78,7 @@ def make_sheet(folder: Path, out: Path, n: int = 32, split: str | None = None, s
     sheet = Image.new("RGB", (cols * thumb, rows * (thumb + cap)), "white")
     draw = ImageDraw.Draw(sheet)
     for k, (jpg, _, caption) in enumerate(items):
-        with Image.open(io.BytesIO(jpg)) as src:
+        with _opened(jpg) as src:
             im = src.convert("RGB")
             im.thumbnail((thumb, thumb))
             x, y = (k % cols) * thumb, (k // cols) * (thumb + cap)

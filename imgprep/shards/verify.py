@@ -1,7 +1,9 @@
 """``imgprep verify``: re-check a conversion against its manifest, or any Chainer label list.
 
-Shards: size and sha256 against the manifest, sample count, every sample has ``.jpg`` and
-``.cls``, labels in range, every JPEG decodes to RGB at the converted size, no key twice; the
+Shards: size and sha256 against the manifest, sample count, every sample has one image
+(``.jpg``, or stored pixels: ``.yuv420``, ``.rgb24``) and ``.cls``, labels in range, every
+JPEG decodes to RGB at the converted size and every stored-pixel record is whole (its length
+its header's) and of that size, no key twice; the
 sample index the loaders read by is named by the manifest, matches it, and gives every
 member where the shard's tar headers put it; where the manifest says so, each shard's DALI
 index (``imgprep.shards.dali``) is the one the sample index and the shard's keys give.
@@ -42,6 +44,7 @@ from imgprep.errors import (
 )
 from imgprep.fsutil import sha256_file
 from imgprep.job.world import World
+from imgprep.rawformat import image_member, record_problem
 from imgprep.sections import TransformOptions
 from imgprep.shards.dali import has_dali, idx_problem
 from imgprep.shards.folder import Unfinished, folder_manifests
@@ -159,9 +162,11 @@ def _file_problem(job: _ShardJob) -> str | None:
 
 def _sample_problems(job: _ShardJob, key: str, fields: dict[str, bytes]) -> list[str]:
     where = f"{job.entry.name}:{key}"
-    if "jpg" not in fields or ("cls" in fields) != job.labelled:
+    image = image_member(fields)
+    if image is None or ("cls" in fields) != job.labelled:
         need = "jpg and cls" if job.labelled else "jpg and no cls (the split is unlabelled)"
-        return [f"{where}: has {sorted(fields)}, needs {need}"]
+        return [f"{where}: has {sorted(fields)}, needs {need} (or one of yuv420, rgb24: "
+                "stored pixels, in place of jpg)"]
     out = []
     try:
         label = int(fields["cls"]) if job.labelled else 0
@@ -169,8 +174,9 @@ def _sample_problems(job: _ShardJob, key: str, fields: dict[str, bytes]) -> list
         label = -1
     if not 0 <= label < job.n_classes:
         out.append(f"{where}: label {fields['cls']!r} outside 0..{job.n_classes - 1}")
-    if job.decode and (why := _check_image(fields["jpg"], job.size, job.resize)):
-        out.append(f"{where}.jpg {why}")
+    check = _check_image if image == "jpg" else record_problem
+    if job.decode and (why := check(fields[image], job.size, job.resize)):
+        out.append(f"{where}.{image} {why}")
     return out
 
 
@@ -191,7 +197,7 @@ def _check_shard(job: _ShardJob) -> _ShardResult:
                 res.keys.append(key)
             if i % job.parts != job.part:
                 continue
-            res.checked += "jpg" in fields and ("cls" in fields) == job.labelled
+            res.checked += image_member(fields) is not None and ("cls" in fields) == job.labelled
             for p in _sample_problems(job, key, fields):
                 seq += 1
                 res.problems.append((i, seq, p))
