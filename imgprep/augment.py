@@ -62,6 +62,7 @@ OPS: tuple[str, ...] = ("identity", "affine", "brightness", "color", "contrast",
                         "posterize", "solarize", "solarize_add", "autocontrast", "equalize",
                         "invert")
 RESAMPLES: tuple[str, ...] = ("nearest", "bilinear", "bicubic")
+KERNELS: tuple[str, ...] = ("portable", "avx2")  # the extension's AUG_KERNEL_* 0, 1
 _ARITY = {"identity": 0, "affine": 6, "brightness": 1, "color": 1, "contrast": 1,
          "sharpness": 1, "posterize": 1, "solarize": 1, "solarize_add": 2, "autocontrast": 0,
          "equalize": 0, "invert": 0}  # the arguments each kind takes
@@ -150,12 +151,27 @@ def _module() -> ModuleType:
     return _ext
 
 
-def apply(out: np.ndarray, ops: Sequence[Op], *, planar: bool) -> None:
+def kernel(name: str | None = None) -> str:
+    """The kernel that carries the ops out here (``name``: check that this CPU runs that
+    one); ValueError when it cannot. Every kernel gives the same bytes."""
+    if name is not None and name not in KERNELS:
+        raise ValueError(f"unknown augmentation kernel {name!r}; one of {', '.join(KERNELS)}")
+    return str(_module().augment_kernel(-1 if name is None else KERNELS.index(name)))
+
+
+def kernels() -> tuple[str, ...]:
+    """The kernels this CPU runs, portable first."""
+    return KERNELS[:KERNELS.index(kernel()) + 1]
+
+
+def apply(out: np.ndarray, ops: Sequence[Op], *, planar: bool,
+          kernel: str | None = None) -> None:
     """Carry ``ops`` out in order, in place, on one uint8 RGB image ``out``: 3 x H x W
     (``planar``) or H x W x 3, C-contiguous; one call into the extension, the GIL released;
-    each op's bytes equal to stock Pillow's own call. ValueError for a wrong image or op
-    (the extension checks every argument again before it touches a byte); DependencyError
-    where the extension is not built."""
+    each op's bytes equal to stock Pillow's own call, whichever ``kernel`` (None: the best
+    this CPU runs; ``KERNELS``) carries them out. ValueError for a wrong image or op (the
+    extension checks every argument again before it touches a byte) or a kernel this CPU
+    lacks; DependencyError where the extension is not built."""
     ext = _module()
     if not isinstance(out, np.ndarray) or out.dtype != _UINT8 or out.ndim != 3 or \
             out.shape[0 if planar else 2] != 3:
@@ -171,7 +187,11 @@ def apply(out: np.ndarray, ops: Sequence[Op], *, planar: bool) -> None:
             raise ValueError(f"ops must be imgprep.augment.Op records, not {list(ops)!r}")
         packed.append(op.packed)
     height, width = out.shape[1:] if planar else out.shape[:2]
-    ext.augment(out, width, height, planar, tuple(packed))
+    if kernel is None:
+        ext.augment(out, width, height, planar, tuple(packed))
+    else:
+        number = KERNELS.index(kernel) if kernel in KERNELS else len(KERNELS)
+        ext.augment(out, width, height, planar, tuple(packed), number)
 
 
 def shear_matrix(x: float = 0.0, y: float = 0.0) -> tuple[float, ...]:

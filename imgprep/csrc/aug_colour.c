@@ -11,6 +11,7 @@
  * Compiled with -ffp-contract=off (setup.py): no fused multiply-add, so every float is the
  * one Pillow's x86-64 build computes. */
 #include "aug_impl.h"
+#include "augment.h"
 
 #include <math.h>
 #include <string.h>
@@ -172,7 +173,8 @@ void aug_apply_lut(const Planes *dst, const Planes *src, const Lut lut) {
     }
 }
 
-void aug_color(const Planes *im, float alpha) {
+/* ImageEnhance.Color's body, which each kernel's wrapper compiles for its own registers. */
+AUG_INLINE void color_body(const Planes *im, float alpha) {
     const int w = im->w;  /* held in a local: the loop's count is then known to the compiler */
     for (int y = 0; y < im->h; y++) {
         uint8_t *restrict r = im->ch[0] + y * im->row, *restrict g = im->ch[1] + y * im->row,
@@ -186,43 +188,107 @@ void aug_color(const Planes *im, float alpha) {
     }
 }
 
-/* ImageFilter.SMOOTH's value at ``mid`` (the rows above and below beside it): the kernel's
- * rows summed in Pillow's order (the row below first) onto 0.5, then truncated. Pillow clips
- * the sum to 0..255 first, which changes nothing here: the weights are positive, so the sum
- * is at least 0.5, and at most 255.5 (all nine 255); leaving the clip out lets the compiler
- * vectorise the loop. */
-static inline __attribute__((always_inline)) int
-smooth(const uint8_t *above, const uint8_t *mid, const uint8_t *below) {
-    const float k1 = 1.0f / 13.0f, k5 = 5.0f / 13.0f;
-    float ss = 0.5f;
-    ss += ((float)below[-1] * k1 + (float)below[0] * k1) + (float)below[1] * k1;
-    ss += ((float)mid[-1] * k1 + (float)mid[0] * k5) + (float)mid[1] * k1;
-    ss += ((float)above[-1] * k1 + (float)above[0] * k1) + (float)above[1] * k1;
-    return (int)ss;
+static void color_portable(const Planes *im, float alpha) { color_body(im, alpha); }
+#ifdef AUG_X86
+AUG_AVX2 static void color_avx2(const Planes *im, float alpha) { color_body(im, alpha); }
+#endif
+
+void aug_color(const Planes *im, float alpha, int kernel) {
+#ifdef AUG_X86
+    if (kernel == AUG_KERNEL_AVX2) {
+        color_avx2(im, alpha);
+        return;
+    }
+#endif
+    (void)kernel;
+    color_portable(im, alpha);
 }
 
-/* A row of the result from a source row (and its neighbours ``row`` bytes away). */
-static void sharpen_row(uint8_t *restrict out, const uint8_t *restrict src, ptrdiff_t row,
-                        int w, float alpha) {
-    out[0] = src[0];
+/* ImageFilter.SMOOTH is Pillow's 3x3 float kernel (1 1 1 / 1 5 1 / 1 1 1) / 13: at each
+ * inner pixel the kernel's rows, each ``(v[x-1] k + v[x] k') + v[x+1] k``, summed onto 0.5 in
+ * Pillow's order (the row below first, then the pixel's own, then the row above), truncated.
+ * Pillow clips the sum to 0..255 first, which changes nothing here: the weights are positive,
+ * so the sum is at least 0.5, and at most 255.5 (all nine 255); leaving the clip out lets the
+ * compiler vectorise the loop. A row's sum with the weights (1, 1, 1) / 13 is the row below
+ * of one output row and the row above of another: it is made once (``triple``), kept in a
+ * ring of three rows, and read twice; the same floats, so the same sums. */
+AUG_INLINE void triple(float *restrict t, const uint8_t *restrict r, int w) {
+    const float k1 = 1.0f / 13.0f;
     for (int x = 1; x < w - 1; x++)
-        out[x] = blend8(smooth(src + x - row, src + x, src + x + row), src[x], alpha);
-    out[w - 1] = src[w - 1];
+        t[x] = ((float)r[x - 1] * k1 + (float)r[x] * k1) + (float)r[x + 1] * k1;
 }
 
-void aug_sharpness(const Planes *im, const Planes *src, float alpha, uint8_t *line) {
-    for (int c = 0; c < 3; c++) {
-        for (int y = 0; y < im->h; y++) {
-            uint8_t *out = im->ch[c] + y * im->row;
-            const uint8_t *s = src->ch[c] + y * src->row;
-            if (y == 0 || y == im->h - 1 || im->w < 3 || im->h < 3) {
-                for (int x = 0; x < im->w; x++) out[x * im->px] = s[x];
-            } else if (im->px == 1) {
-                sharpen_row(out, s, src->row, im->w, alpha);
-            } else {
-                sharpen_row(line, s, src->row, im->w, alpha);
-                for (int x = 0; x < im->w; x++) out[x * im->px] = line[x];
-            }
+/* An output row from its source row ``mid`` and the sums of the rows below and above. */
+AUG_INLINE void sharpen_row(uint8_t *restrict out, const uint8_t *restrict mid,
+                            const float *restrict below, const float *restrict above, int w,
+                            float alpha) {
+    const float k1 = 1.0f / 13.0f, k5 = 5.0f / 13.0f;
+    out[0] = mid[0];
+    for (int x = 1; x < w - 1; x++) {
+        float ss = 0.5f;
+        ss += below[x];
+        ss += ((float)mid[x - 1] * k1 + (float)mid[x] * k5) + (float)mid[x + 1] * k1;
+        ss += above[x];
+        out[x] = blend8((int)ss, mid[x], alpha);
+    }
+    out[w - 1] = mid[w - 1];
+}
+
+/* One channel's rows 1..h-2 (an image of at least 3 x 3); ``t``: three rows of floats,
+ * ``line``: a row of bytes, where ``out`` is not a plane. */
+AUG_INLINE void sharpen_plane(uint8_t *out, ptrdiff_t px, ptrdiff_t out_row, const uint8_t *s,
+                              ptrdiff_t row, int w, int h, float alpha, float *t,
+                              uint8_t *line) {
+    triple(t, s, w);
+    triple(t + w, s + row, w);
+    for (int y = 1; y < h - 1; y++) {
+        float *below = t + (size_t)((y + 1) % 3) * (size_t)w,
+              *above = t + (size_t)((y - 1) % 3) * (size_t)w;
+        triple(below, s + (y + 1) * row, w);
+        uint8_t *o = out + y * out_row;
+        if (px == 1) {
+            sharpen_row(o, s + y * row, below, above, w, alpha);
+        } else {
+            sharpen_row(line, s + y * row, below, above, w, alpha);
+            for (int x = 0; x < w; x++) o[x * px] = line[x];
         }
     }
+}
+
+AUG_INLINE void sharpness_body(const Planes *im, const Planes *src, float alpha, void *rows) {
+    float *t = rows;
+    uint8_t *line = (uint8_t *)(t + 3 * (size_t)im->w);
+    const int w = im->w, h = im->h, inner = w >= 3 && h >= 3;
+    for (int c = 0; c < 3; c++) {
+        for (int y = 0; y < h; y++) {  /* the rows Pillow leaves as they are */
+            if (inner && y != 0 && y != h - 1) continue;
+            uint8_t *out = im->ch[c] + y * im->row;
+            const uint8_t *s = src->ch[c] + y * src->row;
+            for (int x = 0; x < w; x++) out[x * im->px] = s[x];
+        }
+        if (inner)
+            sharpen_plane(im->ch[c], im->px, im->row, src->ch[c], src->row, w, h, alpha, t,
+                          line);
+    }
+}
+
+static void sharpness_portable(const Planes *im, const Planes *src, float alpha, void *rows) {
+    sharpness_body(im, src, alpha, rows);
+}
+#ifdef AUG_X86
+AUG_AVX2 static void sharpness_avx2(const Planes *im, const Planes *src, float alpha,
+                                    void *rows) {
+    sharpness_body(im, src, alpha, rows);
+}
+#endif
+
+void aug_sharpness(const Planes *im, const Planes *src, float alpha, void *rows, int kernel) {
+#ifdef AUG_X86
+    if (kernel == AUG_KERNEL_AVX2) {
+        sharpness_avx2(im, src, alpha, rows);
+        return;
+    }
+#endif
+    (void)kernel;
+    sharpness_portable(im, src, alpha, rows);
 }

@@ -24,6 +24,39 @@ static inline Planes planes_of(uint8_t *base, int w, int h, int planar) {
     return p;
 }
 
+/* The source copy's border: two pixels on every side, each a copy of the nearest edge pixel
+ * (aug_pad), so that the interpolations' clamped neighbours (bicubic: two either side) are
+ * plain reads. */
+enum { AUG_PAD = 2 };
+
+/* The planar copy of a ``w`` x ``h`` image at ``base``, inside its border: what
+ * aug_copy_bytes(w, h) bytes hold (16 bytes to spare after the last plane: a four-byte read
+ * at the border's last pixel stays inside). */
+static inline size_t aug_copy_bytes(int w, int h) {
+    return (size_t)(w + 2 * AUG_PAD) * (size_t)(h + 2 * AUG_PAD) * 3 + 16;
+}
+
+static inline Planes padded_planes(uint8_t *base, int w, int h) {
+    const ptrdiff_t row = w + 2 * AUG_PAD, plane = row * (h + 2 * AUG_PAD),
+                    origin = AUG_PAD * row + AUG_PAD;
+    Planes p = {
+        .ch = {base + origin, base + plane + origin, base + 2 * plane + origin},
+        .px = 1, .row = row, .w = w, .h = h,
+    };
+    return p;
+}
+
+/* The kernels' code: x86-64 builds carry AVX2 versions (AUG_AVX2: a function compiled for
+ * AVX2, run only where the CPU has it), made from the same C as the portable ones (an
+ * always-inline body that each wrapper's target vectorises) or written with intrinsics that
+ * make each lane's value with the portable code's operations in its order. No fused
+ * multiply-add: setup.py's -ffp-contract=off, and the target is "avx2" alone. */
+#if defined(__x86_64__) && defined(__GNUC__)
+#define AUG_X86 1
+#define AUG_AVX2 __attribute__((target("avx2")))
+#endif
+#define AUG_INLINE static inline __attribute__((always_inline))
+
 /* A lookup table for each channel. */
 typedef uint8_t Lut[3][256];
 
@@ -61,17 +94,27 @@ int aug_gray_mean(const Planes *im, const Lut lut);
  * image too, in place). */
 void aug_apply_lut(const Planes *dst, const Planes *src, const Lut lut);
 /* ImageEnhance.Color: each pixel blended with its grayscale value, in place; planar. */
-void aug_color(const Planes *im, float alpha);
+void aug_color(const Planes *im, float alpha, int kernel);
 /* ImageEnhance.Sharpness: ``im`` = ``src`` blended with ImageFilter.SMOOTH of ``src``;
- * ``src`` planar, ``line``: a row's scratch (``im->w`` bytes) for an ``im`` of rows of
- * pixels. */
-void aug_sharpness(const Planes *im, const Planes *src, float alpha, uint8_t *line);
+ * ``src`` planar; ``rows``: scratch for three rows of floats and one of bytes (13 x
+ * ``im->w`` bytes, float-aligned). */
+void aug_sharpness(const Planes *im, const Planes *src, float alpha, void *rows, int kernel);
 
 /* --- aug_geometry.c: Image.transform(size, AFFINE, a, resample, fillcolor=fill) --- */
 
-/* ``out`` (the same size as ``src``, either layout) from ``src`` (planar); ``rows``: scratch
- * for 2 x ``out->w`` offsets. */
+/* ``out`` (the same size as ``src``, either layout) from ``src`` (the padded planar copy,
+ * its border filled here where the filter reads it); ``rows``: scratch for 2 x ``out->w``
+ * offsets. */
 void aug_affine(const Planes *out, const Planes *src, const double a[6], int resample,
-                const int fill[3], ptrdiff_t *rows);
+                const int fill[3], ptrdiff_t *rows, int kernel);
+/* The border of the padded copy ``src``: each border pixel the nearest edge pixel's copy. */
+void aug_pad(const Planes *src);
+
+#ifdef AUG_X86
+/* aug_interp_avx2.c: row ``y`` of aug_affine's bilinear or bicubic, four output pixels a
+ * step, from the padded ``src``; the pixels made (the row's first, a multiple of four). */
+int aug_interpolate_row_avx2(const Planes *out, const Planes *src, const double a[6],
+                             int resample, const int fill[3], int y);
+#endif
 
 #endif

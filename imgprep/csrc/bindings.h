@@ -21,5 +21,6 @@ PyObject *py_frame(PyObject *self, PyObject *args);
 PyObject *py_sample(PyObject *self, PyObject *args);
 /* The per-sample augmentation ops (imgprep/csrc/augment_py.c). */
 PyObject *py_augment(PyObject *self, PyObject *args);
+PyObject *py_augment_kernel(PyObject *self, PyObject *args);
 
 #endif
