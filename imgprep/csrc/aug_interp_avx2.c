@@ -41,18 +41,38 @@ AUG_AVX2 static inline __m128i byte_of(__m128i t, int k) {
     return _mm_and_si128(_mm_srli_epi32(t, 8 * k), _mm_set1_epi32(0xff));
 }
 
+/* The sum over each lane's four bytes (unsigned) weighted by ``w`` (four signed bytes, the
+ * same for every lane), exact in int: pmaddubsw's pairs (at most 2 x 255 x 2 in size: no
+ * saturation), then pmaddwd's. */
+AUG_AVX2 static inline __m128i weighted(__m128i t, int8_t w0, int8_t w1, int8_t w2, int8_t w3) {
+    const __m128i w = _mm_setr_epi8(w0, w1, w2, w3, w0, w1, w2, w3, w0, w1, w2, w3, w0, w1, w2,
+                                    w3);
+    return _mm_madd_epi16(_mm_maddubs_epi16(t, w), _mm_set1_epi16(1));
+}
+
+/* Where every lane's ``d`` is 0 the interpolations' steps by ``d`` add a zero: ``p + 0 (...)``
+ * is ``p`` exactly (``p`` is never -0: a sum whose first term is a byte), so those steps are
+ * left out there (translations and shears: one of dx, dy is 0 at every pixel). */
+AUG_AVX2 static inline int all_zero(__m256d d) {
+    return _mm256_movemask_pd(_mm256_cmp_pd(d, _mm256_setzero_pd(), _CMP_EQ_OQ)) == 15;
+}
+
+/* One row of bilinear_filter32RGB: ``p0 + (p1 - p0) dx``, the difference made in int. */
+AUG_AVX2 static inline __m256d row_linear4(__m128i t, __m256d dx, int flat) {
+    const __m256d p0 = _mm256_cvtepi32_pd(byte_of(t, 0));
+    if (flat) return p0;
+    return _mm256_add_pd(p0, _mm256_mul_pd(_mm256_cvtepi32_pd(weighted(t, -1, 1, 0, 0)), dx));
+}
+
 /* bilinear_filter32RGB's channel for the lanes' pixels (rows y and y + 1, columns x, x + 1
- * at ``at``). */
+ * at ``at``): the rows at dx, then ``v1 + (v2 - v1) dy``, truncated. */
 AUG_AVX2 static inline __m128i bilinear4(const uint8_t *p, const int64_t at[4], ptrdiff_t row,
-                                         __m256d dx, __m256d dy) {
-    const __m128i t0 = taps(p, at, 0), t1 = taps(p, at, row);
-    const __m128i a0 = byte_of(t0, 0), b0 = byte_of(t0, 1);
-    const __m128i a1 = byte_of(t1, 0), b1 = byte_of(t1, 1);
-    __m256d v1 = _mm256_add_pd(_mm256_cvtepi32_pd(a0),
-                               _mm256_mul_pd(_mm256_cvtepi32_pd(_mm_sub_epi32(b0, a0)), dx));
-    __m256d v2 = _mm256_add_pd(_mm256_cvtepi32_pd(a1),
-                               _mm256_mul_pd(_mm256_cvtepi32_pd(_mm_sub_epi32(b1, a1)), dx));
-    v1 = _mm256_add_pd(v1, _mm256_mul_pd(_mm256_sub_pd(v2, v1), dy));
+                                         __m256d dx, __m256d dy, int flat_x, int flat_y) {
+    __m256d v1 = row_linear4(taps(p, at, 0), dx, flat_x);
+    if (!flat_y) {
+        const __m256d v2 = row_linear4(taps(p, at, row), dx, flat_x);
+        v1 = _mm256_add_pd(v1, _mm256_mul_pd(_mm256_sub_pd(v2, v1), dy));
+    }
     return _mm256_cvttpd_epi32(v1);
 }
 
@@ -69,31 +89,34 @@ AUG_AVX2 static inline __m256d cubic4(__m256d v1, __m256d v2, __m256d v3, __m256
         p2, _mm256_mul_pd(d, _mm256_add_pd(p3, _mm256_mul_pd(d, p4))))));
 }
 
-/* One row's BICUBIC at dx on 8-bit samples: p1..p4 summed in int (exact), then doubles. */
-AUG_AVX2 static inline __m256d row_cubic4(__m128i t, __m256d dx) {
-    const __m128i v1 = byte_of(t, 0), v2 = byte_of(t, 1), v3 = byte_of(t, 2),
-                  v4 = _mm_srli_epi32(t, 24);
-    const __m128i p2 = _mm_sub_epi32(v3, v1);
-    const __m128i p3 = _mm_sub_epi32(_mm_add_epi32(_mm_slli_epi32(_mm_sub_epi32(v1, v2), 1),
-                                                   v3), v4);
-    const __m128i p4 = _mm_add_epi32(_mm_sub_epi32(_mm_sub_epi32(v2, v1), v3), v4);
-    const __m256d d1 = _mm256_cvtepi32_pd(v2), d2 = _mm256_cvtepi32_pd(p2),
-                  d3 = _mm256_cvtepi32_pd(p3), d4 = _mm256_cvtepi32_pd(p4);
+/* One row's BICUBIC at dx on 8-bit samples v1..v4: p1 = v2, p2 = -v1 + v3,
+ * p3 = 2 (v1 - v2) + v3 - v4, p4 = -v1 + v2 - v3 + v4, each exact in int, then in doubles
+ * p1 + dx (p2 + dx (p3 + dx p4)). */
+AUG_AVX2 static inline __m256d row_cubic4(__m128i t, __m256d dx, int flat) {
+    const __m256d d1 = _mm256_cvtepi32_pd(byte_of(t, 1));
+    if (flat) return d1;
+    const __m256d d2 = _mm256_cvtepi32_pd(weighted(t, -1, 0, 1, 0)),
+                  d3 = _mm256_cvtepi32_pd(weighted(t, 2, -2, 1, -1)),
+                  d4 = _mm256_cvtepi32_pd(weighted(t, -1, 1, -1, 1));
     return _mm256_add_pd(d1, _mm256_mul_pd(dx, _mm256_add_pd(
         d2, _mm256_mul_pd(dx, _mm256_add_pd(d3, _mm256_mul_pd(dx, d4))))));
 }
 
-/* bicubic_filter32RGB's channel for the lanes' pixels (rows y - 1 .. y + 2, columns x - 1 ..
- * x + 2 around ``at``). */
-AUG_AVX2 static inline __m128i bicubic4(const uint8_t *p, const int64_t at[4], ptrdiff_t row,
-                                        __m256d dx, __m256d dy) {
-    p -= 1;
-    const __m256d r0 = row_cubic4(taps(p, at, -row), dx), r1 = row_cubic4(taps(p, at, 0), dx),
-                  r2 = row_cubic4(taps(p, at, row), dx),
-                  r3 = row_cubic4(taps(p, at, 2 * row), dx);
-    __m256d v = cubic4(r0, r1, r2, r3, dy);
-    v = _mm256_min_pd(_mm256_max_pd(v, _mm256_setzero_pd()), _mm256_set1_pd(255.0));
-    return _mm256_cvttpd_epi32(v);
+/* bicubic_filter32RGB for the lanes' pixels (rows y - 1 .. y + 2, columns x - 1 .. x + 2
+ * around ``at``), the three channels' rows made together (independent chains of operations
+ * side by side), each channel clipped to 0..255 and truncated. */
+AUG_AVX2 static inline void bicubic4(const Planes *s, const int64_t at[4], __m256d dx,
+                                     __m256d dy, int flat_x, int flat_y, __m128i out[3]) {
+    const ptrdiff_t row = s->row;
+    __m256d r[3][4];
+    for (int k = flat_y ? 1 : 0; k < (flat_y ? 2 : 4); k++)
+        for (int c = 0; c < 3; c++)
+            r[c][k] = row_cubic4(taps(s->ch[c] - 1, at, (k - 1) * row), dx, flat_x);
+    for (int c = 0; c < 3; c++) {
+        __m256d v = flat_y ? r[c][1] : cubic4(r[c][0], r[c][1], r[c][2], r[c][3], dy);
+        v = _mm256_min_pd(_mm256_max_pd(v, _mm256_setzero_pd()), _mm256_set1_pd(255.0));
+        out[c] = _mm256_cvttpd_epi32(v);
+    }
 }
 
 /* The four ints of ``v`` (0..255) as bytes. */
@@ -132,9 +155,15 @@ AUG_AVX2 int aug_interpolate_row_avx2(const Planes *o, const Planes *s, const do
             int64_t at[4];
             _mm256_storeu_si256((__m256i *)(void *)at,
                                 _mm256_add_epi64(_mm256_mul_epi32(yi, row), xi));
-            for (int ch = 0; ch < 3; ch++)
-                store4(px[ch], resample == AUG_BILINEAR ? bilinear4(s->ch[ch], at, s->row, dx, dy)
-                                                        : bicubic4(s->ch[ch], at, s->row, dx, dy));
+            const int flat_x = all_zero(dx), flat_y = all_zero(dy);
+            __m128i made[3];
+            if (resample == AUG_BILINEAR) {
+                for (int ch = 0; ch < 3; ch++)
+                    made[ch] = bilinear4(s->ch[ch], at, s->row, dx, dy, flat_x, flat_y);
+            } else {
+                bicubic4(s, at, dx, dy, flat_x, flat_y, made);
+            }
+            for (int ch = 0; ch < 3; ch++) store4(px[ch], made[ch]);
         }
         for (int i = 0; i < 4; i++)
             if (!(inside >> i & 1))
