@@ -158,13 +158,21 @@ static inline void gather(uint8_t *const d[3], ptrdiff_t at, const uint8_t *cons
  * row, copied whole (tabulated where its positions would wrap); any other row is gathered as
  * its positions are made. */
 static void nearest_fixed(const Planes *o, const Planes *s, const double *a, const int fill[3],
-                          ptrdiff_t *from) {
+                          ptrdiff_t *from, int kernel) {
 #define FIX(v) (uint32_t)floor32((v) * 65536.0 + 0.5)
     uint32_t a0 = FIX(a[0]), a1 = FIX(a[1]), a3 = FIX(a[3]), a4 = FIX(a[4]);
     uint32_t a2 = FIX(a[2] + a[0] * 0.5 + a[1] * 0.5);
     uint32_t a5 = FIX(a[5] + a[3] * 0.5 + a[4] * 0.5);
 #undef FIX
     const int w = o->w, sw = s->w, sh = s->h, runs = a0 == 65536 && a3 == 0;
+#ifdef AUG_X86
+    if (!runs && kernel == AUG_KERNEL_AVX2 && aug_nearest_fits_avx2(s)) {
+        const uint32_t f[6] = {a0, a1, a2, a3, a4, a5};
+        aug_nearest_avx2(o, s, f, fill);
+        return;
+    }
+#endif
+    (void)kernel;
     const ptrdiff_t row = s->row, px = o->px;  /* in locals: no store can change them */
     const uint8_t *const p[3] = {s->ch[0], s->ch[1], s->ch[2]};
     for (int y = 0; y < o->h; y++, a2 += a1, a5 += a4) {
@@ -344,8 +352,9 @@ void aug_affine(const Planes *out, const Planes *src, const double a[6], int res
         nearest_scale(out, src, a, fill, rows);
     } else if (fixed_ok(a, 0, 0) && fixed_ok(a, out->w, out->h) && fixed_ok(a, 0, out->h) &&
                fixed_ok(a, out->w, 0)) {
-        nearest_fixed(out, src, a, fill, rows);
+        nearest_fixed(out, src, a, fill, rows, kernel);
     } else {
         nearest_float(out, src, a, fill, rows);
     }
+    (void)kernel;
 }

@@ -110,7 +110,7 @@ typedef struct {
 
 /* The source copy = the pixels with what is pending applied, planar; nothing pending after. */
 static void take_copy(Run *r) {
-    aug_apply_lut(&r->src, &r->img, r->pending.identity ? NULL : r->pending.t);
+    aug_apply_lut(&r->src, &r->img, r->pending.identity ? NULL : r->pending.t, r->kernel);
     pending_reset(&r->pending);
 }
 
@@ -142,13 +142,13 @@ static void step(Run *r, const AugOp *op) {
         return;
     case AUG_OP_COLOR:
         if (r->img.px == 1) {  /* in place */
-            if (!r->pending.identity) aug_apply_lut(&r->img, &r->img, r->pending.t);
+            if (!r->pending.identity) aug_apply_lut(&r->img, &r->img, r->pending.t, r->kernel);
             pending_reset(&r->pending);
             aug_color(&r->img, factor, r->kernel);
         } else {  /* on the planar copy, where it vectorises, and back */
             take_copy(r);
             aug_color(&r->src, factor, r->kernel);
-            aug_apply_lut(&r->img, &r->src, NULL);
+            aug_apply_lut(&r->img, &r->src, NULL, r->kernel);
         }
         return;
     case AUG_OP_SHARPNESS:
@@ -209,7 +209,7 @@ int aug_run(const AugImage *im, const AugOp *ops, size_t n, char *msg, size_t ms
     for (size_t i = 0; i < n; i++) copy |= copies(&ops[i], im->planar);
     if (copy) {  /* had before any byte changes */
         size_t at = (aug_copy_bytes(w, h) + 15) & ~(size_t)15;
-        uint8_t *mem = scratch_reserve(&aug_mem, at + sizeof(ptrdiff_t) * 2 * (size_t)w);
+        uint8_t *mem = scratch_reserve(&aug_mem, at + sizeof(ptrdiff_t) * 2 * (size_t)w + 64);
         if (mem == NULL) {
             snprintf(msg, msg_len, "no memory for a %dx%d image's copy", w, h);
             return AUG_ENOMEM;
@@ -219,7 +219,7 @@ int aug_run(const AugImage *im, const AugOp *ops, size_t n, char *msg, size_t ms
     }
     pending_reset(&r.pending);
     for (size_t i = 0; i < n; i++) step(&r, &ops[i]);
-    if (!r.pending.identity) aug_apply_lut(&r.img, &r.img, r.pending.t);
+    if (!r.pending.identity) aug_apply_lut(&r.img, &r.img, r.pending.t, r.kernel);
     return AUG_OK;
 }
 

@@ -46,7 +46,8 @@ def chains(rng: np.random.Generator, w: int, h: int) -> list[list[Op]]:
 
 def images(rng: np.random.Generator, crops: np.ndarray) -> list[np.ndarray]:
     """Planar images of many sizes: noise, and windows of the real crops."""
-    sizes = [(1, 1), (1, 7), (6, 1), (2, 2), (3, 3), (5, 9), (17, 4), (31, 33), (64, 64)]
+    sizes = [(1, 1), (1, 7), (6, 1), (2, 2), (3, 3), (5, 9), (4, 10), (3, 18), (17, 4), (31, 33),
+             (64, 64)]
     out = []
     for i, (h, w) in enumerate(sizes):
         if i % 2:
