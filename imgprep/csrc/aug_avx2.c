@@ -229,10 +229,23 @@ static inline int32_t load32(const uint8_t *p) {
     return v;
 }
 
+/* Where a step's four pixels sample: each lane's offset in a plane (row y, column x), and
+ * whether they are four neighbours of one row (at[i] = at[0] + i: translations, horizontal
+ * shears), whose bytes one load holds. */
+typedef struct {
+    int64_t at[4];
+    int row_of_four;
+} Quad;
+
 /* The four bytes at ``p + at[i] + by`` of each lane's pixel. */
-AUG_AVX2 static inline __m128i taps(const uint8_t *p, const int64_t at[4], ptrdiff_t by) {
-    return _mm_setr_epi32(load32(p + at[0] + by), load32(p + at[1] + by),
-                          load32(p + at[2] + by), load32(p + at[3] + by));
+AUG_AVX2 static inline __attribute__((always_inline)) __m128i taps(const uint8_t *p, const Quad *q, ptrdiff_t by) {
+    if (q->row_of_four) {  /* bytes i .. i + 3 of the eight from at[0] */
+        const __m128i spread = _mm_setr_epi8(0, 1, 2, 3, 1, 2, 3, 4, 2, 3, 4, 5, 3, 4, 5, 6);
+        return _mm_shuffle_epi8(
+            _mm_loadl_epi64((const __m128i *)(const void *)(p + q->at[0] + by)), spread);
+    }
+    return _mm_setr_epi32(load32(p + q->at[0] + by), load32(p + q->at[1] + by),
+                          load32(p + q->at[2] + by), load32(p + q->at[3] + by));
 }
 
 /* Byte ``k`` of each lane, as an int. */
@@ -265,11 +278,11 @@ AUG_AVX2 static inline __m256d row_linear4(__m128i t, __m256d dx, int flat) {
 
 /* bilinear_filter32RGB's channel for the lanes' pixels (rows y and y + 1, columns x, x + 1
  * at ``at``): the rows at dx, then ``v1 + (v2 - v1) dy``, truncated. */
-AUG_AVX2 static inline __m128i bilinear4(const uint8_t *p, const int64_t at[4], ptrdiff_t row,
+AUG_AVX2 static inline __attribute__((always_inline)) __m128i bilinear4(const uint8_t *p, const Quad *q, ptrdiff_t row,
                                          __m256d dx, __m256d dy, int flat_x, int flat_y) {
-    __m256d v1 = row_linear4(taps(p, at, 0), dx, flat_x);
+    __m256d v1 = row_linear4(taps(p, q, 0), dx, flat_x);
     if (!flat_y) {
-        const __m256d v2 = row_linear4(taps(p, at, row), dx, flat_x);
+        const __m256d v2 = row_linear4(taps(p, q, row), dx, flat_x);
         v1 = _mm256_add_pd(v1, _mm256_mul_pd(_mm256_sub_pd(v2, v1), dy));
     }
     return _mm256_cvttpd_epi32(v1);
@@ -304,13 +317,13 @@ AUG_AVX2 static inline __m256d row_cubic4(__m128i t, __m256d dx, int flat) {
 /* bicubic_filter32RGB for the lanes' pixels (rows y - 1 .. y + 2, columns x - 1 .. x + 2
  * around ``at``), the three channels' rows made together (independent chains of operations
  * side by side), each channel clipped to 0..255 and truncated. */
-AUG_AVX2 static inline void bicubic4(const Planes *s, const int64_t at[4], __m256d dx,
-                                     __m256d dy, int flat_x, int flat_y, __m128i out[3]) {
+AUG_AVX2 static inline __attribute__((always_inline)) void bicubic4(const Planes *s, const Quad *q, __m256d dx, __m256d dy,
+                                     int flat_x, int flat_y, __m128i out[3]) {
     const ptrdiff_t row = s->row;
     __m256d r[3][4];
     for (int k = flat_y ? 1 : 0; k < (flat_y ? 2 : 4); k++)
         for (int c = 0; c < 3; c++)
-            r[c][k] = row_cubic4(taps(s->ch[c] - 1, at, (k - 1) * row), dx, flat_x);
+            r[c][k] = row_cubic4(taps(s->ch[c] - 1, q, (k - 1) * row), dx, flat_x);
     for (int c = 0; c < 3; c++) {
         __m256d v = flat_y ? r[c][1] : cubic4(r[c][0], r[c][1], r[c][2], r[c][3], dy);
         v = _mm256_min_pd(_mm256_max_pd(v, _mm256_setzero_pd()), _mm256_set1_pd(255.0));
@@ -351,16 +364,27 @@ AUG_AVX2 int aug_interpolate_row_avx2(const Planes *o, const Planes *s, const do
             const __m256d dx = _mm256_sub_pd(u, fu), dy = _mm256_sub_pd(v, fv);
             const __m256i xi = _mm256_cvtepi32_epi64(_mm256_cvttpd_epi32(fu));
             const __m256i yi = _mm256_cvtepi32_epi64(_mm256_cvttpd_epi32(fv));
-            int64_t at[4];
-            _mm256_storeu_si256((__m256i *)(void *)at,
-                                _mm256_add_epi64(_mm256_mul_epi32(yi, row), xi));
+            const __m256i at = _mm256_add_epi64(_mm256_mul_epi32(yi, row), xi);
+            const __m256i from_first = _mm256_sub_epi64(at, _mm256_permute4x64_epi64(at, 0));
+            Quad q = {.row_of_four = _mm256_movemask_pd(_mm256_castsi256_pd(_mm256_cmpeq_epi64(
+                                         from_first, _mm256_setr_epi64x(0, 1, 2, 3)))) == 15};
+            _mm256_storeu_si256((__m256i *)(void *)q.at, at);
             const int flat_x = all_zero(dx), flat_y = all_zero(dy);
             __m128i made[3];
-            if (resample == AUG_BILINEAR) {
+            if (resample == AUG_BILINEAR && q.row_of_four) {  /* each path its own code */
+                q.row_of_four = 1;
                 for (int ch = 0; ch < 3; ch++)
-                    made[ch] = bilinear4(s->ch[ch], at, s->row, dx, dy, flat_x, flat_y);
+                    made[ch] = bilinear4(s->ch[ch], &q, s->row, dx, dy, flat_x, flat_y);
+            } else if (resample == AUG_BILINEAR) {
+                q.row_of_four = 0;
+                for (int ch = 0; ch < 3; ch++)
+                    made[ch] = bilinear4(s->ch[ch], &q, s->row, dx, dy, flat_x, flat_y);
+            } else if (q.row_of_four) {
+                q.row_of_four = 1;
+                bicubic4(s, &q, dx, dy, flat_x, flat_y, made);
             } else {
-                bicubic4(s, at, dx, dy, flat_x, flat_y, made);
+                q.row_of_four = 0;
+                bicubic4(s, &q, dx, dy, flat_x, flat_y, made);
             }
             for (int ch = 0; ch < 3; ch++) store4(px[ch], made[ch]);
         }

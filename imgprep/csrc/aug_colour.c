@@ -118,6 +118,7 @@ static void count_pixel_row(uint32_t raw[3][4][256], const uint8_t *p, int w) {
     int x = 0;
     for (; x + 24 <= n; x += 24) {
         const uint64_t v[3] = {load64(p + x), load64(p + x + 8), load64(p + x + 16)};
+#pragma GCC unroll 24
         for (int j = 0; j < 24; j++) raw[j % 3][(j / 3) & 3][byte_at(v[j / 8], j % 8)]++;
     }
     for (; x < n; x++) raw[x % 3][0][p[x]]++;
@@ -139,6 +140,35 @@ void aug_histogram(const Planes *im, const Lut lut, uint64_t hist[3][256]) {
         for (int v = 0; v < 256; v++)
             hist[c][lut ? lut[c][v] : v] += (uint64_t)raw[c][0][v] + raw[c][1][v] +
                                             raw[c][2][v] + raw[c][3][v];
+}
+
+void aug_extremes(const Planes *im, uint64_t hist[3][256]) {
+    uint8_t lo[3] = {255, 255, 255}, hi[3] = {0, 0, 0};
+    const int w = im->w;
+    for (int y = 0; y < im->h; y++) {
+        if (im->px == 1) {  /* a plane's row: minima and maxima the compiler vectorises */
+            for (int c = 0; c < 3; c++) {
+                const uint8_t *p = im->ch[c] + y * im->row;
+                uint8_t l = lo[c], h = hi[c];
+                for (int x = 0; x < w; x++) {
+                    l = p[x] < l ? p[x] : l;
+                    h = p[x] > h ? p[x] : h;
+                }
+                lo[c] = l;
+                hi[c] = h;
+            }
+            continue;
+        }
+        const uint8_t *p = im->ch[0] + y * im->row;
+        for (int x = 0; x < w; x++, p += 3) {
+            for (int c = 0; c < 3; c++) {
+                lo[c] = p[c] < lo[c] ? p[c] : lo[c];
+                hi[c] = p[c] > hi[c] ? p[c] : hi[c];
+            }
+        }
+    }
+    memset(hist, 0, sizeof(uint64_t) * 3 * 256);
+    for (int c = 0; c < 3; c++) hist[c][lo[c]] = hist[c][hi[c]] = 1;
 }
 
 /* ImageStat's mean is sum / count, a correctly rounded division (both exact in a double
@@ -182,9 +212,11 @@ static void lut_pixel_row(uint8_t *d, const uint8_t *s, const Lut lut, int w) {
     const int n = 3 * w;
     int x = 0;
     for (; x + 24 <= n; x += 24) {
+#pragma GCC unroll 3
         for (int i = 0; i < 3; i++) {
             const uint64_t v = load64(s + x + 8 * i);
             uint64_t r = 0;
+#pragma GCC unroll 8
             for (int k = 0; k < 8; k++)
                 r |= (uint64_t)lut[(8 * i + k) % 3][byte_at(v, k)] << (8 * k);
             memcpy(d + x + 8 * i, &r, 8);

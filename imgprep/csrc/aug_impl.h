@@ -94,6 +94,9 @@ void aug_lut_equalize(uint8_t t[256], const uint64_t hist[256]);
 
 /* Each channel's histogram of ``im`` as ``lut`` maps it (NULL: as it is). */
 void aug_histogram(const Planes *im, const Lut lut, uint64_t hist[3][256]);
+/* Each channel's lowest and highest levels in ``im``, as a histogram that counts those two
+ * once each (one level: once) and nothing else: a pass of minima and maxima. */
+void aug_extremes(const Planes *im, uint64_t hist[3][256]);
 /* ImageEnhance.Contrast's degenerate value: the mean of the grayscale ("L") image of ``im``
  * as ``lut`` maps it (NULL: as it is), rounded as Pillow rounds it. */
 int aug_gray_mean(const Planes *im, const Lut lut);

@@ -131,7 +131,10 @@ static void step(Run *r, const AugOp *op) {
         break;
     case AUG_OP_AUTOCONTRAST:
     case AUG_OP_EQUALIZE:
-        aug_histogram(&r->img, r->pending.identity ? NULL : r->pending.t, hist);
+        if (op->kind == AUG_OP_AUTOCONTRAST && r->pending.identity)
+            aug_extremes(&r->img, hist);  /* all that autocontrast reads of a histogram */
+        else
+            aug_histogram(&r->img, r->pending.identity ? NULL : r->pending.t, hist);
         for (int c = 0; c < 3; c++) {
             if (op->kind == AUG_OP_EQUALIZE)
                 aug_lut_equalize(lut[c], hist[c]);
