@@ -34,10 +34,10 @@
  *     ``out`` as RGB, rows of pixels (HWC) or three planes (CHW), mirrored when ``flip``:
  *     one pass instead of a flip, a split and a copy.
  *
- * augment(out, width, height, planar, ops)
+ * augment(out, width, height, planar, ops[, kernel])
  *     Carries a list of augmentation ops out in place on one RGB image (three planes or rows
  *     of pixels), each equal to stock Pillow's own call (imgprep/csrc/augment_py.c,
- *     imgprep/augment.py).
+ *     imgprep/augment.py); augment_kernel(kernel) names the kernel that runs.
  *
  * Every argument is range-checked here, in signed arithmetic with overflow checks, before
  * any byte is touched (ValueError otherwise). Built for the stable ABI (3.11+), so one build
@@ -255,8 +255,9 @@ static PyMethodDef methods[] = {
     {"sample", py_sample, METH_VARARGS, "sample(data, width, height, draft, resize, box, crop, "
      "flip, planar, whole, max_pixels, out) -> SampleResult(status, path, message, scan) "
      "(imgprep/csrc/sample_py.c)"},
-    {"augment", py_augment, METH_VARARGS, "augment(out, width, height, planar, ops) -> None "
-     "(imgprep/csrc/augment_py.c)"},
+    {"augment", py_augment, METH_VARARGS, "augment(out, width, height, planar, ops[, kernel]) "
+     "-> None (imgprep/csrc/augment_py.c)"},
+    {"augment_kernel", py_augment_kernel, METH_VARARGS, "augment_kernel(kernel) -> str"},
     {"raw_record", py_raw_record, METH_VARARGS, "raw_record(jpeg, mode, max_pixels) -> "
      "RawRecordResult(status, message, record, mode, width, height) "
      "(imgprep/csrc/rawstore_py.c)"},
@@ -299,6 +300,7 @@ static const struct {
     {"AUG_OP_EQUALIZE", AUG_OP_EQUALIZE}, {"AUG_OP_INVERT", AUG_OP_INVERT},
     {"AUG_NEAREST", AUG_NEAREST}, {"AUG_BILINEAR", AUG_BILINEAR}, {"AUG_BICUBIC", AUG_BICUBIC},
     {"AUG_MAX_OPS", AUG_MAX_OPS}, {"AUG_MAX_ARG", AUG_MAX_ARG},
+    {"AUG_KERNEL_PORTABLE", AUG_KERNEL_PORTABLE}, {"AUG_KERNEL_AVX2", AUG_KERNEL_AVX2},
 };
 
 static int add_constants(PyObject *m) {

@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import ModuleType
 
 import numpy as np
@@ -62,10 +62,12 @@ OPS: tuple[str, ...] = ("identity", "affine", "brightness", "color", "contrast",
                         "posterize", "solarize", "solarize_add", "autocontrast", "equalize",
                         "invert")
 RESAMPLES: tuple[str, ...] = ("nearest", "bilinear", "bicubic")
+KERNELS: tuple[str, ...] = ("portable", "avx2")  # the extension's AUG_KERNEL_* 0, 1
 _ARITY = {"identity": 0, "affine": 6, "brightness": 1, "color": 1, "contrast": 1,
          "sharpness": 1, "posterize": 1, "solarize": 1, "solarize_add": 2, "autocontrast": 0,
          "equalize": 0, "invert": 0}  # the arguments each kind takes
 
+_UINT8 = np.dtype(np.uint8)
 AVAILABLE: bool = _ext is not None and hasattr(_ext, "augment")
 _CODES = {name: getattr(_ext, f"AUG_OP_{name.upper()}") for name in OPS} if AVAILABLE else {}
 _FILTERS = {name: getattr(_ext, f"AUG_{name.upper()}") for name in RESAMPLES} \
@@ -82,36 +84,62 @@ def _real(value: object, what: str) -> float:
     return number
 
 
-@dataclass(frozen=True)
+def _finite_floats(args: tuple[object, ...]) -> bool:
+    """Whether every one of ``args`` is already a finite float (the policies' ops: nothing to
+    convert; ``x - x`` is 0 for a finite float, NaN otherwise)."""
+    for a in args:
+        if type(a) is not float or a - a != 0.0:
+            return False
+    return True
+
+
+def _bytes3(fill: object) -> bool:
+    """Whether ``fill`` is already three Python ints in 0..255."""
+    if type(fill) is not tuple or len(fill) != 3:
+        return False
+    r, g, b = fill
+    return type(r) is int and type(g) is int and type(b) is int and \
+        0 <= r <= 255 and 0 <= g <= 255 and 0 <= b <= 255
+
+
+@dataclass(frozen=True, init=False)
 class Op:
     """One op: ``kind`` (one of ``OPS``) and its ``args`` (floats; the module's table says
     which), ``resample`` and ``fill`` for ``affine`` (the other kinds ignore them). Checked
-    on construction (ValueError); ``args`` are kept as floats and ``fill`` as ints."""
+    on construction (ValueError); ``args`` are kept as floats and ``fill`` as ints. The form
+    ``apply`` hands the extension is made once, here (``packed``: not compared)."""
 
     kind: str
     args: tuple[float, ...] = ()
     resample: str = "nearest"
     fill: tuple[int, int, int] = (0, 0, 0)
+    packed: tuple[int, tuple[float, ...], int, tuple[int, int, int]] = field(
+        init=False, repr=False, compare=False)
 
-    def __post_init__(self) -> None:
-        if self.kind not in _ARITY:
-            raise ValueError(f"unknown augmentation op {self.kind!r}; one of {', '.join(OPS)}")
-        if not isinstance(self.args, tuple) or len(self.args) != _ARITY[self.kind]:
-            raise ValueError(f"{self.kind} takes a tuple of {_ARITY[self.kind]} arguments, not "
-                             f"{self.args!r}")
-        args = tuple(_real(a, f"{self.kind}'s argument {i}") for i, a in enumerate(self.args))
-        if self.kind == "posterize" and not (args[0].is_integer() and 0 <= args[0] <= 8):
-            raise ValueError(f"posterize keeps an integer 0..8 of bits, not {self.args[0]!r}")
-        if self.resample not in RESAMPLES:
-            raise ValueError(f"unknown resample {self.resample!r}; one of "
-                             f"{', '.join(RESAMPLES)}")
-        fill = self.fill
-        if not isinstance(fill, tuple) or len(fill) != 3 or not all(
-                isinstance(v, int | np.integer) and not isinstance(v, bool) and 0 <= v <= 255
-                for v in fill):
-            raise ValueError(f"fill must be three ints in 0..255 (R, G, B), not {fill!r}")
-        object.__setattr__(self, "args", args)
-        object.__setattr__(self, "fill", tuple(int(v) for v in fill))
+    def __init__(self, kind: str, args: tuple[float, ...] = (), resample: str = "nearest",
+                 fill: tuple[int, int, int] = (0, 0, 0)) -> None:
+        arity = _ARITY.get(kind)
+        if arity is None:
+            raise ValueError(f"unknown augmentation op {kind!r}; one of {', '.join(OPS)}")
+        if not isinstance(args, tuple) or len(args) != arity:
+            raise ValueError(f"{kind} takes a tuple of {arity} arguments, not {args!r}")
+        given = args
+        if not _finite_floats(args):
+            args = tuple(_real(a, f"{kind}'s argument {i}") for i, a in enumerate(args))
+        if kind == "posterize" and not (args[0].is_integer() and 0 <= args[0] <= 8):
+            raise ValueError(f"posterize keeps an integer 0..8 of bits, not {given[0]!r}")
+        if resample not in RESAMPLES:
+            raise ValueError(f"unknown resample {resample!r}; one of {', '.join(RESAMPLES)}")
+        if not _bytes3(fill):
+            if not isinstance(fill, tuple) or len(fill) != 3 or not all(
+                    isinstance(v, int | np.integer) and not isinstance(v, bool) and
+                    0 <= v <= 255 for v in fill):
+                raise ValueError(f"fill must be three ints in 0..255 (R, G, B), not {fill!r}")
+            fill = (int(fill[0]), int(fill[1]), int(fill[2]))
+        # frozen: the fields are set once, here, in the instance's dict
+        self.__dict__.update(kind=kind, args=args, resample=resample, fill=fill,
+                             packed=(_CODES.get(kind, -1), args, _FILTERS.get(resample, -1),
+                                     fill))
 
 
 def _module() -> ModuleType:
@@ -123,25 +151,47 @@ def _module() -> ModuleType:
     return _ext
 
 
-def apply(out: np.ndarray, ops: Sequence[Op], *, planar: bool) -> None:
+def kernel(name: str | None = None) -> str:
+    """The kernel that carries the ops out here (``name``: check that this CPU runs that
+    one); ValueError when it cannot. Every kernel gives the same bytes."""
+    if name is not None and name not in KERNELS:
+        raise ValueError(f"unknown augmentation kernel {name!r}; one of {', '.join(KERNELS)}")
+    return str(_module().augment_kernel(-1 if name is None else KERNELS.index(name)))
+
+
+def kernels() -> tuple[str, ...]:
+    """The kernels this CPU runs, portable first."""
+    return KERNELS[:KERNELS.index(kernel()) + 1]
+
+
+def apply(out: np.ndarray, ops: Sequence[Op], *, planar: bool,
+          kernel: str | None = None) -> None:
     """Carry ``ops`` out in order, in place, on one uint8 RGB image ``out``: 3 x H x W
     (``planar``) or H x W x 3, C-contiguous; one call into the extension, the GIL released;
-    each op's bytes equal to stock Pillow's own call. ValueError for a wrong image or op
-    (the extension checks every argument again before it touches a byte); DependencyError
-    where the extension is not built."""
+    each op's bytes equal to stock Pillow's own call, whichever ``kernel`` (None: the best
+    this CPU runs; ``KERNELS``) carries them out. ValueError for a wrong image or op (the
+    extension checks every argument again before it touches a byte) or a kernel this CPU
+    lacks; DependencyError where the extension is not built."""
     ext = _module()
-    if not isinstance(out, np.ndarray) or out.dtype != np.uint8 or out.ndim != 3 or \
+    if not isinstance(out, np.ndarray) or out.dtype != _UINT8 or out.ndim != 3 or \
             out.shape[0 if planar else 2] != 3:
         shape = "3 x H x W" if planar else "H x W x 3"
         got = f"{out.dtype} {out.shape}" if isinstance(out, np.ndarray) else type(out).__name__
         raise ValueError(f"the image must be a {shape} uint8 array, not {got}")
-    if not out.flags.c_contiguous or not out.flags.writeable:
+    flags = out.flags
+    if not flags.c_contiguous or not flags.writeable:
         raise ValueError("the image must be C-contiguous and writeable (np.ascontiguousarray)")
-    if not all(isinstance(op, Op) for op in ops):
-        raise ValueError(f"ops must be imgprep.augment.Op records, not {list(ops)!r}")
+    packed = []
+    for op in ops:
+        if not isinstance(op, Op):
+            raise ValueError(f"ops must be imgprep.augment.Op records, not {list(ops)!r}")
+        packed.append(op.packed)
     height, width = out.shape[1:] if planar else out.shape[:2]
-    packed = tuple((_CODES[op.kind], op.args, _FILTERS[op.resample], op.fill) for op in ops)
-    ext.augment(out, width, height, planar, packed)
+    if kernel is None:
+        ext.augment(out, width, height, planar, tuple(packed))
+    else:
+        number = KERNELS.index(kernel) if kernel in KERNELS else len(KERNELS)
+        ext.augment(out, width, height, planar, tuple(packed), number)
 
 
 def shear_matrix(x: float = 0.0, y: float = 0.0) -> tuple[float, ...]:

@@ -115,22 +115,30 @@ LEVEL_TO_ARG: dict[str, Callable[[float, float], float]] = {
 def timm_op(step: Step, size: int, fill: tuple[int, int, int]) -> Op | None:
     """timm's op function (``NAME_TO_OP``) on a ``size`` x ``size`` PIL image as one ``Op``
     (None where it returns the image unchanged: ``posterize`` of 8 bits or more)."""
-    name, m = step.name.removesuffix("Increasing"), step.magnitude
-    look = {"resample": step.resample or "nearest", "fill": fill}
-    if name == "Rotate":  # img.rotate(degrees, resample=..., fillcolor=...)
-        return Op("affine", rotate_matrix(m, size, size), **look)  # type: ignore[arg-type]
-    matrices = {"ShearX": (1, m, 0, 0, 1, 0), "ShearY": (1, 0, 0, m, 1, 0),
-                "TranslateXRel": (1, 0, m * size, 0, 1, 0),
-                "TranslateYRel": (1, 0, 0, 0, 1, m * size)}
-    if name in matrices:
-        return Op("affine", tuple(float(v) for v in matrices[name]), **look)  # type: ignore[arg-type]
+    name, m = step.name.removesuffix("Increasing"), float(step.magnitude)
+    if name in GEOMETRIC:  # img.rotate(degrees, resample=..., fillcolor=...), img.transform
+        return Op("affine", _matrix(name, m, size), step.resample or "nearest", fill)
     if name == "Posterize":  # fewer than 0 bits keep none, as 0 does
-        return None if m >= 8 else Op("posterize", (max(0, int(m)),))
+        return None if m >= 8 else Op("posterize", (float(max(0, int(m))),))
     if name == "SolarizeAdd":
-        return Op("solarize_add", (m, 128))
+        return Op("solarize_add", (m, 128.0))
     if name in ("Solarize", "Color", "Contrast", "Brightness", "Sharpness"):
         return Op(name.lower(), (m,))
     return Op(name.lower())  # AutoContrast, Equalize, Invert
+
+
+def _matrix(name: str, m: float, size: int) -> tuple[float, ...]:
+    """The matrix of timm's geometric op ``name`` at argument ``m``: ``img.rotate``'s, or the
+    literal one its ``transform`` call passes."""
+    if name == "Rotate":
+        return rotate_matrix(m, size, size)
+    if name == "ShearX":
+        return (1.0, m, 0.0, 0.0, 1.0, 0.0)
+    if name == "ShearY":
+        return (1.0, 0.0, 0.0, m, 1.0, 0.0)
+    if name == "TranslateXRel":
+        return (1.0, 0.0, m * size, 0.0, 1.0, 0.0)
+    return (1.0, 0.0, 0.0, 0.0, 1.0, m * size)  # TranslateYRel
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -60,6 +61,14 @@ def tv_space(table: str, bins: int, size: int) -> Space:
     if table == "aa":
         space["Invert"] = (None, False)
     return space
+
+
+@functools.cache
+def tv_rows(table: str, bins: int, size: int) -> tuple[tuple[str, tuple[float, ...] | None,
+                                                          bool], ...]:
+    """``tv_space(table, bins, size)`` as rows (op, magnitudes or None, signed), in its
+    order: what a draw indexes."""
+    return tuple((op, m, signed) for op, (m, signed) in tv_space(table, bins, size).items())
 
 
 def inverse_affine(center: tuple[float, float], angle: float, translate: tuple[float, float],
@@ -125,8 +134,27 @@ class _Torchvision:
         raise NotImplementedError
 
     def draw(self, size: int, rng: np.random.Generator) -> tuple[Op, ...]:
-        made = (tv_op(s, size, self.interpolation, self.fill) for s in self.steps(size, rng))
-        return tuple(op for op in made if op is not None)
+        """The ops of ``steps(size, rng)``, each made once (``tv_op``) and kept: a policy's
+        steps come from a finite table, so after the first samples a draw is its steps and
+        a look-up per step."""
+        made, out = _made(size, self.interpolation, self.fill), []
+        for s in self.steps(size, rng):
+            key = s if s.magnitude else (s, math.copysign(1.0, s.magnitude))  # -0.0 apart
+            if key in made:
+                op = made[key]
+            else:
+                op = made[key] = tv_op(s, size, self.interpolation, self.fill)
+            if op is not None:
+                out.append(op)
+        return tuple(out)
+
+
+@functools.lru_cache(maxsize=64)
+def _made(size: int, interpolation: str,
+          fill: tuple[int, int, int]) -> dict[Hashable, Op | None]:
+    """The ops made so far for the steps of ``size`` x ``size`` crops with this look (a
+    step's magnitude with its sign: a shear of -0.0 makes a matrix of its own zeros)."""
+    return {}
 
 
 def _signed(m: float, signed: bool, negative: bool) -> float:
@@ -146,10 +174,9 @@ class TrivialAugmentWide(_Torchvision):
             raise ValueError(f"{self}: num_magnitude_bins must be >= 2")
 
     def steps(self, size: int, rng: np.random.Generator) -> tuple[Step, ...]:
-        space = tv_space("wide", self.num_magnitude_bins, size)
+        space = tv_rows("wide", self.num_magnitude_bins, size)
         u_op, u_bin, u_sign = rng.random(3).tolist()
-        op = tuple(space)[pick(u_op, len(space))]
-        magnitudes, signed = space[op]
+        op, magnitudes, signed = space[pick(u_op, len(space))]
         m = 0.0 if magnitudes is None else magnitudes[pick(u_bin, len(magnitudes))]
         return (Step(op, _signed(m, signed, u_sign < 0.5)),)
 
@@ -172,11 +199,9 @@ class RandAugment(_Torchvision):
         object.__setattr__(self, "name", f"ra-n{self.num_ops}-m{self.magnitude}")
 
     def steps(self, size: int, rng: np.random.Generator) -> tuple[Step, ...]:
-        space = tv_space("ra", self.num_magnitude_bins, size)
-        names, out = tuple(space), []
+        space, out = tv_rows("ra", self.num_magnitude_bins, size), []
         for u_op, u_sign in rng.random((self.num_ops, 2)).tolist():
-            op = names[pick(u_op, len(names))]
-            magnitudes, signed = space[op]
+            op, magnitudes, signed = space[pick(u_op, len(space))]
             m = 0.0 if magnitudes is None else magnitudes[self.magnitude]
             out.append(Step(op, _signed(m, signed, u_sign < 0.5)))
         return tuple(out)
@@ -234,4 +259,4 @@ class AutoAugmentImageNet(_Torchvision):
 
 
 __all__ = ["IMAGENET_POLICY", "AutoAugmentImageNet", "RandAugment", "TrivialAugmentWide",
-           "inverse_affine", "tv_op", "tv_space"]
+           "inverse_affine", "tv_op", "tv_rows", "tv_space"]

@@ -158,13 +158,21 @@ static inline void gather(uint8_t *const d[3], ptrdiff_t at, const uint8_t *cons
  * row, copied whole (tabulated where its positions would wrap); any other row is gathered as
  * its positions are made. */
 static void nearest_fixed(const Planes *o, const Planes *s, const double *a, const int fill[3],
-                          ptrdiff_t *from) {
+                          ptrdiff_t *from, int kernel) {
 #define FIX(v) (uint32_t)floor32((v) * 65536.0 + 0.5)
     uint32_t a0 = FIX(a[0]), a1 = FIX(a[1]), a3 = FIX(a[3]), a4 = FIX(a[4]);
     uint32_t a2 = FIX(a[2] + a[0] * 0.5 + a[1] * 0.5);
     uint32_t a5 = FIX(a[5] + a[3] * 0.5 + a[4] * 0.5);
 #undef FIX
     const int w = o->w, sw = s->w, sh = s->h, runs = a0 == 65536 && a3 == 0;
+#ifdef AUG_X86
+    if (!runs && kernel == AUG_KERNEL_AVX2 && aug_nearest_fits_avx2(s)) {
+        const uint32_t f[6] = {a0, a1, a2, a3, a4, a5};
+        aug_nearest_avx2(o, s, f, fill);
+        return;
+    }
+#endif
+    (void)kernel;
     const ptrdiff_t row = s->row, px = o->px;  /* in locals: no store can change them */
     const uint8_t *const p[3] = {s->ch[0], s->ch[1], s->ch[2]};
     for (int y = 0; y < o->h; y++, a2 += a1, a5 += a4) {
@@ -286,12 +294,19 @@ static inline void bicubic(const Planes *s, double u, double v, uint8_t out[3]) 
     }
 }
 
-/* ImagingGenericTransform with affine_transform: the matrix at each pixel's centre. */
+/* ImagingGenericTransform with affine_transform: the matrix at each pixel's centre; with
+ * AVX2, each row's pixels four at a time and the rest here. */
 static void interpolated(const Planes *o, const Planes *s, const double *a, int resample,
-                         const int fill[3]) {
+                         const int fill[3], int kernel) {
     for (int y = 0; y < o->h; y++) {
         double yin = y + 0.5;
-        for (int x = 0; x < o->w; x++) {
+        int x = 0;
+#ifdef AUG_X86
+        if (kernel == AUG_KERNEL_AVX2) x = aug_interpolate_row_avx2(o, s, a, resample, fill, y);
+#else
+        (void)kernel;
+#endif
+        for (; x < o->w; x++) {
             double xin = x + 0.5;
             double u = a[0] * xin + a[1] * yin + a[2], v = a[3] * xin + a[4] * yin + a[5];
             uint8_t px[3] = {(uint8_t)fill[0], (uint8_t)fill[1], (uint8_t)fill[2]};
@@ -309,16 +324,37 @@ static void interpolated(const Planes *o, const Planes *s, const double *a, int 
     }
 }
 
+void aug_pad(const Planes *s) {
+    const int w = s->w, h = s->h;
+    const size_t span = (size_t)w + 2 * AUG_PAD;
+    for (int c = 0; c < 3; c++) {
+        uint8_t *p = s->ch[c];
+        for (int y = 0; y < h; y++) {
+            uint8_t *r = p + y * s->row;
+            for (int k = 1; k <= AUG_PAD; k++) {
+                r[-k] = r[0];
+                r[w - 1 + k] = r[w - 1];
+            }
+        }
+        for (int k = 1; k <= AUG_PAD; k++) {
+            memcpy(p - k * s->row - AUG_PAD, p - AUG_PAD, span);
+            memcpy(p + (h - 1 + k) * s->row - AUG_PAD, p + (h - 1) * s->row - AUG_PAD, span);
+        }
+    }
+}
+
 void aug_affine(const Planes *out, const Planes *src, const double a[6], int resample,
-                const int fill[3], ptrdiff_t *rows) {
+                const int fill[3], ptrdiff_t *rows, int kernel) {
     if (resample != AUG_NEAREST) {
-        interpolated(out, src, a, resample, fill);
+        aug_pad(src);
+        interpolated(out, src, a, resample, fill, kernel);
     } else if (a[1] == 0 && a[3] == 0) {
         nearest_scale(out, src, a, fill, rows);
     } else if (fixed_ok(a, 0, 0) && fixed_ok(a, out->w, out->h) && fixed_ok(a, 0, out->h) &&
                fixed_ok(a, out->w, 0)) {
-        nearest_fixed(out, src, a, fill, rows);
+        nearest_fixed(out, src, a, fill, rows, kernel);
     } else {
         nearest_float(out, src, a, fill, rows);
     }
+    (void)kernel;
 }

@@ -17,7 +17,7 @@
 #include "bounds.h"
 #include "scratch.h"
 
-static _Thread_local Scratch aug_mem;  /* the source copy, then the rows' offsets */
+static _Thread_local Scratch aug_mem;  /* the source copy (aug_copy_bytes), then the rows */
 
 static const signed char ARITY[AUG_OP_KINDS] = {
     [AUG_OP_IDENTITY] = 0, [AUG_OP_AFFINE] = 6, [AUG_OP_BRIGHTNESS] = 1,
@@ -102,14 +102,15 @@ static void pending_then1(Pending *p, const uint8_t next[256]) {
 }
 
 typedef struct {
-    Planes img, src;      /* the image; the planar copy of its source */
-    ptrdiff_t *rows;      /* two rows' offsets (the nearest paths), or a row's bytes */
+    Planes img, src;      /* the image; the planar copy of its source, inside its border */
+    ptrdiff_t *rows;      /* two rows' offsets (the nearest paths), or sharpness's rows */
     Pending pending;
+    int kernel;           /* AUG_KERNEL_PORTABLE or AUG_KERNEL_AVX2 */
 } Run;
 
 /* The source copy = the pixels with what is pending applied, planar; nothing pending after. */
 static void take_copy(Run *r) {
-    aug_apply_lut(&r->src, &r->img, r->pending.identity ? NULL : r->pending.t);
+    aug_apply_lut(&r->src, &r->img, r->pending.identity ? NULL : r->pending.t, r->kernel);
     pending_reset(&r->pending);
 }
 
@@ -130,7 +131,10 @@ static void step(Run *r, const AugOp *op) {
         break;
     case AUG_OP_AUTOCONTRAST:
     case AUG_OP_EQUALIZE:
-        aug_histogram(&r->img, r->pending.identity ? NULL : r->pending.t, hist);
+        if (op->kind == AUG_OP_AUTOCONTRAST && r->pending.identity)
+            aug_extremes(&r->img, hist);  /* all that autocontrast reads of a histogram */
+        else
+            aug_histogram(&r->img, r->pending.identity ? NULL : r->pending.t, hist);
         for (int c = 0; c < 3; c++) {
             if (op->kind == AUG_OP_EQUALIZE)
                 aug_lut_equalize(lut[c], hist[c]);
@@ -141,22 +145,22 @@ static void step(Run *r, const AugOp *op) {
         return;
     case AUG_OP_COLOR:
         if (r->img.px == 1) {  /* in place */
-            if (!r->pending.identity) aug_apply_lut(&r->img, &r->img, r->pending.t);
+            if (!r->pending.identity) aug_apply_lut(&r->img, &r->img, r->pending.t, r->kernel);
             pending_reset(&r->pending);
-            aug_color(&r->img, factor);
+            aug_color(&r->img, factor, r->kernel);
         } else {  /* on the planar copy, where it vectorises, and back */
             take_copy(r);
-            aug_color(&r->src, factor);
-            aug_apply_lut(&r->img, &r->src, NULL);
+            aug_color(&r->src, factor, r->kernel);
+            aug_apply_lut(&r->img, &r->src, NULL, r->kernel);
         }
         return;
     case AUG_OP_SHARPNESS:
         take_copy(r);
-        aug_sharpness(&r->img, &r->src, factor, (uint8_t *)r->rows);
+        aug_sharpness(&r->img, &r->src, factor, r->rows, r->kernel);
         return;
     case AUG_OP_AFFINE:
         take_copy(r);
-        aug_affine(&r->img, &r->src, op->args, op->resample, op->fill, r->rows);
+        aug_affine(&r->img, &r->src, op->args, op->resample, op->fill, r->rows, r->kernel);
         return;
     default:  /* identity */
         return;
@@ -170,25 +174,55 @@ static int copies(const AugOp *op, int planar) {
            (op->kind == AUG_OP_COLOR && !planar);
 }
 
+static int best_kernel(void) {
+    static int best = -1;
+    int b = __atomic_load_n(&best, __ATOMIC_RELAXED);
+    if (b < 0) {
+        b = AUG_KERNEL_PORTABLE;
+#ifdef AUG_X86
+        __builtin_cpu_init();
+        if (__builtin_cpu_supports("avx2")) b = AUG_KERNEL_AVX2;
+#endif
+        __atomic_store_n(&best, b, __ATOMIC_RELAXED);
+    }
+    return b;
+}
+
+int aug_resolve_kernel(int64_t requested) {
+    int best = best_kernel();
+    if (requested == AUG_KERNEL_AUTO) return best;
+    if (requested < AUG_KERNEL_PORTABLE || requested > best) return -1;
+    return (int)requested;
+}
+
+const char *aug_kernel_name(int kernel) {
+    static const char *const names[AUG_KERNELS] = {"portable", "avx2"};
+    return kernel >= 0 && kernel < AUG_KERNELS ? names[kernel] : NULL;
+}
+
 int aug_run(const AugImage *im, const AugOp *ops, size_t n, char *msg, size_t msg_len) {
     if (check(im, ops, n, msg, msg_len) != AUG_OK) return AUG_INVALID;
+    int kernel = aug_resolve_kernel(im->kernel);
+    if (kernel < 0)
+        return invalid(msg, msg_len, "kernel %d cannot run here (this CPU runs up to %s)",
+                       im->kernel, aug_kernel_name(best_kernel()));
     int w = (int)im->width, h = (int)im->height;
-    Run r = {.img = planes_of(im->pixels, w, h, im->planar)};
+    Run r = {.img = planes_of(im->pixels, w, h, im->planar), .kernel = kernel};
     int copy = 0;
     for (size_t i = 0; i < n; i++) copy |= copies(&ops[i], im->planar);
     if (copy) {  /* had before any byte changes */
-        size_t at = (im->len + 15) & ~(size_t)15;
-        uint8_t *mem = scratch_reserve(&aug_mem, at + sizeof(ptrdiff_t) * 2 * (size_t)w);
+        size_t at = (aug_copy_bytes(w, h) + 15) & ~(size_t)15;
+        uint8_t *mem = scratch_reserve(&aug_mem, at + sizeof(ptrdiff_t) * 2 * (size_t)w + 64);
         if (mem == NULL) {
             snprintf(msg, msg_len, "no memory for a %dx%d image's copy", w, h);
             return AUG_ENOMEM;
         }
-        r.src = planes_of(mem, w, h, 1);
+        r.src = padded_planes(mem, w, h);
         r.rows = (ptrdiff_t *)(void *)(mem + at);
     }
     pending_reset(&r.pending);
     for (size_t i = 0; i < n; i++) step(&r, &ops[i]);
-    if (!r.pending.identity) aug_apply_lut(&r.img, &r.img, r.pending.t);
+    if (!r.pending.identity) aug_apply_lut(&r.img, &r.img, r.pending.t, r.kernel);
     return AUG_OK;
 }
 

@@ -37,6 +37,11 @@ enum {
                                   * enough that no NaN or infinity reaches a pixel */
 };
 
+/* The kernels: AUG_KERNEL_AUTO is the best this CPU runs (AVX2 where it has it, found at run
+ * time). Every kernel gives the same bytes: the SIMD ones make each value with the same IEEE
+ * operations in the same order as the portable C, lane by lane. */
+enum { AUG_KERNEL_AUTO = -1, AUG_KERNEL_PORTABLE = 0, AUG_KERNEL_AVX2 = 1, AUG_KERNELS = 2 };
+
 /* aug_run's answers */
 enum { AUG_OK = 0, AUG_INVALID = 1, AUG_ENOMEM = 2 };
 enum { AUG_MESSAGE = 200 };
@@ -54,16 +59,25 @@ typedef struct {
     size_t len;                  /* the bytes at pixels: exactly 3 x width x height */
     int64_t width, height;       /* 1..MAX_SIDE (imgprep/csrc/bounds.h) */
     int planar;
+    int kernel;                  /* AUG_KERNEL_AUTO, or one aug_resolve_kernel accepts */
 } AugImage;
 
-/* Carries ``ops`` (``n`` of them) out in order on ``im``, in place. Everything is checked
- * before a byte is touched: AUG_INVALID with the reason in ``msg``. Scratch: one copy of the
- * image (affine and sharpness read their source from it) and two rows of offsets, the
- * thread's, kept between calls up to SCRATCH_KEEP (aug_trim), had before a byte is touched
- * too (AUG_ENOMEM when it cannot be). */
+/* Carries ``ops`` (``n`` of them) out in order on ``im``, in place, with the kernel
+ * ``im->kernel``. Everything is checked before a byte is touched: AUG_INVALID with the reason
+ * in ``msg``. Scratch: one copy of the image with a border of two pixels (affine and
+ * sharpness read their source from it) and two rows of offsets, the thread's, kept between
+ * calls up to SCRATCH_KEEP (aug_trim), had before a byte is touched too (AUG_ENOMEM when it
+ * cannot be). */
 int aug_run(const AugImage *im, const AugOp *ops, size_t n, char *msg, size_t msg_len);
 
 /* Gives back the calling thread's scratch where an image grew it past SCRATCH_KEEP. */
 void aug_trim(void);
+
+/* The kernel ``requested`` runs as on this CPU (AUG_KERNEL_AUTO: the best one), or -1 when
+ * the CPU lacks it or it is not a kernel. */
+int aug_resolve_kernel(int64_t requested);
+
+/* "portable", "avx2", or NULL for anything else. */
+const char *aug_kernel_name(int kernel);
 
 #endif

@@ -1,16 +1,22 @@
 /* The augmentation's Python binding, listed in _jpegcrop.c's method table
  * (imgprep/csrc/augment.h; imgprep/augment.py is its Python side).
  *
- * augment(out, width, height, planar, ops) -> None
+ * augment(out, width, height, planar, ops[, kernel]) -> None
  *     ``out``: a writable C-contiguous buffer of exactly width x height x 3 bytes, an RGB
  *     image as three planes (``planar``) or as rows of pixels, changed in place; ``ops``: a
  *     tuple of at most AUG_MAX_OPS ops, carried out in order, each a tuple (kind, args,
  *     resample, fill): ``kind`` an AUG_OP_* code, ``args`` a tuple of numbers (augment.h says
  *     which, each finite and at most AUG_MAX_ARG in size), ``resample`` AUG_NEAREST,
  *     AUG_BILINEAR or AUG_BICUBIC and ``fill`` three ints in 0..255 (both read and checked
- *     for affine only). Every argument is checked before a byte is touched: ValueError
- *     (TypeError for a wrong type); MemoryError where the image's copy cannot be had. The GIL
- *     is released while the ops run.
+ *     for affine only); ``kernel``: AUG_KERNEL_AUTO (-1, the default: the best this CPU
+ *     runs), AUG_KERNEL_PORTABLE or AUG_KERNEL_AVX2, each giving the same bytes. Every
+ *     argument is checked before a byte is touched: ValueError (TypeError for a wrong type);
+ *     MemoryError where the image's copy cannot be had. The GIL is released while the ops
+ *     run.
+ *
+ * augment_kernel(kernel) -> str
+ *     The name of the kernel ``kernel`` runs as here ("portable", "avx2"); ValueError when
+ *     this CPU cannot run it.
  */
 #define Py_LIMITED_API 0x030B0000
 #define PY_SSIZE_T_CLEAN
@@ -51,8 +57,9 @@ PyObject *py_augment(PyObject *Py_UNUSED(self), PyObject *args) {
     long long width, height;
     int planar;
     PyObject *ops;
-    if (!PyArg_ParseTuple(args, "w*LLpO!", &out, &width, &height, &planar, &PyTuple_Type,
-                          &ops))
+    int kernel = AUG_KERNEL_AUTO;
+    if (!PyArg_ParseTuple(args, "w*LLpO!|i", &out, &width, &height, &planar, &PyTuple_Type,
+                          &ops, &kernel))
         return NULL;
     AugOp list[AUG_MAX_OPS];
     memset(list, 0, sizeof list);
@@ -65,7 +72,7 @@ PyObject *py_augment(PyObject *Py_UNUSED(self), PyObject *args) {
     PyObject *result = NULL;
     if (ok) {
         AugImage im = {.pixels = out.buf, .len = (size_t)out.len, .width = width,
-                       .height = height, .planar = planar};
+                       .height = height, .planar = planar, .kernel = kernel};
         char message[AUG_MESSAGE];
         int rc;
         Py_BEGIN_ALLOW_THREADS
@@ -81,4 +88,16 @@ PyObject *py_augment(PyObject *Py_UNUSED(self), PyObject *args) {
     }
     PyBuffer_Release(&out);
     return result;
+}
+
+PyObject *py_augment_kernel(PyObject *Py_UNUSED(self), PyObject *args) {
+    long long requested;
+    if (!PyArg_ParseTuple(args, "L", &requested)) return NULL;
+    int kernel = aug_resolve_kernel(requested);
+    if (kernel < 0) {
+        PyErr_Format(PyExc_ValueError, "kernel %lld cannot run here (this CPU runs up to %s)",
+                     requested, aug_kernel_name(aug_resolve_kernel(AUG_KERNEL_AUTO)));
+        return NULL;
+    }
+    return PyUnicode_FromString(aug_kernel_name(kernel));
 }

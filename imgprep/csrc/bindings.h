@@ -21,6 +21,8 @@ PyObject *py_frame(PyObject *self, PyObject *args);
 PyObject *py_sample(PyObject *self, PyObject *args);
 /* The per-sample augmentation ops (imgprep/csrc/augment_py.c). */
 PyObject *py_augment(PyObject *self, PyObject *args);
+PyObject *py_augment_kernel(PyObject *self, PyObject *args);
+
 /* Stored pixels (imgprep/csrc/rawstore_py.c): a JPEG made a record, a record to a batch row. */
 PyObject *py_raw_record(PyObject *self, PyObject *args);
 PyObject *py_raw_sample(PyObject *self, PyObject *args);
