@@ -31,10 +31,12 @@ from loaders.labellist import LabelListLoader, read_label_list
 from loaders.legacy import takes_loose_options
 from loaders.mixing import BatchDraws, Mixup, RandomErasing, draw_batch
 from loaders.order import ORDER_KEY, ORDER_VERSION
+from loaders.placement import cpu_line
 from loaders.protocol import Loader
 from loaders.resumable import ResumableLoader
 from loaders.schedule import SizeSchedule
 from loaders.shards import ShardLoader
+from loaders.sizing import DemandSizing
 from loaders.transforms import TrainTransform, Transform, ValTransform
 
 
@@ -78,9 +80,9 @@ def make_loader(data: str | Path, split: str, world: World, options: LoaderOptio
 
 
 __all__ = ["AUGMENT_POLICIES", "BACKENDS", "GPU_BACKENDS", "ORDER_KEY", "ORDER_VERSION",
-           "PAD", "PAD_LABEL", "BatchDraws", "DeviceLoader", "LabelListLoader",
+           "PAD", "PAD_LABEL", "BatchDraws", "DemandSizing", "DeviceLoader", "LabelListLoader",
            "Loader", "LoaderError", "LoaderOptions", "Mixup", "PlannedEpoch",
            "RandomErasing", "ResumableLoader", "SampleDecoder", "ShardLoader",
            "SizeSchedule", "TrainTransform", "Transform", "ValTransform",
-           "augment_policy", "draw_batch", "job_summary", "make_loader", "normalize",
+           "augment_policy", "cpu_line", "draw_batch", "job_summary", "make_loader", "normalize",
            "plan_epoch", "read_label_list", "worker_count"]
