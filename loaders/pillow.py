@@ -20,7 +20,8 @@
 - An undecodable sample raises a ``LoaderError`` naming it, or with ``on_error="skip"`` its
   slot takes a good sample of the same batch (``loaders.backends.stand_ins``) and is counted.
 - ``workers=0`` decodes in the loader's process, batch by batch.
-- Placement (``loaders.placement``): with a CPU plan the loader's process keeps its core and
+- Placement (``loaders.placement``): with a CPU plan the loader's process keeps its core once
+  its workers have started (whose count DataLoader weighs against the process's CPUs) and
   each worker pins itself to the rest of the rank's share as it starts. With ``sizing``
   (``loaders.sizing``) only the pass's *active* workers (``Ring.set_active``) decode, the
   batch of the pass from batch s going to worker ``(b - s) % active``; a change of the count
@@ -143,8 +144,7 @@ class PillowBackend:
             raise ValueError(f"device={o.device!r}: the pillow backend decodes on the "
                              "CPU (DeviceLoader moves its batches); device='gpu' needs "
                              "backend='dali' or backend='nvjpeg'")
-        self.pin = o.pin_memory
-        placement.enter(o)
+        self.pin, self.options = o.pin_memory, o
         # prefetch_factor batches in flight per worker, one being decoded, one spare
         self.ring = Ring(o.workers, o.prefetch_factor + 2, o.batch_size, o.sizes.largest,
                          pools=len(cfg.pool_sizes), channels_last=o.channels_last)
@@ -199,7 +199,9 @@ class PillowBackend:
         self.ring.set_active(self.active)
         self.ring.set_epoch(plan.epoch, plan.starts, skip)
         generation = self.ring.new_iteration()  # workers of an abandoned iteration stop
-        return self.ring.in_order(self.loader, generation, self.pin, skip, in_place)
+        items = iter(self.loader)  # the workers start (forked from the unpinned process)
+        placement.enter(self.options)  # then the process keeps its core (every pass: cheap)
+        return self.ring.in_order(items, generation, self.pin, skip, in_place)
 
     def dead(self, plan: EpochPlan, describe: Callable[[EpochPlan, int], str]) -> str:
         """'worker 1 (pid 123, making batch 4 …)' for the workers whose recorded pids have

@@ -51,7 +51,7 @@ class DemandSizing:
     every: int = 100
     margin: float = 1.25
     least: int = 1
-    wait: float = 0.02
+    wait: float = 0.05
 
     def __post_init__(self) -> None:
         if isinstance(self.every, bool) or not isinstance(self.every, int) or self.every < 2:

@@ -256,6 +256,10 @@ def plan_cpus(limits: CpuLimits, allowed: Collection[int], local_rank: int, loca
     workers, within ``allowed`` (its affinity mask): a ``CpuPlan``, or why there is none, in
     words the trainer prints after ``cpus: not pinned:`` (module docstring)."""
     share = rank_cores(limits, local_ranks, slurm_task)
+    one_core = (f"this rank may use {share} CPU{'' if share == 1 else 's'} (one core): its "
+                "workers share it with the process")
+    if share < 2:
+        return one_core
     cores = {c: core_of(c, root) & frozenset(allowed) for c in allowed}
     mask = sorted(allowed, key=lambda c: (min(cores[c]), c))  # siblings side by side
     runs = len(mask) // share
@@ -271,8 +275,7 @@ def plan_cpus(limits: CpuLimits, allowed: Collection[int], local_rank: int, loca
     main = cores[mine[0]] & frozenset(mine)
     workers = frozenset(mine) - main
     if not workers:
-        return (f"this rank may use {share} CPU{'' if share == 1 else 's'} (one core): its "
-                "workers share it with the process")
+        return one_core
     return CpuPlan(main=main, workers=workers)
 
 
