@@ -45,10 +45,8 @@ from typing import Any
 import torch
 
 from bench.common import machine_busy_s, run_main
-from imgprep import World
-from imgprep.job.cpus import CpuPlan, pin_threads, unpin_threads
-from loaders import LoaderOptions, ShardLoader, TrainTransform
-from loaders.sizing import DemandSizing
+from imgprep import CpuPlan, World, pin_threads, unpin_threads
+from loaders import DemandSizing, LoaderOptions, ShardLoader, TrainTransform
 
 REAL = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "imagenet-sample" / \
     "images"

@@ -22,7 +22,7 @@ from loaders.augment import POLICIES as AUGMENT_POLICIES
 from loaders.augment import policy as augment_policy
 from loaders.backends import BACKENDS, GPU_BACKENDS
 from loaders.batch import PAD_LABEL
-from loaders.config import LoaderOptions, PlannedEpoch, worker_count
+from loaders.config import LoaderOptions, PlannedEpoch, pins_cpus, worker_count
 from loaders.decode import SampleDecoder
 from loaders.device import DeviceLoader, normalize
 from loaders.epochs import PAD, job_summary, plan_epoch
@@ -85,4 +85,4 @@ __all__ = ["AUGMENT_POLICIES", "BACKENDS", "GPU_BACKENDS", "ORDER_KEY", "ORDER_V
            "RandomErasing", "ResumableLoader", "SampleDecoder", "ShardLoader",
            "SizeSchedule", "TrainTransform", "Transform", "ValTransform",
            "augment_policy", "cpu_line", "draw_batch", "job_summary", "make_loader", "normalize",
-           "plan_epoch", "read_label_list", "worker_count"]
+           "pins_cpus", "plan_epoch", "read_label_list", "worker_count"]

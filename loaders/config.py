@@ -33,9 +33,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from imgprep import MODES, World, jpegcrop
+from imgprep import MODES, CpuPlan, World, jpegcrop
 from imgprep.augment import AVAILABLE as AUGMENT_BUILT
-from imgprep.job.cpus import CpuPlan
 from loaders.batch import MEMORY_FORMATS
 from loaders.epochs import PAD, TAILS, EpochPlan, plan_epoch, pools
 from loaders.mixing import Mixup, RandomErasing, draw_batch
@@ -69,7 +68,7 @@ def worker_count(workers: int | str, world: World, pin: bool = False) -> int:
     return _fixed_count(workers)
 
 
-def pins(pin_cpus: bool | None, workers: int | str, backend: str) -> bool:
+def pins_cpus(pin_cpus: bool | None, workers: int | str, backend: str) -> bool:
     """Whether a loader pins its process and workers to CPUs (``LoaderOptions.pin_cpus``):
     as asked, or by default with ``workers="auto"`` where torch sees a CUDA device (the
     process then launches the GPU's work; on the CPU it trains, and keeps every core), but
@@ -283,7 +282,7 @@ class LoaderOptions:
         the split (``train``: the training split's defaults), this rank and the loader's
         ``num_classes`` (``Mixup.num_classes``)."""
         given = {f.name: getattr(self, f.name) for f in fields(self)}
-        pin = pins(self.pin_cpus, self.workers, self.backend)
+        pin = pins_cpus(self.pin_cpus, self.workers, self.backend)
         plan = world.cpu_plan() if pin else None
         return ResolvedOptions(**given | {
             "mixup": None if self.mixup is None else self.mixup.for_classes(num_classes),

@@ -19,8 +19,7 @@ import functools
 import os
 from collections.abc import Callable, Collection
 
-from imgprep import World
-from imgprep.job.cpus import pin_threads
+from imgprep import World, pin_threads
 from loaders.config import ResolvedOptions
 
 

@@ -41,8 +41,8 @@ from loaders import (
     TrainTransform,
     ValTransform,
     make_loader,
+    pins_cpus,
 )
-from loaders.config import UNPINNED
 
 from .recipes import policy_for
 
@@ -70,13 +70,14 @@ def no_val_warning(data: Path, stage_from: Path | None) -> str:
 
 
 def pin_cpus(args: argparse.Namespace, device: torch.device) -> bool:
-    """--pin-cpus: on, off, or (auto) with --workers auto when training on CUDA, but for
-    DALI's threads, which are not the loader's to place (``loaders.config.UNPINNED``)."""
+    """--pin-cpus: on, off, or (auto) the loaders' own default for --workers and the
+    backend when training on CUDA (``loaders.pins_cpus``: with --workers auto, never for
+    DALI's threads)."""
     mode = getattr(args, "pin_cpus", "auto")
     if mode != "auto":
         return bool(mode == "on")
-    return (getattr(args, "workers", None) == "auto" and device.type == "cuda"
-            and args.loader_backend not in UNPINNED)
+    return device.type == "cuda" and pins_cpus(None, getattr(args, "workers", 0),
+                                               args.loader_backend)
 
 
 def loader_options(args: argparse.Namespace, device: torch.device, workers: int,

@@ -25,7 +25,7 @@ import torch.distributed as dist
 import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from imgprep import ImgprepError, World, detect, read_limits
+from imgprep import CpuPlan, ImgprepError, World, detect, read_limits
 from loaders import ORDER_VERSION, PAD_LABEL, DeviceLoader, Loader, cpu_line, worker_count
 
 from . import TrainError, compiled, distributed, ema, recipes
@@ -163,6 +163,8 @@ def set_up(args: argparse.Namespace, world: World) -> Run:
     order = order_version_of(ckpt) if resuming and ckpt is not None else ORDER_VERSION
     pin = pin_cpus(args, device)
     workers = worker_count(args.workers, world, pin)
+    if pin and not args.threads and isinstance(plan := world.cpu_plan(), CpuPlan):
+        torch.set_num_threads(len(plan.main))  # the process's own CPUs, not the workers'
     options = loader_options(args, device, workers, order)
     backend = {"backend": options.backend, "device": options.device, "pin_cpus": pin,
                "sizing": options.sizing is not None}
