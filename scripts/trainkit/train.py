@@ -166,19 +166,21 @@ def set_up(args: argparse.Namespace, world: World) -> Run:
     if pin and not args.threads and isinstance(plan := world.cpu_plan(), CpuPlan):
         torch.set_num_threads(len(plan.main))  # the process's own CPUs, not the workers'
     options = loader_options(args, device, workers, order)
-    backend = {"backend": options.backend, "device": options.device, "pin_cpus": pin,
-               "sizing": options.sizing is not None}
+    backend = {"backend": options.backend, "device": options.device}
     if world.rank == 0:
         unit = "DALI thread" if options.backend == "dali" else "worker"
         print(f"loader: {options.backend} backend, decoding on the {options.device}, "
               f"{workers} {unit}{'' if workers == 1 else 's'} per rank"
               f"{', sized to demand' if options.sizing else ''}", flush=True)
-        print(cpu_line(world, pin), flush=True)
         log({"loader": backend}, args.log_json)
+        nice = options.resolve(train=True, world=world).worker_nice
+        log({"cpus": {"pin_cpus": pin, "workers": workers, "worker_nice": nice,
+                      "sizing": options.sizing is not None}}, args.log_json)
     train_loader, val_loader = make_loaders(args, world, options)
     sizes = train_loader.output_sizes  # the loader's, each epoch's in its plan
     if world.rank == 0:
         print(compiled.line(args.compile, compile_on, device, sizes), flush=True)
+        print(cpu_line(world, pin), flush=True)
         log({"compile": {"mode": args.compile, "on": compile_on, "sizes": list(sizes)}},
             args.log_json)
         if args.recipe is not None:

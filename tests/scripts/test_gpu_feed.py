@@ -23,10 +23,9 @@ KIT = REPO / "scripts" / "gpu_check.py"
 TIMEOUT_S = 600  # the quick CPU form: 5 trainer runs, about a minute on the shared machine
 
 
-def loader_record(log: Path) -> dict[str, Any]:
-    """The trainer's ``{"loader": ...}`` record of one run."""
-    return next(r["loader"] for r in map(json.loads, log.read_text().splitlines())
-                if "loader" in r)
+def start_record(log: Path, key: str) -> dict[str, Any]:
+    """The trainer's ``{key: ...}`` record of one run (``loader``, ``cpus``)."""
+    return next(r[key] for r in map(json.loads, log.read_text().splitlines()) if key in r)
 
 
 def leftovers(marker: str) -> list[int]:
@@ -61,9 +60,11 @@ def test_the_feed_check_profiles_then_feeds_the_trainer_three_ways(tmp_path: Pat
         assert f"{n} CPUs, {what}: fed / synthetic" in measures
         assert feed["runs"][key]["intervals"] >= 1
     assert feed["runs"]["synthetic_beside_loader"]["images_per_s"] > 0
-    pinned = {k: loader_record(work / f"train-feed-{k}-{n}cpus.jsonl") for k in FEDS}
+    logs = {k: work / f"train-feed-{k}-{n}cpus.jsonl" for k in FEDS}
+    pinned = {k: start_record(log, "cpus") for k, log in logs.items()}
     assert [pinned[k]["pin_cpus"] for k in "abc"] == [False, True, False]  # auto: CUDA only
-    assert pinned["c"]["backend"] == "nvimgcodec"
+    assert [pinned[k]["worker_nice"] for k in "abc"] == [0, 10, 0]
+    assert start_record(logs["c"], "loader")["backend"] == "nvimgcodec"
     assert not leftovers(str(work))  # the burn and its workers ended with their run
 
 
