@@ -50,6 +50,10 @@ from loaders.sizing import Sizer
 from loaders.transforms import SampleError, Transform
 
 
+class Abandoned(Exception):
+    """A worker's batch of an iteration the main process has left: stop making it."""
+
+
 class WorkerStream(IterableDataset):
     """What each DataLoader worker runs: its batches of the rank's plan, as tagged batches
     (decoded into its ring slots; yielded whole when running in the main process)."""
@@ -94,7 +98,10 @@ class WorkerStream(IterableDataset):
                 return  # the main process started over: this iteration is abandoned
             slot = made % ring.slots
             rows = ring.slot_array(w, slot, len(ids), size)
-            labels = self._decode(samples, rng, rows, w, plan.transform)
+            try:
+                labels = self._decode(samples, rng, rows, w, plan.transform, generation)
+            except Abandoned:
+                return  # the main process started over mid-batch (a resize, a new pass)
             made += 1
             draws = cfg.draws(plan, b, labels)
             ring.add_work(w, time.process_time() - cpu)
@@ -108,15 +115,19 @@ class WorkerStream(IterableDataset):
         return self._decoder
 
     def _decode(self, samples: list[EncodedSample], rng: np.random.Generator,
-                images: np.ndarray, w: int, t: Transform) -> np.ndarray:
+                images: np.ndarray, w: int, t: Transform, generation: int | None = None
+                ) -> np.ndarray:
         """Decode and augment ``samples`` into ``images`` (n rows, ``row_shape``); rows past
-        the samples (``tail="pad"``) are zeroed. Returns the labels, PAD_LABEL for padding."""
+        the samples (``tail="pad"``) are zeroed. Returns the labels, PAD_LABEL for padding;
+        raises ``Abandoned`` once the ring's generation is no longer ``generation``."""
         cfg, o = self.cfg, self.cfg.options
         decode = self._decoder_for(t)
         images[len(samples):] = 0
         labels = np.full(len(images), PAD_LABEL, dtype=np.int64)
         bad: list[int] = []
         for i, sample in enumerate(samples):
+            if generation is not None and self.ring.generation != generation:
+                raise Abandoned(generation)
             try:
                 decode(sample.data, rng, images[i], where=sample.where)
                 labels[i] = sample.label
