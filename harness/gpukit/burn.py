@@ -18,7 +18,8 @@ from loaders import LoaderOptions, TrainTransform, make_loader
 def burn(data: Path, size: int, batch: int, seconds: float) -> int:
     """Batches made before ``seconds`` ran out."""
     options = LoaderOptions(batch_size=batch, transform=TrainTransform(size=size),
-                            memory_format="channels_last", pin_cpus=False, worker_nice=0)
+                            memory_format="channels_last", pin_cpus=False, worker_nice=0,
+                            pin_memory=False)  # no CUDA context: the trainer's GPU alone
     ld = make_loader(data, "train", World.single(), options)
     end, made, epoch = time.monotonic() + seconds, 0, 0
     while time.monotonic() < end:
