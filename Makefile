@@ -167,6 +167,7 @@ bench: setup bench-out/stock-pillow/.ready
 	$(BIN)/python -m bench.stage
 	$(BIN)/python -m bench.loader
 	$(BIN)/python -m bench.labellist
+	$(BIN)/python -m bench.feed
 	$(BIN)/python -m bench.resample
 	$(BIN)/python -m bench.augment
 	$(BIN)/python -m bench.plan

@@ -83,7 +83,7 @@ if TYPE_CHECKING:  # the public face, each name once: what mypy reads, and _LAZY
     from imgprep.inputs.fakeset import FakeSummary, make_sample
     from imgprep.inputs.synsets import ClassTable, imagenet_classes, load_class_table
     from imgprep.job.assign import MODES, node_shards
-    from imgprep.job.cpus import read_limits
+    from imgprep.job.cpus import CpuPlan, cpu_list, pin_threads, read_limits, unpin_threads
     from imgprep.job.rendezvous import Rendezvous, RendezvousError, rendezvous
     from imgprep.job.world import World, detect
     from imgprep.sections import ManifestOptions, SourceSection, StoreOptions, TransformOptions

@@ -22,7 +22,7 @@ from loaders.augment import POLICIES as AUGMENT_POLICIES
 from loaders.augment import policy as augment_policy
 from loaders.backends import BACKENDS, GPU_BACKENDS
 from loaders.batch import PAD_LABEL
-from loaders.config import LoaderOptions, PlannedEpoch, worker_count
+from loaders.config import LoaderOptions, PlannedEpoch, pins_cpus, worker_count
 from loaders.decode import SampleDecoder
 from loaders.device import DeviceLoader, normalize
 from loaders.epochs import PAD, job_summary, plan_epoch
@@ -31,10 +31,12 @@ from loaders.labellist import LabelListLoader, read_label_list
 from loaders.legacy import takes_loose_options
 from loaders.mixing import BatchDraws, Mixup, RandomErasing, draw_batch
 from loaders.order import ORDER_KEY, ORDER_VERSION
+from loaders.placement import cpu_line
 from loaders.protocol import Loader
 from loaders.resumable import ResumableLoader
 from loaders.schedule import SizeSchedule
 from loaders.shards import ShardLoader
+from loaders.sizing import DemandSizing
 from loaders.transforms import TrainTransform, Transform, ValTransform
 
 
@@ -78,9 +80,9 @@ def make_loader(data: str | Path, split: str, world: World, options: LoaderOptio
 
 
 __all__ = ["AUGMENT_POLICIES", "BACKENDS", "GPU_BACKENDS", "ORDER_KEY", "ORDER_VERSION",
-           "PAD", "PAD_LABEL", "BatchDraws", "DeviceLoader", "LabelListLoader",
+           "PAD", "PAD_LABEL", "BatchDraws", "DemandSizing", "DeviceLoader", "LabelListLoader",
            "Loader", "LoaderError", "LoaderOptions", "Mixup", "PlannedEpoch",
            "RandomErasing", "ResumableLoader", "SampleDecoder", "ShardLoader",
            "SizeSchedule", "TrainTransform", "Transform", "ValTransform",
-           "augment_policy", "draw_batch", "job_summary", "make_loader", "normalize",
-           "plan_epoch", "read_label_list", "worker_count"]
+           "augment_policy", "cpu_line", "draw_batch", "job_summary", "make_loader", "normalize",
+           "pins_cpus", "plan_epoch", "read_label_list", "worker_count"]

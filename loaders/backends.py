@@ -16,15 +16,18 @@ batches' seeds); they differ only in how samples are decoded:
   ``pip install 'imgprep[dali]'``;
 - ``nvjpeg``: torchvision's nvJPEG, a batch at a time, with ``device="gpu"`` on this
   rank's GPU (torchvision needed only there), crops batched on the device
-  (``loaders.nvjpeg``); its CPU form decodes with Pillow.
+  (``loaders.nvjpeg``); its CPU form decodes with Pillow;
+- ``nvimgcodec``: the nvjpeg backend with the GPU's hardware JPEG decoders (NVJPG, through
+  nvImageCodec, needed only there) in place of nvJPEG on the SMs, a share of each batch
+  decoded on the CPU beside them (``loaders.nvimgcodec``).
 
 All keep one error rule: an undecodable sample raises a ``LoaderError`` naming it, or with
 ``on_error="skip"`` its slot takes a good sample of the same batch (``stand_ins``; a batch of
 none: padding) and is counted. A backend's module is imported when the backend is first
-asked for, so ``import loaders`` never imports DALI. The two that decode in threads of the
-loader's process (``dali``, ``nvjpeg``) share ``InProcessBackend``: where batches go, and
-the contract's members that have nothing to say there (no worker processes, no memory of
-their own to page-lock).
+asked for, so ``import loaders`` never imports DALI. Those that decode in threads of the
+loader's process (``dali``, ``nvjpeg``, ``nvimgcodec``) share ``InProcessBackend``: where
+batches go, and the contract's members that have nothing to say there (no worker processes,
+no memory of their own to page-lock).
 """
 
 from __future__ import annotations
@@ -37,13 +40,16 @@ from typing import Protocol
 import numpy as np
 import torch
 
+from loaders import placement
 from loaders.config import Config, PlannedEpoch
 from loaders.epochs import EpochPlan
 from loaders.errors import LoaderError
 
 BACKENDS = {"pillow": "loaders.pillow:PillowBackend", "dali": "loaders.dali:DaliBackend",
-            "nvjpeg": "loaders.nvjpeg:NvjpegBackend"}
-GPU_BACKENDS = ("dali", "nvjpeg")  # the backends that decode on a GPU with device="gpu"
+            "nvjpeg": "loaders.nvjpeg:NvjpegBackend",
+            "nvimgcodec": "loaders.nvimgcodec:NvimgcodecBackend"}
+# the backends that decode on a GPU with device="gpu"
+GPU_BACKENDS = ("dali", "nvjpeg", "nvimgcodec")
 EXTRAS = {"dali": ("nvidia.dali", "NVIDIA DALI", "imgprep[dali]")}  # what a backend needs
 
 # uint8 NCHW-shaped images, int64 labels, and with random_erase or mixup set the batch's
@@ -82,6 +88,9 @@ class Backend(Protocol):
     @property
     def pids(self) -> tuple[int, ...]: ...  # decoding processes (0: not started)
 
+    @property
+    def active(self) -> int: ...  # workers (or threads) decoding now (loaders.sizing)
+
     def run(self, plan: PlannedEpoch, skip: int, in_place: bool = False) -> Iterator[Batch]: ...
 
     def dead(self, plan: EpochPlan, describe: Callable[[EpochPlan, int], str]) -> str: ...
@@ -115,6 +124,7 @@ class InProcessBackend:
         self.cfg, self.source, self.options = cfg, source, o
         self.device = (torch.device("cuda", cfg.world.local_rank) if o.device == "gpu"
                        else torch.device("cpu"))
+        placement.enter(o)  # the decoding threads place themselves (placement.thread_init)
         self._skipped = 0
 
     @property
@@ -124,6 +134,10 @@ class InProcessBackend:
     @property
     def pids(self) -> tuple[int, ...]:
         return ()  # decoding runs in threads of this process
+
+    @property
+    def active(self) -> int:
+        return self.options.workers
 
     def dead(self, plan: EpochPlan, describe: Callable[[EpochPlan, int], str]) -> str:
         return ""

@@ -85,6 +85,13 @@ class PlannedLoader:
         backend that decodes in threads)."""
         return self._decoder.pids
 
+    @property
+    def active_workers(self) -> int:
+        """The workers (threads with the dali and nvjpeg backends) that decode now: the
+        options' ``workers``, or with ``sizing`` the count the consumer's demand set last
+        (``loaders.sizing``)."""
+        return self._decoder.active
+
     def plan(self, epoch: int | None = None, start: int | tuple[int, ...] | None = None
              ) -> PlannedEpoch:
         """This rank's plan of ``epoch`` from ``start`` (per pool, or one count for all),

@@ -7,7 +7,9 @@
   and its use.
 - ``ResolvedOptions``: the same record with what ``None`` (and ``workers="auto"``) leaves
   open decided for one loader: the split's transform, tail and order, this rank's worker
-  count, pinned memory when CUDA is present (``LoaderOptions.resolve``).
+  count and CPUs (``cpus``: its process on a core of its own, its workers on the rest of its
+  share, ``imgprep.job.cpus``), pinned memory when CUDA is present
+  (``LoaderOptions.resolve``).
 - ``Config``: what a loader and its backend (its workers too) both need to compute a rank's
   batches: the sample counts plans are made from, the World, the node layout and the
   resolved options; ``Config.plan`` makes an epoch's ``PlannedEpoch``.
@@ -31,7 +33,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from imgprep import MODES, World, jpegcrop
+from imgprep import MODES, CpuPlan, World, jpegcrop
 from imgprep.augment import AVAILABLE as AUGMENT_BUILT
 from loaders.batch import MEMORY_FORMATS
 from loaders.epochs import PAD, TAILS, EpochPlan, plan_epoch, pools
@@ -39,23 +41,41 @@ from loaders.mixing import Mixup, RandomErasing, draw_batch
 from loaders.order import ORDER_VERSION, check_order_version
 from loaders.repeats import check_repeats
 from loaders.schedule import SizeSchedule
+from loaders.sizing import DemandSizing
 from loaders.transforms import TrainTransform, Transform, ValTransform, check_transform
 
 DEVICES = ("cpu", "gpu")  # where batches are decoded ("gpu": this rank's; dali and nvjpeg)
 ON_ERROR = ("raise", "skip")  # an undecodable sample: fail the epoch, or replace and count it
 AUTO = "auto"  # workers: sized from the cores this rank may use (worker_count)
+PINNED_NICE = 10  # worker_nice where the loader pins and none is given (docs/loaders.md)
+UNPINNED = ("dali",)  # backends whose decoding threads are not theirs to place
 DRAWS_SALT = 0x4D1C  # sets the batch-level draws' generator apart from the samples'
 
 
-def worker_count(workers: int | str, world: World) -> int:
+def worker_count(workers: int | str, world: World, pin: bool = False) -> int:
     """Loader workers for one rank: ``workers`` itself, or for ``"auto"`` the cores this
     rank may use (``World.cores_per_rank``: the process's CPU affinity shared by the ranks of
     its node) less one that stays with the rank's own process, which runs the training step
     and copies every batch out of the ring; at least one worker, so decoding never stalls
-    the step (docs/loaders.md, "Worker count")."""
+    the step. With ``pin`` (and a CPU plan for this rank, ``World.cpu_plan``) the CPUs its
+    workers are pinned to: the same less the SMT siblings of the process's core
+    (docs/loaders.md, "Worker count")."""
     if workers == AUTO:
+        plan = world.cpu_plan() if pin else None
+        if isinstance(plan, CpuPlan):
+            return len(plan.workers)
         return max(1, world.cores_per_rank() - 1)
     return _fixed_count(workers)
+
+
+def pins_cpus(pin_cpus: bool | None, workers: int | str, backend: str) -> bool:
+    """Whether a loader pins its process and workers to CPUs (``LoaderOptions.pin_cpus``):
+    as asked, or by default with ``workers="auto"`` where torch sees a CUDA device (the
+    process then launches the GPU's work; on the CPU it trains, and keeps every core), but
+    never with ``dali`` (its pipelines start their own threads: ``UNPINNED``)."""
+    if pin_cpus is not None:
+        return pin_cpus
+    return workers == AUTO and backend not in UNPINNED and torch.cuda.is_available()
 
 
 def _fixed_count(workers: object) -> int:
@@ -88,7 +108,23 @@ class LoaderOptions:
         batch_size: the batch of one rank (the global batch is ``batch_size`` x world size).
         workers: decoding processes per rank (threads with the dali and nvjpeg backends);
             0 decodes in the calling process; ``"auto"``: the cores this rank may use less
-            one (``worker_count``).
+            one (``worker_count``). With ``sizing``, the most it runs.
+        pin_cpus: keep a core of this rank's share for the loader's own process (the one
+            that launches the GPU's work) and pin the workers to the rest
+            (``World.cpu_plan``; ``worker_count`` counts them); None: with
+            ``workers="auto"`` where torch sees a CUDA device. Where the rank has one core,
+            or a mask that does not say which CPUs are its own, nothing is pinned.
+        worker_nice: added to the workers' nice value, 0-19: the kernel gives the loader's
+            own process the CPU first where both are ready, on a core they share or beside
+            other processes; None: ``PINNED_NICE`` (10) where the loader pins, else 0.
+        sizing: a ``loaders.sizing.DemandSizing``: the pillow backend starts ``workers``
+            and then runs as many as the consumer's demand needs (fewer while the step never
+            waits and the workers idle, more when it waits), changed every ``every`` batches;
+            the batches, pixels and resume are those of any fixed count. None: ``workers``
+            all along.
+        hw_decoder_load: the nvimgcodec backend's share of each batch decoded by the GPU's
+            hardware JPEG decoders, 0-1 (the rest by the CPU threads beside them); None:
+            ``loaders.nvimgcodec.HW_LOAD``.
         seed: the epoch orders' and augmentations' seed.
         transform: a ``TrainTransform`` or ``ValTransform`` (size, crop, flip; a train
             transform's ``augment`` policy, ``loaders.augment``, which only the pillow backend
@@ -105,7 +141,8 @@ class LoaderOptions:
         prefetch_factor: batches made ahead (per worker with the pillow backend).
         backend: the decoder backend, a name of ``loaders.backends.BACKENDS``: ``"pillow"``
             (worker processes), ``"dali"`` (NVIDIA DALI, the optional extra
-            ``imgprep[dali]``) or ``"nvjpeg"`` (torchvision's nvJPEG): the same samples in
+            ``imgprep[dali]``), ``"nvjpeg"`` (torchvision's nvJPEG) or ``"nvimgcodec"``
+            (the GPU's hardware JPEG decoders, through nvImageCodec): the same samples in
             every batch, decoded another way.
         device: where samples are decoded: ``"cpu"``, or with the dali and nvjpeg backends
             ``"gpu"`` (GPU ``local_rank``, CUDA batches out).
@@ -165,6 +202,10 @@ class LoaderOptions:
     repeats: int = 1
     random_erase: RandomErasing | None = None
     mixup: Mixup | None = None
+    pin_cpus: bool | None = None
+    worker_nice: int | None = None
+    sizing: DemandSizing | None = None
+    hw_decoder_load: float | None = None
 
     def __post_init__(self) -> None:
         """Refuse values no loader understands (programming errors: ValueError)."""
@@ -198,9 +239,37 @@ class LoaderOptions:
             if (value := getattr(self, name)) is not None and not isinstance(value, kind):
                 raise ValueError(f"{name} must be a loaders.mixing.{kind.__name__} or None, "
                                  f"not {value!r}")
+        self._check_placement()
         if self.size_schedule is not None and self.transform is not None:  # one size, not two
             object.__setattr__(self, "transform",
                                self.transform.at_size(self.size_schedule.size_at(0)))
+
+    def _check_placement(self) -> None:
+        """Refuse a nice value the kernel does not have, or demand sizing where there is
+        nothing to size (no workers, or a backend whose threads it does not size)."""
+        nice = self.worker_nice
+        if nice is not None and (isinstance(nice, bool) or not isinstance(nice, int)
+                                 or not 0 <= nice <= 19):
+            raise ValueError(f"worker_nice must be an integer from 0 to 19, not {nice!r}")
+        load = self.hw_decoder_load
+        if load is not None and (self.backend != "nvimgcodec" or isinstance(load, bool)
+                                 or not isinstance(load, (int, float)) or not 0 <= load <= 1):
+            raise ValueError(f"hw_decoder_load must be a share from 0 to 1 with "
+                             f"backend='nvimgcodec', not {load!r} with {self.backend!r}")
+        if self.pin_cpus and self.backend in UNPINNED:
+            raise ValueError(f"backend={self.backend!r} starts its own decoding threads, which "
+                             "pin_cpus cannot place; leave pin_cpus unset (DALI places its "
+                             "threads itself: DALI_AFFINITY_MASK)")
+        if self.sizing is None:
+            return
+        if not isinstance(self.sizing, DemandSizing):
+            raise ValueError(f"sizing must be a loaders.sizing.DemandSizing or None, not "
+                             f"{self.sizing!r}")
+        if self.backend != "pillow" or self.workers == 0:
+            raise ValueError(f"sizing sizes the pillow backend's worker processes; backend="
+                             f"{self.backend!r} with workers={self.workers!r} has none to "
+                             "size: leave sizing unset, or load with backend='pillow' and "
+                             "workers >= 1")
 
     @property
     def channels_last(self) -> bool:
@@ -213,9 +282,14 @@ class LoaderOptions:
         the split (``train``: the training split's defaults), this rank and the loader's
         ``num_classes`` (``Mixup.num_classes``)."""
         given = {f.name: getattr(self, f.name) for f in fields(self)}
+        pin = pins_cpus(self.pin_cpus, self.workers, self.backend)
+        plan = world.cpu_plan() if pin else None
         return ResolvedOptions(**given | {
             "mixup": None if self.mixup is None else self.mixup.for_classes(num_classes),
-            "workers": worker_count(self.workers, world),
+            "workers": worker_count(self.workers, world, pin),
+            "pin_cpus": pin, "cpus": plan if isinstance(plan, CpuPlan) else None,
+            "worker_nice": (self.worker_nice if self.worker_nice is not None
+                            else PINNED_NICE if pin else 0),
             "transform": self.transform or (TrainTransform() if train else ValTransform()),
             "tail": self.tail or ("drop" if train else "pad"),
             "shuffle": train if self.shuffle is None else self.shuffle,
@@ -235,17 +309,21 @@ class LoaderOptions:
 @dataclass(frozen=True, kw_only=True)
 class ResolvedOptions(LoaderOptions):
     """``LoaderOptions`` resolved for one loader (``LoaderOptions.resolve``): the fields the
-    split or the rank decides, declared again below, are never ``None`` or ``"auto"``."""
+    split or the rank decides, declared again below, are never ``None`` or ``"auto"``;
+    ``cpus``, this rank's CPU plan where the loader pins (None: it does not)."""
 
     workers: int
     transform: Transform
     tail: str
     shuffle: bool
     pin_memory: bool
+    pin_cpus: bool
+    worker_nice: int
+    cpus: CpuPlan | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        narrowed = ResolvedOptions.__annotations__  # the fields declared again above, only
+        narrowed = [n for n in ResolvedOptions.__annotations__ if n != "cpus"]  # declared again
         open_ = [name for name in narrowed if getattr(self, name) in (None, AUTO)]
         if self.mixup is not None and self.mixup.num_classes is None:
             open_.append("mixup.num_classes")

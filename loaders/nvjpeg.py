@@ -50,6 +50,7 @@ import numpy as np
 import torch
 from PIL import Image
 
+from loaders import placement
 from loaders.backends import Batch, EncodedSample, InProcessBackend, Source, stand_ins
 from loaders.batch import PAD_LABEL, as_nchw, row_shape, with_draws
 from loaders.batchcrop import boxes, crop_resize
@@ -62,7 +63,9 @@ logger = logging.getLogger(__name__)
 SOI, EOI = b"\xff\xd8", b"\xff\xd9"  # a JPEG's first and last two bytes
 HUFFMAN_FRAMES = (0xC0, 0xC1, 0xC2)  # baseline, extended, progressive: what nvJPEG decodes
 JOIN_S = 120.0  # how long a pass that ends waits for its thread's batch in the making
-Decoder = Callable[[list[torch.Tensor], torch.device], list[torch.Tensor]]
+# a GPU decoder: a batch's encoded samples -> RGB 3 x H x W on the device, None where it
+# refuses one (torchvision raises for the batch instead: nvjpeg_decode finds the sample)
+Decoder = Callable[[list[torch.Tensor], torch.device], list[torch.Tensor | None]]
 
 
 def jpeg_frame(data: bytes) -> tuple[int, int, int, int] | None:
@@ -126,7 +129,7 @@ def load_nvjpeg(rank: int) -> Decoder:
             "made for this torch with pip install --no-deps 'torchvision==<its version>' "
             "(--no-deps keeps this PIL and this torch), or load with device='cpu'") from None
 
-    def decode(datas: list[torch.Tensor], device: torch.device) -> list[torch.Tensor]:
+    def decode(datas: list[torch.Tensor], device: torch.device) -> list[torch.Tensor | None]:
         return list(decode_jpeg(datas, mode=ImageReadMode.RGB, device=device))
 
     return decode
@@ -135,7 +138,7 @@ def load_nvjpeg(rank: int) -> Decoder:
 def nvjpeg_decode(decode: Decoder, datas: list[bytes], device: torch.device
                   ) -> list[torch.Tensor | None]:
     """``datas`` decoded by ``decode`` in one batch; when the batch fails, one at a time,
-    None for each sample it fails on again."""
+    None for each sample it fails on again (or refuses in the batch)."""
     encoded = [torch.frombuffer(bytearray(d), dtype=torch.uint8) for d in datas]
     try:
         return list(decode(encoded, device))
@@ -151,15 +154,17 @@ def nvjpeg_decode(decode: Decoder, datas: list[bytes], device: torch.device
 
 
 def decode_samples(items: list[EncodedSample], nvjpeg: Decoder | None, device: torch.device,
-                   map_: Callable[[Callable[[Any], Any], list[Any]], list[Any]]
-                   ) -> tuple[list[torch.Tensor | SampleError], int]:
+                   map_: Callable[[Callable[[Any], Any], list[Any]], list[Any]],
+                   share: float = 1.0) -> tuple[list[torch.Tensor | SampleError], int]:
     """Each sample as a 3 x H x W uint8 tensor on ``device``, or why it is bad, and how many
     were decoded on the CPU: ``nvjpeg`` (None: the CPU form) first for what it may decode
-    (``on_device``), Pillow for the rest and for what nvJPEG refuses (``map_`` runs those
-    decodes: in a thread pool)."""
+    (``on_device``), at most ``share`` of the batch (rounded; the first such samples), Pillow
+    for the rest and for what the GPU decoder refuses (``map_`` runs those decodes: in a
+    thread pool)."""
     out: list[torch.Tensor | SampleError | None] = [None] * len(items)
     if nvjpeg is not None:
         slots = [i for i, s in enumerate(items) if on_device(s.data)]
+        slots = slots[:round(share * len(items))]
         if slots:
             got = nvjpeg_decode(nvjpeg, [items[i].data for i in slots], device)
             for i, image in zip(slots, got, strict=True):
@@ -178,10 +183,12 @@ def decode_samples(items: list[EncodedSample], nvjpeg: Decoder | None, device: t
 
 
 def ahead(make: Callable[[int], Any], items: range, depth: int,
-          setup: Callable[[], AbstractContextManager[Any]] = nullcontext) -> Iterator[Any]:
+          setup: Callable[[], AbstractContextManager[Any]] = nullcontext,
+          start: Callable[[], None] | None = None) -> Iterator[Any]:
     """``make(i)`` for each of ``items``, in order, made in a thread at most ``depth`` ahead
-    of the consumer, each inside ``setup()`` (a context: a CUDA stream); the thread's error
-    is raised here. Closing the iterator stops the thread after the item in the making."""
+    of the consumer, each inside ``setup()`` (a context: a CUDA stream), after ``start()``
+    (the thread's placement, ``loaders.placement.thread_init``); the thread's error is raised
+    here. Closing the iterator stops the thread after the item in the making."""
     done: queue.Queue[tuple[str, Any]] = queue.Queue(maxsize=depth)
     stop = threading.Event()
 
@@ -196,6 +203,8 @@ def ahead(make: Callable[[int], Any], items: range, depth: int,
 
     def run() -> None:
         try:
+            if start is not None:
+                start()
             for i in items:
                 with setup():
                     value = make(i)
@@ -236,7 +245,8 @@ class NvjpegBackend(InProcessBackend):
 
     def __init__(self, cfg: Config, source: Source) -> None:
         super().__init__(cfg, source)
-        self._nvjpeg = load_nvjpeg(cfg.world.rank) if self.device.type == "cuda" else None
+        self._nvjpeg = self._gpu_decoder()
+        self.share = 1.0  # of each batch the GPU decoder is given at most
         self.threads = self.options.workers
         self._pool: ThreadPoolExecutor | None = None
         self._side: torch.cuda.Stream | None = None  # the thread's CUDA stream
@@ -252,7 +262,8 @@ class NvjpegBackend(InProcessBackend):
             made = (self._make(plan, b) for b in batches)
         else:
             made = ahead(lambda b: self._make(plan, b), batches, self.options.prefetch_factor,
-                         self._on_stream if self.device.type == "cuda" else nullcontext)
+                         self._on_stream if self.device.type == "cuda" else nullcontext,
+                         placement.thread_init(self.options))
         for images, labels, bad, draws in made:
             if images.is_cuda and self.threads:  # made on the thread's stream, used on ours
                 stream = torch.cuda.current_stream(self.device)
@@ -312,8 +323,13 @@ class NvjpegBackend(InProcessBackend):
         return crop_resize(images, box, flip, plan.size, self.options.channels_last)
 
     # -- decoding
+    def _gpu_decoder(self) -> Decoder | None:
+        """The GPU decoder: torchvision's nvJPEG with device="gpu"; None in the CPU form."""
+        return load_nvjpeg(self.cfg.world.rank) if self.device.type == "cuda" else None
+
     def _decode(self, items: list[EncodedSample]) -> list[torch.Tensor | SampleError]:
-        decoded, on_cpu = decode_samples(items, self._nvjpeg, self.device, self._map)
+        decoded, on_cpu = decode_samples(items, self._nvjpeg, self.device, self._map,
+                                         self.share)
         self.cpu_decoded += on_cpu
         return decoded
 
@@ -323,5 +339,6 @@ class NvjpegBackend(InProcessBackend):
         if self.threads == 0 or len(args) < 2:
             return [fn(a) for a in args]
         if self._pool is None:
-            self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="nvjpeg-cpu")
+            self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="nvjpeg-cpu",
+                                            initializer=placement.thread_init(self.options))
         return list(self._pool.map(fn, args))

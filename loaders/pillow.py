@@ -20,17 +20,25 @@
 - An undecodable sample raises a ``LoaderError`` naming it, or with ``on_error="skip"`` its
   slot takes a good sample of the same batch (``loaders.backends.stand_ins``) and is counted.
 - ``workers=0`` decodes in the loader's process, batch by batch.
+- Placement (``loaders.placement``): with a CPU plan the loader's process keeps its core once
+  its workers have started (whose count DataLoader weighs against the process's CPUs) and
+  each worker pins itself to the rest of the rank's share as it starts. With ``sizing``
+  (``loaders.sizing``) only the pass's *active* workers (``Ring.set_active``) decode, the
+  batch of the pass from batch s going to worker ``(b - s) % active``; a change of the count
+  starts a new pass at the next batch.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import time
+from collections.abc import Callable, Generator, Iterator
 from typing import Any
 
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
+from loaders import placement
 from loaders.backends import Batch, EncodedSample, Source, stand_ins
 from loaders.batch import PAD_LABEL, as_nchw, row_shape
 from loaders.config import Config, PlannedEpoch
@@ -38,7 +46,12 @@ from loaders.decode import SampleDecoder
 from loaders.epochs import PAD, EpochPlan
 from loaders.errors import LoaderError
 from loaders.ring import Ring, is_dead
+from loaders.sizing import Sizer
 from loaders.transforms import SampleError, Transform
+
+
+class Abandoned(Exception):
+    """A worker's batch of an iteration the main process has left: stop making it."""
 
 
 class WorkerStream(IterableDataset):
@@ -62,13 +75,16 @@ class WorkerStream(IterableDataset):
         w = info.id if info is not None else 0
         if ring.data is not None:
             ring.begin(w)
-        generation = ring.generation
+        generation, active = ring.generation, max(1, ring.active())
         epoch, starts, skip = ring.epoch()
+        if w >= active:
+            return  # asleep this pass (loaders.sizing)
         plan = self._plan_for(epoch, starts)
         size = plan.size
         made = 0
-        for b in range(skip + w, plan.batches, max(1, o.workers)):
+        for b in range(skip + w, plan.batches, active):
             ring.note(w, b)
+            cpu = time.process_time()
             ids = cfg.slots(plan, b)
             samples = self.source.fetch(ids[ids != PAD])
             rng = plan.batch_rng(b)
@@ -82,9 +98,13 @@ class WorkerStream(IterableDataset):
                 return  # the main process started over: this iteration is abandoned
             slot = made % ring.slots
             rows = ring.slot_array(w, slot, len(ids), size)
-            labels = self._decode(samples, rng, rows, w, plan.transform)
+            try:
+                labels = self._decode(samples, rng, rows, w, plan.transform, generation)
+            except Abandoned:
+                return  # the main process started over mid-batch (a resize, a new pass)
             made += 1
             draws = cfg.draws(plan, b, labels)
+            ring.add_work(w, time.process_time() - cpu)
             yield b, (generation, w, slot, len(ids), size), labels.tobytes(), draws  # by value
 
     def _decoder_for(self, t: Transform) -> SampleDecoder:
@@ -95,15 +115,19 @@ class WorkerStream(IterableDataset):
         return self._decoder
 
     def _decode(self, samples: list[EncodedSample], rng: np.random.Generator,
-                images: np.ndarray, w: int, t: Transform) -> np.ndarray:
+                images: np.ndarray, w: int, t: Transform, generation: int | None = None
+                ) -> np.ndarray:
         """Decode and augment ``samples`` into ``images`` (n rows, ``row_shape``); rows past
-        the samples (``tail="pad"``) are zeroed. Returns the labels, PAD_LABEL for padding."""
+        the samples (``tail="pad"``) are zeroed. Returns the labels, PAD_LABEL for padding;
+        raises ``Abandoned`` once the ring's generation is no longer ``generation``."""
         cfg, o = self.cfg, self.cfg.options
         decode = self._decoder_for(t)
         images[len(samples):] = 0
         labels = np.full(len(images), PAD_LABEL, dtype=np.int64)
         bad: list[int] = []
         for i, sample in enumerate(samples):
+            if generation is not None and self.ring.generation != generation:
+                raise Abandoned(generation)
             try:
                 decode(sample.data if sample.view is None else sample.view, rng, images[i],
                        where=sample.where)
@@ -132,15 +156,17 @@ class PillowBackend:
             raise ValueError(f"device={o.device!r}: the pillow backend decodes on the "
                              "CPU (DeviceLoader moves its batches); device='gpu' needs "
                              "backend='dali' or backend='nvjpeg'")
-        self.pin = o.pin_memory
+        self.pin, self.options = o.pin_memory, o
         # prefetch_factor batches in flight per worker, one being decoded, one spare
         self.ring = Ring(o.workers, o.prefetch_factor + 2, o.batch_size, o.sizes.largest,
                          pools=len(cfg.pool_sizes), channels_last=o.channels_last)
         self.loader = DataLoader(
             WorkerStream(cfg, self.ring, source), batch_size=None, num_workers=o.workers,
             persistent_workers=o.workers > 0, pin_memory=self.pin and o.workers == 0,
-            prefetch_factor=o.prefetch_factor if o.workers > 0 else None)
+            prefetch_factor=o.prefetch_factor if o.workers > 0 else None,
+            worker_init_fn=placement.worker_init(o))
         self.workers = o.workers
+        self.sizer = None if o.sizing is None else Sizer(o.sizing, o.workers)
 
     @property
     def skipped(self) -> int:
@@ -157,10 +183,37 @@ class PillowBackend:
     def page_locked(self) -> bool:
         return self.ring.page_locked
 
+    @property
+    def active(self) -> int:
+        """The workers that make the batches now (all of them unless ``sizing``)."""
+        return self.workers if self.sizer is None else self.sizer.count
+
     def run(self, plan: PlannedEpoch, skip: int, in_place: bool = False) -> Iterator[Batch]:
+        if self.sizer is None:
+            return self._pass(plan, skip, in_place)
+        return self._sized(plan, skip, in_place, self.sizer)
+
+    def _sized(self, plan: PlannedEpoch, skip: int, in_place: bool, sizer: Sizer
+               ) -> Iterator[Batch]:
+        """Passes of the sizer's count, a new one from the next batch at each change."""
+        b = skip
+        while b < plan.batches:
+            batches = self._pass(plan, b, in_place)
+            try:
+                for batch in sizer.watch(batches, self.ring.work, plan.epoch, b):
+                    yield batch
+                    b += 1
+            finally:
+                batches.close()
+
+    def _pass(self, plan: PlannedEpoch, skip: int, in_place: bool
+              ) -> Generator[Batch, None, None]:
+        self.ring.set_active(self.active)
         self.ring.set_epoch(plan.epoch, plan.starts, skip)
         generation = self.ring.new_iteration()  # workers of an abandoned iteration stop
-        return self.ring.in_order(self.loader, generation, self.pin, skip, in_place)
+        items = iter(self.loader)  # the workers start (forked from the unpinned process)
+        placement.enter(self.options)  # then the process keeps its core (every pass: cheap)
+        return self.ring.in_order(items, generation, self.pin, skip, in_place)
 
     def dead(self, plan: EpochPlan, describe: Callable[[EpochPlan, int], str]) -> str:
         """'worker 1 (pid 123, making batch 4 …)' for the workers whose recorded pids have

@@ -19,8 +19,10 @@ Protocol, chosen so that a killed worker can leave nothing held:
   generation and stops; a worker resets its own semaphore to "all slots free" when it starts
   an iteration (the main process ignores batches of older generations, and gives back no
   slot of an iteration that is no longer the current one);
-- counters (epoch, batches to skip, generation, each pool's starting position; per worker
-  its pid, the batch it is making and the samples it skipped) have one writer each: no lock.
+- counters (epoch, batches to skip, generation, the workers active in the pass, each pool's
+  starting position; per worker its pid, the batch it is making, the samples it skipped, and
+  the CPU time it spent making batches and their count: ``loaders.sizing``'s look) have one
+  writer each: no lock.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ import math
 import multiprocessing as mp
 import os
 import weakref
-from collections.abc import Iterable, Iterator
+from collections.abc import Generator, Iterable
 from typing import Any
 
 import numpy as np
@@ -37,8 +39,8 @@ import torch
 
 from loaders.batch import as_nchw, row_shape, with_draws
 
-_EPOCH, _SKIP, _GENERATION, _HEAD = range(4)  # then the pools' starts, then the workers
-_PER_WORKER = 3  # pid, batch in the making, skipped samples
+_EPOCH, _SKIP, _GENERATION, _ACTIVE, _HEAD = range(5)  # then the pools' starts, the workers
+_PER_WORKER = 5  # pid, batch in the making, skipped samples, CPU microseconds, batches made
 _PARENT_CHECK_S = 5.0  # a worker blocked on a slot checks this often that its parent lives
 
 
@@ -96,6 +98,13 @@ class Ring:
         starts = tuple(int(x) for x in self.state[_HEAD:_HEAD + self.pools])
         return int(self.state[_EPOCH]), starts, int(self.state[_SKIP])
 
+    def set_active(self, workers: int) -> None:
+        """The workers that make the next pass's batches (the others sleep through it)."""
+        self.state[_ACTIVE] = workers
+
+    def active(self) -> int:
+        return int(self.state[_ACTIVE])
+
     @property
     def generation(self) -> int:
         return int(self.state[_GENERATION])
@@ -119,6 +128,17 @@ class Ring:
     def skipped(self) -> int:
         return sum(int(self.state[self._slot(w, 2)]) for w in range(self.workers))
 
+    def add_work(self, w: int, cpu_s: float) -> None:
+        """Worker ``w`` made a batch in ``cpu_s`` seconds of its CPU time."""
+        self.state[self._slot(w, 3)] += round(cpu_s * 1e6)
+        self.state[self._slot(w, 4)] += 1
+
+    def work(self) -> tuple[float, int]:
+        """The CPU seconds the workers spent making batches, and the batches, since the ring
+        was made."""
+        return (sum(int(self.state[self._slot(w, 3)]) for w in range(self.workers)) / 1e6,
+                sum(int(self.state[self._slot(w, 4)]) for w in range(self.workers)))
+
     # -- main process
     def new_iteration(self) -> int:
         """Start an iteration: counters reset, workers of the last one released."""
@@ -130,7 +150,8 @@ class Ring:
         return self.generation
 
     def in_order(self, items: Iterable[tuple[Any, ...]], generation: int, pin: bool,
-                 first: int = 0, in_place: bool = False) -> Iterator[tuple[torch.Tensor, ...]]:
+                 first: int = 0, in_place: bool = False
+                 ) -> Generator[tuple[torch.Tensor, ...], None, None]:
         """The DataLoader's ``(batch number, ring ticket, label bytes[, draws])`` items (or,
         with no workers, ``(number, images, labels[, draws])``) as batches in batch-number
         order from ``first``: each ticket's slot is copied out (``in_place``: handed over as

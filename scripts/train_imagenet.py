@@ -18,18 +18,22 @@ model, optimizer, step, loader position and RNG, so a resumed CPU run gives the 
 an uninterrupted one, and refuses a checkpoint of another model, data or optimisation.
 ``--bf16 auto`` (the default) runs forward and backward under bf16 autocast only where the
 device computes bf16 natively; the first line says which precision runs, and why.
-``--loader-backend dali`` decodes with NVIDIA DALI (``pip install 'imgprep[dali]'``), and
-``--loader-backend nvjpeg`` with torchvision's nvJPEG, instead of the pillow backend's worker
-processes: the same samples in every batch, decoded on the GPU when training on CUDA, in
-CPU threads otherwise (``--workers`` of them); the second line says which.
+``--loader-backend dali`` decodes with NVIDIA DALI (``pip install 'imgprep[dali]'``),
+``--loader-backend nvjpeg`` with torchvision's nvJPEG and ``nvimgcodec`` with the GPU's
+hardware JPEG decoders, instead of the pillow backend's worker processes: the same samples in
+every batch, decoded on the GPU when training on CUDA, in CPU threads otherwise
+(``--workers`` of them); the second line says which.
 ``--res-schedule 160:192@11-13`` trains each epoch at its size (FFCV's ramp; or a table,
 ``0=128,10=160``), made by the loader itself and recorded in checkpoints; ``--val-size`` and
 ``--val-crop-ratio`` set validation's crop. ``--compile auto`` (the default) runs
 torch.compile on CUDA, eager on the CPU, static shapes with one graph per size; the third line
-says which.
+says which. The fourth says where the loader runs: on CUDA with ``--workers auto`` the
+training process keeps a core of its share and the workers are pinned to the rest, at nice 10
+(``--pin-cpus``, ``--worker-nice``); ``--worker-sizing demand`` keeps as many workers active
+as the step's demand needs.
 ``--recipe torchvision-v2`` (or ``ffcv-rn50``, ``rsb-a3``) sets every option of a published
 ImageNet recipe, flags given winning over it, and prints a table of them beside the source's
-values after those three lines: ``--auto-augment``, ``--random-erase``, ``--mixup`` /
+values after those four lines: ``--auto-augment``, ``--random-erase``, ``--mixup`` /
 ``--cutmix`` (soft targets), ``--ra-reps``, ``--model-ema`` (validated and checkpointed
 beside the model), ``--norm-weight-decay``, ``--bce``, ``--opt lamb`` and the rest, each also
 a flag of its own (docs/trainer.md).

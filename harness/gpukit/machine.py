@@ -29,6 +29,7 @@ REPO = Path(__file__).resolve().parents[2]
 OPTIONAL = {  # module -> what it serves here
     "nvidia.dali": "the dali check (pip install 'imgprep[dali]')",
     "torchvision": "the nvjpeg checks on a GPU (torchvision's nvJPEG decoder)",
+    "nvidia.nvimgcodec": "the feed check's hardware-decoder row on a GPU (nvImageCodec)",
     "webdataset": "stage-to-node's URL sources and bench.loader's peer (not the kit)",
     "mpi4py": "the trainer under mpirun (not the kit)",
     "pytest": "the gpu-marked tests (tests/scripts/test_gpu_check.py)",

@@ -41,13 +41,20 @@ class Profile:
     timeout_s: float  # for each child process
     nvjpeg_archs: tuple[str, ...] = ("resnet50", "resnet18")  # the nvjpeg check's trainers
     res_sizes: tuple[int, ...] = (160, 224)  # the trainer's rows by size, eager and compiled
+    # the feed checks' trainer runs: steps (the first log interval the warm-up), size and
+    # --compile
+    feed_steps: int = 250
+    feed_log_every: int = 50
+    feed_size: int = 160
+    feed_compile: str = "on"
 
     def __post_init__(self) -> None:
         small = min(self.images, self.pool, self.batch, self.steps, self.log_every,
                     self.nccl_batch, self.nccl_steps, self.loader_batch,
                     self.one_worker_batches, self.many_batches, self.floor_images,
                     self.rounds)
-        if small < 1 or self.steps < 2 * self.log_every:
+        if small < 1 or self.steps < 2 * self.log_every \
+                or self.feed_steps < 2 * self.feed_log_every:
             raise ValueError(f"{self.name}: every size must be >= 1 and steps at least two "
                              "log intervals (the first one is left out)")
 
@@ -61,16 +68,18 @@ PROFILES = {
                           image_size=224, batch=128, steps=24, log_every=8,
                           nccl_arch="resnet50", nccl_batch=32, nccl_steps=4, loader_batch=128,
                           one_worker_batches=4, many_batches=24, floor_images=128, rounds=1,
-                          timeout_s=300),
+                          timeout_s=300, feed_steps=60, feed_log_every=20),
     "cpu": Profile(name="cpu", images=2048, pool=32, arch="tiny", image_size=64, batch=32,
                    steps=40, log_every=10, nccl_arch="tiny", nccl_batch=16, nccl_steps=6,
                    loader_batch=32, one_worker_batches=10, many_batches=40, floor_images=256,
-                   rounds=3, timeout_s=300, nvjpeg_archs=("tiny",)),
+                   rounds=3, timeout_s=300, nvjpeg_archs=("tiny",), feed_steps=40,
+                   feed_log_every=10, feed_size=64, feed_compile="off"),
     "cpu-quick": Profile(name="cpu-quick", images=192, pool=12, arch="tiny", image_size=64,
                          batch=16, steps=6, log_every=2, nccl_arch="tiny", nccl_batch=8,
                          nccl_steps=3, loader_batch=16, one_worker_batches=3, many_batches=6,
                          floor_images=24, rounds=1, timeout_s=480, nvjpeg_archs=("tiny",),
-                         res_sizes=(160,)),
+                         res_sizes=(160,), feed_steps=6, feed_log_every=2, feed_size=64,
+                         feed_compile="off"),
 }
 
 

@@ -7,7 +7,9 @@ cannot run, run the others one at a time, and write the record as each finishes.
 
 Checks, in this order: ``trainer``, ``nccl``, ``deviceloader``, ``loader``, ``convert``,
 ``dali``, ``nvjpeg``, ``nvjpeg_trainer`` (each module's docstring says what it measures
-and holds).
+and holds); and, only when ``--only`` names them, ``feed`` and ``feed_half``
+(``harness.gpukit.feed``: a study of their own, sized to fit 10 minutes of the lent H200:
+``--only feed,feed_half``).
 ``--device auto`` (the default) runs on CUDA when torch sees it, else the CPU form;
 ``--quick`` runs each at the small sizes of ``harness.gpukit.profile``. ``--out DIR``
 receives ``gpu_check.json`` and ``gpu_check.md`` (the table for docs/benchmarks.md),
@@ -36,7 +38,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from . import convert, dali, deviceloader, loader, machine, nccl, nvjpeg, trainer
+from . import convert, dali, deviceloader, feed, loader, machine, nccl, nvjpeg, trainer
 from .context import Context
 from .profile import profile_for
 from .record import JSON_NAME, Record, Row, markdown, today
@@ -50,7 +52,10 @@ CHECKS: dict[str, Callable[[Context], dict[str, Any]]] = {
     "dali": dali.check,
     "nvjpeg": nvjpeg.check,
     "nvjpeg_trainer": nvjpeg.trainer_check,
+    "feed": feed.all_cpus,
+    "feed_half": feed.half_cpus,
 }
+ASKED_FOR = ("feed", "feed_half")  # run only when --only names them (a study of their own)
 
 
 def say(line: str) -> None:
@@ -72,8 +77,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto",
                     help="cuda, cpu (the CPU form), or auto: cuda where torch sees a GPU")
     ap.add_argument("--quick", action="store_true", help="small sizes: a look, not figures")
-    ap.add_argument("--only", type=names, default=list(CHECKS), metavar="NAMES",
-                    help=f"comma-separated, from {','.join(CHECKS)} (default: all)")
+    ap.add_argument("--only", type=names, metavar="NAMES",
+                    default=[n for n in CHECKS if n not in ASKED_FOR],
+                    help=f"comma-separated, from {','.join(CHECKS)} (default: all but "
+                         f"{','.join(ASKED_FOR)}, which run only when named)")
     ap.add_argument("--out", type=Path, default=None,
                     help="folder for gpu_check.json and gpu_check.md (flat)")
     ap.add_argument("--work", type=Path, default=None,

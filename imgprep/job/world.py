@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from imgprep.errors import WorldError
-from imgprep.job.cpus import rank_cores, read_limits
+from imgprep.job.cpus import CpuPlan, allowed_cpus, plan_cpus, rank_cores, read_limits
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -95,6 +95,13 @@ class World:
         cpuset and CPU quota, shared with the ranks of its node (``imgprep.job.cpus``). The default
         number of worker processes each rank starts."""
         return rank_cores(read_limits(), self.local_world_size, self.launcher == "slurm")
+
+    def cpu_plan(self) -> CpuPlan | str:
+        """Which CPUs this rank's own process keeps and which its loader's workers run on,
+        within its share of the node (``imgprep.job.cpus.plan_cpus``), or why it has no such
+        plan (one core, or a mask that does not say which CPUs are this rank's)."""
+        return plan_cpus(read_limits(), allowed_cpus(), self.local_rank, self.local_world_size,
+                         self.launcher == "slurm")
 
     def with_nodes(self, num_nodes: int, node_rank: int) -> World:
         """This process as local rank 0 of ``node_rank`` among ``num_nodes`` one-rank nodes.

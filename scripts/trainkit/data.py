@@ -33,6 +33,7 @@ from imgprep import ManifestError, World, manifest_path, read_manifest
 from loaders import (
     GPU_BACKENDS,
     ORDER_VERSION,
+    DemandSizing,
     Loader,
     LoaderOptions,
     Mixup,
@@ -40,6 +41,7 @@ from loaders import (
     TrainTransform,
     ValTransform,
     make_loader,
+    pins_cpus,
 )
 
 from .recipes import policy_for
@@ -67,6 +69,17 @@ def no_val_warning(data: Path, stage_from: Path | None) -> str:
             "--labels <ground truth>, and the next run stages it")
 
 
+def pin_cpus(args: argparse.Namespace, device: torch.device) -> bool:
+    """--pin-cpus: on, off, or (auto) the loaders' own default for --workers and the
+    backend when training on CUDA (``loaders.pins_cpus``: with --workers auto, never for
+    DALI's threads)."""
+    mode = getattr(args, "pin_cpus", "auto")
+    if mode != "auto":
+        return bool(mode == "on")
+    return device.type == "cuda" and pins_cpus(None, getattr(args, "workers", 0),
+                                               args.loader_backend)
+
+
 def loader_options(args: argparse.Namespace, device: torch.device, workers: int,
                    order_version: int = ORDER_VERSION) -> LoaderOptions:
     """The train loader's options from the flags: --batch-size (per rank), ``workers`` (the
@@ -75,8 +88,10 @@ def loader_options(args: argparse.Namespace, device: torch.device, workers: int,
     training GPU, else the CPU), --crop-decode, channels_last batches, epoch orders drawn by
     ``order_version`` (a resumed run's own), and the batch-level draws carried out on the
     device: --random-erase, --mixup / --cutmix (soft targets over the loader's classes, label
-    smoothing folded in), and --ra-reps (repeated augmentation)."""
+    smoothing folded in), and --ra-reps (repeated augmentation); where its processes run
+    (--pin-cpus, --worker-nice) and how many decode (--worker-sizing)."""
     gpu = args.loader_backend in GPU_BACKENDS and device.type == "cuda"
+    sizing = DemandSizing() if getattr(args, "worker_sizing", "fixed") == "demand" else None
     return LoaderOptions(batch_size=args.batch_size, workers=workers, seed=args.seed,
                          transform=TrainTransform(size=args.image_size,
                                                   augment=augment(args)),
@@ -85,7 +100,8 @@ def loader_options(args: argparse.Namespace, device: torch.device, workers: int,
                          memory_format=MEMORY_FORMAT, order_version=order_version,
                          crop_decode=getattr(args, "crop_decode", None),
                          random_erase=random_erase(args), mixup=mixup(args),
-                         repeats=args.ra_reps)
+                         repeats=args.ra_reps, pin_cpus=pin_cpus(args, device),
+                         worker_nice=getattr(args, "worker_nice", None), sizing=sizing)
 
 
 def augment(args: argparse.Namespace) -> Any:

@@ -63,6 +63,16 @@ def _data_flags(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--workers", type=workers_arg, default="auto",
                     help="loader workers per rank (auto: this rank's cores less one); DALI "
                          "threads with --loader-backend dali, CPU-decode threads with nvjpeg")
+    ap.add_argument("--pin-cpus", choices=("auto", "on", "off"), default="auto",
+                    help="keep a core of this rank's share for the training process and pin "
+                         "the loader's workers to the rest, at nice 10 (auto: with --workers "
+                         "auto when training on CUDA)")
+    ap.add_argument("--worker-nice", type=int, default=None, metavar="N",
+                    help="the loader's workers' nice value, 0-19 (default: 10 where they are "
+                         "pinned, else 0)")
+    ap.add_argument("--worker-sizing", choices=("fixed", "demand"), default="fixed",
+                    help="demand: start --workers and keep as many active as the step's "
+                         "demand needs (loaders.sizing; the pillow backend)")
     ap.add_argument("--loader-backend", choices=list(BACKENDS), default="pillow",
                     help="decode in CPU worker processes (default: imgprep's extension, "
                          "Pillow with --no-crop-decode), NVIDIA DALI "

@@ -25,12 +25,12 @@ import torch.distributed as dist
 import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from imgprep import ImgprepError, World, detect, read_limits
-from loaders import ORDER_VERSION, PAD_LABEL, DeviceLoader, Loader, worker_count
+from imgprep import CpuPlan, ImgprepError, World, detect, read_limits
+from loaders import ORDER_VERSION, PAD_LABEL, DeviceLoader, Loader, cpu_line, worker_count
 
 from . import TrainError, compiled, distributed, ema, recipes
 from .checkpoint import load_checkpoint, order_version_of, resume_config, save_checkpoint
-from .data import loader_options, make_loaders, stage, synthetic_batches
+from .data import loader_options, make_loaders, pin_cpus, stage, synthetic_batches
 from .logs import configure_logging
 from .loss import Loss
 from .models import add_blurpool, model_by_name
@@ -161,18 +161,26 @@ def set_up(args: argparse.Namespace, world: World) -> Run:
     ckpt = args.checkpoint / "last.pt" if args.checkpoint else None
     resuming = args.resume and ckpt is not None and ckpt.exists()
     order = order_version_of(ckpt) if resuming and ckpt is not None else ORDER_VERSION
-    workers = worker_count(args.workers, world)
+    pin = pin_cpus(args, device)
+    workers = worker_count(args.workers, world, pin)
+    if pin and not args.threads and isinstance(plan := world.cpu_plan(), CpuPlan):
+        torch.set_num_threads(len(plan.main))  # the process's own CPUs, not the workers'
     options = loader_options(args, device, workers, order)
     backend = {"backend": options.backend, "device": options.device}
     if world.rank == 0:
         unit = "DALI thread" if options.backend == "dali" else "worker"
         print(f"loader: {options.backend} backend, decoding on the {options.device}, "
-              f"{workers} {unit}{'' if workers == 1 else 's'} per rank", flush=True)
+              f"{workers} {unit}{'' if workers == 1 else 's'} per rank"
+              f"{', sized to demand' if options.sizing else ''}", flush=True)
         log({"loader": backend}, args.log_json)
+        nice = options.resolve(train=True, world=world).worker_nice
+        log({"cpus": {"pin_cpus": pin, "workers": workers, "worker_nice": nice,
+                      "sizing": options.sizing is not None}}, args.log_json)
     train_loader, val_loader = make_loaders(args, world, options)
     sizes = train_loader.output_sizes  # the loader's, each epoch's in its plan
     if world.rank == 0:
         print(compiled.line(args.compile, compile_on, device, sizes), flush=True)
+        print(cpu_line(world, pin), flush=True)
         log({"compile": {"mode": args.compile, "on": compile_on, "sizes": list(sizes)}},
             args.log_json)
         if args.recipe is not None:
@@ -338,6 +346,7 @@ def log_interval(run: Run, epoch: int) -> None:
     """Reduce and print the interval's split (rank 0), and the data-wait hint once."""
     rec = report(run.split, run.seen, run.t_log, run.world.world_size, run.world.rank,
                  run.device, run.step, epoch, run.losses[-1])
+    rec["active_workers"] = run.train_loader.active_workers
     run.result["last_log"] = rec
     hint = run.hint.update(rec["data_wait_fraction"])
     if hint is not None:
