@@ -218,8 +218,9 @@ def test_a_recipe_trains_the_tiny_model_on_the_cpu(data: Path, tmp_path: Path,
     done = trainer("--data", data, "--recipe", recipe, *TINY, "--workers", "1", "--steps",
                    "3", "--log-json", log)
     lines = done.stdout.splitlines()
-    table = lines[3:lines.index(next(x for x in lines if x.startswith("{")))]
-    assert table[0].startswith(f"recipe {recipe}: "), lines[:6]
+    heads = [i for i, x in enumerate(lines) if x.startswith("recipe ")]
+    assert len(heads) == 1 and lines[heads[0]].startswith(f"recipe {recipe}: "), lines[:8]
+    table = lines[heads[0]:lines.index(next(x for x in lines if x.startswith("{")))]
     assert any(x.startswith("--arch") and "given: the recipe's is resnet50" in x for x in table)
     s = summary(done.stdout)
     assert s["step"] == 3 and s["recipe"] == recipe and s["val"]["samples"] == 20
