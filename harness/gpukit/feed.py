@@ -14,10 +14,12 @@ warm-up left out, so 200 timed), the inductor cache in ``<work>/inductor`` kept 
   on``: the new ``auto``, the training process on a core of its own, the workers on the rest
   at nice 10; (c) ``--loader-backend nvimgcodec``: the hardware decoders (``hw_decoder_load``
   of each batch, the rest on the CPU threads; skipped where nvImageCodec does not import on
-  the GPU). Each: img/s, over the same CPUs' synthetic rate (target >= 0.95 for (b) and (c)
-  on the full run), the data wait and fwd+bwd ms.
+  the GPU); and on every CPU only, (d) as (b) with ``--worker-sizing demand`` (the workers
+  sized to the step's demand, ``loaders.sizing``: whether it should be the default). Each:
+  img/s, over the same CPUs' synthetic rate (target >= 0.95 for (b) and (c) on the full
+  run), the data wait, fwd+bwd ms and the workers (the active ones at the end, for (d)).
 
-A run of both (``--only feed,feed_half``) makes 9 trainer runs: the first compiles (a minute
+A run of both (``--only feed,feed_half``) makes 10 trainer runs: the first compiles (a minute
 or two), the others find their graphs in the cache; each check is recorded as it ends. The
 quick and CPU forms run the same rows at their sizes (the CPU forms eager): what ``make test``
 keeps from rotting.
@@ -43,7 +45,10 @@ FEDS = {  # row -> (what, the trainer's flags)
     "a": ("(a) auto as before, nothing pinned", ("--pin-cpus", "off", "--worker-nice", "0")),
     "b": ("(b) auto now: pinned, workers at nice 10", ("--pin-cpus", "on")),
     "c": ("(c) hardware decoders (nvimgcodec)", ("--loader-backend", "nvimgcodec")),
+    "d": ("(d) as (b), workers sized to demand", ("--pin-cpus", "on", "--worker-sizing",
+                                                  "demand")),
 }
+EVERY_CPU_ONLY = ("d",)  # rows the feed check runs and feed_half leaves out
 TARGETED = ("b", "c")  # rows held to fed / synthetic >= FED_OVER_SYNTHETIC on the full run
 BURN_S = 900.0  # the burn's own limit; it is stopped when its trainer run ends
 CACHE = {"TORCHINDUCTOR_FX_GRAPH_CACHE": 1, "TORCHINDUCTOR_AUTOGRAD_CACHE": 1}  # compiled
@@ -75,7 +80,8 @@ def train(ctx: Context, name: str, cpus: list[int], *flags: str) -> dict[str, An
         log_json=log_json), "--image-size", str(p.feed_size), "--compile", p.feed_compile,
         *flags]
     run = launch(cmd, log_json, p.timeout_s, **CACHE, TORCHINDUCTOR_CACHE_DIR=ctx.work / "inductor")
-    return steady(run) | {"workers": run.summary["config"]["workers"]}
+    active = run.intervals[-1].get("active_workers") if run.intervals else None
+    return steady(run) | {"workers": active or run.summary["config"]["workers"]}
 
 
 def beside_the_loader(ctx: Context, cpus: list[int]) -> dict[str, Any]:
@@ -133,7 +139,7 @@ def check(ctx: Context, half: bool, hardware: bool = True) -> dict[str, Any]:
     synth = train(ctx, f"synthetic-{tag}", cpus, "--synthetic")
     beside = None if half else beside_the_loader(ctx, cpus)
     fed = {k: train(ctx, f"{k}-{tag}", cpus, *flags) for k, (_, flags) in FEDS.items()
-           if k != "c" or hardware}
+           if (k != "c" or hardware) and not (half and k in EVERY_CPU_ONLY)}
     rows = [] if beside is None else profile_rows(ctx, synth, beside, fed["a"])
     runs = {"cpus": cpu_list(cpus), "synthetic": synth, **fed,
             **({} if beside is None else {"synthetic_beside_loader": beside})}

@@ -43,7 +43,7 @@ def leftovers(marker: str) -> list[int]:
 
 @pytest.mark.slow
 @pytest.mark.timeout(TIMEOUT_S + 60)
-def test_the_feed_check_profiles_then_feeds_the_trainer_three_ways(tmp_path: Path) -> None:
+def test_the_feed_check_profiles_then_feeds_the_trainer_four_ways(tmp_path: Path) -> None:
     out, work = tmp_path / "out", tmp_path / "work"
     done = subprocess.run([sys.executable, str(KIT), "--device", "cpu", "--quick", "--only",
                            "feed", "--out", str(out), "--work", str(work)],
@@ -62,8 +62,9 @@ def test_the_feed_check_profiles_then_feeds_the_trainer_three_ways(tmp_path: Pat
     assert feed["runs"]["synthetic_beside_loader"]["images_per_s"] > 0
     logs = {k: work / f"train-feed-{k}-{n}cpus.jsonl" for k in FEDS}
     pinned = {k: start_record(log, "cpus") for k, log in logs.items()}
-    assert [pinned[k]["pin_cpus"] for k in "abc"] == [False, True, False]  # auto: CUDA only
-    assert [pinned[k]["worker_nice"] for k in "abc"] == [0, 10, 0]
+    assert [pinned[k]["pin_cpus"] for k in "abcd"] == [False, True, False, True]  # auto: CUDA
+    assert [pinned[k]["worker_nice"] for k in "abcd"] == [0, 10, 0, 10]
+    assert [pinned[k]["sizing"] for k in "abcd"] == [False, False, False, True]
     assert start_record(logs["c"], "loader")["backend"] == "nvimgcodec"
     assert not leftovers(str(work))  # the burn and its workers ended with their run
 
