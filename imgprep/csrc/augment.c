@@ -159,6 +159,14 @@ static void step(Run *r, const AugOp *op) {
         aug_sharpness(&r->img, &r->src, factor, r->rows, r->kernel);
         return;
     case AUG_OP_AFFINE:
+        if (op->resample == AUG_NEAREST && op->args[0] == 1.0 && op->args[1] == 0.0 &&
+            op->args[3] == 0.0 && op->args[4] == 1.0) {  /* a translation: in place */
+            if (!r->pending.identity) aug_apply_lut(&r->img, &r->img, r->pending.t, r->kernel);
+            pending_reset(&r->pending);
+            if (aug_shift(&r->img, op->args, op->fill, r->rows,
+                          (int32_t *)(void *)(r->rows + r->img.w)))
+                return;
+        }
         take_copy(r);
         aug_affine(&r->img, &r->src, op->args, op->resample, op->fill, r->rows, r->kernel);
         return;
@@ -212,7 +220,8 @@ int aug_run(const AugImage *im, const AugOp *ops, size_t n, char *msg, size_t ms
     for (size_t i = 0; i < n; i++) copy |= copies(&ops[i], im->planar);
     if (copy) {  /* had before any byte changes */
         size_t at = (aug_copy_bytes(w, h) + 15) & ~(size_t)15;
-        uint8_t *mem = scratch_reserve(&aug_mem, at + sizeof(ptrdiff_t) * 2 * (size_t)w + 64);
+        size_t side = (size_t)(w > h ? w : h);  /* rows: two sides' worth of offsets */
+        uint8_t *mem = scratch_reserve(&aug_mem, at + sizeof(ptrdiff_t) * 2 * side + 64);
         if (mem == NULL) {
             snprintf(msg, msg_len, "no memory for a %dx%d image's copy", w, h);
             return AUG_ENOMEM;
