@@ -106,8 +106,9 @@ void aug_apply_lut(const Planes *dst, const Planes *src, const Lut lut, int kern
 /* ImageEnhance.Color: each pixel blended with its grayscale value, in place; planar. */
 void aug_color(const Planes *im, float alpha, int kernel);
 /* ImageEnhance.Sharpness: ``im`` = ``src`` blended with ImageFilter.SMOOTH of ``src``;
- * ``src`` planar; ``rows``: scratch for three rows of floats and one of bytes (13 x
- * ``im->w`` bytes, float-aligned). */
+ * ``src`` planar: a copy, or ``im`` itself (then planar too: made in place, each row's bytes
+ * kept before they are written, the rows below read before); ``rows``: scratch for three
+ * rows of floats and one of bytes (13 x ``im->w`` bytes, float-aligned). */
 void aug_sharpness(const Planes *im, const Planes *src, float alpha, void *rows, int kernel);
 
 /* --- aug_geometry.c: Image.transform(size, AFFINE, a, resample, fillcolor=fill) --- */

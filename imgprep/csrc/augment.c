@@ -155,8 +155,14 @@ static void step(Run *r, const AugOp *op) {
         }
         return;
     case AUG_OP_SHARPNESS:
-        take_copy(r);
-        aug_sharpness(&r->img, &r->src, factor, r->rows, r->kernel);
+        if (r->img.px == 1) {  /* in place, a row's bytes kept before they are written */
+            if (!r->pending.identity) aug_apply_lut(&r->img, &r->img, r->pending.t, r->kernel);
+            pending_reset(&r->pending);
+            aug_sharpness(&r->img, &r->img, factor, r->rows, r->kernel);
+        } else {
+            take_copy(r);
+            aug_sharpness(&r->img, &r->src, factor, r->rows, r->kernel);
+        }
         return;
     case AUG_OP_AFFINE:
         if (op->resample == AUG_NEAREST && op->args[0] == 1.0 && op->args[1] == 0.0 &&
@@ -176,7 +182,7 @@ static void step(Run *r, const AugOp *op) {
     pending_then1(&r->pending, t);
 }
 
-/* Whether ``op`` reads the source copy. */
+/* Whether ``op`` reads the source copy or the rows' scratch. */
 static int copies(const AugOp *op, int planar) {
     return op->kind == AUG_OP_AFFINE || op->kind == AUG_OP_SHARPNESS ||
            (op->kind == AUG_OP_COLOR && !planar);
