@@ -1,11 +1,12 @@
-/* The augmentation's entry (augment.h): checks, then the ops in order. Ops that are a lookup
- * table of the current pixels (posterize, solarize, solarize_add, invert, brightness, and
- * contrast, autocontrast and equalize once their statistics are known) are composed into one
- * pending table per channel, so a run of them costs one pass over the image (the statistics
- * are taken through the pending table); the other ops first apply it, fused into the copy of
- * the source that affine and sharpness read, which is always planar so that every kernel
- * reads three planes (colour works in place on a planar image, and on the copy otherwise,
- * where its loop vectorises too). */
+/* The augmentation's entry (augment.h): checks, the kernel, then the ops in order. Ops that
+ * are a lookup table of the current pixels (posterize, solarize, solarize_add, invert,
+ * brightness, and contrast, autocontrast and equalize once their statistics are known) are
+ * composed into one pending table per channel, so a run of them costs one pass over the
+ * image (the statistics are taken through the pending table); the other ops first apply it,
+ * fused into the copy of the source that affine reads, which is always planar (with a
+ * border: aug_impl.h) so that every kernel reads three planes. Color and Sharpness work in
+ * place on a planar image, and on the copy otherwise (where their loops vectorise too);
+ * nearest translations move rows within the image (aug_shift), with no copy. */
 #include "augment.h"
 
 #include <math.h>
