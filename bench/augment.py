@@ -7,11 +7,12 @@ copy of the crop made just before (the loader's layout; the extension works on t
 thread), and stock Pillow 13.0.0's call that it equals, on an RGB image of the same crop, in
 the reference environment ``make setup`` builds (``build/pillow-reference``;
 tests/support/pillow_reference.py ``--time``, a child process, timing its calls the same
-way). ``--repeat`` rounds, each ours then Pillow's, so that a slow spell of a shared machine
-weighs on both; a crop's figure for an op is its least time over the rounds (another process
-only ever adds time). The table gives the mean over the crops, in microseconds, and Pillow's
-time over ours (above 1: ours is faster), and names the worst op. The last line of stdout is
-one JSON object.
+way). ``--kernel`` times one of the extension's kernels (default: the best this CPU runs;
+all give the same bytes). ``--repeat`` rounds, each ours then Pillow's, so that a slow spell
+of a shared machine weighs on both; a crop's figure for an op is its least time over the
+rounds (another process only ever adds time). The table gives the mean over the crops, in
+microseconds, and Pillow's time over ours (above 1: ours is faster), and names the worst op.
+The last line of stdout is one JSON object.
 
     python -m bench.augment                  # about a minute on one core
     python -m bench.augment --limit 10 --repeat 3
@@ -81,7 +82,7 @@ def crops_of(files: Sequence[Path]) -> np.ndarray:
     return out
 
 
-def ours(planar: np.ndarray, best: np.ndarray) -> None:
+def ours(planar: np.ndarray, best: np.ndarray, kernel: str) -> None:
     """One round: each op on each crop, ``best`` (ops x crops, us) lowered where faster."""
     work = np.empty_like(planar[0])
     for k, s in enumerate(STEPS.values()):
@@ -89,7 +90,7 @@ def ours(planar: np.ndarray, best: np.ndarray) -> None:
         for i, crop in enumerate(planar):
             work[...] = crop  # warm in the cache, as a decoder leaves it
             t0 = time.perf_counter_ns()
-            augment.apply(work, ops, planar=True)
+            augment.apply(work, ops, planar=True, kernel=kernel)
             best[k, i] = min(best[k, i], (time.perf_counter_ns() - t0) / 1e3)
 
 
@@ -113,21 +114,24 @@ def run(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
     np.savez(inp, crops=crops, specs=np.array(json.dumps([[s] for s in STEPS.values()])))
     mine, theirs = (np.full((len(STEPS), len(crops)), np.inf) for _ in range(2))
     version = ""
+    kernel = augment.kernel(args.kernel)
     for _ in range(args.repeat):
-        ours(planar, mine)
+        ours(planar, mine, kernel)
         version = pillows(inp, out, args.reference, theirs)
     us = {name: round(float(t), 2) for name, t in zip(STEPS, mine.mean(axis=1), strict=True)}
     pil = {name: round(float(t), 2) for name, t in zip(STEPS, theirs.mean(axis=1), strict=True)}
     ratio = {name: round(pil[name] / us[name], 3) for name in STEPS}
     worst = min(ratio, key=lambda name: ratio[name])
     return {"images": len(crops), "size": SIZE, "repeat": args.repeat, "pillow": version,
-            "layout": "planar", "threads": 1, "ours_us": us, "pillow_us": pil,
-            "pillow_over_ours": ratio, "worst_op": worst, "worst_ratio": ratio[worst]}
+            "layout": "planar", "threads": 1, "kernel": kernel, "ours_us": us,
+            "pillow_us": pil, "pillow_over_ours": ratio, "worst_op": worst,
+            "worst_ratio": ratio[worst]}
 
 
 def print_table(res: dict[str, Any]) -> None:
-    print(f"{res['images']} crops at {res['size']} px, planar, one thread; stock Pillow "
-          f"{res['pillow']}; us per image, the least of {res['repeat']} rounds")
+    print(f"{res['images']} crops at {res['size']} px, planar, one thread, the {res['kernel']} "
+          f"kernel; stock Pillow {res['pillow']}; us per image, the least of {res['repeat']} "
+          "rounds")
     print(f"  {'op':22s} {'ours':>9s} {'Pillow':>9s} {'Pillow/ours':>12s}")
     for name in res["ours_us"]:
         print(f"  {name:22s} {res['ours_us'][name]:9.1f} {res['pillow_us'][name]:9.1f} "
@@ -146,6 +150,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--reference", type=Path, default=REFERENCE,
                     help="the stock-Pillow environment's python (default: %(default)s, "
                          "which `make setup` builds)")
+    ap.add_argument("--kernel", choices=augment.KERNELS, default=None,
+                    help="the kernel to time (default: the best this CPU runs)")
     args = ap.parse_args(argv)
     if args.repeat < 1 or args.limit < 1:
         ap.error("--repeat and --limit must be >= 1")

@@ -8,8 +8,9 @@ measured as the floor (``loaders.SampleDecoder`` on preloaded bytes in this proc
 core) and as ``ShardLoader`` with 1 worker (whole epochs, end to end, after a warm-up epoch;
 one loader alive at a time), ``--repeat`` rounds interleaved, medians over the quiet passes
 (as ``bench.loader``). Reported: µs per image of each, and the policy's cost over plain RRC
-(each round's own ratio, the median over rounds); the draws alone (``policy.draw`` for 224
-px, µs per image). No target: the ratios are information.
+(each round's own ratio, the median over rounds); the floor also in its thread's CPU time
+(``floor_cpu``: what a loaded machine's other processes disturb least); the draws alone
+(``policy.draw`` for 224 px, µs per image). No target: the ratios are information.
 """
 
 from __future__ import annotations
@@ -43,10 +44,11 @@ def floor_pass(blobs: list[bytes], n: int, batch: int, t: TrainTransform) -> dic
     decode = SampleDecoder(t)
     out = np.empty((batch, 3, t.size, t.size), dtype=np.uint8)
     rng = np.random.default_rng(0)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.thread_time()
     for i in range(n):
         decode(blobs[i % len(blobs)], rng, out[i % batch])
-    return {"rate": n / (time.perf_counter() - t0), "images": n}
+    cpu = time.thread_time() - c0
+    return {"rate": n / (time.perf_counter() - t0), "cpu_rate": n / cpu, "images": n}
 
 
 def draw_us(name: str, n: int = 20_000) -> float:
@@ -92,6 +94,12 @@ def summarise(args: argparse.Namespace, passes: dict[str, list[dict[str, float]]
     ratios = {f"{where}_cost_augment_over_plain": {
         "value": round(paired_ratio(pairs[f"{where}_plain"], pairs[f"{where}_augment"]), 3),
         "target": None, "result": "info"} for where in ("floor", "loader")}
+    cpu = {k: [p["cpu_rate"] for p in passes[f"floor_{k}"]] for k in KINDS}
+    for k in KINDS:  # the floor's thread CPU time: what other processes' load leaves alone
+        us[f"floor_cpu_{k}"] = round(1e6 / statistics.median(cpu[k]), 1)
+    ratios["floor_cpu_cost_augment_over_plain"] = {"value": round(statistics.median(
+        a / b for a, b in zip(cpu["plain"], cpu["augment"], strict=True)), 3),
+        "target": None, "result": "info"}
     return {
         "benchmark": "loader", "mode": "augment", "policy": args.augment, "samples": n,
         "size": 224, "batch_size": batch, "repeat": args.repeat, "workers": 1,
@@ -109,9 +117,9 @@ def print_augment(res: dict[str, Any]) -> None:
     print(f"augmentation cost: policy {res['policy']}, {res['samples']:,} samples (256 px, "
           f"q90), RRC {res['size']}, batch {res['batch_size']}, 1 worker, {res['repeat']} "
           f"interleaved rounds; load average {res['loadavg_start']} -> {res['loadavg_end']}")
-    print(f"{'':8s} {'plain us':>9s} {'policy us':>10s} {'policy/plain':>13s}")
-    for where in ("floor", "loader"):
+    print(f"{'':9s} {'plain us':>9s} {'policy us':>10s} {'policy/plain':>13s}")
+    for where in ("floor", "floor_cpu", "loader"):
         r = res["ratios"][f"{where}_cost_augment_over_plain"]
-        print(f"{where:8s} {res['us_per_image'][f'{where}_plain']:9.1f} "
+        print(f"{where:9s} {res['us_per_image'][f'{where}_plain']:9.1f} "
               f"{res['us_per_image'][f'{where}_augment']:10.1f} {r['value']:13.3f}")
     print(f"(the draws alone: {res['draw_us_per_image']:.1f} us per image)")

@@ -152,10 +152,15 @@ AUG_AVX2 void aug_sharpen_plane_avx2(uint8_t *out, ptrdiff_t px, ptrdiff_t out_r
               *above = t + (size_t)((y - 1) % 3) * (size_t)w;
         triple_avx2(below, s + (y + 1) * row, w);
         uint8_t *o = out + y * out_row;
+        const uint8_t *mid = s + y * row;
+        if (mid == o) {  /* in place: the row's own bytes kept before they are written */
+            memcpy(line, mid, (size_t)w);
+            mid = line;
+        }
         if (px == 1) {
-            sharpen_row_avx2(o, s + y * row, below, above, w, alpha);
+            sharpen_row_avx2(o, mid, below, above, w, alpha);
         } else {
-            sharpen_row_avx2(line, s + y * row, below, above, w, alpha);
+            sharpen_row_avx2(line, mid, below, above, w, alpha);
             for (int x = 0; x < w; x++) o[x * px] = line[x];
         }
     }

@@ -330,10 +330,15 @@ static void sharpen_plane(uint8_t *out, ptrdiff_t px, ptrdiff_t out_row, const u
               *above = t + (size_t)((y - 1) % 3) * (size_t)w;
         triple(below, s + (y + 1) * row, w);
         uint8_t *o = out + y * out_row;
+        const uint8_t *mid = s + y * row;
+        if (mid == o) {  /* in place: the row's own bytes kept before they are written */
+            memcpy(line, mid, (size_t)w);
+            mid = line;
+        }
         if (px == 1) {
-            sharpen_row(o, s + y * row, below, above, w, alpha);
+            sharpen_row(o, mid, below, above, w, alpha);
         } else {
-            sharpen_row(line, s + y * row, below, above, w, alpha);
+            sharpen_row(line, mid, below, above, w, alpha);
             for (int x = 0; x < w; x++) o[x * px] = line[x];
         }
     }
@@ -344,7 +349,7 @@ void aug_sharpness(const Planes *im, const Planes *src, float alpha, void *rows,
     uint8_t *line = (uint8_t *)(t + 3 * (size_t)im->w);
     const int w = im->w, h = im->h, inner = w >= 3 && h >= 3;
     for (int c = 0; c < 3; c++) {
-        for (int y = 0; y < h; y++) {  /* the rows Pillow leaves as they are */
+        for (int y = 0; y < h && src != im; y++) {  /* the rows Pillow leaves as they are */
             if (inner && y != 0 && y != h - 1) continue;
             uint8_t *out = im->ch[c] + y * im->row;
             const uint8_t *s = src->ch[c] + y * src->row;

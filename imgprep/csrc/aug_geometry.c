@@ -113,23 +113,33 @@ static void emit_row(const Planes *o, int y, int x0, int x1, const Planes *s,
     }
 }
 
-/* ImagingScaleAffine (b == d == 0): the columns tabulated once, the same for every row. */
-static void nearest_scale(const Planes *o, const Planes *s, const double *a, const int fill[3],
-                          ptrdiff_t *cols) {
-    double xo = a[2] + a[0] * 0.5, yo = a[5] + a[4] * 0.5;
-    int xmin = o->w, xmax = 0;
-    for (int x = 0; x < o->w; x++) {
+/* ImagingScaleAffine's column table (b == d == 0): ``cols[x]`` the source column of output
+ * column x, -1 outside [``*xmin``, ``*xmax``), column 0 for a gap inside (Pillow's calloc'd
+ * table); positions accumulated in doubles from c + a/2. */
+static void scale_columns(const double *a, int w, ptrdiff_t *cols, int *xmin, int *xmax) {
+    double xo = a[2] + a[0] * 0.5;
+    *xmin = w;
+    *xmax = 0;
+    for (int x = 0; x < w; x++) {
         int32_t u = coord(xo);
         cols[x] = -1;
-        if (u >= 0 && u < s->w) {
-            xmax = x + 1;
-            if (x < xmin) xmin = x;
+        if (u >= 0 && u < w) {
+            *xmax = x + 1;
+            if (x < *xmin) *xmin = x;
             cols[x] = u;
         }
         xo += a[0];
     }
-    for (int x = xmin; x < xmax; x++)  /* Pillow's calloc'd table: column 0 for a gap */
+    for (int x = *xmin; x < *xmax; x++)
         if (cols[x] < 0) cols[x] = 0;
+}
+
+/* ImagingScaleAffine (b == d == 0): the columns tabulated once, the same for every row. */
+static void nearest_scale(const Planes *o, const Planes *s, const double *a, const int fill[3],
+                          ptrdiff_t *cols) {
+    double yo = a[5] + a[4] * 0.5;
+    int xmin, xmax;
+    scale_columns(a, o->w, cols, &xmin, &xmax);
     for (int y = 0; y < o->h; y++) {
         int32_t v = coord(yo);
         if (v >= 0 && v < s->h)
@@ -138,6 +148,48 @@ static void nearest_scale(const Planes *o, const Planes *s, const double *a, con
             emit_span(o, y, 0, o->w, s, -1, fill);
         yo += a[4];
     }
+}
+
+/* Pixels [x0, x1) of row y of ``im`` set to ``fill``. */
+static void fill_span(const Planes *im, int y, int x0, int x1, const int fill[3]) {
+    for (int c = 0; c < 3; c++)
+        for (int x = x0; x < x1; x++) im->ch[c][y * im->row + x * im->px] = (uint8_t)fill[c];
+}
+
+int aug_shift(const Planes *im, const double a[6], const int fill[3], ptrdiff_t *cols,
+              int32_t *rows) {
+    if (a[0] != 1.0 || a[1] != 0.0 || a[3] != 0.0 || a[4] != 1.0) return 0;
+    int xmin, xmax, up = 1, down = 1;
+    scale_columns(a, im->w, cols, &xmin, &xmax);
+    for (int x = xmin; x < xmax; x++)  /* one run of a source row */
+        if (cols[x] != cols[xmin] + (x - xmin)) return 0;
+    double yo = a[5] + a[4] * 0.5;
+    for (int y = 0; y < im->h; y++, yo += a[4]) {
+        int32_t v = coord(yo);
+        rows[y] = v >= 0 && v < im->h ? v : -1;
+        up &= rows[y] < 0 || rows[y] >= y;    /* top down: each source row still unwritten */
+        down &= rows[y] < 0 || rows[y] <= y;  /* bottom up */
+    }
+    if (!up && !down) return 0;
+    const ptrdiff_t run = xmax > xmin ? xmax - xmin : 0, u0 = run > 0 ? cols[xmin] : 0;
+    for (int k = 0; k < im->h; k++) {
+        const int y = up ? k : im->h - 1 - k;
+        if (rows[y] < 0 || run == 0) {
+            fill_span(im, y, 0, im->w, fill);
+            continue;
+        }
+        if (im->px == 1) {
+            for (int c = 0; c < 3; c++)
+                memmove(im->ch[c] + y * im->row + xmin, im->ch[c] + rows[y] * im->row + u0,
+                        (size_t)run);
+        } else {
+            memmove(im->ch[0] + y * im->row + 3 * xmin, im->ch[0] + rows[y] * im->row + 3 * u0,
+                    3 * (size_t)run);
+        }
+        fill_span(im, y, 0, xmin, fill);
+        fill_span(im, y, xmax, im->w, fill);
+    }
+    return 1;
 }
 
 static int fixed_ok(const double *a, int x, int y) {

@@ -106,19 +106,28 @@ void aug_apply_lut(const Planes *dst, const Planes *src, const Lut lut, int kern
 /* ImageEnhance.Color: each pixel blended with its grayscale value, in place; planar. */
 void aug_color(const Planes *im, float alpha, int kernel);
 /* ImageEnhance.Sharpness: ``im`` = ``src`` blended with ImageFilter.SMOOTH of ``src``;
- * ``src`` planar; ``rows``: scratch for three rows of floats and one of bytes (13 x
- * ``im->w`` bytes, float-aligned). */
+ * ``src`` planar: a copy, or ``im`` itself (then planar too: made in place, each row's bytes
+ * kept before they are written, the rows below read before); ``rows``: scratch for three
+ * rows of floats and one of bytes (13 x ``im->w`` bytes, float-aligned). */
 void aug_sharpness(const Planes *im, const Planes *src, float alpha, void *rows, int kernel);
 
 /* --- aug_geometry.c: Image.transform(size, AFFINE, a, resample, fillcolor=fill) --- */
 
 /* ``out`` (the same size as ``src``, either layout) from ``src`` (the padded planar copy,
  * its border filled here where the filter reads it, or written over); ``rows``: scratch for
- * 2 x ``out->w`` offsets and 64 bytes more. */
+ * 2 x ``out->w`` offsets and 64 bytes more (augment.c's, for the larger side). */
 void aug_affine(const Planes *out, const Planes *src, const double a[6], int resample,
                 const int fill[3], ptrdiff_t *rows, int kernel);
 /* The border of the padded copy ``src``: each border pixel the nearest edge pixel's copy. */
 void aug_pad(const Planes *src);
+/* aug_affine's nearest where the matrix moves the image by whole rows and columns (a = e = 1,
+ * b = d = 0: translations): each output row fill or one run of one source row (as the
+ * column and row tables of ImagingScaleAffine make them), moved within ``im`` itself, rows
+ * in an order that reads each source row before it is written over; no copy. 0 (``im``
+ * untouched) where the matrix is no such move or no such order exists. Scratch: ``cols``
+ * for ``im->w`` columns, ``rows`` for ``im->h`` rows. */
+int aug_shift(const Planes *im, const double a[6], const int fill[3], ptrdiff_t *cols,
+              int32_t *rows);
 
 #ifdef AUG_X86
 /* --- aug_avx2.c: the kernels written with AVX2 intrinsics --- */

@@ -1,11 +1,12 @@
-/* The augmentation's entry (augment.h): checks, then the ops in order. Ops that are a lookup
- * table of the current pixels (posterize, solarize, solarize_add, invert, brightness, and
- * contrast, autocontrast and equalize once their statistics are known) are composed into one
- * pending table per channel, so a run of them costs one pass over the image (the statistics
- * are taken through the pending table); the other ops first apply it, fused into the copy of
- * the source that affine and sharpness read, which is always planar so that every kernel
- * reads three planes (colour works in place on a planar image, and on the copy otherwise,
- * where its loop vectorises too). */
+/* The augmentation's entry (augment.h): checks, the kernel, then the ops in order. Ops that
+ * are a lookup table of the current pixels (posterize, solarize, solarize_add, invert,
+ * brightness, and contrast, autocontrast and equalize once their statistics are known) are
+ * composed into one pending table per channel, so a run of them costs one pass over the
+ * image (the statistics are taken through the pending table); the other ops first apply it,
+ * fused into the copy of the source that affine reads, which is always planar (with a
+ * border: aug_impl.h) so that every kernel reads three planes. Color and Sharpness work in
+ * place on a planar image, and on the copy otherwise (where their loops vectorise too);
+ * nearest translations move rows within the image (aug_shift), with no copy. */
 #include "augment.h"
 
 #include <math.h>
@@ -155,10 +156,24 @@ static void step(Run *r, const AugOp *op) {
         }
         return;
     case AUG_OP_SHARPNESS:
-        take_copy(r);
-        aug_sharpness(&r->img, &r->src, factor, r->rows, r->kernel);
+        if (r->img.px == 1) {  /* in place, a row's bytes kept before they are written */
+            if (!r->pending.identity) aug_apply_lut(&r->img, &r->img, r->pending.t, r->kernel);
+            pending_reset(&r->pending);
+            aug_sharpness(&r->img, &r->img, factor, r->rows, r->kernel);
+        } else {
+            take_copy(r);
+            aug_sharpness(&r->img, &r->src, factor, r->rows, r->kernel);
+        }
         return;
     case AUG_OP_AFFINE:
+        if (op->resample == AUG_NEAREST && op->args[0] == 1.0 && op->args[1] == 0.0 &&
+            op->args[3] == 0.0 && op->args[4] == 1.0) {  /* a translation: in place */
+            if (!r->pending.identity) aug_apply_lut(&r->img, &r->img, r->pending.t, r->kernel);
+            pending_reset(&r->pending);
+            if (aug_shift(&r->img, op->args, op->fill, r->rows,
+                          (int32_t *)(void *)(r->rows + r->img.w)))
+                return;
+        }
         take_copy(r);
         aug_affine(&r->img, &r->src, op->args, op->resample, op->fill, r->rows, r->kernel);
         return;
@@ -168,7 +183,7 @@ static void step(Run *r, const AugOp *op) {
     pending_then1(&r->pending, t);
 }
 
-/* Whether ``op`` reads the source copy. */
+/* Whether ``op`` reads the source copy or the rows' scratch. */
 static int copies(const AugOp *op, int planar) {
     return op->kind == AUG_OP_AFFINE || op->kind == AUG_OP_SHARPNESS ||
            (op->kind == AUG_OP_COLOR && !planar);
@@ -212,7 +227,8 @@ int aug_run(const AugImage *im, const AugOp *ops, size_t n, char *msg, size_t ms
     for (size_t i = 0; i < n; i++) copy |= copies(&ops[i], im->planar);
     if (copy) {  /* had before any byte changes */
         size_t at = (aug_copy_bytes(w, h) + 15) & ~(size_t)15;
-        uint8_t *mem = scratch_reserve(&aug_mem, at + sizeof(ptrdiff_t) * 2 * (size_t)w + 64);
+        size_t side = (size_t)(w > h ? w : h);  /* rows: two sides' worth of offsets */
+        uint8_t *mem = scratch_reserve(&aug_mem, at + sizeof(ptrdiff_t) * 2 * side + 64);
         if (mem == NULL) {
             snprintf(msg, msg_len, "no memory for a %dx%d image's copy", w, h);
             return AUG_ENOMEM;

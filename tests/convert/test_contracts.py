@@ -69,3 +69,6 @@ def test_the_python_side_reads_the_modules_codes_and_limits() -> None:
     assert len(set(augment._CODES.values())) == len(augment.OPS)
     assert augment._FILTERS == {"nearest": ext.AUG_NEAREST, "bilinear": ext.AUG_BILINEAR,
                                 "bicubic": ext.AUG_BICUBIC}
+    # its kernels, numbered by augment.h (augment.KERNELS lists them in that order)
+    assert [getattr(ext, f"AUG_KERNEL_{name.upper()}") for name in augment.KERNELS] == \
+        list(range(len(augment.KERNELS)))
