@@ -663,7 +663,7 @@ def run_augment(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
     """``--augment``: the shard set built as for the full run, then
     ``bench.loader_augment``."""
     folder, blobs = build_shards(args.images, scratch, args.samples, args.limit)
-    return loader_augment.run_augment(args, folder, blobs, measured)
+    return loader_augment.run_augment(args, folder, blobs, measured, scratch)
 
 
 def run_stores(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:

@@ -11,6 +11,12 @@ one loader alive at a time), ``--repeat`` rounds interleaved, medians over the q
 (each round's own ratio, the median over rounds); the floor also in its thread's CPU time
 (``floor_cpu``: what a loaded machine's other processes disturb least); the draws alone
 (``policy.draw`` for 224 px, µs per image). No target: the ratios are information.
+
+With ``--ffcv-python`` (``bench.ffcv_peer``), also the policy's loader at 1 and 2 workers
+with ``memory_format="channels_last"`` (NHWC, as FFCV's batches), against FFCV 1.0.2's plain
+random-resized-crop and flip over a .beton of the same JPEG bytes (the pipeline FFCV's own
+ImageNet example trains with; FFCV has no automatic augmentation): ``vs_ffcv_<w>w``, the
+policy's loader over FFCV's plain one, target >= 1.1, paired per round as ``bench.loader``.
 """
 
 from __future__ import annotations
@@ -20,19 +26,25 @@ import gc
 import os
 import statistics
 import time
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from bench.common import QUIET_FOREIGN_CORES, paired_ratio
+from bench import ffcv_peer
+from bench.common import QUIET_FOREIGN_CORES, paired_ratio, verdict
 from bench.loader_sizes import loader_epoch
+from bench.loader_stores import loader_pass
 from imgprep import World, read_manifest
 from loaders import LoaderOptions, SampleDecoder, ShardLoader, TrainTransform
 from loaders import augment_policy as policy
 
 KINDS = ("plain", "augment")
+FFCV_WORKERS = (1, 2)
+VS_FFCV_TARGET = 1.1  # the policy's loader over FFCV's plain RRC, at as many workers
+SPLIT = "train"
 
 
 def transforms(name: str) -> dict[str, TrainTransform]:
@@ -60,26 +72,80 @@ def draw_us(name: str, n: int = 20_000) -> float:
     return (time.perf_counter() - t0) / n * 1e6
 
 
+EpochRows = dict[str, Callable[[int], dict[str, float]]]  # a row -> one timed epoch (number)
+
+
+def ffcv_rows(args: argparse.Namespace, folder: Path, scratch: Path, batch: int
+              ) -> tuple[Any, EpochRows, dict[str, Any]]:
+    """FFCV's plain loaders at 1 and 2 workers (none without ``--ffcv-python``), and the
+    policy's channels-last loaders they are paired with, each warmed up."""
+    peer, theirs, info = ffcv_peer.setup(getattr(args, "ffcv_python", None), folder, SPLIT,
+                                         scratch, batch, FFCV_WORKERS)
+    if peer is None:
+        return None, {}, info
+    rows: EpochRows = {}
+    policy_t = transforms(args.augment)["augment"]
+    for w in FFCV_WORKERS:
+        loader = ShardLoader(folder, SPLIT, World(), LoaderOptions(
+            batch_size=batch, workers=w, seed=0, transform=policy_t,
+            memory_format="channels_last"))
+        loader_pass(loader, 0)  # the warm-up
+        rows[f"loader_augment_cl_{w}w"] = partial(loader_pass, loader)
+    for name, row in theirs.items():
+        row()  # the warm-up: numba compiles FFCV's pipeline
+        rows[name] = partial(_any_epoch, row)
+    return peer, rows, info
+
+
+def _any_epoch(row: Callable[[], dict[str, float]], epoch: int) -> dict[str, float]:
+    return row()  # FFCV's loader draws its own order each epoch
+
+
 def run_augment(args: argparse.Namespace, folder: Path, blobs: list[bytes],
-                measured: Any) -> dict[str, Any]:
-    """Both transforms' floor and 1-worker loader, interleaved; ``measured`` wraps a pass
-    with the machine's load (``bench.loader.measured``)."""
+                measured: Any, scratch: Path | None = None) -> dict[str, Any]:
+    """Both transforms' floor and 1-worker loader, interleaved, and with FFCV its rows;
+    ``measured`` wraps a pass with the machine's load (``bench.loader.measured``)."""
     start, load0 = time.perf_counter(), os.getloadavg()
     ts = transforms(args.augment)
-    batch, n = args.batch_size, read_manifest(folder, "train").total_samples
-    passes: dict[str, list[dict[str, float]]] = {
-        f"{where}_{k}": [] for k in KINDS for where in ("floor", "loader")}
-    for r in range(args.repeat):
-        for k in KINDS:
-            passes[f"floor_{k}"].append(measured(partial(floor_pass, blobs, min(n, 2000),
-                                                         batch, ts[k])))
-            loader = ShardLoader(folder, "train", World(), LoaderOptions(
-                batch_size=batch, workers=1, seed=0, transform=ts[k]))
-            loader_epoch(loader, 0)  # the warm-up: worker start-up, page cache
-            passes[f"loader_{k}"].append(measured(partial(loader_epoch, loader, r + 1)))
-            del loader
-            gc.collect()
-    return summarise(args, passes, n, batch, start, load0)
+    batch, n = args.batch_size, read_manifest(folder, SPLIT).total_samples
+    peer, extra, info = ffcv_rows(args, folder, scratch or folder.parent, batch)
+    names = [f"{where}_{k}" for k in KINDS for where in ("floor", "loader")] + list(extra)
+    passes: dict[str, list[dict[str, float]]] = {k: [] for k in names}
+    try:
+        for r in range(args.repeat):
+            for k in KINDS:
+                passes[f"floor_{k}"].append(measured(partial(floor_pass, blobs, min(n, 2000),
+                                                             batch, ts[k])))
+                loader = ShardLoader(folder, SPLIT, World(), LoaderOptions(
+                    batch_size=batch, workers=1, seed=0, transform=ts[k]))
+                loader_epoch(loader, 0)  # the warm-up: worker start-up, page cache
+                passes[f"loader_{k}"].append(measured(partial(loader_epoch, loader, r + 1)))
+                del loader
+                gc.collect()
+            for k, row in extra.items():
+                passes[k].append(measured(partial(row, r + 1)))
+    finally:
+        if peer is not None:
+            peer.close()
+    return summarise(args, passes, n, batch, start, load0) | {"ffcv": vs_ffcv(passes, info)}
+
+
+def vs_ffcv(passes: dict[str, list[dict[str, float]]], info: dict[str, Any]
+            ) -> dict[str, Any]:
+    """The policy's channels-last loader over FFCV's plain RRC at each worker count, or the
+    line that says why there is no FFCV row."""
+    if "skipped" in info:
+        return {"skipped": info["skipped"]}
+    out: dict[str, Any] = {"versions": info["versions"], "beton_mb": info["beton_mb"]}
+    for w in FFCV_WORKERS:
+        ours, theirs = (passes[f"loader_augment_cl_{w}w"], passes[f"ffcv_{w}w"])
+        v = paired_ratio([(p["rate"], p["foreign_cores"]) for p in ours],
+                         [(p["rate"], p["foreign_cores"]) for p in theirs])
+        out[f"us_per_image_{w}w"] = {"loader_augment_cl": round(1e6 / _quiet_median(ours), 1),
+                                     "ffcv_plain": round(1e6 / _quiet_median(theirs), 1)}
+        out[f"vs_ffcv_{w}w"] = {"value": round(v, 3), "target": VS_FFCV_TARGET,
+                                "result": verdict(v, VS_FFCV_TARGET)}
+    return out
 
 
 def _quiet_median(passes: list[dict[str, float]]) -> float:
@@ -123,3 +189,13 @@ def print_augment(res: dict[str, Any]) -> None:
         print(f"{where:9s} {res['us_per_image'][f'{where}_plain']:9.1f} "
               f"{res['us_per_image'][f'{where}_augment']:10.1f} {r['value']:13.3f}")
     print(f"(the draws alone: {res['draw_us_per_image']:.1f} us per image)")
+    ffcv = res.get("ffcv", {})
+    if "skipped" in ffcv:
+        print(ffcv["skipped"])
+    for w in FFCV_WORKERS:
+        if f"vs_ffcv_{w}w" in ffcv:
+            us, r = ffcv[f"us_per_image_{w}w"], ffcv[f"vs_ffcv_{w}w"]
+            print(f"{w} worker{'s' if w > 1 else ''}: loader with {res['policy']} "
+                  f"(channels_last) {us['loader_augment_cl']:.1f} us, FFCV plain RRC "
+                  f"{us['ffcv_plain']:.1f} us: {r['value']:.3f} x FFCV (target >= "
+                  f"{r['target']}) {r['result']}")

@@ -16,7 +16,7 @@ import os
 import sys
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -173,12 +173,12 @@ def set_up(args: argparse.Namespace, world: World) -> Run:
               f"{workers} {unit}{'' if workers == 1 else 's'} per rank"
               f"{', sized to demand' if options.sizing else ''}", flush=True)
         log({"loader": backend}, args.log_json)
+        nice = replace(options, mixup=None).resolve(train=True, world=world).worker_nice
+        log({"cpus": {"pin_cpus": pin, "workers": workers, "worker_nice": nice,
+                      "sizing": options.sizing is not None}}, args.log_json)
     train_loader, val_loader = make_loaders(args, world, options)
     sizes = train_loader.output_sizes  # the loader's, each epoch's in its plan
     if world.rank == 0:
-        log({"cpus": {"pin_cpus": pin, "workers": workers,
-                      "worker_nice": train_loader.options.worker_nice,
-                      "sizing": options.sizing is not None}}, args.log_json)
         print(compiled.line(args.compile, compile_on, device, sizes), flush=True)
         print(cpu_line(world, pin), flush=True)
         log({"compile": {"mode": args.compile, "on": compile_on, "sizes": list(sizes)}},

@@ -41,3 +41,13 @@ def test_a_name_no_policy_has_is_refused_before_anything_runs(
         loader.parse_args(["--augment", "autoaugment"])
     assert "unknown augmentation policy 'autoaugment'" in capsys.readouterr().err
     assert loader.parse_args(["--augment", "rand-m9-mstd0.5-inc1"]).augment
+
+
+def test_the_ffcv_pairing_is_the_policys_loader_over_ffcvs_plain_rrc_per_worker_count() -> None:
+    runs = {"loader_augment_cl_1w": passes(1500.0), "ffcv_1w": passes(1000.0),
+            "loader_augment_cl_2w": passes(2000.0), "ffcv_2w": passes(2000.0)}
+    got = loader_augment.vs_ffcv(runs, {"versions": {"ffcv": "1.0.2"}, "beton_mb": 42.0})
+    assert got["vs_ffcv_1w"] == {"value": 1.5, "target": 1.1, "result": "PASS"}
+    assert got["vs_ffcv_2w"] == {"value": 1.0, "target": 1.1, "result": "SHORT"}
+    assert got["us_per_image_1w"] == {"loader_augment_cl": 666.7, "ffcv_plain": 1000.0}
+    assert loader_augment.vs_ffcv(runs, {"skipped": "no FFCV"}) == {"skipped": "no FFCV"}
