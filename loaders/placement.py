@@ -11,11 +11,17 @@ workers on the rest of the rank's share (``LoaderOptions.pin_cpus``), and how ni
   the same plan, so the second changes nothing.
 - ``worker_nice`` is added to each worker's nice value as it starts (on Linux a thread has
   its own: the in-process backends' decoding threads take it too).
+- A pillow worker freezes the objects it inherited from the loader's process as it starts
+  (``gc.freeze``): they live as long as the worker, and a trainer's process holds hundreds of
+  thousands of them (torch's alone), which each of the worker's full garbage collections
+  would otherwise walk; measured, about a fifth of a stored-pixel sample's time. Freezing
+  also leaves the pages they lie on shared with the parent.
 """
 
 from __future__ import annotations
 
 import functools
+import gc
 import os
 from collections.abc import Callable, Collection
 
@@ -30,19 +36,19 @@ def enter(o: ResolvedOptions) -> None:
 
 
 def settle(cpus: Collection[int] | None, nice: int, _worker_id: int = 0) -> None:
-    """In a worker process as it starts: onto ``cpus`` (None: where it is), ``nice`` added."""
+    """In a worker process as it starts: the objects it inherited frozen, onto ``cpus``
+    (None: where it is), ``nice`` added."""
+    gc.freeze()
     if cpus is not None:
         pin_threads(cpus)
     if nice:
         os.nice(nice)
 
 
-def worker_init(o: ResolvedOptions) -> Callable[[int], None] | None:
-    """The pillow backend's ``worker_init_fn`` for ``o``; None where there is nothing to do."""
-    cpus = None if o.cpus is None else o.cpus.workers
-    if cpus is None and not o.worker_nice:
-        return None
-    return functools.partial(settle, cpus, o.worker_nice)
+def worker_init(o: ResolvedOptions) -> Callable[[int], None]:
+    """The pillow backend's ``worker_init_fn`` for ``o``."""
+    return functools.partial(settle, None if o.cpus is None else o.cpus.workers,
+                             o.worker_nice)
 
 
 def thread_init(o: ResolvedOptions) -> Callable[[], None] | None:

@@ -5,6 +5,8 @@ for the process that launches the GPU's work (``bench.feed``, loosely)."""
 
 from __future__ import annotations
 
+import gc
+import multiprocessing as mp
 import os
 import threading
 from collections.abc import Iterator
@@ -17,7 +19,7 @@ import loaders.config as config_mod
 from bench.feed import stand_in_ratios
 from imgprep import World
 from imgprep.job.cpus import CpuPlan, parse_cpu_list, unpin_threads
-from loaders import LoaderOptions, cpu_line
+from loaders import LoaderOptions, cpu_line, placement
 from tests.support.backends import loader
 
 PLAN = World.single().cpu_plan()
@@ -136,3 +138,22 @@ def test_a_pinned_stand_in_keeps_its_rate_beside_the_workers(shards: Path,
             break
     assert held, r
     assert torch.get_num_threads() >= 1  # the process is whole again (unpinned)
+
+
+def _frozen_after_init(init: object, out: mp.SimpleQueue) -> None:  # type: ignore[type-arg]
+    init(0)  # type: ignore[operator]
+    out.put(gc.get_freeze_count())
+
+
+def test_a_worker_freezes_what_it_inherited_as_it_starts() -> None:
+    """The pillow backend's worker_init_fn, run in a forked child as DataLoader runs it: the
+    parent's objects (torch's among them) are frozen out of the child's collections, and the
+    parent's are left as they were."""
+    o = LoaderOptions(batch_size=4).resolve(train=True, world=World.single())
+    ctx = mp.get_context("fork")
+    out = ctx.SimpleQueue()
+    child = ctx.Process(target=_frozen_after_init, args=(placement.worker_init(o), out))
+    child.start()
+    child.join(60)
+    assert child.exitcode == 0
+    assert out.get() > 10_000 and gc.get_freeze_count() == 0
