@@ -19,7 +19,9 @@ to a batch row with random geometry, its promises checked.
   output untouched); what it reads is sampled.
 - A sample done twice gives the same row (the second into a buffer filled otherwise, so
   every byte is written), and the portable resampler's too; for an undamaged record of a
-  JPEG, the row is the JPEG path's (``sample`` at DCT scale 1, whole), YUV and RGB alike.
+  JPEG, the row is the JPEG path's (``sample`` at DCT scale 1, whole), YUV and RGB alike;
+  a YUV record's (a forged one's too) is the row of the RGB24 record of its pixels as
+  libjpeg-turbo converts them (``yuv_as_rgb``, numpy; a test holds it to libjpeg-turbo).
 - Geometry outside the record (a box past its edge, a crop outside the image cropped, an
   output buffer a byte short or long, the size of another image, a box without a resize)
   raises ValueError with the output untouched.
@@ -35,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from harness.fuzz.target import CPU_LIMIT, Mismatch, Target, bounded
-from imgprep.rawformat import BY_CODE, HEADER, MAGIC, VERSION, read_header, record_size
+from imgprep.rawformat import BY_CODE, BY_NAME, HEADER, MAGIC, VERSION, read_header, record_size
 
 MAX_PIXELS = 1 << 22
 SIZES = (1, 7, 24, 64, 224)
@@ -147,6 +149,36 @@ def _damaged(record: bytes, rng: np.random.Generator) -> tuple[str, bytes]:
     return how, bytes(b)
 
 
+def yuv_as_rgb(record: bytes) -> bytes:
+    """The RGB24 record of a YUV 4:2:0 record's pixels by libjpeg-turbo's arithmetic, in
+    numpy: h2v2 fancy upsampling (chroma 2 columns wide or less replicated), jdcolor.c's
+    conversion; what ``raw_sample`` reads the YUV record as."""
+    head = read_header(record)
+    w, h = head.width, head.height
+    cw, ch = (w + 1) // 2, (h + 1) // 2
+    px = np.frombuffer(record, np.uint8, offset=HEADER.size).astype(np.int64)
+    planes = []
+    for start in (w * h, w * h + cw * ch):
+        c = px[start:start + cw * ch].reshape(ch, cw)
+        if cw <= 2:
+            up = c.repeat(2, 0).repeat(2, 1)
+        else:
+            near = np.arange(2 * ch) // 2
+            far = np.where(np.arange(2 * ch) % 2, np.minimum(near + 1, ch - 1),
+                           np.maximum(near - 1, 0))
+            s = 3 * c[near] + c[far]
+            up = np.empty((2 * ch, 2 * cw), np.int64)
+            up[:, 0::2] = (3 * s + np.concatenate([s[:, :1], s[:, :-1]], 1) + 8) >> 4
+            up[:, 1::2] = (3 * s + np.concatenate([s[:, 1:], s[:, -1:]], 1) + 7) >> 4
+        planes.append(up[:h, :w] - 128)
+    y, (b, r) = px[:w * h].reshape(h, w), planes
+    rgb = np.stack([y + ((91881 * r + 32768) >> 16),
+                    y + ((32768 - 22554 * b - 46802 * r) >> 16),
+                    y + ((116130 * b + 32768) >> 16)], -1)
+    pixels = np.clip(rgb, 0, 255).astype(np.uint8).tobytes()
+    return HEADER.pack(MAGIC, VERSION, BY_NAME["rgb"].code, 0, w, h) + pixels
+
+
 def _buffer(data: bytes) -> np.ndarray:
     """``data`` in an allocation of exactly its size (numpy's own, not Python's pools), so
     that the sanitizer reports any read past its end."""
@@ -212,14 +244,32 @@ def _refusals(mod: ModuleType, record: np.ndarray, w: int, h: int, planar: bool)
 
 
 def _records(mod: ModuleType, data: bytes, cpu_limit: float) -> list[bytes]:
-    """The records ``raw_record`` makes of ``data`` (YUV 4:2:0 and RGB24; one where the
-    JPEG is not 4:2:0, and then the YUV one asked for is the RGB24 one)."""
+    """The records ``raw_record`` makes of ``data``: YUV 4:2:0 (where the JPEG is) and RGB24."""
     yuv = _made(mod, data, mod.RAW_YUV420, cpu_limit)
     rgb = _made(mod, data, mod.RAW_RGB24, cpu_limit)
     if yuv is not None and rgb is not None and yuv[5] == mod.RAW_RGB24 and yuv != rgb:
         raise Mismatch("raw_record stored a JPEG asked for as YUV 4:2:0 as RGB24, not as the "
                        "RGB24 record of it")
     return list(dict.fromkeys(r for r in (yuv, rgb) if r is not None))
+
+
+def _alike(mod: ModuleType, record: bytes, g: Geometry, planar: bool, row: np.ndarray,
+           portable: bool, what: str, cpu_limit: float) -> None:
+    """``row``, ``record``'s sample as ``g`` says, is a second call's, the RGB24 record's of
+    its pixels where it is YUV, and (``portable``) the portable resampler's."""
+    head, buf = read_header(record), _buffer(record)
+    w, h = head.width, head.height
+    where = f"raw_sample of {what} {w}x{h} {g} planar={planar}"
+    if not np.array_equal(row, _sample(mod, buf, w, h, g, planar, cpu_limit,
+                                       fill=255 - FILL)[1]):
+        raise Mismatch(f"{where}: two calls differ")
+    if head.kind.name == "yuv420" and not np.array_equal(row, _sample(
+            mod, _buffer(yuv_as_rgb(record)), w, h, g, planar, cpu_limit)[1]):
+        raise Mismatch(f"{where}: not the row of the RGB24 record of its pixels "
+                       "(libjpeg-turbo's arithmetic)")
+    if portable and not np.array_equal(
+            row, _sample(mod, buf, w, h, g, planar, cpu_limit, kernel=0)[1]):
+        raise Mismatch(f"{where}: the portable resampler's row differs")
 
 
 def raw_target(mod: ModuleType, cpu_limit: float = CPU_LIMIT) -> Target:
@@ -254,12 +304,8 @@ def raw_target(mod: ModuleType, cpu_limit: float = CPU_LIMIT) -> Target:
                            f"{'reads' if readable else 'refuses'}: {r[2]!r}")
         if not readable:
             return f"raw:{source}:damaged-refused"
-        again = _sample(mod, buf, w, h, g, planar, cpu_limit, fill=255 - FILL)[1]
-        if not np.array_equal(row, again):
-            raise Mismatch(f"raw_sample of a {fate} record {w}x{h} {g}: two calls differ")
-        if fast and rng.random() < 0.3 and not np.array_equal(
-                row, _sample(mod, buf, w, h, g, planar, cpu_limit, kernel=0)[1]):
-            raise Mismatch(f"raw_sample {w}x{h} {g}: the portable resampler's row differs")
+        portable = fast and rng.random() < 0.3
+        _alike(mod, given, g, planar, row, portable, f"a {fate} record", cpu_limit)
         if made and not how and not np.array_equal(
                 row, _jpeg_row(mod, data, w, h, g, planar, cpu_limit)):
             raise Mismatch(f"raw_sample of the {source} record {w}x{h} {g} planar={planar}: "

@@ -36,7 +36,7 @@ from harness.fuzz.mutate import (
     zero_quant,
 )
 from harness.fuzz.progressive import progressive
-from harness.fuzz.rawsample import raw_target, train_geometry, val_geometry
+from harness.fuzz.rawsample import raw_target, train_geometry, val_geometry, yuv_as_rgb
 from harness.fuzz.run import case, fuzz
 from harness.fuzz.sample import sample_target
 from harness.fuzz.seeds import PROGRESSIVE_SIZE, SAMPLINGS, load_seeds
@@ -239,6 +239,25 @@ def test_stored_records_of_mutated_jpegs_sample_as_the_jpeg_path_and_damaged_one
     assert got["raw:forged:sampled"] > 1000 and got["raw:forged:damaged-sampled"] > 100, got
     assert sum(n for k, n in got.items() if k.endswith("damaged-refused")) > 1000, got
     assert got["raw:yuv420:damaged-refused"] > 5 and got["raw:rgb24:damaged-refused"] > 50, got
+
+
+@needs_extension
+def test_the_raw_targets_yuv_reference_is_libjpeg_turbos_decode(seeds: list[bytes]) -> None:
+    """The numpy conversion the target holds forged YUV records to gives the RGB24 record
+    of the same JPEG (libjpeg-turbo's own decode), at every size (chroma 1 or 2 columns wide
+    is replicated, not fancy-upsampled) and on the real seeds."""
+    mod = load_extension(None)
+    rng = np.random.default_rng(0)
+    jpegs = [bytes(mod.encode(rng.integers(0, 256, (h, w, 3), np.uint8).tobytes(), w, h, 3,
+                              90, (2, 2, 1, 1, 1, 1)))
+             for w, h in ((1, 1), (1, 7), (7, 1), (3, 3), (4, 5), (6, 2), (17, 9), (33, 31))]
+    checked = 0
+    for data in jpegs + seeds:
+        yuv, rgb = (mod.raw_record(data, mode, 0) for mode in (mod.RAW_YUV420, mod.RAW_RGB24))
+        if yuv.mode == mod.RAW_YUV420:
+            assert yuv_as_rgb(yuv.record) == rgb.record, (yuv.width, yuv.height)
+            checked += 1
+    assert checked >= len(jpegs) + 10, checked
 
 
 def test_the_raw_targets_geometry_is_the_loaders_transforms() -> None:
