@@ -228,6 +228,9 @@ def _refusals(mod: ModuleType, record: np.ndarray, w: int, h: int, planar: bool)
         ((-8, 8), None, whole, n, w, h, "a negative size"),
         ((0, 0), None, (0, 0, w + 1, h), (w + 1) * h * 3, w, h, "a crop past the image"),
         ((0, 0), (0.0, 0.0, 1.0, 1.0), (0, 0, 1, 1), 3, w, h, "a box without a resize"),
+        ((8, 8), None, (2**62, 0, 2**62 + 8, 8), n, w, h, "a crop 2**62 to the right"),
+        ((8, 8), None, (-(2**63), 0, 8, 8), n, w, h, "a crop from -2**63"),
+        ((0, 0), None, (0, 2**62, 1, 2**62 + 1), 3, w, h, "a crop 2**62 down, not resampled"),
         ((8, 8), None, whole, n, w + 1, h, "the geometry of a wider image"),
         ((8, 8), None, whole, n, w, h + 1, "the geometry of a taller image"),
     ]

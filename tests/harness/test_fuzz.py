@@ -260,6 +260,26 @@ def test_the_raw_targets_yuv_reference_is_libjpeg_turbos_decode(seeds: list[byte
     assert checked >= len(jpegs) + 10, checked
 
 
+@needs_extension
+def test_a_crop_far_outside_the_image_is_refused_before_it_is_planned(
+        seeds: list[bytes]) -> None:
+    """A crop's corners are checked before the reach is computed from them (their product
+    with a side overflowed int64 first, which UBSan reports); the fuzz targets' refusals
+    carry these crops into the sanitizer build."""
+    mod = load_extension(None)
+    data = seeds[0]
+    w, h = mod.probe(data)[:2]
+    record = mod.raw_record(data, mod.RAW_RGB24, 0).record
+    out = bytearray(8 * 8 * 3)
+    for crop in ((2**62, 0, 2**62 + 8, 8), (0, 2**62, 8, 2**62 + 8), (-(2**63), 0, 8, 8),
+                 (0, 0, 2**63 - 1, 8)):
+        with pytest.raises(ValueError, match="the crop .* must be a non-empty box"):
+            mod.sample(data, w, h, (0, 0), (8, 8), None, crop, False, False, False, 0, out)
+        with pytest.raises(ValueError, match="the crop .* must be a non-empty box"):
+            mod.raw_sample(record, w, h, (8, 8), None, crop, False, False, 0, out)
+    assert out == bytearray(8 * 8 * 3)
+
+
 def test_the_raw_targets_geometry_is_the_loaders_transforms() -> None:
     """The target mirrors the loader's draws (it must not import the loaders and their
     frameworks into the sanitized child): the same geometry from the same generator."""
