@@ -9,7 +9,7 @@ lists on small images made of every input, its promises checked.
   translations, rotations, every filter, black, white and random fills), up to
   ``AUG_MAX_OPS`` of them. A legal list is carried out the same twice (byte for byte), by
   the portable kernel as by the best this CPU runs (``AUG_KERNEL_*``), and on the other
-  layout of the same picture.
+  layout of the same picture; an empty list, or identities alone, change no byte.
 - An illegal list (one op among legal ones with a kind outside the codes, an argument too
   many or too few, NaN, an infinity or an argument just past ``AUG_MAX_ARG``, posterize's
   bits outside 0..8 or not whole, a filter that is none, a fill outside 0..255), one op past
@@ -252,6 +252,8 @@ def augment_target(mod: ModuleType, cpu_limit: float = CPU_LIMIT) -> Target:
             raise Mismatch(f"{where}: the portable kernel's bytes differ")
         if not np.array_equal(done, _run(mod, img, not planar, ops, best, cpu_limit)):
             raise Mismatch(f"{where}: the other layout gives another picture")
+        if all(op[0] == lim.codes["identity"] for op in ops) and not np.array_equal(done, img):
+            raise Mismatch(f"{where}: identities changed the picture")
         return "augment:applied" if n else "augment:empty"
 
     return target
