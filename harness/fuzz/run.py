@@ -8,7 +8,7 @@ run with ``seed`` is a pure function of (seeds, seed, n) (``case``), so a findin
 replayed from its number.
 
     python -m harness.fuzz.run --inputs 20000 [--seconds 120] [--extension PATH]
-        [--target all|jpegcrop|convert|sample] [--cpu-limit 2] [--json]
+        [--target all|jpegcrop|convert|sample|raw|augment] [--cpu-limit 2] [--json]
 """
 
 from __future__ import annotations
@@ -28,6 +28,8 @@ import numpy as np
 
 from harness.fuzz.mutate import mutate
 from harness.fuzz.target import Mismatch, Target
+
+TARGETS = ("jpegcrop", "convert", "sample", "raw", "augment")  # --target's, besides all
 
 
 @dataclass(frozen=True)
@@ -98,8 +100,10 @@ def fuzz(target: Target, seeds: Sequence[bytes], *, inputs: int, seconds: float 
 
 
 def main(argv: list[str] | None = None) -> int:
+    from harness.fuzz.augment import augment_target
     from harness.fuzz.convert import convert_target
     from harness.fuzz.extension import jpegcrop_target, load_extension
+    from harness.fuzz.rawsample import raw_target
     from harness.fuzz.sample import sample_target
     from harness.fuzz.seeds import default_folder, load_seeds
     from harness.fuzz.target import CPU_LIMIT, alternate
@@ -112,9 +116,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="the built _jpegcrop module to load (default: imgprep's own)")
     ap.add_argument("--seeds", type=Path, default=default_folder(),
                     help="the real ImageNet sample (synthetic photos where it is absent)")
-    ap.add_argument("--target", choices=("all", "jpegcrop", "convert", "sample"),
-                    default="all", help="the crop-aware decoder's calls, convert's, the "
-                    "loader's, or each input to one")
+    ap.add_argument("--target", choices=("all", *TARGETS), default="all",
+                    help="the crop-aware decoder's calls, convert's, the loader's, stored "
+                    "pixels' (record and sample), the augmentation ops', or each input to one")
     ap.add_argument("--cpu-limit", type=float, default=CPU_LIMIT,
                     help="seconds of CPU any one call into the extension may take")
     ap.add_argument("--in-flight", type=Path, default=None)
@@ -125,7 +129,8 @@ def main(argv: list[str] | None = None) -> int:
     seeds, where = load_seeds(args.seeds, mod)
     limit = args.cpu_limit
     targets = {"jpegcrop": jpegcrop_target(mod, limit), "convert": convert_target(mod, limit),
-               "sample": sample_target(mod, limit)}
+               "sample": sample_target(mod, limit), "raw": raw_target(mod, limit),
+               "augment": augment_target(mod, limit)}
     target = alternate(*targets.values()) if args.target == "all" else targets[args.target]
     report = fuzz(target, seeds, inputs=args.inputs,
                   seconds=args.seconds, seed=args.seed, in_flight=args.in_flight,

@@ -74,6 +74,7 @@ def _refusals(mod: ModuleType, data: bytes, w: int, h: int) -> None:
         ((w, h), (8, 8), (0.0, 0.0, w + 1.0, float(h)), (0, 0, 8, 8), out, "a box past the edge"),
         ((w, h), (8, 8), None, (0, 0, 9, 8), out, "a crop outside the output"),
         ((w, h), (8, 8), None, (3, 0, 3, 8), bytearray(0), "an empty crop"),
+        ((w, h), (8, 8), None, (2**62, 0, 2**62 + 8, 8), out, "a crop 2**62 to the right"),
         ((w, h), (8, 8), None, (0, 0, 8, 8), bytearray(8 * 8 * 3 - 1), "a short output"),
         ((w, h), (-8, 8), None, (0, 0, 8, 8), out, "a negative size"),
         ((0, h), (8, 8), None, (0, 0, 8, 8), out, "a draft of width 0"),

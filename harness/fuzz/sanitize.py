@@ -3,12 +3,14 @@
 ``build`` compiles ``imgprep/_jpegcrop.c`` with ``IMGPREP_SANITIZE=1`` (setup.py: strict
 warnings, ``-fsanitize=address,undefined -fno-sanitize-recover=all``) into a folder of its
 own, leaving the normal build alone; ``run`` starts ``python -m harness.fuzz.run`` with
-that module and libasan preloaded (the interpreter is not built with it), so that any
-out-of-bounds access, use after free or undefined behaviour aborts the child with the
-sanitizer's report, and the input in flight names what caused it. ``toolchain`` says why
-this machine cannot do it (no compiler, no libasan, no libjpeg headers), in one line.
+that module and libasan preloaded (the interpreter is not built with it), every target
+(the crop-aware decoder's, convert's, the loader's, stored pixels' and the augmentation
+ops') or the one named, so that any out-of-bounds access, use after free or undefined
+behaviour aborts the child with the sanitizer's report, and the input in flight names what
+caused it. ``toolchain`` says why this machine cannot do it (no compiler, no libasan, no
+libjpeg headers), in one line.
 
-    python -m harness.fuzz.sanitize --inputs 200000 [--seconds 3600]
+    python -m harness.fuzz.sanitize --inputs 200000 [--seconds 3600] [--target raw]
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.checks import clean_env
+from harness.fuzz.run import TARGETS
 
 REPO = Path(__file__).resolve().parents[2]
 SANITIZER_OPTIONS = {
@@ -84,8 +87,9 @@ def build(dest: Path) -> Path:
 
 
 def run(module: Path, *, inputs: int, seconds: float, seed: int = 0,
-        timeout: float | None = None) -> Outcome:
-    """Fuzz the sanitizer build ``module`` in a child with libasan preloaded."""
+        timeout: float | None = None, target: str = "all") -> Outcome:
+    """Fuzz the sanitizer build ``module`` in a child with libasan preloaded (``target``:
+    ``harness.fuzz.run``'s ``--target``)."""
     asan = libasan()
     if asan is None:
         raise RuntimeError(toolchain() or "no libasan")
@@ -95,7 +99,7 @@ def run(module: Path, *, inputs: int, seconds: float, seed: int = 0,
         child = subprocess.run(
             [sys.executable, "-m", "harness.fuzz.run", "--extension", str(module), "--inputs",
              str(inputs), "--seconds", str(seconds), "--seed", str(seed), "--in-flight",
-             str(in_flight), "--json"],
+             str(in_flight), "--target", target, "--json"],
             cwd=REPO, env=env, capture_output=True, text=True, check=False,
             timeout=timeout or seconds * 2 + 120)
         lines = [ln for ln in child.stdout.splitlines() if ln.startswith("{")]
@@ -109,6 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--inputs", type=int, default=20_000)
     ap.add_argument("--seconds", type=float, default=120.0)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--target", choices=("all", *TARGETS), default="all")
     ap.add_argument("--keep-crash", type=Path, default=Path("bench-out/fuzz-crash.jpg"))
     args = ap.parse_args(argv)
     why = toolchain()
@@ -116,7 +121,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"sanitizer fuzz skipped: {why}")
         return 0
     with tempfile.TemporaryDirectory(prefix="imgprep-asan-") as tmp:
-        out = run(build(Path(tmp)), inputs=args.inputs, seconds=args.seconds, seed=args.seed)
+        out = run(build(Path(tmp)), inputs=args.inputs, seconds=args.seconds, seed=args.seed,
+                  target=args.target)
     if out.report is None:
         args.keep_crash.parent.mkdir(parents=True, exist_ok=True)
         args.keep_crash.write_bytes(out.in_flight)

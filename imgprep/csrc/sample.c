@@ -51,14 +51,22 @@ static int check_args(const SampleGeometry *g, SampleResult *r) {
 
 typedef SamplePlan Plan;
 
-static void plan(const SampleGeometry *g, Plan *p) {
+/* The DCT scale, the decoded size and the size of the image the crop is taken from: what
+ * check_crop reads. */
+static void plan_sizes(const SampleGeometry *g, Plan *p) {
     p->scale = g->draft_w ? jpegdec_draft_scale((unsigned)g->width, (unsigned)g->height,
                                                 (unsigned)g->draft_w, (unsigned)g->draft_h)
                           : 1;
-    unsigned sw = p->sw = scaled((unsigned)g->width, p->scale);
-    unsigned sh = p->sh = scaled((unsigned)g->height, p->scale);
-    p->cw = g->resize_w ? g->resize_w : (int64_t)sw;
-    p->ch = g->resize_h ? g->resize_h : (int64_t)sh;
+    p->sw = scaled((unsigned)g->width, p->scale);
+    p->sh = scaled((unsigned)g->height, p->scale);
+    p->cw = g->resize_w ? g->resize_w : (int64_t)p->sw;
+    p->ch = g->resize_h ? g->resize_h : (int64_t)p->sh;
+}
+
+/* The resampled box and the region read, for a crop check_crop has put inside the image it
+ * is taken from (so that no product of its corners with a side overflows). */
+static void plan_reach(const SampleGeometry *g, Plan *p) {
+    const unsigned sw = p->sw, sh = p->sh;
     const int64_t *c = g->crop;
     unsigned x0, x1, y0, y1;
     if (!g->resize_w) {
@@ -137,8 +145,10 @@ static int write_out(const SampleGeometry *g, const Plan *p, const unsigned char
 
 int sample_plan(const SampleGeometry *g, size_t out_len, SamplePlan *p, SampleResult *r) {
     if (check_args(g, r) != SAMPLE_DONE) return r->status;
-    plan(g, p);
-    return check_crop(g, p, out_len, r);
+    plan_sizes(g, p);
+    if (check_crop(g, p, out_len, r) != SAMPLE_DONE) return r->status;
+    plan_reach(g, p);
+    return SAMPLE_DONE;
 }
 
 int sample_jpeg(const unsigned char *data, size_t len, const SampleGeometry *g,

@@ -192,7 +192,8 @@ AVX2 static void row_avx2(const rs_rows *self, int64_t y, uint8_t *dst) {
 int yuv_rows_init(YuvRows *s, const RawImage *img, unsigned x0, unsigned y0, unsigned width,
                   int64_t kernel, Scratch *mem) {
     const size_t sums = ((size_t)width / 2 + 4) * sizeof(uint16_t);
-    const size_t ups = (size_t)width + 4;
+    /* a multiple of 16, so that up_r is as aligned as up_b: upsample stores 16-bit pairs */
+    const size_t ups = ((size_t)width + 4 + 15) & ~(size_t)15;
     unsigned char *b = scratch_reserve(mem, 2 * sums + 2 * ups);
     if (b == NULL) return -1;
     *s = (YuvRows){.base = {.row = row_portable}, .img = img, .x0 = x0, .y0 = y0,

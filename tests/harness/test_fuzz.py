@@ -1,7 +1,9 @@
 """The fuzz harness and the extension under it: mutated real JPEGs never crash the extension
-and give the full decode's pixels or a clean decline, in the normal build here and in the
-AddressSanitizer + UBSan build in a child (20,000 inputs or 2 minutes, whichever comes
-first); the runner keeps what breaks any target's promise, so new C joins with a target.
+and give the full decode's pixels or a clean decline (through the decoder, convert, the
+loader's call, stored-pixel records made of them, and the augmentation ops given pictures
+made of them), in the normal build here and in the AddressSanitizer + UBSan build in a
+child (20,000 inputs or 2 minutes, whichever comes first); the runner keeps what breaks any
+target's promise, so new C joins with a target.
 The seeds and mutators reach the per-image budget's limits (sampling factors, scan counts,
 declared sizes, zero quantisation tables), and no call into the extension takes more CPU
 than the budget allows."""
@@ -19,6 +21,7 @@ import pytest
 from PIL import Image
 
 from harness.fuzz import sanitize
+from harness.fuzz.augment import augment_target
 from harness.fuzz.convert import convert_target
 from harness.fuzz.extension import jpegcrop_target, load_extension
 from harness.fuzz.mutate import (
@@ -33,6 +36,7 @@ from harness.fuzz.mutate import (
     zero_quant,
 )
 from harness.fuzz.progressive import progressive
+from harness.fuzz.rawsample import raw_target, train_geometry, val_geometry, yuv_as_rgb
 from harness.fuzz.run import case, fuzz
 from harness.fuzz.sample import sample_target
 from harness.fuzz.seeds import PROGRESSIVE_SIZE, SAMPLINGS, load_seeds
@@ -226,6 +230,123 @@ def test_mutated_jpegs_sample_the_same_from_a_region_or_whole_or_are_refused_wit
 
 
 @needs_extension
+def test_stored_records_of_mutated_jpegs_sample_as_the_jpeg_path_and_damaged_ones_are_refused(
+        seeds: list[bytes]) -> None:
+    report = fuzz(raw_target(load_extension(None)), seeds, inputs=4_000, seed=4)
+    assert report.findings == []
+    got = report.outcomes
+    assert got["raw:yuv420:sampled"] > 30 and got["raw:rgb24:sampled"] > 100, got
+    assert got["raw:forged:sampled"] > 1000 and got["raw:forged:damaged-sampled"] > 100, got
+    assert sum(n for k, n in got.items() if k.endswith("damaged-refused")) > 1000, got
+    assert got["raw:yuv420:damaged-refused"] > 5 and got["raw:rgb24:damaged-refused"] > 50, got
+
+
+@needs_extension
+def test_the_raw_targets_yuv_reference_is_libjpeg_turbos_decode(seeds: list[bytes]) -> None:
+    """The numpy conversion the target holds forged YUV records to gives the RGB24 record
+    of the same JPEG (libjpeg-turbo's own decode), at every size (chroma 1 or 2 columns wide
+    is replicated, not fancy-upsampled) and on the real seeds."""
+    mod = load_extension(None)
+    rng = np.random.default_rng(0)
+    jpegs = [bytes(mod.encode(rng.integers(0, 256, (h, w, 3), np.uint8).tobytes(), w, h, 3,
+                              90, (2, 2, 1, 1, 1, 1)))
+             for w, h in ((1, 1), (1, 7), (7, 1), (3, 3), (4, 5), (6, 2), (17, 9), (33, 31))]
+    checked = 0
+    for data in jpegs + seeds:
+        yuv, rgb = (mod.raw_record(data, mode, 0) for mode in (mod.RAW_YUV420, mod.RAW_RGB24))
+        if yuv.mode == mod.RAW_YUV420:
+            assert yuv_as_rgb(yuv.record) == rgb.record, (yuv.width, yuv.height)
+            checked += 1
+    assert checked >= len(jpegs) + 10, checked
+
+
+@needs_extension
+def test_a_crop_far_outside_the_image_is_refused_before_it_is_planned(
+        seeds: list[bytes]) -> None:
+    """A crop's corners are checked before the reach is computed from them (their product
+    with a side overflowed int64 first, which UBSan reports); the fuzz targets' refusals
+    carry these crops into the sanitizer build."""
+    mod = load_extension(None)
+    data = seeds[0]
+    w, h = mod.probe(data)[:2]
+    record = mod.raw_record(data, mod.RAW_RGB24, 0).record
+    out = bytearray(8 * 8 * 3)
+    for crop in ((2**62, 0, 2**62 + 8, 8), (0, 2**62, 8, 2**62 + 8), (-(2**63), 0, 8, 8),
+                 (0, 0, 2**63 - 1, 8)):
+        with pytest.raises(ValueError, match="the crop .* must be a non-empty box"):
+            mod.sample(data, w, h, (0, 0), (8, 8), None, crop, False, False, False, 0, out)
+        with pytest.raises(ValueError, match="the crop .* must be a non-empty box"):
+            mod.raw_sample(record, w, h, (8, 8), None, crop, False, False, 0, out)
+    assert out == bytearray(8 * 8 * 3)
+
+
+def test_the_raw_targets_geometry_is_the_loaders_transforms() -> None:
+    """The target mirrors the loader's draws (it must not import the loaders and their
+    frameworks into the sanitized child): the same geometry from the same generator."""
+    from loaders.transforms import TrainTransform, ValTransform
+
+    for i, (w, h) in enumerate([(1, 1), (1, 300), (300, 1), (7, 5), (500, 375), (64, 64)]):
+        for size in (1, 7, 224):
+            for low in (0.08, 1.0):
+                a, b = np.random.default_rng(i), np.random.default_rng(i)
+                for _ in range(20):
+                    want = TrainTransform(size=size, scale=(low, 1.0)).geometry(w, h, a)
+                    assert train_geometry(w, h, size, low, b) == (
+                        want.resize, want.box, want.crop, want.flip)
+            for resize in {size, 3 * size, min(w, h)} - {0}:
+                if resize >= size:
+                    want = ValTransform(size=size, resize=resize).geometry(w, h, None)
+                    assert val_geometry(w, h, size, resize) == (want.resize, want.box,
+                                                                want.crop, want.flip)
+
+
+@needs_extension
+def test_random_op_lists_augment_alike_by_kernel_and_layout_or_are_refused_untouched(
+        seeds: list[bytes]) -> None:
+    report = fuzz(augment_target(load_extension(None)), seeds, inputs=3_000, seed=5)
+    assert report.findings == []
+    got = report.outcomes
+    assert got["augment:applied"] > 1500 and got["augment:empty"] > 50, got
+    for limit in ("kind", "arity", "arg", "posterize", "filter", "fill", "ops", "size",
+                  "kernel"):
+        assert got[f"augment:refused:{limit}"] > 30, (limit, got)
+
+
+class _Broken:
+    """The extension with one call made wrong, to show that the targets see it."""
+
+    def __init__(self, mod: object, **calls: object) -> None:
+        self._mod, self._calls = mod, calls
+
+    def __getattr__(self, name: str) -> object:
+        return self._calls.get(name, getattr(self._mod, name))
+
+
+@needs_extension
+def test_the_raw_and_augment_targets_find_a_call_that_breaks_a_promise(
+        seeds: list[bytes]) -> None:
+    mod = load_extension(None)
+
+    def portable_off_by_one(*args: object) -> object:
+        r = mod.raw_sample(*args)
+        if isinstance(args[-1], int) and args[-1] == 0:
+            np.asarray(args[-2]).reshape(-1)[0] ^= 1
+        return r
+
+    def writes_first(out: np.ndarray, *args: object) -> object:
+        out.reshape(-1)[0] ^= 1
+        return mod.augment(out, *args)
+
+    for target, problem in (
+            (raw_target(_Broken(mod, raw_sample=portable_off_by_one)),
+             "the portable resampler's row differs"),
+            (augment_target(_Broken(mod, augment=writes_first)),
+             "after changing the image")):
+        report = fuzz(target, seeds, inputs=300, seed=6)
+        assert any(problem in f.problem for f in report.findings), report.findings[:3]
+
+
+@needs_extension
 def test_the_budget_refuses_what_the_new_mutators_make_with_its_reason(
         seeds: list[bytes]) -> None:
     """A zero quantisation table, more than 500 scans, more blocks than the bytes hold:
@@ -262,4 +383,8 @@ def test_the_sanitizer_build_survives_twenty_thousand_inputs(tmp_path: Path) -> 
     inputs, seconds = out.report["inputs"], out.report["seconds"]
     assert isinstance(inputs, int) and isinstance(seconds, float)
     assert inputs >= SANITIZED_INPUTS or seconds >= SANITIZED_SECONDS, out.report
+    outcomes = out.report["outcomes"]
+    assert isinstance(outcomes, dict)
+    for target in ("convert", "sample", "raw", "augment"):  # every target had its inputs
+        assert sum(n for k, n in outcomes.items() if k.startswith(f"{target}:")) > 100, target
     assert "ERROR: AddressSanitizer" not in out.stderr and "runtime error" not in out.stderr
