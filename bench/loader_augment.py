@@ -7,16 +7,20 @@ loaders.augment_policy(NAME))`` (the same, then the policy's ops, ``imgprep.augm
 measured as the floor (``loaders.SampleDecoder`` on preloaded bytes in this process, one
 core) and as ``ShardLoader`` with 1 worker (whole epochs, end to end, after a warm-up epoch;
 one loader alive at a time), ``--repeat`` rounds interleaved, medians over the quiet passes
-(as ``bench.loader``). Reported: µs per image of each, and the policy's cost over plain RRC
-(each round's own ratio, the median over rounds); the floor also in its thread's CPU time
-(``floor_cpu``: what a loaded machine's other processes disturb least); the draws alone
-(``policy.draw`` for 224 px, µs per image). No target: the ratios are information.
+(as ``bench.loader``; the two kinds take turns going first). Reported: µs per image of each,
+and the policy's cost over plain RRC (each round's own ratio, the median over rounds); the
+floor also in its thread's CPU time (``floor_cpu``: what a loaded machine's other processes
+disturb least); the draws alone (``policy.draw`` for 224 px, µs per image). No target: the
+ratios are information.
 
 With ``--ffcv-python`` (``bench.ffcv_peer``), also the policy's loader at 1 and 2 workers
 with ``memory_format="channels_last"`` (NHWC, as FFCV's batches), against FFCV 1.0.2's plain
 random-resized-crop and flip over a .beton of the same JPEG bytes (the pipeline FFCV's own
 ImageNet example trains with; FFCV has no automatic augmentation): ``vs_ffcv_<w>w``, the
 policy's loader over FFCV's plain one, target >= 1.1, paired per round as ``bench.loader``.
+These rows go first in each round, then a pause of ``SETTLE_S``: run last, right before the
+next round's plain floor, they made that floor slower in its own thread's CPU time (a
+policy/plain ratio of 0.91, against 1.1-1.2 in runs without FFCV).
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ KINDS = ("plain", "augment")
 FFCV_WORKERS = (1, 2)
 VS_FFCV_TARGET = 1.1  # the policy's loader over FFCV's plain RRC, at as many workers
 SPLIT = "train"
+SETTLE_S = 2.0  # after the FFCV rows, before the floors
 
 
 def transforms(name: str) -> dict[str, TrainTransform]:
@@ -113,7 +118,11 @@ def run_augment(args: argparse.Namespace, folder: Path, blobs: list[bytes],
     passes: dict[str, list[dict[str, float]]] = {k: [] for k in names}
     try:
         for r in range(args.repeat):
-            for k in KINDS:
+            for k, row in extra.items():  # first, then a pause: FFCV's threads wind down
+                passes[k].append(measured(partial(row, r + 1)))
+            if extra:
+                time.sleep(SETTLE_S)
+            for k in KINDS if r % 2 == 0 else KINDS[::-1]:  # each kind first every other round
                 passes[f"floor_{k}"].append(measured(partial(floor_pass, blobs, min(n, 2000),
                                                              batch, ts[k])))
                 loader = ShardLoader(folder, SPLIT, World(), LoaderOptions(
@@ -122,8 +131,6 @@ def run_augment(args: argparse.Namespace, folder: Path, blobs: list[bytes],
                 passes[f"loader_{k}"].append(measured(partial(loader_epoch, loader, r + 1)))
                 del loader
                 gc.collect()
-            for k, row in extra.items():
-                passes[k].append(measured(partial(row, r + 1)))
     finally:
         if peer is not None:
             peer.close()
