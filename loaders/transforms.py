@@ -154,13 +154,19 @@ def check_transform(transform: object) -> None:
                          f"{transform!r}")
 
 
+def uniform(rng: np.random.Generator, low: float, high: float) -> float:
+    """``rng.uniform(low, high)``, the same double from the same stream (numpy's own formula,
+    ``low + (high - low) * next_double``), at a fifth of a scalar ``uniform`` call's cost."""
+    return low + (high - low) * rng.random()
+
+
 def crop_box(w: int, h: int, t: TrainTransform, rng: np.random.Generator) -> Box:
     """A random-resized-crop box ``(left, top, right, bottom)`` in a ``w``×``h`` image."""
     area = w * h
     log_lo, log_hi = math.log(t.ratio[0]), math.log(t.ratio[1])
     for _ in range(10):
-        target = area * rng.uniform(t.scale[0], t.scale[1])
-        aspect = math.exp(rng.uniform(log_lo, log_hi))
+        target = area * uniform(rng, t.scale[0], t.scale[1])
+        aspect = math.exp(uniform(rng, log_lo, log_hi))
         cw = round(math.sqrt(target * aspect))
         ch = round(math.sqrt(target / aspect))
         if 0 < cw <= w and 0 < ch <= h:

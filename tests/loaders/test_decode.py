@@ -29,6 +29,7 @@ from loaders.transforms import (
     apply,
     crop_box,
     pillow_decode,
+    uniform,
 )
 from tests.support import jpeg
 from tests.support.images import encode, photo
@@ -350,3 +351,15 @@ def test_crop_decode_true_is_refused_where_the_extension_is_not_built(
     with pytest.raises(ValueError, match="crop_decode=True, but the crop-aware decoder is"):
         LoaderOptions(batch_size=2, crop_decode=True)
     assert LoaderOptions(batch_size=2, crop_decode=False).crop_decode is False
+
+
+@pytest.mark.parametrize("low, high", [(0.08, 1.0), (-0.2876820724517809, 0.2876820724517809),
+                                       (0.5, 0.5), (-3.0, 7.25)])
+def test_uniform_is_numpys_uniform_draw_for_draw(low: float, high: float) -> None:
+    """The crop draw's ``uniform`` gives ``Generator.uniform``'s doubles, bit for bit, and
+    leaves the stream where it leaves it: the boxes, and every pinned batch, do not move."""
+    ours, numpys = np.random.default_rng(7), np.random.default_rng(7)
+    got = [uniform(ours, low, high) for _ in range(50_000)]
+    want = numpys.uniform(low, high, 50_000).tolist()
+    assert got == want
+    assert ours.integers(1 << 62) == numpys.integers(1 << 62)
