@@ -111,7 +111,7 @@ AUG_AVX2 void aug_color_avx2(const Planes *im, float alpha) {
 static inline int step8(int x, int w) { return x + 8 <= w - 1 ? x : w - 9; }
 
 /* aug_colour.c's triple, eight sums a step. */
-AUG_AVX2 static void triple_avx2(float *t, const uint8_t *r, int w) {
+AUG_AVX2 void aug_sharpen_triple_avx2(float *t, const uint8_t *r, int w) {
     const __m256 k1 = _mm256_set1_ps(AUG_K1);
     for (int x = 1; x < w - 1; x += 8) {
         const int at = step8(x, w);
@@ -123,8 +123,8 @@ AUG_AVX2 static void triple_avx2(float *t, const uint8_t *r, int w) {
 }
 
 /* aug_colour.c's sharpen_row, eight pixels a step. */
-AUG_AVX2 static void sharpen_row_avx2(uint8_t *out, const uint8_t *mid, const float *below,
-                                      const float *above, int w, float alpha) {
+AUG_AVX2 void aug_sharpen_row_avx2(uint8_t *out, const uint8_t *mid, const float *below,
+                                   const float *above, int w, float alpha) {
     const __m256 k1 = _mm256_set1_ps(AUG_K1), k5 = _mm256_set1_ps(AUG_K5),
                  al = _mm256_set1_ps(alpha);
     out[0] = mid[0];
@@ -140,30 +140,6 @@ AUG_AVX2 static void sharpen_row_avx2(uint8_t *out, const uint8_t *mid, const fl
         blend8x8(out + at, _mm256_cvttps_epi32(ss), m, al);
     }
     out[w - 1] = mid[w - 1];
-}
-
-AUG_AVX2 void aug_sharpen_plane_avx2(uint8_t *out, ptrdiff_t px, ptrdiff_t out_row,
-                                     const uint8_t *s, ptrdiff_t row, int w, int h,
-                                     float alpha, float *t, uint8_t *line) {
-    triple_avx2(t, s, w);
-    triple_avx2(t + w, s + row, w);
-    for (int y = 1; y < h - 1; y++) {
-        float *below = t + (size_t)((y + 1) % 3) * (size_t)w,
-              *above = t + (size_t)((y - 1) % 3) * (size_t)w;
-        triple_avx2(below, s + (y + 1) * row, w);
-        uint8_t *o = out + y * out_row;
-        const uint8_t *mid = s + y * row;
-        if (mid == o) {  /* in place: the row's own bytes kept before they are written */
-            memcpy(line, mid, (size_t)w);
-            mid = line;
-        }
-        if (px == 1) {
-            sharpen_row_avx2(o, mid, below, above, w, alpha);
-        } else {
-            sharpen_row_avx2(line, mid, below, above, w, alpha);
-            for (int x = 0; x < w; x++) o[x * px] = line[x];
-        }
-    }
 }
 
 int aug_nearest_fits_avx2(const Planes *s) {

@@ -319,16 +319,24 @@ static void sharpen_row(uint8_t *restrict out, const uint8_t *restrict mid,
     out[w - 1] = mid[w - 1];
 }
 
-/* One channel's rows 1..h-2 (an image of at least 3 x 3); ``t``: three rows of floats,
- * ``line``: a row of bytes, where ``out`` is not a plane. */
-static void sharpen_plane(uint8_t *out, ptrdiff_t px, ptrdiff_t out_row, const uint8_t *s,
-                          ptrdiff_t row, int w, int h, float alpha, float *t, uint8_t *line) {
-    triple(t, s, w);
-    triple(t + w, s + row, w);
+/* A kernel's pair: the sums of a row, and an output row from them (portable or AVX2). */
+typedef struct {
+    void (*triple)(float *t, const uint8_t *r, int w);
+    void (*row)(uint8_t *out, const uint8_t *mid, const float *below, const float *above,
+                int w, float alpha);
+} SharpenKernel;
+
+/* One channel's rows 1..h-2 (an image of at least 3 x 3) with kernel ``k``; ``t``: three
+ * rows of floats, ``line``: a row of bytes, where ``out`` is not a plane. */
+static void sharpen_plane(SharpenKernel k, uint8_t *out, ptrdiff_t px, ptrdiff_t out_row,
+                          const uint8_t *s, ptrdiff_t row, int w, int h, float alpha, float *t,
+                          uint8_t *line) {
+    k.triple(t, s, w);
+    k.triple(t + w, s + row, w);
     for (int y = 1; y < h - 1; y++) {
         float *below = t + (size_t)((y + 1) % 3) * (size_t)w,
               *above = t + (size_t)((y - 1) % 3) * (size_t)w;
-        triple(below, s + (y + 1) * row, w);
+        k.triple(below, s + (y + 1) * row, w);
         uint8_t *o = out + y * out_row;
         const uint8_t *mid = s + y * row;
         if (mid == o) {  /* in place: the row's own bytes kept before they are written */
@@ -336,9 +344,9 @@ static void sharpen_plane(uint8_t *out, ptrdiff_t px, ptrdiff_t out_row, const u
             mid = line;
         }
         if (px == 1) {
-            sharpen_row(o, mid, below, above, w, alpha);
+            k.row(o, mid, below, above, w, alpha);
         } else {
-            sharpen_row(line, mid, below, above, w, alpha);
+            k.row(line, mid, below, above, w, alpha);
             for (int x = 0; x < w; x++) o[x * px] = line[x];
         }
     }
@@ -356,14 +364,13 @@ void aug_sharpness(const Planes *im, const Planes *src, float alpha, void *rows,
             for (int x = 0; x < w; x++) out[x * im->px] = s[x];
         }
         if (!inner) continue;
+        SharpenKernel k = {triple, sharpen_row};
 #ifdef AUG_X86
-        if (kernel == AUG_KERNEL_AVX2 && w >= AUG_SHARPEN_MIN_AVX2) {
-            aug_sharpen_plane_avx2(im->ch[c], im->px, im->row, src->ch[c], src->row, w, h,
-                                   alpha, t, line);
-            continue;
-        }
+        if (kernel == AUG_KERNEL_AVX2 && w >= AUG_SHARPEN_MIN_AVX2)
+            k = (SharpenKernel){aug_sharpen_triple_avx2, aug_sharpen_row_avx2};
 #endif
-        sharpen_plane(im->ch[c], im->px, im->row, src->ch[c], src->row, w, h, alpha, t, line);
+        sharpen_plane(k, im->ch[c], im->px, im->row, src->ch[c], src->row, w, h, alpha, t,
+                      line);
     }
     (void)kernel;
 }

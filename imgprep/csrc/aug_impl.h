@@ -138,11 +138,13 @@ void aug_lut_plane_avx2(uint8_t *d, ptrdiff_t drow, const uint8_t *s, ptrdiff_t 
                         int h, const uint8_t t[256]);
 /* aug_color on a planar ``im``. */
 void aug_color_avx2(const Planes *im, float alpha);
-/* Sharpness's inner rows of one channel (aug_colour.c's sharpen_plane), eight pixels a step;
- * rows at least AUG_SHARPEN_MIN_AVX2 wide. */
+/* Sharpness's two row kernels (aug_colour.c's triple and sharpen_row, which its
+ * sharpen_plane runs over a channel), eight pixels a step; rows at least
+ * AUG_SHARPEN_MIN_AVX2 wide. */
 enum { AUG_SHARPEN_MIN_AVX2 = 10 };
-void aug_sharpen_plane_avx2(uint8_t *out, ptrdiff_t px, ptrdiff_t out_row, const uint8_t *s,
-                            ptrdiff_t row, int w, int h, float alpha, float *t, uint8_t *line);
+void aug_sharpen_triple_avx2(float *t, const uint8_t *r, int w);
+void aug_sharpen_row_avx2(uint8_t *out, const uint8_t *mid, const float *below,
+                          const float *above, int w, float alpha);
 /* aug_affine's nearest in 16.16 fixed point where no row is a run (aug_geometry.c's
  * nearest_fixed: a rotation, a vertical shear): ``f`` its coefficients (a0..a5, a2 and a5
  * at the first pixel's centre), the positions of eight pixels a step wrapping as its uint32
