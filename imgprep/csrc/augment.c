@@ -17,6 +17,7 @@
 #include "aug_impl.h"
 #include "bounds.h"
 #include "scratch.h"
+#include "simd.h"
 
 static _Thread_local Scratch aug_mem;  /* the source copy (aug_copy_bytes), then the rows */
 
@@ -190,17 +191,10 @@ static int copies(const AugOp *op, int planar) {
 }
 
 static int best_kernel(void) {
-    static int best = -1;
-    int b = __atomic_load_n(&best, __ATOMIC_RELAXED);
-    if (b < 0) {
-        b = AUG_KERNEL_PORTABLE;
 #ifdef AUG_X86
-        __builtin_cpu_init();
-        if (__builtin_cpu_supports("avx2")) b = AUG_KERNEL_AVX2;
+    if (simd_level() >= SIMD_AVX2) return AUG_KERNEL_AVX2;
 #endif
-        __atomic_store_n(&best, b, __ATOMIC_RELAXED);
-    }
-    return b;
+    return AUG_KERNEL_PORTABLE;
 }
 
 int aug_resolve_kernel(int64_t requested) {

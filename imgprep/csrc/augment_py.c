@@ -79,12 +79,7 @@ PyObject *py_augment(PyObject *Py_UNUSED(self), PyObject *args) {
         rc = aug_run(&im, list, (size_t)n, message, sizeof message);
         aug_trim();
         Py_END_ALLOW_THREADS
-        if (rc == AUG_ENOMEM)
-            PyErr_NoMemory();
-        else if (rc != AUG_OK)
-            PyErr_SetString(PyExc_ValueError, message);
-        else
-            result = Py_NewRef(Py_None);
+        result = none_or_raise(rc == AUG_OK, rc == AUG_ENOMEM, message);
     }
     PyBuffer_Release(&out);
     return result;

@@ -44,6 +44,13 @@
 
 
 /* Checks the options that every entry takes; 0, or -1 with an exception set. */
+PyObject *none_or_raise(int ok, int nomem, const char *message) {
+    if (ok) return Py_NewRef(Py_None);
+    if (nomem) return PyErr_NoMemory();
+    PyErr_SetString(PyExc_ValueError, message);
+    return NULL;
+}
+
 static int check_opts(const ConvertOpts *o) {
     if (o->size < 1 || o->size > MAX_SIDE)
         PyErr_Format(PyExc_ValueError, "size must be 1..%d, not %d", MAX_SIDE, o->size);

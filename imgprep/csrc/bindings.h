@@ -13,6 +13,10 @@
  * budget's refusal, or ""; ``refused``: 1 for the budget's, imgprep/csrc/budget.h). */
 PyObject *scan_dict(const Scan *s, const char *error, int refused);
 
+/* A core's answer to a call that writes in place, for Python: None where ``ok``, else
+ * MemoryError where ``nomem``, else ValueError(``message``) (NULL, the error set). */
+PyObject *none_or_raise(int ok, int nomem, const char *message);
+
 PyObject *py_encode(PyObject *self, PyObject *args);
 PyObject *py_convert(PyObject *self, PyObject *args);
 PyObject *py_finish(PyObject *self, PyObject *args);

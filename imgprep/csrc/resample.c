@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "resample_impl.h"
+#include "simd.h"
 
 #define RS_MAX_WEIGHTS ((int64_t)1 << 22)  /* weights of one axis: 32 MB of doubles */
 #define RS_MAX_SCRATCH ((size_t)1 << 30)     /* tables and intermediate rows of one resize */
@@ -268,20 +269,12 @@ const rs_kernel_desc rs_portable_kernel = {"portable", 1, 0, hrow_portable, vrow
 /* ---- dispatch */
 
 static int best_kernel(void) {
-    static int best = -1;
-    int b = __atomic_load_n(&best, __ATOMIC_RELAXED);
-    if (b < 0) {
-        b = RS_PORTABLE;
 #ifdef RS_X86
-        __builtin_cpu_init();
-        if (__builtin_cpu_supports("avx2")) b = RS_AVX2;
-        if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-            __builtin_cpu_supports("avx512vl"))
-            b = RS_AVX512;
+    const int level = simd_level();
+    if (level == SIMD_AVX512) return RS_AVX512;
+    if (level == SIMD_AVX2) return RS_AVX2;
 #endif
-        __atomic_store_n(&best, b, __ATOMIC_RELAXED);
-    }
-    return b;
+    return RS_PORTABLE;
 }
 
 int rs_resolve_kernel(int64_t requested) {

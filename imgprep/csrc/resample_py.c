@@ -23,6 +23,7 @@
 
 #include <string.h>
 
+#include "bindings.h"
 #include "resample.h"
 
 /* ``o`` as a 64-bit integer; ValueError (naming ``name``) when it does not fit. */
@@ -75,12 +76,7 @@ PyObject *rs_py_resize(PyObject *Py_UNUSED(self), PyObject *args) {
         Py_BEGIN_ALLOW_THREADS
         rc = rs_resize(&job, message, sizeof message);
         Py_END_ALLOW_THREADS
-        if (rc == RS_ENOMEM)
-            PyErr_NoMemory();
-        else if (rc != RS_OK)
-            PyErr_SetString(PyExc_ValueError, message);
-        else
-            result = Py_NewRef(Py_None);
+        result = none_or_raise(rc == RS_OK, rc == RS_ENOMEM, message);
     }
     PyBuffer_Release(&out);
     PyBuffer_Release(&src);
