@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pytest
 from PIL import Image
 
 from imgprep.shards.manifest import read_manifest
@@ -24,19 +23,6 @@ from tests.support.shards import tar_samples
 def shard_samples(folder: Path) -> dict[str, tuple[str, dict[str, bytes]]]:
     """key -> (shard, {ext: bytes}) for the train split, read with plain ``tarfile``."""
     return {key: (shard, exts) for shard, key, exts in tar_samples(folder)}
-
-
-@pytest.fixture
-def hf_datasets(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
-    """``datasets``, offline, with its home and caches under ``tmp_path``."""
-    for name, value in (("HF_HOME", tmp_path / "hf"), ("HF_DATASETS_OFFLINE", 1),
-                        ("HF_HUB_OFFLINE", 1), ("HF_DATASETS_CACHE", tmp_path / "hf" / "ds")):
-        monkeypatch.setenv(name, str(value))
-    datasets = pytest.importorskip("datasets", reason="Hugging Face datasets is a dev tool")
-    # read from the environment on first import: hold them for a module imported before
-    monkeypatch.setattr(datasets.config, "HF_DATASETS_OFFLINE", True)
-    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
-    return datasets
 
 
 def test_datasets_webdataset_builder_reads_a_conversion_intact(

@@ -19,17 +19,6 @@ pytestmark = pytest.mark.skipif(not jpegcrop.AVAILABLE, reason="stored pixels ne
                                 "extension")
 
 
-@pytest.fixture
-def hf_datasets(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
-    for name, value in (("HF_HOME", tmp_path / "hf"), ("HF_DATASETS_OFFLINE", 1),
-                        ("HF_HUB_OFFLINE", 1), ("HF_DATASETS_CACHE", tmp_path / "hf" / "ds")):
-        monkeypatch.setenv(name, str(value))
-    datasets = pytest.importorskip("datasets", reason="Hugging Face datasets is a dev tool")
-    monkeypatch.setattr(datasets.config, "HF_DATASETS_OFFLINE", True)
-    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
-    return datasets
-
-
 def load(hf: Any, folder: Path, cache: Path) -> Any:
     shards = [str(folder / s.name) for s in read_manifest(folder, "train").shards]
     return hf.load_dataset("webdataset", data_files={"train": shards}, split="train",
