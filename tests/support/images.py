@@ -3,6 +3,7 @@ published validation labels."""
 
 from __future__ import annotations
 
+import functools
 import gzip
 import io
 import tarfile
@@ -29,7 +30,14 @@ def published_val_txt(numbers: Iterable[int], offset: int = 0, sep: str = " ") -
 
 
 def photo(size: tuple[int, int] = (160, 120), seed: int = 0) -> Image.Image:
-    return synthetic_photo(np.random.default_rng(seed), size)
+    """The synthetic photo of ``seed``: a new image each call (callers may draw on it), from
+    pixels drawn once per process (the fixtures of many files ask for the same ones)."""
+    return Image.frombytes("RGB", size, _photo_pixels((size[0], size[1]), seed))
+
+
+@functools.lru_cache(maxsize=256)
+def _photo_pixels(size: tuple[int, int], seed: int) -> bytes:
+    return synthetic_photo(np.random.default_rng(seed), size).tobytes()
 
 
 def encode(img: Image.Image, fmt: str = "JPEG", **kw: object) -> bytes:
@@ -39,7 +47,12 @@ def encode(img: Image.Image, fmt: str = "JPEG", **kw: object) -> bytes:
 
 
 def jpeg(size: tuple[int, int] = (160, 120), seed: int = 0, mode: str = "RGB") -> bytes:
-    """A small synthetic JPEG in ``mode`` (RGB, L or CMYK)."""
+    """A small synthetic JPEG in ``mode`` (RGB, L or CMYK), encoded once per process."""
+    return _jpeg((size[0], size[1]), seed, mode)
+
+
+@functools.lru_cache(maxsize=2048)
+def _jpeg(size: tuple[int, int], seed: int, mode: str) -> bytes:
     return encode(photo(size, seed).convert(mode), "JPEG", quality=90)
 
 
