@@ -116,7 +116,7 @@ def test_a_side_that_dies_is_reported_with_its_log(tmp_path: Path) -> None:
 
 
 def test_a_silent_side_times_out(tmp_path: Path) -> None:
-    peer = fake_side(tmp_path, "import time\ntime.sleep(30)\n")
+    peer = fake_side(tmp_path, "import sys\nsys.stdin.read()\n")  # silent until told to quit
     try:
         with pytest.raises(PeerError, match="said nothing for 1 s"):
             peer.reply(timeout=1)
