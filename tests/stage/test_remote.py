@@ -11,8 +11,6 @@ import hashlib
 import json
 import os
 import shutil
-import subprocess
-import sys
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -31,6 +29,7 @@ from loaders import LoaderOptions
 from loaders.shards import ShardLoader
 from loaders.transforms import ValTransform
 from tests.support import fanout_nodes, free_port
+from tests.support.cli import invoke
 
 TIMEOUT = 120  # a fan-out run: two processes on shared cores, each importing torch
 LAUNCHER_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
@@ -102,12 +101,11 @@ def serve() -> Iterator[Callable[[Path], Served]]:
 
 
 def stage(src: str, dst: Path, *extra: object) -> tuple[int, str]:
-    """Run stage-to-node in a process of its own, as a user would (nothing an earlier test
-    left in this process can reach it); returns the exit code and stdout then stderr."""
-    run = subprocess.run([sys.executable, "-m", "imgprep", "stage-to-node", "--src", src,
-                          "--dst", str(dst), "--json", "-q", *(str(a) for a in extra)],
-                         capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
-    return run.returncode, run.stdout + run.stderr
+    """Run stage-to-node in this process (the fan-out test below runs it as processes);
+    returns the exit code and stdout then stderr."""
+    r = invoke("stage-to-node", "--src", src, "--dst", dst, "--json", "-q", *extra)
+    assert r.exception is None or isinstance(r.exception, SystemExit), repr(r.exception)
+    return r.exit_code, r.stdout + r.stderr
 
 
 def staged(src: str, dst: Path, *extra: object) -> dict[str, Any]:
