@@ -255,14 +255,19 @@ def convert_kills(work: Path, trials: int, seed: int = 0,
 
 
 STAGE_PER_CLASS = 48  # images per class of the set the stage, loader and trainer kinds use
+# The same in reduced runs (the tests, the report's --quick): every quirk and the bad images
+# still, and an epoch of 15 batches of 8 for the loader and trainer kinds.
+REDUCED_PER_CLASS = 12
 
 
-def shard_source(work: Path, shards: int = 24) -> Path:
-    """``convert_source`` converted (``shards`` shards, a few MB in all), made once beside
-    ``work`` like it and shared by the kinds of a run: none of them changes it for good."""
+def shard_source(work: Path, shards: int = 24, per_class: int = STAGE_PER_CLASS) -> Path:
+    """``convert_source`` of ``per_class`` images a class converted (``shards`` shards, a few
+    MB in all), made once beside ``work`` like it and shared by the kinds of a run: none of
+    them changes it for good. The kinds call it with the defaults; a reduced run calls it
+    first with fewer images, and they stage that set."""
     out = work.parent / "shards"
     if not (out / "train.json").exists():
-        src = convert_source(work, STAGE_PER_CLASS)
+        src = convert_source(work, per_class)
         done = subprocess.run([sys.executable, "-m", "imgprep", "convert", str(src), "-o",
                                str(out), "--shards", str(shards), "--max-errors", "20", "-q"],
                               env=clean_env(), capture_output=True, text=True, timeout=TIMEOUT)

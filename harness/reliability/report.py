@@ -122,6 +122,8 @@ def run(parts: Sequence[str], work: Path, trials: int, quick: bool) -> Results:
         sub = work / part
         sub.mkdir(parents=True, exist_ok=True)
         if part in fault_kinds.FAULTS:
+            if quick and part != "convert":  # made first, so the kinds stage this smaller set
+                fault_kinds.shard_source(sub, per_class=fault_kinds.REDUCED_PER_CLASS)
             fault_out += fault_kinds.FAULTS[part](sub, trials, 0)
         elif part == "hostile":
             hostile_out += hostile(sub)
@@ -181,7 +183,8 @@ def report(faults: list[Trial], hostile_cases: list[Trial], scale_trials: list[T
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true",
-                    help="the reduced form: 1 trial per fault, small scale runs")
+                    help="the reduced form: 1 trial per fault (the stage, loader and "
+                         "trainer kinds on a smaller set), small scale runs")
     ap.add_argument("--trials", type=int, default=None,
                     help="trials per fault kind (convert: per set-up); default 20, 1 if --quick")
     ap.add_argument("--only", default=",".join(PARTS),

@@ -1,7 +1,8 @@
 """The fault harness (harness/reliability/faults.py) in its reduced form: one random kill point
-per convert set-up (of 480 images, the set the other kinds stage, made once) and a couple per
+per convert set-up (of 120 images, the set the other kinds stage, made once) and one trial per
 other fault kind. ``harness.reliability.report`` runs the same functions with 20 trials
-each (convert: of 1,200 images). IMGPREP_FAULT_TRIALS raises the count here."""
+each (convert: of 1,200 images; the others stage 480). IMGPREP_FAULT_TRIALS raises the count
+here."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from harness.reliability import Trial, faults
 
 TRIALS = int(os.environ.get("IMGPREP_FAULT_TRIALS", "1"))
 SEED = 2026
-SMALL = faults.STAGE_PER_CLASS  # images per class converted here: the set the stage kinds use
+SMALL = faults.REDUCED_PER_CLASS  # images per class converted here: the set the stage kinds use
 
 pytestmark = pytest.mark.slow
 
@@ -22,7 +23,9 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One scratch folder for the module: the sources are made once and shared."""
-    return tmp_path_factory.mktemp("faults")
+    root = tmp_path_factory.mktemp("faults")
+    faults.shard_source(root / "set", per_class=SMALL)  # made first: the other kinds stage it
+    return root
 
 
 def assert_survived(trials: list[Trial], expected: int) -> None:
@@ -41,10 +44,10 @@ def test_convert_survives_sigkill(work: Path, case: faults.ConvertCase) -> None:
 
 @pytest.mark.parametrize("name", [n for n in faults.FAULTS if n != "convert"])
 def test_fault(work: Path, name: str) -> None:
-    trials = faults.run_faults(work, TRIALS + 1, SEED, [name])
+    trials = faults.run_faults(work, TRIALS, SEED, [name])
     if name == "stage-enospc" and trials and "cannot mount" in trials[0].detail:
         pytest.skip(trials[0].detail)
-    assert_survived(trials, TRIALS + 1)
+    assert_survived(trials, TRIALS)
 
 
 def test_a_broken_guarantee_is_reported(work: Path, monkeypatch: pytest.MonkeyPatch) -> None:
