@@ -32,7 +32,8 @@ from imgprep.stage.schedule import chunks, plan_transfers, walk
 from tests.support import REPO, clean_env, feed_pipe, free_port, mpirun_cmd, outcomes
 
 TIMEOUT = 120  # for a whole run of 4 processes on 2 shared cores (each imports torch)
-NODES = 4
+NODES = 3  # a chain forwards (sender, a middle node, the last): all a larger ring does
+Fanned = tuple[Path, list[dict[str, Any]]]  # the nodes' parent folder, their summaries
 
 
 def env(**extra: object) -> dict[str, str]:
@@ -89,6 +90,12 @@ def owned(src: Path, node: int, split: str = "train") -> list[str]:
     m = read_manifest(src, split)
     return [m.shards[i].name for i in
             node_shards([s.samples for s in m.shards], NODES, "partition", 0)[node]]
+
+
+def copy_nodes(dst: Path, to: Path) -> None:
+    """Copy every node's folder under ``dst`` (``n<k>``) to ``to``."""
+    for k in range(NODES):
+        shutil.copytree(dst / f"n{k}", to / f"n{k}")
 
 
 def fanout_cmd(src: Path, dst: Path, port: int, node: int, *extra: object) -> list[str]:
@@ -169,12 +176,22 @@ def test_walk_interleaves_senders_chunk_by_chunk() -> None:
 # ---------------------------------------------------------------------------- end to end
 
 
+@pytest.fixture(scope="module")
+def fanned(src: Path, tmp_path_factory: pytest.TempPathFactory) -> Fanned:
+    """One clean fan-out of ``src`` over the nodes, run once for the tests that start from a
+    complete set: (the nodes' parent folder, their summaries). Read-only: tests that damage
+    the nodes' folders work on a copy."""
+    dst = tmp_path_factory.mktemp("fanned")
+    return dst, summaries(outcomes(start_nodes(src, dst), TIMEOUT))
+
+
 @pytest.mark.slow
-def test_four_nodes_get_everything_reading_the_server_once(src: Path, tmp_path: Path) -> None:
+def test_every_node_gets_everything_reading_the_server_once(
+        src: Path, fanned: Fanned, tmp_path: Path) -> None:
     total, indexes = set_bytes(src), index_bytes(src)
     assert indexes > 0
     manifests = sum((src / f"{split}.json").stat().st_size for split in ("train", "val"))
-    runs = summaries(outcomes(start_nodes(src, tmp_path), TIMEOUT))
+    dst, runs = fanned
     for k, s in enumerate(runs):
         assert (s["node_rank"], s["role"], s["fanout"]) == (k, "copier", True)
         share = sum(e.bytes for split in ("train", "val")
@@ -184,12 +201,13 @@ def test_four_nodes_get_everything_reading_the_server_once(src: Path, tmp_path: 
         assert s["bytes_read"] + s["bytes_received"] == total + indexes
         # the kernel agrees (it counts file reads, not the network's): the node's share and
         # its reads of the manifests (listing, planning, its own after writing: ~54 kB each
-        # here, for the class table), never a second share (~240 kB) or the set (~950 kB)
+        # here, for the class table), never a second share (~300 kB) or the set (~980 kB)
         assert s["bytes_read"] <= s["rchar"] < s["bytes_read"] + 4 * manifests + 64_000, s
-        assert_complete(src, tmp_path / f"n{k}")
+        assert_complete(src, dst / f"n{k}")
     read = sum(s["bytes_read"] for s in runs)
     assert read == total + indexes  # the shards and the indexes once in all
 
+    copy_nodes(dst, tmp_path)
     rerun = summaries(outcomes(start_nodes(src, tmp_path), TIMEOUT))
     assert [(s["bytes_read"], s["bytes_received"], s["shards_copied"]) for s in rerun] == \
         [(0, 0, 0)] * NODES
@@ -227,8 +245,8 @@ def exit_times(procs: Sequence[subprocess.Popen[str]], since: float) -> list[flo
 def test_a_killed_node_stops_the_others_naming_it_within_two_heartbeats(
         fifo_src: tuple[Path, Path, Path], tmp_path: Path) -> None:
     """SIGKILL node 2 mid-fan-out (held reading its shard): every other node fails naming it
-    within two heartbeats of the kill, node 0 (the store's host) included; a rerun
-    completes."""
+    within two heartbeats of the kill, node 0 (the store's host) included, leaving nothing
+    bad. (The rerun after a node stopped mid-read: the stuck-read test below.)"""
     s, pipe, aside = fifo_src
     dst = tmp_path / "dst"
     procs = start_nodes(s, dst, "--timeout", 60)
@@ -242,7 +260,7 @@ def test_a_killed_node_stops_the_others_naming_it_within_two_heartbeats(
     finally:
         os.close(fd)
     print(f"seconds from the kill to each node's failure: {waited}")
-    for k in (0, 1, 3):
+    for k in (0, 1):
         assert waited[k] <= 2 * HEARTBEAT + 1.0, (k, waited)
     for k, (code, _, stderr) in enumerate(results):
         if k != 2:
@@ -251,11 +269,6 @@ def test_a_killed_node_stops_the_others_naming_it_within_two_heartbeats(
             assert f"node {k}: fan-out" in line and "node 2" in line and "rerun" in line, line
     for k in range(NODES):
         assert_nothing_bad(s, dst / f"n{k}")
-    os.replace(aside, pipe)
-    runs = summaries(outcomes(start_nodes(s, dst), TIMEOUT))
-    for k in range(NODES):
-        assert_complete(s, dst / f"n{k}")
-    assert sum(r["bytes_read"] for r in runs) <= set_bytes(s)  # what was there stayed
 
 
 @pytest.mark.slow
@@ -285,34 +298,35 @@ def test_a_node_whose_file_server_read_hangs_stops_every_node_naming_itself(
     for k in range(NODES):
         assert_nothing_bad(s, dst / f"n{k}")
     os.replace(aside, pipe)
-    summaries(outcomes(start_nodes(s, dst), TIMEOUT))
+    runs = summaries(outcomes(start_nodes(s, dst), TIMEOUT))
     for k in range(NODES):
         assert_complete(s, dst / f"n{k}")
+    assert sum(r["bytes_read"] for r in runs) <= set_bytes(s)  # what was there stayed
 
 
 @pytest.mark.slow
-def test_a_corrupt_copy_on_a_sender_is_caught_by_its_receivers(src: Path,
-                                                               tmp_path: Path) -> None:
-    summaries(outcomes(start_nodes(src, tmp_path), TIMEOUT))
+def test_a_corrupt_copy_on_a_sender_is_caught_by_its_receivers(
+        src: Path, fanned: Fanned, tmp_path: Path) -> None:
+    copy_nodes(fanned[0], tmp_path)
     bad = owned(src, 1)[0]
     victim = tmp_path / "n1" / bad
     data = bytearray(victim.read_bytes())
     data[700] ^= 0xFF  # same size: node 1's done-marker still vouches for it
     victim.write_bytes(bytes(data))
-    (tmp_path / "n3" / bad).unlink()
+    (tmp_path / "n2" / bad).unlink()  # node 2, next after node 1, gets node 1's copy
     results = outcomes(start_nodes(src, tmp_path, "--timeout", 60), TIMEOUT)
-    assert results[3][0] == 3
-    line = error_line(results[3][2])
-    for words in ("node 3", bad, "node 1's copy", "sha256"):
+    assert results[2][0] == 3
+    line = error_line(results[2][2])
+    for words in ("node 2", bad, "node 1's copy", "sha256"):
         assert words in line, (words, line)
-    assert not (tmp_path / "n3" / bad).exists()
-    for k in (0, 1, 2):
-        assert results[k][0] == 3 and "node 3 failed" in error_line(results[k][2])
+    assert not (tmp_path / "n2" / bad).exists()
+    for k in (0, 1):
+        assert results[k][0] == 3 and "node 2 failed" in error_line(results[k][2])
 
     # node 1 re-checks, finds it bad
     runs = summaries(outcomes(start_nodes(src, tmp_path), TIMEOUT))
     assert sum(r["bytes_read"] for r in runs) == 0  # healthy copies came from other nodes
-    assert sorted(r["shards_copied"] for r in runs) == [0, 0, 1, 1]
+    assert sorted(r["shards_copied"] for r in runs) == [0, 1, 1]
     for k in range(NODES):
         assert_complete(src, tmp_path / f"n{k}")
 
