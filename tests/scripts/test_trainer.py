@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -66,11 +67,47 @@ def losses(log: Path) -> list[tuple[int, float]]:
             if "loss" in r]
 
 
-def test_torchrun_trains_validates_and_resumes_with_identical_losses(data: Path,
-                                                                      tmp_path: Path) -> None:
-    whole, part = tmp_path / "whole.jsonl", tmp_path / "part.jsonl"
-    s = summary(run(torchrun(2, "--data", data, *FLAGS, "--steps", "12",
-                             "--log-json", whole)).stdout)
+@dataclass(frozen=True)
+class Resumed:
+    """The torchrun runs the resume tests read (``resumed`` below)."""
+
+    data: Path
+    ckpt: Path
+    whole: dict  # the summary of 12 steps uninterrupted, validated
+    whole_log: Path
+    part_log: Path  # 6 steps with a checkpoint, then resumed to step 12, in one log
+    resumed: subprocess.CompletedProcess[str]  # the resume to step 12
+    state: dict  # the checkpoint it wrote
+    old: dict  # the summary of the resume of that checkpoint as loader order version 1
+    old_state: dict  # and of the checkpoint it wrote
+
+
+@pytest.fixture(scope="module")
+def resumed(data: Path, tmp_path_factory: pytest.TempPathFactory) -> Resumed:
+    """2 ranks under torchrun: 12 steps uninterrupted; 6 steps with a checkpoint, resumed to
+    step 12; that checkpoint made one written before loader states named their epoch order
+    (version 1) and resumed to step 14 with --allreduce-dtype fp16 (an elastic change)."""
+    tmp = tmp_path_factory.mktemp("resume")
+    whole_log, part_log, ckpt = tmp / "whole.jsonl", tmp / "part.jsonl", tmp / "ckpt"
+    whole = summary(run(torchrun(2, "--data", data, *FLAGS, "--steps", "12",
+                                 "--log-json", whole_log)).stdout)
+    run(torchrun(2, "--data", data, *FLAGS, "--steps", "6", "--checkpoint", ckpt,
+                 "--log-json", part_log))
+    assert (ckpt / "last.pt").is_file()
+    done = run(torchrun(2, "--data", data, *FLAGS, "--steps", "12", "--checkpoint", ckpt,
+                        "--resume", "--log-json", part_log))
+    state = torch.load(ckpt / "last.pt", map_location="cpu", weights_only=True)
+    older = {**state, "loader": {k: v for k, v in state["loader"].items()
+                                 if k != "order_version"}}
+    torch.save(older, ckpt / "last.pt")
+    old = summary(run(torchrun(2, "--data", data, *FLAGS, "--steps", "14", "--checkpoint",
+                               ckpt, "--resume", "--allreduce-dtype", "fp16")).stdout)
+    old_state = torch.load(ckpt / "last.pt", map_location="cpu", weights_only=True)
+    return Resumed(data, ckpt, whole, whole_log, part_log, done, state, old, old_state)
+
+
+def test_torchrun_trains_validates_and_resumes_with_identical_losses(resumed: Resumed) -> None:
+    s = resumed.whole
     assert (s["world_size"], s["backend"], s["step"]) == (2, "gloo", 12)
     assert s["replicas_identical"] is True  # DDP kept both ranks' weights equal
     assert s["val"]["samples"] == 20  # exact validation: every val image once
@@ -78,16 +115,11 @@ def test_torchrun_trains_validates_and_resumes_with_identical_losses(data: Path,
     split = s["last_log"]["mean"]
     assert set(split) == {"data", "compute", "allreduce", "optimizer"}
     assert split["compute"] > 0 and s["last_log"]["images_per_s"] > 0
-    ckpt = tmp_path / "ckpt"
-    run(torchrun(2, "--data", data, *FLAGS, "--steps", "6", "--checkpoint", ckpt,
-                 "--log-json", part))
-    assert (ckpt / "last.pt").is_file()
-    done = run(torchrun(2, "--data", data, *FLAGS, "--steps", "12", "--checkpoint", ckpt,
-                        "--resume", "--log-json", part))
+    done, ckpt, part = resumed.resumed, resumed.ckpt, resumed.part_log
     out = done.stdout
     assert "resume:" not in done.stderr  # the same run: nothing to say about its options
-    assert losses(part) == losses(whole)
-    assert len(losses(whole)) == 12
+    assert losses(part) == losses(resumed.whole_log)
+    assert len(losses(resumed.whole_log)) == 12
     # where it went on: 6 steps of 2 ranks x 8 images, i.e. 2 whole epochs of 3 steps
     said = [line for line in out.splitlines() if line.startswith("resumed from ")]
     assert said == [f"resumed from {ckpt / 'last.pt'} at step 6: epoch 1 (3 of its 3 steps "
@@ -95,46 +127,53 @@ def test_torchrun_trains_validates_and_resumes_with_identical_losses(data: Path,
     assert summary(out)["resumed"] == {"step": 6, "epoch": 1, "epoch_batches_done": 3,
                                        "samples": 96}
     assert {"resumed": summary(out)["resumed"]} in map(json.loads, part.read_text().splitlines())
-    state = torch.load(ckpt / "last.pt", map_location="cpu", weights_only=True)
+    state = resumed.state
     assert (state["step"], state["samples"]) == (12, 192)  # the count goes on after a resume
-    train = read_manifest(data, "train")
+    train = read_manifest(resumed.data, "train")
     assert (state["config"]["mean"], state["config"]["std"]) == (train.mean, train.std)
     assert summary(out)["config"] == state["config"]
-    refused = subprocess.run([sys.executable, str(TRAIN), "--data", str(data), *FLAGS,
-                              "--checkpoint", str(ckpt), "--resume", "--arch", "resnet18"],
-                             capture_output=True, text=True, timeout=120)
+    assert state["loader"]["order_version"] == 2
+
+
+def test_a_resume_of_another_arch_is_refused_in_one_line(resumed: Resumed) -> None:
+    refused = subprocess.run([sys.executable, str(TRAIN), "--data", str(resumed.data), *FLAGS,
+                              "--checkpoint", str(resumed.ckpt), "--resume", "--arch",
+                              "resnet18"], capture_output=True, text=True, timeout=120)
     assert refused.returncode == 3, refused.stderr[-3000:]
     assert "--arch was tiny, now resnet18" in refused.stderr
     assert "world size" not in refused.stderr and "Traceback" not in refused.stderr
-    # a checkpoint written before loader states named their epoch order (version 1) resumes
-    # on that order, and its next checkpoint says so
-    assert state["loader"].pop("order_version") == 2
-    torch.save(state, ckpt / "last.pt")
-    old = run(torchrun(2, "--data", data, *FLAGS, "--steps", "14", "--checkpoint", ckpt,
-                       "--resume"))
-    assert summary(old.stdout)["resumed"]["step"] == 12
-    state = torch.load(ckpt / "last.pt", map_location="cpu", weights_only=True)
-    assert (state["step"], state["loader"]["order_version"]) == (14, 1)
 
 
-@pytest.mark.parametrize(("dtype", "wire"), [("bf16", "bfloat16"), ("fp16", "float16"),
-                                             ("fp32", "float32")])
-def test_allreduce_dtype_on_the_wire(data: Path, tmp_path: Path, dtype: str, wire: str) -> None:
-    s = summary(run(torchrun(2, "--data", data, *FLAGS, "--steps", "4", "--no-validate",
-                             "--allreduce-dtype", dtype)).stdout)
-    assert s["wire_dtypes"] == [wire] and s["buckets"] > 0
-    assert s["replicas_identical"] is True
+def test_a_checkpoint_of_loader_order_version_1_resumes_on_that_order(
+        resumed: Resumed) -> None:
+    """A checkpoint written before loader states named their epoch order (version 1) resumes
+    on that order, and its next checkpoint says so."""
+    assert resumed.old["resumed"]["step"] == 12
+    assert (resumed.old_state["step"], resumed.old_state["loader"]["order_version"]) == (14, 1)
+
+
+def test_allreduce_dtype_on_the_wire(resumed: Resumed) -> None:
+    """The gradients travel in the --allreduce-dtype asked for: fp32 (the default) in the
+    uninterrupted run, fp16 in the last resume; both ranks stay equal. bf16: the mpirun run
+    (``test_mpirun_bootstraps_over_mpi4py``)."""
+    for s, wire in ((resumed.whole, "float32"), (resumed.old, "float16")):
+        assert s["wire_dtypes"] == [wire] and s["buckets"] > 0
+        assert s["replicas_identical"] is True
 
 
 def test_mpirun_bootstraps_over_mpi4py(data: Path) -> None:
+    """Two ranks under mpirun, with bf16 gradients on the wire (the third --allreduce-dtype,
+    beside the torchrun runs' fp32 and fp16)."""
     cmd = [*mpirun_cmd(2), "-x", "OMP_NUM_THREADS=1", sys.executable, str(TRAIN),
-           "--data", str(data), *FLAGS, "--steps", "3", "--no-validate"]
+           "--data", str(data), *FLAGS, "--steps", "3", "--no-validate", "--allreduce-dtype",
+           "bf16"]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=240,
                           env={k: v for k, v in os.environ.items()
                                if k not in ("MASTER_ADDR", "MASTER_PORT")})
     assert done.returncode == 0, done.stderr[-3000:]
     s = summary(done.stdout)
     assert (s["world_size"], s["step"], s["replicas_identical"]) == (2, 3, True)
+    assert s["wire_dtypes"] == ["bfloat16"] and s["buckets"] > 0
 
 
 def test_a_killed_rank_makes_the_other_fail_within_the_timeout(data: Path) -> None:
@@ -173,11 +212,20 @@ def test_missing_manifest_is_a_clear_error(tmp_path: Path) -> None:
     assert "train.json" in done.stderr and "Traceback" not in done.stderr
 
 
-def test_data_wait_hint_is_printed_once_by_rank_zero(data: Path) -> None:
+@pytest.fixture(scope="module")
+def waiting(data: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
+    """One process decoding in the training process (--workers 0), --bf16 auto: its stdout
+    and its --log-json."""
+    log = tmp_path_factory.mktemp("waiting") / "log.jsonl"
+    out = run([sys.executable, str(TRAIN), "--data", str(data), *FLAGS, "--workers", "0",
+               "--steps", "8", "--no-validate", "--log-json", str(log)]).stdout
+    return out, log
+
+
+def test_data_wait_hint_is_printed_once_by_rank_zero(waiting: tuple[str, Path]) -> None:
     """Decoding in the training process (--workers 0) keeps the step waiting for data: one
     hint line saying what to change, however many intervals stay slow."""
-    out = run([sys.executable, str(TRAIN), "--data", str(data), *FLAGS, "--workers", "0",
-               "--steps", "8", "--no-validate"]).stdout
+    out, _ = waiting
     hints = [line for line in out.splitlines() if line.startswith("hint:")]
     assert len(hints) == 1, out
     assert "--workers auto" in hints[0] and "--stage-from" in hints[0]
@@ -225,13 +273,26 @@ def test_bf16_auto_runs_it_only_where_the_device_computes_it_natively() -> None:
         choose("yes", "cpu")
 
 
-def test_the_run_says_its_precision_and_why_first(data: Path, tmp_path: Path) -> None:
-    """The first line, the first --log-json record and the summary; --bf16 and --no-bf16
-    still parse."""
-    for flags, mode in (((), "auto"), (("--bf16", "on"), "on")):
-        log = tmp_path / f"{mode}.jsonl"
-        out = run([sys.executable, str(TRAIN), "--data", str(data), *FLAGS, "--steps", "1",
-                   "--no-validate", "--log-json", str(log), *flags]).stdout
+@pytest.fixture(scope="module")
+def staged(sample: Path, tmp_path_factory: pytest.TempPathFactory
+           ) -> tuple[subprocess.CompletedProcess[str], Path, Path, Path]:
+    """One step with --stage-from a folder holding a train split alone, and --bf16 on: the
+    run, the folders staged from and to, and its --log-json."""
+    tmp = tmp_path_factory.mktemp("staged")
+    src, dst, log = tmp / "src", tmp / "local", tmp / "log.jsonl"
+    convert(ConvertOptions(input=sample / "ILSVRC2012_img_train.tar", out=src, num_shards=2))
+    done = run([sys.executable, str(TRAIN), "--stage-from", str(src), "--data", str(dst),
+                *FLAGS, "--steps", "1", "--bf16", "on", "--log-json", str(log)])
+    return done, src, dst, log
+
+
+def test_the_run_says_its_precision_and_why_first(
+        waiting: tuple[str, Path],
+        staged: tuple[subprocess.CompletedProcess[str], Path, Path, Path]) -> None:
+    """The first line, the first --log-json record and the summary (--bf16 auto, the
+    default, and --bf16 on); --bf16 and --no-bf16 still parse."""
+    for (out, log), mode in (((waiting[0], waiting[1]), "auto"),
+                             ((staged[0].stdout, staged[3]), "on")):
         want = detect(mode, "cpu")
         assert out.splitlines()[0] == want.line(), out
         assert json.loads(log.read_text().splitlines()[0]) == {"precision": want.record()}
@@ -243,12 +304,10 @@ def test_the_run_says_its_precision_and_why_first(data: Path, tmp_path: Path) ->
         mode for _, mode in cases]
 
 
-def test_no_val_warning_names_the_folder_staged_from(sample: Path, tmp_path: Path) -> None:
+def test_no_val_warning_names_the_folder_staged_from(
+        staged: tuple[subprocess.CompletedProcess[str], Path, Path, Path]) -> None:
     """With --stage-from the val split must be converted where the data is staged from."""
-    src, dst = tmp_path / "src", tmp_path / "local"
-    convert(ConvertOptions(input=sample / "ILSVRC2012_img_train.tar", out=src, num_shards=2))
-    done = run([sys.executable, str(TRAIN), "--stage-from", str(src), "--data", str(dst),
-                *FLAGS, "--steps", "1"])
+    done, src, dst, _ = staged
     warning = [line for line in done.stderr.splitlines() if "no val split" in line]
     assert len(warning) == 1, done.stderr
     assert f"staged from {src}, which has none" in warning[0]
