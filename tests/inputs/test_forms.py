@@ -8,10 +8,12 @@ from __future__ import annotations
 import bz2
 import gzip
 import importlib
+import importlib.util
 import lzma
 import os
 import random
 import re
+import shutil
 import zipfile
 from pathlib import Path
 
@@ -34,9 +36,28 @@ ZIP = "imagenet-object-localization-challenge.zip"
 
 @pytest.fixture(scope="module")
 def fakes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The image-net.org train tar, the Kaggle zip and the tree that zip extracts to."""
     root = tmp_path_factory.mktemp("forms")
-    return {form: Path(make_fake(form, root / form, SPEC).inputs[0])
-            for form in ("ilsvrc", "kaggle", "kaggle-zip")}
+    found = {form: Path(make_fake(form, root / form, SPEC).inputs[0])
+             for form in ("ilsvrc", "kaggle-zip")}
+    with zipfile.ZipFile(found["kaggle-zip"]) as zf:
+        zf.extractall(root / "kaggle")
+    return {**found, "kaggle": root / "kaggle"}
+
+
+@pytest.fixture(scope="module")
+def hub(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The Hub's two forms of the fake set, downloaded; tests that change one copy it."""
+    root = tmp_path_factory.mktemp("hub")
+    forms = ["hf-targz"] + (["hf-parquet"] if importlib.util.find_spec("pyarrow") else [])
+    return {form: Path(make_fake(form, root / form, SPEC).inputs[0]) for form in forms}
+
+
+def _clone(hub: dict[str, Path], form: str, to: Path) -> Path:
+    if form == "hf-parquet":
+        pytest.importorskip("pyarrow")
+    shutil.copytree(hub[form], to)
+    return to
 
 
 def _images(found_split: object) -> dict[str, tuple[str, bytes]]:
@@ -253,12 +274,10 @@ def test_a_git_lfs_pointer_is_named_whatever_it_is_called(tmp_path: Path, name: 
                                                ("hf-targz", "tar.gz archives")])
 @pytest.mark.parametrize("given", ["the clone", "its data folder"])
 def test_a_hub_clone_without_its_lfs_objects_is_named_as_one(
-        tmp_path: Path, form: str, files_are: str, given: str) -> None:
+        hub: dict[str, Path], tmp_path: Path, form: str, files_are: str, given: str) -> None:
     """Not "damaged or cut short" file by file: the pointers, one of them named, and the
     command that fetches the objects."""
-    if form == "hf-parquet":
-        pytest.importorskip("pyarrow")
-    clone = Path(make_fake(form, tmp_path / "clone", SPEC).inputs[0])
+    clone = _clone(hub, form, tmp_path / "clone")
     files = as_pointers(sorted((clone / "data").iterdir()))
     path = clone if given == "the clone" else clone / "data"
     for asked in (None, form):
@@ -271,9 +290,9 @@ def test_a_hub_clone_without_its_lfs_objects_is_named_as_one(
                 f"in the clone (`git -C {path} lfs pull`), then convert it again") in said
 
 
-def test_a_hub_clone_with_some_lfs_objects_fetched_names_the_pointers_left(tmp_path: Path) -> None:
-    pytest.importorskip("pyarrow")
-    clone = Path(make_fake("hf-parquet", tmp_path / "clone", SPEC).inputs[0])
+def test_a_hub_clone_with_some_lfs_objects_fetched_names_the_pointers_left(
+        hub: dict[str, Path], tmp_path: Path) -> None:
+    clone = _clone(hub, "hf-parquet", tmp_path / "clone")
     files = sorted((clone / "data").iterdir())
     as_pointers(files[2:4])
     with pytest.raises(SourceFormatError, match=rf": 2 of the {len(files)} parquet files are "
