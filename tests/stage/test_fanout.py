@@ -30,6 +30,7 @@ from imgprep.stage.peers import HEARTBEAT
 from imgprep.stage.pool import StallClock
 from imgprep.stage.schedule import chunks, plan_transfers, walk
 from tests.support import REPO, clean_env, feed_pipe, free_port, mpirun_cmd, outcomes
+from tests.support.cli import invoke
 
 TIMEOUT = 120  # for a whole run of 4 processes on 2 shared cores (each imports torch)
 NODES = 3  # a chain forwards (sender, a middle node, the last): all a larger ring does
@@ -400,10 +401,9 @@ def test_fanout_without_a_meeting_point_says_what_to_pass(src: Path, tmp_path: P
     assert r.returncode == 3
     line = error_line(r.stderr)
     assert "node 1" in line and "--rendezvous HOST:PORT" in line
-    r = subprocess.run([sys.executable, "-m", "imgprep", "stage-to-node", "--src", str(src),
-                        "--dst", str(tmp_path / "x"), "--fanout", "--mode", "partition"],
-                       env=env(), capture_output=True, text=True, timeout=TIMEOUT)
-    assert r.returncode == 2 and "--mode replicate" in r.stderr
+    usage = invoke("stage-to-node", "--src", src, "--dst", tmp_path / "x", "--fanout", "--mode",
+                   "partition")  # refused before any fan-out: in this process
+    assert usage.exit_code == 2 and "--mode replicate" in usage.stderr
 
 
 def test_where_copiers_meet() -> None:
