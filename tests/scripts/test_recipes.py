@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import subprocess
-import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,9 +26,7 @@ from scripts.trainkit.lamb import Lamb
 from scripts.trainkit.loss import Loss
 from scripts.trainkit.models import BlurPoolConv2d, add_blurpool, param_groups, resnet50, tiny
 from scripts.trainkit.optim import learning_rate, peak_lr, weight_decay_groups
-from tests.support import REPO
 
-TRAIN = REPO / "scripts" / "train_imagenet.py"
 # the tiny model on 32 px crops of the fake set (48 train images: 6 steps of 8 an epoch)
 TINY = ["--arch", "tiny", "--batch-size", "8", "--image-size", "32", "--val-size", "32",
         "--val-resize", "36", "--epochs", "4", "--threads", "1", "--log-every", "1"]
@@ -199,24 +196,21 @@ def test_blurpool_wraps_the_strided_convs_ffcv_wraps() -> None:
     assert inner[0, 0, 1, 1] == 1.0 and inner[0, 0, 0, 0] == pytest.approx(9 / 16)
 
 
-def trainer(*flags: str | Path) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run([sys.executable, str(TRAIN), *map(str, flags)], capture_output=True,
-                          text=True, timeout=240, env={**os.environ, "OMP_NUM_THREADS": "1"})
-    assert done.returncode == 0, done.stderr[-3000:]
-    return done
-
-
 def summary(out: str) -> dict[str, Any]:
     return json.loads([line for line in out.splitlines() if line.startswith("{")][-1])
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("recipe", ["torchvision-v2", "rsb-a3"])
-def test_a_recipe_trains_the_tiny_model_on_the_cpu(data: Path, tmp_path: Path,
-                                                   recipe: str) -> None:
+def test_a_recipe_trains_the_tiny_model_on_the_cpu(
+        data: Path, tmp_path: Path, recipe: str,
+        trainer_main: Callable[[Sequence[str | Path]], subprocess.CompletedProcess[str]],
+        ) -> None:
+    """The trainer's main, in this process (``trainer_main``): what a run prints and logs."""
     log = tmp_path / "log.jsonl"
-    done = trainer("--data", data, "--recipe", recipe, *TINY, "--workers", "1", "--steps",
-                   "3", "--log-json", log)
+    done = trainer_main(["--data", data, "--recipe", recipe, *TINY, "--workers", "1",
+                         "--steps", "3", "--log-json", log])
+    assert done.returncode == 0, done.stderr[-3000:]
     lines = done.stdout.splitlines()
     heads = [i for i, x in enumerate(lines) if x.startswith("recipe ")]
     assert len(heads) == 1 and lines[heads[0]].startswith(f"recipe {recipe}: "), lines[:8]

@@ -1,7 +1,9 @@
 """The embedded trainer with real processes: torchrun, mpirun and plain launches on Gloo.
 
 The trainer runs as a script, so its own module is imported in a child process started in
-its folder, as the script sees itself; its kit imports here as ``scripts.trainkit``."""
+its folder, as the script sees itself; its kit imports here as ``scripts.trainkit``. One-rank
+runs whose process is not what a test checks (the data-wait hint, the staging warning, a
+refused resume) run its ``main`` in this process (``trainer_main``)."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +29,8 @@ from scripts.trainkit.timing import DataWaitHint
 from tests.support import REPO, free_port, mpirun_cmd
 
 TRAIN = REPO / "scripts" / "train_imagenet.py"
+# the trainer's main run in this process (tests/scripts/conftest.py: trainer_main)
+Main = Callable[[Sequence[str | Path]], subprocess.CompletedProcess[str]]
 FLAGS = ["--arch", "tiny", "--batch-size", "8", "--workers", "1", "--image-size", "64",
          "--epochs", "10", "--warmup-epochs", "1", "--log-every", "1", "--timeout", "60"]
 
@@ -135,10 +140,10 @@ def test_torchrun_trains_validates_and_resumes_with_identical_losses(resumed: Re
     assert state["loader"]["order_version"] == 2
 
 
-def test_a_resume_of_another_arch_is_refused_in_one_line(resumed: Resumed) -> None:
-    refused = subprocess.run([sys.executable, str(TRAIN), "--data", str(resumed.data), *FLAGS,
-                              "--checkpoint", str(resumed.ckpt), "--resume", "--arch",
-                              "resnet18"], capture_output=True, text=True, timeout=120)
+def test_a_resume_of_another_arch_is_refused_in_one_line(resumed: Resumed,
+                                                         trainer_main: Main) -> None:
+    refused = trainer_main(["--data", resumed.data, *FLAGS, "--workers", "0", "--checkpoint",
+                            resumed.ckpt, "--resume", "--arch", "resnet18"])
     assert refused.returncode == 3, refused.stderr[-3000:]
     assert "--arch was tiny, now resnet18" in refused.stderr
     assert "world size" not in refused.stderr and "Traceback" not in refused.stderr
@@ -213,13 +218,15 @@ def test_missing_manifest_is_a_clear_error(tmp_path: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def waiting(data: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
-    """One process decoding in the training process (--workers 0), --bf16 auto: its stdout
-    and its --log-json."""
+def waiting(data: Path, tmp_path_factory: pytest.TempPathFactory,
+            trainer_main: Main) -> tuple[str, Path]:
+    """One rank decoding in the training process (--workers 0), --bf16 auto: its stdout and
+    its --log-json."""
     log = tmp_path_factory.mktemp("waiting") / "log.jsonl"
-    out = run([sys.executable, str(TRAIN), "--data", str(data), *FLAGS, "--workers", "0",
-               "--steps", "8", "--no-validate", "--log-json", str(log)]).stdout
-    return out, log
+    done = trainer_main(["--data", data, *FLAGS, "--workers", "0", "--steps", "8",
+                         "--no-validate", "--log-json", log])
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout, log
 
 
 def test_data_wait_hint_is_printed_once_by_rank_zero(waiting: tuple[str, Path]) -> None:
@@ -274,15 +281,16 @@ def test_bf16_auto_runs_it_only_where_the_device_computes_it_natively() -> None:
 
 
 @pytest.fixture(scope="module")
-def staged(sample: Path, tmp_path_factory: pytest.TempPathFactory
+def staged(sample: Path, tmp_path_factory: pytest.TempPathFactory, trainer_main: Main
            ) -> tuple[subprocess.CompletedProcess[str], Path, Path, Path]:
     """One step with --stage-from a folder holding a train split alone, and --bf16 on: the
     run, the folders staged from and to, and its --log-json."""
     tmp = tmp_path_factory.mktemp("staged")
     src, dst, log = tmp / "src", tmp / "local", tmp / "log.jsonl"
     convert(ConvertOptions(input=sample / "ILSVRC2012_img_train.tar", out=src, num_shards=2))
-    done = run([sys.executable, str(TRAIN), "--stage-from", str(src), "--data", str(dst),
-                *FLAGS, "--steps", "1", "--bf16", "on", "--log-json", str(log)])
+    done = trainer_main(["--stage-from", src, "--data", dst, *FLAGS, "--steps", "1", "--bf16",
+                         "on", "--log-json", log])
+    assert done.returncode == 0, done.stderr[-3000:]
     return done, src, dst, log
 
 
