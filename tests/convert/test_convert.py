@@ -594,16 +594,26 @@ def test_exif_transpose_option(sample: Path, tmp_path: Path) -> None:
 # ---------------------------------------------------------------------------- determinism
 
 
+WORKER_ARGS = ("--shard-size", "5", "--max-errors", "5")
+
+
+@pytest.fixture(scope="module")
+def one_worker(bad_sample: Path, tmp_path_factory: pytest.TempPathFactory
+               ) -> tuple[dict[str, Any], Path]:
+    """``bad_sample``'s train tar converted on one worker: its summary and folder."""
+    out = tmp_path_factory.mktemp("one_worker")
+    return convert(bad_sample / "ILSVRC2012_img_train.tar", out, *WORKER_ARGS, workers=1), out
+
+
 @pytest.mark.parametrize("workers", [2, 3])
-def test_shards_do_not_depend_on_worker_count(bad_sample: Path, tmp_path: Path,
-                                              workers: int) -> None:
+def test_shards_do_not_depend_on_worker_count(bad_sample: Path, one_worker: tuple[
+        dict[str, Any], Path], tmp_path: Path, workers: int) -> None:
     src = bad_sample / "ILSVRC2012_img_train.tar"
-    args = ("--shard-size", "5", "--max-errors", "5")
-    one = convert(src, tmp_path / "one", *args, workers=1)
-    many = convert(src, tmp_path / "many", *args, workers=workers)
+    one, one_out = one_worker
+    many = convert(src, tmp_path / "many", *WORKER_ARGS, workers=workers)
     assert one["tasks"] == many["tasks"] == 5
     assert one["errors"] == many["errors"] >= 1
-    a, b = tree_bytes(tmp_path / "one"), tree_bytes(tmp_path / "many")
+    a, b = tree_bytes(one_out), tree_bytes(tmp_path / "many")
     assert {"train.json", "train-errors.jsonl", "train-000004.tar"} <= set(a)
     assert a == b
 
