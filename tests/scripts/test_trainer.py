@@ -299,8 +299,7 @@ def test_the_run_says_its_precision_and_why_first(
         staged: tuple[subprocess.CompletedProcess[str], Path, Path, Path]) -> None:
     """The first line, the first --log-json record and the summary (--bf16 auto, the
     default, and --bf16 on); --bf16 and --no-bf16 still parse."""
-    for (out, log), mode in (((waiting[0], waiting[1]), "auto"),
-                             ((staged[0].stdout, staged[3]), "on")):
+    for (out, log), mode in ((waiting, "auto"), ((staged[0].stdout, staged[3]), "on")):
         want = detect(mode, "cpu")
         assert out.splitlines()[0] == want.line(), out
         assert json.loads(log.read_text().splitlines()[0]) == {"precision": want.record()}
