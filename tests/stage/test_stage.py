@@ -381,7 +381,7 @@ def test_ctrl_c_stops_the_copy_cleanly(held_source: tuple[Path, Path, Path],
 
 
 @pytest.mark.slow
-def test_waiter_fails_fast_when_its_copier_dies_and_a_rerun_resumes(
+def test_waiter_fails_fast_when_its_copier_dies(
         held_source: tuple[Path, Path, Path], tmp_path: Path) -> None:
     """SIGKILL the copier mid-copy of shard 6: its waiter fails at once naming it, the shards
     before it are there and good, and a rerun copies only the rest."""
