@@ -246,8 +246,8 @@ def exit_times(procs: Sequence[subprocess.Popen[str]], since: float) -> list[flo
 def test_a_killed_node_stops_the_others_naming_it_within_two_heartbeats(
         fifo_src: tuple[Path, Path, Path], tmp_path: Path) -> None:
     """SIGKILL node 2 mid-fan-out (held reading its shard): every other node fails naming it
-    within two heartbeats of the kill, node 0 (the store's host) included, leaving nothing
-    bad. (The rerun after a node stopped mid-read: the stuck-read test below.)"""
+    within two heartbeats of the kill, node 0 (the store's host) included; a rerun
+    completes."""
     s, pipe, aside = fifo_src
     dst = tmp_path / "dst"
     procs = start_nodes(s, dst, "--timeout", 60)
@@ -270,6 +270,11 @@ def test_a_killed_node_stops_the_others_naming_it_within_two_heartbeats(
             assert f"node {k}: fan-out" in line and "node 2" in line and "rerun" in line, line
     for k in range(NODES):
         assert_nothing_bad(s, dst / f"n{k}")
+    os.replace(aside, pipe)
+    runs = summaries(outcomes(start_nodes(s, dst), TIMEOUT))
+    for k in range(NODES):
+        assert_complete(s, dst / f"n{k}")
+    assert sum(r["bytes_read"] for r in runs) <= set_bytes(s)  # what was there stayed
 
 
 @pytest.mark.slow

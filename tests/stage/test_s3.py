@@ -347,11 +347,10 @@ def fanout(dst: Path, env: dict[str, str], nodes: int = 2,
 
 
 @pytest.mark.slow
-def test_fanout_reads_the_store_once_in_all(src: Path, store: Store, aws: dict[str, str],
-                                            tmp_path: Path) -> None:
-    """Two nodes, each reading its share from the store and sending it to the other (chains,
-    forwarding and a complete rerun moving nothing: tests/stage/test_fanout.py; a rerun that
-    reads no object of the store: the replicate test above)."""
+def test_two_node_fanout_reads_the_store_once_in_all_and_a_rerun_moves_nothing(
+        src: Path, store: Store, aws: dict[str, str], tmp_path: Path) -> None:
+    """Two nodes, each reading its share from the store and sending it to the other (chains
+    that forward over more nodes: tests/stage/test_fanout.py)."""
     m = read_manifest(src, "train")
     size = set_bytes(src, ("train",))
     store.counts(clear=True)
@@ -364,6 +363,11 @@ def test_fanout_reads_the_store_once_in_all(src: Path, store: Store, aws: dict[s
     reads = shard_reads(store)  # and so does the store: every object's bytes sent once
     assert reads == {name: (tmp_path / "n0" / name).stat().st_size for name in files_of(m)}
     assert sum(reads.values()) / size == 1.0
+    store.counts(clear=True)
+    again = fanout(tmp_path, aws)
+    assert [(s["bytes_read"], s["bytes_received"], s["shards_copied"]) for s in again] == \
+        [(0, 0, 0)] * 2
+    assert shard_reads(store) == {}
 
 
 # ---------------------------------------------------------------------------- failures
