@@ -32,6 +32,8 @@ from tests.support.lfs import as_pointers
 
 SPEC = SampleSpec(classes=3, per_class=4, val=5, test=2, seed=7)
 ZIP = "imagenet-object-localization-challenge.zip"
+# Two images in each split: two parquet files each, as SPEC gives, from fewer images.
+HUB_SPEC = SampleSpec(classes=2, per_class=1, val=2, test=2, seed=7)
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +52,7 @@ def hub(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """The Hub's two forms of the fake set, downloaded; tests that change one copy it."""
     root = tmp_path_factory.mktemp("hub")
     forms = ["hf-targz"] + (["hf-parquet"] if importlib.util.find_spec("pyarrow") else [])
-    return {form: Path(make_fake(form, root / form, SPEC).inputs[0]) for form in forms}
+    return {form: Path(make_fake(form, root / form, HUB_SPEC).inputs[0]) for form in forms}
 
 
 def _clone(hub: dict[str, Path], form: str, to: Path) -> Path:
