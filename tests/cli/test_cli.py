@@ -211,7 +211,7 @@ def resume_cases(tmp_path_factory: pytest.TempPathFactory) -> dict[str, ResumeCa
 def test_kill_then_rerun_gives_identical_output(resume_cases: dict[str, ResumeCase],
                                                 tmp_path: Path, fmt: str) -> None:
     """SIGKILL once the first task is recorded; the rerun resumes it. (Kills at random
-    points, with 1 or 2 workers and ranks: tests/harness/test_faults.py.)"""
+    points, on 1 worker and on 2 ranks: tests/harness/test_faults.py.)"""
     case = resume_cases[fmt]
     assert case.tasks == (20 if fmt == "shards" else 2)
     out = tmp_path / "out"
