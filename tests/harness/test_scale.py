@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.reliability import Figure, Trial
+from harness.reliability import Figure, Trial, scale
 from harness.reliability.scale import convert_scale, loader_scale, stage_scale
 
 
@@ -44,3 +44,38 @@ def test_stage_to_node_one_copier_per_node_at_8x4(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_loaders_equal_batches_and_flat_memory_over_epochs(tmp_path: Path) -> None:
     check(loader_scale(tmp_path, ranks=4, workers=2, shards=200, epochs=3), "loaders")
+
+
+def test_a_size_short_of_the_throughput_bound_is_converted_again_and_its_faster_run_judged(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def run(images: int, wall: float, rss: float) -> dict[str, float]:
+        return {"images": images, "wall_s": wall, "rss_mb": rss, "pss_mb": rss,
+                "rate": images / wall, "cpu_rate": images / wall, "foreign_cores": 0.0,
+                "listing_us": 1.0, "listing_us_1w": 1.0, "manifest_bytes": 100,
+                "manifest_read_s": 0.001}
+
+    passes = iter([[run(100, 1.0, 50), run(400, 8.0, 52)],  # 400 at 0.5x: short
+                   [run(100, 1.1, 51), run(400, 3.9, 60)]])
+    calls = []
+
+    def sizes(*args: object) -> tuple[list[dict[str, float]], list[Trial]]:
+        calls.append(args)
+        return next(passes), []
+
+    monkeypatch.setattr(scale, "_convert_sizes", sizes)
+    figures, trials = scale.convert_scale(tmp_path, sizes=(100, 400))
+    assert len(calls) == 2
+    judged = {t.kind: t for t in trials}
+    assert judged["convert: throughput within 10 %"].ok  # 102.6 / 100: the faster runs
+    assert "100 / 103" in judged["convert: throughput within 10 %"].detail
+    assert "51 / 60 MB" in judged["convert: peak RSS flat"].detail  # the higher of the two
+
+
+def test_a_size_short_twice_fails_the_throughput_bound(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    slow = [{"images": n, "wall_s": w, "rss_mb": 50.0, "pss_mb": 50.0, "rate": n / w,
+             "cpu_rate": n / w, "foreign_cores": 0.0, "listing_us": 1.0, "listing_us_1w": 1.0,
+             "manifest_bytes": 100, "manifest_read_s": 0.001} for n, w in ((100, 1.0), (400, 8.0))]
+    monkeypatch.setattr(scale, "_convert_sizes", lambda *args: (slow, []))
+    _, trials = scale.convert_scale(tmp_path, sizes=(100, 400))
+    assert not {t.kind: t for t in trials}["convert: throughput within 10 %"].ok
