@@ -171,6 +171,20 @@ def run_and_kill(args: Sequence[object], state: Path, trigger: str, delay: float
     return Kill(killed, records, round(time.monotonic() - t0, 3)), proc
 
 
+def kill_and_rerun(args: Sequence[object], out: Path, reference: Path
+                   ) -> tuple[Kill, dict[str, Any]]:
+    """``imgprep ARGS`` (a convert writing ``out``) killed once its first task is recorded,
+    then run again: the rerun exits 0, leaves no temporary file and gives ``reference``'s
+    bytes. The kill and the rerun's JSON summary."""
+    kill, _ = run_and_kill(args, out / ".imgprep", "first-record", 0)
+    where = f"kill at {kill.at}s: {kill}"
+    rerun = run_module(*args)
+    assert rerun.returncode == 0, f"{where}\n{rerun.stderr}"
+    assert not tmp_leftovers(out), where
+    assert tree_bytes(out) == tree_bytes(reference), where
+    return kill, json.loads(rerun.stdout)
+
+
 @dataclass(frozen=True)
 class ResumeCase:
     src: Path
@@ -216,17 +230,11 @@ def test_kill_then_rerun_gives_identical_output(resume_cases: dict[str, ResumeCa
     assert case.tasks == (20 if fmt == "shards" else 2)
     out = tmp_path / "out"
     args = ("convert", case.src, "-o", out, "-j", "2", "-q", "--json", *case.args)
-    kill, _ = run_and_kill(args, out / ".imgprep", "first-record", 0)
+    kill, s = kill_and_rerun(args, out, case.reference)
     where = f"kill at {kill.at}s: {kill}"
-
-    rerun = run_module(*args)
-    assert rerun.returncode == 0, f"{where}\n{rerun.stderr}"
-    s = json.loads(rerun.stdout)
     assert s["complete"] and s["tasks"] == case.tasks, where
     assert s["tasks_resumed"] >= kill.records_before, where
     assert s["tasks_resumed"] > 0, where
-    assert not tmp_leftovers(out), where
-    assert tree_bytes(out) == tree_bytes(case.reference), where
 
 
 @pytest.mark.slow

@@ -19,8 +19,8 @@ import pytest
 from imgprep.inputs.fakes import SampleSpec, make_fake
 from imgprep.inputs.synsets import imagenet_classes
 from imgprep.inputs.ziplist import _cached
-from tests.cli.test_cli import run_and_kill, run_module, tree_bytes
-from tests.support import jpeg, one_line_error, published_label, tmp_leftovers
+from tests.cli.test_cli import kill_and_rerun, tree_bytes
+from tests.support import jpeg, one_line_error, published_label
 from tests.support.cli import invoke, ok
 
 SPEC = SampleSpec(classes=4, per_class=3, val=8, test=3, seed=11)
@@ -346,12 +346,6 @@ def test_a_killed_zip_conversion_resumes_to_the_same_bytes(tmp_path: Path) -> No
     args = ("-j", "2", "-q", "--json", "--shard-size", "10", "--size", "32")
     ok(invoke("convert", src, "-o", tmp_path / "ref", *args))
     out = tmp_path / "out"
-    run = ("convert", src, "-o", out, *args)
-    kill, _ = run_and_kill(run, out / ".imgprep", "first-record", 0)
-    rerun = run_module(*run)
-    assert rerun.returncode == 0, rerun.stderr
-    s = json.loads(rerun.stdout)
+    kill, s = kill_and_rerun(("convert", src, "-o", out, *args), out, tmp_path / "ref")
     assert s["complete"] and s["tasks"] == 30, kill
     assert s["tasks_resumed"] >= kill.records_before and s["tasks_resumed"] > 0, kill
-    assert not tmp_leftovers(out)
-    assert tree_bytes(out) == tree_bytes(tmp_path / "ref"), kill

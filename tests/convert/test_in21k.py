@@ -27,8 +27,8 @@ from imgprep.inputs.fakes.in21k import GZIPPED, PLAIN, archive_bytes, fake_wnid
 from imgprep.inputs.forms import detect
 from imgprep.inputs.synsets import ClassTable, imagenet_classes
 from imgprep.job.world import World
-from tests.cli.test_cli import run_and_kill, run_module, tree_bytes
-from tests.support import jpeg, tmp_leftovers
+from tests.cli.test_cli import kill_and_rerun
+from tests.support import jpeg
 from tests.support.cli import invoke, ok
 
 # 10 classes: each of the seven quirks, both bad images in train, held-out shares of 0 to 3.
@@ -317,12 +317,6 @@ def test_a_killed_conversion_resumes_to_the_same_bytes(tmp_path: Path) -> None:
             "--holdout-per-class", "4")
     ok(invoke("convert", src, "-o", tmp_path / "ref", *args))
     out = tmp_path / "out"
-    run = ("convert", src, "-o", out, *args)
-    kill, _ = run_and_kill(run, out / ".imgprep", "first-record", 0)
-    rerun = run_module(*run)
-    assert rerun.returncode == 0, rerun.stderr
-    s = json.loads(rerun.stdout)
+    kill, s = kill_and_rerun(("convert", src, "-o", out, *args), out, tmp_path / "ref")
     resumed = sum(split["tasks_resumed"] for split in s["splits"])
     assert s["complete"] and resumed >= kill.records_before and resumed > 0, kill
-    assert not tmp_leftovers(out)
-    assert tree_bytes(out) == tree_bytes(tmp_path / "ref"), kill
