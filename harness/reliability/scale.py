@@ -270,7 +270,7 @@ def _convert_trials(runs: list[dict[str, Any]]) -> list[Trial]:
     limits = [rss_limit(first, r["images"]) for r in runs]
     rss_ok = all(r["rss_mb"] <= lim for r, lim in zip(runs, limits, strict=True))
     key, measure = judged_rate(runs)
-    rates = [r[key] / first[key] for r in runs[1:]]
+    rates = _rate_ratios(runs)
     listing = last["listing_us"] / first["listing_us"]
     sizes = " / ".join(f"{r['images']:,}" for r in runs)
     rss = " / ".join(f"{r['rss_mb']:.0f}" for r in runs)
@@ -350,8 +350,13 @@ def _convert_sizes(work: Path, sizes: Sequence[int], pool: list[bytes], workers:
 
 
 def _rates_within_bound(runs: list[dict[str, Any]]) -> bool:
+    return min(_rate_ratios(runs)) >= THROUGHPUT_MIN_RATIO
+
+
+def _rate_ratios(runs: list[dict[str, Any]]) -> list[float]:
+    """Each larger size's judged throughput over the smallest's."""
     key, _ = judged_rate(runs)
-    return all(r[key] >= THROUGHPUT_MIN_RATIO * runs[0][key] for r in runs[1:])
+    return [r[key] / runs[0][key] for r in runs[1:]]
 
 
 def _faster(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
