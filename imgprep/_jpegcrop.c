@@ -264,6 +264,8 @@ static PyMethodDef methods[] = {
     {"raw_sample", py_raw_sample, METH_VARARGS, "raw_sample(record, width, height, resize, "
      "box, crop, flip, planar, max_pixels, out, kernel=-1) -> SampleResult "
      "(imgprep/csrc/rawstore_py.c)"},
+    {"crop_draw", py_crop_draw, METH_VARARGS, "crop_draw(capsule, width, height, scale_lo, "
+     "scale_hi, ratio_lo, ratio_hi, flip) -> CropDrawResult (imgprep/csrc/draws_py.c)"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 from PIL import Image
 
-from imgprep import ImgprepError, imagefile
+from imgprep import ImgprepError, cropdraw, imagefile
 from imgprep.augment import Op
 from imgprep.augment import apply as apply_ops
 from loaders.augment import Policy, check_policy
@@ -81,8 +81,12 @@ class TrainTransform:
         """A sample's random draws, always in this order: its crop box, then its flip, then
         (with ``augment``) its ops; the box is resampled to ``size`` x ``size`` from a JPEG
         drafted as far as it allows. Without ``augment`` nothing more is drawn."""
-        box = crop_box(w, h, self, rng)
-        flip = self.flip and bool(rng.random() < 0.5)
+        box: Box
+        if cropdraw.AVAILABLE and max(w, h) <= cropdraw.MAX_SIDE:  # the same draws, in C
+            box, flip = cropdraw.crop_draw(rng, w, h, self.scale, self.ratio, self.flip)
+        else:
+            box = crop_box(w, h, self, rng)
+            flip = self.flip and bool(rng.random() < 0.5)
         ops = () if self.augment is None else self.augment.draw(self.size, rng)
         left, top, right, bottom = box
         draft = (math.ceil(w * self.size / (right - left)),
@@ -161,7 +165,8 @@ def uniform(rng: np.random.Generator, low: float, high: float) -> float:
 
 
 def crop_box(w: int, h: int, t: TrainTransform, rng: np.random.Generator) -> Box:
-    """A random-resized-crop box ``(left, top, right, bottom)`` in a ``w``×``h`` image."""
+    """A random-resized-crop box ``(left, top, right, bottom)`` in a ``w``×``h`` image: the
+    reference of the extension's draws (``imgprep.cropdraw``), which make the same ones."""
     area = w * h
     log_lo, log_hi = math.log(t.ratio[0]), math.log(t.ratio[1])
     for _ in range(10):

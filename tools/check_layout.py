@@ -97,6 +97,8 @@ WHITE_BOX = {  # module -> why benchmarks and harnesses need it (docs/developmen
                          "loaders and the benchmarks read stored-pixel samples",
     "imgprep.rawpixels": "stored-pixel records made and carried to a batch row (the loaders' "
                          "per-sample call; FFCV's raw images in its storage modes)",
+    "imgprep.cropdraw": "a random-resized crop's box and flip drawn in the extension from the "
+                        "sample's generator (the loaders' train transform)",
     "imgprep.convert.store": "the key hash that picks the images a mixed store keeps as pixels, "
                              "so that FFCV's proportion modes keep the same ones",
     "imgprep.imagefile": "an image opened for Pillow as convert opens it: the accepted formats, "

@@ -31,4 +31,7 @@ PyObject *py_augment_kernel(PyObject *self, PyObject *args);
 PyObject *py_raw_record(PyObject *self, PyObject *args);
 PyObject *py_raw_sample(PyObject *self, PyObject *args);
 
+/* A random-resized crop drawn from a numpy bit generator (imgprep/csrc/draws_py.c). */
+PyObject *py_crop_draw(PyObject *self, PyObject *args);
+
 #endif

@@ -37,6 +37,9 @@ static PyStructSequence_Field raw_fields[] = {
     F("message", "why it failed or was refused"), F("record", "the record's bytes, or None"),
     F("mode", "RAW_RGB24 or RAW_YUV420: what was stored"), F("width", "the image's width"),
     F("height", "its height"), {NULL, NULL}};
+static PyStructSequence_Field crop_fields[] = {
+    F("left", "the box drawn"), F("top", ""), F("right", ""), F("bottom", ""),
+    F("flip", "mirrored left to right"), {NULL, NULL}};
 #undef F
 
 static PyStructSequence_Desc descs[RESULT_KINDS] = {
@@ -47,6 +50,7 @@ static PyStructSequence_Desc descs[RESULT_KINDS] = {
     {"imgprep._jpegcrop.DecodeResult", "a region decoded into a frame", decode_fields, 5},
     {"imgprep._jpegcrop.SampleResult", "the loader's one call a sample", sample_fields, 4},
     {"imgprep._jpegcrop.RawRecordResult", "a JPEG made a stored-pixel record", raw_fields, 6},
+    {"imgprep._jpegcrop.CropDrawResult", "a random-resized crop drawn", crop_fields, 5},
 };
 static PyTypeObject *types[RESULT_KINDS];
 

@@ -8,7 +8,8 @@
 #include <Python.h>
 
 enum { RESULT_CONVERT, RESULT_FRAME, RESULT_PROBE, RESULT_DECODE, RESULT_SAMPLE,
-       RESULT_RAW, RESULT_KINDS };
+       RESULT_RAW, RESULT_CROP,
+       RESULT_KINDS };
 
 /* Makes the types and adds them to ``module``; 0, or -1 with an exception set. */
 int results_add_types(PyObject *module);
