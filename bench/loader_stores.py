@@ -10,7 +10,10 @@ of each store (``SampleDecoder`` over the store's member bytes preloaded, one co
 ``jpeg`` and ``yuv420`` also at 160 px)
 and the channels-last loader taken in place (FFCV's layout and buffer reuse, as
 ``bench.loader``'s FFCV rows) with 1 worker for every store and 2 for ``jpeg`` and
-``yuv420``, plus ``yuv420`` at 160 px with 1 worker. Rates are medians of the quiet passes.
+``yuv420``, plus ``yuv420`` at 160 px with 1 worker; and the C call alone
+(``resample_yuv420_<size>``: ``rawpixels.sample`` on geometries drawn beforehand, the same
+boxes at 224 and 160 px), whose ratio is the least the 160 px sample can cost against the
+224 px one while its pixels stay the JPEG path's. Rates are medians of the quiet passes.
 
 Targets: a yuv420 sample costs <= 0.4 x a JPEG sample (loader, 1 worker, RRC 224), and a
 yuv420 sample at 160 px <= 0.7 x one at 224 px (the same).
@@ -42,9 +45,9 @@ import numpy as np
 
 from bench import ffcv_peer
 from bench.common import QUIET_FOREIGN_CORES, paired_ratio, timed_epoch, verdict
-from imgprep import StoreOptions, World, from_shards, read_manifest
+from imgprep import StoreOptions, World, from_shards, rawpixels, read_manifest
 from imgprep.convert.store import unit_hash
-from imgprep.rawformat import IMAGE_EXTS
+from imgprep.rawformat import IMAGE_EXTS, read_header
 from imgprep.shards.tario import iter_samples
 from loaders import LoaderOptions, SampleDecoder, ShardLoader, TrainTransform
 
@@ -92,6 +95,24 @@ def floor_pass(blobs: list[bytes], n: int, size: int) -> dict[str, float]:
     t0 = time.perf_counter()
     for i in range(n):
         decode(blobs[i % len(blobs)], rng, out)
+    return {"rate": n / (time.perf_counter() - t0), "images": n}
+
+
+def resample_pass(blobs: list[bytes], n: int, size: int) -> dict[str, float]:
+    """The C call alone (``imgprep.rawpixels.sample``) on ``n`` stored-pixel records, with
+    geometries drawn before the clock starts: the same boxes at every size (a crop's box does
+    not depend on its output size), so the ratio of two sizes is the resampler's own."""
+    t = TrainTransform(size=size)
+    heads = [read_header(b) for b in blobs]
+    rng = np.random.default_rng(0)
+    plan = [(blobs[i % len(blobs)], heads[i % len(blobs)],
+             t.geometry(heads[i % len(blobs)].width, heads[i % len(blobs)].height, rng))
+            for i in range(n)]
+    out = np.empty((size, size, 3), np.uint8)
+    t0 = time.perf_counter()
+    for data, h, g in plan:
+        rawpixels.sample(data, h.width, h.height, resize=g.resize, box=g.box, crop=g.crop,
+                         out=out, flip=g.flip, planar=False)
     return {"rate": n / (time.perf_counter() - t0), "images": n}
 
 
@@ -169,11 +190,15 @@ def run_stores(args: argparse.Namespace, folder: Path, measured: Any,
     blobs = {k: members(p, min(n, 1000)) for k, p in sets.items()}
     floors = {f"floor_{k}_224": (k, 224) for k in STORES} | {
         "floor_jpeg_160": ("jpeg", 160), "floor_yuv420_160": ("yuv420", 160)}
+    resamples = {f"resample_yuv420_{size}": size for size in (224, 160)}
     passes: dict[str, list[dict[str, float]]] = {
-        k: [] for k in (*floors, *loaders, *ffcv_rows)}
+        k: [] for k in (*floors, *resamples, *loaders, *ffcv_rows)}
     for r in range(args.repeat):
         for k, (store, size) in floors.items():
             passes[k].append(measured(partial(floor_pass, blobs[store], min(n, 2000), size)))
+        for k, size in resamples.items():
+            passes[k].append(measured(partial(resample_pass, blobs["yuv420"], min(n, 2000),
+                                              size)))
         for k, loader in loaders.items():
             passes[k].append(measured(partial(loader_pass, loader, r + 1)))
         for k, row in ffcv_rows.items():
@@ -226,7 +251,9 @@ def summarise(passes: dict[str, list[dict[str, float]]], nbytes: dict[str, int],
         "floor_yuv420_cost_160_over_224": paired_ratio(_pairs(passes, "floor_yuv420_224"),
                                                        _pairs(passes, "floor_yuv420_160")),
         "floor_jpeg_cost_160_over_224": paired_ratio(_pairs(passes, "floor_jpeg_224"),
-                                                     _pairs(passes, "floor_jpeg_160"))}
+                                                     _pairs(passes, "floor_jpeg_160")),
+        "resample_yuv420_cost_160_over_224": paired_ratio(
+            _pairs(passes, "resample_yuv420_224"), _pairs(passes, "resample_yuv420_160"))}
     ratios = {k: {"value": round(v, 3), "target": TARGETS.get(k),
                   "result": verdict(v, TARGETS[k] + 1e-12, below=True) if k in TARGETS
                   else "info"} for k, v in cost.items()}
@@ -261,6 +288,8 @@ def print_stores(res: dict[str, Any]) -> None:
               f"{'' if two is None else f'{two:13.1f}'}")
     print(f"160 px, 1 worker: yuv420 {us['loader_yuv420_160_1w']:.1f} us (floor "
           f"{us['floor_yuv420_160']:.1f}); jpeg floor {us['floor_jpeg_160']:.1f}")
+    print(f"yuv420, the C call alone on the same boxes: {us['resample_yuv420_224']:.1f} us at "
+          f"224 px, {us['resample_yuv420_160']:.1f} us at 160 px")
     for k, r in res["ratios"].items():
         mark = f"  (target <= {r['target']}: {r['result']})" if r["target"] else ""
         print(f"  {k}: {r['value']:.3f}{mark}")
