@@ -7,12 +7,15 @@ are announced to the kernel (``POSIX_FADV_WILLNEED``, ``MAX_OPEN`` at a time) be
 first is waited for: on a set larger than the page cache the disk then serves them at its
 queue depth instead of one sample's latency at a time. Each member's tar
 header (the 512 bytes before its data) is checked against the index: its checksum, its
-extension and its size, so a shard changed since it was indexed is named, never misread.
+extension and its size, so a shard changed since it was indexed is named, never misread. A
+batch's headers are checked at once where they are byte for byte what imgprep writes
+(``tarfmt.headers_written``), any other one alone.
 
 A stored-pixel record (``imgprep.rawformat``: ~100-200 KB, of which a crop reads only the
 rows it covers) is not read into memory: it is announced the same way, and handed over as a
 view of the shard's read-only mapping (``mmap``), so that only the pages the decoder touches
-are brought in and nothing is copied; its tar header is checked as any other's.
+are brought in and nothing is copied; its label and both tar headers are read from the
+mapping too, and checked as any other's.
 """
 
 from __future__ import annotations
@@ -26,7 +29,14 @@ from pathlib import Path
 import numpy as np
 
 from imgprep.rawformat import IMAGE_EXTS
-from imgprep.shards.tarfmt import BLOCK, HeaderError, checksum_ok, header_bytes, octal
+from imgprep.shards.tarfmt import (
+    BLOCK,
+    HeaderError,
+    checksum_ok,
+    header_bytes,
+    headers_written,
+    octal,
+)
 from loaders.errors import LoaderError
 
 GAP = 64 << 10  # read across a gap this small rather than make another call
@@ -52,6 +62,40 @@ class Locations:
 
     def shard_of(self, ids: np.ndarray) -> np.ndarray:
         return np.searchsorted(self.first, ids, side="right") - 1
+
+
+_SUFFIX = tuple(f".{e}".encode() for e in IMAGE_EXTS)  # the image member's, by index
+_SUFFIX_CLS = b".cls"
+
+
+def _key(name: bytes) -> str:
+    """The sample key of a member named ``name`` (its last path part, up to its first dot)."""
+    return name.decode("utf-8", "replace").rsplit("/", 1)[-1].partition(".")[0]
+
+
+class _Got:
+    """A batch's members as they are read: per sample its image (bytes, or a view of the
+    mapping) and its cls text; its two tar headers (every image header, then every cls
+    header), where each lies in its shard, and the size its member must have."""
+
+    def __init__(self, shard: list[int], jo: list[int], js: list[int], co: list[int],
+                 cs: list[int]) -> None:
+        n = len(shard)
+        self.shard, self.jo, self.js, self.co, self.cs = shard, jo, js, co, cs
+        self.images: list[bytes | memoryview] = [b""] * n
+        self.texts: list[bytes] = [b""] * n
+        self.heads: list[bytes] = [b""] * (2 * n)
+        self.at = [o - BLOCK for o in jo] + [o - BLOCK for o in co]
+        self.sizes = js + cs
+
+    def take(self, j: int, buf: bytes | mmap.mmap, base: int, image: bytes | memoryview
+             ) -> None:
+        """Sample ``j``'s members from ``buf``, which holds the shard from its byte ``base``
+        (``image``: ``buf`` itself, or a view of it)."""
+        a, c, n = self.jo[j] - base, self.co[j] - base, len(self.texts)
+        self.heads[j], self.heads[n + j] = buf[a - BLOCK:a], buf[c - BLOCK:c]
+        self.images[j] = image[a:a + self.js[j]]
+        self.texts[j] = buf[c:c + self.cs[j]]
 
 
 @dataclass
@@ -112,24 +156,57 @@ class Reader:
                               f"{int(ids[k] - loc.first[shard[k]])} has no image or no cls "
                               "member; verify or restage the shard")
         exts = np.zeros(len(ids), np.uint8) if loc.image_ext is None else loc.image_ext[ids]
-        mapped = exts != 0  # stored pixels: the record is mapped, not read (module docstring)
-        for j in np.flatnonzero(mapped).tolist():
-            os.posix_fadvise(self._fd(int(shard[j])), int(jo[j]) - BLOCK, int(js[j]) + BLOCK,
+        mapped = exts != 0
+        got = _Got(shard.tolist(), jo.tolist(), js.tolist(), co.tolist(), cs.tolist())
+        lo, hi = np.minimum(jo, co) - BLOCK, np.maximum(jo + js, co + cs)
+        for j in np.flatnonzero(mapped).tolist():  # stored pixels: mapped (module docstring)
+            start = int(lo[j])
+            os.posix_fadvise(self._fd(got.shard[j]), start, int(hi[j]) - start,
                              os.POSIX_FADV_WILLNEED)
-        runs = _runs(shard, np.where(mapped, co, np.minimum(jo, co)) - BLOCK,
-                     np.where(mapped, co + cs, np.maximum(jo + js, co + cs)))
-        out: list[Raw | None] = [None] * len(ids)
+        for j in np.flatnonzero(mapped).tolist():
+            mm = self._map(got.shard[j])
+            got.take(j, mm, 0, memoryview(mm))
+        plain = np.flatnonzero(~mapped)
+        runs, at_plain = _runs(shard[plain], lo[plain], hi[plain]), plain.tolist()
         for at in range(0, len(runs), MAX_OPEN):  # up to MAX_OPEN reads in flight at once
             chunk = runs[at:at + MAX_OPEN]
             for run, start, end in chunk:
-                os.posix_fadvise(self._fd(int(shard[run[0]])), start, end - start,
+                os.posix_fadvise(self._fd(got.shard[at_plain[run[0]]]), start, end - start,
                                  os.POSIX_FADV_WILLNEED)
             for run, start, end in chunk:
-                buf = self._pread(int(shard[run[0]]), start, end - start)
-                for j in run:
-                    out[j] = self._sample(buf, start, int(shard[j]), int(jo[j]), int(js[j]),
-                                          int(co[j]), int(cs[j]), IMAGE_EXTS[int(exts[j])])
-        return out  # type: ignore[return-value]
+                buf = self._pread(got.shard[at_plain[run[0]]], start, end - start)
+                for r in run:
+                    got.take(at_plain[r], buf, start, buf)
+        keys = self._keys(got, exts)
+        return [(loc.names[s], key, image, self._label(text, loc.names[s], key))
+                for s, key, image, text in zip(got.shard, keys, got.images, got.texts,
+                                               strict=True)]
+
+    def _keys(self, got: _Got, exts: np.ndarray) -> list[str]:
+        """Every sample's key, once its two tar headers (image, then cls) are checked: all of
+        them at once where they are byte for byte what imgprep writes (``headers_written``),
+        the others one by one (``_header``, which names a header that is not its member's)."""
+        n = len(got.texts)
+        blocks = np.frombuffer(b"".join(got.heads), np.uint8).reshape(2 * n, BLOCK)
+        suffixes = [_SUFFIX[e] for e in exts.tolist()] + [_SUFFIX_CLS] * n
+        ok, length = headers_written(blocks, np.asarray(got.sizes, np.int64), suffixes)
+        names = blocks[:n, :100].tobytes()
+        keys = [_key(names[100 * j:100 * j + x]) for j, x in enumerate(length[:n].tolist())]
+        for row in np.flatnonzero(~ok).tolist():
+            j = row % n
+            ext = IMAGE_EXTS[int(exts[j])] if row < n else "cls"
+            key = self._header(got.heads[row], got.at[row], BLOCK, ext, got.sizes[row],
+                               self.loc.names[got.shard[j]])
+            if row < n:
+                keys[j] = key
+        return keys
+
+    def _label(self, text: bytes, shard: str, key: str) -> int:
+        try:
+            return int(text)
+        except ValueError:
+            raise LoaderError(f"rank {self.rank}: {shard}: sample {key} has label {text!r}; "
+                              "verify or restage the shard") from None
 
     def _pread(self, shard: int, offset: int, size: int) -> bytes:
         fd = self._fd(shard)
@@ -142,26 +219,6 @@ class Reader:
             raise LoaderError(f"rank {self.rank}: {self.loc.names[shard]} ends before byte "
                               f"{offset + size} the index names; verify or restage it")
         return data
-
-    def _sample(self, buf: bytes, base: int, shard: int, jo: int, js: int, co: int,
-                cs: int, ext: str = "jpg") -> Raw:
-        name = self.loc.names[shard]
-        data: bytes | memoryview
-        if ext == "jpg":
-            key = self._header(buf, base, jo - base, ext, js, name)
-            data = buf[jo - base:jo - base + js]
-        else:  # a view of the mapping: only the pages the decoder reads are touched
-            mm = self._map(shard)
-            key = self._header(mm, 0, jo, ext, js, name)
-            data = memoryview(mm)[jo:jo + js]
-        self._header(buf, base, co - base, "cls", cs, name)
-        text = buf[co - base:co - base + cs]
-        try:
-            label = int(text)
-        except ValueError:
-            raise LoaderError(f"rank {self.rank}: {name}: sample {key} has label {text!r}; "
-                              "verify or restage the shard") from None
-        return name, key, data, label
 
     def _header(self, buf: bytes | mmap.mmap, base: int, at: int, ext: str, size: int,
                 shard: str) -> str:

@@ -6,7 +6,8 @@ Every module that writes or reads tar bytes goes through this one: the shard wri
 (``layout``), the loaders' per-sample header check, and the input listing (``tarscan``).
 
 - Writing: ``header_bytes(name, size)`` is the fixed header imgprep writes (mtime 0, uid/gid
-  0, no user names, mode 0644), byte for byte what ``tarfile`` writes for ``tar_header``;
+  0, no user names, mode 0644), byte for byte what ``tarfile`` writes for ``tar_header``
+  (``headers_written`` tests many headers against it at once, for the loaders' reader);
   ``padding`` and ``end_of_archive`` close members and archives as ``tarfile`` does.
 - Reading follows ``tarfile`` wherever it decides something: header checksums (unsigned, as
   POSIX), octal and GNU base-256 numbers, the ustar name prefix, the old regular type with a
@@ -29,6 +30,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Protocol
 from zlib import adler32
+
+import numpy as np
 
 from imgprep.errors import SourceFormatError
 
@@ -108,6 +111,35 @@ def header_bytes(name: str, size: int) -> bytes:
         return b"".join((n, ZERO_BLOCK[len(n):100], _USTAR_MODE_IDS, sz, _USTAR_MTIME, chk,
                          b"0", ZERO_BLOCK[:100], _USTAR_MAGIC, ZERO_BLOCK[265:]))
     return tar_header(name, size).tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape")
+
+
+_TEMPLATE = np.frombuffer(header_bytes("", 0), np.uint8)  # the fixed parts, where they lie
+_OCTAL = {n: 3 * np.arange(n - 1, -1, -1) for n in (6, 11)}  # digit shifts, most first
+
+
+def headers_written(blocks: np.ndarray, sizes: np.ndarray, suffixes: list[bytes]
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """``header_bytes``' test for many headers at once: which rows of ``blocks`` (n x BLOCK
+    uint8) are byte for byte the ustar header ``header_bytes`` writes for their own name and
+    ``sizes[i]``, that name ASCII, shorter than 100 bytes and ending with ``suffixes[i]``;
+    and each row's name length. A row that fails may still be another writer's valid header:
+    such rows are for the one-by-one check."""
+    n = len(blocks)
+    names = blocks[:, :100]
+    nul = names == 0
+    length = np.where(nul.any(1), nul.argmax(1), 100)
+    want = np.repeat(_TEMPLATE[None], n, 0)
+    want[:, :100] = np.where(np.arange(100) < length[:, None], names, 0)
+    want[:, 124:135] = (sizes[:, None] >> _OCTAL[11]) & 7 | 48
+    chk = _USTAR_FIXED_SUM + want[:, :100].sum(1, dtype=np.int64) \
+        + want[:, 124:136].sum(1, dtype=np.int64)
+    want[:, 148:154] = (chk[:, None] >> _OCTAL[6]) & 7 | 48
+    ok = (want == blocks).all(1) & (length < 100) & (names < 128).all(1) & (sizes < 8**11)
+    for suffix in set(suffixes):
+        rows = np.flatnonzero([x == suffix for x in suffixes])
+        at = np.maximum(length[rows, None] - len(suffix) + np.arange(len(suffix)), 0)
+        ok[rows] &= (names[rows[:, None], at] == np.frombuffer(suffix, np.uint8)).all(1)
+    return ok, length
 
 
 # ---------------------------------------------------------------------------- reading

@@ -12,6 +12,7 @@ import io
 import tarfile
 from collections.abc import Iterable
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -27,6 +28,7 @@ from imgprep.shards.tarfmt import (
     decode_header,
     end_of_archive,
     header_bytes,
+    headers_written,
     iter_stream,
     octal,
     padded,
@@ -351,3 +353,47 @@ def test_a_damaged_gzip_trailer_is_caught_after_the_last_member() -> None:
     packed[-8] ^= 0xFF  # the CRC32 of the whole stream
     with pytest.raises(SourceFormatError, match=r"compressed stream .*after member 'a\.JPEG'"):
         list(iter_stream(gzip.GzipFile(fileobj=io.BytesIO(bytes(packed))), "x.tar.gz"))
+
+
+def _one_by_one(h: bytes, size: int, suffix: bytes) -> bool:
+    """``header_bytes``' test of one header, as the loaders' reader made it alone."""
+    raw = h[:100].split(b"\0", 1)[0]
+    return (len(raw) < 100 and raw.endswith(suffix) and raw.isascii() and size < 8**11
+            and h == header_bytes(raw.decode("ascii"), size))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(
+    st.text("abz09_-./", max_size=104), st.sampled_from([".jpg", ".cls", ".yuv420", ""]),
+    st.integers(0, 8**11 + 5), st.one_of(st.just(-1), st.integers(0, 511)), st.integers(0, 7),
+    st.booleans(),
+    st.sampled_from([b".jpg", b".cls", b".yuv420"])), min_size=1, max_size=12))
+def test_headers_written_decides_a_batch_as_header_bytes_decides_each(rows) -> None:
+    """Names of every length around 100, sizes past 11 octal digits, a bit flipped anywhere
+    in the header or none, and the size or the suffix asked for not the written one."""
+    blocks, sizes, suffixes, want = [], [], [], []
+    for stem, ext, size, flip_at, bit, other_size, suffix in rows:
+        name = stem + ext
+        h = bytearray(header_bytes(name, min(size, 8**11 - 1))[:BLOCK] if len(name) <= 100
+                      else bytes(BLOCK))
+        if flip_at >= 0:
+            h[flip_at] ^= 1 << bit
+        asked = size + 1 if other_size else size
+        blocks.append(bytes(h))
+        sizes.append(asked)
+        suffixes.append(suffix)
+        want.append(_one_by_one(bytes(h), asked, suffix))
+    ok, length = headers_written(np.frombuffer(b"".join(blocks), np.uint8).reshape(-1, BLOCK),
+                                 np.asarray(sizes, np.int64), suffixes)
+    assert ok.tolist() == want
+    assert length.tolist() == [len(b[:100].split(b"\0", 1)[0]) for b in blocks]
+
+
+def test_headers_written_passes_every_header_imgprep_writes() -> None:
+    names = [f"r{i:02d}-n01440764_{i}.{ext}" for i in range(40) for ext in ("jpg", "cls")]
+    sizes = [7 * i + 1 for i in range(len(names))]
+    blocks = b"".join(header_bytes(n, s) for n, s in zip(names, sizes, strict=True))
+    ok, length = headers_written(np.frombuffer(blocks, np.uint8).reshape(-1, BLOCK),
+                                 np.asarray(sizes, np.int64),
+                                 [b"." + n.rsplit(".", 1)[1].encode() for n in names])
+    assert ok.all() and length.tolist() == [len(n) for n in names]
