@@ -117,6 +117,7 @@ def test_the_trainers_line_says_where_the_loader_runs() -> None:
 # ---------------------------------------------------------------------------- the stand-in
 
 STEPS = 24  # timed batches a pass (bench.feed runs more, on the real sample)
+UNCONTENDED = 0.9  # an unpinned pass this close to the rate alone shared no core
 
 
 @pytest.mark.serial
@@ -132,14 +133,18 @@ def test_a_pinned_stand_in_keeps_its_rate_beside_the_workers(shards: Path,
     once where a busy machine spoiled the first try. Where other processes held half a core
     or more beside the stand-in alone, it shares its core with them whatever the loader
     does, and the scheduler moves their load onto it when the workers fill the other cores:
-    there the pinned passes are held to half their rate alone, and not ordered."""
+    there the pinned passes are held to half their rate alone, and not ordered. Where the
+    unpinned pass kept ``UNCONTENDED`` of its rate or more, its workers did not take the
+    stand-in's core (they waited on a full ring for the stand-in to take batches), so it
+    orders nothing: the pinned passes are then held to their bound alone."""
     names = ["new", "over", "over_new"]
     for attempt in range(2):
         res = stand_in_ratios(shards, names, rounds=2, batch=8, size=128, steps=STEPS)
         r = res["ratios"]
         foreign = min(p["busy_cores"] for p in res["passes"]["alone"]) - 1.0
         held = (min(r["new"], r["over_new"]) >= 0.5 if foreign >= 0.5 else
-                min(r["new"], r["over_new"]) >= 0.8 and r["over_new"] > r["over"])
+                min(r["new"], r["over_new"]) >= 0.8
+                and (r["over_new"] > r["over"] or r["over"] >= UNCONTENDED))
         if held or attempt:
             break
     assert held, (r, f"other processes: {foreign:.2f} cores")
