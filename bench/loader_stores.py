@@ -103,11 +103,10 @@ def resample_pass(blobs: list[bytes], n: int, size: int) -> dict[str, float]:
     geometries drawn before the clock starts: the same boxes at every size (a crop's box does
     not depend on its output size), so the ratio of two sizes is the resampler's own."""
     t = TrainTransform(size=size)
-    heads = [read_header(b) for b in blobs]
+    records = [(b, read_header(b)) for b in blobs]
     rng = np.random.default_rng(0)
-    plan = [(blobs[i % len(blobs)], heads[i % len(blobs)],
-             t.geometry(heads[i % len(blobs)].width, heads[i % len(blobs)].height, rng))
-            for i in range(n)]
+    plan = [(data, h, t.geometry(h.width, h.height, rng))
+            for data, h in (records[i % len(records)] for i in range(n))]
     out = np.empty((size, size, 3), np.uint8)
     t0 = time.perf_counter()
     for data, h, g in plan:

@@ -226,7 +226,7 @@ class Reader:
         ``base`` of the shard); the sample's key."""
         h = buf[at - BLOCK:at]
         raw = h[:100].split(b"\0", 1)[0]
-        key = raw.decode("utf-8", "replace").rsplit("/", 1)[-1].partition(".")[0]
+        key = _key(raw)
         named = len(raw) >= 100 or raw.endswith(b"." + ext.encode())  # 100: a pax name
         if named and raw.isascii() and h == header_bytes(raw.decode("ascii"), size):
             return key  # byte for byte the header imgprep writes for this name and size
