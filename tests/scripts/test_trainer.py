@@ -221,10 +221,13 @@ def test_missing_manifest_is_a_clear_error(tmp_path: Path) -> None:
 def waiting(data: Path, tmp_path_factory: pytest.TempPathFactory,
             trainer_main: Main) -> tuple[str, Path]:
     """One rank decoding in the training process (--workers 0), --bf16 auto: its stdout and
-    its --log-json."""
+    its --log-json. At 32 px on one thread the tiny model's step is short beside decoding its
+    256 px JPEGs, so the step waits for data in every interval even when other work shares
+    the cores (two threads there stretched a step to 0.7 s and hid the wait)."""
     log = tmp_path_factory.mktemp("waiting") / "log.jsonl"
     done = trainer_main(["--data", data, *FLAGS, "--workers", "0", "--steps", "8",
-                         "--no-validate", "--log-json", log])
+                         "--image-size", "32", "--threads", "1", "--no-validate",
+                         "--log-json", log])
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout, log
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from tests.support import REPO
@@ -27,8 +28,9 @@ def test_a_part_within_its_budget_says_its_time_and_passes_its_output_on(tmp_pat
     lines = done.stdout.splitlines()
     assert lines[0].startswith("make test: lint (budget 1m30s): ") and lines[1] == "checked"
     assert lines[2] == "make test: lint: 0m00s of its 1m30s budget" and len(lines) == 3
-    part, seconds, budget, status = log.read_text().strip().split("\t")
+    part, seconds, budget, status, start = log.read_text().strip().split("\t")
     assert (part, budget, status) == ("lint", "90", "0") and float(seconds) < 30
+    assert abs(float(start) - time.time()) < 60
 
 
 def test_a_part_over_its_budget_says_so_loudly_and_does_not_fail_for_it() -> None:
@@ -46,7 +48,7 @@ def test_a_failing_part_keeps_its_exit_status(tmp_path: Path) -> None:
                  "raise SystemExit(3)")
     assert done.returncode == 3
     assert done.stdout.splitlines()[-1].endswith("budget, failed (exit 3)")
-    assert log.read_text().split("\t")[-1] == "3\n"
+    assert log.read_text().split("\t")[3] == "3"
 
 
 def test_the_lines_and_the_summary() -> None:
@@ -66,6 +68,18 @@ def test_the_summary_adds_the_parts_up(tmp_path: Path) -> None:
                          "  all              9m40s of 10m30s"]
     done = timed("--summary", log)
     assert done.returncode == 0 and done.stdout.splitlines()[1:] == lines[1:]
+
+
+def test_parts_side_by_side_count_once_in_the_total(tmp_path: Path) -> None:
+    """Lint and the wheel check run at once: the total is the wall time from the first
+    part's start to the last one's end."""
+    log = tmp_path / "times.tsv"
+    log.write_text("lint\t50.0\t90\t0\t1000.0\nwheel-check\t80.0\t90\t0\t1000.5\n"
+                   "pytest\t400.0\t420\t0\t1081.0\n")
+    assert summary(log)[1:] == ["  lint           0m50s of 1m30s",
+                                "  wheel-check    1m20s of 1m30s",
+                                "  pytest         6m40s of 7m00s",
+                                "  all            8m01s of 10m00s"]
 
 
 def test_the_makefiles_budgets_keep_to_twelve_minutes() -> None:
