@@ -151,15 +151,18 @@ BUDGET_WHEEL_CHECK := 90
 BUDGET_PYTEST := 420
 BUDGET_SERIAL := 120
 TEST_TIMES := build/test-times.tsv
+# The tests' processes run the virtualenv's tools and keep their compiled modules: an
+# environment that turns bytecode off (PYTHONDONTWRITEBYTECODE, common in containers) would have
+# each of the few hundred Python processes the suite starts compile the project again, and
+# pytest rewrite every test file again in each worker.
+TEST_ENV := env -u PYTHONDONTWRITEBYTECODE PATH="$(abspath $(BIN)):$$PATH"
 TIMED := $(PYTHON) tools/timed.py --log $(TEST_TIMES)
 
 test: setup system-packages
 	@mkdir -p build && rm -f $(TEST_TIMES)
 	@$(MAKE) --no-print-directory -j2 --output-sync=recurse test-lint test-wheel-check
-	@$(TIMED) pytest $(BUDGET_PYTEST) -- env PATH="$(abspath $(BIN)):$$PATH" \
-		$(BIN)/python -m pytest -n auto --dist loadfile -m "not serial" --durations 15
-	@$(TIMED) pytest-serial $(BUDGET_SERIAL) -- env PATH="$(abspath $(BIN)):$$PATH" \
-		$(BIN)/python -m pytest -m serial --durations 5
+	@$(TIMED) pytest $(BUDGET_PYTEST) -- $(TEST_ENV) $(BIN)/python -m pytest -n auto --dist loadfile -m "not serial" --durations 15
+	@$(TIMED) pytest-serial $(BUDGET_SERIAL) -- $(TEST_ENV) $(BIN)/python -m pytest -m serial --durations 5
 	@$(PYTHON) tools/timed.py --summary $(TEST_TIMES)
 
 test-lint:

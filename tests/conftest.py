@@ -15,6 +15,15 @@ from imgprep.inputs.fakeset import make_sample  # noqa: E402
 from tests.support import REAL_DATA, convert_sample  # noqa: E402
 
 
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """Under ``-m serial`` (make test's last part) a test file that never names the mark holds
+    no serial test: it is not imported, which keeps that part's collection to a few files."""
+    if (config.getoption("markexpr") == "serial" and collection_path.suffix == ".py"
+            and collection_path.name.startswith("test_")):
+        return b"serial" not in collection_path.read_bytes() or None
+    return None
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Tests marked ``gpu`` hold CUDA-only assertions: skipped, saying so, where torch sees
     no CUDA device."""
