@@ -7,10 +7,11 @@ bf16 autocast and channels_last), on a synthetic input of 32,000 ImageNet-sized 
 nvjpeg check trains ResNet-50 and ResNet-18 the same way (the CPU forms: the tiny model).
 The trainer check also runs fed and synthetic at each of ``res_sizes`` (160 and 224 px: a
 resolution schedule's ends), eager and with ``--compile``. The quick CPU form, which ``make
-test`` runs to keep those rows from rotting, does so at 160 px alone: one size eager, one
-compiled (each compile of a size costs about a minute of CPU there before an inductor cache
-holds it), the rest of the kit unchanged; each of its children has 480 s, more than twice
-the 133-205 s that compile's run took on 2 cores with two CPU-bound processes beside it.
+test`` runs to keep those rows from rotting, does so at its own 64 px alone, where its first
+(eager) pair stands for the eager one: one size eager, one compiled (each compile of a size
+costs about a minute of CPU there before an inductor cache holds it), the rest of the kit
+unchanged; each of its children has 480 s, more than twice the 133-205 s that compile's run
+took on 2 cores with two CPU-bound processes beside it.
 """
 
 from __future__ import annotations
@@ -78,7 +79,7 @@ PROFILES = {
                          batch=16, steps=6, log_every=2, nccl_arch="tiny", nccl_batch=8,
                          nccl_steps=3, loader_batch=16, one_worker_batches=3, many_batches=6,
                          floor_images=24, rounds=1, timeout_s=480, nvjpeg_archs=("tiny",),
-                         res_sizes=(160,), feed_steps=6, feed_log_every=2, feed_size=64,
+                         res_sizes=(64,), feed_steps=6, feed_log_every=2, feed_size=64,
                          feed_compile="off"),
 }
 

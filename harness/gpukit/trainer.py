@@ -4,9 +4,10 @@ the loader's default worker count; images/s, the time split of an iteration and 
 fraction of each, and the fed rate over the ceiling (target >= 0.95 on the full GPU run). Both
 run the trainer's defaults for the device (bf16 autocast where it is native, channels_last,
 ``--compile auto``: torch.compile on CUDA). Then, at each size of the profile's
-``res_sizes`` (160 and 224 px: a resolution schedule's ends; 160 px alone in the quick CPU
-form), fed and synthetic again, eager (``--compile off``) and compiled (``--compile on``):
-their rates, fed over synthetic, and compiled over eager. Last, the torchvision-v2 recipe
+``res_sizes`` (160 and 224 px: a resolution schedule's ends; the quick CPU form's own 64 px
+alone, where the first pair is the eager one), fed and synthetic again, eager (``--compile
+off``) and compiled (``--compile on``): their rates, fed over synthetic, and compiled over
+eager. Last, the torchvision-v2 recipe
 (``--recipe torchvision-v2`` at the profile's model, size, batch and steps: TrivialAugment,
 random erasing, mixup / cutmix, repeated augmentation x4, the model's moving average), fed
 and synthetic: its rates, fed over synthetic, and its fed rate over the plain fed run's (what
@@ -121,7 +122,8 @@ def check(ctx: Context) -> dict[str, Any]:
         rows.append(figure(c, "precision (--bf16 auto), layout", f"{bf16}, channels_last"))
     rows.append(figure(c, "torch.compile (--compile auto)",
                        "on" if fed_run.summary["compile"] else "off"))
-    by_size, size_rows = sizes_check(ctx)
+    eager = None if fed_run.summary["compile"] else {"synthetic": synth, "fed": fed}
+    by_size, size_rows = sizes_check(ctx, eager)
     recipe, recipe_rows = recipe_check(ctx, fed)
     return {"rows": rows + size_rows + recipe_rows, "synthetic": synth, "fed": fed,
             "workers": workers, "precision": precision, "sizes": by_size, "recipe": recipe}
@@ -145,15 +147,21 @@ def recipe_check(ctx: Context, plain_fed: dict[str, Any]) -> tuple[dict[str, Any
     return {"synthetic": synth, "fed": fed, "config": fed_run.summary["config"]}, rows
 
 
-def sizes_check(ctx: Context) -> tuple[dict[str, Any], list[Row]]:
+def sizes_check(ctx: Context, eager: dict[str, Any] | None,
+                ) -> tuple[dict[str, Any], list[Row]]:
     """Synthetic and fed at each of the profile's ``res_sizes``, eager and compiled: the
-    runs' steady figures by ``"<size>px-<eager|compiled>"``, and their rows."""
+    runs' steady figures by ``"<size>px-<eager|compiled>"``, and their rows. ``eager``: the
+    first pair's figures when it ran eager, which stand for the eager pair at its own size
+    (the quick CPU form's one size) instead of a second run of the same command."""
     c, runs, rows = "trainer", {}, []
     for size in ctx.profile.res_sizes:
         for mode, how in (("off", "eager"), ("on", "compiled")):
-            extra = ("--image-size", str(size), "--compile", mode)
-            _, synth = run_one(ctx, f"synthetic-{size}-{how}", "--synthetic", *extra)
-            _, fed = run_one(ctx, f"fed-{size}-{how}", *extra)
+            if how == "eager" and eager is not None and size == ctx.profile.image_size:
+                synth, fed = eager["synthetic"], eager["fed"]
+            else:
+                extra = ("--image-size", str(size), "--compile", mode)
+                _, synth = run_one(ctx, f"synthetic-{size}-{how}", "--synthetic", *extra)
+                _, fed = run_one(ctx, f"fed-{size}-{how}", *extra)
             runs[f"{size}px-{how}"] = {"synthetic": synth, "fed": fed}
             rows.append(figure(c, f"{size} px, {how}: synthetic / fed img/s (fed / synthetic)",
                                f"{synth['images_per_s']:,.1f} / {fed['images_per_s']:,.1f} "

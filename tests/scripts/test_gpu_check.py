@@ -131,28 +131,33 @@ def test_cpu_form_records_the_figures_each_check_promises(cpu_run: Any) -> None:
 
 @pytest.mark.slow
 @with_the_kit
-def test_cpu_form_has_fed_and_synthetic_rows_at_160_px_eager_and_compiled(
+def test_cpu_form_has_fed_and_synthetic_rows_at_its_size_eager_and_compiled(
         cpu_run: Any) -> None:
     """One size, eager and compiled: each pair's rows and the compiled / eager row, from
-    runs that did compile (their logs say so) and runs that did not."""
+    runs that did compile (their logs say so) and runs that did not. At the quick CPU form's
+    own 64 px its first pair, eager (``--compile auto`` on a CPU), is the eager one: no run
+    repeats it."""
     _, out, work = cpu_run
     rec = record_of(out)
-    sizes = rec["checks"]["trainer"]["sizes"]
-    assert set(sizes) == {"160px-eager", "160px-compiled"}
+    trainer = rec["checks"]["trainer"]
+    sizes = trainer["sizes"]
+    assert set(sizes) == {"64px-eager", "64px-compiled"}
+    assert sizes["64px-eager"] == {"synthetic": trainer["synthetic"], "fed": trainer["fed"]}
     assert all(run[kind]["images_per_s"] > 0 for run in sizes.values()
                for kind in ("synthetic", "fed"))
     rows = rows_of(rec, "trainer")
-    sized = [m for m in rows if m.startswith(("160 px", "224 px"))]
-    assert sized == ["160 px, eager: synthetic / fed img/s (fed / synthetic)",
-                     "160 px, compiled: synthetic / fed img/s (fed / synthetic)",
-                     "160 px: torch.compile / eager, synthetic / fed"]
-    speedups = rows["160 px: torch.compile / eager, synthetic / fed"]["value"].split(" / ")
+    sized = [m for m in rows if m.split(" ", 1)[0].isdigit()]
+    assert sized == ["64 px, eager: synthetic / fed img/s (fed / synthetic)",
+                     "64 px, compiled: synthetic / fed img/s (fed / synthetic)",
+                     "64 px: torch.compile / eager, synthetic / fed"]
+    speedups = rows["64 px: torch.compile / eager, synthetic / fed"]["value"].split(" / ")
     assert len(speedups) == 2 and all(float(x) > 0 for x in speedups)
     for kind in ("synthetic", "fed"):
-        for how, on in (("eager", False), ("compiled", True)):
-            log = (work / f"train-{kind}-160-{how}.jsonl").read_text().splitlines()
-            assert {"compile": {"mode": "on" if on else "off", "on": on, "sizes": [160]}} in [
-                json.loads(line) for line in log], (kind, how)
+        for name, mode, on in ((kind, "auto", False), (f"{kind}-64-compiled", "on", True)):
+            log = (work / f"train-{name}.jsonl").read_text().splitlines()
+            assert {"compile": {"mode": mode, "on": on, "sizes": [64]}} in [
+                json.loads(line) for line in log], name
+    assert not list(work.glob("train-*-eager.jsonl"))  # the eager pair ran once
     assert rows["torch.compile (--compile auto)"]["value"] == "off"  # eager on the CPU
 
 
@@ -278,9 +283,10 @@ def test_profiles_leave_a_log_interval_after_the_first() -> None:
 
 def test_only_the_quick_cpu_form_leaves_a_size_out() -> None:
     """The GPU runs and the full CPU form keep both ends of a resolution schedule; the quick
-    CPU form (make test's) runs one size, eager and compiled."""
+    CPU form (make test's) runs one size, its own, eager and compiled."""
     assert {n: p.res_sizes for n, p in PROFILES.items()} == {
-        "cuda": (160, 224), "cuda-quick": (160, 224), "cpu": (160, 224), "cpu-quick": (160,)}
+        "cuda": (160, 224), "cuda-quick": (160, 224), "cpu": (160, 224), "cpu-quick": (64,)}
+    assert PROFILES["cpu-quick"].image_size == 64
 
 
 def test_synthetic_input_is_an_ilsvrc_train_tar(tmp_path: Path) -> None:
