@@ -35,7 +35,7 @@ KIT = REPO / "scripts" / "gpu_check.py"
 EVERY = ("trainer", "nccl", "deviceloader", "loader", "convert", "dali", "nvjpeg",
          "nvjpeg_trainer")
 # The CPU form runs the whole kit once, in a module fixture that the first test using it pays
-# for: 2.5-4 minutes on the shared 2-core machine with an empty inductor cache, 7.5-8.5 with
+# for: 2.5-3 minutes on the shared 2-core machine with an empty inductor cache, 5-8.5 with
 # two CPU-bound processes beside it (docs/gpu_check.md). The kit's timeout, and those tests'
 # (pytest's 300 s counts a test's fixtures), leave more than twice that.
 KIT_TIMEOUT_S = 1080
